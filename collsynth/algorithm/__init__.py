@@ -1,0 +1,18 @@
+"""Algorithms: the schedule value, its verifier, transforms, rendering and file format."""
+
+from collsynth.algorithm.model import Algorithm, Instance, Send, Step
+from collsynth.algorithm.show import format_algorithm
+from collsynth.algorithm.transform import invert_dual, sequence
+from collsynth.algorithm.verify import find_problems, verify
+
+__all__ = [
+    "Algorithm",
+    "Instance",
+    "Send",
+    "Step",
+    "find_problems",
+    "verify",
+    "invert_dual",
+    "sequence",
+    "format_algorithm",
+]

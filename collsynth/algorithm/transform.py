@@ -1,0 +1,65 @@
+"""Algorithms built from other algorithms: the inverse of the dual reduction, and sequencing.
+
+Both return verified algorithms: a transform that produced a wrong schedule would be a bug, and a
+bug must not leave the library silently.
+"""
+
+from __future__ import annotations
+
+from collsynth.algorithm.model import Algorithm, Send, Step
+from collsynth.algorithm.verify import verify
+from collsynth.collective.model import Collective
+from collsynth.errors import InvalidCollectiveError
+from collsynth.topology.model import Topology
+
+__all__ = ["invert_dual", "sequence"]
+
+
+def invert_dual(dual: Algorithm, topology: Topology, collective: Collective) -> Algorithm:
+    """Turn an algorithm for the non-combining dual (on the reversed topology) into one for the
+    combining ``collective`` on ``topology``: steps in reverse order, every send reversed and
+    made a reduce.
+
+    Raises
+    ------
+    VerificationError
+        If the dual algorithm is not a tree schedule (a rank received a chunk twice), which would
+        count contributions twice once reversed.
+    """
+    steps = tuple(
+        Step(step.rounds, tuple(sorted(Send(s.chunk, s.dst, s.src, reduce=True) for s in step.sends)))
+        for step in reversed(dual.steps)
+    )
+    algorithm = Algorithm(
+        name=dual.name.replace("dual(", "", 1).rstrip(")") if dual.name.startswith("dual(") else dual.name,
+        topology=topology,
+        collective=collective,
+        steps=steps,
+        provenance={**dict(dual.provenance), "via": "non-combining dual on the reversed topology"},
+    )
+    return verify(algorithm)
+
+
+def sequence(first: Algorithm, second: Algorithm, collective: Collective, *, name: str) -> Algorithm:
+    """Run ``first`` then ``second`` as one algorithm for ``collective``.
+
+    The chunk numbers of both must be the chunk numbers of ``collective`` (as for reduce-scatter
+    followed by allgather with the same chunk factor, giving allreduce).
+    """
+    if first.topology != second.topology:
+        raise InvalidCollectiveError("cannot sequence algorithms on different topologies")
+    if first.collective.num_chunks != collective.num_chunks or \
+            second.collective.num_chunks != collective.num_chunks:
+        raise InvalidCollectiveError(
+            f"cannot sequence {first.collective.describe()} and {second.collective.describe()} "
+            f"into {collective.describe()}: chunk counts differ"
+        )
+    algorithm = Algorithm(
+        name=name,
+        topology=first.topology,
+        collective=collective,
+        steps=first.steps + second.steps,
+        provenance={"composed_of": [first.name, second.name],
+                    "parts": [dict(first.provenance), dict(second.provenance)]},
+    )
+    return verify(algorithm)

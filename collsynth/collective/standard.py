@@ -1,0 +1,217 @@
+"""The standard collectives, as pre/postconditions over (rank, chunk).
+
+Chunk numbering (the buffer layout the exporters rely on):
+
+* ``allgather(n)``: chunk ``r`` starts on rank ``r``; every rank needs every chunk.
+* ``alltoall(n)``: chunk ``src * n + dst`` starts on ``src`` and is needed by ``dst``.
+* ``broadcast(n, root)``: one chunk, from ``root`` to everyone.
+* ``scatter(n, root)``: chunk ``r`` starts on ``root`` and is needed by ``r``.
+* ``gather(n, root)``: chunk ``r`` starts on ``r`` and is needed by ``root``.
+* ``reduce(n, root)`` (combining): one chunk, every rank contributes, ``root`` needs the sum.
+* ``reduce_scatter(n)`` (combining): chunk ``r``: every rank contributes, rank ``r`` needs the sum.
+* ``allreduce(n)`` (combining): one chunk, every rank contributes, every rank needs the sum.
+* ``multiroot_broadcast(n, roots)``: chunk ``i`` starts on ``roots[i]``, everyone needs it.
+* ``multiroot_scatter(n, roots)``: chunk ``r * k + i`` (``k = len(roots)``) starts on ``roots[i]``
+  and is needed by ``r``.
+* ``multiroot_gather(n, roots)``: chunk ``r * k + i`` starts on ``r`` and is needed by ``roots[i]``.
+
+These are the base collectives (``chunk_factor == 1``); rounds per chunk are measured in units of
+one base chunk. They agree with msccl-tools' definitions except for the chunk numbering, so bounds
+and fronts are directly comparable.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from collsynth.collective.model import Collective
+from collsynth.errors import InvalidCollectiveError, UnknownNameError
+
+__all__ = [
+    "allgather",
+    "alltoall",
+    "broadcast",
+    "scatter",
+    "gather",
+    "reduce",
+    "reduce_scatter",
+    "allreduce",
+    "multiroot_broadcast",
+    "multiroot_scatter",
+    "multiroot_gather",
+    "STANDARD_COLLECTIVES",
+    "ROOTED_COLLECTIVES",
+    "MULTIROOT_COLLECTIVES",
+    "standard_collective",
+]
+
+
+def _everyone(n: int) -> frozenset[int]:
+    return frozenset(range(n))
+
+
+def _check_root(n: int, root: int, name: str) -> None:
+    if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < n:
+        raise InvalidCollectiveError(f"{name}: root {root!r} is not a rank 0..{n - 1}")
+
+
+def _check_roots(n: int, roots: Sequence[int], name: str) -> tuple[int, ...]:
+    roots = tuple(roots)
+    if not roots:
+        raise InvalidCollectiveError(f"{name}: needs at least one root")
+    for root in roots:
+        _check_root(n, root, name)
+    if len(set(roots)) != len(roots):
+        raise InvalidCollectiveError(f"{name}: roots {list(roots)} repeat a rank")
+    return roots
+
+
+def allgather(n: int) -> Collective:
+    """Every rank's chunk to every rank."""
+    return Collective("allgather", n, tuple(frozenset({r}) for r in range(n)), (_everyone(n),) * n)
+
+
+def alltoall(n: int) -> Collective:
+    """Chunk ``src*n + dst`` from ``src`` to ``dst`` (including ``src == dst``, already in place)."""
+    pre = tuple(frozenset({c // n}) for c in range(n * n))
+    post = tuple(frozenset({c % n}) for c in range(n * n))
+    return Collective("alltoall", n, pre, post)
+
+
+def broadcast(n: int, root: int = 0) -> Collective:
+    """One chunk from ``root`` to every rank."""
+    _check_root(n, root, "broadcast")
+    return Collective("broadcast", n, (frozenset({root}),), (_everyone(n),), roots=(root,))
+
+
+def scatter(n: int, root: int = 0) -> Collective:
+    """Chunk ``r`` from ``root`` to rank ``r``."""
+    _check_root(n, root, "scatter")
+    return Collective("scatter", n, (frozenset({root}),) * n,
+                      tuple(frozenset({r}) for r in range(n)), roots=(root,))
+
+
+def gather(n: int, root: int = 0) -> Collective:
+    """Chunk ``r`` from rank ``r`` to ``root``."""
+    _check_root(n, root, "gather")
+    return Collective("gather", n, tuple(frozenset({r}) for r in range(n)),
+                      (frozenset({root}),) * n, roots=(root,))
+
+
+def reduce(n: int, root: int = 0) -> Collective:
+    """The sum of every rank's buffer, to ``root`` (combining)."""
+    _check_root(n, root, "reduce")
+    return Collective("reduce", n, (_everyone(n),), (frozenset({root}),), combining=True,
+                      roots=(root,))
+
+
+def reduce_scatter(n: int) -> Collective:
+    """Chunk ``r`` of the sum of every rank's buffer, to rank ``r`` (combining)."""
+    return Collective("reduce_scatter", n, (_everyone(n),) * n,
+                      tuple(frozenset({r}) for r in range(n)), combining=True)
+
+
+def allreduce(n: int) -> Collective:
+    """The sum of every rank's buffer, to every rank (combining; one base chunk)."""
+    return Collective("allreduce", n, (_everyone(n),), (_everyone(n),), combining=True)
+
+
+def multiroot_broadcast(n: int, roots: Sequence[int]) -> Collective:
+    """Chunk ``i`` from ``roots[i]`` to every rank."""
+    roots = _check_roots(n, roots, "multiroot_broadcast")
+    return Collective("multiroot_broadcast", n, tuple(frozenset({r}) for r in roots),
+                      (_everyone(n),) * len(roots), roots=roots)
+
+
+def multiroot_scatter(n: int, roots: Sequence[int]) -> Collective:
+    """Chunk ``r*k + i`` from ``roots[i]`` to rank ``r`` (``k = len(roots)``)."""
+    roots = _check_roots(n, roots, "multiroot_scatter")
+    k = len(roots)
+    return Collective("multiroot_scatter", n, tuple(frozenset({roots[c % k]}) for c in range(n * k)),
+                      tuple(frozenset({c // k}) for c in range(n * k)), roots=roots)
+
+
+def multiroot_gather(n: int, roots: Sequence[int]) -> Collective:
+    """Chunk ``r*k + i`` from rank ``r`` to ``roots[i]`` (``k = len(roots)``)."""
+    roots = _check_roots(n, roots, "multiroot_gather")
+    k = len(roots)
+    return Collective("multiroot_gather", n, tuple(frozenset({c // k}) for c in range(n * k)),
+                      tuple(frozenset({roots[c % k]}) for c in range(n * k)), roots=roots)
+
+
+#: Collectives that take only the number of ranks.
+STANDARD_COLLECTIVES: dict[str, Callable[[int], Collective]] = {
+    "allgather": allgather,
+    "alltoall": alltoall,
+    "reduce_scatter": reduce_scatter,
+    "allreduce": allreduce,
+}
+#: Collectives that take one root (default 0).
+ROOTED_COLLECTIVES: dict[str, Callable[[int, int], Collective]] = {
+    "broadcast": broadcast,
+    "scatter": scatter,
+    "gather": gather,
+    "reduce": reduce,
+}
+#: Collectives that take a list of roots.
+MULTIROOT_COLLECTIVES: dict[str, Callable[[int, Sequence[int]], Collective]] = {
+    "multiroot_broadcast": multiroot_broadcast,
+    "multiroot_scatter": multiroot_scatter,
+    "multiroot_gather": multiroot_gather,
+}
+
+_ALIASES = {
+    "reducescatter": "reduce_scatter",
+    "reduce-scatter": "reduce_scatter",
+    "all_gather": "allgather",
+    "all-gather": "allgather",
+    "all_reduce": "allreduce",
+    "all-reduce": "allreduce",
+    "all_to_all": "alltoall",
+    "all-to-all": "alltoall",
+    "multiroot-broadcast": "multiroot_broadcast",
+    "multiroot-scatter": "multiroot_scatter",
+    "multiroot-gather": "multiroot_gather",
+}
+
+
+def standard_names() -> list[str]:
+    """Every standard collective name."""
+    return sorted({*STANDARD_COLLECTIVES, *ROOTED_COLLECTIVES, *MULTIROOT_COLLECTIVES})
+
+
+def standard_collective(
+    name: str, num_ranks: int, *, root: int | None = None, roots: Sequence[int] | None = None
+) -> Collective:
+    """Look up a standard collective by name (case-insensitive; ``-`` and ``_`` both accepted).
+
+    ``root`` is used by rooted collectives (default 0); ``roots`` by multi-root ones (required).
+
+    >>> standard_collective("Reduce-Scatter", 4).combining
+    True
+    >>> standard_collective("broadcast", 4, root=2).roots
+    (2,)
+    """
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in STANDARD_COLLECTIVES:
+        if root is not None or roots:
+            raise InvalidCollectiveError(f"{key} takes no root")
+        return STANDARD_COLLECTIVES[key](num_ranks)
+    if key in ROOTED_COLLECTIVES:
+        if roots:
+            if len(roots) != 1:
+                raise InvalidCollectiveError(
+                    f"{key} takes one root; use multiroot_{key} for several")
+            root = roots[0]
+        return ROOTED_COLLECTIVES[key](num_ranks, 0 if root is None else root)
+    if key in MULTIROOT_COLLECTIVES:
+        if not roots:
+            if root is None:
+                raise InvalidCollectiveError(f"{key} needs roots (e.g. --root 0,4)")
+            roots = (root,)
+        return MULTIROOT_COLLECTIVES[key](num_ranks, roots)
+    raise UnknownNameError(
+        f"unknown collective {name!r}; valid names: {', '.join(standard_names())} "
+        "(or a path to a custom collective JSON file)"
+    )

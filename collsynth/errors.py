@@ -1,0 +1,83 @@
+"""The exception tree of collsynth.
+
+Outcomes of a search (satisfiable, unsatisfiable, timed out, unknown) are *statuses*, not
+exceptions: see :class:`collsynth.synthesis.Status`. Exceptions are for input that cannot be used
+and for internal failures. Every exception collsynth raises on purpose derives from
+:class:`CollsynthError`, so a caller (the CLI among them) can catch one type.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CollsynthError",
+    "InvalidTopologyError",
+    "InvalidCollectiveError",
+    "InvalidInstanceError",
+    "UnknownNameError",
+    "InputTooLargeError",
+    "FileFormatError",
+    "VerificationError",
+    "UnimplementableError",
+    "SolverError",
+    "ExportError",
+]
+
+
+class CollsynthError(Exception):
+    """Root of every error collsynth raises on purpose."""
+
+
+class InvalidTopologyError(CollsynthError, ValueError):
+    """A topology that breaks a rule (shape, sign, self-link, group naming a missing rank...)."""
+
+
+class InvalidCollectiveError(CollsynthError, ValueError):
+    """A collective that breaks a rule (empty postcondition, rank out of range...)."""
+
+
+class InvalidInstanceError(CollsynthError, ValueError):
+    """Synthesis parameters that cannot describe an algorithm (rounds < steps, chunks < 1...)."""
+
+
+class UnknownNameError(CollsynthError, KeyError):
+    """A name (topology, collective, backend) that is not known; the message lists valid ones."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InputTooLargeError(CollsynthError, ValueError):
+    """Input refused before any work because its size is beyond what collsynth accepts."""
+
+
+class FileFormatError(CollsynthError, ValueError):
+    """A file that cannot be read: names the file, the field (or line) and what was expected."""
+
+    def __init__(self, path: object, message: str) -> None:
+        self.path = str(path)
+        self.detail = message
+        super().__init__(f"{self.path}: {message}")
+
+
+class VerificationError(CollsynthError):
+    """An algorithm that does not implement its collective on its topology."""
+
+
+class UnimplementableError(CollsynthError):
+    """A collective no algorithm can implement on a topology (a rank can never get a chunk).
+
+    Attributes ``rank`` and ``chunk`` name one witness.
+    """
+
+    def __init__(self, message: str, *, rank: int, chunk: int) -> None:
+        self.rank = rank
+        self.chunk = chunk
+        super().__init__(message)
+
+
+class SolverError(CollsynthError):
+    """A solver backend crashed or is not installed (not: unsatisfiable, timeout)."""
+
+
+class ExportError(CollsynthError):
+    """An algorithm that cannot be written in the requested format or within a runtime's limits."""

@@ -1,0 +1,27 @@
+"""Topologies: the link-bandwidth value, built-ins, file format, composition and importers.
+
+Convention: ``links[src][dst]`` is the bandwidth from ``src`` to ``dst`` in chunks per round.
+"""
+
+from collsynth.topology.builtins import builtin_names, get_topology, list_topologies
+from collsynth.topology.families import fully_connected, hub, line, ring, star
+from collsynth.topology.fileformat import load_topology, save_topology, topology_from_json, topology_to_json
+from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
+
+__all__ = [
+    "Topology",
+    "BandwidthGroup",
+    "MAX_RANKS",
+    "get_topology",
+    "list_topologies",
+    "builtin_names",
+    "load_topology",
+    "save_topology",
+    "topology_from_json",
+    "topology_to_json",
+    "ring",
+    "line",
+    "star",
+    "fully_connected",
+    "hub",
+]

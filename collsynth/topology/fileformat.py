@@ -1,0 +1,168 @@
+"""The collsynth topology file format (JSON), version 1.
+
+::
+
+    {
+      "format": "collsynth-topology",
+      "version": 1,
+      "name": "DGX1",
+      "description": "one line",
+      "links": [[0, 2, ...], ...],          # links[src][dst], bandwidth units (chunks per round)
+      "groups": [                           # optional shared limits
+        {"name": "rank 0 egress", "sources": [0], "destinations": [1, 2], "limit": 1}
+      ],
+      "unit_gbps": 25.0,                    # optional: GB/s of one bandwidth unit
+      "alpha_us": 0.7,                      # optional: latency of one step, microseconds
+      "metadata": {...}                     # optional: free-form (sources of the figures, NICs...)
+    }
+
+Files are untrusted input: the size is bounded before parsing and every field is checked, with
+errors naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
+from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MAX_FILE_BYTES", "read_json_file", "load_topology",
+           "topology_from_json", "topology_to_json", "save_topology"]
+
+FORMAT_NAME = "collsynth-topology"
+FORMAT_VERSION = 1
+#: Largest JSON or XML file collsynth reads (bytes).
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+def read_json_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> Any:
+    """Read and parse a JSON file, refusing files larger than ``max_bytes``.
+
+    Raises :class:`FileFormatError` (naming the file, and the line and column for bad JSON).
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > max_bytes:
+            raise InputTooLargeError(f"{p}: {size} bytes is more than the {max_bytes} accepted")
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise FileFormatError(p, "no such file") from exc
+    except IsADirectoryError as exc:
+        raise FileFormatError(p, "is a directory, expected a file") from exc
+    except UnicodeDecodeError as exc:
+        raise FileFormatError(p, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except OSError as exc:
+        raise FileFormatError(p, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(p, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
+                                 f"{exc.msg}") from exc
+    except RecursionError as exc:
+        raise FileFormatError(p, "JSON nested too deeply") from exc
+
+
+def _field(obj: dict, key: str, kind: type | tuple, source: str, *, required: bool = True,
+           default: Any = None) -> Any:
+    if key not in obj:
+        if required:
+            raise FileFormatError(source, f"missing field {key!r}")
+        return default
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise FileFormatError(source, f"field {key!r} is {type(value).__name__}, expected {names}")
+    return value
+
+
+def _rank_list(value: Any, source: str, where: str) -> frozenset[int]:
+    if not isinstance(value, list) or not all(isinstance(r, int) and not isinstance(r, bool)
+                                              for r in value):
+        raise FileFormatError(source, f"{where} must be a list of rank numbers")
+    return frozenset(value)
+
+
+def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
+    """Build a :class:`Topology` from the parsed JSON object of a topology file."""
+    if not isinstance(obj, dict):
+        raise FileFormatError(source, "expected a JSON object at the top level")
+    fmt = obj.get("format", FORMAT_NAME)
+    if fmt != FORMAT_NAME:
+        raise FileFormatError(source, f"field 'format' is {fmt!r}, expected {FORMAT_NAME!r}")
+    version = obj.get("version", FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        raise FileFormatError(source, f"unknown version {version!r}; this collsynth reads "
+                                      f"version {FORMAT_VERSION}")
+    name = _field(obj, "name", str, source)
+    links = _field(obj, "links", list, source)
+    if len(links) > MAX_RANKS:
+        raise InputTooLargeError(f"{source}: {len(links)} ranks is more than the {MAX_RANKS} "
+                                 "collsynth accepts")
+    for i, row in enumerate(links):
+        if not isinstance(row, list):
+            raise FileFormatError(source, f"links[{i}] is {type(row).__name__}, expected a list")
+        for j, bw in enumerate(row):
+            if not isinstance(bw, int) or isinstance(bw, bool):
+                raise FileFormatError(source, f"links[{i}][{j}] = {bw!r}; expected an integer "
+                                              "number of bandwidth units")
+    groups = []
+    for k, g in enumerate(_field(obj, "groups", list, source, required=False, default=[])):
+        if not isinstance(g, dict):
+            raise FileFormatError(source, f"groups[{k}] must be an object")
+        limit = g.get("limit")
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise FileFormatError(source, f"groups[{k}].limit = {limit!r}; expected an integer")
+        groups.append(BandwidthGroup(
+            _rank_list(g.get("sources"), source, f"groups[{k}].sources"),
+            _rank_list(g.get("destinations"), source, f"groups[{k}].destinations"),
+            limit, str(g.get("name", ""))))
+    unit = _field(obj, "unit_gbps", (int, float), source, required=False)
+    alpha = _field(obj, "alpha_us", (int, float), source, required=False)
+    metadata = _field(obj, "metadata", dict, source, required=False, default={})
+    try:
+        return Topology(name=name, links=tuple(tuple(row) for row in links), groups=tuple(groups),
+                        unit_gbps=None if unit is None else float(unit),
+                        alpha_us=None if alpha is None else float(alpha),
+                        description=str(obj.get("description", "")), metadata=metadata)
+    except CollsynthError as exc:
+        raise FileFormatError(source, str(exc)) from exc
+
+
+def topology_to_json(topology: Topology) -> dict[str, Any]:
+    """The JSON object for ``topology`` (inverse of :func:`topology_from_json`)."""
+    obj: dict[str, Any] = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "name": topology.name,
+        "description": topology.description,
+        "links": [list(row) for row in topology.links],
+        "groups": [
+            {"name": g.name, "sources": sorted(g.sources), "destinations": sorted(g.destinations),
+             "limit": g.limit}
+            for g in topology.groups
+        ],
+    }
+    if topology.unit_gbps is not None:
+        obj["unit_gbps"] = topology.unit_gbps
+    if topology.alpha_us is not None:
+        obj["alpha_us"] = topology.alpha_us
+    if topology.metadata:
+        obj["metadata"] = dict(topology.metadata)
+    return obj
+
+
+def load_topology(path: str | os.PathLike[str]) -> Topology:
+    """Read a topology JSON file."""
+    return topology_from_json(read_json_file(path), source=str(path))
+
+
+def save_topology(topology: Topology, path: str | os.PathLike[str]) -> None:
+    """Write ``topology`` as a JSON file (atomically: a temporary file renamed into place)."""
+    from collsynth._atomic import write_text_atomic
+
+    write_text_atomic(path, json.dumps(topology_to_json(topology), indent=1) + "\n")

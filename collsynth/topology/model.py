@@ -1,0 +1,246 @@
+"""The :class:`Topology` value: who can send to whom, how much per round, and at what physical cost.
+
+Conventions (stated here once, used everywhere in collsynth):
+
+* ``links[src][dst]`` is the bandwidth of the directed link from rank ``src`` to rank ``dst``, in
+  *bandwidth units*: the number of chunks the link carries in one round. ``links[src][dst] == 0``
+  means there is no link. The diagonal is always 0.
+* A :class:`BandwidthGroup` models a shared resource (a switch port, a NIC, a PCIe root): the sends
+  from any rank in ``sources`` to any rank in ``destinations`` share ``limit`` units per round.
+* ``unit_gbps`` is what one bandwidth unit is worth in gigabytes per second (10**9 bytes/s), and
+  ``alpha_us`` the latency of one step (one message over a link) in microseconds. Both are optional:
+  synthesis only needs the integer units; the timing model needs the physical figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Mapping, Sequence
+
+from collsynth.errors import InputTooLargeError, InvalidTopologyError
+
+__all__ = ["BandwidthGroup", "Topology", "MAX_RANKS"]
+
+#: The largest number of ranks collsynth accepts in a topology. Refused before any work is done.
+MAX_RANKS = 8192
+
+
+@dataclass(frozen=True)
+class BandwidthGroup:
+    """A shared limit: all sends from ``sources`` to ``destinations`` together carry at most
+    ``limit`` chunks per round.
+
+    >>> BandwidthGroup(frozenset({0}), frozenset({1, 2, 3}), 1, "rank 0 egress").limit
+    1
+    """
+
+    sources: frozenset[int]
+    destinations: frozenset[int]
+    limit: int
+    name: str = ""
+
+    def reversed(self) -> "BandwidthGroup":
+        """The same limit with sources and destinations swapped (for the reversed topology)."""
+        return BandwidthGroup(self.destinations, self.sources, self.limit, self.name)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A network of ``num_ranks`` GPUs (ranks ``0..num_ranks-1``).
+
+    Parameters
+    ----------
+    name:
+        Short identifier, e.g. ``"DGX1"`` or ``"ring:8"``.
+    links:
+        Square matrix, ``links[src][dst]`` = chunks per round from ``src`` to ``dst`` (0: no link).
+    groups:
+        Shared limits (switch ports, NICs) on top of the per-link bandwidths.
+    unit_gbps:
+        GB/s (10**9 bytes per second) of one bandwidth unit, or ``None`` if unknown.
+    alpha_us:
+        Latency of one step in microseconds, or ``None`` if unknown.
+    description:
+        One line for listings.
+
+    Raises
+    ------
+    InvalidTopologyError
+        On a non-square or negative matrix, a self-link, a group naming a missing rank, or a
+        non-positive group limit.
+    InputTooLargeError
+        When the matrix has more than :data:`MAX_RANKS` ranks.
+
+    Examples
+    --------
+    A 4-GPU unidirectional ring:
+
+    >>> ring = Topology("ring4", ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0)))
+    >>> ring.num_ranks, ring.bandwidth(0, 1), ring.bandwidth(1, 0)
+    (4, 1, 0)
+    >>> ring.reversed().bandwidth(1, 0)
+    1
+    """
+
+    name: str
+    links: tuple[tuple[int, ...], ...]
+    groups: tuple[BandwidthGroup, ...] = ()
+    unit_gbps: float | None = None
+    alpha_us: float | None = None
+    description: str = ""
+    metadata: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        links = self.links
+        if not isinstance(links, tuple) or not all(isinstance(row, tuple) for row in links):
+            object.__setattr__(self, "links", _as_matrix(links, self.name))
+            links = self.links
+        n = len(links)
+        if n == 0:
+            raise InvalidTopologyError(f"topology {self.name!r}: the link matrix is empty")
+        if n > MAX_RANKS:
+            raise InputTooLargeError(
+                f"topology {self.name!r}: {n} ranks is more than the {MAX_RANKS} collsynth accepts"
+            )
+        for src, row in enumerate(links):
+            if len(row) != n:
+                raise InvalidTopologyError(
+                    f"topology {self.name!r}: the link matrix is not square: row {src} has "
+                    f"{len(row)} entries, expected {n}"
+                )
+            for dst, bw in enumerate(row):
+                if not isinstance(bw, int) or isinstance(bw, bool):
+                    raise InvalidTopologyError(
+                        f"topology {self.name!r}: links[{src}][{dst}] = {bw!r} is not an integer "
+                        "number of bandwidth units"
+                    )
+                if bw < 0:
+                    raise InvalidTopologyError(
+                        f"topology {self.name!r}: links[{src}][{dst}] = {bw} is negative"
+                    )
+            if row[src] != 0:
+                raise InvalidTopologyError(
+                    f"topology {self.name!r}: self-link links[{src}][{src}] = {row[src]}; "
+                    "a rank cannot send to itself"
+                )
+        if not isinstance(self.groups, tuple):
+            object.__setattr__(self, "groups", tuple(self.groups))
+        for index, group in enumerate(self.groups):
+            label = group.name or f"#{index}"
+            for role, ranks in (("sources", group.sources), ("destinations", group.destinations)):
+                if not ranks:
+                    raise InvalidTopologyError(
+                        f"topology {self.name!r}: bandwidth group {label} has no {role}"
+                    )
+                bad = sorted(r for r in ranks if not isinstance(r, int) or not 0 <= r < n)
+                if bad:
+                    raise InvalidTopologyError(
+                        f"topology {self.name!r}: bandwidth group {label} names missing rank(s) "
+                        f"{bad} in its {role}; ranks are 0..{n - 1}"
+                    )
+            if not isinstance(group.limit, int) or group.limit < 1:
+                raise InvalidTopologyError(
+                    f"topology {self.name!r}: bandwidth group {label} has limit {group.limit!r}; "
+                    "expected a positive integer"
+                )
+        for attr in ("unit_gbps", "alpha_us"):
+            value = getattr(self, attr)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise InvalidTopologyError(
+                    f"topology {self.name!r}: {attr} = {value!r}; expected a positive number"
+                )
+
+    # -- structure ----------------------------------------------------------------------------
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks (GPUs)."""
+        return len(self.links)
+
+    def bandwidth(self, src: int, dst: int) -> int:
+        """Chunks per round from ``src`` to ``dst`` (0 when there is no link)."""
+        return self.links[src][dst]
+
+    @cached_property
+    def edges(self) -> tuple[tuple[int, int, int], ...]:
+        """Every link as ``(src, dst, bandwidth)``, in row-major order, bandwidth > 0."""
+        return tuple(
+            (src, dst, bw) for src, row in enumerate(self.links) for dst, bw in enumerate(row) if bw
+        )
+
+    @cached_property
+    def destinations(self) -> tuple[tuple[int, ...], ...]:
+        """``destinations[src]``: the ranks ``src`` has a link to."""
+        return tuple(tuple(d for d, bw in enumerate(row) if bw) for row in self.links)
+
+    @cached_property
+    def sources(self) -> tuple[tuple[int, ...], ...]:
+        """``sources[dst]``: the ranks that have a link to ``dst``."""
+        result: list[list[int]] = [[] for _ in range(self.num_ranks)]
+        for src, dst, _ in self.edges:
+            result[dst].append(src)
+        return tuple(tuple(r) for r in result)
+
+    @cached_property
+    def effective_groups(self) -> tuple[tuple[BandwidthGroup, tuple[tuple[int, int], ...]], ...]:
+        """Each bandwidth group with the links it actually constrains, dropping groups that can
+        never bind (their limit is at least the total bandwidth of their links)."""
+        result = []
+        for group in self.groups:
+            covered = tuple(
+                (s, d)
+                for s in sorted(group.sources)
+                for d in sorted(group.destinations)
+                if self.links[s][d]
+            )
+            if covered and sum(self.links[s][d] for s, d in covered) > group.limit:
+                result.append((group, covered))
+        return tuple(result)
+
+    def reversed(self) -> "Topology":
+        """The topology with every link and group pointing the other way (``links`` transposed).
+
+        Used to solve a combining collective through its non-combining dual.
+        """
+        n = self.num_ranks
+        transposed = tuple(tuple(self.links[src][dst] for src in range(n)) for dst in range(n))
+        return Topology(
+            name=f"reversed({self.name})",
+            links=transposed,
+            groups=tuple(g.reversed() for g in self.groups),
+            unit_gbps=self.unit_gbps,
+            alpha_us=self.alpha_us,
+            description=f"{self.description} (links reversed)".strip(),
+            metadata=self.metadata,
+        )
+
+    def is_symmetric(self) -> bool:
+        """True when ``links[a][b] == links[b][a]`` for every pair."""
+        n = self.num_ranks
+        return all(self.links[a][b] == self.links[b][a] for a in range(n) for b in range(a))
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology(name={self.name!r}, num_ranks={self.num_ranks}, links={len(self.edges)}, "
+            f"groups={len(self.groups)})"
+        )
+
+
+def _as_matrix(links: Iterable[Sequence[int]], name: str) -> tuple[tuple[int, ...], ...]:
+    """Copy any nested sequence (lists, numpy arrays) into a tuple of tuples of ints."""
+    try:
+        rows = [list(row) for row in links]
+    except TypeError as exc:
+        raise InvalidTopologyError(f"topology {name!r}: links must be a matrix (rows of numbers)") from exc
+    matrix = []
+    for src, row in enumerate(rows):
+        converted = []
+        for dst, value in enumerate(row):
+            if hasattr(value, "item"):  # numpy scalar
+                value = value.item()
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            converted.append(value)
+        matrix.append(tuple(converted))
+    return tuple(matrix)
