@@ -2,7 +2,7 @@
 
 from collsynth.algorithm.model import Algorithm, Instance, Send, Step
 from collsynth.algorithm.show import format_algorithm
-from collsynth.algorithm.transform import invert_dual, sequence
+from collsynth.algorithm.transform import invert_dual, refine, sequence
 from collsynth.algorithm.verify import find_problems, verify
 
 __all__ = [
@@ -14,5 +14,6 @@ __all__ = [
     "verify",
     "invert_dual",
     "sequence",
+    "refine",
     "format_algorithm",
 ]

@@ -12,7 +12,7 @@ from collsynth.collective.model import Collective
 from collsynth.errors import InvalidCollectiveError
 from collsynth.topology.model import Topology
 
-__all__ = ["invert_dual", "sequence"]
+__all__ = ["invert_dual", "sequence", "refine"]
 
 
 def invert_dual(dual: Algorithm, topology: Topology, collective: Collective) -> Algorithm:
@@ -63,3 +63,23 @@ def sequence(first: Algorithm, second: Algorithm, collective: Collective, *, nam
                     "parts": [dict(first.provenance), dict(second.provenance)]},
     )
     return verify(algorithm)
+
+
+def refine(algorithm: Algorithm, factor: int) -> Algorithm:
+    """Split every chunk into ``factor`` pieces and every step into ``factor`` times its rounds.
+
+    The result moves the same data in the same time: an instance (S, R, C) becomes
+    (S, R * factor, C * factor), so rounds per chunk are unchanged. Used to give two algorithms
+    a common chunk count before sequencing them.
+    """
+    if factor == 1:
+        return algorithm
+    collective = algorithm.collective.split(factor)
+    steps = tuple(
+        Step(step.rounds * factor,
+             tuple(Send(s.chunk * factor + i, s.src, s.dst, s.reduce)
+                   for s in step.sends for i in range(factor)))
+        for step in algorithm.steps
+    )
+    return verify(Algorithm(algorithm.name, algorithm.topology, collective, steps,
+                            provenance={**dict(algorithm.provenance), "refined_by": factor}))

@@ -1,0 +1,1042 @@
+"""Lower bounds on the steps and the rounds per chunk of any algorithm for a collective.
+
+Every bound here is *exact* (an ``int`` or a :class:`fractions.Fraction`) and *sound*: no
+algorithm in collsynth's model (see :mod:`collsynth.algorithm.model`) does better. Each function
+states the class of algorithms its bound holds for. Bounds are computed for the collective as
+given, normalised per base chunk: a rounds bound is a bound on ``total rounds /
+collective.chunk_factor``, so a split collective has the same bound as the unsplit one.
+
+Three shapes of collective are told apart:
+
+* *non-combining* (allgather, alltoall, broadcast, gather, scatter, custom): each chunk must be
+  copied from its precondition to every rank of its postcondition;
+* *combining with one destination per chunk* (reduce, reduce-scatter): handled through the
+  non-combining dual on the reversed topology (:func:`collsynth.collective.non_combining_dual`),
+  since every contributor's value must travel to the destination along sends of that chunk;
+* *combining with several destinations* (allreduce): every destination needs every
+  contribution; bounded by distances and cuts, and, for the reduce-scatter-then-allgather class,
+  by the bounds of those two collectives (:attr:`Bounds.composed_rounds_per_chunk`).
+
+Examples
+--------
+On a 4-GPU bidirectional ring an allgather needs 2 steps (rank 2 is two hops from rank 0) and
+3/2 rounds per chunk (each rank receives 3 chunks over 2 incoming links):
+
+>>> from collsynth.topology import get_topology
+>>> from collsynth.collective import standard_collective
+>>> compute_bounds(get_topology("ring:4"), standard_collective("allgather", 4))
+Bounds(steps=2, rounds_per_chunk=Fraction(3, 2), composed_rounds_per_chunk=None, composed_steps=None)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable, Literal, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+from scipy.sparse.csgraph import dijkstra, maximum_flow
+
+from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
+from collsynth.collective.model import Collective
+from collsynth.errors import InputTooLargeError, InvalidCollectiveError, SolverError, UnimplementableError
+from collsynth.topology.model import Topology
+
+__all__ = [
+    "Bounds",
+    "check_implementable",
+    "steps_lower_bound",
+    "rounds_per_chunk_lower_bound",
+    "compute_bounds",
+    "MAX_LP_VARIABLES",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Largest rounds linear program (number of variables) collsynth builds; larger ones are refused.
+MAX_LP_VARIABLES = 5_000_000
+#: Largest linear program handed to z3 when HiGHS's answer cannot be certified exactly.
+_Z3_MAX_VARIABLES = 20_000
+#: Sources per batch in all-pairs hop counts (bounds the memory of one batch).
+_BATCH = 256
+
+Method = Literal["auto", "highs", "z3"]
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Lower bounds for one (topology, collective) pair.
+
+    Attributes
+    ----------
+    steps:
+        No algorithm has fewer steps.
+    rounds_per_chunk:
+        No algorithm in collsynth's model has fewer total rounds per base chunk (``rounds /
+        chunk_factor``).
+    composed_rounds_per_chunk:
+        Allreduce only (else ``None``): no reduce-scatter-then-allgather algorithm has fewer rounds
+        per base chunk of the allreduce (base chunk = the whole buffer).
+    composed_steps:
+        Allreduce only (else ``None``): no reduce-scatter-then-allgather algorithm has fewer steps.
+    """
+
+    steps: int
+    rounds_per_chunk: Fraction
+    composed_rounds_per_chunk: Fraction | None = None
+    composed_steps: int | None = None
+
+
+# -- shapes -------------------------------------------------------------------------------------
+
+
+def _check_sizes(topology: Topology, collective: Collective) -> None:
+    if collective.num_ranks != topology.num_ranks:
+        raise InvalidCollectiveError(
+            f"{collective.describe()} has {collective.num_ranks} ranks but topology "
+            f"{topology.name!r} has {topology.num_ranks}"
+        )
+
+
+def _is_multi_destination_combining(collective: Collective) -> bool:
+    """Combining, and not every chunk has exactly one destination (allreduce and the like)."""
+    return collective.combining and not has_non_combining_dual(collective)
+
+
+def _copy_problem(topology: Topology, collective: Collective) -> tuple[Topology, Collective]:
+    """The non-combining problem whose bounds are the collective's: itself, or for a combining
+    collective with one destination per chunk, its dual on the reversed topology."""
+    if collective.combining:
+        return topology.reversed(), non_combining_dual(collective)
+    return topology, collective
+
+
+def _allreduce_ranks(collective: Collective) -> frozenset[int] | None:
+    """The rank set P when every chunk has precondition == postcondition == P (|P| >= 2): an
+    allreduce over P, which a reduce-scatter then an allgather over P implements."""
+    if not collective.combining:
+        return None
+    first = collective.precondition[0]
+    if len(first) < 2:
+        return None
+    for pre, post in zip(collective.precondition, collective.postcondition):
+        if pre != first or post != first:
+            return None
+    return first
+
+
+def _composition(collective: Collective, ranks: frozenset[int]) -> tuple[Collective, Collective]:
+    """Reduce-scatter and allgather over ``ranks`` (one base chunk per rank of ``ranks``)."""
+    order = sorted(ranks)
+    n = collective.num_ranks
+    reduce_scatter = Collective("reduce_scatter", n, (ranks,) * len(order),
+                                tuple(frozenset({r}) for r in order), combining=True)
+    allgather = Collective("allgather", n, tuple(frozenset({r}) for r in order),
+                           (ranks,) * len(order))
+    return reduce_scatter, allgather
+
+
+# -- hop distances ------------------------------------------------------------------------------
+
+
+def _hop_graph(topology: Topology) -> sp.csr_matrix:
+    n = topology.num_ranks
+    edges = topology.edges
+    rows = np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=len(edges))
+    cols = np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=len(edges))
+    return sp.csr_matrix((np.ones(len(edges)), (rows, cols)), shape=(n, n))
+
+
+def _hops_from_sets(graph: sp.csr_matrix, sets: Sequence[frozenset[int]]) -> dict[frozenset[int], np.ndarray]:
+    """Hop distance from each rank set (its nearest member) to every rank; ``inf``: unreachable."""
+    result: dict[frozenset[int], np.ndarray] = {}
+    singles = sorted({next(iter(s)) for s in sets if len(s) == 1})
+    for start in range(0, len(singles), _BATCH):
+        batch = singles[start:start + _BATCH]
+        dist = np.atleast_2d(dijkstra(graph, indices=batch, unweighted=True))
+        for row, rank in enumerate(batch):
+            result[frozenset({rank})] = dist[row]
+    for ranks in sets:
+        if ranks not in result:
+            result[ranks] = dijkstra(graph, indices=sorted(ranks), unweighted=True, min_only=True)
+    return result
+
+
+def _farthest_copy(topology: Topology, collective: Collective) -> tuple[int, int, int, frozenset[int]]:
+    """For a non-combining collective: ``(hops, chunk, rank, sources)`` of the (rank, chunk) pair
+    farthest from the chunk's precondition; ``hops`` is ``-1`` when a pair is unreachable (then
+    the pair is that witness) and ``0`` when nothing has to move."""
+    distances = _hops_from_sets(_hop_graph(topology), sorted(set(collective.precondition), key=sorted))
+    best = (0, -1, -1, frozenset())
+    for chunk, (pre, post) in enumerate(zip(collective.precondition, collective.postcondition)):
+        missing = sorted(post - pre)
+        if not missing:
+            continue
+        dist = distances[pre][missing]
+        worst = int(np.argmax(dist))
+        if not np.isfinite(dist[worst]):
+            return (-1, chunk, missing[worst], pre)
+        if dist[worst] > best[0]:
+            best = (int(dist[worst]), chunk, missing[worst], pre)
+    return best
+
+
+def _farthest_contribution(topology: Topology, collective: Collective) -> tuple[int, int, int, int]:
+    """For a combining collective: ``(hops, chunk, destination, contributor)`` maximising the hop
+    distance from a contributor to a destination that needs its contribution; ``hops == -1`` for
+    an unreachable pair."""
+    graph = _hop_graph(topology)
+    contributors = sorted(set().union(*collective.precondition))
+    best = (0, -1, -1, -1)
+    for start in range(0, len(contributors), _BATCH):
+        batch = contributors[start:start + _BATCH]
+        dist = np.atleast_2d(dijkstra(graph, indices=batch, unweighted=True))
+        row_of = {u: i for i, u in enumerate(batch)}
+        for chunk, (pre, post) in enumerate(zip(collective.precondition, collective.postcondition)):
+            for u in sorted(pre):
+                if u not in row_of:
+                    continue
+                targets = sorted(post - {u})
+                if not targets:
+                    continue
+                d = dist[row_of[u]][targets]
+                worst = int(np.argmax(d))
+                if not np.isfinite(d[worst]):
+                    return (-1, chunk, targets[worst], u)
+                if d[worst] > best[0]:
+                    best = (int(d[worst]), chunk, targets[worst], u)
+    return best
+
+
+# -- implementability and steps -----------------------------------------------------------------
+
+
+def check_implementable(topology: Topology, collective: Collective) -> None:
+    """Raise unless every rank can, by some algorithm, obtain everything it needs.
+
+    A non-combining chunk must be reachable from its precondition by every rank of its
+    postcondition; a combining chunk needs a path from every contributor to every destination.
+
+    Raises
+    ------
+    UnimplementableError
+        Naming a rank (``.rank``) and a chunk (``.chunk``) that can never be served.
+    InvalidCollectiveError
+        When the collective and the topology have different numbers of ranks.
+
+    Examples
+    --------
+    >>> from collsynth.topology import Topology
+    >>> from collsynth.collective import allgather
+    >>> oneway = Topology("oneway", ((0, 1, 0), (0, 0, 1), (0, 0, 0)))
+    >>> check_implementable(oneway, allgather(3))
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.UnimplementableError: rank 0 can never receive chunk 1: no path from any of ranks [1] (its precondition)
+    """
+    _check_sizes(topology, collective)
+    if collective.combining:
+        hops, chunk, rank, contributor = _farthest_contribution(topology, collective)
+        if hops < 0:
+            raise UnimplementableError(
+                f"rank {rank} can never receive the contribution of rank {contributor} to chunk "
+                f"{chunk}: no path from rank {contributor} to rank {rank}",
+                rank=rank, chunk=chunk,
+            )
+        return
+    hops, chunk, rank, sources = _farthest_copy(topology, collective)
+    if hops < 0:
+        raise UnimplementableError(
+            f"rank {rank} can never receive chunk {chunk}: no path from any of ranks "
+            f"{sorted(sources)} (its precondition)",
+            rank=rank, chunk=chunk,
+        )
+
+
+def steps_lower_bound(topology: Topology, collective: Collective) -> int:
+    """The fewest steps any algorithm can take: the longest unavoidable chain of hops.
+
+    Non-combining: the largest hop distance from a chunk's precondition (its nearest holder) to a
+    rank that needs the chunk. Combining: the largest hop distance from a contributor to a
+    destination needing its contribution (for reduce and reduce-scatter this equals the bound of
+    the non-combining dual on the reversed topology; for allreduce it is the diameter over the
+    participating ranks). Bandwidth is deliberately ignored: a step may last any number of rounds,
+    so bandwidth limits never force extra steps.
+
+    Holds for every algorithm (any number of chunks, rounds, and any forwarding of partial sums).
+
+    Raises
+    ------
+    UnimplementableError
+        As :func:`check_implementable`.
+
+    Examples
+    --------
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import standard_collective
+    >>> steps_lower_bound(get_topology("ring:4"), standard_collective("allgather", 4))
+    2
+    >>> steps_lower_bound(get_topology("line:4"), standard_collective("reduce", 4, root=0))
+    3
+    """
+    check_implementable(topology, collective)
+    if collective.combining:
+        return _farthest_contribution(topology, collective)[0]
+    return _farthest_copy(topology, collective)[0]
+
+
+# -- the rounds linear program ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LinearProgram:
+    """``min z[0]`` s.t. ``a_ub @ z <= 0``, ``a_eq @ z == b_eq``, ``0 <= z <= upper``.
+
+    ``z[0]`` is the total number of rounds R; every other variable has a finite integer upper
+    bound that some optimal solution respects, so any multipliers give a Lagrangian bound.
+    """
+
+    a_ub: sp.csr_matrix
+    a_eq: sp.csr_matrix
+    b_eq: np.ndarray  # integers
+    upper: np.ndarray  # integers; upper[0] unused (R is unbounded)
+    r_coefficients: np.ndarray  # -a_ub[:, 0]: bandwidth of each capacity row (integers)
+
+    @property
+    def num_variables(self) -> int:
+        return self.a_ub.shape[1]
+
+
+_Classes = dict[tuple[frozenset[int], frozenset[int]], int]
+#: A commodity of the LP: ``("tree", precondition, missing ranks, multiplicity)`` for chunks with
+#: several destinations, ``("sink", destination, frozenset of (precondition, multiplicity))`` for
+#: all the chunks with one destination.
+_Commodity = tuple
+
+
+def _chunk_classes(collective: Collective) -> _Classes:
+    """Chunks that must move, grouped by (precondition, ranks that lack them), with multiplicity.
+
+    Identical chunks compete for bandwidth but are interchangeable; averaging any LP solution
+    over their permutations gives an equally good one in which they all move alike, so one set of
+    variables with a multiplicity loses nothing.
+    """
+    classes: _Classes = {}
+    for pre, post in zip(collective.precondition, collective.postcondition):
+        missing = post - pre
+        if missing:
+            classes[(pre, missing)] = classes.get((pre, missing), 0) + 1
+    return classes
+
+
+def _commodities(classes: _Classes) -> list[_Commodity]:
+    """Chunks with one destination ``d`` are aggregated into one flow into ``d`` (a flow into one
+    sink decomposes into paths from the supplies, so nothing is lost); the others stay apart."""
+    result: list[_Commodity] = []
+    sinks: dict[int, set[tuple[frozenset[int], int]]] = {}
+    for (pre, missing), mult in classes.items():
+        if len(missing) == 1:
+            sinks.setdefault(next(iter(missing)), set()).add((pre, mult))
+        else:
+            result.append(("tree", pre, missing, mult))
+    result.extend(("sink", d, frozenset(supplies)) for d, supplies in sorted(sinks.items()))
+    return result
+
+
+def _estimate_variables(num_edges: int, commodities: Sequence[_Commodity]) -> int:
+    count = 1
+    for commodity in commodities:
+        if commodity[0] == "tree":
+            count += num_edges * (1 + len(commodity[2])) + len(commodity[1])
+        else:
+            count += num_edges + sum(len(pre) for pre, _ in commodity[2])
+    return count
+
+
+def _map_commodity(perm: Sequence[int], commodity: _Commodity) -> _Commodity:
+    """The commodity with every rank ``r`` renamed ``perm[r]``."""
+    if commodity[0] == "tree":
+        _, pre, missing, mult = commodity
+        return ("tree", frozenset(perm[r] for r in pre), frozenset(perm[r] for r in missing), mult)
+    _, d, supplies = commodity
+    return ("sink", perm[d], frozenset((frozenset(perm[r] for r in pre), m) for pre, m in supplies))
+
+
+def _candidate_permutations(n: int) -> list[np.ndarray]:
+    """Rank permutations worth testing as symmetries: rotations, reflections, the transpositions
+    (0 i) and (i i+1), and, for a power of two, the bit flips. Cheap to test; together they
+    generate the symmetries of rings, fully connected graphs, hubs and hypercube-like boxes."""
+    ident = np.arange(n, dtype=np.int64)
+    candidates = [(ident + 1) % n, (-ident) % n, n - 1 - ident]
+    candidates += [(ident + n // p) % n for p in range(2, min(n, 16) + 1) if n % p == 0]
+    if n & (n - 1) == 0:
+        candidates += [ident ^ (1 << j) for j in range(n.bit_length() - 1)]
+    for a, b in [(0, i) for i in range(1, n)] + [(i, i + 1) for i in range(1, n - 1)]:
+        swap = ident.copy()
+        swap[a], swap[b] = b, a
+        candidates.append(swap)
+    unique = {tuple(p.tolist()): p for p in candidates if not np.array_equal(p, ident)}
+    return list(unique.values())
+
+
+def _symmetries(topology: Topology, commodities: Sequence[_Commodity]) -> list[list[int]]:
+    """Candidate permutations that are verified symmetries of the whole LP: they preserve every
+    link's bandwidth, map every bandwidth group that can bind onto one with the same limit and
+    links, and map the set of commodities (with multiplicities) onto itself."""
+    n = topology.num_ranks
+    edges = topology.edges
+    src = np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=len(edges))
+    dst = np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=len(edges))
+    bw = np.fromiter((b for _, _, b in edges), dtype=np.int64, count=len(edges))
+    keys = src * n + dst  # sorted: edges are listed row by row
+    groups = [(g.limit, np.array([s * n + d for s, d in covered], dtype=np.int64))
+              for g, covered in topology.effective_groups]
+    group_set = {(limit, frozenset(k.tolist())) for limit, k in groups}
+    commodity_set = set(commodities)
+    found = []
+    for perm in _candidate_permutations(n):
+        mapped = perm[src] * n + perm[dst]
+        pos = np.minimum(np.searchsorted(keys, mapped), len(keys) - 1)
+        if not (np.array_equal(keys[pos], mapped) and np.array_equal(bw[pos], bw)):
+            continue
+        if any((limit, frozenset((perm[k // n] * n + perm[k % n]).tolist())) not in group_set
+               for limit, k in groups):
+            continue
+        as_list = perm.tolist()
+        if all(_map_commodity(as_list, c) in commodity_set for c in commodities):
+            found.append(as_list)
+    return found
+
+
+def _orbits(topology: Topology, commodities: Sequence[_Commodity],
+            symmetric: bool) -> list[list[tuple[_Commodity, list[int]]]]:
+    """Commodities grouped into orbits under the symmetries found: each orbit lists
+    ``(commodity, perm)`` with ``perm`` a symmetry taking the orbit's first commodity to it."""
+    identity = list(range(topology.num_ranks))
+    if not symmetric or len(commodities) < 2:
+        return [[(c, identity)] for c in commodities]
+    generators = _symmetries(topology, commodities)
+    orbits: list[list[tuple[_Commodity, list[int]]]] = []
+    seen: set[_Commodity] = set()
+    for commodity in commodities:
+        if commodity in seen:
+            continue
+        seen.add(commodity)
+        orbit = [(commodity, identity)]
+        for member, perm in orbit:  # grows while iterating: a breadth-first search
+            for g in generators:
+                image = _map_commodity(g, member)
+                if image not in seen:
+                    seen.add(image)
+                    orbit.append((image, [g[p] for p in perm]))
+        orbits.append(orbit)
+    return orbits
+
+
+class _Builder:
+    """Accumulates sparse rows and columns of the rounds LP."""
+
+    def __init__(self) -> None:
+        self.next_var = 1  # variable 0 is R
+        self.upper: list[np.ndarray] = [np.zeros(1, dtype=np.int64)]
+        # capacity contributions (edge, variable, coefficient), already mapped by the orbits
+        self.cap: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        # coupling rows f - x <= 0: (f variable, x variable)
+        self.couple: list[tuple[np.ndarray, np.ndarray]] = []
+        # equality entries (row, variable, coefficient) and right-hand sides
+        self.eq: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.b_eq: list[np.ndarray] = []
+        self.next_row = 0
+
+    def variables(self, count: int, upper: int) -> np.ndarray:
+        first = self.next_var
+        self.next_var += count
+        self.upper.append(np.full(count, upper, dtype=np.int64))
+        return np.arange(first, first + count, dtype=np.int64)
+
+    def rows(self, rhs: np.ndarray) -> int:
+        first = self.next_row
+        self.next_row += len(rhs)
+        self.b_eq.append(np.asarray(rhs, dtype=np.int64))
+        return first
+
+
+def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetric: bool) -> _LinearProgram:
+    """The rounds LP of a non-combining collective (see :func:`rounds_per_chunk_lower_bound`).
+
+    With ``symmetric``, only one commodity per orbit under the verified symmetries gets variables;
+    each other commodity of the orbit uses the same values moved by its symmetry, so the
+    representative's variable on link e also counts on the image of e. This LP has the same
+    optimum: any solution extends to the full LP, and averaging a full optimum over the group the
+    symmetries generate gives a symmetric optimum, which is a solution of the reduced LP.
+    """
+    n = topology.num_ranks
+    edges = topology.edges
+    num_edges = len(edges)
+    src = np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=num_edges)
+    dst = np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=num_edges)
+    bw = np.fromiter((b for _, _, b in edges), dtype=np.int64, count=num_edges)
+    keys = src * n + dst
+    edge_ids = np.arange(num_edges, dtype=np.int64)
+    builder = _Builder()
+
+    def conservation(edge_sel: np.ndarray, flow: np.ndarray, node_row: np.ndarray) -> None:
+        """Entries in(v) - out(v) of the flow on edges ``edge_sel`` into rows ``node_row[v]``."""
+        for ends, sign in ((dst, 1), (src, -1)):
+            rows = node_row[ends[edge_sel]]
+            keep = rows >= 0
+            builder.eq.append((rows[keep], flow[keep], np.full(int(keep.sum()), sign, dtype=np.int64)))
+
+    def tree(pre: frozenset[int], missing: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+        """x[e] (one copy of the chunk on a link serves every destination downstream) and a unit
+        flow f[d] <= x from the precondition to each destination d. Returns (links, x)."""
+        usable = edge_ids[~np.isin(dst, sorted(pre))]  # a send into a holder is useless
+        x = builder.variables(len(usable), 1)
+        x_of_edge = np.full(num_edges, -1, dtype=np.int64)
+        x_of_edge[usable] = x
+        is_pre = np.zeros(n, dtype=bool)
+        is_pre[sorted(pre)] = True
+        outside = np.flatnonzero(~is_pre)
+        for d in sorted(missing):
+            sel = usable[src[usable] != d]  # a send out of d does not help deliver to d
+            f = builder.variables(len(sel), 1)
+            builder.couple.append((f, x_of_edge[sel]))
+            node_row = np.full(n, -1, dtype=np.int64)
+            first = builder.rows((outside == d).astype(np.int64))  # in - out = [v == d]
+            node_row[outside] = np.arange(first, first + len(outside))
+            conservation(sel, f, node_row)
+        return usable, x
+
+    def sink(d: int, supplies: frozenset[tuple[frozenset[int], int]]) -> tuple[np.ndarray, np.ndarray]:
+        """One flow into d carrying every chunk whose only destination is d, each supplied at its
+        precondition (through a super-source when that has several ranks). Returns (links, flow)."""
+        total = sum(m for _, m in supplies)
+        sel = edge_ids[src != d]
+        flow = builder.variables(len(sel), total)
+        supply = np.zeros(n, dtype=np.int64)
+        spread = []
+        for pre, mult in sorted(supplies, key=lambda item: (sorted(item[0]), item[1])):
+            if len(pre) == 1:
+                supply[next(iter(pre))] += mult
+            else:
+                spread.append((pre, mult))
+        others = np.array([v for v in range(n) if v != d], dtype=np.int64)
+        node_row = np.full(n, -1, dtype=np.int64)
+        first = builder.rows(-supply[others])  # in(v) - out(v) + from super-sources = -supply(v)
+        node_row[others] = np.arange(first, first + len(others))
+        conservation(sel, flow, node_row)
+        for pre, mult in spread:
+            members = np.array(sorted(pre), dtype=np.int64)
+            arcs = builder.variables(len(members), mult)
+            row = builder.rows(np.array([mult]))  # the super-source emits the chunks
+            ones = np.ones(len(arcs), dtype=np.int64)
+            builder.eq.append((np.full(len(arcs), row, dtype=np.int64), arcs, ones))
+            builder.eq.append((node_row[members], arcs, ones))
+        return sel, flow
+
+    for orbit in _orbits(topology, commodities, symmetric):
+        first = orbit[0][0]
+        if first[0] == "tree":
+            links, variables = tree(first[1], first[2])
+            coefficient = first[3]
+        else:
+            links, variables = sink(first[1], first[2])
+            coefficient = 1
+        coefficients = np.full(len(links), coefficient, dtype=np.int64)
+        for _, perm in orbit:
+            p = np.asarray(perm, dtype=np.int64)
+            images = np.searchsorted(keys, p[src[links]] * n + p[dst[links]])
+            builder.cap.append((images, variables, coefficients))
+
+    num_vars = builder.next_var
+    # Capacity of every link and every bandwidth group that can bind, per round of R.
+    cap_e = np.concatenate([c[0] for c in builder.cap])
+    cap_v = np.concatenate([c[1] for c in builder.cap])
+    cap_c = np.concatenate([c[2] for c in builder.cap])
+    per_edge = sp.csr_matrix((cap_c, (cap_e, cap_v)), shape=(num_edges, num_vars), dtype=np.int64)
+    index = {(s, d): i for i, (s, d, _) in enumerate(edges)}
+    group_rows, group_cols, limits = [], [], []
+    for g, (group, covered) in enumerate(topology.effective_groups):
+        group_rows.extend([g] * len(covered))
+        group_cols.extend(index[link] for link in covered)
+        limits.append(group.limit)
+    membership = sp.csr_matrix((np.ones(len(group_rows), dtype=np.int64), (group_rows, group_cols)),
+                               shape=(len(limits), num_edges), dtype=np.int64)
+    per_group = (membership @ per_edge).tocsr()
+    r_coefficients = np.concatenate([bw, np.array(limits, dtype=np.int64)])
+    r_column = sp.csr_matrix(
+        (-r_coefficients, (np.arange(len(r_coefficients)), np.zeros(len(r_coefficients), dtype=np.int64))),
+        shape=(len(r_coefficients), num_vars), dtype=np.int64)
+    blocks = [sp.vstack([per_edge, per_group]) + r_column]
+    if builder.couple:
+        f = np.concatenate([c[0] for c in builder.couple])
+        x = np.concatenate([c[1] for c in builder.couple])
+        rows = np.arange(len(f))
+        blocks.append(sp.csr_matrix(
+            (np.concatenate([np.ones(len(f), dtype=np.int64), -np.ones(len(f), dtype=np.int64)]),
+             (np.concatenate([rows, rows]), np.concatenate([f, x]))),
+            shape=(len(f), num_vars), dtype=np.int64))
+    a_ub = sp.vstack(blocks).tocsr()
+    eq_r = np.concatenate([e[0] for e in builder.eq])
+    eq_v = np.concatenate([e[1] for e in builder.eq])
+    eq_c = np.concatenate([e[2] for e in builder.eq])
+    a_eq = sp.csr_matrix((eq_c, (eq_r, eq_v)), shape=(builder.next_row, num_vars), dtype=np.int64)
+    return _LinearProgram(a_ub=a_ub, a_eq=a_eq, b_eq=np.concatenate(builder.b_eq),
+                          upper=np.concatenate(builder.upper), r_coefficients=r_coefficients)
+
+
+# -- exact certificates ---------------------------------------------------------------------------
+
+
+def _exact_dot(matrix: sp.csr_matrix, vector: np.ndarray) -> np.ndarray:
+    """``matrix @ vector`` over integers without overflow (int64 when provably safe, else Python
+    integers)."""
+    vector = np.asarray(vector)
+    if vector.dtype != object and matrix.nnz:
+        row_weight = np.asarray(abs(matrix).astype(np.float64).sum(axis=1)).ravel()
+        peak = float(row_weight.max()) * float(np.abs(vector).max(initial=0))
+        if peak < 2.0 ** 62:
+            return matrix.astype(np.int64) @ vector.astype(np.int64)
+    coo = matrix.tocoo()
+    result = np.zeros(matrix.shape[0], dtype=object)
+    products = coo.data.astype(object) * vector.astype(object)[coo.col]
+    np.add.at(result, coo.row, products)
+    return result
+
+
+def _common_denominator(values: np.ndarray, max_denominator: int) -> int | None:
+    """The least common multiple of the denominators of ``values`` read as simple fractions, or
+    ``None`` when there are too many distinct values or the multiple is too large to be useful."""
+    distinct = np.unique(np.round(values[values != 0], 9))
+    if len(distinct) > 50_000:
+        return None
+    q = 1
+    for value in distinct:
+        q = math.lcm(q, Fraction(float(value)).limit_denominator(max_denominator).denominator)
+        if q > 2 ** 48:
+            return None
+    return q
+
+
+def _dual_bound(lp: _LinearProgram, y_ub: np.ndarray, y_eq: np.ndarray, scale: int) -> Fraction:
+    """A lower bound on the LP optimum from any multipliers (``y_ub <= 0`` is enforced), in exact
+    arithmetic after scaling by ``scale`` and rounding to integers.
+
+    The Lagrangian of ``min R`` is ``b_eq . y_eq + sum_j min(0, -a_j) * upper_j`` for the non-R
+    columns (``a = A^T y``), plus ``(1 - a_R) R`` for R >= 0. It is homogeneous in y, so scaling
+    the multipliers by ``1 / a_R`` makes R's reduced cost zero: the bound is ``K / a_R``.
+    """
+    y_ub_int = np.minimum(np.rint(y_ub * scale), 0).astype(np.int64)
+    y_eq_int = np.rint(y_eq * scale).astype(np.int64)
+    a = np.zeros(lp.num_variables, dtype=object)
+    a += _exact_dot(lp.a_ub.T.tocsr(), y_ub_int).astype(object)
+    a += _exact_dot(lp.a_eq.T.tocsr(), y_eq_int).astype(object)
+    rows = len(lp.r_coefficients)
+    a_r = -sum(int(b) * int(y) for b, y in zip(lp.r_coefficients, y_ub_int[:rows]))
+    reduced = -a[1:]
+    k = sum(int(b) * int(y) for b, y in zip(lp.b_eq, y_eq_int) if b)
+    k += int(np.sum(np.minimum(reduced, 0) * lp.upper[1:].astype(object)))
+    if a_r <= 0 or k <= 0:
+        return Fraction(0)
+    return Fraction(k, a_r)
+
+
+def _primal_value(lp: _LinearProgram, z: np.ndarray) -> Fraction | None:
+    """The exact objective of HiGHS's solution read as simple fractions, if it is exactly feasible
+    (an upper bound on the optimum); else ``None``."""
+    q = _common_denominator(z, 10 ** 6)
+    if q is None:
+        return None
+    z_int = np.rint(z * q)
+    if np.abs(z_int).max(initial=0) >= 2.0 ** 62:
+        return None
+    z_int = z_int.astype(np.int64)
+    if (z_int < 0).any() or (z_int[1:].astype(object) > lp.upper[1:].astype(object) * q).any():
+        return None
+    if (_exact_dot(lp.a_ub, z_int) > 0).any():
+        return None
+    if (_exact_dot(lp.a_eq, z_int) != lp.b_eq.astype(object) * q).any():
+        return None
+    return Fraction(int(z_int[0]), q)
+
+
+def _solve_highs(lp: _LinearProgram) -> tuple[Fraction, bool]:
+    """Solve with HiGHS and certify: ``(lower bound, proven optimal)``. The bound is always a
+    verified lower bound on the LP optimum; it is proven to equal the optimum when an exactly
+    feasible primal solution of the same value is found."""
+    num = lp.num_variables
+    cost = np.zeros(num)
+    cost[0] = 1.0
+    bounds = np.column_stack([np.zeros(num), lp.upper.astype(np.float64)])
+    bounds[0, 1] = np.inf
+    result = linprog(cost, A_ub=lp.a_ub.astype(np.float64), b_ub=np.zeros(lp.a_ub.shape[0]),
+                     A_eq=lp.a_eq.astype(np.float64), b_eq=lp.b_eq.astype(np.float64),
+                     bounds=bounds, method="highs")
+    if result.status != 0:
+        raise SolverError(f"HiGHS could not solve the rounds linear program: {result.message}")
+    y_ub = np.asarray(result.ineqlin.marginals, dtype=np.float64)
+    y_eq = np.asarray(result.eqlin.marginals, dtype=np.float64)
+    peak = max(np.abs(y_ub).max(initial=0), np.abs(y_eq).max(initial=0))
+    if peak <= 0:
+        return Fraction(0), float(result.fun) == 0.0
+    y_ub, y_eq = y_ub / peak, y_eq / peak
+    weight = max(float(np.asarray(abs(lp.a_ub).sum(axis=0)).max(initial=0)),
+                 float(np.asarray(abs(lp.a_eq).sum(axis=0)).max(initial=0)), 1.0)
+    safe = int(2.0 ** 60 / weight)
+    upper = _primal_value(lp, np.asarray(result.x, dtype=np.float64))
+    best = Fraction(0)
+    for max_denominator in (10 ** 3, 10 ** 6, None):
+        if max_denominator is None:
+            scale = min(safe, 2 ** 40)
+        else:
+            q = _common_denominator(np.concatenate([y_ub, y_eq]), max_denominator)
+            if q is None or q > safe:
+                continue
+            scale = q
+        best = max(best, _dual_bound(lp, y_ub, y_eq, scale))
+        if upper is not None and best == upper:
+            return best, True
+    return best, False
+
+
+def _solve_z3(lp: _LinearProgram) -> Fraction:
+    """Solve exactly with z3's rational simplex; the optimum, after the solution passes an exact
+    feasibility check (the optimality claim is z3's)."""
+    import z3
+
+    num = lp.num_variables
+    z = [z3.Real(f"z{j}") for j in range(num)]
+    opt = z3.Optimize()
+    opt.add(z[0] >= 0)
+    for j in range(1, num):
+        opt.add(z[j] >= 0, z[j] <= int(lp.upper[j]))
+    for matrix, rhs, relation in ((lp.a_ub, None, "le"), (lp.a_eq, lp.b_eq, "eq")):
+        for row in range(matrix.shape[0]):
+            start, stop = matrix.indptr[row], matrix.indptr[row + 1]
+            terms = [int(c) * z[int(j)] for c, j in zip(matrix.data[start:stop], matrix.indices[start:stop])]
+            total = z3.Sum(terms) if terms else z3.RealVal(0)
+            opt.add(total <= 0 if relation == "le" else total == int(rhs[row]))
+    handle = opt.minimize(z[0])
+    if opt.check() != z3.sat:
+        raise SolverError(f"z3 could not solve the rounds linear program: {opt.reason_unknown()}")
+    def fraction(number: z3.ExprRef) -> Fraction:
+        if z3.is_int_value(number):
+            return Fraction(number.as_long())
+        if z3.is_rational_value(number):
+            return Fraction(number.numerator_as_long(), number.denominator_as_long())
+        raise SolverError(f"z3 returned {number}, not a rational number, for the rounds LP")
+
+    value = fraction(opt.lower(handle))
+    model = opt.model()
+    values = [fraction(model.eval(v, model_completion=True)) for v in z]
+    lcm = math.lcm(*(v.denominator for v in values))
+    z_int = np.array([int(v * lcm) for v in values], dtype=object)
+    if (_exact_dot(lp.a_ub, z_int) > 0).any() or (
+            _exact_dot(lp.a_eq, z_int) != lp.b_eq.astype(object) * lcm).any():
+        raise SolverError("z3 returned an infeasible solution of the rounds linear program")
+    if value != values[0]:
+        raise SolverError(f"z3 returned an unexpected optimum {value} for the rounds linear program")
+    return values[0]
+
+
+def _copy_rounds(topology: Topology, collective: Collective, method: Method, label: str) -> Fraction:
+    """Total rounds bound (not yet per chunk) of a non-combining collective; ``label`` names the
+    original problem in messages."""
+    classes = _chunk_classes(collective)
+    if not classes:
+        return Fraction(0)
+    if method == "auto":
+        roots = _spanning_roots(topology, classes)
+        if roots is not None:
+            value = _arborescence_rounds(topology, roots)
+            if value is not None:
+                return value
+    commodities = _commodities(classes)
+    estimate = _estimate_variables(len(topology.edges), commodities)
+    if estimate > MAX_LP_VARIABLES:
+        raise InputTooLargeError(
+            f"the rounds bound of {label} needs a linear program of about {estimate:,} variables "
+            f"(links x chunk destinations), more than the {MAX_LP_VARIABLES:,} collsynth builds"
+        )
+    lp = _build_lp(topology, commodities, symmetric=method != "z3")
+    if method == "z3":
+        return _solve_z3(lp)
+    value, optimal = _solve_highs(lp)
+    if optimal or method == "highs":
+        return value
+    if lp.num_variables <= _Z3_MAX_VARIABLES:
+        exact = _solve_z3(lp)
+        if exact < value:
+            raise SolverError(f"z3's optimum {exact} is below the certified bound {value}")
+        return exact
+    logger.warning("rounds bound of %s: certified %s, which may be below the LP optimum", label, value)
+    rounded = value.limit_denominator(10 ** 6)
+    return rounded if rounded <= value else Fraction(math.floor(value * 10 ** 6), 10 ** 6)
+
+
+# -- arborescence packing (every chunk from one rank to all others, no bandwidth groups) ----------
+
+
+def _source_side(graph: sp.csr_matrix, source: int, sink: int) -> tuple[int, np.ndarray]:
+    """The maximum flow from ``source`` to ``sink`` (integer capacities) and the source side of a
+    minimum cut: the nodes reachable from ``source`` in the residual graph."""
+    result = maximum_flow(graph, source, sink)
+    residual = (graph.astype(np.int64) - result.flow.astype(np.int64)).tocsr()
+    residual.data = (residual.data > 0).astype(np.float64)
+    residual.eliminate_zeros()
+    reached = np.isfinite(dijkstra(residual, indices=source, unweighted=True))
+    return int(result.flow_value), reached
+
+
+def _spanning_roots(topology: Topology,
+                    classes: dict[tuple[frozenset[int], frozenset[int]], int]) -> dict[int, int] | None:
+    """Chunks per root rank when every chunk starts on one rank and is needed by all the others and
+    no bandwidth group can bind (allgather, broadcast, and the duals of reduce and
+    reduce-scatter); else ``None``."""
+    if topology.effective_groups:
+        return None
+    roots: dict[int, int] = {}
+    for (pre, missing), mult in classes.items():
+        if len(pre) != 1 or len(pre) + len(missing) != topology.num_ranks:
+            return None
+        root = next(iter(pre))
+        roots[root] = roots.get(root, 0) + mult
+    return roots
+
+
+def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction | None:
+    """The rounds LP's optimum when every chunk must reach every rank from one root and links are
+    the only limits, computed exactly with integer maximum flows; ``None`` if the capacities would
+    not fit the 32-bit flow solver.
+
+    By Edmonds' branching theorem, chunks with roots ``r_i`` can be sent along arc-disjoint
+    spanning arborescences (capacity ``R b`` per link, scaled to integers) iff every set S of
+    ranks has ``R cap_in(S) >= N(S)``, the number of chunks whose root is outside S. So the LP
+    optimum is ``max_S N(S) / cap_in(S)``, found by Dinkelbach's iteration: for the current ratio
+    ``R = p/q``, a minimum cut from a super-source (arcs of capacity ``q * chunks`` to each root,
+    links of capacity ``p * b``) to each rank v is ``min over S containing v of q m(S) + p
+    cap_in(S)``; if it is below ``q * total`` the minimising S has a larger ratio.
+    """
+    n = topology.num_ranks
+    edges = topology.edges
+    src = np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=len(edges))
+    dst = np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=len(edges))
+    bw = np.fromiter((b for _, _, b in edges), dtype=np.int64, count=len(edges))
+    chunks = np.zeros(n, dtype=np.int64)
+    for root, mult in roots.items():
+        chunks[root] = mult
+    total = int(chunks.sum())
+    incoming = np.bincount(dst, weights=bw, minlength=n).astype(np.int64)
+    best = max(Fraction(total - int(chunks[v]), int(incoming[v])) for v in range(n)
+               if total > chunks[v])
+    root_list = np.flatnonzero(chunks)
+    rows = np.concatenate([src, np.full(len(root_list), n)])
+    cols = np.concatenate([dst, root_list])
+    while True:
+        p, q = best.numerator, best.denominator
+        capacities = np.concatenate([p * bw, q * chunks[root_list]])
+        if q * total >= 2 ** 31 or capacities.max() >= 2 ** 31:
+            return None
+        graph = sp.csr_matrix((capacities.astype(np.int32), (rows, cols)), shape=(n + 1, n + 1))
+        improved = None
+        for v in range(n):
+            value, reached = _source_side(graph, n, v)
+            if value >= q * total:
+                continue
+            inside = ~reached[:n]
+            needed = total - int(chunks[inside].sum())
+            capacity = int(bw[inside[dst] & ~inside[src]].sum())
+            if capacity <= 0:  # excluded by check_implementable
+                raise SolverError(f"ranks {np.flatnonzero(inside).tolist()} of {topology.name!r} "
+                                  "need chunks but have no incoming link")
+            ratio = Fraction(needed, capacity)
+            if improved is None or ratio > improved:
+                improved = ratio
+        if improved is None:
+            return best
+        if improved <= best:
+            raise SolverError("the arborescence bound failed to improve; maximum flow is inconsistent")
+        best = improved
+
+
+# -- cuts (combining collectives with several destinations) --------------------------------------
+
+
+def _cut_capacity(topology: Topology, inside: np.ndarray) -> int:
+    """An upper bound on the chunks per round from ``inside`` to the other ranks: the links'
+    bandwidth, lowered by bandwidth groups (greedily, over groups whose cut links are disjoint)."""
+    total = sum(b for s, d, b in topology.edges if inside[s] and not inside[d])
+    savings = []
+    for group, covered in topology.effective_groups:
+        crossing = frozenset((s, d) for s, d in covered if inside[s] and not inside[d])
+        excess = sum(topology.links[s][d] for s, d in crossing) - group.limit
+        if excess > 0:
+            savings.append((excess, crossing))
+    used: set[tuple[int, int]] = set()
+    for excess, crossing in sorted(savings, key=lambda item: -item[0]):
+        if used.isdisjoint(crossing):
+            used |= crossing
+            total -= excess
+    return total
+
+
+def _candidate_cuts(topology: Topology) -> list[np.ndarray]:
+    """The sending sides of a minimum cut (by link bandwidth) separating rank 0 from each other
+    rank in each direction, and every single rank and every all-but-one set."""
+    n = topology.num_ranks
+    edges = topology.edges
+    graph = sp.csr_matrix(([b for _, _, b in edges], ([s for s, _, _ in edges], [d for _, d, _ in edges])),
+                          shape=(n, n), dtype=np.int32)
+    cuts: dict[bytes, np.ndarray] = {}
+
+    def add(inside: np.ndarray) -> None:
+        if inside.any() and not inside.all():
+            cuts.setdefault(inside.tobytes(), inside)
+
+    for v in range(1, n):
+        for source, sink in ((0, v), (v, 0)):
+            add(_source_side(graph, source, sink)[1])
+    for v in range(n):
+        single = np.zeros(n, dtype=bool)
+        single[v] = True
+        add(single)
+        add(~single)
+    return list(cuts.values())
+
+
+def _cut_rounds(topology: Topology, collective: Collective) -> Fraction:
+    """Total rounds bound of a combining collective from cuts: across a cut (S, rest), every chunk
+    with a contributor in S and a destination outside S needs one send from S to the rest."""
+    best = Fraction(0)
+    n = topology.num_ranks
+    for inside in _candidate_cuts(topology):
+        members = frozenset(np.flatnonzero(inside).tolist())
+        needed = sum(1 for pre, post in zip(collective.precondition, collective.postcondition)
+                     if pre & members and post - members)
+        if needed:
+            capacity = _cut_capacity(topology, inside)
+            if capacity <= 0:  # excluded by check_implementable
+                raise SolverError(f"a cut of {topology.name!r} with {n} ranks has no capacity")
+            best = max(best, Fraction(needed, capacity))
+    return best
+
+
+# -- rounds per chunk -----------------------------------------------------------------------------
+
+
+def rounds_per_chunk_lower_bound(topology: Topology, collective: Collective, *,
+                                 method: Method = "auto") -> Fraction:
+    """The fewest rounds per base chunk (``rounds / chunk_factor``) of any algorithm.
+
+    Non-combining collectives: the optimum of a linear program that relaxes every algorithm.
+    Variables ``x[c][e] >= 0`` (how much of chunk ``c`` crosses link ``e``) and, for each rank
+    ``d`` lacking ``c``, a unit flow ``f[c][d] <= x[c]`` from ``c``'s precondition to ``d`` (one
+    copy on a link serves every destination downstream of it). Every link of bandwidth ``b``
+    carries ``sum_c x[c][e] <= b R``, every bandwidth group that can bind at most ``limit * R``;
+    the bound is ``min R`` divided by ``chunk_factor``. An algorithm gives a solution (``x`` = its
+    sends, each destination's path of sends a flow), so the bound holds for every algorithm. It
+    is tighter than msccl-tools' relaxation, which lets a rank forward more than it receives: on
+    DGX1 scatter from rank 0 it gives 7/6 where msccl-tools reports 7/24. Identical chunks share
+    variables, and chunks with one destination are aggregated into one flow per destination.
+
+    Combining collectives with one destination per chunk (reduce, reduce-scatter): the bound of
+    the non-combining dual on the reversed topology. Every contributor's value reaches the
+    destination along sends of that chunk, so this holds for every algorithm, including ones that
+    send partial sums several times.
+
+    Combining collectives with several destinations per chunk (allreduce): the largest, over a set
+    of cuts (S, rest), of ``chunks with a contributor in S and a destination outside S`` divided by
+    ``chunks per round that can cross from S``, divided by ``chunk_factor``. Those chunks must each
+    cross the cut at least once, whatever is summed on the way, so this holds for every algorithm.
+    For allreduce it is ``1 / min cut``: the minimum cut by link bandwidth is found exactly
+    (maximum flows); bandwidth groups lower the capacity of the cuts examined (the minimum cuts
+    found, and each rank's outgoing and incoming cut), so with groups the value is sound but may
+    be below the best cut bound. See :func:`compute_bounds` for the composed bound.
+
+    Exactness: the LP is solved with HiGHS and its answer certified in exact integer arithmetic.
+    The multipliers HiGHS returns are read as fractions and turned into a Lagrangian lower bound
+    (weak duality; valid for any multipliers), and HiGHS's solution is read as fractions and
+    checked exactly feasible (an upper bound). When both meet, the result is the exact optimum.
+    When they do not, LPs of at most 20,000 variables are re-solved with z3's rational simplex;
+    larger ones return the certified lower bound rounded down to a denominator of at most 10**6
+    (sound, possibly slightly below the optimum; a warning is logged). LPs of more than
+    :data:`MAX_LP_VARIABLES` variables are refused before they are built.
+
+    Parameters
+    ----------
+    method:
+        ``"auto"`` as above; ``"highs"``: the certified HiGHS bound only; ``"z3"``: z3 only.
+
+    Raises
+    ------
+    UnimplementableError
+        As :func:`check_implementable`.
+    InputTooLargeError
+        When the LP would have more than :data:`MAX_LP_VARIABLES` variables.
+    SolverError
+        When a solver fails.
+
+    Examples
+    --------
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import standard_collective
+    >>> ring = get_topology("ring:4")
+    >>> rounds_per_chunk_lower_bound(ring, standard_collective("allgather", 4))
+    Fraction(3, 2)
+    >>> rounds_per_chunk_lower_bound(ring, standard_collective("allgather", 4).split(3))
+    Fraction(3, 2)
+    >>> rounds_per_chunk_lower_bound(ring, standard_collective("allreduce", 4))
+    Fraction(1, 2)
+    """
+    if method not in ("auto", "highs", "z3"):
+        raise ValueError(f"method = {method!r}; expected 'auto', 'highs' or 'z3'")
+    check_implementable(topology, collective)
+    if _is_multi_destination_combining(collective):
+        total = _cut_rounds(topology, collective)
+    else:
+        label = f"{collective.describe()} on {topology.name!r}"
+        total = _copy_rounds(*_copy_problem(topology, collective), method, label)
+    return total / collective.chunk_factor
+
+
+def compute_bounds(topology: Topology, collective: Collective, *, method: Method = "auto") -> Bounds:
+    """Every lower bound for ``collective`` on ``topology``.
+
+    ``steps`` and ``rounds_per_chunk`` hold for every algorithm (see
+    :func:`steps_lower_bound`, :func:`rounds_per_chunk_lower_bound`). For an allreduce (every
+    chunk's precondition and postcondition are the same set P of at least two ranks), the
+    composed bounds hold for algorithms made of a reduce-scatter then an allgather over P:
+
+    * ``composed_steps`` = steps bound of the reduce-scatter + that of the allgather;
+    * ``composed_rounds_per_chunk`` = ``(R_rs + R_ag) / |P|``. A reduce-scatter then allgather
+      with each of their ``|P|`` base chunks split ``k`` ways is an allreduce with ``|P| k``
+      chunks, taking ``R_rs k + R_ag k`` rounds at best, so ``(R_rs + R_ag) / |P|`` rounds per
+      base chunk of the allreduce (the whole buffer).
+
+    Parameters
+    ----------
+    method:
+        Passed to :func:`rounds_per_chunk_lower_bound`.
+
+    Examples
+    --------
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import standard_collective
+    >>> compute_bounds(get_topology("fully-connected:4"), standard_collective("allreduce", 4))
+    Bounds(steps=1, rounds_per_chunk=Fraction(1, 3), composed_rounds_per_chunk=Fraction(1, 2), composed_steps=2)
+    """
+    steps = steps_lower_bound(topology, collective)
+    rounds = rounds_per_chunk_lower_bound(topology, collective, method=method)
+    ranks = _allreduce_ranks(collective)
+    if ranks is None:
+        return Bounds(steps=steps, rounds_per_chunk=rounds)
+    reduce_scatter, allgather = _composition(collective, ranks)
+    composed_steps = steps_lower_bound(topology, reduce_scatter) + steps_lower_bound(topology, allgather)
+    composed_rounds = (rounds_per_chunk_lower_bound(topology, reduce_scatter, method=method)
+                       + rounds_per_chunk_lower_bound(topology, allgather, method=method)) / len(ranks)
+    return Bounds(steps=steps, rounds_per_chunk=rounds, composed_rounds_per_chunk=composed_rounds,
+                  composed_steps=composed_steps)

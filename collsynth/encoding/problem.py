@@ -1,0 +1,397 @@
+"""The synthesis problem for a non-combining collective, described independently of any solver.
+
+This is the *time-expanded path encoding*. For an instance (``S`` steps, ``R`` rounds, the
+collective already split into chunks) there is one 0-1 variable per candidate send
+``send[c, s, d, t]``: chunk ``c`` crosses link ``s -> d`` in step ``t`` (``1 <= t <= S``), and one
+integer ``rounds[t]`` in ``[1, R - S + 1]`` per step. The constraints, one family each:
+
+1. **Correctness: hold before you send.** ``send[c, s, d, t]`` needs ``s`` to hold ``c`` at the end
+   of step ``t - 1``: ``s`` is in ``pre(c)``, or ``s`` received ``c`` in a step before ``t``
+   (``send[c, s, d, t] <= sum of send[c, *, s, t']`` over ``t' < t``).
+2. **Correctness: every rank that needs a chunk receives it exactly once**; every other rank at
+   most once. (Receiving twice is never useful for a non-combining chunk: sound pruning.)
+3. **Bandwidth per link and step:** ``sum_c send[c, s, d, t] <= b(s, d) * rounds[t]``.
+4. **Bandwidth per group and step:** the same over each bandwidth group's links with its limit.
+5. **Rounds:** ``sum_t rounds[t] == R``.
+6. **Memory (optional):** at the end of every step, each rank holds at most ``extra_memory`` chunks
+   outside its pre- and postcondition.
+
+Sound pruning applied while building the candidates (they never remove a solution up to
+equivalence): a rank cannot hold a chunk before its shortest-path distance from the chunk's
+sources; no send into a rank that starts with the chunk; no send into a rank that neither needs
+the chunk nor can reach, in the steps left, a rank that needs it (without a memory limit such a
+send is useless and can be deleted from any solution).
+
+Redundant constraints that help solvers prove unsatisfiability (cuts):
+
+7. **Arrival cuts:** the chunks rank ``d`` needs that are ``k`` or more hops away arrive in steps
+   ``k..S``, so their number is at most ``in_capacity(d) * (rounds[k] + ... + rounds[S])``.
+8. **Symmetry breaking:** pieces of one split chunk are interchangeable; for each such pair
+   ``c1 < c2`` the first needing rank receives ``c1`` no later than ``c2``.
+9. **Sends per chunk:** a chunk is sent at least ``max(ranks needing it, hops to the farthest)``
+   times (one receive per needing rank; a path of that many links to the farthest one).
+
+Optionally (``orbit`` given), the search is restricted to schedules invariant under a topology
+automorphism: ``send[c, s, d, t] == send[pi(c), pi(s), pi(d), t]``. This is sound for
+satisfiable answers only (a symmetric schedule is a schedule) and is used as a fast first try.
+
+The description is plain data; :mod:`collsynth.encoding.cpsat` and :mod:`collsynth.encoding.z3`
+translate it for a solver, and :func:`decode` turns a solver's chosen sends into an
+:class:`~collsynth.algorithm.Algorithm` (which the caller verifies).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from collsynth.algorithm.model import Algorithm, Instance, Send, Step
+from collsynth.collective.model import Collective
+from collsynth.errors import InputTooLargeError, InvalidInstanceError
+from collsynth.topology.model import Topology
+
+__all__ = ["CandidateSend", "SchedulingProblem", "build_problem", "decode", "MAX_CANDIDATES"]
+
+#: Refuse to build encodings with more candidate sends than this (before any solver work).
+MAX_CANDIDATES = 3_000_000
+
+_UNREACHABLE = 1 << 30
+
+
+@dataclass(frozen=True)
+class CandidateSend:
+    """A send the solver may choose: ``chunk`` over ``src -> dst`` in ``step`` (1-based)."""
+
+    chunk: int
+    src: int
+    dst: int
+    step: int
+
+
+@dataclass(frozen=True)
+class SchedulingProblem:
+    """Everything a backend needs, as plain tuples of indices into ``sends``.
+
+    Attributes
+    ----------
+    sends:
+        The candidate sends (decision variables).
+    max_rounds_per_step:
+        Upper bound of each ``rounds[t]`` (``R - S + 1``); lower bound is 1.
+    arrivals:
+        One entry per (chunk, rank) that can receive: ``arrivals[h][t - 1]`` are the sends that
+        deliver the chunk to the rank in step ``t``. Backends define ``holds[h][t]``, "received by
+        the end of step ``t``", as the running sum (at most one of them is chosen).
+    hold_before_send:
+        ``(i, h, t)``: send ``i`` may be chosen only if ``holds[h][t]`` (the sender received the
+        chunk by the end of step ``t >= 1``). Sends from a rank in the precondition do not appear;
+        ``h == -1`` means the sender can never hold the chunk in time (send ``i`` is 0).
+    receive_exactly_once / receive_at_most_once:
+        Tuples of send-index groups (all sends of one chunk into one rank).
+    link_capacity:
+        ``(bandwidth, (i, ...))`` per (link, step) with more candidates than one round carries;
+        the step is ``sends[i].step``. Constraint: ``count <= bandwidth * rounds[step]``.
+    group_capacity:
+        ``(limit, step, (i, ...))`` per binding (group, step).
+    arrival_cuts:
+        ``(count, first_step, capacity)``: ``count <= capacity * sum(rounds[first_step..S])``.
+    symmetric_pairs:
+        ``((i...), (j...))`` receive groups at one rank of two interchangeable chunks; the solver
+        adds ``arrival_step(first) <= arrival_step(second)``.
+    memory:
+        ``(step, rank, (i, ...), limit)`` when a memory limit is set: the scratch chunks rank
+        holds at the end of ``step`` (sends into it up to that step) are at most ``limit``.
+    min_sends:
+        ``(count, (i, ...))``: at least ``count`` of the chunk's candidate sends are chosen.
+    orbit_ties, orbit_zero:
+        Only for a symmetric search: ``(i, j)`` pairs that must be equal, and sends that must be
+        0 because their image under the automorphism is not a candidate.
+    """
+
+    topology: Topology
+    collective: Collective
+    instance: Instance
+    sends: tuple[CandidateSend, ...]
+    max_rounds_per_step: int
+    arrivals: tuple[tuple[tuple[int, ...], ...], ...]
+    hold_before_send: tuple[tuple[int, int, int], ...]
+    receive_exactly_once: tuple[tuple[int, ...], ...]
+    receive_at_most_once: tuple[tuple[int, ...], ...]
+    link_capacity: tuple[tuple[int, tuple[int, ...]], ...]
+    group_capacity: tuple[tuple[int, int, tuple[int, ...]], ...]
+    arrival_cuts: tuple[tuple[int, int, int], ...]
+    symmetric_pairs: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+    memory: tuple[tuple[int, int, tuple[int, ...], int], ...]
+    min_sends: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    orbit_ties: tuple[tuple[int, int], ...] = ()
+    orbit_zero: tuple[int, ...] = ()
+    trivially_infeasible: str | None = None
+
+    @property
+    def num_steps(self) -> int:
+        return self.instance.steps
+
+    @property
+    def total_rounds(self) -> int:
+        return self.instance.total_rounds
+
+
+def _distances_from(sources: frozenset[int], adjacency: tuple[tuple[int, ...], ...], n: int) -> list[int]:
+    dist = [_UNREACHABLE] * n
+    queue = deque()
+    for s in sources:
+        dist[s] = 0
+        queue.append(s)
+    while queue:
+        u = queue.popleft()
+        for v in adjacency[u]:
+            if dist[v] == _UNREACHABLE:
+                dist[v] = dist[u] + 1
+                queue.append(v)
+    return dist
+
+
+def all_pairs_hops(topology: Topology) -> list[list[int]]:
+    """``hops[a][b]``: fewest links from ``a`` to ``b`` (a large number when unreachable)."""
+    n = topology.num_ranks
+    return [_distances_from(frozenset({a}), topology.destinations, n) for a in range(n)]
+
+
+def in_capacity(topology: Topology) -> list[int]:
+    """Most chunks each rank can receive per round: its incoming link bandwidth, capped by any
+    bandwidth group that covers all of its incoming links."""
+    n = topology.num_ranks
+    caps = [sum(topology.links[s][d] for s in range(n)) for d in range(n)]
+    for group, covered in topology.effective_groups:
+        for d in group.destinations:
+            incoming = {(s, d) for s in topology.sources[d]}
+            if incoming and incoming <= set(covered):
+                caps[d] = min(caps[d], group.limit)
+    return caps
+
+
+def build_problem(topology: Topology, collective: Collective, instance: Instance, *,
+                  automorphism: tuple[int, ...] | None = None) -> SchedulingProblem:
+    """Build the pruned time-expanded encoding of ``collective`` (already split into
+    ``instance.chunks`` pieces per base chunk) on ``topology``.
+
+    Raises
+    ------
+    InvalidInstanceError
+        If the collective is combining (use its dual) or its chunk factor differs from the
+        instance's chunks.
+    InputTooLargeError
+        If the encoding would exceed :data:`MAX_CANDIDATES` candidate sends.
+    """
+    if collective.combining:
+        raise InvalidInstanceError(
+            f"{collective.describe()} is combining; synthesize its non-combining dual instead")
+    if collective.chunk_factor != instance.chunks:
+        raise InvalidInstanceError(
+            f"collective has chunk factor {collective.chunk_factor} but the instance asks for "
+            f"{instance.chunks} chunks")
+    n, S = topology.num_ranks, instance.steps
+    R = instance.total_rounds
+    hops = all_pairs_hops(topology)
+    edges = [(s, d, bw) for s, d, bw in topology.edges]
+    estimate = collective.num_chunks * len(edges) * S
+    if estimate > MAX_CANDIDATES * 4:
+        raise InputTooLargeError(
+            f"the encoding of {collective.describe()} on {topology.name} with {S} steps would have "
+            f"up to {estimate} send variables; more than collsynth builds (use an engine for large "
+            "systems)")
+
+    sends: list[CandidateSend] = []
+    index: dict[tuple[int, int, int, int], int] = {}
+    need: list[frozenset[int]] = []
+    dist_per_chunk: list[list[int]] = []
+    infeasible: str | None = None
+    for c in range(collective.num_chunks):
+        pre, post = collective.precondition[c], collective.postcondition[c]
+        needing = post - pre
+        need.append(needing)
+        dist = _distances_from(pre, topology.destinations, n)
+        dist_per_chunk.append(dist)
+        for d in needing:
+            if dist[d] > S and infeasible is None:
+                infeasible = (f"rank {d} is {dist[d]} hops from chunk {c}'s sources but only {S} "
+                              "steps are allowed")
+        # slack[r]: how many steps before the end rank r must hold c to still serve a needing rank.
+        # r is useful in step t iff r needs c, or some needing rank is within S - t hops of r.
+        reach_needing = [min((hops[r][v] for v in needing), default=_UNREACHABLE) for r in range(n)]
+        for t in range(1, S + 1):
+            for s, d, _ in edges:
+                if d in pre or dist[s] > t - 1:
+                    continue
+                if d not in needing and reach_needing[d] > S - t:
+                    continue
+                index[(c, s, d, t)] = len(sends)
+                sends.append(CandidateSend(c, s, d, t))
+        if len(sends) > MAX_CANDIDATES:
+            raise InputTooLargeError(
+                f"the encoding of {collective.describe()} on {topology.name} with {S} steps has more "
+                f"than {MAX_CANDIDATES} candidate sends; use an engine for large systems")
+
+    into: dict[tuple[int, int], list[int]] = defaultdict(list)  # (chunk, rank) -> sends into it
+    for i, x in enumerate(sends):
+        into[(x.chunk, x.dst)].append(i)
+
+    holder_index: dict[tuple[int, int], int] = {}
+    arrivals = []
+    for key, group in into.items():
+        by_step: list[list[int]] = [[] for _ in range(S)]
+        for j in group:
+            by_step[sends[j].step - 1].append(j)
+        holder_index[key] = len(arrivals)
+        arrivals.append(tuple(tuple(g) for g in by_step))
+    hold_before_send = []
+    for i, x in enumerate(sends):
+        if x.src in collective.precondition[x.chunk]:
+            continue
+        h = holder_index.get((x.chunk, x.src), -1)
+        if x.step == 1:
+            h = -1
+        hold_before_send.append((i, h, x.step - 1))
+
+    exactly, at_most = [], []
+    for c in range(collective.num_chunks):
+        for d in need[c]:
+            group = tuple(into.get((c, d), ()))
+            if not group and infeasible is None:
+                infeasible = f"no candidate send can deliver chunk {c} to rank {d} in {S} steps"
+            exactly.append(group)
+    for (c, d), group in into.items():
+        if d not in need[c] and len(group) > 1:
+            at_most.append(tuple(group))
+
+    per_link_step: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+    for i, x in enumerate(sends):
+        per_link_step[(x.src, x.dst, x.step)].append(i)
+    max_rounds = R - S + 1
+    link_capacity = []
+    for (s, d, t), group in per_link_step.items():
+        bw = topology.links[s][d]
+        if len(group) > bw:  # otherwise it can never bind
+            link_capacity.append((bw, tuple(group)))
+    group_capacity = []
+    for group, covered in topology.effective_groups:
+        for t in range(1, S + 1):
+            members = tuple(i for link in covered for i in per_link_step.get((*link, t), ()))
+            if len(members) > group.limit:
+                group_capacity.append((group.limit, t, members))
+
+    cap = in_capacity(topology)
+    arrival_cuts = []
+    for d in range(n):
+        far = defaultdict(int)
+        for c in range(collective.num_chunks):
+            if d in need[c]:
+                far[dist_per_chunk[c][d]] += 1
+        for k in range(2, S + 1):
+            count = sum(v for key, v in far.items() if key >= k)
+            if count and cap[d]:
+                arrival_cuts.append((count, k, cap[d]))
+        total = sum(far.values())
+        if total and cap[d] * R < total and infeasible is None:
+            infeasible = (f"rank {d} needs {total} chunks but can receive at most {cap[d]} per "
+                          f"round x {R} rounds")
+
+    symmetric_pairs = []
+    by_signature: dict[tuple, list[int]] = defaultdict(list)
+    for c in range(collective.num_chunks):
+        by_signature[(collective.base_chunk(c), collective.precondition[c],
+                      collective.postcondition[c])].append(c)
+    for chunks in by_signature.values():
+        if len(chunks) < 2:
+            continue
+        needing = sorted(need[chunks[0]])
+        if not needing:
+            continue
+        anchor = needing[0]
+        for c1, c2 in zip(chunks, chunks[1:]):
+            symmetric_pairs.append((tuple(into.get((c1, anchor), ())),
+                                    tuple(into.get((c2, anchor), ()))))
+
+    per_chunk: dict[int, list[int]] = defaultdict(list)
+    for i, x in enumerate(sends):
+        per_chunk[x.chunk].append(i)
+    min_sends = []
+    for c in range(collective.num_chunks):
+        if need[c]:
+            count = max(len(need[c]), max(dist_per_chunk[c][d] for d in need[c]))
+            if count > 1:
+                min_sends.append((count, tuple(per_chunk.get(c, ()))))
+
+    orbit_ties: list[tuple[int, int]] = []
+    orbit_zero: list[int] = []
+    if automorphism is not None:
+        chunk_image = _chunk_permutation(collective, automorphism)
+        for i, x in enumerate(sends):
+            j = index.get((chunk_image[x.chunk], automorphism[x.src], automorphism[x.dst], x.step))
+            if j is None:
+                orbit_zero.append(i)
+            elif j != i:
+                orbit_ties.append((i, j))
+
+    memory = []
+    if instance.extra_memory is not None:
+        for r in range(n):
+            scratch = [i for i, x in enumerate(sends) if x.dst == r
+                       and r not in collective.postcondition[x.chunk]]
+            for t in range(1, S + 1):
+                upto = tuple(i for i in scratch if sends[i].step <= t)
+                if len(upto) > instance.extra_memory:
+                    memory.append((t, r, upto, instance.extra_memory))
+
+    return SchedulingProblem(
+        topology=topology,
+        collective=collective,
+        instance=instance,
+        sends=tuple(sends),
+        max_rounds_per_step=max_rounds,
+        arrivals=tuple(arrivals),
+        hold_before_send=tuple(hold_before_send),
+        receive_exactly_once=tuple(exactly),
+        receive_at_most_once=tuple(at_most),
+        link_capacity=tuple(link_capacity),
+        group_capacity=tuple(group_capacity),
+        arrival_cuts=tuple(arrival_cuts),
+        symmetric_pairs=tuple(symmetric_pairs),
+        memory=tuple(memory),
+        min_sends=tuple(min_sends),
+        orbit_ties=tuple(orbit_ties),
+        orbit_zero=tuple(orbit_zero),
+        trivially_infeasible=infeasible,
+    )
+
+
+def _chunk_permutation(collective: Collective, perm: tuple[int, ...]) -> list[int]:
+    """The chunk permutation a rank permutation induces: chunk ``c`` (piece ``i`` of its base chunk)
+    maps to the chunk with the permuted pre/postcondition and the same piece index."""
+    lookup: dict[tuple, int] = {}
+    k = collective.chunk_factor
+    for c in range(collective.num_chunks):
+        lookup[(collective.precondition[c], collective.postcondition[c], c % k)] = c
+    image = []
+    for c in range(collective.num_chunks):
+        key = (frozenset(perm[r] for r in collective.precondition[c]),
+               frozenset(perm[r] for r in collective.postcondition[c]), c % k)
+        if key not in lookup:
+            raise InvalidInstanceError("the rank permutation is not an automorphism of the collective")
+        image.append(lookup[key])
+    return image
+
+
+def decode(problem: SchedulingProblem, chosen: list[int] | tuple[int, ...], rounds: list[int],
+           *, name: str, provenance: dict[str, object]) -> Algorithm:
+    """The :class:`Algorithm` made of the chosen candidate sends and the rounds of each step.
+
+    Not verified here: the caller verifies (solvers are not trusted).
+    """
+    per_step: list[list[Send]] = [[] for _ in range(problem.num_steps)]
+    for i in chosen:
+        x = problem.sends[i]
+        per_step[x.step - 1].append(Send(x.chunk, x.src, x.dst))
+    steps = tuple(Step(int(r), tuple(sorted(sends))) for r, sends in zip(rounds, per_step))
+    return Algorithm(name=name, topology=problem.topology, collective=problem.collective,
+                     steps=steps, provenance=provenance)

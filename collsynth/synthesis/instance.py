@@ -1,0 +1,174 @@
+"""Solve one instance: encode, hand to a backend, decode, verify.
+
+Combining collectives whose chunks each have one destination (reduce, reduce-scatter) are solved
+through their non-combining dual on the reversed topology and inverted. Allreduce instances are
+solved with the direct combining encoding (:mod:`collsynth.encoding.combining`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from collsynth.algorithm.model import Algorithm, Instance
+from collsynth.algorithm.transform import invert_dual
+from collsynth.algorithm.verify import find_problems
+from collsynth.bounds import check_implementable
+from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
+from collsynth.collective.model import Collective
+from collsynth.encoding import get_backend
+from collsynth.encoding.backend import Outcome, Status
+from collsynth.encoding.problem import build_problem, decode
+from collsynth.encoding.symmetry import find_automorphism
+from collsynth.errors import InvalidCollectiveError, SolverError
+from collsynth.synthesis.result import Deadline, SolveOptions, SynthesisResult
+from collsynth.topology.model import Topology
+
+__all__ = ["solve_instance", "check_inputs"]
+
+_log = logging.getLogger(__name__)
+
+#: Share of an instance's time given to the symmetric-first attempt.
+_SYMMETRIC_SHARE = 0.25
+
+
+def check_inputs(topology: Topology, collective: Collective) -> None:
+    """Refuse mismatched sizes and unimplementable collectives before any solver work."""
+    if collective.num_ranks != topology.num_ranks:
+        raise InvalidCollectiveError(
+            f"{collective.describe()} is for {collective.num_ranks} ranks but topology "
+            f"{topology.name} has {topology.num_ranks}")
+    check_implementable(topology, collective)
+
+
+def solve_instance(topology: Topology, collective: Collective, instance: Instance, *,
+                   options: SolveOptions = SolveOptions()) -> SynthesisResult:
+    """Synthesize an algorithm for ``collective`` on ``topology`` with exactly ``instance.steps``
+    steps, ``instance.total_rounds`` rounds and ``instance.chunks`` chunks per base chunk.
+
+    The returned algorithm, if any, has been replayed and verified.
+
+    Examples
+    --------
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import allgather
+    >>> result = solve_instance(get_topology("ring:4"), allgather(4), Instance(steps=2, rounds=3, chunks=2))
+    >>> result.status.value, result.algorithm.rounds_per_chunk
+    ('sat', Fraction(3, 2))
+
+    Raises
+    ------
+    UnimplementableError
+        When some rank can never receive a chunk it needs (before any solver work).
+    SolverError
+        When the backend crashes or returns a schedule that fails verification.
+    """
+    check_inputs(topology, collective)
+    return solve_checked(topology, collective, instance, options, Deadline(options.time_limit))
+
+
+def solve_checked(topology: Topology, collective: Collective, instance: Instance,
+                  options: SolveOptions, deadline: Deadline,
+                  limit: float | None = None, *, minimize_rounds: bool = False) -> SynthesisResult:
+    """:func:`solve_instance` for inputs already checked, within ``deadline`` (and ``limit``).
+
+    With ``minimize_rounds`` (backends that support it), ``instance.rounds`` is an upper bound
+    and the result's instance has the fewest rounds found; ``detail`` starts with ``optimal``
+    when the backend proved no fewer rounds work.
+    """
+    started = time.perf_counter()
+    budget = deadline.remaining() if limit is None else min(limit, deadline.remaining())
+    backend = get_backend(options.backend)
+    split = collective.split(instance.chunks)
+    if budget <= 0:
+        result = SynthesisResult(instance, Status.TIMEOUT, None, 0.0, backend.name, "no time left")
+    elif not collective.combining:
+        result = _solve_noncombining(topology, split, instance, backend, options, budget, started,
+                                     minimize_rounds)
+    elif has_non_combining_dual(collective):
+        dual = _solve_noncombining(topology.reversed(), non_combining_dual(split), instance,
+                                   backend, options, budget, started, minimize_rounds)
+        algorithm = None
+        if dual.algorithm is not None:
+            algorithm = invert_dual(dual.algorithm, topology, split)
+        result = SynthesisResult(dual.instance, dual.status, algorithm,
+                                 time.perf_counter() - started, backend.name, dual.detail)
+    else:
+        from collsynth.synthesis.combining import solve_combining
+
+        result = solve_combining(topology, split, instance, backend, options, budget, started,
+                                 minimize_rounds)
+    if options.on_result is not None:
+        options.on_result(result)
+    return result
+
+
+def supports_minimize(backend) -> bool:
+    """True when the backend can minimise total rounds in one call."""
+    return getattr(backend, "name", "") == "cpsat"
+
+
+def _solve_noncombining(topology: Topology, split: Collective, instance: Instance, backend,
+                        options: SolveOptions, budget: float, started: float,
+                        minimize_rounds: bool = False) -> SynthesisResult:
+    """Symmetric-first, then full search. A symmetric answer is used as is when only satisfiability
+    is asked; when minimising, it bounds the full search, which may improve on it."""
+    minimize = minimize_rounds and supports_minimize(backend)
+    fallback: tuple[object, object, str] | None = None  # (problem, outcome, kind) already SAT
+    current = instance
+    if options.symmetry:
+        automorphism = find_automorphism(topology, split)
+        if automorphism is not None:
+            problem = build_problem(topology, split, current, automorphism=automorphism)
+            outcome = _call(backend, problem, minimize,
+                            (budget - (time.perf_counter() - started)) * _SYMMETRIC_SHARE)
+            if outcome.status is Status.SAT:
+                if not minimize:
+                    return _decoded(problem, outcome, "symmetric", instance, backend, started)
+                fallback = (problem, outcome, "symmetric")
+                current = Instance(steps=instance.steps, rounds=sum(outcome.rounds),
+                                   chunks=instance.chunks, extra_memory=instance.extra_memory)
+    remaining = budget - (time.perf_counter() - started)
+    if remaining <= 0:
+        outcome = Outcome(Status.TIMEOUT, detail="time limit reached")
+    else:
+        problem = build_problem(topology, split, current)
+        outcome = _call(backend, problem, minimize, remaining)
+        if outcome.status is Status.SAT:
+            return _decoded(problem, outcome, "full", instance, backend, started)
+    if fallback is not None:
+        return _decoded(*fallback, instance, backend, started)
+    return SynthesisResult(instance, outcome.status, None, time.perf_counter() - started,
+                           backend.name, outcome.detail)
+
+
+def _call(backend, problem, minimize: bool, time_limit: float) -> Outcome:
+    if time_limit <= 0:
+        return Outcome(Status.TIMEOUT, detail="time limit reached")
+    if minimize:
+        return backend.solve(problem, time_limit=time_limit, minimize_rounds=True)
+    return backend.solve(problem, time_limit=time_limit)
+
+
+def _decoded(problem, outcome: Outcome, kind: str, instance: Instance, backend,
+             started: float) -> SynthesisResult:
+    """Decode and verify a satisfying outcome (a failed verification is a solver bug)."""
+    split, topology = problem.collective, problem.topology
+    rounds = sum(outcome.rounds)
+    algorithm = decode(problem, outcome.chosen, list(outcome.rounds),
+                       name=f"{split.name}-{topology.name}-s{instance.steps}-r{rounds}"
+                            f"-c{instance.chunks}",
+                       provenance={"backend": backend.name, "search": kind})
+    problems = find_problems(algorithm, extra_memory=instance.extra_memory)
+    if problems:
+        raise SolverError(f"backend {backend.name} returned a schedule that fails verification "
+                          f"({kind} search, {instance.label()}): {'; '.join(problems[:3])}")
+    optimal = bool(outcome.stats.get("optimal")) and kind == "full"
+    found = Instance(steps=instance.steps, rounds=rounds, chunks=instance.chunks,
+                     extra_memory=instance.extra_memory)
+    return SynthesisResult(found, Status.SAT, algorithm, time.perf_counter() - started,
+                           backend.name, ("optimal " if optimal else "") + kind)
+
+
+def _tag(instance: Instance) -> str:
+    return f"s{instance.steps}-r{instance.total_rounds}-c{instance.chunks}"

@@ -1,0 +1,280 @@
+"""Search strategies over instances: least steps, and the Pareto front of steps vs rounds/chunk.
+
+Facts the searches rely on (each follows from the model in :mod:`collsynth.algorithm.model`):
+
+* **More rounds never hurt.** A schedule with ``R`` rounds is one with ``R + 1`` (add a round to
+  any step). So UNSAT at ``(S, R, C)`` implies UNSAT at ``(S, R', C)`` for every ``R' <= R``.
+* **Splitting never hurts.** A schedule at ``(S, R, C)`` gives one at ``(S, kR, kC)``
+  (:func:`collsynth.algorithm.refine`). So UNSAT at ``(S, kR, kC)`` implies UNSAT at ``(S, R, C)``.
+  The converse does not hold, which is why the sweep tries every ``(R, C)`` of a fraction that is
+  not known to be unsatisfiable, instead of skipping reducible fractions (the hole in msccl-tools'
+  sweep: it skipped ``R/C`` whenever the reduced fraction had been "tried", even when the reduced
+  rounds were fewer than the steps and so never tried at all).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Iterator
+
+from collsynth.algorithm.model import Instance
+from collsynth.bounds import Bounds, compute_bounds
+from collsynth.collective.model import Collective
+from collsynth.encoding.backend import Status
+from collsynth.errors import InvalidInstanceError
+from collsynth.encoding import get_backend
+from collsynth.synthesis.instance import check_inputs, solve_checked, supports_minimize
+from collsynth.synthesis.result import Deadline, SolveOptions, SynthesisResult
+from collsynth.topology.model import Topology
+
+__all__ = ["solve_least_steps", "pareto_front", "prune_dominated", "SweepLog", "default_max_chunks"]
+
+
+def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int = 1,
+                      max_steps: int | None = None,
+                      options: SolveOptions = SolveOptions()) -> SynthesisResult:
+    """The algorithm with the fewest steps, at one round per step and ``chunks`` chunks.
+
+    Starts at the larger of the steps bound and the rounds bound (with one round per step, ``S``
+    steps carry ``S / chunks`` rounds per chunk), so steps below it are ruled out by proof, not by
+    solving; then tries ``S, S + 1, ...`` until one is satisfiable.
+
+    Returns the satisfiable result, or the last result (``TIMEOUT``/``UNKNOWN``/``UNSAT`` when
+    ``max_steps`` was reached). ``detail`` says why fewer steps are impossible.
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import allgather
+    >>> solve_least_steps(get_topology("ring:8"), allgather(8)).instance.steps
+    7
+    """
+    check_inputs(topology, collective)
+    deadline = Deadline(options.time_limit)
+    bounds = compute_bounds(topology, collective)
+    rounds_bound = _class_bound(bounds, collective)
+    start = max(_steps_bound(bounds, collective), math.ceil(rounds_bound * chunks))
+    reason = (f"fewer than {start} steps are impossible: steps bound {bounds.steps}, "
+              f"rounds-per-chunk bound {rounds_bound} at {chunks} chunk(s)")
+    limit = max_steps if max_steps is not None else start + 4 * topology.num_ranks * chunks
+    result: SynthesisResult | None = None
+    steps = start
+    while steps <= limit:
+        result = solve_checked(topology, collective, Instance(steps=steps, chunks=chunks),
+                               options, deadline, options.instance_time_limit)
+        if result.status is Status.SAT:
+            return _with_detail(result, reason)
+        if result.status is not Status.UNSAT:
+            return result
+        reason = f"{steps} steps are unsatisfiable (proved by the solver)"
+        steps += 1
+    assert result is not None
+    return result
+
+
+@dataclass
+class SweepLog:
+    """Every instance a sweep tried, in order, and whether the front it gave is complete."""
+
+    attempts: list[SynthesisResult] = field(default_factory=list)
+    complete: bool = True
+    stopped_by: str = ""
+
+
+def default_max_chunks(bounds_rounds: Fraction) -> int:
+    """The chunk limit a sweep uses when none is given: enough to reach the rounds bound
+    (its denominator), doubled, and at most 8."""
+    return max(1, min(8, 2 * bounds_rounds.denominator))
+
+
+def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int | None = None,
+                 max_steps: int | None = None, options: SolveOptions = SolveOptions(),
+                 log: SweepLog | None = None) -> Iterator[SynthesisResult]:
+    """Yield the Pareto-optimal algorithms (steps vs rounds per chunk), fewest steps first.
+
+    For ``S`` = the steps bound, ``S + 1``, ...: try every ``(R, C)`` with ``C <= max_chunks``,
+    ``R >= S`` and bound ``<= R / C < best`` (the best rounds per chunk found with fewer steps),
+    in increasing ``R / C``; the first satisfiable one is the best at ``S`` and is yielded.
+    Stops when an algorithm meets the rounds bound (nothing can beat it), when no ``R / C``
+    below the best remains, at ``max_steps``, or when the time limit is reached.
+
+    Every yielded algorithm is verified, and dominated ones are never yielded. Instances that
+    time out are recorded in ``log`` and make ``log.complete`` false: a point found after them
+    is then the best found, not a proven optimum.
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import allgather
+    >>> [(r.instance.steps, str(r.rounds_per_chunk)) for r in pareto_front(get_topology("ring:4"), allgather(4))]
+    [(2, '3/2')]
+    """
+    check_inputs(topology, collective)
+    log = log if log is not None else SweepLog()
+    deadline = Deadline(options.time_limit)
+    bounds = compute_bounds(topology, collective)
+    bound = _class_bound(bounds, collective)
+    if max_chunks is None:
+        max_chunks = default_max_chunks(bound)
+    if max_chunks < 1:
+        raise InvalidInstanceError(f"max_chunks = {max_chunks}; expected >= 1")
+    # Points known before the direct search (allreduce: the reduce-scatter + allgather front);
+    # the search at S then only looks for something better than the known point at S.
+    known: dict[int, SynthesisResult] = {}
+    direct = True
+    if _is_allreduce_like(collective):
+        from collsynth.synthesis.allreduce import composed_allreduce_front, is_standard_allreduce
+        from collsynth.synthesis.combining import supports_direct_combining
+
+        if is_standard_allreduce(collective):
+            for point in composed_allreduce_front(topology, collective, max_chunks=max_chunks,
+                                                  max_steps=max_steps, options=options, log=log):
+                known[point.instance.steps] = point
+        direct = supports_direct_combining(get_backend(options.backend))
+        if not direct:
+            log.complete = False
+            log.stopped_by = "direct allreduce search needs the cpsat backend; composed front only"
+            yield from sorted(known.values(), key=lambda r: r.instance.steps)
+            return
+    best: Fraction | None = None
+    unsat_rounds: dict[tuple[int, int], int] = defaultdict(lambda: -1)  # (S, C) -> largest UNSAT R
+    steps = _steps_bound(bounds, collective)
+    while max_steps is None or steps <= max_steps:
+        if best is not None and best <= bound:
+            log.stopped_by = "reached the rounds-per-chunk lower bound"
+            return
+        if best is not None and Fraction(steps, max_chunks) >= best and \
+                not any(s >= steps and p.rounds_per_chunk < best for s, p in known.items()):
+            log.stopped_by = f"no rounds per chunk below {best} is possible with {max_chunks} chunks"
+            return
+        found = None
+        target = best
+        if steps in known and (target is None or known[steps].rounds_per_chunk < target):
+            target = known[steps].rounds_per_chunk
+        per_instance = options.instance_time_limit
+        if per_instance is None:
+            per_instance = max(10.0, options.time_limit / 5)
+        if target is None and supports_minimize(get_backend(options.backend)):
+            # Nothing to beat yet: one call per chunk count finds its fewest rounds.
+            for chunks in range(1, max_chunks + 1):
+                lo = max(steps, math.ceil(bound * chunks))
+                hi = (math.ceil(target * chunks) - 1 if target is not None
+                      else steps * max(1, collective.num_chunks * chunks))
+                if lo > hi or _known_unsat(unsat_rounds, steps, hi, chunks, max_chunks):
+                    continue
+                if deadline.expired():
+                    log.complete, log.stopped_by = False, "time limit"
+                    return
+                result = solve_checked(topology, collective,
+                                       Instance(steps=steps, rounds=hi, chunks=chunks),
+                                       options, deadline, per_instance, minimize_rounds=True)
+                log.attempts.append(result)
+                if result.status is Status.SAT:
+                    if result.detail.startswith("optimal"):
+                        unsat_rounds[(steps, chunks)] = max(unsat_rounds[(steps, chunks)],
+                                                            result.instance.total_rounds - 1)
+                    else:
+                        log.complete = False
+                    if found is None or result.rounds_per_chunk < found.rounds_per_chunk:
+                        found, target = result, result.rounds_per_chunk
+                    if target <= bound:
+                        break
+                elif result.status is Status.UNSAT:
+                    unsat_rounds[(steps, chunks)] = max(unsat_rounds[(steps, chunks)], hi)
+                else:
+                    log.complete = False
+        else:
+            for rounds, chunks in _candidates(steps, bound, target, max_chunks):
+                if _known_unsat(unsat_rounds, steps, rounds, chunks, max_chunks):
+                    continue
+                if deadline.expired():
+                    log.complete, log.stopped_by = False, "time limit"
+                    return
+                result = solve_checked(topology, collective,
+                                       Instance(steps=steps, rounds=rounds, chunks=chunks),
+                                       options, deadline, per_instance)
+                log.attempts.append(result)
+                if result.status is Status.SAT:
+                    found = result
+                    break
+                if result.status is Status.UNSAT:
+                    unsat_rounds[(steps, chunks)] = max(unsat_rounds[(steps, chunks)], rounds)
+                else:
+                    log.complete = False
+        if deadline.expired():
+            log.complete, log.stopped_by = False, "time limit"
+            if found is not None and (best is None or found.rounds_per_chunk < best):
+                yield found
+            return
+        if found is None and steps in known and (best is None
+                                                 or known[steps].rounds_per_chunk < best):
+            found = known[steps]
+        if found is not None:
+            best = found.rounds_per_chunk
+            yield found
+        if known and max(known) <= steps and best is not None and \
+                all(p.rounds_per_chunk >= best for p in known.values()) and not direct:
+            return
+        steps += 1
+    log.stopped_by = f"reached max_steps={max_steps}"
+
+
+def _candidates(steps: int, bound: Fraction, best: Fraction | None,
+                max_chunks: int) -> list[tuple[int, int]]:
+    """Every (R, C) to try at ``steps``, in increasing R/C (then fewer chunks first)."""
+    out = []
+    for chunks in range(1, max_chunks + 1):
+        rounds = max(steps, math.ceil(bound * chunks))
+        # Without a best yet, rounds per chunk up to one step per chunk "per rank" suffices for
+        # every collective collsynth synthesizes; cap the list so it stays finite.
+        ceiling = best if best is not None else Fraction(steps + 64 * max_chunks, 1)
+        while Fraction(rounds, chunks) < ceiling:
+            out.append((rounds, chunks))
+            rounds += 1
+    out.sort(key=lambda rc: (Fraction(rc[0], rc[1]), rc[1]))
+    return out
+
+
+def _known_unsat(unsat_rounds: dict[tuple[int, int], int], steps: int, rounds: int, chunks: int,
+                 max_chunks: int) -> bool:
+    """UNSAT follows from an UNSAT (S, R', C) with R' >= R, or from an UNSAT (S, kR', kC)."""
+    k = 1
+    while chunks * k <= max_chunks:
+        if unsat_rounds.get((steps, chunks * k), -1) >= rounds * k:
+            return True
+        k += 1
+    return False
+
+
+def prune_dominated(results: list[SynthesisResult]) -> list[SynthesisResult]:
+    """Keep the results no other result beats (fewer-or-equal steps and rounds per chunk, one
+    strictly); among equal points keep the one with fewer chunks."""
+    found = [r for r in results if r.found]
+    keep = []
+    for r in found:
+        dominated = any(
+            (o.instance.steps <= r.instance.steps and o.rounds_per_chunk <= r.rounds_per_chunk
+             and (o.instance.steps, o.rounds_per_chunk, o.instance.chunks)
+             < (r.instance.steps, r.rounds_per_chunk, r.instance.chunks))
+            for o in found)
+        if not dominated:
+            keep.append(r)
+    return sorted(keep, key=lambda r: (r.instance.steps, r.rounds_per_chunk))
+
+
+def _is_allreduce_like(collective: Collective) -> bool:
+    return collective.combining and any(len(p) > 1 for p in collective.postcondition)
+
+
+def _class_bound(bounds: Bounds, collective: Collective) -> Fraction:
+    """The rounds bound for the algorithms the search explores (every algorithm, except for
+    allreduce-like collectives whose direct search is compared with the any-algorithm bound)."""
+    return bounds.rounds_per_chunk
+
+
+def _steps_bound(bounds: Bounds, collective: Collective) -> int:
+    return bounds.steps
+
+
+def _with_detail(result: SynthesisResult, detail: str) -> SynthesisResult:
+    return SynthesisResult(result.instance, result.status, result.algorithm, result.seconds,
+                           result.backend, detail)

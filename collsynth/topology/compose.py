@@ -1,0 +1,293 @@
+"""Multi-node topologies: ``K`` copies of one node joined by the GPUs' network interfaces.
+
+:func:`compose_nodes` numbers the ranks node by node: ``rank = node_index * n + local_rank`` for a
+node of ``n`` ranks. Inside each node the node's links and bandwidth groups are copied (rescaled
+only as described under *Units*). Between nodes the network is modelled as a non-blocking switch
+reached through the NICs:
+
+* every rank has a link to every rank of every *other* node, of bandwidth one NIC (in units);
+* each NIC adds two bandwidth groups: *egress* (the ranks sharing that NIC -> all ranks of the other
+  nodes) and *ingress* (all ranks of the other nodes -> the ranks sharing that NIC), each limited to
+  the NIC's bandwidth;
+* with ``oversubscription > 1`` each node also gets an *uplink* group (the node's ranks -> all ranks
+  of the other nodes) limited to the node's total NIC bandwidth divided by the oversubscription.
+
+The NICs are described by ``node.metadata["nic"]`` (the built-in node files carry one)::
+
+    "nic": {
+      "count": 8,          # NICs per node that carry GPU traffic
+      "gbps": 25.0,        # GB/s (10**9 bytes/s) per NIC per direction (200 Gb/s HDR = 25 GB/s)
+      "per_gpu": true,     # NIC i serves local rank i (count must equal the node's ranks)
+      "gpus": [[0, 1], ...]  # or: the local ranks that share each NIC (one list per NIC)
+    }
+
+With neither ``per_gpu`` nor ``gpus`` the node's ranks are split into ``count`` equal contiguous
+blocks, one per NIC. Other keys (``model``, ``source``) are ignored.
+
+Units. Link bandwidths are integers, so the NIC bandwidth is expressed in the node's unit as a
+ratio ``p/q`` (``nic gbps / unit_gbps``, rounded to the nearest fraction whose denominator is at most
+:data:`MAX_RESCALE`). When ``q > 1`` (a NIC slower than one unit, e.g. a 12.5 GB/s NIC against a
+25 GB/s NVLink unit gives 1/2), *every* link bandwidth and group limit of the composed topology is
+multiplied by ``q`` -- the smallest factor that keeps everything integral -- and ``unit_gbps`` is
+divided by ``q``, so the physical figures are unchanged: a DGX-2 (NVLink unit 25 GB/s, 100 Gb/s NICs)
+composes to NVLink pairs of 12 units of 12.5 GB/s and NIC links of 1 unit. The factor is recorded in
+``metadata["network"]["rescale"]``. Passing ``nic_units`` skips the conversion: the NIC is then
+worth exactly that many node units and nothing is rescaled.
+
+Latency. The composed topology keeps the node's ``alpha_us``; a separate inter-node latency is not
+modelled here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from fractions import Fraction
+from typing import Any, Mapping
+
+from collsynth.errors import InputTooLargeError, InvalidTopologyError
+from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
+
+__all__ = ["compose_nodes", "MAX_RESCALE"]
+
+_log = logging.getLogger(__name__)
+
+#: Largest factor by which :func:`compose_nodes` rescales link bandwidths to express a NIC slower
+#: than one unit (the NIC is rounded to the nearest fraction of a unit with this denominator or less).
+MAX_RESCALE = 8
+
+
+def compose_nodes(
+    node: Topology,
+    nodes: int,
+    *,
+    nic_units: int | None = None,
+    oversubscription: Fraction | float = 1,
+    name: str | None = None,
+) -> Topology:
+    """``nodes`` copies of ``node`` joined by their NICs through a non-blocking network.
+
+    Parameters
+    ----------
+    node:
+        One node (e.g. ``get_topology("dgx-a100")``). Its NICs come from ``node.metadata["nic"]``
+        (see the module docstring) unless ``nic_units`` is given.
+    nodes:
+        Number of copies, at least 1. Rank ``r`` of copy ``k`` is rank ``k * node.num_ranks + r``.
+    nic_units:
+        Bandwidth of one NIC in the node's units (a positive integer). Overrides the NIC's
+        ``gbps``; the NIC layout (which ranks share a NIC) still comes from the metadata, and a node
+        without NIC metadata gets one NIC per rank.
+    oversubscription:
+        Ratio of a node's NIC bandwidth to its share of the network core, at least 1. Above 1, each
+        node gets an uplink group limited to ``floor(total NIC units / oversubscription)`` (at
+        least 1).
+    name:
+        Name of the result; default ``f"{node.name}x{nodes}"``.
+
+    Returns
+    -------
+    Topology
+        ``nodes * node.num_ranks`` ranks; ``metadata["network"]`` records the NIC model used
+        (units per NIC, NIC layout, rescale factor, oversubscription).
+
+    Raises
+    ------
+    InvalidTopologyError
+        When the node has no NIC metadata and ``nic_units`` is not given, when the metadata is
+        malformed, when a NIC is too slow to express (less than ``1/MAX_RESCALE`` of a unit), or when
+        ``nodes``, ``nic_units`` or ``oversubscription`` is out of range.
+    InputTooLargeError
+        When the result would have more than :data:`~collsynth.topology.model.MAX_RANKS` ranks
+        (refused before anything is built).
+
+    Examples
+    --------
+    Two 4-GPU rings, each GPU with a NIC of one unit:
+
+    >>> from collsynth.topology.families import ring
+    >>> two = compose_nodes(ring(4), 2, nic_units=1)
+    >>> two.name, two.num_ranks
+    ('ring:4x2', 8)
+    >>> two.bandwidth(0, 1), two.bandwidth(0, 2), two.bandwidth(0, 4), two.bandwidth(0, 6)
+    (1, 0, 1, 1)
+    >>> [g.name for g in two.groups][:2]
+    ['node 0 NIC 0 egress', 'node 0 NIC 0 ingress']
+
+    A NIC at half a unit doubles every bandwidth (DGX-2: 25 GB/s NVLink unit, 12.5 GB/s NICs):
+
+    >>> from collsynth.topology.builtins import get_topology
+    >>> dgx2 = compose_nodes(get_topology("dgx2"), 2)
+    >>> dgx2.bandwidth(0, 1), dgx2.bandwidth(0, 16), dgx2.unit_gbps
+    (12, 1, 12.5)
+    """
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise InvalidTopologyError(f"composing {node.name!r}: nodes must be a whole number >= 1, "
+                                   f"got {nodes!r}")
+    n = node.num_ranks
+    total = n * nodes
+    if total > MAX_RANKS:
+        raise InputTooLargeError(f"composing {nodes} x {node.name!r}: {total} ranks is more than the "
+                                 f"{MAX_RANKS} collsynth accepts")
+    oversub = _oversubscription(oversubscription, node.name)
+    nic_ranks, nic_gbps = _nic_layout(node, nic_units)
+    units, scale = _nic_units(node, nic_units, nic_gbps)
+
+    # Each row: [NIC links to earlier nodes] + [the node's own row] + [NIC links to later nodes].
+    local = [[bw * scale for bw in row] for row in node.links]
+    links = []
+    for k in range(nodes):
+        left = [units] * (k * n)
+        right = [units] * ((nodes - k - 1) * n)
+        links.extend(tuple(left + local[r] + right) for r in range(n))
+
+    groups: list[BandwidthGroup] = []
+    for k in range(nodes):
+        base = k * n
+        for index, g in enumerate(node.groups):
+            groups.append(BandwidthGroup(
+                frozenset(base + s for s in g.sources),
+                frozenset(base + d for d in g.destinations),
+                g.limit * scale,
+                f"node {k}: {g.name or f'group {index}'}"))
+    if nodes > 1:
+        uplink = max(1, math.floor(units * len(nic_ranks) / oversub)) if oversub > 1 else None
+        for k in range(nodes):
+            base = k * n
+            # One frozenset per node, shared by all of that node's NIC groups.
+            others = frozenset(range(base)) | frozenset(range(base + n, total))
+            for j, members in enumerate(nic_ranks):
+                mine = frozenset(base + m for m in members)
+                groups.append(BandwidthGroup(mine, others, units, f"node {k} NIC {j} egress"))
+                groups.append(BandwidthGroup(others, mine, units, f"node {k} NIC {j} ingress"))
+            if uplink is not None:
+                groups.append(BandwidthGroup(frozenset(range(base, base + n)), others, uplink,
+                                             f"node {k} uplink (oversubscription {oversub})"))
+
+    unit_gbps = None if node.unit_gbps is None else node.unit_gbps / scale
+    network: dict[str, Any] = {
+        "composed_from": node.name,
+        "nodes": nodes,
+        "ranks_per_node": n,
+        "rank_order": "rank = node * ranks_per_node + local_rank",
+        "nic_count": len(nic_ranks),
+        "nic_gpus": [list(m) for m in nic_ranks],
+        "nic_units": units,
+        "nic_gbps": None if unit_gbps is None else units * unit_gbps,
+        "nic_gbps_declared": nic_gbps,
+        "rescale": scale,
+        "oversubscription": str(oversub),
+    }
+    over = f", oversubscription {oversub}" if oversub > 1 else ""
+    description = (f"{nodes} x {node.name}: {n} ranks per node, {len(nic_ranks)} NIC(s) per node of "
+                   f"{units} unit(s) each{over}")
+    return Topology(
+        name=name if name is not None else f"{node.name}x{nodes}",
+        links=tuple(links),
+        groups=tuple(groups),
+        unit_gbps=unit_gbps,
+        alpha_us=node.alpha_us,
+        description=description,
+        metadata={"network": network, "node_metadata": dict(node.metadata)},
+    )
+
+
+def _oversubscription(value: object, node_name: str) -> Fraction:
+    """``value`` as an exact fraction >= 1 (floats are rounded to 6 decimal places' worth)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise InvalidTopologyError(f"composing {node_name!r}: oversubscription must be a number, "
+                                   f"got {value!r}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidTopologyError(f"composing {node_name!r}: oversubscription must be finite, "
+                                       f"got {value!r}")
+        ratio = Fraction(value).limit_denominator(10**6)
+    else:
+        ratio = Fraction(value)
+    if ratio < 1:
+        raise InvalidTopologyError(f"composing {node_name!r}: oversubscription must be >= 1 "
+                                   f"(1 = non-blocking), got {value!r}")
+    return ratio
+
+
+def _nic_layout(
+    node: Topology, nic_units: int | None
+) -> tuple[tuple[tuple[int, ...], ...], float | None]:
+    """The local ranks served by each NIC, and the NIC's GB/s (``None`` when not given)."""
+    n = node.num_ranks
+    raw = node.metadata.get("nic") if isinstance(node.metadata, Mapping) else None
+    if raw is None:
+        if nic_units is None:
+            raise InvalidTopologyError(
+                f"cannot compose {node.name!r}: it has no NIC description (metadata 'nic'); pass "
+                "nic_units=<NIC bandwidth in the node's units> to give each rank its own NIC")
+        return tuple((r,) for r in range(n)), None
+
+    def bad(message: str) -> InvalidTopologyError:
+        return InvalidTopologyError(f"topology {node.name!r}: metadata 'nic': {message}")
+
+    if not isinstance(raw, Mapping):
+        raise bad(f"expected an object, got {type(raw).__name__}")
+    count = raw.get("count")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+        raise bad(f"'count' = {count!r}; expected a positive whole number")
+    gbps = raw.get("gbps")
+    if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float))
+                             or not math.isfinite(gbps) or gbps <= 0):
+        raise bad(f"'gbps' = {gbps!r}; expected a positive number of GB/s per direction")
+    if gbps is None and nic_units is None:
+        raise bad("no 'gbps' (GB/s per NIC per direction); add it or pass nic_units")
+    per_gpu = raw.get("per_gpu", False)
+    if not isinstance(per_gpu, bool):
+        raise bad(f"'per_gpu' = {per_gpu!r}; expected true or false")
+    gpus = raw.get("gpus")
+
+    if gpus is not None:
+        if not isinstance(gpus, (list, tuple)) or not gpus:
+            raise bad("'gpus' must be a non-empty list of lists of local ranks, one list per NIC")
+        layout = []
+        for j, members in enumerate(gpus):
+            if (not isinstance(members, (list, tuple)) or not members
+                    or not all(isinstance(m, int) and not isinstance(m, bool) for m in members)):
+                raise bad(f"'gpus'[{j}] must be a non-empty list of local ranks")
+            layout.append(tuple(members))
+        seen = sorted(m for members in layout for m in members)
+        if seen != list(range(n)):
+            raise bad(f"'gpus' must name every local rank 0..{n - 1} exactly once, got {seen}")
+        if count is not None and count != len(layout):
+            raise bad(f"'count' = {count} but 'gpus' lists {len(layout)} NICs")
+    elif per_gpu:
+        if count is not None and count != n:
+            raise bad(f"'per_gpu' is true but 'count' = {count} differs from the {n} ranks")
+        layout = [(r,) for r in range(n)]
+    else:
+        if count is None:
+            raise bad("give 'count' (NICs per node), 'per_gpu': true, or 'gpus'")
+        if n % count:
+            raise bad(f"{count} NICs cannot be shared evenly by {n} ranks; list them in 'gpus'")
+        size = n // count
+        layout = [tuple(range(j * size, (j + 1) * size)) for j in range(count)]
+    return tuple(layout), None if gbps is None else float(gbps)
+
+
+def _nic_units(node: Topology, nic_units: int | None, nic_gbps: float | None) -> tuple[int, int]:
+    """``(units per NIC, rescale factor)`` in the composed topology's units."""
+    if nic_units is not None:
+        if not isinstance(nic_units, int) or isinstance(nic_units, bool) or nic_units < 1:
+            raise InvalidTopologyError(f"composing {node.name!r}: nic_units must be a positive "
+                                       f"whole number of bandwidth units, got {nic_units!r}")
+        return nic_units, 1
+    if node.unit_gbps is None or nic_gbps is None:
+        raise InvalidTopologyError(
+            f"cannot compose {node.name!r}: its unit_gbps is unknown, so its NIC bandwidth cannot be "
+            "expressed in its units; pass nic_units")
+    exact = Fraction(nic_gbps) / Fraction(node.unit_gbps)
+    ratio = exact.limit_denominator(MAX_RESCALE)
+    if ratio == 0:
+        raise InvalidTopologyError(
+            f"cannot compose {node.name!r}: its NIC ({nic_gbps} GB/s) is less than 1/{MAX_RESCALE} "
+            f"of a bandwidth unit ({node.unit_gbps} GB/s); pass nic_units or use a smaller unit")
+    if ratio != exact:
+        _log.info("composing %s: NIC of %s GB/s is %.4f units of %s GB/s, rounded to %s",
+                  node.name, nic_gbps, float(exact), node.unit_gbps, ratio)
+    return ratio.numerator, ratio.denominator

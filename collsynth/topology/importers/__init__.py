@@ -1,0 +1,128 @@
+"""Import a real machine's GPU topology from what its tools print or write.
+
+Three inputs are read, each into a :class:`~collsynth.topology.Topology` whose ranks are the
+machine's GPUs and whose bandwidth unit is one physical link (one NVLink or XGMI link) in one
+direction:
+
+* ``nvidia-smi topo -m`` output: :func:`import_nvidia_smi`;
+* ``rocm-smi --showtopo`` output: :func:`import_rocm_smi`;
+* the XML NCCL or RCCL writes with ``NCCL_TOPO_DUMP_FILE``: :func:`import_nccl_xml`.
+
+:func:`import_topology_file` reads a file and picks the importer from its content. All of them
+treat their input as untrusted: size-bounded, parsed without evaluating anything, and refused with
+a :class:`~collsynth.errors.FileFormatError` that names the file, the line or element, and what was
+expected. What each source cannot say (the GPU model, links hidden by ``topo -mp``) is left unknown
+or refused rather than guessed; ``metadata`` keeps what was read but not modelled (PCIe paths,
+NICs and the GPUs near them, NUMA affinity) and ``metadata["warnings"]`` what was dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from collsynth.errors import FileFormatError
+from collsynth.topology.importers._common import (
+    MAX_IMPORTED_GPUS,
+    MAX_INPUT_BYTES,
+    check_input_size,
+)
+from collsynth.topology.importers.nccl_xml import import_nccl_xml
+from collsynth.topology.importers.nvidia_smi import import_nvidia_smi, looks_like_nvidia_smi
+from collsynth.topology.importers.rocm_smi import import_rocm_smi, looks_like_rocm_smi
+from collsynth.topology.model import Topology
+
+__all__ = [
+    "MAX_IMPORTED_GPUS",
+    "MAX_INPUT_BYTES",
+    "detect_format",
+    "import_nvidia_smi",
+    "import_rocm_smi",
+    "import_nccl_xml",
+    "import_topology_file",
+]
+
+
+def detect_format(data: bytes) -> str | None:
+    """``"nccl-xml"``, ``"rocm-smi"``, ``"nvidia-smi"`` or ``None`` for unrecognised content.
+
+    XML (the first non-blank character is ``<``) is NCCL's; text with a rocm-smi ``... between two
+    GPUs`` banner is rocm-smi's; text with a ``GPU0`` header row is nvidia-smi's.
+
+    >>> detect_format(b"<system version='1'/>"), detect_format(b"hello")
+    ('nccl-xml', None)
+    """
+    head = data.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"<"):
+        return "nccl-xml"
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    if looks_like_rocm_smi(text):
+        return "rocm-smi"
+    if looks_like_nvidia_smi(text):
+        return "nvidia-smi"
+    return None
+
+
+def _read(path: Path, max_bytes: int) -> bytes:
+    source = str(path)
+    try:
+        size = path.stat().st_size
+        check_input_size(size, source, max_bytes=max_bytes)
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except FileNotFoundError as exc:
+        raise FileFormatError(path, "no such file") from exc
+    except IsADirectoryError as exc:
+        raise FileFormatError(path, "is a directory, expected a file") from exc
+    except OSError as exc:
+        raise FileFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+    check_input_size(len(data), source, max_bytes=max_bytes)  # the file grew while we read it
+    return data
+
+
+def import_topology_file(path: str | os.PathLike[str], *, name: str | None = None,
+                         assume_pcie: bool = False) -> Topology:
+    """Read a machine-topology file and import it with the importer its content calls for.
+
+    Parameters
+    ----------
+    path:
+        An NCCL/RCCL topology XML dump (root ``<system>``), ``nvidia-smi topo -m`` output or
+        ``rocm-smi --showtopo`` output. Files above 16 MiB are refused before reading.
+    name:
+        The topology name (default: the file name without its extension).
+    assume_pcie:
+        Passed to :func:`import_nccl_xml` and :func:`import_nvidia_smi`: import an input that shows
+        no GPU link and cannot say whether links exist (an NCCL dump without links, ``nvidia-smi
+        topo -mp`` output) as a PCIe-only machine instead of refusing it.
+
+    Raises
+    ------
+    FileFormatError
+        A missing or unreadable file, content of none of the three formats (collsynth's own JSON
+        topologies are read by :func:`collsynth.topology.load_topology`), or any refusal of the
+        importer.
+    InputTooLargeError
+        A file above 16 MiB.
+    """
+    p = Path(path)
+    data = _read(p, MAX_INPUT_BYTES)
+    kind = detect_format(data)
+    topo_name = name or p.stem
+    if kind == "nccl-xml":
+        return import_nccl_xml(data, name=topo_name, source=str(p), assume_pcie=assume_pcie)
+    if kind is None:
+        if not data.strip():
+            raise FileFormatError(p, "the file is empty")
+        raise FileFormatError(
+            p, "not a recognised topology file: expected an NCCL/RCCL topology XML dump (root "
+               "<system>), nvidia-smi topo -m output (a header row starting with GPU0) or rocm-smi "
+               "--showtopo output (a 'Link Type between two GPUs' table); collsynth's own JSON "
+               "topologies are read with load_topology")
+    text = data.decode("utf-8-sig")
+    if kind == "rocm-smi":
+        return import_rocm_smi(text, name=topo_name, source=str(p))
+    return import_nvidia_smi(text, name=topo_name, source=str(p), assume_pcie=assume_pcie)
