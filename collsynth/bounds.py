@@ -30,16 +30,17 @@ Bounds(steps=2, rounds_per_chunk=Fraction(3, 2), composed_rounds_per_chunk=None,
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable, Literal, Sequence
+from typing import Callable, Iterable, Literal, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
-from scipy.sparse.csgraph import dijkstra, maximum_flow
+from scipy.sparse.csgraph import connected_components, dijkstra, maximum_flow
 
 from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
 from collsynth.collective.model import Collective
@@ -59,8 +60,6 @@ logger = logging.getLogger(__name__)
 
 #: Largest rounds linear program (number of variables) collsynth builds; larger ones are refused.
 MAX_LP_VARIABLES = 5_000_000
-#: Largest linear program handed to z3 when HiGHS's answer cannot be certified exactly.
-_Z3_MAX_VARIABLES = 20_000
 #: Sources per batch in all-pairs hop counts (bounds the memory of one batch).
 _BATCH = 256
 
@@ -305,6 +304,11 @@ class _LinearProgram:
     b_eq: np.ndarray  # integers
     upper: np.ndarray  # integers; upper[0] unused (R is unbounded)
     r_coefficients: np.ndarray  # -a_ub[:, 0]: bandwidth of each capacity row (integers)
+    #: every commodity, and (representative commodity, orbit size) for every commodity orbit
+    commodities: tuple["_Commodity", ...]
+    orbits: tuple[tuple["_Commodity", int], ...]
+    #: the verified symmetries used (rank permutations)
+    symmetries: tuple[tuple[int, ...], ...]
 
     @property
     def num_variables(self) -> int:
@@ -412,29 +416,63 @@ def _symmetries(topology: Topology, commodities: Sequence[_Commodity]) -> list[l
     return found
 
 
-def _orbits(topology: Topology, commodities: Sequence[_Commodity],
-            symmetric: bool) -> list[list[tuple[_Commodity, list[int]]]]:
-    """Commodities grouped into orbits under the symmetries found: each orbit lists
-    ``(commodity, perm)`` with ``perm`` a symmetry taking the orbit's first commodity to it."""
+#: Most symmetries fixing a commodity that are used to tie its variables (any subset is sound).
+_MAX_STABILIZER = 64
+
+_Orbit = tuple[list[tuple[_Commodity, list[int]]], list[list[int]]]
+
+
+def _orbits(topology: Topology, commodities: Sequence[_Commodity], symmetric: bool
+            ) -> tuple[list[_Orbit], list[list[int]]]:
+    """Commodities grouped into orbits under the symmetries found, and the symmetries.
+
+    Each orbit is ``(members, stabilizer)``: ``members`` lists ``(commodity, perm)`` with ``perm``
+    a symmetry taking the orbit's first commodity to that one; ``stabilizer`` lists symmetries
+    that map the first commodity to itself (Schreier generators: ``perm(g(c))^-1 g perm(c)``).
+    """
     identity = list(range(topology.num_ranks))
-    if not symmetric or len(commodities) < 2:
-        return [[(c, identity)] for c in commodities]
+    if not symmetric:
+        return [([(c, identity)], []) for c in commodities], []
     generators = _symmetries(topology, commodities)
-    orbits: list[list[tuple[_Commodity, list[int]]]] = []
+    orbits: list[_Orbit] = []
     seen: set[_Commodity] = set()
     for commodity in commodities:
         if commodity in seen:
             continue
         seen.add(commodity)
-        orbit = [(commodity, identity)]
-        for member, perm in orbit:  # grows while iterating: a breadth-first search
+        members = [(commodity, identity)]
+        perm_of = {commodity: identity}
+        for member, perm in members:  # grows while iterating: a breadth-first search
             for g in generators:
                 image = _map_commodity(g, member)
                 if image not in seen:
                     seen.add(image)
-                    orbit.append((image, [g[p] for p in perm]))
-        orbits.append(orbit)
-    return orbits
+                    perm_of[image] = [g[p] for p in perm]
+                    members.append((image, perm_of[image]))
+        stabilizer: dict[tuple[int, ...], list[int]] = {}
+        for member, perm in members:
+            for g in generators:
+                back = perm_of[_map_commodity(g, member)]
+                inverse = [0] * len(back)
+                for i, j in enumerate(back):
+                    inverse[j] = i
+                fixing = [inverse[g[p]] for p in perm]
+                if fixing != identity and len(stabilizer) < _MAX_STABILIZER:
+                    stabilizer.setdefault(tuple(fixing), fixing)
+        orbits.append((members, list(stabilizer.values())))
+    return orbits, generators
+
+
+def _classes_under(perms: Sequence[Sequence[int]], size: int,
+                   image: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Labels of the orbits of ``size`` items under ``perms`` (``image(perm)`` maps every item)."""
+    if not perms:
+        return np.arange(size, dtype=np.int64)
+    items = np.arange(size, dtype=np.int64)
+    rows = np.concatenate([items] * len(perms))
+    cols = np.concatenate([image(np.asarray(p, dtype=np.int64)) for p in perms])
+    graph = sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size))
+    return connected_components(graph, directed=False)[1].astype(np.int64)
 
 
 class _Builder:
@@ -470,9 +508,12 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
 
     With ``symmetric``, only one commodity per orbit under the verified symmetries gets variables;
     each other commodity of the orbit uses the same values moved by its symmetry, so the
-    representative's variable on link e also counts on the image of e. This LP has the same
-    optimum: any solution extends to the full LP, and averaging a full optimum over the group the
-    symmetries generate gives a symmetric optimum, which is a solution of the reduced LP.
+    representative's variable on link e also counts on the image of e. Within the representative,
+    links that a symmetry fixing it maps onto each other share one variable, and of the
+    destinations such symmetries map onto each other only one gets a flow (the others' flows are
+    its images). This LP has the same optimum: any solution extends to the full LP, and averaging
+    a full optimum over the group the symmetries generate gives a symmetric optimum, which is a
+    solution of the reduced LP.
     """
     n = topology.num_ranks
     edges = topology.edges
@@ -491,17 +532,26 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
             keep = rows >= 0
             builder.eq.append((rows[keep], flow[keep], np.full(int(keep.sum()), sign, dtype=np.int64)))
 
-    def tree(pre: frozenset[int], missing: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+    def tied(links: np.ndarray, edge_class: np.ndarray, upper: int) -> np.ndarray:
+        """One variable per class of ``links``; returns the variable of each link."""
+        classes, inverse = np.unique(edge_class[links], return_inverse=True)
+        return builder.variables(len(classes), upper)[inverse.ravel()]
+
+    def tree(pre: frozenset[int], missing: frozenset[int], edge_class: np.ndarray,
+             rank_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """x[e] (one copy of the chunk on a link serves every destination downstream) and a unit
         flow f[d] <= x from the precondition to each destination d. Returns (links, x)."""
         usable = edge_ids[~np.isin(dst, sorted(pre))]  # a send into a holder is useless
-        x = builder.variables(len(usable), 1)
+        x = tied(usable, edge_class, 1)
         x_of_edge = np.full(num_edges, -1, dtype=np.int64)
         x_of_edge[usable] = x
         is_pre = np.zeros(n, dtype=bool)
         is_pre[sorted(pre)] = True
         outside = np.flatnonzero(~is_pre)
+        chosen: dict[int, int] = {}
         for d in sorted(missing):
+            chosen.setdefault(int(rank_class[d]), d)
+        for d in sorted(chosen.values()):
             sel = usable[src[usable] != d]  # a send out of d does not help deliver to d
             f = builder.variables(len(sel), 1)
             builder.couple.append((f, x_of_edge[sel]))
@@ -511,12 +561,13 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
             conservation(sel, f, node_row)
         return usable, x
 
-    def sink(d: int, supplies: frozenset[tuple[frozenset[int], int]]) -> tuple[np.ndarray, np.ndarray]:
+    def sink(d: int, supplies: frozenset[tuple[frozenset[int], int]],
+             edge_class: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One flow into d carrying every chunk whose only destination is d, each supplied at its
         precondition (through a super-source when that has several ranks). Returns (links, flow)."""
         total = sum(m for _, m in supplies)
         sel = edge_ids[src != d]
-        flow = builder.variables(len(sel), total)
+        flow = tied(sel, edge_class, total)
         supply = np.zeros(n, dtype=np.int64)
         spread = []
         for pre, mult in sorted(supplies, key=lambda item: (sorted(item[0]), item[1])):
@@ -538,16 +589,20 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
             builder.eq.append((node_row[members], arcs, ones))
         return sel, flow
 
-    for orbit in _orbits(topology, commodities, symmetric):
-        first = orbit[0][0]
+    orbits, symmetries = _orbits(topology, commodities, symmetric)
+    for members, stabilizer in orbits:
+        first = members[0][0]
+        edge_class = _classes_under(stabilizer, num_edges,
+                                    lambda p: np.searchsorted(keys, p[src] * n + p[dst]))
         if first[0] == "tree":
-            links, variables = tree(first[1], first[2])
+            rank_class = _classes_under(stabilizer, n, lambda p: p)
+            links, variables = tree(first[1], first[2], edge_class, rank_class)
             coefficient = first[3]
         else:
-            links, variables = sink(first[1], first[2])
+            links, variables = sink(first[1], first[2], edge_class)
             coefficient = 1
         coefficients = np.full(len(links), coefficient, dtype=np.int64)
-        for _, perm in orbit:
+        for _, perm in members:
             p = np.asarray(perm, dtype=np.int64)
             images = np.searchsorted(keys, p[src[links]] * n + p[dst[links]])
             builder.cap.append((images, variables, coefficients))
@@ -586,7 +641,10 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
     eq_c = np.concatenate([e[2] for e in builder.eq])
     a_eq = sp.csr_matrix((eq_c, (eq_r, eq_v)), shape=(builder.next_row, num_vars), dtype=np.int64)
     return _LinearProgram(a_ub=a_ub, a_eq=a_eq, b_eq=np.concatenate(builder.b_eq),
-                          upper=np.concatenate(builder.upper), r_coefficients=r_coefficients)
+                          upper=np.concatenate(builder.upper), r_coefficients=r_coefficients,
+                          commodities=tuple(commodities),
+                          orbits=tuple((members[0][0], len(members)) for members, _ in orbits),
+                          symmetries=tuple(tuple(g) for g in symmetries))
 
 
 # -- exact certificates ---------------------------------------------------------------------------
@@ -664,10 +722,168 @@ def _primal_value(lp: _LinearProgram, z: np.ndarray) -> Fraction | None:
     return Fraction(int(z_int[0]), q)
 
 
-def _solve_highs(lp: _LinearProgram) -> tuple[Fraction, bool]:
+def _shortest_paths(n: int, adjacency: Sequence[Sequence[tuple[int, int]]],
+                    sources: Iterable[int]) -> list[int | None]:
+    """Least total integer length from the nearest source to every node (``None``: unreachable)."""
+    dist: list[int | None] = [None] * n
+    heap = [(0, s) for s in sources]
+    heapq.heapify(heap)
+    while heap:
+        d, u = heapq.heappop(heap)
+        if dist[u] is not None:
+            continue
+        dist[u] = d
+        for v, length in adjacency[u]:
+            if dist[v] is None:
+                heapq.heappush(heap, (d + length, v))
+    return dist
+
+
+def _min_arborescence(n: int, root: int, arcs: Sequence[tuple[int, int, int]]) -> int | None:
+    """Chu-Liu/Edmonds: the least total integer cost of an arborescence rooted at ``root`` that
+    spans all ``n`` nodes, or ``None`` if some node cannot be reached."""
+    total = 0
+    while True:
+        arcs = [(u, v, c) for u, v, c in arcs if u != v and v != root]
+        cheapest: list[int | None] = [None] * n
+        parent = [-1] * n
+        for u, v, c in arcs:
+            if cheapest[v] is None or c < cheapest[v]:
+                cheapest[v], parent[v] = c, u
+        if any(cheapest[v] is None for v in range(n) if v != root):
+            return None
+        total += sum(c for c in cheapest if c is not None)
+        component = [-1] * n
+        mark = [-1] * n
+        count = 0
+        for v in range(n):
+            x = v
+            while x != root and mark[x] != v and component[x] == -1:
+                mark[x] = v
+                x = parent[x]
+            if x != root and component[x] == -1:  # the walk from v closed a cycle through x
+                component[x] = count
+                y = parent[x]
+                while y != x:
+                    component[y] = count
+                    y = parent[y]
+                count += 1
+        if count == 0:
+            return total
+        for v in range(n):
+            if component[v] == -1:
+                component[v] = count
+                count += 1
+        arcs = [(component[u], component[v], c - cheapest[v]) for u, v, c in arcs  # type: ignore[operator]
+                if component[u] != component[v]]
+        root, n = component[root], count
+
+
+def _symmetric_average(topology: Topology, lp: _LinearProgram, values: np.ndarray) -> np.ndarray:
+    """``values`` (one per link, then one per binding bandwidth group) averaged over the orbits of
+    links and groups under the LP's symmetries."""
+    edges = topology.edges
+    groups = topology.effective_groups
+    size = len(edges) + len(groups)
+    parent = list(range(size))
+
+    def find(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    index = {(s, d): i for i, (s, d, _) in enumerate(edges)}
+    same: dict[tuple[int, frozenset[tuple[int, int]]], list[int]] = {}
+    for j, (g, covered) in enumerate(groups):  # identical groups are merged (the same constraint)
+        same.setdefault((g.limit, frozenset(covered)), []).append(len(edges) + j)
+    for members in same.values():
+        for j in members[1:]:
+            parent[find(j)] = find(members[0])
+    for perm in lp.symmetries:
+        for i, (s, d, _) in enumerate(edges):
+            parent[find(i)] = find(index[(perm[s], perm[d])])
+        for (limit, covered), members in same.items():
+            image = same[(limit, frozenset((perm[s], perm[d]) for s, d in covered))]
+            parent[find(members[0])] = find(image[0])
+    roots = np.array([find(i) for i in range(size)])
+    totals = np.bincount(roots, weights=values, minlength=size)
+    counts = np.bincount(roots, minlength=size)
+    return totals[roots] / counts[roots]
+
+
+def _structured_bound(topology: Topology, lp: _LinearProgram, weights: np.ndarray,
+                      max_denominator: int) -> Fraction:
+    """The bound ``sum_c inner_c / a_R`` from non-negative multipliers of the link and group rows.
+
+    For any multipliers w >= 0 and any solution, ``sum_e w_e load_e + sum_g w_g load_g <= R a_R``
+    with ``a_R = sum_e b_e w_e + sum_g limit_g w_g``; the left side is ``sum_c m_c cost_c(x_c)``
+    under link lengths ``l_e = w_e + sum of w_g over the groups containing e``, at least the
+    least cost ``inner_c`` of serving commodity c. ``inner_c`` is exact: a shortest path for each
+    supply of a sink commodity, and a minimum-cost arborescence for a tree commodity whose chunks
+    every other rank needs (Edmonds: its flow relaxation has integral optima); for other tree
+    commodities the longest shortest path to a destination, a weaker but valid value. The
+    multipliers are averaged over the symmetries and read as fractions first, which recovers an
+    exact optimal dual in practice; every choice gives a valid bound.
+    """
+    n = topology.num_ranks
+    edges = topology.edges
+    averaged = _symmetric_average(topology, lp, np.maximum(weights, 0.0))
+    peak = float(averaged.max(initial=0.0))
+    if peak <= 0:
+        return Fraction(0)
+    averaged /= peak
+    q = _common_denominator(averaged, max_denominator)
+    if q is None:
+        return Fraction(0)
+    w = [max(0, int(round(v * q))) for v in averaged]
+    length = w[:len(edges)]
+    index = {(s, d): i for i, (s, d, _) in enumerate(edges)}
+    for j, (_, covered) in enumerate(topology.effective_groups):
+        for link in covered:
+            length[index[link]] += w[len(edges) + j]
+    a_r = sum(int(b) * wi for b, wi in zip(lp.r_coefficients, w))
+    if a_r <= 0:
+        return Fraction(0)
+    forward: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    backward: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for (s, d, _), cost in zip(edges, length):
+        forward[s].append((d, cost))
+        backward[d].append((s, cost))
+    # The orbit shortcut (one commodity per orbit, times its size) needs lengths the symmetries
+    # preserve exactly; check rather than assume, and otherwise serve every commodity.
+    invariant = all(length[index[(perm[s], perm[d])]] == length[i]
+                    for perm in lp.symmetries for i, (s, d, _) in enumerate(edges))
+    work = lp.orbits if invariant else tuple((c, 1) for c in lp.commodities)
+    inner = 0
+    for commodity, size in work:
+        if commodity[0] == "sink":
+            _, d, supplies = commodity
+            dist = _shortest_paths(n, backward, [d])
+            value = sum(m * min(dist[u] for u in pre if dist[u] is not None)  # type: ignore[type-var]
+                        for pre, m in supplies)
+        else:
+            _, pre, missing, m = commodity
+            if len(pre) + len(missing) == n:
+                arcs = [(s, d, cost) for (s, d, _), cost in zip(edges, length) if d not in pre]
+                if len(pre) == 1:
+                    best = _min_arborescence(n, next(iter(pre)), arcs)
+                else:  # a super-root reaching the precondition for free
+                    best = _min_arborescence(n + 1, n, arcs + [(n, u, 0) for u in pre])
+            else:
+                dist = _shortest_paths(n, forward, pre)
+                best = max(dist[d] for d in missing)  # type: ignore[type-var]
+            if best is None:  # excluded by check_implementable
+                raise SolverError("a commodity of the rounds LP cannot be served")
+            value = m * best
+        inner += size * value
+    return Fraction(inner, a_r)
+
+
+def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, bool]:
     """Solve with HiGHS and certify: ``(lower bound, proven optimal)``. The bound is always a
-    verified lower bound on the LP optimum; it is proven to equal the optimum when an exactly
-    feasible primal solution of the same value is found."""
+    verified lower bound on the LP optimum (weak duality in exact arithmetic); it is proven to be
+    the optimum when HiGHS's solution, read as fractions, is exactly feasible with that value."""
     num = lp.num_variables
     cost = np.zeros(num)
     cost[0] = 1.0
@@ -678,17 +894,29 @@ def _solve_highs(lp: _LinearProgram) -> tuple[Fraction, bool]:
                      bounds=bounds, method="highs")
     if result.status != 0:
         raise SolverError(f"HiGHS could not solve the rounds linear program: {result.message}")
+    upper = _primal_value(lp, np.asarray(result.x, dtype=np.float64))
+
+    def proven(bound: Fraction) -> bool:
+        if upper is not None and bound > upper:
+            raise SolverError(f"rounds LP certificates disagree: lower bound {bound} > feasible "
+                              f"value {upper}")
+        return bound == upper
+
     y_ub = np.asarray(result.ineqlin.marginals, dtype=np.float64)
     y_eq = np.asarray(result.eqlin.marginals, dtype=np.float64)
+    best = Fraction(0)
+    for max_denominator in (10 ** 3, 10 ** 6):
+        best = max(best, _structured_bound(topology, lp, -y_ub[:len(lp.r_coefficients)],
+                                           max_denominator))
+        if proven(best):
+            return best, True
     peak = max(np.abs(y_ub).max(initial=0), np.abs(y_eq).max(initial=0))
     if peak <= 0:
-        return Fraction(0), float(result.fun) == 0.0
+        return best, upper == 0
     y_ub, y_eq = y_ub / peak, y_eq / peak
     weight = max(float(np.asarray(abs(lp.a_ub).sum(axis=0)).max(initial=0)),
                  float(np.asarray(abs(lp.a_eq).sum(axis=0)).max(initial=0)), 1.0)
     safe = int(2.0 ** 60 / weight)
-    upper = _primal_value(lp, np.asarray(result.x, dtype=np.float64))
-    best = Fraction(0)
     for max_denominator in (10 ** 3, 10 ** 6, None):
         if max_denominator is None:
             scale = min(safe, 2 ** 40)
@@ -698,49 +926,63 @@ def _solve_highs(lp: _LinearProgram) -> tuple[Fraction, bool]:
                 continue
             scale = q
         best = max(best, _dual_bound(lp, y_ub, y_eq, scale))
-        if upper is not None and best == upper:
+        if proven(best):
             return best, True
     return best, False
 
 
 def _solve_z3(lp: _LinearProgram) -> Fraction:
-    """Solve exactly with z3's rational simplex; the optimum, after the solution passes an exact
-    feasibility check (the optimality claim is z3's)."""
+    """The exact optimum, proven by z3's decision procedure for linear real arithmetic.
+
+    HiGHS proposes the value V (its optimum read as a fraction); z3 then shows that ``R <= V`` is
+    satisfiable and ``R < V`` is not, in exact rational arithmetic and independently of the
+    certificates of :func:`_solve_highs`. (z3's ``Optimize`` is not used: it stalls on some of
+    these LPs.) Raises :class:`SolverError` when no proposal can be proven.
+    """
     import z3
 
     num = lp.num_variables
+    cost = np.zeros(num)
+    cost[0] = 1.0
+    bounds = np.column_stack([np.zeros(num), lp.upper.astype(np.float64)])
+    bounds[0, 1] = np.inf
+    result = linprog(cost, A_ub=lp.a_ub.astype(np.float64), b_ub=np.zeros(lp.a_ub.shape[0]),
+                     A_eq=lp.a_eq.astype(np.float64), b_eq=lp.b_eq.astype(np.float64),
+                     bounds=bounds, method="highs")
+    if result.status != 0:
+        raise SolverError(f"HiGHS could not solve the rounds linear program: {result.message}")
     z = [z3.Real(f"z{j}") for j in range(num)]
-    opt = z3.Optimize()
-    opt.add(z[0] >= 0)
+    solver = z3.Solver()
+    solver.add(z[0] >= 0)
     for j in range(1, num):
-        opt.add(z[j] >= 0, z[j] <= int(lp.upper[j]))
-    for matrix, rhs, relation in ((lp.a_ub, None, "le"), (lp.a_eq, lp.b_eq, "eq")):
+        solver.add(z[j] >= 0, z[j] <= int(lp.upper[j]))
+    for matrix, relation in ((lp.a_ub, "le"), (lp.a_eq, "eq")):
         for row in range(matrix.shape[0]):
             start, stop = matrix.indptr[row], matrix.indptr[row + 1]
-            terms = [int(c) * z[int(j)] for c, j in zip(matrix.data[start:stop], matrix.indices[start:stop])]
-            total = z3.Sum(terms) if terms else z3.RealVal(0)
-            opt.add(total <= 0 if relation == "le" else total == int(rhs[row]))
-    handle = opt.minimize(z[0])
-    if opt.check() != z3.sat:
-        raise SolverError(f"z3 could not solve the rounds linear program: {opt.reason_unknown()}")
-    def fraction(number: z3.ExprRef) -> Fraction:
-        if z3.is_int_value(number):
-            return Fraction(number.as_long())
-        if z3.is_rational_value(number):
-            return Fraction(number.numerator_as_long(), number.denominator_as_long())
-        raise SolverError(f"z3 returned {number}, not a rational number, for the rounds LP")
-
-    value = fraction(opt.lower(handle))
-    model = opt.model()
-    values = [fraction(model.eval(v, model_completion=True)) for v in z]
-    lcm = math.lcm(*(v.denominator for v in values))
-    z_int = np.array([int(v * lcm) for v in values], dtype=object)
-    if (_exact_dot(lp.a_ub, z_int) > 0).any() or (
-            _exact_dot(lp.a_eq, z_int) != lp.b_eq.astype(object) * lcm).any():
-        raise SolverError("z3 returned an infeasible solution of the rounds linear program")
-    if value != values[0]:
-        raise SolverError(f"z3 returned an unexpected optimum {value} for the rounds linear program")
-    return values[0]
+            total = z3.Sum([int(c) * z[int(j)]
+                            for c, j in zip(matrix.data[start:stop], matrix.indices[start:stop])]
+                           + [z3.RealVal(0)])
+            solver.add(total <= 0 if relation == "le" else total == int(lp.b_eq[row]))
+    tried = set()
+    for max_denominator in (10 ** 3, 10 ** 6, 10 ** 9):
+        guess = Fraction(float(result.fun)).limit_denominator(max_denominator)
+        if guess in tried:
+            continue
+        tried.add(guess)
+        value = z3.RealVal(f"{guess.numerator}/{guess.denominator}")
+        solver.push()
+        solver.add(z[0] < value)
+        below = solver.check()
+        solver.pop()
+        if below != z3.unsat:
+            continue
+        solver.push()
+        solver.add(z[0] <= value)
+        reached = solver.check()
+        solver.pop()
+        if reached == z3.sat:
+            return guess
+    raise SolverError(f"z3 could not prove an optimum of the rounds LP near {result.fun}")
 
 
 def _copy_rounds(topology: Topology, collective: Collective, method: Method, label: str) -> Fraction:
@@ -765,14 +1007,9 @@ def _copy_rounds(topology: Topology, collective: Collective, method: Method, lab
     lp = _build_lp(topology, commodities, symmetric=method != "z3")
     if method == "z3":
         return _solve_z3(lp)
-    value, optimal = _solve_highs(lp)
-    if optimal or method == "highs":
+    value, optimal = _solve_highs(topology, lp)
+    if optimal:
         return value
-    if lp.num_variables <= _Z3_MAX_VARIABLES:
-        exact = _solve_z3(lp)
-        if exact < value:
-            raise SolverError(f"z3's optimum {exact} is below the certified bound {value}")
-        return exact
     logger.warning("rounds bound of %s: certified %s, which may be below the LP optimum", label, value)
     rounded = value.limit_denominator(10 ** 6)
     return rounded if rounded <= value else Fraction(math.floor(value * 10 ** 6), 10 ** 6)

@@ -1,5 +1,6 @@
 """Algorithms: the schedule value, its verifier, transforms, rendering and file format."""
 
+from collsynth.algorithm.fileformat import algorithm_from_json, algorithm_to_json, load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance, Send, Step
 from collsynth.algorithm.show import format_algorithm
 from collsynth.algorithm.transform import invert_dual, refine, sequence
@@ -16,4 +17,8 @@ __all__ = [
     "sequence",
     "refine",
     "format_algorithm",
+    "load_algorithm",
+    "save_algorithm",
+    "algorithm_to_json",
+    "algorithm_from_json",
 ]

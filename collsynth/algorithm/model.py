@@ -112,7 +112,8 @@ class Algorithm:
     """A schedule of sends implementing ``collective`` on ``topology``.
 
     ``collective`` is the split collective the sends refer to (its ``chunk_factor`` is the
-    instance's chunk count). Build algorithms through synthesis or :func:`collsynth.algorithm.load`,
+    instance's chunk count). Build algorithms through synthesis or
+    :func:`collsynth.algorithm.load_algorithm`,
     which verify them; construct one by hand and call :func:`collsynth.algorithm.verify` yourself.
     """
 

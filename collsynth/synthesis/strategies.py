@@ -48,15 +48,16 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     >>> from collsynth.topology import get_topology
     >>> from collsynth.collective import allgather
     >>> solve_least_steps(get_topology("ring:8"), allgather(8)).instance.steps
-    7
+    4
     """
     check_inputs(topology, collective)
     deadline = Deadline(options.time_limit)
     bounds = compute_bounds(topology, collective)
     rounds_bound = _class_bound(bounds, collective)
     start = max(_steps_bound(bounds, collective), math.ceil(rounds_bound * chunks))
-    reason = (f"fewer than {start} steps are impossible: steps bound {bounds.steps}, "
-              f"rounds-per-chunk bound {rounds_bound} at {chunks} chunk(s)")
+    reason = (f"optimal: {start} is the steps bound" if start == 1 else
+              f"optimal: fewer than {start} steps are impossible (steps bound {bounds.steps}, "
+              f"rounds-per-chunk bound {rounds_bound} at {chunks} chunk(s))")
     limit = max_steps if max_steps is not None else start + 4 * topology.num_ranks * chunks
     result: SynthesisResult | None = None
     steps = start
@@ -67,9 +68,12 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
             return _with_detail(result, reason)
         if result.status is not Status.UNSAT:
             return result
-        reason = f"{steps} steps are unsatisfiable (proved by the solver)"
+        reason = f"optimal: {steps} steps are unsatisfiable (proved by the solver)"
         steps += 1
-    assert result is not None
+    if result is None:  # max_steps below what the bounds allow: nothing to try
+        return SynthesisResult(Instance(steps=max(1, limit), chunks=chunks), Status.UNSAT, None,
+                               0.0, get_backend(options.backend).name,
+                               f"max_steps={limit} is below the lower bound of {start} steps")
     return result
 
 
@@ -248,17 +252,13 @@ def _known_unsat(unsat_rounds: dict[tuple[int, int], int], steps: int, rounds: i
 def prune_dominated(results: list[SynthesisResult]) -> list[SynthesisResult]:
     """Keep the results no other result beats (fewer-or-equal steps and rounds per chunk, one
     strictly); among equal points keep the one with fewer chunks."""
-    found = [r for r in results if r.found]
-    keep = []
-    for r in found:
-        dominated = any(
-            (o.instance.steps <= r.instance.steps and o.rounds_per_chunk <= r.rounds_per_chunk
-             and (o.instance.steps, o.rounds_per_chunk, o.instance.chunks)
-             < (r.instance.steps, r.rounds_per_chunk, r.instance.chunks))
-            for o in found)
-        if not dominated:
+    found = sorted((r for r in results if r.found),
+                   key=lambda r: (r.instance.steps, r.rounds_per_chunk, r.instance.chunks))
+    keep: list[SynthesisResult] = []
+    for r in found:  # in this order, r is dominated iff a kept point is at least as good
+        if not any(k.rounds_per_chunk <= r.rounds_per_chunk for k in keep):
             keep.append(r)
-    return sorted(keep, key=lambda r: (r.instance.steps, r.rounds_per_chunk))
+    return keep
 
 
 def _is_allreduce_like(collective: Collective) -> bool:

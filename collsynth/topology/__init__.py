@@ -4,6 +4,7 @@ Convention: ``links[src][dst]`` is the bandwidth from ``src`` to ``dst`` in chun
 """
 
 from collsynth.topology.builtins import builtin_names, get_topology, list_topologies
+from collsynth.topology.compose import compose_nodes
 from collsynth.topology.families import fully_connected, hub, line, ring, star
 from collsynth.topology.fileformat import load_topology, save_topology, topology_from_json, topology_to_json
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
@@ -24,4 +25,5 @@ __all__ = [
     "star",
     "fully_connected",
     "hub",
+    "compose_nodes",
 ]

@@ -147,3 +147,18 @@ def test_symmetric_search_and_full_search_agree_on_satisfiability():
                                 options=SolveOptions(symmetry=symmetry))
         assert result.status is Status.SAT
         assert find_problems(result.algorithm) == []
+
+
+def test_prune_dominated_keeps_one_of_equal_points_and_drops_dominated_ones():
+    from collsynth.synthesis import prune_dominated
+    from collsynth.synthesis.result import SynthesisResult
+
+    def point(steps, rounds, chunks):
+        return SynthesisResult(Instance(steps=steps, rounds=rounds, chunks=chunks), Status.SAT,
+                               None, 0.0, "test")
+
+    results = [point(3, 7, 6), point(2, 3, 2), point(2, 6, 4), point(3, 9, 6), point(4, 7, 6),
+               SynthesisResult(Instance(steps=1), Status.UNSAT, None, 0.0, "test")]
+    kept = prune_dominated(results)
+    assert [(r.instance.steps, r.instance.total_rounds, r.instance.chunks) for r in kept] == \
+        [(2, 3, 2), (3, 7, 6)]

@@ -1,0 +1,283 @@
+"""The collsynth algorithm file format (JSON), version 1.
+
+An algorithm file is self-contained: it carries the topology and the (split) collective the sends
+refer to, so it can be verified, shown or exported without anything else.
+
+::
+
+    {
+      "format": "collsynth-algorithm",
+      "version": 1,
+      "name": "allgather-DGX1-s3-r7-c6",
+      "topology": {...},                  # a topology object (collsynth.topology.fileformat)
+      "collective": {...},                # a collective object (collsynth.collective.fileformat),
+                                          #   split: its chunk_factor is the instance's chunks
+      "instance": {"steps": 3, "rounds": 7, "chunks": 6, "rounds_per_chunk": "7/6"},
+                                          # optional "extra_memory": N, checked on load
+      "steps": [
+        {"rounds": 2, "sends": [[0, 0, 1], [5, 2, 3, 1], ...]},
+                                          # [chunk, src, dst], a 4th element 1 marks a reduce
+        ...
+      ],
+      "provenance": {"backend": "cpsat", ...}   # free-form: how the algorithm was made
+    }
+
+``instance`` repeats what the steps say (their number, their total rounds, the collective's chunk
+factor); a file where they disagree is refused. Files are untrusted input: the size is bounded
+before parsing, every field is checked with its path in the message
+(``steps[3].sends[2]: expected [chunk, src, dst] with integers``), and the algorithm is replayed
+by :func:`~collsynth.algorithm.verify` before :func:`load_algorithm` returns it.
+:func:`save_algorithm` verifies before writing, so a wrong algorithm is never saved.
+
+Examples
+--------
+>>> from collsynth.algorithm import Algorithm, Send, Step
+>>> from collsynth.collective import broadcast
+>>> from collsynth.topology import get_topology
+>>> bcast = Algorithm("bcast", get_topology("ring:3"), broadcast(3, 0),
+...                   (Step(1, (Send(0, 0, 1), Send(0, 0, 2))),))
+>>> obj = algorithm_to_json(bcast)
+>>> obj["instance"]
+{'steps': 1, 'rounds': 1, 'chunks': 1, 'rounds_per_chunk': '1'}
+>>> obj["steps"]
+[{'rounds': 1, 'sends': [[0, 0, 1], [0, 0, 2]]}]
+>>> algorithm_from_json(obj).steps == bcast.steps
+True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from fractions import Fraction
+from typing import Any
+
+from collsynth.algorithm.model import Algorithm, Send, Step
+from collsynth.algorithm.verify import verify
+from collsynth.collective.fileformat import (
+    collective_from_json,
+    collective_to_json,
+    dumps_readable,
+    got,
+    jsonable,
+)
+from collsynth.errors import FileFormatError, VerificationError
+from collsynth.topology.fileformat import read_json_file, topology_from_json, topology_to_json
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "algorithm_to_json", "algorithm_from_json",
+           "save_algorithm", "load_algorithm"]
+
+FORMAT_NAME = "collsynth-algorithm"
+FORMAT_VERSION = 1
+
+_TOP_FIELDS = frozenset({"format", "version", "name", "topology", "collective", "instance",
+                         "steps", "provenance"})
+_INSTANCE_FIELDS = frozenset({"steps", "rounds", "chunks", "rounds_per_chunk", "extra_memory"})
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def algorithm_to_json(algorithm: Algorithm, *, extra_memory: int | None = None) -> dict[str, Any]:
+    """The JSON object for ``algorithm`` (inverse of :func:`algorithm_from_json`).
+
+    ``extra_memory``, when given, is recorded in ``instance`` and checked whenever the file is
+    loaded. The algorithm is not verified here; :func:`save_algorithm` does that.
+    """
+    instance: dict[str, Any] = {
+        "steps": algorithm.num_steps,
+        "rounds": algorithm.num_rounds,
+        "chunks": algorithm.chunks,
+        "rounds_per_chunk": str(algorithm.rounds_per_chunk),
+    }
+    if extra_memory is not None:
+        instance["extra_memory"] = extra_memory
+    return {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "name": algorithm.name,
+        "topology": topology_to_json(algorithm.topology),
+        "collective": collective_to_json(algorithm.collective),
+        "instance": instance,
+        "steps": [
+            {"rounds": step.rounds,
+             "sends": [[s.chunk, s.src, s.dst, 1] if s.reduce else [s.chunk, s.src, s.dst]
+                       for s in step.sends]}
+            for step in algorithm.steps
+        ],
+        "provenance": jsonable(dict(algorithm.provenance)),
+    }
+
+
+def _send(value: Any, source: str, where: str, num_chunks: int, num_ranks: int) -> Send:
+    if (not isinstance(value, list) or len(value) not in (3, 4)
+            or not all(_is_int(v) for v in value)):
+        raise FileFormatError(source, f"{where}: expected [chunk, src, dst] with integers (and a "
+                                      f"4th element 1 for a reduce), got {got(value)}")
+    chunk, src, dst = value[:3]
+    if not 0 <= chunk < num_chunks:
+        raise FileFormatError(source, f"{where}: chunk {chunk} is not a chunk 0..{num_chunks - 1}")
+    for role, rank in (("src", src), ("dst", dst)):
+        if not 0 <= rank < num_ranks:
+            raise FileFormatError(source, f"{where}: {role} {rank} is not a rank "
+                                          f"0..{num_ranks - 1}")
+    reduce = False
+    if len(value) == 4:
+        if value[3] not in (0, 1):
+            raise FileFormatError(source, f"{where}: 4th element {value[3]}; expected 1 (reduce) "
+                                          "or 0 (copy)")
+        reduce = value[3] == 1
+    return Send(chunk, src, dst, reduce)
+
+
+def algorithm_from_json(obj: Any, *, source: str = "<algorithm>") -> Algorithm:
+    """Build an :class:`Algorithm` from the parsed JSON object of an algorithm file, and verify it.
+
+    Raises
+    ------
+    FileFormatError
+        On a wrong format or version, or any field missing, of the wrong type or inconsistent
+        (naming the field).
+    InputTooLargeError
+        When the embedded topology or collective is beyond collsynth's size limits.
+    VerificationError
+        When the algorithm does not implement its collective on its topology (naming ``source``).
+    """
+    if not isinstance(obj, dict):
+        raise FileFormatError(source, f"expected a JSON object at the top level, got {got(obj)}")
+    fmt = obj.get("format")
+    if fmt != FORMAT_NAME:
+        raise FileFormatError(source, "missing field 'format'; expected 'collsynth-algorithm'"
+                              if fmt is None else
+                              f"field 'format' is {got(fmt)}, expected {FORMAT_NAME!r}")
+    version = obj.get("version")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise FileFormatError(source, "missing field 'version'" if version is None else
+                              f"unknown version {got(version)}; this collsynth reads version "
+                              f"{FORMAT_VERSION}")
+    unknown = sorted(set(obj) - _TOP_FIELDS)
+    if unknown:
+        raise FileFormatError(source, f"unknown field {unknown[0]!r}; expected fields: "
+                                      f"{', '.join(sorted(_TOP_FIELDS))}")
+    for key in ("name", "topology", "collective", "instance", "steps"):
+        if key not in obj:
+            raise FileFormatError(source, f"missing field {key!r}")
+    name = obj["name"]
+    if not isinstance(name, str):
+        raise FileFormatError(source, f"field 'name': expected a string, got {got(name)}")
+    provenance = obj.get("provenance", {})
+    if not isinstance(provenance, dict):
+        raise FileFormatError(source, f"field 'provenance': expected an object, got "
+                                      f"{got(provenance)}")
+
+    topology = topology_from_json(obj["topology"], source=f"{source}: topology")
+    collective = collective_from_json(obj["collective"], source=f"{source}: collective")
+    n = topology.num_ranks
+    if collective.num_ranks != n:
+        raise FileFormatError(source, f"collective.num_ranks = {collective.num_ranks} but the "
+                                      f"topology {topology.name!r} has {n} ranks")
+
+    raw_steps = obj["steps"]
+    if not isinstance(raw_steps, list):
+        raise FileFormatError(source, f"field 'steps': expected a list of steps, got "
+                                      f"{got(raw_steps)}")
+    steps = []
+    for t, raw in enumerate(raw_steps):
+        where = f"steps[{t}]"
+        if not isinstance(raw, dict):
+            raise FileFormatError(source, f"{where}: expected an object {{\"rounds\": r, "
+                                          f"\"sends\": [...]}}, got {got(raw)}")
+        extra = sorted(set(raw) - {"rounds", "sends"})
+        if extra:
+            raise FileFormatError(source, f"{where}: unknown field {extra[0]!r}; expected "
+                                          "'rounds' and 'sends'")
+        rounds = raw.get("rounds")
+        if not _is_int(rounds) or rounds < 1:
+            raise FileFormatError(source, f"{where}.rounds: expected a positive integer, got "
+                                          f"{got(rounds)}")
+        sends = raw.get("sends")
+        if not isinstance(sends, list):
+            raise FileFormatError(source, f"{where}.sends: expected a list of [chunk, src, dst], "
+                                          f"got {got(sends)}")
+        steps.append(Step(rounds, tuple(_send(s, source, f"{where}.sends[{i}]",
+                                              collective.num_chunks, n)
+                                        for i, s in enumerate(sends))))
+    algorithm = Algorithm(name, topology, collective, tuple(steps), provenance=provenance)
+    extra_memory = _check_instance(obj["instance"], algorithm, source)
+    try:
+        return verify(algorithm, extra_memory=extra_memory)
+    except VerificationError as exc:
+        raise VerificationError(f"{source}: {exc}") from exc
+
+
+def _check_instance(raw: Any, algorithm: Algorithm, source: str) -> int | None:
+    """Check ``instance`` agrees with the steps and collective; return its ``extra_memory``."""
+    if not isinstance(raw, dict):
+        raise FileFormatError(source, f"field 'instance': expected an object, got {got(raw)}")
+    extra = sorted(set(raw) - _INSTANCE_FIELDS)
+    if extra:
+        raise FileFormatError(source, f"instance: unknown field {extra[0]!r}")
+    actual = {"steps": algorithm.num_steps, "rounds": algorithm.num_rounds,
+              "chunks": algorithm.chunks}
+    explain = {"steps": "the file has {} steps", "rounds": "the steps add up to {} rounds",
+               "chunks": "the collective's chunk_factor is {}"}
+    for key, value in actual.items():
+        if key not in raw:
+            raise FileFormatError(source, f"instance: missing field {key!r}")
+        if not _is_int(raw[key]):
+            raise FileFormatError(source, f"instance.{key}: expected an integer, got "
+                                          f"{got(raw[key])}")
+        if raw[key] != value:
+            raise FileFormatError(source, f"instance.{key} = {raw[key]} but "
+                                          f"{explain[key].format(value)}")
+    if "rounds_per_chunk" in raw:
+        text = raw["rounds_per_chunk"]
+        try:
+            stated = Fraction(text) if isinstance(text, str) else None
+        except (ValueError, ZeroDivisionError):
+            stated = None
+        if stated is None:
+            raise FileFormatError(source, f"instance.rounds_per_chunk: expected a fraction such "
+                                          f"as \"7/6\", got {got(text)}")
+        if stated != algorithm.rounds_per_chunk:
+            raise FileFormatError(source, f"instance.rounds_per_chunk = {text} but rounds / chunks "
+                                          f"= {algorithm.rounds_per_chunk}")
+    extra_memory = raw.get("extra_memory")
+    if extra_memory is not None and (not _is_int(extra_memory) or extra_memory < 0):
+        raise FileFormatError(source, f"instance.extra_memory: expected a non-negative integer or "
+                                      f"null, got {got(extra_memory)}")
+    return extra_memory
+
+
+def save_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *,
+                   extra_memory: int | None = None) -> None:
+    """Verify ``algorithm`` and write it as a JSON file (atomically: never half-written).
+
+    Raises
+    ------
+    VerificationError
+        When the algorithm is wrong (nothing is written).
+    OSError
+        When the file cannot be written.
+    """
+    from collsynth._atomic import write_text_atomic
+
+    verify(algorithm, extra_memory=extra_memory)
+    obj = algorithm_to_json(algorithm, extra_memory=extra_memory)
+    write_text_atomic(path, dumps_readable(obj))
+
+
+def load_algorithm(path: str | os.PathLike[str]) -> Algorithm:
+    """Read an algorithm file and verify it.
+
+    Raises
+    ------
+    FileFormatError
+        A missing, unreadable or malformed file (naming the file and the field).
+    InputTooLargeError
+        A file above 64 MiB, or an embedded topology or collective beyond the size limits.
+    VerificationError
+        An algorithm that does not implement its collective on its topology (naming the file).
+    """
+    return algorithm_from_json(read_json_file(path), source=str(path))

@@ -1,0 +1,627 @@
+"""The ``collsynth`` command line.
+
+Each subcommand turns its arguments into values, makes one library call and writes the result;
+:func:`main` is the one place where exceptions become exit codes (see :data:`EXIT_CODES`)::
+
+    collsynth topologies [--json]
+    collsynth bounds TOPOLOGY COLLECTIVE [--root R] [--nodes K] [--json]
+    collsynth solve instance TOPOLOGY COLLECTIVE --steps S [--rounds R] [--chunks C]
+                                                 [--extra-memory M]
+    collsynth solve least-steps TOPOLOGY COLLECTIVE [--chunks C] [--max-steps N]
+    collsynth solve pareto TOPOLOGY COLLECTIVE [--max-chunks N] [--max-steps N]
+    collsynth show FILE [--max-sends N]
+    collsynth verify FILE
+
+``TOPOLOGY`` is a built-in name (``collsynth topologies``), a family member (``ring:8``) or a file
+(topology JSON, NCCL topology XML, ``nvidia-smi topo -m`` output...). ``COLLECTIVE`` is a standard
+name (``allgather``, ``reduce_scatter``, ``broadcast``...) or a custom collective JSON file.
+
+Results go to stdout (``--json`` for machine-readable output); progress, one line per instance
+tried, and errors, one line each, go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
+from collsynth.algorithm.model import Algorithm, Instance
+from collsynth.algorithm.show import format_algorithm
+from collsynth.bounds import Bounds, compute_bounds
+from collsynth.collective.model import Collective
+from collsynth.errors import CollsynthError, UnimplementableError
+from collsynth.resolve import resolve_collective, resolve_topology
+from collsynth.synthesis import (
+    SolveOptions,
+    Status,
+    SweepLog,
+    SynthesisResult,
+    pareto_front,
+    solve_instance,
+    solve_least_steps,
+)
+from collsynth.topology.builtins import list_topologies
+from collsynth.topology.model import Topology
+
+__all__ = ["main", "run", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_UNSATISFIABLE",
+           "EXIT_TIMEOUT", "EXIT_INTERRUPTED", "EXIT_CODES"]
+
+PROG = "collsynth"
+
+#: Success: the command did what was asked (for ``solve``: an algorithm was found).
+EXIT_OK = 0
+#: An error: bad input (unknown name, malformed file, ...), a wrong algorithm, an unwritable path.
+EXIT_ERROR = 1
+#: Bad command-line usage (unknown flag, missing argument, malformed value).
+EXIT_USAGE = 2
+#: No algorithm exists: the solver proved the instance unsatisfiable, or the collective cannot be
+#: implemented on the topology at all.
+EXIT_UNSATISFIABLE = 3
+#: The time limit was reached (or Ctrl-C pressed during a search) before anything was found.
+EXIT_TIMEOUT = 4
+#: Ctrl-C outside a search.
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "ok / algorithm found",
+    EXIT_ERROR: "error (bad input, wrong algorithm, unwritable output)",
+    EXIT_USAGE: "usage error",
+    EXIT_UNSATISFIABLE: "no algorithm exists (unsatisfiable or unimplementable)",
+    EXIT_TIMEOUT: "time limit reached (or interrupted) with nothing found",
+    EXIT_INTERRUPTED: "interrupted outside a search",
+}
+
+DEFAULT_TIME_LIMIT = 300.0
+
+
+class _UsageError(Exception):
+    """A command line that cannot be run; ``prog`` is the (sub)command it was given to."""
+
+    def __init__(self, message: str, *, prog: str = PROG) -> None:
+        self.prog = prog
+        super().__init__(message)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and reach :func:`main` as an exception."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(f"{message} (see '{self.prog} --help')", prog=self.prog)
+
+
+# -- argument types ---------------------------------------------------------------------------
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        ranks = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a rank or ranks separated by commas (0 or 0,4), got {text!r}") from None
+    if any(r < 0 for r in ranks):
+        raise argparse.ArgumentTypeError(f"ranks are >= 0, got {text!r}")
+    return ranks
+
+
+# -- the parser ---------------------------------------------------------------------------------
+
+
+def _build_parser() -> _Parser:
+    from collsynth import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description="Synthesize, bound and verify collective communication algorithms for GPU "
+                    "topologies.",
+        epilog="exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    topologies = commands.add_parser("topologies", help="list the built-in topologies",
+                                     description="List the built-in topologies and families.")
+    topologies.add_argument("--json", action="store_true", help="machine-readable output")
+    topologies.set_defaults(handler=_cmd_topologies)
+
+    problem = _Parser(add_help=False)
+    problem.add_argument("topology", metavar="TOPOLOGY",
+                         help="built-in name (dgx1, ring:8, ...) or topology file (JSON, NCCL XML, "
+                              "nvidia-smi/rocm-smi output)")
+    problem.add_argument("collective", metavar="COLLECTIVE",
+                         help="standard collective (allgather, reduce_scatter, broadcast, ...) "
+                              "or a custom collective JSON file")
+    problem.add_argument("--root", type=_ranks, metavar="R",
+                         help="root rank of a rooted collective; several (0,4) for multiroot_*")
+    problem.add_argument("--nodes", type=_positive_int, metavar="K",
+                         help="K copies of the topology joined by their NICs")
+    problem.add_argument("--nic-units", type=_positive_int, metavar="U",
+                         help="with --nodes: NIC bandwidth in the topology's units (for topologies "
+                              "whose file does not describe their NICs)")
+
+    bounds = commands.add_parser("bounds", parents=[problem],
+                                 help="lower bounds on steps and rounds per chunk",
+                                 description="Print lower bounds on the steps and the rounds per "
+                                             "chunk of any algorithm.")
+    bounds.add_argument("--json", action="store_true", help="machine-readable output")
+    bounds.set_defaults(handler=_cmd_bounds)
+
+    solving = _Parser(add_help=False, parents=[problem])
+    solving.add_argument("--backend", choices=("auto", "cpsat", "z3"), default="auto",
+                         help="solver backend (default: auto = cpsat if installed)")
+    solving.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
+                         metavar="SECONDS",
+                         help="wall-clock limit for the whole search "
+                              f"(default {DEFAULT_TIME_LIMIT:g})")
+    solving.add_argument("-o", "--output", metavar="PATH",
+                         help="write algorithms here: a .json file for one algorithm, a directory "
+                              "(created if needed) for one file per algorithm")
+    solving.add_argument("--json", action="store_true",
+                         help="machine-readable output on stdout (no progress lines)")
+    solving.add_argument("-q", "--quiet", action="store_true",
+                         help="no progress lines on stderr")
+
+    solve = commands.add_parser("solve", help="synthesize algorithms",
+                                description="Synthesize algorithms: one instance, the fewest "
+                                            "steps, or the Pareto front of steps vs rounds/chunk.")
+    modes = solve.add_subparsers(dest="mode", metavar="MODE", required=True)
+
+    instance = modes.add_parser("instance", parents=[solving],
+                                help="an algorithm with exactly the given steps, rounds, chunks",
+                                description="Find an algorithm with exactly --steps steps, "
+                                            "--rounds rounds and --chunks chunks per base chunk.")
+    instance.add_argument("--steps", type=_positive_int, required=True, metavar="S")
+    instance.add_argument("--rounds", type=_positive_int, metavar="R",
+                          help="total rounds (default: one per step)")
+    instance.add_argument("--chunks", type=_positive_int, default=1, metavar="C",
+                          help="pieces per base chunk (default 1)")
+    instance.add_argument("--extra-memory", type=_non_negative_int, metavar="M",
+                          help="most scratch chunks a rank may hold at once")
+    instance.set_defaults(handler=_cmd_solve)
+
+    least = modes.add_parser("least-steps", parents=[solving],
+                             help="the algorithm with the fewest steps",
+                             description="Find the algorithm with the fewest steps (one round per "
+                                         "step).")
+    least.add_argument("--chunks", type=_positive_int, default=1, metavar="C",
+                       help="pieces per base chunk (default 1)")
+    least.add_argument("--max-steps", type=_positive_int, metavar="N",
+                       help="give up after N steps")
+    least.set_defaults(handler=_cmd_solve)
+
+    pareto = modes.add_parser("pareto", parents=[solving],
+                              help="the Pareto front of steps vs rounds per chunk",
+                              description="Find the Pareto-optimal algorithms (steps vs rounds per "
+                                          "chunk), fewest steps first.")
+    pareto.add_argument("--max-chunks", type=_positive_int, metavar="N",
+                        help="most pieces per base chunk to try (default: from the bounds, <= 8)")
+    pareto.add_argument("--max-steps", type=_positive_int, metavar="N",
+                        help="most steps to try")
+    pareto.add_argument("--instance-time-limit", type=_seconds, metavar="SECONDS",
+                        help="most seconds for any one instance (default: max(10, time limit / 5))")
+    pareto.set_defaults(handler=_cmd_solve)
+
+    show = commands.add_parser("show", help="print an algorithm file step by step",
+                               description="Print an algorithm file (verified first) step by step.")
+    show.add_argument("file", metavar="FILE")
+    show.add_argument("--max-sends", type=_non_negative_int, metavar="N",
+                      help="show at most N links per step")
+    show.set_defaults(handler=_cmd_show)
+
+    verify = commands.add_parser("verify", help="check an algorithm file",
+                                 description="Replay an algorithm file and check it implements its "
+                                             "collective on its topology.")
+    verify.add_argument("file", metavar="FILE")
+    verify.set_defaults(handler=_cmd_verify)
+    return parser
+
+
+# -- output helpers -----------------------------------------------------------------------------
+
+
+def _out(text: str = "") -> None:
+    print(text, file=sys.stdout, flush=True)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: Sequence[int] = ()
+           ) -> list[str]:
+    """Columns separated by `` | ``, numbers right-aligned, columns in ``left`` left-aligned."""
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(c.ljust(w) if i in left else c.rjust(w)
+                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def _describe_problem(topology: Topology, collective: Collective) -> str:
+    return f"{collective.describe()} on {topology.name} ({topology.num_ranks} ranks)"
+
+
+def _bounds_line(bounds: Bounds) -> str:
+    text = f"lower bounds: steps >= {bounds.steps}, rounds/chunk >= {bounds.rounds_per_chunk}"
+    if bounds.composed_rounds_per_chunk is not None:
+        text += (f"; as reduce-scatter + allgather: steps >= {bounds.composed_steps}, "
+                 f"rounds/chunk >= {bounds.composed_rounds_per_chunk}")
+    return text
+
+
+def _fraction(value: Fraction | None) -> str | None:
+    return None if value is None else str(value)
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+def _cmd_topologies(args: argparse.Namespace) -> int:
+    rows = list_topologies()
+    if args.json:
+        _out(json.dumps([{"name": name, "ranks": ranks, "description": description}
+                         for name, ranks, description in rows], indent=1))
+        return EXIT_OK
+    table = [(name, "N" if ranks is None else str(ranks), description)
+             for name, ranks, description in rows]
+    for line in _table(("name", "ranks", "description"), table, left=(0, 2)):
+        _out(line)
+    return EXIT_OK
+
+
+def _problem(args: argparse.Namespace) -> tuple[Topology, Collective]:
+    topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units)
+    root = roots = None
+    if args.root is not None:
+        if len(args.root) == 1:
+            root = args.root[0]
+        else:
+            roots = args.root
+    collective = resolve_collective(args.collective, topology.num_ranks, root=root, roots=roots)
+    return topology, collective
+
+
+def _cmd_bounds(args: argparse.Namespace) -> int:
+    topology, collective = _problem(args)
+    bounds = compute_bounds(topology, collective)
+    if args.json:
+        _out(json.dumps({
+            "topology": topology.name,
+            "num_ranks": topology.num_ranks,
+            "collective": collective.describe(),
+            "steps_lower_bound": bounds.steps,
+            "rounds_per_chunk_lower_bound": str(bounds.rounds_per_chunk),
+            "composed_steps_lower_bound": bounds.composed_steps,
+            "composed_rounds_per_chunk_lower_bound": _fraction(bounds.composed_rounds_per_chunk),
+        }, indent=1))
+        return EXIT_OK
+    _out(_describe_problem(topology, collective))
+    _out(f"steps >= {bounds.steps}")
+    _out(f"rounds/chunk >= {bounds.rounds_per_chunk}")
+    if bounds.composed_rounds_per_chunk is not None:
+        _out(f"as reduce-scatter then allgather: steps >= {bounds.composed_steps}, "
+             f"rounds/chunk >= {bounds.composed_rounds_per_chunk}")
+    return EXIT_OK
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    _out(format_algorithm(load_algorithm(args.file), max_sends_per_step=args.max_sends))
+    return EXIT_OK
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    a = load_algorithm(args.file)
+    _out(f"{args.file}: correct {a.collective.describe()} on {a.topology.name} "
+         f"(steps={a.num_steps}, rounds={a.num_rounds}, chunks={a.chunks}, "
+         f"rounds/chunk={a.rounds_per_chunk})")
+    return EXIT_OK
+
+
+# -- solve ----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Destination:
+    """Where ``solve`` writes algorithms: nowhere, one file, or a directory of files."""
+
+    file: Path | None = None
+    directory: Path | None = None
+
+    @staticmethod
+    def plan(path: str | None, *, several: bool) -> "_Destination":
+        """Check ``-o PATH`` before any solving (and create the directory)."""
+        if path is None:
+            return _Destination()
+        p = Path(path)
+        as_directory = p.is_dir() or path.endswith(("/", os.sep)) or p.suffix == ""
+        if not as_directory:
+            if p.suffix.lower() != ".json":
+                raise _UsageError(f"-o {path}: expected a .json file or a directory")
+            if several:
+                raise _UsageError(f"-o {path}: pareto writes one file per algorithm; give a "
+                                  "directory")
+            if p.exists() and not p.is_file():
+                raise _UsageError(f"-o {path}: exists and is not a file")
+            return _Destination(file=p)
+        if p.exists() and not p.is_dir():
+            raise _UsageError(f"-o {path}: exists and is not a directory")
+        p.mkdir(parents=True, exist_ok=True)
+        return _Destination(directory=p)
+
+    def path_for(self, algorithm: Algorithm) -> Path | None:
+        if self.file is not None:
+            return self.file
+        if self.directory is not None:
+            return self.directory / f"{_file_stem(algorithm.name)}.json"
+        return None
+
+
+def _file_stem(name: str) -> str:
+    """``name`` with every character outside letters, digits, ``._-`` replaced by ``_``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).strip("._") or "algorithm"
+
+
+def _save(result: SynthesisResult, destination: _Destination, args: argparse.Namespace,
+          topology: Topology, collective: Collective) -> Path | None:
+    """Name, stamp and write a found algorithm; return the path written (``None``: not asked)."""
+    algorithm = result.algorithm
+    if algorithm is None:
+        return None
+    from collsynth import __version__
+
+    name = (f"{collective.name}-{topology.name}-s{algorithm.num_steps}-r{algorithm.num_rounds}"
+            f"-c{algorithm.chunks}")
+    algorithm = dataclasses.replace(algorithm, name=name, provenance={
+        **dict(algorithm.provenance),
+        "collsynth": __version__,
+        "command": f"solve {args.mode}",
+        "topology": args.topology,
+        "collective": args.collective,
+        "backend": result.backend,
+        "detail": result.detail,
+        "seconds": round(result.seconds, 3),
+    })
+    path = destination.path_for(algorithm)
+    if path is not None:
+        save_algorithm(algorithm, path, extra_memory=result.instance.extra_memory)
+    return path
+
+
+def _result_json(result: SynthesisResult, path: Path | None) -> dict[str, Any]:
+    instance = result.instance
+    return {
+        "steps": instance.steps,
+        "rounds": instance.total_rounds,
+        "chunks": instance.chunks,
+        "rounds_per_chunk": str(instance.rounds_per_chunk),
+        "status": result.status.value,
+        "seconds": round(result.seconds, 4),
+        "file": None if path is None else str(path),
+        "backend": result.backend,
+        "detail": result.detail,
+    }
+
+
+def _progress(result: SynthesisResult) -> None:
+    _err(f"  {result.instance.label()}: {result.status.value} ({result.seconds:.2f} s)")
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    several = args.mode == "pareto"
+    topology, collective = _problem(args)
+    destination = _Destination.plan(args.output, several=several)
+    options = SolveOptions(
+        backend=args.backend,
+        time_limit=args.time_limit,
+        instance_time_limit=getattr(args, "instance_time_limit", None),
+        on_result=None if args.quiet or args.json else _progress,
+    )
+    if several:
+        return _solve_pareto(args, topology, collective, options, destination)
+
+    if args.mode == "instance":
+        instance = Instance(steps=args.steps, rounds=args.rounds, chunks=args.chunks,
+                            extra_memory=args.extra_memory)
+    if not args.json:
+        _out(_describe_problem(topology, collective))
+    try:
+        if args.mode == "instance":
+            result = solve_instance(topology, collective, instance, options=options)
+        else:
+            result = solve_least_steps(topology, collective, chunks=args.chunks,
+                                       max_steps=args.max_steps, options=options)
+    except KeyboardInterrupt:
+        if args.json:
+            _out("[]")
+        else:
+            _out("interrupted: no algorithm found")
+        return EXIT_TIMEOUT
+    path = _save(result, destination, args, topology, collective)
+    if args.json:
+        _out(json.dumps([_result_json(result, path)], indent=1))
+    else:
+        _print_single(result, path, args)
+    if result.found:
+        return EXIT_OK
+    return EXIT_UNSATISFIABLE if result.status is Status.UNSAT else EXIT_TIMEOUT
+
+
+def _print_single(result: SynthesisResult, path: Path | None, args: argparse.Namespace) -> None:
+    instance = result.instance
+    timing = f"({result.seconds:.2f} s, {result.backend})"
+    if result.found:
+        _out(f"found: {instance.label()} rounds/chunk={instance.rounds_per_chunk} {timing}")
+        if args.mode == "least-steps" and result.detail:
+            _out(f"fewer steps: {result.detail}")
+        if path is not None:
+            _out(f"wrote {path}")
+        elif not args.quiet:
+            _err("(not saved: pass -o FILE.json to write the algorithm)")
+    elif result.status is Status.UNSAT:
+        what = ("no algorithm with at most {} steps".format(instance.steps)
+                if args.mode == "least-steps" else "no algorithm exists for this instance")
+        _out(f"unsat: {instance.label()} {timing}: {what}")
+    else:
+        detail = f"; {result.detail}" if result.status is Status.UNKNOWN and result.detail else ""
+        _out(f"{result.status.value}: {instance.label()} {timing}: no algorithm found within the "
+             f"time limit ({args.time_limit:g} s){detail}")
+
+
+def _solve_pareto(args: argparse.Namespace, topology: Topology, collective: Collective,
+                  options: SolveOptions, destination: _Destination) -> int:
+    if not args.json:
+        _out(_describe_problem(topology, collective))
+        _out(_bounds_line(compute_bounds(topology, collective)))
+    log = SweepLog()
+    front: list[tuple[SynthesisResult, Path | None]] = []
+    interrupted = False
+    try:
+        for result in pareto_front(topology, collective, max_chunks=args.max_chunks,
+                                   max_steps=args.max_steps, options=options, log=log):
+            front.append((result, None))
+            # Written as soon as found, so a later Ctrl-C or crash keeps it.
+            front[-1] = (result, _save(result, destination, args, topology, collective))
+    except KeyboardInterrupt:
+        interrupted = True
+    if args.json:
+        _out(json.dumps([_result_json(r, p) for r, p in front], indent=1))
+    else:
+        if front:
+            rows = [(str(r.instance.steps), str(r.instance.total_rounds), str(r.instance.chunks),
+                     str(r.rounds_per_chunk), f"{r.seconds:.2f}", "-" if p is None else str(p))
+                    for r, p in front]
+            for line in _table(("steps", "rounds", "chunks", "rounds/chunk", "seconds", "file"),
+                               rows, left=(5,)):
+                _out(line)
+        else:
+            _out("no algorithm found")
+        _out(_completeness(log, interrupted, args.time_limit))
+    if front:
+        return EXIT_OK
+    if interrupted or not log.complete:
+        return EXIT_TIMEOUT
+    return EXIT_UNSATISFIABLE
+
+
+def _completeness(log: SweepLog, interrupted: bool, time_limit: float) -> str:
+    """One line on whether the front printed is the whole front."""
+    if interrupted:
+        return "interrupted: the front above is what was found before Ctrl-C; it may be incomplete"
+    if log.complete:
+        return f"complete: {log.stopped_by}" if log.stopped_by else "complete"
+    if log.stopped_by == "time limit":
+        return (f"incomplete: stopped by the time limit ({time_limit:g} s); raise --time-limit to "
+                "search further")
+    timeouts = sum(1 for a in log.attempts if a.status in (Status.TIMEOUT, Status.UNKNOWN))
+    reason = f"{timeouts} instance(s) timed out, so points after them are the best found, " \
+             "not proven optimal" if timeouts else "the search was cut short"
+    return f"incomplete: {reason}" + (f" ({log.stopped_by})" if log.stopped_by else "")
+
+
+# -- entry points ---------------------------------------------------------------------------------
+
+
+def _exit_code(exc: BaseException) -> int:
+    """The exit code of an exception that ended a command (the one place that decides)."""
+    if isinstance(exc, _UsageError):
+        return EXIT_USAGE
+    if isinstance(exc, UnimplementableError):
+        return EXIT_UNSATISFIABLE
+    return EXIT_ERROR
+
+
+def _error_message(exc: BaseException) -> str:
+    if isinstance(exc, UnimplementableError):
+        return f"not implementable on this topology: {exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return str(exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code.
+
+    Never raises for bad input: errors are reported in one line on stderr. Exceptions that are
+    not collsynth's (bugs) propagate.
+    """
+    parser = _build_parser()
+    try:
+        try:
+            args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        except SystemExit as exc:  # --help, --version
+            return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None
+                                                                else EXIT_USAGE)
+        return args.handler(args)
+    except _UsageError as exc:
+        _err(f"{exc.prog}: error: {_one_line(str(exc))}")
+        return EXIT_USAGE
+    except BrokenPipeError:  # stdout closed early (`| head`): nothing left to tell; see run()
+        raise
+    except (CollsynthError, OSError) as exc:
+        _err(f"{PROG}: error: {_one_line(_error_message(exc))}")
+        return _exit_code(exc)
+    except KeyboardInterrupt:
+        _err(f"{PROG}: interrupted")
+        return EXIT_INTERRUPTED
+
+
+def run() -> None:
+    """Console entry point: ``sys.exit(main())``, turning a bug into one line and exit 1."""
+    try:
+        code = main()
+    except BrokenPipeError:  # e.g. `collsynth topologies | head -1`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        code = EXIT_ERROR
+    except Exception as exc:  # a bug: say so in one line, not a traceback
+        _err(f"{PROG}: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+             "(this is a bug; please report it)")
+        code = EXIT_ERROR
+    sys.exit(code)

@@ -1,0 +1,10 @@
+"""Shared pytest configuration for the collsynth test suite."""
+
+from __future__ import annotations
+
+
+def pytest_configure(config) -> None:
+    # Registered here because pyproject.toml is not the tests' to edit; deselect with
+    # `pytest -m "not notebook"`.
+    config.addinivalue_line(
+        "markers", "notebook: executes a notebook in notebooks/ in a fresh kernel (slow)")
