@@ -931,7 +931,7 @@ def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, bool
     return best, False
 
 
-def _solve_z3(lp: _LinearProgram) -> Fraction:
+def _solve_z3(lp: _LinearProgram, *, timeout_ms: int | None = None) -> Fraction:
     """The exact optimum, proven by z3's decision procedure for linear real arithmetic.
 
     HiGHS proposes the value V (its optimum read as a fraction); z3 then shows that ``R <= V`` is
@@ -952,17 +952,24 @@ def _solve_z3(lp: _LinearProgram) -> Fraction:
     if result.status != 0:
         raise SolverError(f"HiGHS could not solve the rounds linear program: {result.message}")
     z = [z3.Real(f"z{j}") for j in range(num)]
-    solver = z3.Solver()
-    solver.add(z[0] >= 0)
+    constraints = [z[0] >= 0]
     for j in range(1, num):
-        solver.add(z[j] >= 0, z[j] <= int(lp.upper[j]))
+        constraints += [z[j] >= 0, z[j] <= int(lp.upper[j])]
     for matrix, relation in ((lp.a_ub, "le"), (lp.a_eq, "eq")):
         for row in range(matrix.shape[0]):
             start, stop = matrix.indptr[row], matrix.indptr[row + 1]
             total = z3.Sum([int(c) * z[int(j)]
                             for c, j in zip(matrix.data[start:stop], matrix.indices[start:stop])]
                            + [z3.RealVal(0)])
-            solver.add(total <= 0 if relation == "le" else total == int(lp.b_eq[row]))
+            constraints.append(total <= 0 if relation == "le" else total == int(lp.b_eq[row]))
+
+    def check(extra: z3.BoolRef) -> z3.CheckSatResult:
+        solver = z3.SolverFor("QF_LRA")
+        if timeout_ms is not None:
+            solver.set("timeout", timeout_ms)
+        solver.add(*constraints, extra)
+        return solver.check()
+
     tried = set()
     for max_denominator in (10 ** 3, 10 ** 6, 10 ** 9):
         guess = Fraction(float(result.fun)).limit_denominator(max_denominator)
@@ -970,17 +977,7 @@ def _solve_z3(lp: _LinearProgram) -> Fraction:
             continue
         tried.add(guess)
         value = z3.RealVal(f"{guess.numerator}/{guess.denominator}")
-        solver.push()
-        solver.add(z[0] < value)
-        below = solver.check()
-        solver.pop()
-        if below != z3.unsat:
-            continue
-        solver.push()
-        solver.add(z[0] <= value)
-        reached = solver.check()
-        solver.pop()
-        if reached == z3.sat:
+        if check(z[0] < value) == z3.unsat and check(z[0] <= value) == z3.sat:
             return guess
     raise SolverError(f"z3 could not prove an optimum of the rounds LP near {result.fun}")
 

@@ -185,7 +185,7 @@ def _build_parser() -> _Parser:
     bounds.set_defaults(handler=_cmd_bounds)
 
     solving = _Parser(add_help=False, parents=[problem])
-    solving.add_argument("--backend", choices=("auto", "cpsat", "z3"), default="auto",
+    solving.add_argument("--backend", choices=("auto", "cpsat", "z3", "z3-path"), default="auto",
                          help="solver backend (default: auto = cpsat if installed)")
     solving.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
                          metavar="SECONDS",

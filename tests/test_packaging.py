@@ -23,3 +23,20 @@ def test_builtin_topology_files_are_found():
 
     assert sorted(p.name for p in data_directory().glob("*.json")) == \
         sorted(p.name for p in (ROOT / "topologies").glob("*.json"))
+
+
+def test_a_non_editable_install_finds_the_builtin_topologies(tmp_path):
+    """Build and install the package (no dependencies) into a folder and list the built-ins
+    from a fresh interpreter whose working directory is not the checkout."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(ROOT)], check=True, capture_output=True)
+    script = ("from collsynth.topology import list_topologies, get_topology; "
+              "print(len([r for r in list_topologies() if r[1]]), get_topology('dgx1').num_ranks)")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, check=True,
+                         capture_output=True, text=True, env={"PYTHONPATH": str(target)}).stdout
+    files = len(list((ROOT / "topologies").glob("*.json")))
+    assert out.split() == [str(files), "8"]

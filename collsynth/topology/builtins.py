@@ -5,7 +5,6 @@ Names are case-insensitive. A family is named ``FAMILY:N`` (``ring:8``, ``hub:16
 
 from __future__ import annotations
 
-import importlib.resources
 from functools import lru_cache
 from pathlib import Path
 
@@ -16,20 +15,14 @@ from collsynth.topology.model import Topology
 
 __all__ = ["data_directory", "builtin_names", "get_topology", "list_topologies"]
 
-_DATA_PACKAGE = "collsynth.topologies"
-
-
 def data_directory() -> Path:
-    """Where the built-in topology files are: inside the installed package, or ``topologies/``
-    at the root of a source checkout."""
-    try:
-        files = importlib.resources.files(_DATA_PACKAGE)
-        path = Path(str(files))
-        if path.is_dir() and any(path.glob("*.json")):
-            return path
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parents[2] / "topologies"
+    """Where the built-in topology files are: ``collsynth/topologies/`` inside an installed
+    package, or ``topologies/`` at the root of a source checkout (editable installs)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "topologies"
+    if installed.is_dir() and any(installed.glob("*.json")):
+        return installed
+    return package.parent / "topologies"
 
 
 @lru_cache(maxsize=1)

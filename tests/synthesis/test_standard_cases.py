@@ -35,7 +35,7 @@ CASES = [
     ("line:4", "reduce", 1, 2, [(2, "2"), (3, "3/2")], None),
 ]
 SLOW_FOR_Z3 = {("dgx1", "broadcast")}
-BACKENDS = ["cpsat", "z3"]
+BACKENDS = ["cpsat", "z3", "z3-path"]
 
 
 def _collective(name, topology, root):
@@ -67,7 +67,7 @@ def test_least_steps_is_sat_at_k_and_unsat_below(case, backend):
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_pareto_front_matches_table(case, backend):
     topo_name, coll_name, root, _least, front, max_chunks = case
-    if backend == "z3" and (topo_name, coll_name) in SLOW_FOR_Z3:
+    if backend.startswith("z3") and (topo_name, coll_name) in SLOW_FOR_Z3:
         pytest.skip("z3 needs minutes for this sweep; covered by cpsat")
     topology = get_topology(topo_name)
     collective = _collective(coll_name, topology, root)
