@@ -32,7 +32,7 @@ def test_a_non_editable_install_finds_the_builtin_topologies(tmp_path):
     import sys
 
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                     "--target", str(target), str(ROOT)], check=True, capture_output=True)
     script = ("from collsynth.topology import list_topologies, get_topology; "
               "print(len([r for r in list_topologies() if r[1]]), get_topology('dgx1').num_ranks)")
