@@ -44,7 +44,13 @@ from scipy.sparse.csgraph import connected_components, dijkstra, maximum_flow
 
 from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
 from collsynth.collective.model import Collective
-from collsynth.errors import InputTooLargeError, InvalidCollectiveError, SolverError, UnimplementableError
+from collsynth.errors import (
+    InputTooLargeError,
+    InvalidCollectiveError,
+    SolverError,
+    UnimplementableError,
+    UnknownNameError,
+)
 from collsynth.topology.model import Topology
 
 __all__ = [
@@ -142,12 +148,19 @@ def _composition(collective: Collective, ranks: frozenset[int]) -> tuple[Collect
 # -- hop distances ------------------------------------------------------------------------------
 
 
+def _edge_arrays(topology: Topology) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sources, destinations and bandwidths of the links (in :attr:`Topology.edges` order)."""
+    edges = topology.edges
+    count = len(edges)
+    return (np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=count),
+            np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=count),
+            np.fromiter((b for _, _, b in edges), dtype=np.int64, count=count))
+
+
 def _hop_graph(topology: Topology) -> sp.csr_matrix:
     n = topology.num_ranks
-    edges = topology.edges
-    rows = np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=len(edges))
-    cols = np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=len(edges))
-    return sp.csr_matrix((np.ones(len(edges)), (rows, cols)), shape=(n, n))
+    src, dst, _ = _edge_arrays(topology)
+    return sp.csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
 
 
 def _hops_from_sets(graph: sp.csr_matrix, sets: Sequence[frozenset[int]]) -> dict[frozenset[int], np.ndarray]:
@@ -351,16 +364,6 @@ def _commodities(classes: _Classes) -> list[_Commodity]:
     return result
 
 
-def _estimate_variables(num_edges: int, commodities: Sequence[_Commodity]) -> int:
-    count = 1
-    for commodity in commodities:
-        if commodity[0] == "tree":
-            count += num_edges * (1 + len(commodity[2])) + len(commodity[1])
-        else:
-            count += num_edges + sum(len(pre) for pre, _ in commodity[2])
-    return count
-
-
 def _map_commodity(perm: Sequence[int], commodity: _Commodity) -> _Commodity:
     """The commodity with every rank ``r`` renamed ``perm[r]``."""
     if commodity[0] == "tree":
@@ -392,10 +395,7 @@ def _symmetries(topology: Topology, commodities: Sequence[_Commodity]) -> list[l
     link's bandwidth, map every bandwidth group that can bind onto one with the same limit and
     links, and map the set of commodities (with multiplicities) onto itself."""
     n = topology.num_ranks
-    edges = topology.edges
-    src = np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=len(edges))
-    dst = np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=len(edges))
-    bw = np.fromiter((b for _, _, b in edges), dtype=np.int64, count=len(edges))
+    src, dst, bw = _edge_arrays(topology)
     keys = src * n + dst  # sorted: edges are listed row by row
     groups = [(g.limit, np.array([s * n + d for s, d in covered], dtype=np.int64))
               for g, covered in topology.effective_groups]
@@ -418,6 +418,9 @@ def _symmetries(topology: Topology, commodities: Sequence[_Commodity]) -> list[l
 
 #: Most symmetries fixing a commodity that are used to tie its variables (any subset is sound).
 _MAX_STABILIZER = 64
+#: Symmetry detection is skipped when testing the candidates would cost more elementary
+#: operations than this (candidates x (links + group links + commodity ranks)).
+_MAX_SYMMETRY_WORK = 50_000_000
 
 _Orbit = tuple[list[tuple[_Commodity, list[int]]], list[list[int]]]
 
@@ -433,7 +436,12 @@ def _orbits(topology: Topology, commodities: Sequence[_Commodity], symmetric: bo
     identity = list(range(topology.num_ranks))
     if not symmetric:
         return [([(c, identity)], []) for c in commodities], []
-    generators = _symmetries(topology, commodities)
+    n = topology.num_ranks
+    size = len(topology.edges) + sum(len(c) for _, c in topology.effective_groups) + sum(
+        len(c[1]) + len(c[2]) if c[0] == "tree" else 1 + sum(len(p) for p, _ in c[2])
+        for c in commodities)
+    work = 3 * n * size
+    generators = _symmetries(topology, commodities) if work <= _MAX_SYMMETRY_WORK else []
     orbits: list[_Orbit] = []
     seen: set[_Commodity] = set()
     for commodity in commodities:
@@ -503,7 +511,8 @@ class _Builder:
         return first
 
 
-def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetric: bool) -> _LinearProgram:
+def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetric: bool,
+              label: str = "the collective") -> _LinearProgram:
     """The rounds LP of a non-combining collective (see :func:`rounds_per_chunk_lower_bound`).
 
     With ``symmetric``, only one commodity per orbit under the verified symmetries gets variables;
@@ -514,13 +523,14 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
     its images). This LP has the same optimum: any solution extends to the full LP, and averaging
     a full optimum over the group the symmetries generate gives a symmetric optimum, which is a
     solution of the reduced LP.
+
+    Raises :class:`InputTooLargeError` (naming ``label``) before building an LP of more than
+    :data:`MAX_LP_VARIABLES` variables.
     """
     n = topology.num_ranks
     edges = topology.edges
     num_edges = len(edges)
-    src = np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=num_edges)
-    dst = np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=num_edges)
-    bw = np.fromiter((b for _, _, b in edges), dtype=np.int64, count=num_edges)
+    src, dst, bw = _edge_arrays(topology)
     keys = src * n + dst
     edge_ids = np.arange(num_edges, dtype=np.int64)
     builder = _Builder()
@@ -590,12 +600,28 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
         return sel, flow
 
     orbits, symmetries = _orbits(topology, commodities, symmetric)
+    plans = []
+    estimate = 1
     for members, stabilizer in orbits:
         first = members[0][0]
         edge_class = _classes_under(stabilizer, num_edges,
                                     lambda p: np.searchsorted(keys, p[src] * n + p[dst]))
+        rank_class = _classes_under(stabilizer, n, lambda p: p)
+        plans.append((members, edge_class, rank_class))
         if first[0] == "tree":
-            rank_class = _classes_under(stabilizer, n, lambda p: p)
+            flows = len({int(rank_class[d]) for d in first[2]})
+            estimate += num_edges * (1 + flows)
+        else:
+            estimate += num_edges + sum(len(pre) for pre, _ in first[2])
+    if estimate > MAX_LP_VARIABLES:
+        raise InputTooLargeError(
+            f"the rounds bound of {label} needs a linear program of about {estimate:,} variables "
+            f"(links x chunk destinations{', after symmetry reduction' if symmetries else ''}), "
+            f"more than the {MAX_LP_VARIABLES:,} collsynth builds"
+        )
+    for members, edge_class, rank_class in plans:
+        first = members[0][0]
+        if first[0] == "tree":
             links, variables = tree(first[1], first[2], edge_class, rank_class)
             coefficient = first[3]
         else:
@@ -880,10 +906,18 @@ def _structured_bound(topology: Topology, lp: _LinearProgram, weights: np.ndarra
     return Fraction(inner, a_r)
 
 
-def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, bool]:
-    """Solve with HiGHS and certify: ``(lower bound, proven optimal)``. The bound is always a
-    verified lower bound on the LP optimum (weak duality in exact arithmetic); it is proven to be
-    the optimum when HiGHS's solution, read as fractions, is exactly feasible with that value."""
+#: How a certified bound relates to the LP optimum.
+_EXACT, _CLOSE, _GAP = "exact", "close", "gap"
+
+
+def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, str]:
+    """Solve with HiGHS and certify: ``(lower bound, status)``.
+
+    The bound is always a verified lower bound on the LP optimum (weak duality, in exact
+    arithmetic). Status ``"exact"``: HiGHS's solution, read as fractions, is exactly feasible with
+    the same value, so the bound is the optimum. ``"close"``: no exact solution was recovered but
+    the bound is within 1e-9 (relative) of HiGHS's optimum. ``"gap"``: it is further below.
+    """
     num = lp.num_variables
     cost = np.zeros(num)
     cost[0] = 1.0
@@ -909,10 +943,10 @@ def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, bool
         best = max(best, _structured_bound(topology, lp, -y_ub[:len(lp.r_coefficients)],
                                            max_denominator))
         if proven(best):
-            return best, True
+            return best, _EXACT
     peak = max(np.abs(y_ub).max(initial=0), np.abs(y_eq).max(initial=0))
     if peak <= 0:
-        return best, upper == 0
+        return best, _EXACT if upper == 0 else _GAP
     y_ub, y_eq = y_ub / peak, y_eq / peak
     weight = max(float(np.asarray(abs(lp.a_ub).sum(axis=0)).max(initial=0)),
                  float(np.asarray(abs(lp.a_eq).sum(axis=0)).max(initial=0)), 1.0)
@@ -927,8 +961,9 @@ def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, bool
             scale = q
         best = max(best, _dual_bound(lp, y_ub, y_eq, scale))
         if proven(best):
-            return best, True
-    return best, False
+            return best, _EXACT
+    close = float(best) >= float(result.fun) - 1e-9 * max(1.0, abs(float(result.fun)))
+    return best, _CLOSE if close else _GAP
 
 
 def _solve_z3(lp: _LinearProgram, *, timeout_ms: int | None = None) -> Fraction:
@@ -994,18 +1029,15 @@ def _copy_rounds(topology: Topology, collective: Collective, method: Method, lab
             value = _arborescence_rounds(topology, roots)
             if value is not None:
                 return value
-    commodities = _commodities(classes)
-    estimate = _estimate_variables(len(topology.edges), commodities)
-    if estimate > MAX_LP_VARIABLES:
-        raise InputTooLargeError(
-            f"the rounds bound of {label} needs a linear program of about {estimate:,} variables "
-            f"(links x chunk destinations), more than the {MAX_LP_VARIABLES:,} collsynth builds"
-        )
-    lp = _build_lp(topology, commodities, symmetric=method != "z3")
+    lp = _build_lp(topology, _commodities(classes), symmetric=method != "z3", label=label)
     if method == "z3":
         return _solve_z3(lp)
-    value, optimal = _solve_highs(topology, lp)
-    if optimal:
+    value, status = _solve_highs(topology, lp)
+    if status == _EXACT:
+        return value
+    if status == _CLOSE:
+        logger.debug("rounds bound of %s: %s, certified, equal to HiGHS's optimum within 1e-9",
+                     label, value)
         return value
     logger.warning("rounds bound of %s: certified %s, which may be below the LP optimum", label, value)
     rounded = value.limit_denominator(10 ** 6)
@@ -1056,10 +1088,7 @@ def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction 
     cap_in(S)``; if it is below ``q * total`` the minimising S has a larger ratio.
     """
     n = topology.num_ranks
-    edges = topology.edges
-    src = np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=len(edges))
-    dst = np.fromiter((d for _, d, _ in edges), dtype=np.int64, count=len(edges))
-    bw = np.fromiter((b for _, _, b in edges), dtype=np.int64, count=len(edges))
+    src, dst, bw = _edge_arrays(topology)
     chunks = np.zeros(n, dtype=np.int64)
     for root, mult in roots.items():
         chunks[root] = mult
@@ -1103,17 +1132,21 @@ def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction 
 def _cut_capacity(topology: Topology, inside: np.ndarray) -> int:
     """An upper bound on the chunks per round from ``inside`` to the other ranks: the links'
     bandwidth, lowered by bandwidth groups (greedily, over groups whose cut links are disjoint)."""
-    total = sum(b for s, d, b in topology.edges if inside[s] and not inside[d])
+    src, dst, bw = _edge_arrays(topology)
+    crossing = inside[src] & ~inside[dst]
+    total = int(bw[crossing].sum())
+    index = {(s, d): i for i, (s, d, _) in enumerate(topology.edges)}
     savings = []
     for group, covered in topology.effective_groups:
-        crossing = frozenset((s, d) for s, d in covered if inside[s] and not inside[d])
-        excess = sum(topology.links[s][d] for s, d in crossing) - group.limit
+        ids = np.array([index[link] for link in covered], dtype=np.int64)
+        ids = ids[crossing[ids]]
+        excess = int(bw[ids].sum()) - group.limit
         if excess > 0:
-            savings.append((excess, crossing))
-    used: set[tuple[int, int]] = set()
-    for excess, crossing in sorted(savings, key=lambda item: -item[0]):
-        if used.isdisjoint(crossing):
-            used |= crossing
+            savings.append((excess, frozenset(ids.tolist())))
+    used: set[int] = set()
+    for excess, ids_set in sorted(savings, key=lambda item: -item[0]):
+        if used.isdisjoint(ids_set):
+            used |= ids_set
             total -= excess
     return total
 
@@ -1172,10 +1205,12 @@ def rounds_per_chunk_lower_bound(topology: Topology, collective: Collective, *,
     copy on a link serves every destination downstream of it). Every link of bandwidth ``b``
     carries ``sum_c x[c][e] <= b R``, every bandwidth group that can bind at most ``limit * R``;
     the bound is ``min R`` divided by ``chunk_factor``. An algorithm gives a solution (``x`` = its
-    sends, each destination's path of sends a flow), so the bound holds for every algorithm. It
-    is tighter than msccl-tools' relaxation, which lets a rank forward more than it receives: on
-    DGX1 scatter from rank 0 it gives 7/6 where msccl-tools reports 7/24. Identical chunks share
-    variables, and chunks with one destination are aggregated into one flow per destination.
+    sends, each destination's path of sends a flow), so the bound holds for every algorithm.
+
+    It is tighter than msccl-tools' relaxation, which lets a rank forward more than it receives
+    and only counts link usage per hop: on DGX1, scatter from rank 0 gets 7/6 where msccl-tools
+    reports 7/24, and alltoall 8/3 where msccl-tools reports 5/3 (the 16 chunks from one socket
+    to the other share 6 units of cross-socket bandwidth: 16/6 = 8/3).
 
     Combining collectives with one destination per chunk (reduce, reduce-scatter): the bound of
     the non-combining dual on the reversed topology. Every contributor's value reaches the
@@ -1191,19 +1226,33 @@ def rounds_per_chunk_lower_bound(topology: Topology, collective: Collective, *,
     found, and each rank's outgoing and incoming cut), so with groups the value is sound but may
     be below the best cut bound. See :func:`compute_bounds` for the composed bound.
 
-    Exactness: the LP is solved with HiGHS and its answer certified in exact integer arithmetic.
-    The multipliers HiGHS returns are read as fractions and turned into a Lagrangian lower bound
-    (weak duality; valid for any multipliers), and HiGHS's solution is read as fractions and
-    checked exactly feasible (an upper bound). When both meet, the result is the exact optimum.
-    When they do not, LPs of at most 20,000 variables are re-solved with z3's rational simplex;
-    larger ones return the certified lower bound rounded down to a denominator of at most 10**6
-    (sound, possibly slightly below the optimum; a warning is logged). LPs of more than
-    :data:`MAX_LP_VARIABLES` variables are refused before they are built.
+    How the LP is solved (``method="auto"``):
+
+    * when every chunk starts on one rank and is needed by all the others (allgather, broadcast,
+      reduce and reduce-scatter through their duals) and no bandwidth group can bind, exactly
+      and without an LP, by Edmonds' branching theorem and integer maximum flows;
+    * otherwise with HiGHS, on an LP reduced by the symmetries of the topology and collective
+      (rotations, reflections, transpositions, bit flips that are verified to preserve links,
+      groups and chunks; the reduced LP has the same optimum). Identical chunks share variables,
+      and chunks with one destination are aggregated into one flow per destination. HiGHS's
+      answer is then certified in exact integer arithmetic: its link and group multipliers,
+      averaged over the symmetries and read as fractions, give a Lagrangian lower bound whose
+      inner minima (shortest paths, minimum-cost arborescences) are computed exactly; its
+      solution, read as fractions and checked exactly feasible, gives an upper bound. When
+      they meet, the result is the exact optimum. Whatever happens, the value returned is a
+      proven lower bound; if it is further than 1e-9 below HiGHS's optimum (not seen in
+      practice) a warning is logged and it is rounded down to a denominator of at most 10**6.
+
+    LPs of more than :data:`MAX_LP_VARIABLES` variables are refused before they are built.
 
     Parameters
     ----------
     method:
-        ``"auto"`` as above; ``"highs"``: the certified HiGHS bound only; ``"z3"``: z3 only.
+        ``"auto"`` as above; ``"highs"``: always the HiGHS LP (no maximum-flow shortcut);
+        ``"z3"``: the full LP (no symmetry reduction), its optimum proven by z3's decision
+        procedure for linear real arithmetic (``R < V`` unsatisfiable, ``R <= V`` satisfiable for
+        HiGHS's value V read as a fraction). An independent cross-check for small problems:
+        z3 can take minutes on LPs of a few thousand variables.
 
     Raises
     ------
@@ -1212,7 +1261,9 @@ def rounds_per_chunk_lower_bound(topology: Topology, collective: Collective, *,
     InputTooLargeError
         When the LP would have more than :data:`MAX_LP_VARIABLES` variables.
     SolverError
-        When a solver fails.
+        When a solver fails or its answers contradict each other.
+    UnknownNameError
+        For an unknown ``method``.
 
     Examples
     --------
@@ -1223,11 +1274,13 @@ def rounds_per_chunk_lower_bound(topology: Topology, collective: Collective, *,
     Fraction(3, 2)
     >>> rounds_per_chunk_lower_bound(ring, standard_collective("allgather", 4).split(3))
     Fraction(3, 2)
+    >>> rounds_per_chunk_lower_bound(ring, standard_collective("alltoall", 4), method="highs")
+    Fraction(2, 1)
     >>> rounds_per_chunk_lower_bound(ring, standard_collective("allreduce", 4))
     Fraction(1, 2)
     """
     if method not in ("auto", "highs", "z3"):
-        raise ValueError(f"method = {method!r}; expected 'auto', 'highs' or 'z3'")
+        raise UnknownNameError(f"unknown bounds method {method!r}; valid: auto, highs, z3")
     check_implementable(topology, collective)
     if _is_multi_destination_combining(collective):
         total = _cut_rounds(topology, collective)
