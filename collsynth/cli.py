@@ -198,6 +198,11 @@ def _build_parser() -> _Parser:
                          help="machine-readable output on stdout (no progress lines)")
     solving.add_argument("-q", "--quiet", action="store_true",
                          help="no progress lines on stderr")
+    solving.add_argument("--xml", metavar="DIR",
+                         help="also export every algorithm found as MSCCL XML into DIR "
+                              "(checked before it is written)")
+    solving.add_argument("--xml-runtime", choices=("msccl", "rccl", "msccl-executor", "all"),
+                         default="msccl", help="runtime for --xml (default msccl)")
 
     solve = commands.add_parser("solve", help="synthesize algorithms",
                                 description="Synthesize algorithms: one instance, the fewest "
@@ -251,6 +256,12 @@ def _build_parser() -> _Parser:
                                              "collective on its topology.")
     verify.add_argument("file", metavar="FILE")
     verify.set_defaults(handler=_cmd_verify)
+
+    from collsynth.cli_check import add_check_parser
+    from collsynth.cli_export import add_export_parser
+
+    add_export_parser(commands)
+    add_check_parser(commands)
     return parser
 
 
@@ -428,6 +439,13 @@ def _save(result: SynthesisResult, destination: _Destination, args: argparse.Nam
     path = destination.path_for(algorithm)
     if path is not None:
         save_algorithm(algorithm, path, extra_memory=result.instance.extra_memory)
+    if getattr(args, "xml", None):
+        from collsynth.cli_export import export_algorithm
+        from collsynth.export.runtimes import runtime_names
+
+        runtimes = runtime_names() if args.xml_runtime == "all" else [args.xml_runtime]
+        for runtime in runtimes:
+            export_algorithm(algorithm, Path(args.xml) / f"{name}.{runtime}.xml", runtime=runtime)
     return path
 
 

@@ -30,8 +30,9 @@ def invert_dual(dual: Algorithm, topology: Topology, collective: Collective) -> 
         Step(step.rounds, tuple(sorted(Send(s.chunk, s.dst, s.src, reduce=True) for s in step.sends)))
         for step in reversed(dual.steps)
     )
+    rounds = sum(step.rounds for step in steps)
     algorithm = Algorithm(
-        name=dual.name.replace("dual(", "", 1).rstrip(")") if dual.name.startswith("dual(") else dual.name,
+        name=f"{collective.name}-{topology.name}-s{len(steps)}-r{rounds}-c{collective.chunk_factor}",
         topology=topology,
         collective=collective,
         steps=steps,

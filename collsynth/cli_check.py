@@ -1,0 +1,167 @@
+"""``collsynth check``: is an MSCCL XML program correct for a runtime?
+
+::
+
+    collsynth check FILE.xml [--runtime msccl|rccl|msccl-executor] [--coll NAME] [--root R]
+                             [--json]
+
+Reads the file as the runtime's own reader would (:mod:`collsynth.export.xml_reader`), checks its
+rules and executes it symbolically (:func:`collsynth.export.check.check_program`). Prints
+``FILE: correct allreduce for msccl (layouts: in-place)``, or every problem as
+``FILE:LINE: kind: message``, one per line. Exit status 0 only for a correct program, 1 for
+problems (or an unreadable file), 2 for usage errors.
+
+Without ``--runtime`` the runtime is inferred: rccl when the ``<algo>`` element carries
+``outofplace``/``minBytes``/``maxBytes`` or uses an rccl-only spelling (``reducescatter``,
+``gather``...), else msccl; the output says so. ``--coll`` names the collective of a
+``coll="custom"`` file (msccl-tools' conventions, see ``check_program``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from typing import Any
+
+from collsynth.errors import CollsynthError, InvalidCollectiveError
+from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
+from collsynth.export.runtimes import runtime_names
+from collsynth.export.xml_reader import read_checked, read_text
+
+__all__ = ["add_check_parser", "run_check", "infer_runtime"]
+
+_EXIT_OK, _EXIT_PROBLEMS, _EXIT_USAGE = 0, 1, 2
+_ALGO_TAG = re.compile(r"<algo\b[^>]*>", re.S)
+_RCCL_ONLY_COLLS = ("reducescatter", "gather", "scatter", "send", "recv", "alltoallv")
+
+
+def _root(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rank >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a rank >= 0, got {text!r}")
+    return value
+
+
+def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``check`` subcommand to ``subparsers``; its handler is :func:`run_check`."""
+    parser = subparsers.add_parser(
+        "check", help="check an MSCCL XML program for a runtime",
+        description="Check an MSCCL XML algorithm as a runtime reads and runs it: its reader "
+                    "rules, limits, connections and dependencies, then a symbolic execution "
+                    "(deadlocks, races, uninitialised reads, the collective's result). Exit "
+                    "status 0 only when correct.")
+    parser.add_argument("file", metavar="FILE.xml")
+    parser.add_argument("--runtime", choices=runtime_names(),
+                        help="the runtime whose rules apply (default: inferred from the file)")
+    parser.add_argument("--coll", choices=COLLECTIVES, metavar="NAME",
+                        help="the collective a coll=\"custom\" file implements: "
+                             + ", ".join(COLLECTIVES))
+    parser.add_argument("--root", type=_root, metavar="R",
+                        help="root rank of a rooted collective (default: inferred)")
+    parser.add_argument("--strict", action="store_true",
+                        help="treat warnings (writes into the send buffer of an out-of-place "
+                             "call) as problems")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run_check)
+    return parser
+
+
+def infer_runtime(text: str) -> tuple[str, str]:
+    """The runtime an MSCCL XML text targets, and why: ``("rccl" | "msccl", reason)``."""
+    match = _ALGO_TAG.search(text)
+    tag = match.group(0) if match else ""
+    present = [a for a in ("outofplace", "minBytes", "maxBytes")
+               if re.search(rf"\s{a}\s*=", tag)]
+    if present:
+        return "rccl", f"it has {'/'.join(present)}"
+    coll = re.search(r"\scoll\s*=\s*[\"']([^\"']*)", tag)
+    if coll and coll.group(1) in _RCCL_ONLY_COLLS:
+        return "rccl", f"coll={coll.group(1)!r} is rccl's spelling"
+    return "msccl", "no outofplace/minBytes/maxBytes attributes"
+
+
+def _algo_line(text: str) -> int | None:
+    match = _ALGO_TAG.search(text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def _verdict(report: CheckReport) -> str:
+    what = report.collective or "program"
+    if report.root is not None:
+        what += f" (root {report.root})"
+    return f"correct {what} for {report.runtime}"
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Handle ``collsynth check``; returns the exit status (0 correct, 1 problems, 2 usage)."""
+    out, err = sys.stdout, sys.stderr
+    try:
+        text = read_text(args.file)
+    except CollsynthError as exc:
+        print(f"{exc}", file=err)
+        return _EXIT_PROBLEMS
+    inferred = None
+    runtime = args.runtime
+    if runtime is None:
+        runtime, reason = infer_runtime(text)
+        inferred = f"runtime {runtime} inferred: {reason}; pass --runtime to choose"
+    program, problems = read_checked(text, runtime)
+    report = None
+    if program is not None:
+        try:
+            report = check_program(program, runtime=runtime, collective=args.coll,
+                                   root=args.root, strict=getattr(args, "strict", False))
+        except InvalidCollectiveError as exc:
+            print(f"collsynth check: error: {exc}", file=err)
+            return _EXIT_USAGE
+        except CollsynthError as exc:
+            print(f"{args.file}: {exc}", file=err)
+            return _EXIT_PROBLEMS
+        problems += report.problems
+    algo_line = _algo_line(text)
+    correct = report is not None and not problems
+    if args.json:
+        print(json.dumps(_as_json(args.file, runtime, inferred, report, problems, algo_line),
+                         indent=1), file=out)
+        return _EXIT_OK if correct else _EXIT_PROBLEMS
+    for w in (report.warnings if report is not None else ()):
+        print(_format(args.file, w, algo_line).replace(f": {w.kind}:", f": warning: {w.kind}:", 1),
+              file=out)
+    if correct:
+        notes = [inferred] if inferred else []
+        notes.append("layouts: " + ", ".join(report.layouts_checked))
+        print(f"{args.file}: {_verdict(report)} ({'; '.join(notes)})", file=out)
+        return _EXIT_OK
+    for p in problems:
+        print(_format(args.file, p, algo_line), file=out)
+    print(f"{args.file}: {len(problems)} problem{'s' if len(problems) != 1 else ''} for "
+          f"{runtime}" + (f" ({inferred})" if inferred else ""), file=err)
+    return _EXIT_PROBLEMS
+
+
+def _format(path: str, problem: Problem, algo_line: int | None) -> str:
+    line = problem.line if problem.line is not None else algo_line
+    where = f"{path}:{line}" if line is not None else path
+    return f"{where}: {problem.kind}: {problem.message}"
+
+
+def _as_json(path: str, runtime: str, inferred: str | None, report: CheckReport | None,
+             problems: list[Problem], algo_line: int | None) -> dict[str, Any]:
+    return {
+        "file": path,
+        "runtime": runtime,
+        "runtime_inferred": inferred,
+        "correct": report is not None and not problems,
+        "collective": report.collective if report else None,
+        "root": report.root if report else None,
+        "layouts_checked": list(report.layouts_checked) if report else [],
+        "problems": [{"kind": p.kind, "line": p.line if p.line is not None else algo_line,
+                      "message": p.message} for p in problems],
+        "ranks": [dataclasses.asdict(s) for s in report.rank_stats] if report else [],
+    }

@@ -1,0 +1,243 @@
+"""``collsynth export``: write an algorithm file as MSCCL XML, checked before it is written.
+
+::
+
+    collsynth export ALGO.json -o OUT.xml [--runtime msccl|rccl|msccl-executor|all]
+                     [--proto Simple|LL|LL128] [--channels N] [--instances K]
+                     [--min-bytes B] [--max-bytes B] [--inplace] [--outofplace] [--name NAME]
+
+The algorithm is verified, lowered (:func:`collsynth.export.lower.lower`), checked by
+:func:`collsynth.export.check.check_program` (static rules and a symbolic execution in every
+buffer layout the runtime may select it for) and only then written; a program that fails the
+check is never written. With ``--runtime all`` one file per runtime is written: ``-o`` is a
+directory (``DIR/ALGO.msccl.xml``, ...) or a name stem (``OUT.xml`` gives ``OUT.msccl.xml``,
+``OUT.rccl.xml``, ``OUT.msccl-executor.xml``); nothing is written unless every runtime succeeds.
+
+``--min-bytes``/``--max-bytes`` are the smallest and largest message (bytes, both inclusive) the
+runtime should pick the algorithm for. rccl and msccl-executor get ``maxBytes=B`` (inclusive
+there; without the option ``0``, which they read as unlimited); msccl gets ``maxBytes=B+1``
+(exclusive there; without the option the attribute is left out and msccl's default of 128 MiB
+applies, as it has no "unlimited").
+
+``--inplace`` exports for in-place calls, ``--outofplace`` (the default) for out-of-place calls;
+both at once (rccl, msccl-executor) declare both, and the program is built to be correct in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from collsynth._atomic import write_text_atomic
+from collsynth.algorithm.fileformat import load_algorithm
+from collsynth.algorithm.model import Algorithm
+from collsynth.errors import CollsynthError, ExportError, InputTooLargeError
+from collsynth.export.layout import collective_layout
+from collsynth.export.lower import PROTOCOLS, lower, program_stats
+from collsynth.export.program import Program
+from collsynth.export.runtimes import runtime_names
+from collsynth.export.xml_writer import write_program
+
+__all__ = ["add_export_parser", "run_export", "export_algorithm", "check_exported",
+           "check_text", "EXPORT_RUNTIMES"]
+
+_log = logging.getLogger(__name__)
+
+#: Values of ``--runtime``.
+EXPORT_RUNTIMES = (*runtime_names(), "all")
+#: Problems shown in an ExportError when the check fails.
+_SHOWN = 5
+_NOT_CHECKED = "postcondition not checked"
+
+
+def check_exported(program: Program, runtime: str, algorithm: Algorithm) -> None:
+    """Raise :class:`ExportError` with the checker's first problems unless ``program`` passes
+    :func:`collsynth.export.check.check_program` for ``runtime``.
+
+    The postcondition checked is the algorithm's collective (with its root). A custom
+    collective has no postcondition the checker knows; every other rule is still checked, and
+    the algorithm itself was verified before lowering.
+    """
+    from collsynth.export.check import check_program
+
+    layout = collective_layout(algorithm.collective, runtime,
+                               inplace=bool(program.inplace) and not program.outofplace)
+    kind = layout.kind.removeprefix("custom_")
+    collective = None if kind == "custom" else kind
+    roots = algorithm.collective.roots
+    root = roots[0] if roots and collective is not None else None
+    try:
+        report = check_program(program, runtime=runtime, collective=collective, root=root,
+                               strict=True)
+    except InputTooLargeError as exc:
+        raise ExportError(f"the {runtime} program is too large to check ({exc}); not written")\
+            from exc
+    problems = [p for p in report.problems
+                if not (collective is None and p.kind == "postcondition"
+                        and p.message.startswith(_NOT_CHECKED))]
+    if problems:
+        shown = "; ".join(str(p) for p in problems[:_SHOWN])
+        more = f"; and {len(problems) - _SHOWN} more" if len(problems) > _SHOWN else ""
+        raise ExportError(f"the {runtime} program fails the check: {shown}{more}")
+
+
+def check_text(text: str, runtime: str) -> None:
+    """Raise :class:`ExportError` if the runtimes' reader would trip on ``text`` (lexical rules
+    and required attributes, :func:`collsynth.export.xml_reader.text_problems`)."""
+    from collsynth.export.xml_reader import text_problems
+
+    problems = text_problems(text, runtime)
+    if problems:
+        shown = "; ".join(str(p) for p in problems[:_SHOWN])
+        raise ExportError(f"the {runtime} XML text fails the reader's rules: {shown}")
+
+
+def export_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *, runtime: str,
+                     proto: str = "Simple", channels: int = 1, instances: int = 1,
+                     inplace: bool = False, outofplace: bool = True,
+                     min_bytes: int | None = None, max_bytes: int | None = None,
+                     name: str | None = None) -> Program:
+    """Lower ``algorithm`` for ``runtime``, check it and write it to ``path``; return the program.
+
+    Options are those of :func:`collsynth.export.lower.lower`. Nothing is written when the
+    program fails the check.
+
+    Raises
+    ------
+    ExportError
+        The runtime cannot express the algorithm, a limit is exceeded, or the check fails.
+    OSError
+        ``path`` cannot be written.
+    """
+    program = lower(algorithm, runtime=runtime, proto=proto, channels=channels,
+                    instances=instances, inplace=inplace, outofplace=outofplace,
+                    min_bytes=min_bytes, max_bytes=max_bytes, name=name)
+    check_exported(program, runtime, algorithm)
+    text = write_program(program, runtime)
+    check_text(text, runtime)
+    write_text_atomic(path, text)
+    return program
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes >= 0, got {text!r}") \
+            from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes >= 0, got {text!r}")
+    return value
+
+
+def add_export_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``export`` subcommand to ``subparsers`` (from ``add_subparsers``); return it."""
+    export = subparsers.add_parser(
+        "export", help="write an algorithm as MSCCL XML (checked first)",
+        description="Lower an algorithm file to MSCCL XML for msccl, rccl or msccl-executor, "
+                    "check it (static rules and symbolic execution) and write it. A program "
+                    "that fails the check is never written.")
+    export.add_argument("file", metavar="ALGO.json", help="algorithm file")
+    export.add_argument("-o", "--output", metavar="PATH", required=True,
+                        help="XML file; with --runtime all a directory or a name stem (one "
+                             "file per runtime: STEM.msccl.xml, STEM.rccl.xml, ...)")
+    export.add_argument("--runtime", choices=EXPORT_RUNTIMES, default="msccl",
+                        help="target runtime (default msccl)")
+    export.add_argument("--proto", choices=PROTOCOLS, default="Simple",
+                        help="NCCL protocol (default Simple)")
+    export.add_argument("--channels", type=_count, default=1, metavar="N",
+                        help="channels to spread connections over (default 1)")
+    export.add_argument("--instances", type=_count, default=1, metavar="K",
+                        help="parallel copies of the schedule, each on 1/K of every chunk "
+                             "(default 1)")
+    export.add_argument("--min-bytes", type=_bytes, metavar="B",
+                        help="smallest message size (bytes) to use the algorithm for")
+    export.add_argument("--max-bytes", type=_bytes, metavar="B",
+                        help="largest message size (bytes, inclusive) to use the algorithm "
+                             "for; written as maxBytes=B (rccl, msccl-executor) or B+1 (msccl, "
+                             "where it is exclusive). Default: unlimited (rccl maxBytes=0; "
+                             "msccl: attribute left out, 128 MiB)")
+    export.add_argument("--inplace", action="store_true",
+                        help="export for in-place calls")
+    export.add_argument("--outofplace", action="store_true",
+                        help="export for out-of-place calls (the default); with --inplace, "
+                             "for both (rccl, msccl-executor)")
+    export.add_argument("--name", metavar="NAME",
+                        help="the algorithm's name attribute (default: the algorithm's name)")
+    export.set_defaults(handler=run_export, export_parser=export)
+    return export
+
+
+def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict[str, Path]:
+    """Where each runtime's file goes."""
+    target = Path(output)
+    if len(runtimes) == 1:
+        return {runtimes[0]: target}
+    if target.is_dir() or output.endswith(("/", os.sep)):
+        stem = Path(algorithm_file).name
+        stem = stem[:-5] if stem.endswith(".json") else stem
+        return {rt: target / f"{stem}.{rt}.xml" for rt in runtimes}
+    stem = target.name[:-4] if target.name.endswith(".xml") else target.name
+    return {rt: target.with_name(f"{stem}.{rt}.xml") for rt in runtimes}
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Run ``collsynth export`` from parsed arguments; return the exit code (0 written, 1 error).
+
+    Inconsistent options are usage errors (exit 2, through the parser).
+    """
+    parser = getattr(args, "export_parser", None)
+    if args.min_bytes is not None and args.max_bytes is not None and \
+            args.max_bytes < args.min_bytes:
+        message = f"--max-bytes {args.max_bytes} is below --min-bytes {args.min_bytes}"
+        if parser is not None:
+            parser.error(message)
+        raise ExportError(message)
+    inplace = bool(args.inplace)
+    outofplace = bool(args.outofplace) or not inplace
+    runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
+    try:
+        algorithm = load_algorithm(args.file)
+        programs: dict[str, Program] = {}
+        for runtime in runtimes:
+            try:
+                program = lower(algorithm, runtime=runtime, proto=args.proto,
+                                channels=args.channels, instances=args.instances,
+                                inplace=inplace, outofplace=outofplace,
+                                min_bytes=args.min_bytes, max_bytes=args.max_bytes,
+                                name=args.name)
+            except ExportError as exc:
+                raise ExportError(f"{runtime}: {exc}") from exc
+            check_exported(program, runtime, algorithm)
+            programs[runtime] = program
+        texts = {runtime: write_program(program, runtime) for runtime, program in programs.items()}
+        for runtime, text in texts.items():
+            check_text(text, runtime)
+        destinations = _destinations(args.output, runtimes, args.file)
+        for runtime, path in destinations.items():
+            write_text_atomic(path, texts[runtime])
+            stats = program_stats(programs[runtime])
+            print(f"wrote {path} ({runtime}, {len(texts[runtime].splitlines())} lines; "
+                  f"{stats.summary()})", file=sys.stdout, flush=True)
+    except (CollsynthError, OSError) as exc:
+        detail = exc.strerror + (f": {exc.filename}" if exc.filename else "") \
+            if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"collsynth: error: {' '.join(detail.split())}", file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -1,0 +1,781 @@
+"""Lower a verified :class:`~collsynth.algorithm.Algorithm` to an MSCCL :class:`Program`.
+
+The rules the result follows are those of ``../shared/MSCCL_XML_SPEC.md``; section numbers below
+refer to it.
+
+**Placement.** Chunks start where :mod:`collsynth.export.layout` says (input buffer, or the aliased
+output slot in place) and final values end at their output slot. A value a rank holds only in
+transit (a relay, or a partial sum it forwards) lives in a *scratch* slot; a scratch slot is freed
+after the last algorithm step that touches its value and reused by later values, so ``s_chunks``
+is the most transit values a rank holds at once (plus one receive buffer per reducing
+threadblock for runtimes without fused ops). In place, a value whose final slot still holds the
+input of another chunk when the value arrives (that input is sent later) is assembled in scratch
+and copied home at the end.
+
+**Sends.** Every algorithm send is a send step (``s``) on the sender and a receive on the receiver:
+``r`` for a copy (into the receiver's slot for that chunk). For a reduce, the local operand is
+the receiver's own contribution the first time (still in ``i``, which out of place is never
+written) and its accumulator afterwards: where the runtime has fused ops, ``rrc`` with
+``srcbuf/srcoff`` = that *local* operand (section 7.2) and ``dst`` = the accumulator; on rccl,
+``r`` into the accumulator then ``re`` adding the own contribution the first time, ``r`` into a
+scratch buffer then ``re`` into the accumulator afterwards. No receive-copy-send fusion is done.
+With one instance, consecutive messages of a connection in one step whose slots are
+consecutive on both sides become one step with ``cnt > 1``.
+
+**Threadblocks.** One connection is (peer, direction, channel); chunk ``c`` travels on channel
+``c % channels``. Per rank and channel the send-to-p and receive-from-p streams share one
+threadblock, and the remaining send-only and receive-only streams are paired with each other, so a
+rank has ``max(#send peers, #receive peers)`` threadblocks per channel, plus one for local copies
+when it has any. Steps of a threadblock follow the algorithm's steps; within a step, sends whose
+value is overwritten in the same step come first, then sends and receives alternate (so two
+threadblocks exchanging many chunks never both wait on a full FIFO). Sends and receives on a
+connection are in the same order on both sides.
+
+**Dependencies** (section 9). Every pair of accesses to the same slot of a rank from different
+threadblocks, at least one a write, is ordered as the algorithm orders them: a read waits for the
+write it reads, a write waits for the reads of the value it replaces and for the previous write.
+Dependencies already implied (by program order or transitively through earlier dependencies) are
+dropped; several remaining ones become ``nop`` steps, one dependency each, before the step, which
+keeps the first (section 9.2).
+
+**Instances** ``K``: every chunk is split ``K`` ways (slot ``x`` becomes slots ``x*K .. x*K+K-1``)
+and the schedule is replicated ``K`` times, instance ``k`` on its own channels, so the copies run in
+parallel. **Channels**: ``nchannels`` is the number of channels actually used.
+
+Examples
+--------
+>>> from collsynth.algorithm import Algorithm, Send, Step
+>>> from collsynth.collective import allgather
+>>> from collsynth.topology import get_topology
+>>> ring = Algorithm("ag", get_topology("ring:3"), allgather(3),
+...                  (Step(1, tuple(Send(r, r, (r + 1) % 3) for r in range(3))),
+...                   Step(1, tuple(Send(r, (r + 1) % 3, (r + 2) % 3) for r in range(3)))))
+>>> program = lower(ring, runtime="rccl")
+>>> program.coll, program.nchunksperloop, program.min_bytes, program.max_bytes
+('allgather', 3, 0, 0)
+>>> stats = program_stats(program)
+>>> stats.threadblocks, stats.max_steps_per_threadblock, stats.scratch_chunks
+((2, 2, 2), 4, (0, 0, 0))
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from collsynth.algorithm.model import Algorithm
+from collsynth.algorithm.verify import verify
+from collsynth.errors import ExportError
+from collsynth.export.layout import Layout, Loc, collective_layout
+from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
+from collsynth.export.runtimes import Runtime, get_runtime
+
+__all__ = ["lower", "check_limits", "program_stats", "ProgramStats", "PROTOCOLS", "MAX_NODES",
+           "max_bytes_attribute"]
+
+#: Protocols the runtimes accept (case sensitive).
+PROTOCOLS = ("Simple", "LL", "LL128")
+#: Reader limit: nodes kept for the loading rank (section 2.8).
+MAX_NODES = 4096
+#: Field widths (section 13.3): offsets int16, depid int8.
+_MAX_OFFSET = 32767
+_MAX_DEPID = 127
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.,:;=+()\[\]-]")
+
+# A threadblock of one rank before numbering: (send peer, recv peer, channel).
+_TbKey = tuple[int, int, int]
+_LOCAL_TB: _TbKey = (-1, -1, 0)
+
+
+@dataclass(frozen=True)
+class ProgramStats:
+    """Size figures of a :class:`Program`, per GPU in rank order."""
+
+    threadblocks: tuple[int, ...]
+    max_steps_per_threadblock: int
+    scratch_chunks: tuple[int, ...]
+    nops: int
+
+    @property
+    def max_threadblocks(self) -> int:
+        return max(self.threadblocks, default=0)
+
+    @property
+    def max_scratch_chunks(self) -> int:
+        return max(self.scratch_chunks, default=0)
+
+    def summary(self) -> str:
+        """``tbs/gpu <= 3, steps/tb <= 7, scratch/gpu <= 2``."""
+        return (f"threadblocks/GPU <= {self.max_threadblocks}, steps/threadblock <= "
+                f"{self.max_steps_per_threadblock}, scratch chunks/GPU <= "
+                f"{self.max_scratch_chunks}")
+
+
+def program_stats(program: Program) -> ProgramStats:
+    """Threadblocks per GPU, most steps in a threadblock, scratch chunks per GPU."""
+    return ProgramStats(
+        threadblocks=tuple(len(g.threadblocks) for g in program.gpus),
+        max_steps_per_threadblock=max((len(tb.steps) for g in program.gpus
+                                       for tb in g.threadblocks), default=0),
+        scratch_chunks=tuple(g.s_chunks for g in program.gpus),
+        nops=sum(1 for g in program.gpus for tb in g.threadblocks for s in tb.steps
+                 if s.type == "nop"),
+    )
+
+
+def max_bytes_attribute(runtime: Runtime | str, max_bytes: int | None) -> int | None:
+    """The ``maxBytes`` attribute for an *inclusive* upper bound ``max_bytes`` (``None``:
+    unlimited).
+
+    msccl compares ``nBytes < maxBytes`` (exclusive), so ``B`` is written as ``B + 1``, and
+    "unlimited" is not expressible: the attribute is omitted (msccl's default, 128 MiB, applies).
+    rccl and msccl-executor compare ``nBytes <= maxBytes`` and read 0 as unlimited.
+    """
+    rt = get_runtime(runtime) if isinstance(runtime, str) else runtime
+    if rt.max_bytes_zero_is_unlimited:
+        return 0 if max_bytes is None else max_bytes
+    return None if max_bytes is None else max_bytes + 1
+
+
+def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels: int = 1,
+          instances: int = 1, inplace: bool = False, outofplace: bool = True,
+          min_bytes: int | None = None, max_bytes: int | None = None,
+          name: str | None = None) -> Program:
+    """The MSCCL program of ``algorithm`` for ``runtime`` (``msccl``, ``rccl``, ``msccl-executor``).
+
+    Parameters
+    ----------
+    algorithm:
+        A verified algorithm (it is verified again here).
+    runtime:
+        Target runtime; decides the ``coll`` spelling, required attributes, fused ops, limits.
+    proto:
+        ``Simple``, ``LL`` or ``LL128``.
+    channels:
+        Channels to spread connections over (chunk ``c`` uses channel ``c % channels``).
+    instances:
+        Parallel copies of the schedule, each on a ``1/instances`` slice of every chunk.
+    inplace, outofplace:
+        The layouts the program must be correct for. Default out of place. Both at once only
+        for rccl/msccl-executor (which can declare both); the program is then built so that it
+        is correct in both layouts.
+    min_bytes, max_bytes:
+        Message sizes (bytes, both *inclusive*) the algorithm is selected for; ``None``: from
+        0 / unlimited. See :func:`max_bytes_attribute` for how ``max_bytes`` is written.
+    name:
+        The ``name`` attribute (default: the algorithm's name), made safe for the reader.
+
+    Raises
+    ------
+    ExportError
+        When the runtime cannot express the collective or the program exceeds one of its
+        limits (the message names the limit, the threadblock and by how much).
+    VerificationError
+        When ``algorithm`` is not correct.
+    """
+    rt = get_runtime(runtime)
+    _check_options(rt, proto, channels, instances, inplace, outofplace, min_bytes, max_bytes)
+    verify(algorithm)
+    dual = inplace and outofplace
+    layout = collective_layout(algorithm.collective, rt.name, inplace=inplace and not outofplace)
+    if dual:
+        # The in-place reading of the same program: check the runtime can express it.
+        collective_layout(algorithm.collective, rt.name, inplace=True)
+    ranks = [_RankPlan(q) for q in range(algorithm.topology.num_ranks)]
+    _Lowering(algorithm, rt, layout, dual, channels, ranks, merge=instances == 1).run()
+    # Channels are numbered compactly; instance k uses the block after instance k - 1's.
+    chan_index = {ch: i for i, ch in enumerate(sorted({tb[2] for plan in ranks
+                                                       for tb in plan.placed
+                                                       if tb != _LOCAL_TB}))} or {0: 0}
+    gpus = tuple(_assemble_gpu(plan, layout, instances, chan_index) for plan in ranks)
+    used = sorted({tb.chan for g in gpus for tb in g.threadblocks})
+    nchannels = max(used, default=0) + 1
+    title = _safe_name(algorithm.name if name is None else name, rt, layout.kind)
+    max_attr = max_bytes_attribute(rt, max_bytes)
+    if rt.requires_range_attributes:  # rccl, msccl-executor: all three required
+        out_flag: int | None = int(outofplace)
+        min_attr = 0 if min_bytes is None else min_bytes
+    else:  # msccl: outofplace ignored; byte range optional (written when asked for)
+        out_flag = None
+        min_attr = 0 if min_bytes is None and max_attr is not None else min_bytes
+    program = Program(
+        name=title, proto=proto, nchannels=nchannels,
+        nchunksperloop=layout.nchunksperloop * instances, ngpus=len(gpus), coll=layout.coll,
+        inplace=int(inplace), gpus=gpus, outofplace=out_flag, min_bytes=min_attr,
+        max_bytes=max_attr)
+    check_limits(program, rt)
+    return program
+
+
+def check_limits(program: Program, runtime: Runtime | str) -> None:
+    """Raise :class:`ExportError` naming the first runtime limit ``program`` exceeds."""
+    rt = get_runtime(runtime) if isinstance(runtime, str) else runtime
+    if program.nchannels > rt.max_channels:
+        raise ExportError(f"{rt.name} allows {rt.max_channels} channels; the program needs "
+                          f"{program.nchannels} (use fewer --channels or --instances)")
+    for gpu in program.gpus:
+        if len(gpu.threadblocks) > rt.max_threadblocks:
+            raise ExportError(f"{rt.name} allows {rt.max_threadblocks} threadblocks per rank; "
+                              f"rank {gpu.id} needs {len(gpu.threadblocks)}")
+        nodes = 1 + len(program.gpus) + len(gpu.threadblocks) + sum(
+            len(tb.steps) for tb in gpu.threadblocks)
+        if nodes > MAX_NODES:
+            raise ExportError(f"the runtimes' reader keeps {MAX_NODES} elements per rank; rank "
+                              f"{gpu.id} needs {nodes}")
+        senders: dict[int, int] = defaultdict(int)
+        receivers: dict[int, int] = defaultdict(int)
+        for tb in gpu.threadblocks:
+            if tb.send >= 0:
+                senders[tb.chan] += 1
+            if tb.recv >= 0:
+                receivers[tb.chan] += 1
+            if len(tb.steps) > rt.max_steps_per_tb:
+                raise ExportError(f"{rt.name} allows {rt.max_steps_per_tb} steps per "
+                                  f"threadblock; threadblock {tb.id} of rank {gpu.id} needs "
+                                  f"{len(tb.steps)}")
+            for step in tb.steps:
+                if step.cnt >= rt.max_count:
+                    raise ExportError(f"{rt.name} allows cnt < {rt.max_count}; step {step.s} "
+                                      f"of threadblock {tb.id} of rank {gpu.id} has {step.cnt}")
+                if max(step.srcoff, step.dstoff) > _MAX_OFFSET:
+                    raise ExportError(f"offsets are 16-bit (at most {_MAX_OFFSET}); step "
+                                      f"{step.s} of threadblock {tb.id} of rank {gpu.id} uses "
+                                      f"{max(step.srcoff, step.dstoff)}")
+                if step.depid > _MAX_DEPID:
+                    raise ExportError(f"depid is 8-bit (at most {_MAX_DEPID}); step {step.s} of "
+                                      f"threadblock {tb.id} of rank {gpu.id} waits for "
+                                      f"threadblock {step.depid}")
+        for kind, counts in (("sending", senders), ("receiving", receivers)):
+            for chan, count in sorted(counts.items()):
+                if count > rt.max_tbs_per_channel:
+                    raise ExportError(
+                        f"{rt.name} allows {rt.max_tbs_per_channel} {kind} threadblocks per "
+                        f"channel; rank {gpu.id} has {count} on channel {chan} (use more "
+                        "--channels)")
+
+
+# -- options ----------------------------------------------------------------------------------
+
+
+def _check_options(rt: Runtime, proto: str, channels: int, instances: int, inplace: bool,
+                   outofplace: bool, min_bytes: int | None, max_bytes: int | None) -> None:
+    if proto not in PROTOCOLS:
+        raise ExportError(f"protocol {proto!r}; the runtimes accept {', '.join(PROTOCOLS)} "
+                          "(case sensitive)")
+    for label, value in (("channels", channels), ("instances", instances)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ExportError(f"{label} = {value!r}; expected a whole number >= 1")
+    if not (inplace or outofplace):
+        raise ExportError("an algorithm must be exported for in-place calls, out-of-place calls "
+                          "or both")
+    if inplace and outofplace and not rt.requires_range_attributes:
+        raise ExportError(f"{rt.name} selects an algorithm for one layout only (its 'inplace' "
+                          "attribute); export an in-place and an out-of-place file")
+    for label, value in (("min_bytes", min_bytes), ("max_bytes", max_bytes)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
+            raise ExportError(f"{label} = {value!r}; expected bytes >= 0")
+    if max_bytes is not None:
+        if max_bytes < (min_bytes or 0):
+            raise ExportError(f"max_bytes = {max_bytes} is below min_bytes = {min_bytes}")
+        if max_bytes == 0:
+            raise ExportError("max_bytes = 0 selects no call (and 0 means 'unlimited' to rccl); "
+                              "leave it out for no upper bound")
+
+
+def _safe_name(text: str, rt: Runtime, kind: str) -> str:
+    """A name the reader keeps intact: no quotes, spaces or markup; at most 63 characters for
+    msccl (its limit) and 254 otherwise (the reader's)."""
+    safe = _NAME_CHARS.sub("_", text.strip()) or "collsynth"
+    safe = safe[:63] if rt.name == "msccl" else safe[:254]
+    if rt.name == "msccl" and kind == "alltoall" and safe == "2D":
+        raise ExportError("msccl runs a built-in 2-D alltoall for an alltoall named '2D' instead "
+                          "of the program; choose another name")
+    return safe
+
+
+# -- the lowering -------------------------------------------------------------------------------
+
+# A virtual slot: an i/o slot ("i", k) / ("o", k), or a scratch value ("v", id) that is given a
+# scratch index once all lifetimes are known.
+_VSlot = tuple[str, int]
+
+
+@dataclass(eq=False)
+class _Op:
+    """One step before positions are known."""
+
+    rank: int
+    tb: _TbKey
+    type: str
+    src: _VSlot
+    dst: _VSlot
+    t: int                      # algorithm step; -1 before the first, T after the last
+    phase: int                  # 0: reads of step t (sends), 1: writes of step t
+    order: tuple                # order among the ops of the same (t, phase) on the rank
+    reads: tuple[_VSlot, ...] = ()
+    writes: tuple[_VSlot, ...] = ()
+    war: bool = False           # a send whose value is overwritten in the same step
+    cnt: int = 1                # consecutive slots from src / dst (merged messages)
+    deps: list["_Op"] = field(default_factory=list)
+    # placement
+    pos: int = -1
+    hasdep: int = 0
+    depid: _TbKey | None = None
+    deps_pos: int = -1
+
+
+@dataclass
+class _RankPlan:
+    """Everything lowered for one rank: its ops by threadblock, then the placed steps."""
+
+    rank: int
+    ops: list[_Op] = field(default_factory=list)
+    tb_of_send: dict[tuple[int, int], _TbKey] = field(default_factory=dict)  # (peer, ch)
+    tb_of_recv: dict[tuple[int, int], _TbKey] = field(default_factory=dict)
+    scratch: dict[int, int] = field(default_factory=dict)  # virtual id -> scratch index
+    s_chunks: int = 0
+    placed: dict[_TbKey, list] = field(default_factory=dict)  # tb -> [_Op | nop record]
+
+
+class _Lowering:
+    """One lowering: threadblocks, ops per rank, scratch, merged messages, dependencies and
+    positions, in that order (see the module docstring)."""
+
+    def __init__(self, algorithm: Algorithm, rt: Runtime, layout: Layout, dual: bool,
+                 channels: int, ranks: list[_RankPlan], merge: bool) -> None:
+        self.algorithm = algorithm
+        self.merge = merge
+        # (send op, receive ops) of every algorithm send, for merging messages.
+        self.messages: list[tuple[_Op, list[_Op]]] = []
+        self.collective = algorithm.collective
+        self.rt = rt
+        self.layout = layout
+        self.dual = dual
+        self.channels = channels
+        self.ranks = ranks
+        self.T = algorithm.num_steps
+        self._next_virtual = 0
+        self.lifetime: dict[int, list[int]] = {}   # virtual id -> [first t, last t]
+
+    # slots ---------------------------------------------------------------------------------
+    def key(self, rank: int, loc: Loc) -> Loc:
+        """The memory a slot is: in dual mode, slots that alias in place are one."""
+        return self.layout.in_place_slot(rank, loc) if self.dual and loc[0] != "v" else loc
+
+    def virtual(self) -> _VSlot:
+        self._next_virtual += 1
+        return ("v", self._next_virtual)
+
+    def run(self) -> None:
+        self.assign_threadblocks()
+        self.build_ops()
+        for plan in self.ranks:
+            self.allocate_scratch(plan)
+        if self.merge:
+            self.merge_messages()
+        for plan in self.ranks:
+            self.add_dependencies(plan)
+            self.place(plan)
+
+    # threadblocks ------------------------------------------------------------------------
+    def channel(self, chunk: int) -> int:
+        return chunk % self.channels
+
+    def assign_threadblocks(self) -> None:
+        sends: dict[int, set[tuple[int, int]]] = defaultdict(set)
+        recvs: dict[int, set[tuple[int, int]]] = defaultdict(set)
+        for step in self.algorithm.steps:
+            for x in step.sends:
+                ch = self.channel(x.chunk)
+                sends[x.src].add((x.dst, ch))
+                recvs[x.dst].add((x.src, ch))
+        for plan in self.ranks:
+            q = plan.rank
+            for ch in sorted({c for _, c in sends[q] | recvs[q]}):
+                out = sorted(p for p, c in sends[q] if c == ch)
+                inn = sorted(p for p, c in recvs[q] if c == ch)
+                both = [p for p in out if p in set(inn)]
+                out_only = [p for p in out if p not in set(both)]
+                in_only = [p for p in inn if p not in set(both)]
+                pairs = [(p, p) for p in both]
+                pairs += list(zip(out_only, in_only))
+                k = min(len(out_only), len(in_only))
+                pairs += [(p, -1) for p in out_only[k:]] + [(-1, p) for p in in_only[k:]]
+                for s, r in pairs:
+                    if s >= 0:
+                        plan.tb_of_send[(s, ch)] = (s, r, ch)
+                    if r >= 0:
+                        plan.tb_of_recv[(r, ch)] = (s, r, ch)
+
+    # ops ------------------------------------------------------------------------------------
+    def build_ops(self) -> None:
+        col, layout = self.collective, self.layout
+        n = col.num_ranks
+        fused = self.rt.fused_ops
+        T = self.T
+        # Keys of the slots where some chunk starts, per rank: key -> chunk.
+        init_keys = [{self.key(q, loc): c for c, loc in layout.sources[q].items()}
+                     for q in range(n)]
+        parked: dict[tuple[int, int], bool] = {}
+        store: dict[tuple[int, int], _VSlot] = {}
+        # current[(q, c)]: the slot holding q's value of c now ("init" slot or store slot).
+        current: dict[tuple[int, int], _VSlot] = {}
+        stored: set[tuple[int, int]] = set()
+        # When each (rank, chunk) first receives, and the last step that reads its input.
+        first_recv: dict[tuple[int, int], int] = {}
+        for t, step in enumerate(self.algorithm.steps):
+            for x in step.sends:
+                first_recv.setdefault((x.dst, x.chunk), t)
+        last_input_read: dict[tuple[int, int], int] = {}
+        for t, step in enumerate(self.algorithm.steps):
+            for x in step.sends:
+                if t <= first_recv.get((x.src, x.chunk), T):
+                    last_input_read[(x.src, x.chunk)] = t
+                if x.reduce and first_recv[(x.dst, x.chunk)] == t:
+                    last_input_read[(x.dst, x.chunk)] = t
+        for q in range(n):
+            for c, loc in layout.sources[q].items():
+                current[(q, c)] = loc
+            for c, home in layout.targets[q].items():
+                # In place, home may hold another chunk's input: assemble the value in scratch
+                # unless that input is read for the last time no later than the first receive.
+                other = init_keys[q].get(self.key(q, home))
+                parked[(q, c)] = other is not None and other != c and (
+                    (q, c) not in first_recv
+                    or last_input_read.get((q, other), -1) > first_recv[(q, c)])
+
+        def store_slot(q: int, c: int) -> _VSlot:
+            if (q, c) not in store:
+                home = layout.target(q, c)
+                store[(q, c)] = home if home is not None and not parked[(q, c)] \
+                    else self.virtual()
+            return store[(q, c)]
+
+        def emit(q: int, tb: _TbKey, op_type: str, src: _VSlot, dst: _VSlot, t: int,
+                 phase: int, order: tuple, reads=(), writes=(), war=False) -> _Op:
+            op = _Op(q, tb, op_type, src, dst, t, phase, order, tuple(reads), tuple(writes),
+                     war)
+            self.ranks[q].ops.append(op)
+            for slot in (*reads, *writes):
+                if slot[0] == "v":
+                    life = self.lifetime.setdefault(slot[1], [t, t])
+                    life[0], life[1] = min(life[0], t), max(life[1], t)
+            return op
+
+        temps: dict[tuple[int, _TbKey, int], _VSlot] = {}
+        for t, step in enumerate(self.algorithm.steps):
+            # Sends whose slot is overwritten in this step go first (write after read).
+            written: dict[int, set] = defaultdict(set)
+            for x in step.sends:
+                written[x.dst].add(self.key(x.dst, store_slot(x.dst, x.chunk)))
+            conn: dict[object, tuple] = {}
+            sent: dict[object, _Op] = {}
+            for x in step.sends:
+                war = self.key(x.src, current[(x.src, x.chunk)]) in written[x.src]
+                conn[x] = (0 if war else 1, x.chunk)
+                loc = current[(x.src, x.chunk)]
+                tb = self.ranks[x.src].tb_of_send[(x.dst, self.channel(x.chunk))]
+                sent[x] = emit(x.src, tb, "s", loc, loc, t, 0, (x.dst,) + conn[x],
+                               reads=(loc,), war=war)
+            for x in sorted(step.sends, key=lambda x: (x.dst, x.src, conn[x])):
+                q, c = x.dst, x.chunk
+                tb = self.ranks[q].tb_of_recv[(x.src, self.channel(c))]
+                order = (x.src,) + conn[x]
+                has_value = (q, c) in current
+                slot = store_slot(q, c)
+                emitted = len(self.ranks[q].ops)
+                if not x.reduce or not has_value:
+                    emit(q, tb, "r", slot, slot, t, 1, order + (0,), writes=(slot,))
+                else:
+                    now = current[(q, c)]
+                    if fused:
+                        # DST <- IN + SRC with SRC the local operand: the own contribution
+                        # (still in the input) the first time, the accumulator afterwards.
+                        emit(q, tb, "rrc", now, slot, t, 1, order + (1,), reads=(now,),
+                             writes=(slot,))
+                    elif now != slot and self.key(q, now) != self.key(q, slot):
+                        # Receive into the accumulator, then add the own contribution.
+                        emit(q, tb, "r", slot, slot, t, 1, order + (1,), writes=(slot,))
+                        emit(q, tb, "re", now, slot, t, 1, order + (2,), reads=(now, slot),
+                             writes=(slot,))
+                    else:
+                        if now != slot:  # same memory in place: copy, a no-op in place
+                            emit(q, tb, "cpy", now, slot, t, 1, order + (0,), reads=(now,),
+                                 writes=(slot,))
+                        temp = temps.get((q, tb, t))
+                        if temp is None:
+                            temp = temps[(q, tb, t)] = self.virtual()
+                        emit(q, tb, "r", temp, temp, t, 1, order + (1,), writes=(temp,))
+                        emit(q, tb, "re", temp, slot, t, 1, order + (2,), reads=(temp, slot),
+                             writes=(slot,))
+                current[(q, c)] = slot
+                stored.add((q, c))
+                self.messages.append((sent[x], self.ranks[q].ops[emitted:]))
+        # Values not yet at home: local copies at the start (when home is free) or the end.
+        for q in range(n):
+            for c in sorted(layout.targets[q]):
+                home = layout.targets[q][c]
+                if (q, c) in stored:
+                    slot = store[(q, c)]
+                    if slot != home:
+                        emit(q, _LOCAL_TB, "cpy", slot, home, T, 1, (c,), reads=(slot,),
+                             writes=(home,))
+                    continue
+                init = layout.source(q, c)
+                if init is None:  # pragma: no cover - verify() guarantees it
+                    raise ExportError(f"rank {q} never holds chunk {c}")
+                if init == home:
+                    continue
+                if parked[(q, c)]:
+                    temp = self.virtual()
+                    emit(q, _LOCAL_TB, "cpy", init, temp, -1, 1, (c,), reads=(init,),
+                         writes=(temp,))
+                    emit(q, _LOCAL_TB, "cpy", temp, home, T, 1, (c,), reads=(temp,),
+                         writes=(home,))
+                else:
+                    emit(q, _LOCAL_TB, "cpy", init, home, -1, 1, (c,), reads=(init,),
+                         writes=(home,))
+
+    # scratch ------------------------------------------------------------------------------
+    def allocate_scratch(self, plan: _RankPlan) -> None:
+        """Give every virtual slot a scratch index; an index is reused from the step after the
+        last step that touched its previous value."""
+        virtuals: dict[int, _TbKey] = {}
+        for op in plan.ops:
+            for slot in (*op.reads, *op.writes):
+                if slot[0] == "v":
+                    virtuals.setdefault(slot[1], op.tb)
+        by_start: dict[int, list[int]] = defaultdict(list)
+        for vid in virtuals:
+            by_start[self.lifetime[vid][0]].append(vid)
+        busy: dict[int, int] = {}       # scratch index -> last step of its value
+        last_of_tb: dict[_TbKey, int] = {}
+        for t in sorted(by_start):
+            free = [i for i in range(plan.s_chunks) if busy.get(i, -2) < t]
+            for vid in sorted(by_start[t]):
+                tb = virtuals[vid]
+                preferred = last_of_tb.get(tb)
+                if preferred in free:
+                    index = preferred
+                elif free:
+                    index = free[0]
+                else:
+                    index = plan.s_chunks
+                    plan.s_chunks += 1
+                if index in free:
+                    free.remove(index)
+                busy[index] = self.lifetime[vid][1]
+                last_of_tb[tb] = index
+                plan.scratch[vid] = index
+
+        def real(slot: _VSlot) -> _VSlot:
+            return ("s", plan.scratch[slot[1]]) if slot[0] == "v" else slot
+
+        for op in plan.ops:
+            op.src, op.dst = real(op.src), real(op.dst)
+            op.reads = tuple(real(s) for s in op.reads)
+            op.writes = tuple(real(s) for s in op.writes)
+
+    # merging -------------------------------------------------------------------------------
+    def merge_messages(self) -> None:
+        """Merge consecutive messages of one connection in one step into one ``cnt > 1`` step
+        on both sides when their slots are consecutive on both sides (fewer, larger transfers;
+        msccl-tools does the same). Only plain ``s`` -> ``r``/``rrc`` messages are merged."""
+        runs: dict[tuple, list[tuple[_Op, list[_Op]]]] = defaultdict(list)
+        for send, receive in self.messages:
+            runs[(send.rank, send.tb, receive[0].rank, receive[0].tb, send.t)].append(
+                (send, receive))
+        removed: dict[int, set[int]] = defaultdict(set)
+        for messages in runs.values():
+            messages.sort(key=lambda m: m[0].order)
+            first: tuple[_Op, _Op] | None = None
+            for send, receive in messages:
+                if len(receive) != 1 or receive[0].type not in ("r", "rrc"):
+                    first = None
+                    continue
+                recv = receive[0]
+                if first is not None and self._mergeable(first, send, recv):
+                    head_send, head_recv = first
+                    head_send.reads += send.reads
+                    head_recv.reads += recv.reads
+                    head_recv.writes += recv.writes
+                    head_send.cnt += 1
+                    head_recv.cnt += 1
+                    removed[send.rank].add(id(send))
+                    removed[recv.rank].add(id(recv))
+                else:
+                    first = (send, recv)
+        for plan in self.ranks:
+            if removed[plan.rank]:
+                plan.ops = [op for op in plan.ops if id(op) not in removed[plan.rank]]
+
+    @staticmethod
+    def _mergeable(first: tuple[_Op, _Op], send: _Op, recv: _Op) -> bool:
+        head_send, head_recv = first
+        cnt = head_send.cnt
+
+        def follows(a: _VSlot, b: _VSlot) -> bool:
+            return a[0] == b[0] and b[1] == a[1] + cnt
+
+        return (recv.type == head_recv.type and send.war == head_send.war
+                and follows(head_send.src, send.src) and follows(head_recv.src, recv.src)
+                and follows(head_recv.dst, recv.dst))
+
+    # dependencies --------------------------------------------------------------------------
+    def add_dependencies(self, plan: _RankPlan) -> None:
+        """Order conflicting accesses from different threadblocks as the algorithm does."""
+        q = plan.rank
+        last_write: dict[Loc, _Op] = {}
+        reads_since: dict[Loc, list[_Op]] = defaultdict(list)
+        for op in sorted(plan.ops, key=lambda o: (o.t, o.phase, o.order)):
+            deps: list[_Op] = []
+            for slot in op.reads:
+                k = self.key(q, slot)
+                if k in last_write:
+                    deps.append(last_write[k])
+            for slot in op.writes:
+                k = self.key(q, slot)
+                if k in last_write:
+                    deps.append(last_write[k])
+                deps.extend(reads_since[k])
+            for slot in op.reads:
+                reads_since[self.key(q, slot)].append(op)
+            for slot in op.writes:
+                k = self.key(q, slot)
+                last_write[k] = op
+                reads_since[k] = []
+            seen: set[int] = set()
+            op.deps = [d for d in deps if d.tb != op.tb and not (id(d) in seen or seen.add(id(d)))]
+
+    # placement -----------------------------------------------------------------------------
+    def program_order(self, ops: list[_Op]) -> list[_Op]:
+        """A threadblock's steps: by algorithm step; within one, overwritten sends first, then
+        sends and receive groups alternating, receive groups in the rank's write order."""
+        by_t: dict[int, list[_Op]] = defaultdict(list)
+        for op in ops:
+            by_t[op.t].append(op)
+        result: list[_Op] = []
+        for t in sorted(by_t):
+            sends = sorted((o for o in by_t[t] if o.phase == 0), key=lambda o: o.order)
+            writes = sorted((o for o in by_t[t] if o.phase == 1), key=lambda o: o.order)
+            first = [o for o in sends if o.war]
+            rest = [o for o in sends if not o.war]
+            groups: list[list[_Op]] = []
+            for op in writes:
+                if groups and groups[-1][0].order[:-1] == op.order[:-1]:
+                    groups[-1].append(op)
+                else:
+                    groups.append([op])
+            result.extend(first)
+            for i in range(max(len(rest), len(groups))):
+                if i < len(rest):
+                    result.append(rest[i])
+                if i < len(groups):
+                    result.extend(groups[i])
+        return result
+
+    def place(self, plan: _RankPlan) -> None:
+        """Give steps their positions, turning dependencies into depid/deps and nops."""
+        by_tb: dict[_TbKey, list[_Op]] = defaultdict(list)
+        for op in plan.ops:
+            by_tb[op.tb].append(op)
+        queues = {tb: self.program_order(ops) for tb, ops in by_tb.items()}
+        heads = {tb: 0 for tb in queues}
+        placed_ops: set[int] = set()
+        known: dict[_TbKey, dict[_TbKey, int]] = {tb: {} for tb in queues}
+        clock_of: dict[int, dict[_TbKey, int]] = {}   # id(op) -> what is known done after it
+        steps: dict[_TbKey, list] = {tb: [] for tb in queues}
+        remaining = sum(len(v) for v in queues.values())
+        while remaining:
+            ready = [tb for tb in queues if heads[tb] < len(queues[tb])
+                     and all(id(d) in placed_ops for d in queues[tb][heads[tb]].deps)]
+            if not ready:
+                raise ExportError(f"internal: rank {plan.rank}'s dependencies form a cycle")
+            for tb in sorted(ready, key=lambda b: (queues[b][heads[b]].t,
+                                                   queues[b][heads[b]].phase, b)):
+                op = queues[tb][heads[tb]]
+                if not all(id(d) in placed_ops for d in op.deps):
+                    continue
+                self._place_one(op, steps[tb], known[tb], clock_of)
+                placed_ops.add(id(op))
+                heads[tb] += 1
+                remaining -= 1
+        plan.placed = steps
+
+    @staticmethod
+    def _place_one(op: _Op, tb_steps: list, known: dict[_TbKey, int],
+                   clock_of: dict[int, dict[_TbKey, int]]) -> None:
+        # The latest step waited for per threadblock, unless already known to be done.
+        wanted: dict[_TbKey, _Op] = {}
+        for d in op.deps:
+            if known.get(d.tb, -1) >= d.pos:
+                continue
+            if d.tb not in wanted or wanted[d.tb].pos < d.pos:
+                wanted[d.tb] = d
+        # Drop dependencies implied by another one (through what that one already waited for).
+        needed = [d for d in wanted.values()
+                  if not any(e is not d and clock_of[id(e)].get(d.tb, -1) >= d.pos
+                             for e in wanted.values())]
+        needed.sort(key=lambda d: (d.tb, d.pos))
+        for d in needed:
+            d.hasdep = 1
+            for tb, pos in clock_of[id(d)].items():
+                if known.get(tb, -1) < pos:
+                    known[tb] = pos
+        for d in needed[1:]:
+            tb_steps.append(("nop", d.tb, d.pos))
+        if needed:
+            op.depid, op.deps_pos = needed[0].tb, needed[0].pos
+        op.pos = len(tb_steps)
+        tb_steps.append(op)
+        clock = dict(known)
+        clock[op.tb] = op.pos
+        clock_of[id(op)] = clock
+
+
+# -- assembly -----------------------------------------------------------------------------------
+
+
+def _assemble_gpu(plan: _RankPlan, layout: Layout, instances: int,
+                  chan_index: dict[int, int]) -> GpuProgram:
+    """Replicate the rank's threadblocks per instance (instance ``k`` on channels
+    ``k * len(chan_index) + ...``), number them by (send, recv, chan) and write the steps."""
+    K = instances
+    stride = len(chan_index)
+    keys: list[tuple[int, int, int, _TbKey, int]] = []
+    for k in range(K):
+        for tb in plan.placed:
+            chan = 0 if tb == _LOCAL_TB else chan_index[tb[2]]  # local copies: first channel
+            keys.append((tb[0], tb[1], k * stride + chan, tb, k))
+    if not keys:  # a rank with nothing to do still needs a block to launch
+        keys.append((-1, -1, 0, _LOCAL_TB, 0))
+        plan.placed[_LOCAL_TB] = []
+    keys.sort(key=lambda x: (x[0], x[1], x[2]))
+    ids = {(tb, k): i for i, (_, _, _, tb, k) in enumerate(keys)}
+
+    def slot(loc: Loc, k: int) -> tuple[str, int]:
+        return loc[0], loc[1] * K + k
+
+    threadblocks = []
+    used: set[str] = set()
+    for i, (send, recv, chan, tb, k) in enumerate(keys):
+        steps = []
+        for s, item in enumerate(plan.placed[tb]):
+            if isinstance(item, tuple):  # nop carrying one dependency
+                _, dtb, dpos = item
+                steps.append(XmlStep(s, "nop", "i", -1, "o", -1, 0, ids[(dtb, k)], dpos, 0))
+                continue
+            op = item
+            srcbuf, srcoff = slot(op.src, k)
+            dstbuf, dstoff = slot(op.dst, k)
+            used.update((srcbuf, dstbuf))
+            depid = ids[(op.depid, k)] if op.depid is not None else -1
+            deps = op.deps_pos if op.depid is not None else -1
+            steps.append(XmlStep(s, op.type, srcbuf, srcoff, dstbuf, dstoff, op.cnt, depid,
+                                 deps, op.hasdep))
+        threadblocks.append(ThreadBlock(i, send, recv, chan, tuple(steps)))
+    i_chunks = layout.buffer_chunks(plan.rank, "i") * K if "i" in used else 0
+    o_chunks = layout.buffer_chunks(plan.rank, "o") * K if "o" in used else 0
+    return GpuProgram(plan.rank, i_chunks, o_chunks, plan.s_chunks * K, tuple(threadblocks))
