@@ -47,7 +47,6 @@ True
 
 from __future__ import annotations
 
-import json
 import os
 from fractions import Fraction
 from typing import Any

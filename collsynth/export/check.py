@@ -449,7 +449,7 @@ def _capped(problems: list[Problem], shown: int = 3 * _SHOWN_PER_KIND) -> list[P
 def _gpu_rules(program: Program, rt: Runtime, gpu: GpuProgram, real_in: int, real_out: int,
                add) -> tuple[bool, dict[int, ThreadBlock]]:
     """The rules of one <gpu>, its tbs and steps; returns (executable, tbs by id)."""
-    n, big, key, r = program.ngpus, program.nchunksperloop, _canonical(program.coll), gpu.id
+    n, big, r = program.ngpus, program.nchunksperloop, gpu.id
     executable = True
     declared = {"i": gpu.i_chunks, "o": gpu.o_chunks, "s": gpu.s_chunks}
     for buf, attr in (("i", "i_chunks"), ("o", "o_chunks"), ("s", "s_chunks")):

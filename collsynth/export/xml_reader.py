@@ -31,6 +31,7 @@ from pathlib import Path
 
 from lxml import etree
 
+from collsynth._files import read_bytes_bounded
 from collsynth.errors import FileFormatError, InputTooLargeError
 from collsynth.export.check import PROBLEM_KINDS, Problem, static_problems
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
@@ -102,19 +103,8 @@ def _source_bytes(source: str | bytes | os.PathLike, name: str | None) -> tuple[
     else:
         path = Path(source)
         label = name or str(path)
-        try:
-            size = path.stat().st_size
-            if size > MAX_XML_BYTES:
-                raise InputTooLargeError(f"{label}: {size} bytes is more than the {MAX_XML_BYTES} "
-                                         "an MSCCL XML file may have")
-            with path.open("rb") as handle:
-                data = handle.read(MAX_XML_BYTES + 1)
-        except FileNotFoundError as exc:
-            raise FileFormatError(label, "no such file") from exc
-        except IsADirectoryError as exc:
-            raise FileFormatError(label, "is a directory, expected an XML file") from exc
-        except OSError as exc:
-            raise FileFormatError(label, f"cannot read: {exc.strerror or exc}") from exc
+        data = read_bytes_bounded(path, MAX_XML_BYTES, what="an MSCCL XML file may have",
+                                  label=label)
     if len(data) > MAX_XML_BYTES:
         raise InputTooLargeError(f"{label}: {len(data)} bytes is more than the {MAX_XML_BYTES} "
                                  "an MSCCL XML file may have")

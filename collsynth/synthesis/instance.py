@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from collsynth.algorithm.model import Algorithm, Instance
+from collsynth.algorithm.model import Instance
 from collsynth.algorithm.transform import invert_dual
 from collsynth.algorithm.verify import find_problems
 from collsynth.bounds import check_implementable

@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from collsynth._files import read_bytes_bounded
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
 
@@ -45,19 +46,11 @@ def read_json_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BY
     Raises :class:`FileFormatError` (naming the file, and the line and column for bad JSON).
     """
     p = Path(path)
+    data = read_bytes_bounded(p, max_bytes, what="accepted")
     try:
-        size = p.stat().st_size
-        if size > max_bytes:
-            raise InputTooLargeError(f"{p}: {size} bytes is more than the {max_bytes} accepted")
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise FileFormatError(p, "no such file") from exc
-    except IsADirectoryError as exc:
-        raise FileFormatError(p, "is a directory, expected a file") from exc
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FileFormatError(p, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except OSError as exc:
-        raise FileFormatError(p, f"cannot read: {exc.strerror or exc}") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

@@ -21,11 +21,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from collsynth._files import read_bytes_bounded
 from collsynth.errors import FileFormatError
 from collsynth.topology.importers._common import (
     MAX_IMPORTED_GPUS,
     MAX_INPUT_BYTES,
-    check_input_size,
 )
 from collsynth.topology.importers.nccl_xml import import_nccl_xml
 from collsynth.topology.importers.nvidia_smi import import_nvidia_smi, looks_like_nvidia_smi
@@ -67,20 +67,7 @@ def detect_format(data: bytes) -> str | None:
 
 
 def _read(path: Path, max_bytes: int) -> bytes:
-    source = str(path)
-    try:
-        size = path.stat().st_size
-        check_input_size(size, source, max_bytes=max_bytes)
-        with path.open("rb") as handle:
-            data = handle.read(max_bytes + 1)
-    except FileNotFoundError as exc:
-        raise FileFormatError(path, "no such file") from exc
-    except IsADirectoryError as exc:
-        raise FileFormatError(path, "is a directory, expected a file") from exc
-    except OSError as exc:
-        raise FileFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
-    check_input_size(len(data), source, max_bytes=max_bytes)  # the file grew while we read it
-    return data
+    return read_bytes_bounded(path, max_bytes, what="a topology importer reads")
 
 
 def import_topology_file(path: str | os.PathLike[str], *, name: str | None = None,
