@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import Iterator
 
 from collsynth.algorithm.model import Instance
-from collsynth.bounds import Bounds, compute_bounds
+from collsynth.bounds import compute_bounds
 from collsynth.collective.model import Collective
 from collsynth.encoding.backend import Status
 from collsynth.errors import InvalidInstanceError
@@ -53,8 +53,8 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     check_inputs(topology, collective)
     deadline = Deadline(options.time_limit)
     bounds = compute_bounds(topology, collective)
-    rounds_bound = _class_bound(bounds, collective)
-    start = max(_steps_bound(bounds, collective), math.ceil(rounds_bound * chunks))
+    rounds_bound = bounds.rounds_per_chunk
+    start = max(bounds.steps, math.ceil(rounds_bound * chunks))
     reason = (f"optimal: {start} is the steps bound" if start == 1 else
               f"optimal: fewer than {start} steps are impossible (steps bound {bounds.steps}, "
               f"rounds-per-chunk bound {rounds_bound} at {chunks} chunk(s))")
@@ -116,15 +116,14 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     log = log if log is not None else SweepLog()
     deadline = Deadline(options.time_limit)
     bounds = compute_bounds(topology, collective)
-    bound = _class_bound(bounds, collective)
+    bound = bounds.rounds_per_chunk
     if max_chunks is None:
         max_chunks = default_max_chunks(bound)
     if max_chunks < 1:
         raise InvalidInstanceError(f"max_chunks = {max_chunks}; expected >= 1")
-    # Points known before the direct search (allreduce: the reduce-scatter + allgather front);
-    # the search at S then only looks for something better than the known point at S.
+    # Points known before the search (allreduce: the reduce-scatter + allgather front); the search
+    # at S then only looks for something better than the known point at S.
     known: dict[int, SynthesisResult] = {}
-    direct = True
     if _is_allreduce_like(collective):
         from collsynth.synthesis.allreduce import composed_allreduce_front, is_standard_allreduce
         from collsynth.synthesis.combining import supports_direct_combining
@@ -133,15 +132,14 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
             for point in composed_allreduce_front(topology, collective, max_chunks=max_chunks,
                                                   max_steps=max_steps, options=options, log=log):
                 known[point.instance.steps] = point
-        direct = supports_direct_combining(get_backend(options.backend))
-        if not direct:
+        if not supports_direct_combining(get_backend(options.backend)):
             log.complete = False
             log.stopped_by = "direct allreduce search needs the cpsat backend; composed front only"
             yield from sorted(known.values(), key=lambda r: r.instance.steps)
             return
+    search = _StepSearch(topology, collective, bound, max_chunks, options, deadline, log)
     best: Fraction | None = None
-    unsat_rounds: dict[tuple[int, int], int] = defaultdict(lambda: -1)  # (S, C) -> largest UNSAT R
-    steps = _steps_bound(bounds, collective)
+    steps = bounds.steps
     while max_steps is None or steps <= max_steps:
         if best is not None and best <= bound:
             log.stopped_by = "reached the rounds-per-chunk lower bound"
@@ -150,76 +148,93 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
                 not any(s >= steps and p.rounds_per_chunk < best for s, p in known.items()):
             log.stopped_by = f"no rounds per chunk below {best} is possible with {max_chunks} chunks"
             return
-        found = None
         target = best
         if steps in known and (target is None or known[steps].rounds_per_chunk < target):
             target = known[steps].rounds_per_chunk
-        per_instance = options.instance_time_limit
-        if per_instance is None:
-            per_instance = max(10.0, options.time_limit / 5)
-        if target is None and supports_minimize(get_backend(options.backend)):
-            # Nothing to beat yet: one call per chunk count finds its fewest rounds.
-            for chunks in range(1, max_chunks + 1):
-                lo = max(steps, math.ceil(bound * chunks))
-                hi = (math.ceil(target * chunks) - 1 if target is not None
-                      else steps * max(1, collective.num_chunks * chunks))
-                if lo > hi or _known_unsat(unsat_rounds, steps, hi, chunks, max_chunks):
-                    continue
-                if deadline.expired():
-                    log.complete, log.stopped_by = False, "time limit"
-                    return
-                result = solve_checked(topology, collective,
-                                       Instance(steps=steps, rounds=hi, chunks=chunks),
-                                       options, deadline, per_instance, minimize_rounds=True)
-                log.attempts.append(result)
-                if result.status is Status.SAT:
-                    if result.detail.startswith("optimal"):
-                        unsat_rounds[(steps, chunks)] = max(unsat_rounds[(steps, chunks)],
-                                                            result.instance.total_rounds - 1)
-                    else:
-                        log.complete = False
-                    if found is None or result.rounds_per_chunk < found.rounds_per_chunk:
-                        found, target = result, result.rounds_per_chunk
-                    if target <= bound:
-                        break
-                elif result.status is Status.UNSAT:
-                    unsat_rounds[(steps, chunks)] = max(unsat_rounds[(steps, chunks)], hi)
-                else:
-                    log.complete = False
-        else:
-            for rounds, chunks in _candidates(steps, bound, target, max_chunks):
-                if _known_unsat(unsat_rounds, steps, rounds, chunks, max_chunks):
-                    continue
-                if deadline.expired():
-                    log.complete, log.stopped_by = False, "time limit"
-                    return
-                result = solve_checked(topology, collective,
-                                       Instance(steps=steps, rounds=rounds, chunks=chunks),
-                                       options, deadline, per_instance)
-                log.attempts.append(result)
-                if result.status is Status.SAT:
-                    found = result
-                    break
-                if result.status is Status.UNSAT:
-                    unsat_rounds[(steps, chunks)] = max(unsat_rounds[(steps, chunks)], rounds)
-                else:
-                    log.complete = False
-        if deadline.expired():
-            log.complete, log.stopped_by = False, "time limit"
-            if found is not None and (best is None or found.rounds_per_chunk < best):
-                yield found
-            return
-        if found is None and steps in known and (best is None
-                                                 or known[steps].rounds_per_chunk < best):
+        found = search.best_at(steps, target)
+        if found is None and steps in known and target == known[steps].rounds_per_chunk:
             found = known[steps]
         if found is not None:
             best = found.rounds_per_chunk
             yield found
-        if known and max(known) <= steps and best is not None and \
-                all(p.rounds_per_chunk >= best for p in known.values()) and not direct:
+        if deadline.expired():
+            log.complete, log.stopped_by = False, "time limit"
             return
         steps += 1
     log.stopped_by = f"reached max_steps={max_steps}"
+
+
+class _StepSearch:
+    """The search for the fewest rounds per chunk at one step count, below a target, with what
+    earlier attempts proved (largest unsatisfiable rounds per (steps, chunks)) kept across calls."""
+
+    def __init__(self, topology: Topology, collective: Collective, bound: Fraction,
+                 max_chunks: int, options: SolveOptions, deadline: Deadline, log: SweepLog):
+        self.topology, self.collective, self.bound = topology, collective, bound
+        self.max_chunks, self.options, self.deadline, self.log = max_chunks, options, deadline, log
+        self.unsat_rounds: dict[tuple[int, int], int] = defaultdict(lambda: -1)
+        self.per_instance = options.instance_time_limit
+        if self.per_instance is None:
+            self.per_instance = max(10.0, options.time_limit / 5)
+        self.minimize = supports_minimize(get_backend(options.backend))
+
+    def best_at(self, steps: int, target: Fraction | None) -> SynthesisResult | None:
+        """The best algorithm with ``steps`` steps and rounds per chunk below ``target`` (any,
+        when ``None``), or ``None``."""
+        if target is None and self.minimize:
+            return self._by_minimizing(steps)
+        return self._by_enumerating(steps, target)
+
+    def _solve(self, steps: int, rounds: int, chunks: int, *, minimize: bool) -> SynthesisResult:
+        result = solve_checked(self.topology, self.collective,
+                               Instance(steps=steps, rounds=rounds, chunks=chunks), self.options,
+                               self.deadline, self.per_instance, minimize_rounds=minimize)
+        self.log.attempts.append(result)
+        if result.status is Status.UNSAT:
+            self._record_unsat(steps, rounds, chunks)
+        elif result.status is not Status.SAT:
+            self.log.complete = False
+        return result
+
+    def _record_unsat(self, steps: int, rounds: int, chunks: int) -> None:
+        self.unsat_rounds[(steps, chunks)] = max(self.unsat_rounds[(steps, chunks)], rounds)
+
+    def _by_minimizing(self, steps: int) -> SynthesisResult | None:
+        """Nothing to beat yet: one call per chunk count finds its fewest rounds."""
+        found: SynthesisResult | None = None
+        for chunks in range(1, self.max_chunks + 1):
+            lo = max(steps, math.ceil(self.bound * chunks))
+            # Enough rounds for any schedule (every step long enough to carry every chunk), or
+            # strictly below the best found so far.
+            hi = (steps * max(1, self.collective.num_chunks * chunks) if found is None
+                  else math.ceil(found.rounds_per_chunk * chunks) - 1)
+            if lo > hi or _known_unsat(self.unsat_rounds, steps, hi, chunks, self.max_chunks):
+                continue
+            if self.deadline.expired():
+                break
+            result = self._solve(steps, hi, chunks, minimize=True)
+            if result.status is not Status.SAT:
+                continue
+            if result.detail.startswith("optimal"):  # fewer rounds proven impossible
+                self._record_unsat(steps, result.instance.total_rounds - 1, chunks)
+            else:
+                self.log.complete = False
+            if found is None or result.rounds_per_chunk < found.rounds_per_chunk:
+                found = result
+            if found.rounds_per_chunk <= self.bound:
+                break
+        return found
+
+    def _by_enumerating(self, steps: int, target: Fraction | None) -> SynthesisResult | None:
+        """Try (R, C) in increasing R/C below ``target``; the first satisfiable one is the best."""
+        for rounds, chunks in _candidates(steps, self.bound, target, self.max_chunks):
+            if _known_unsat(self.unsat_rounds, steps, rounds, chunks, self.max_chunks):
+                continue
+            if self.deadline.expired():
+                return None
+            if self._solve(steps, rounds, chunks, minimize=False).status is Status.SAT:
+                return self.log.attempts[-1]
+        return None
 
 
 def _candidates(steps: int, bound: Fraction, best: Fraction | None,
@@ -263,16 +278,6 @@ def prune_dominated(results: list[SynthesisResult]) -> list[SynthesisResult]:
 
 def _is_allreduce_like(collective: Collective) -> bool:
     return collective.combining and any(len(p) > 1 for p in collective.postcondition)
-
-
-def _class_bound(bounds: Bounds, collective: Collective) -> Fraction:
-    """The rounds bound for the algorithms the search explores (every algorithm, except for
-    allreduce-like collectives whose direct search is compared with the any-algorithm bound)."""
-    return bounds.rounds_per_chunk
-
-
-def _steps_bound(bounds: Bounds, collective: Collective) -> int:
-    return bounds.steps
 
 
 def _with_detail(result: SynthesisResult, detail: str) -> SynthesisResult:
