@@ -1,9 +1,26 @@
 """collsynth: synthesize, bound, verify and export collective communication algorithms.
 
 The public API is re-exported here; submodules whose names start with ``_`` are private.
+
+>>> import collsynth
+>>> dgx1 = collsynth.get_topology("dgx1")
+>>> ag = collsynth.standard_collective("allgather", dgx1.num_ranks)
+>>> [(r.instance.steps, str(r.rounds_per_chunk)) for r in collsynth.pareto_front(dgx1, ag)]
+[(2, '3/2'), (3, '7/6')]
 """
 
-from collsynth.algorithm import Algorithm, Instance, Send, Step, find_problems, format_algorithm, verify
+from collsynth.algorithm import (
+    Algorithm,
+    Instance,
+    Send,
+    Step,
+    find_problems,
+    format_algorithm,
+    load_algorithm,
+    save_algorithm,
+    verify,
+)
+from collsynth.bounds import Bounds, compute_bounds
 from collsynth.collective import Collective, standard_collective
 from collsynth.errors import (
     CollsynthError,
@@ -18,7 +35,16 @@ from collsynth.errors import (
     UnknownNameError,
     VerificationError,
 )
-from collsynth.topology import BandwidthGroup, Topology, get_topology, list_topologies
+from collsynth.synthesis import (
+    SolveOptions,
+    Status,
+    SweepLog,
+    SynthesisResult,
+    pareto_front,
+    solve_instance,
+    solve_least_steps,
+)
+from collsynth.topology import BandwidthGroup, Topology, compose_nodes, get_topology, list_topologies
 
 __version__ = "0.1.0"
 
@@ -30,6 +56,18 @@ __all__ = [
     "verify",
     "find_problems",
     "format_algorithm",
+    "load_algorithm",
+    "save_algorithm",
+    "Bounds",
+    "compute_bounds",
+    "SolveOptions",
+    "Status",
+    "SweepLog",
+    "SynthesisResult",
+    "pareto_front",
+    "solve_instance",
+    "solve_least_steps",
+    "compose_nodes",
     "Collective",
     "standard_collective",
     "Topology",
