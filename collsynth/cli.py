@@ -262,6 +262,11 @@ def _build_parser() -> _Parser:
 
     add_export_parser(commands)
     add_check_parser(commands)
+
+    from collsynth.cli_time import add_plot_parser, add_time_parser
+
+    add_time_parser(commands)
+    add_plot_parser(commands)
     return parser
 
 

@@ -1,0 +1,494 @@
+"""``collsynth time`` and ``collsynth plot``: predicted times of algorithms against NCCL's.
+
+::
+
+    collsynth time ALGO.json [ALGO2.json ...] --sizes 1KB,1MB,1GB [--calibration FILE]
+                   [--device NAME] [--json]
+    collsynth plot ALGO.json [ALGO2.json ...] [--sizes 1KB:1GB] [--metric time|busbw]
+                   [--calibration FILE] [--device NAME] -o PATH.png|PATH.svg
+
+Every algorithm is timed with the closed form of :mod:`collsynth.timing.model` on its own
+topology; NCCL's ring and tree (:mod:`collsynth.timing.nccl`) are timed on the same topology.
+``time`` prints, per size, each algorithm and NCCL's best ring and best tree (the protocol
+named), with algbw and busbw (nccl-tests definitions), the fastest marked, and then the exact
+sizes (bytes) where the fastest changes from the smallest size to the largest. ``plot`` draws the
+same lines on log-log axes.
+
+``--calibration FILE`` (``collsynth calibrate``) replaces the topology's per-step alpha and
+per-unit GB/s by the measured ones (``Calibration.apply``) for the algorithms and NCCL's channels,
+and adds the collective's measured line (``Calibration.alpha_beta_for``) as a ``measured`` row.
+``--device`` charges combining collectives the device's reduction cost (gamma,
+:mod:`collsynth.timing.kernels`); by default reductions are free, as in NCCL's own model.
+
+Sizes (nccl-tests convention: the output buffer of an allgather, the buffer of an allreduce...)
+take a unit: ``B``; decimal ``kB``/``KB`` (1000), ``MB``, ``GB``, ``TB``; binary ``KiB`` (1024),
+``MiB``, ``GiB``, ``TiB``; a bare number is bytes. Units are case-sensitive and ambiguous ones are
+refused: ``1K``, ``1m``, ``1mb``, ``1Gb`` (bits or bytes? 1000 or 1024?). A space between number
+and unit is allowed (``"1 MB"``).
+
+Exit status: 0 done; 1 an error (unreadable file, algorithms of different collectives or
+topologies, missing figures); 2 usage (bad size, bad option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from collsynth.errors import CollsynthError
+
+__all__ = [
+    "add_time_parser",
+    "add_plot_parser",
+    "run_time",
+    "run_plot",
+    "parse_size",
+    "parse_sizes",
+    "parse_size_range",
+    "format_size",
+    "Comparison",
+    "compare",
+]
+
+_DECIMAL = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+_BINARY = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_UNITS = {**_DECIMAL, **_BINARY}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+#: Largest size accepted (bytes): 1 PB, far beyond any buffer.
+MAX_SIZE_BYTES = 10**15
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text`` (``"1KB"`` = 1000, ``"1KiB"`` = 1024, ``"512"`` = 512).
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        For ambiguous units (``1K``, ``1m``, ``1mb``), unknown ones, a size below one byte or not
+        a whole number of bytes.
+
+    >>> parse_size("1KB"), parse_size("1 KiB"), parse_size("1.5MB"), parse_size("64")
+    (1000, 1024, 1500000, 64)
+    """
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: expected a number and a unit, like 1KB, 64MiB or 512")
+    number, unit = match.group(1), match.group(2) or "B"
+    if unit not in _UNITS:
+        upper = unit.upper()
+        if upper in ("K", "M", "G", "T"):
+            raise argparse.ArgumentTypeError(
+                f"size {text!r}: ambiguous unit {unit!r}: write {upper}B "
+                f"(10**{3 * ('KMGT'.index(upper) + 1)} bytes) or {upper}iB "
+                f"(2**{10 * ('KMGT'.index(upper) + 1)} bytes)")
+        if upper in ("KB", "MB", "GB", "TB", "KIB", "MIB", "GIB", "TIB", "B"):
+            raise argparse.ArgumentTypeError(
+                f"size {text!r}: ambiguous unit {unit!r} (bytes or bits? units are "
+                f"case-sensitive): write one of {', '.join(_UNITS)}")
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: unknown unit {unit!r}; use one of {', '.join(_UNITS)}")
+    value = Fraction(number) * _UNITS[unit]
+    if value.denominator != 1:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not a whole number of bytes")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size {text!r}: expected at least 1 byte")
+    if value > MAX_SIZE_BYTES:
+        raise argparse.ArgumentTypeError(f"size {text!r}: more than 1 PB")
+    return int(value)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Comma-separated sizes, sorted, duplicates removed.
+
+    >>> parse_sizes("1GB,1KB,1MB")
+    [1000, 1000000, 1000000000]
+    """
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"sizes {text!r}: expected sizes separated by commas")
+    return sorted({parse_size(p) for p in parts})
+
+
+def parse_size_range(text: str) -> tuple[int, int]:
+    """``"FROM:TO"`` as two sizes in bytes, FROM < TO.
+
+    >>> parse_size_range("1KB:1GB")
+    (1000, 1000000000)
+    """
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"size range {text!r}: expected FROM:TO, like 1KB:1GB")
+    lo, hi = parse_size(parts[0]), parse_size(parts[1])
+    if not lo < hi:
+        raise argparse.ArgumentTypeError(f"size range {text!r}: FROM must be below TO")
+    return lo, hi
+
+
+def format_size(size: Fraction | int | float) -> str:
+    """A size in the largest unit that divides it exactly (decimal first), else in bytes.
+
+    >>> format_size(1000), format_size(1048576), format_size(420000), format_size(1500)
+    ('1 KB', '1 MiB', '420 KB', '1.5 KB')
+    """
+    exact = Fraction(size) if not isinstance(size, float) else Fraction(repr(size))
+    if exact.denominator != 1:
+        return f"{float(exact):.6g} B"
+    value = int(exact)
+    for unit, scale in sorted(_BINARY.items(), key=lambda kv: -kv[1]):
+        if value >= scale and value % scale == 0:
+            return f"{value // scale} {unit}"
+    for unit in ("TB", "GB", "MB", "KB"):
+        scale = _DECIMAL[unit]
+        if value >= scale and (value * 1000) % scale == 0:
+            shown = Fraction(value, scale)
+            text = str(shown.numerator) if shown.denominator == 1 else f"{float(shown):g}"
+            return f"{text} {unit}"
+    return f"{value} B"
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Algorithms and NCCL baselines on one topology and collective, as sympy lines.
+
+    ``lines`` maps each candidate's name to its time (a sympy expression in ``size_bytes``):
+    first the algorithms, then every NCCL (algorithm, protocol) as ``"nccl ring/LL"``..., then
+    the ``measured`` lines (a calibration's fitted line of the collective, NCCL as measured).
+    ``families`` maps ``"nccl ring"`` / ``"nccl tree"`` to the names of its protocol lines.
+    """
+
+    collective: str
+    num_ranks: int
+    topology: str
+    algorithms: tuple[str, ...]
+    lines: dict[str, Any]
+    families: dict[str, tuple[str, ...]]
+    notes: tuple[str, ...]
+    measured: tuple[str, ...] = ()
+
+    def time_us(self, name: str, size_bytes: int | Fraction) -> float:
+        from collsynth.timing.model import SIZE
+
+        return float(self.lines[name].subs(SIZE, Fraction(size_bytes)))
+
+    def best_of(self, names: Sequence[str], size_bytes: int | Fraction) -> str:
+        """The fastest of ``names`` at ``size_bytes`` (exact comparison; ties: the first)."""
+        from collsynth.timing.model import SIZE, as_fraction
+
+        size = Fraction(size_bytes)
+        return min(names, key=lambda nm: as_fraction(self.lines[nm].subs(SIZE, size)))
+
+    def rows(self, size_bytes: int) -> list[tuple[str, str]]:
+        """``(shown name, line name)`` per candidate: each algorithm, then NCCL's best ring and
+        best tree at this size (``"nccl ring/LL"``)."""
+        result = [(name, name) for name in self.algorithms]
+        for family, names in self.families.items():
+            best = self.best_of(names, size_bytes)
+            result.append((best, best))
+        result.extend((name, name) for name in self.measured)
+        return result
+
+
+def compare(algorithms: Sequence[Any], *, calibration: Any = None,
+            device: str | None = None) -> Comparison:
+    """Build the :class:`Comparison` of ``algorithms`` (same collective, ranks and topology).
+
+    With a ``calibration`` (:mod:`collsynth.timing.calibration`), ``calibration.apply`` gives the
+    measured per-step alpha and per-unit GB/s used for the algorithms and NCCL's channels, and
+    ``calibration.alpha_beta_for`` the measured line of the collective itself (added as
+    ``"measured <collective>"`` when the calibration has one for this rank count).
+    ``device`` names the GPU whose reduction cost (gamma) combining collectives pay.
+
+    Raises
+    ------
+    CollsynthError
+        When the algorithms differ in collective, rank count or topology, or figures are missing.
+    """
+    from collsynth.timing.kernels import reduce_gamma_us_per_byte
+    from collsynth.timing.model import SIZE, cost_model, symbolic_time
+    from collsynth.timing.nccl import nccl_choices, nccl_setup
+
+    if not algorithms:
+        raise CollsynthError("no algorithm to time")
+    first = algorithms[0]
+    for other in algorithms[1:]:
+        if (other.collective.name, other.collective.num_ranks) != (
+                first.collective.name, first.collective.num_ranks):
+            raise CollsynthError(
+                f"algorithms of different collectives: {first.collective.describe()} and "
+                f"{other.collective.describe()}; time them separately")
+        if other.topology.links != first.topology.links:
+            raise CollsynthError(
+                f"algorithms on different topologies: {first.topology.name} and "
+                f"{other.topology.name}; time them separately")
+    coll = first.collective.name
+    gamma = reduce_gamma_us_per_byte(device) if device is not None else 0.0
+    topology = calibration.apply(first.topology) if calibration is not None else first.topology
+    model = cost_model(first.topology, gamma_us_per_byte=gamma, calibration=calibration)
+    lines: dict[str, Any] = {}
+    names = []
+    for algorithm in algorithms:
+        name = algorithm.name or "algorithm"
+        while name in lines:
+            name += "'"
+        lines[name] = symbolic_time(algorithm, model=model)
+        names.append(name)
+    notes = []
+    families: dict[str, tuple[str, ...]] = {}
+    try:
+        setup = nccl_setup(topology, model=model)
+    except CollsynthError as exc:
+        notes.append(f"no NCCL baseline: {exc}")
+        setup = None
+    if setup is not None:
+        choices = nccl_choices(setup, coll)
+        if not choices:
+            notes.append(f"no NCCL baseline: NCCL runs {coll} as grouped send/recv, outside "
+                         "its ring/tree tuning model")
+        for choice in choices:
+            family = f"nccl {choice.algorithm}"
+            line = f"nccl {choice.name}"
+            lines[line] = choice.symbolic_time()
+            families[family] = families.get(family, ()) + (line,)
+        if choices and "nccl tree" not in families:
+            notes.append(f"NCCL has no tree for {coll} (tree is allreduce only)")
+        notes.append(f"NCCL: {len(setup.rings)} ring channel(s), {setup.bus_gbps:g} GB/s bus "
+                     f"bandwidth, {setup.hardware} hops, {setup.nodes} node(s)")
+    measured: tuple[str, ...] = ()
+    if calibration is not None:
+        from collsynth.errors import UnknownNameError
+        from collsynth.timing.model import _rational
+
+        try:
+            line = calibration.alpha_beta_for(coll, ranks=first.collective.num_ranks)
+        except UnknownNameError as exc:
+            notes.append(f"no measured line: {exc}")
+        else:
+            name = f"measured {coll}"
+            lines[name] = _rational(line.alpha_us) + _rational(line.beta_us_per_byte) * SIZE
+            measured = (name,)
+        used = topology.metadata.get("calibration") if isinstance(topology.metadata, Mapping) \
+            else None
+        notes.append(f"calibrated: alpha {topology.alpha_us:.4g} us per step, "
+                     f"{topology.unit_gbps:.4g} GB/s per unit"
+                     + (f" (from {used.get('file')})" if isinstance(used, Mapping) else ""))
+    if first.collective.combining:
+        notes.append(f"reductions: gamma = {gamma:.3g} us/byte" + (
+            f" ({device})" if device else " (pass --device to charge them)"))
+    return Comparison(coll, first.collective.num_ranks, first.topology.name, tuple(names),
+                      lines, families, tuple(notes), measured)
+
+
+# -- output -----------------------------------------------------------------------------------
+
+
+def _out(text: str = "") -> None:
+    print(text, file=sys.stdout, flush=True)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int]) -> list[str]:
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(c.ljust(w) if i in left else c.rjust(w)
+                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows]
+
+
+def _exact_text(value: Fraction) -> str:
+    if value.denominator == 1:
+        return str(value.numerator)
+    return f"{value.numerator}/{value.denominator}"
+
+
+def _load(paths: Sequence[str], calibration_path: str | None) -> tuple[list[Any], Any]:
+    from collsynth.algorithm.fileformat import load_algorithm
+
+    algorithms = [load_algorithm(p) for p in paths]
+    calibration = None
+    if calibration_path is not None:
+        try:
+            from collsynth.timing.calibration import load_calibration
+        except ImportError as exc:
+            raise CollsynthError("--calibration: calibration support "
+                                 "(collsynth.timing.calibration) is not installed") from exc
+        calibration = load_calibration(calibration_path)
+    return algorithms, calibration
+
+
+def _envelope(comparison: Comparison, lo: int, hi: int):
+    from collsynth.timing.model import lower_envelope
+
+    return lower_envelope(comparison.lines, lo, hi)
+
+
+def run_time(args: argparse.Namespace) -> int:
+    """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
+    from collsynth.timing.nccl import algbw_gbps, busbw_gbps
+
+    algorithms, calibration = _load(args.files, args.calibration)
+    comparison = compare(algorithms, calibration=calibration, device=args.device)
+    sizes = args.sizes
+    coll, n = comparison.collective, comparison.num_ranks
+    envelope = _envelope(comparison, sizes[0], sizes[-1])
+    changes = [(a.name, b.name, b.from_bytes) for a, b in zip(envelope, envelope[1:])]
+    per_size = []
+    for size in sizes:
+        rows = []
+        for shown, line in comparison.rows(size):
+            t = comparison.time_us(line, size)
+            kind = ("nccl" if line.startswith("nccl ") else
+                    "measured" if line in comparison.measured else "algorithm")
+            rows.append({"name": shown, "kind": kind,
+                         "time_us": t, "algbw_gbps": algbw_gbps(size, t),
+                         "busbw_gbps": busbw_gbps(coll, n, size, t)})
+        best = comparison.best_of(list(comparison.lines), size)
+        per_size.append((size, rows, best))
+    if args.json:
+        _out(json.dumps({
+            "collective": coll, "num_ranks": n, "topology": comparison.topology,
+            "notes": list(comparison.notes),
+            "sizes": [{"size_bytes": size, "candidates": rows, "best": best,
+                       "best_time_us": comparison.time_us(best, size)}
+                      for size, rows, best in per_size],
+            "envelope": [{"name": s.name, "from_bytes": _exact_text(s.from_bytes),
+                          "to_bytes": _exact_text(s.to_bytes)} for s in envelope],
+            "crossovers": [{"from": a, "to": b, "size_bytes": _exact_text(x),
+                            "size_bytes_float": float(x)} for a, b, x in changes],
+        }, indent=1))
+        return 0
+    _out(f"{coll} on {comparison.topology} ({n} ranks): closed-form model; NCCL's own tuning model")
+    for note in comparison.notes:
+        _out(f"  {note}")
+    table = []
+    for size, rows, best in per_size:
+        for index, row in enumerate(rows):
+            table.append((format_size(size) if index == 0 else "", row["name"],
+                          f"{row['time_us']:.3f}", f"{row['algbw_gbps']:.3f}",
+                          f"{row['busbw_gbps']:.3f}", "*" if row["name"] == best else ""))
+    for line in _table(("size", "candidate", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                        "best"), table, left=(0, 1, 5)):
+        _out(line)
+    _out("best: " + "; ".join(f"{format_size(size)} {best}" for size, _, best in per_size))
+    if changes:
+        _out(f"crossovers between consecutive winners ({format_size(sizes[0])} to "
+             f"{format_size(sizes[-1])}):")
+        for a, b, x in changes:
+            _out(f"  {a} -> {b} at {_exact_text(x)} bytes ({format_size(x)})")
+    else:
+        _out(f"no crossover: {envelope[0].name} is fastest from {format_size(sizes[0])} to "
+             f"{format_size(sizes[-1])}")
+    return 0
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """Run ``collsynth plot``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
+    output = Path(args.output)
+    if output.suffix.lower() not in (".png", ".svg"):
+        args.plot_parser.error(f"-o {args.output}: expected a .png or .svg file")
+    algorithms, calibration = _load(args.files, args.calibration)
+    comparison = compare(algorithms, calibration=calibration, device=args.device)
+    lo, hi = args.sizes
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise CollsynthError("plot needs matplotlib (pip install matplotlib)") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from collsynth.timing.nccl import busbw_gbps
+
+    points = 121
+    sizes = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+    coll, n = comparison.collective, comparison.num_ranks
+
+    def metric(name: str, size: float) -> float:
+        t = comparison.time_us(name, Fraction(repr(size)))
+        return t if args.metric == "time" else busbw_gbps(coll, n, size, t)
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name in comparison.algorithms:
+        ax.loglog(sizes, [metric(name, s) for s in sizes], label=name)
+    for family, names in comparison.families.items():
+        values = [metric(comparison.best_of(names, Fraction(repr(s))), s) for s in sizes]
+        ax.loglog(sizes, values, linestyle="--", label=f"{family} (best protocol)")
+    for name in comparison.measured:
+        ax.loglog(sizes, [metric(name, s) for s in sizes], linestyle="-.", label=name)
+    for segment in _envelope(comparison, lo, hi)[1:]:  # where the fastest changes
+        ax.axvline(float(segment.from_bytes), color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xlabel(f"{coll} buffer size (bytes, nccl-tests convention)")
+    ax.set_ylabel("predicted time (us)" if args.metric == "time" else "bus bandwidth (GB/s)")
+    ax.set_title(f"{coll} on {comparison.topology} ({n} ranks)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output)
+    plt.close(fig)
+    _out(f"wrote {output}")
+    return 0
+
+
+# -- parsers ------------------------------------------------------------------------------------
+
+
+def _sizes_type(text: str) -> list[int]:
+    return parse_sizes(text)
+
+
+def _range_type(text: str) -> tuple[int, int]:
+    return parse_size_range(text)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="ALGO.json",
+                        help="algorithm files (same collective and topology)")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="calibration file (collsynth calibrate): measured figures per step "
+                             "and per unit, and the measured line of the collective")
+    parser.add_argument("--device", metavar="NAME",
+                        help="GPU whose reduction cost (gamma) is charged to combining "
+                             "collectives: v100, a100-40gb, a100-80gb, h100, mi250, mi300x "
+                             "(default: reductions are free)")
+
+
+def add_time_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``time`` subcommand to ``subparsers``; its handler is :func:`run_time`."""
+    parser = subparsers.add_parser(
+        "time", help="predicted times of algorithms and NCCL's ring/tree",
+        description="Predict the time, algbw and busbw of algorithm files and of NCCL's ring "
+                    "and tree (its own tuning model, on the same topology) at given sizes, and "
+                    "the exact sizes where the fastest changes. Sizes: B, KB/MB/GB (decimal), "
+                    "KiB/MiB/GiB (binary).")
+    _common(parser)
+    parser.add_argument("--sizes", type=_sizes_type, default=parse_sizes("1KB,1MB,1GB"),
+                        metavar="S1,S2,...", help="buffer sizes (default 1KB,1MB,1GB)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run_time, time_parser=parser)
+    return parser
+
+
+def add_plot_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``plot`` subcommand to ``subparsers``; its handler is :func:`run_plot`."""
+    parser = subparsers.add_parser(
+        "plot", help="log-log plot of algorithms against NCCL's ring/tree",
+        description="Plot predicted time or bus bandwidth against buffer size for algorithm "
+                    "files and NCCL's ring and tree (best protocol per size).")
+    _common(parser)
+    parser.add_argument("--sizes", type=_range_type, default=(10**3, 10**9), metavar="FROM:TO",
+                        help="size range (default 1KB:1GB)")
+    parser.add_argument("--metric", choices=("time", "busbw"), default="time",
+                        help="what to plot (default time)")
+    parser.add_argument("-o", "--output", required=True, metavar="PATH",
+                        help="image file: .png or .svg")
+    parser.set_defaults(handler=run_plot, plot_parser=parser)
+    return parser
