@@ -267,6 +267,10 @@ def _build_parser() -> _Parser:
 
     add_time_parser(commands)
     add_plot_parser(commands)
+
+    from collsynth.cli_calibrate import add_calibrate_parser
+
+    add_calibrate_parser(commands)
     return parser
 
 

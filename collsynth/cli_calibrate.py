@@ -1,0 +1,140 @@
+"""``collsynth calibrate``: fit cost models to benchmark logs and save a calibration file.
+
+::
+
+    collsynth calibrate LOG... --topology NAME -o FILE [--plot PATH] [--json]
+                               [--collective NAME] [--ranks N]
+
+Each ``LOG`` (nccl-tests text or JSON output, or PARAM comms output; see
+:mod:`collsynth.timing.logs`) is read and fitted with both models of :mod:`collsynth.timing.fit`
+(the alpha-beta line and the piecewise bus-bandwidth curve); the figures go to ``FILE`` as a
+calibration for the machine ``NAME`` (:mod:`collsynth.timing.calibration`), which
+``collsynth time --calibration FILE`` reads. ``--plot`` draws measured against fitted (PNG or SVG,
+by suffix). ``--collective`` and ``--ranks`` say what a log does not.
+
+Output: a table, one line per log and model (``gmae`` as a percentage); with ``--json``, a JSON
+list with one object per log and model: ``file``, ``collective``, ``ranks``, ``model``
+(``"alpha-beta"`` or ``"piecewise"``), the fitted figures (``alpha_us``, ``busbw_gbps``; for the
+alpha-beta line also ``beta_us_per_byte``, ``algbw_gbps``, ``latency_max_bytes``,
+``bandwidth_min_bytes``; for the piecewise curve ``knee_bytes``, ``saturation_bytes``,
+``sigmoid_low_gbps``, ``sigmoid_high_gbps``, ``center_bytes``, ``steepness``), ``gmae`` and
+``gmae_rows`` (fractions). Exit status 0 when the file was written, 1 for an unreadable log or
+an unwritable file (nothing is written then), 2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from collsynth.timing.calibration import (
+    calibration_from_fits,
+    calibration_to_json,
+    save_calibration,
+)
+from collsynth.timing.fit import FIGURE_FORMATS, LogFits, fit_log, plot_fits, save_figure
+from collsynth.timing.logs import load_log
+
+__all__ = ["add_calibrate_parser", "run_calibrate"]
+
+_EXIT_OK = 0
+
+
+def _plot_path(text: str) -> str:
+    if Path(text).suffix.lower() not in FIGURE_FORMATS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a file ending in {' or '.join(FIGURE_FORMATS)}")
+    return text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``calibrate`` subcommand to ``subparsers``; its handler is :func:`run_calibrate`."""
+    parser = subparsers.add_parser(
+        "calibrate", help="fit cost models to nccl-tests / PARAM logs",
+        description="Fit an alpha-beta line and a piecewise bus-bandwidth curve to each "
+                    "benchmark log (nccl-tests text or JSON output, PARAM comms output) and "
+                    "save the figures as a calibration file.")
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="benchmark log files")
+    parser.add_argument("--topology", required=True, metavar="NAME",
+                        help="the machine the logs were measured on (recorded in the file)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="calibration file to write (JSON)")
+    parser.add_argument("--plot", type=_plot_path, metavar="PATH",
+                        help="also draw measured vs fitted, one row per log (.png or .svg)")
+    parser.add_argument("--collective", metavar="NAME",
+                        help="the collective of logs that do not say (e.g. allreduce)")
+    parser.add_argument("--ranks", type=_positive_int, metavar="N",
+                        help="the rank count of logs that do not say")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run_calibrate)
+    return parser
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    """Handle ``collsynth calibrate``: read and fit every log, then write the file(s).
+
+    Errors (:class:`~collsynth.errors.CollsynthError`, :class:`OSError`) propagate to the
+    command line's ``main``, which prints them and maps them to exit codes; nothing is written
+    unless every log was read and fitted.
+    """
+    results: list[LogFits] = []
+    for path in args.logs:
+        log = load_log(path, collective=args.collective, ranks=args.ranks)
+        results.append(fit_log(log))
+    calibration = calibration_from_fits(args.topology, results)
+    figure_bytes = None
+    if args.plot:
+        buffer = io.BytesIO()
+        save_figure(plot_fits(results), buffer, format=Path(args.plot).suffix.lstrip("."))
+        figure_bytes = buffer.getvalue()
+    save_calibration(calibration, args.output)
+    if figure_bytes is not None:
+        plot = Path(args.plot)
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        plot.write_bytes(figure_bytes)
+    entries = calibration_to_json(calibration)["entries"]
+    out = sys.stdout
+    if args.json:
+        print(json.dumps(entries, indent=1), file=out, flush=True)
+        return _EXIT_OK
+    for line in _table(entries):
+        print(line, file=out)
+    written = f"wrote {args.output}" + (f" and {args.plot}" if args.plot else "")
+    print(f"{written} (calibration for {args.topology!r}, {len(results)} log"
+          f"{'s' if len(results) != 1 else ''})", file=out, flush=True)
+    return _EXIT_OK
+
+
+def _table(entries: list[dict[str, Any]]) -> list[str]:
+    headers = ("file", "collective", "ranks", "model", "alpha_us", "busbw_gbps", "knee_bytes",
+               "saturation_bytes", "gmae")
+    rows = []
+    for e in entries:
+        rows.append((
+            Path(e["file"]).name, e["collective"], str(e["ranks"]), e["model"],
+            f"{e['alpha_us']:.2f}", f"{e['busbw_gbps']:.1f}",
+            str(e.get("knee_bytes", "-")), str(e.get("saturation_bytes", "-")),
+            f"{100 * e['gmae']:.1f}%",
+        ))
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    left = (0, 1, 3)
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers)] + [line(r) for r in rows]

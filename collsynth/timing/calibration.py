@@ -1,0 +1,512 @@
+"""Calibration files: the cost-model figures fitted to a machine's benchmark logs.
+
+A :class:`Calibration` holds, for one machine (``topology``: a name, as given to
+``collsynth calibrate --topology``), one entry per fitted log and model. It is saved as versioned
+JSON::
+
+    {
+      "format": "collsynth-calibration",
+      "version": 1,
+      "topology": "dgx-a100",
+      "entries": [
+        {"file": "logs/all_reduce.txt", "collective": "allreduce", "ranks": 8,
+         "model": "alpha-beta",
+         "alpha_us": 35.2, "beta_us_per_byte": 7.5e-06, "algbw_gbps": 133.4,
+         "busbw_gbps": 233.5, "latency_max_bytes": 32, "bandwidth_min_bytes": 1073741824,
+         "gmae": 0.141, "gmae_rows": 0.142},
+        {"file": "logs/all_reduce.txt", "collective": "allreduce", "ranks": 8,
+         "model": "piecewise",
+         "alpha_us": 35.8, "busbw_gbps": 234.8, "knee_bytes": 131072,
+         "saturation_bytes": 4294967296, "sigmoid_low_gbps": 3.2, "sigmoid_high_gbps": 241.0,
+         "center_bytes": 1350000.0, "steepness": 0.48, "gmae": 0.025, "gmae_rows": 0.027}
+      ]
+    }
+
+The figures are those of :mod:`collsynth.timing.fit` (:meth:`AlphaBetaFit.params
+<collsynth.timing.fit.AlphaBetaFit.params>`, :meth:`PiecewiseFit.params
+<collsynth.timing.fit.PiecewiseFit.params>`); ``gmae`` is a fraction; ``gmae_rows`` is optional.
+Collectives are stored under collsynth's names (``allreduce``, ``allgather``,
+``reduce_scatter``, ``alltoall``...). Files are untrusted input: the size is bounded
+(:data:`MAX_CALIBRATION_BYTES`) and every field checked, errors naming the file and the field.
+
+Two ways to use a calibration
+-----------------------------
+* :meth:`Calibration.alpha_beta_for` gives the fitted line of a collective as measured
+  (NCCL's own algorithm): ``time_us = alpha_us + size_bytes * beta_us_per_byte`` for the WHOLE
+  collective, ``size_bytes`` in the nccl-tests convention. It is a baseline to compare against,
+  not a per-step / per-unit model.
+* :meth:`Calibration.apply` puts physical figures on a topology, for timing synthesized
+  algorithms with :func:`collsynth.timing.alphabeta.from_topology`:
+
+  - ``unit_gbps = busbw_gbps / egress_units``. nccl-tests' bus bandwidth is the rate at which
+    one rank pushes bytes into the network (the factor ``2(n-1)/n`` or ``(n-1)/n`` undoes the
+    algorithm), so it is spread over the bandwidth units one rank can send per round:
+    ``egress_units`` is the least, over the ranks, of a rank's outgoing link units capped by
+    any bandwidth group whose only source is that rank.
+  - ``alpha_us = fitted alpha_us / ring_steps``: the small-message time of the collective is
+    taken as the latency of the steps of NCCL's ring on the log's ranks, ``2(n-1)`` for
+    allreduce and ``n-1`` for the others.
+
+  The figures come from the entry whose rank count is the topology's, the allreduce one first
+  (its bus bandwidth is the usual yardstick), the alpha-beta fit before the piecewise one (its
+  ``alpha_us`` and ``busbw_gbps`` are the latency and bandwidth regimes; the piecewise fit's are
+  the overhead and the peak). A topology has one ``unit_gbps``: a multi-node log, whose bus
+  bandwidth is the network's, gives the inter-node figure, not the NVLink one.
+
+Examples
+--------
+>>> from collsynth.topology import get_topology
+>>> entry = CalibrationEntry("ar.txt", "allreduce", 8, "alpha-beta",
+...                          {"alpha_us": 35.0, "beta_us_per_byte": 7.5e-06,
+...                           "busbw_gbps": 240.0}, gmae=0.1)
+>>> calibration = Calibration("dgx1", (entry,))
+>>> calibration.alpha_beta_for("all_reduce")
+AlphaBeta(alpha_us=35.0, beta_us_per_byte=7.5e-06)
+>>> dgx1 = calibration.apply(get_topology("dgx1"))
+>>> dgx1.unit_gbps, dgx1.alpha_us  # 240 GB/s over 6 NVLinks; 35 us over 14 ring steps
+(40.0, 2.5)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from collsynth._atomic import write_text_atomic
+from collsynth._files import read_bytes_bounded
+from collsynth.errors import (
+    FileFormatError,
+    InvalidInstanceError,
+    InvalidTopologyError,
+    UnknownNameError,
+)
+from collsynth.timing.alphabeta import AlphaBeta
+from collsynth.timing.fit import MODELS, LogFits
+from collsynth.timing.logs import busbw_factor, canonical_collective
+from collsynth.topology.model import Topology
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MAX_CALIBRATION_BYTES",
+    "CalibrationEntry",
+    "Calibration",
+    "calibration_from_fits",
+    "calibration_to_json",
+    "calibration_from_json",
+    "save_calibration",
+    "load_calibration",
+    "egress_units",
+    "ring_steps",
+]
+
+_log = logging.getLogger(__name__)
+
+FORMAT_NAME = "collsynth-calibration"
+FORMAT_VERSION = 1
+#: Largest calibration file read (bytes).
+MAX_CALIBRATION_BYTES = 16 * 1024 * 1024
+#: The most entries a calibration file may have.
+_MAX_ENTRIES = 100_000
+
+# Figures of each model: name -> (required, kind).
+# Kinds: "pos" > 0, "nonneg" >= 0, "bytes" a whole number >= 1.
+_PARAMS: dict[str, dict[str, tuple[bool, str]]] = {
+    "alpha-beta": {
+        "alpha_us": (True, "nonneg"), "beta_us_per_byte": (True, "nonneg"),
+        "busbw_gbps": (True, "pos"), "algbw_gbps": (False, "pos"),
+        "latency_max_bytes": (False, "bytes"), "bandwidth_min_bytes": (False, "bytes"),
+    },
+    "piecewise": {
+        "alpha_us": (True, "pos"), "busbw_gbps": (True, "pos"), "knee_bytes": (True, "bytes"),
+        "saturation_bytes": (True, "bytes"), "sigmoid_low_gbps": (True, "pos"),
+        "sigmoid_high_gbps": (True, "pos"), "center_bytes": (True, "pos"),
+        "steepness": (True, "pos"),
+    },
+}
+_ENTRY_KEYS = ("file", "collective", "ranks", "model", "gmae", "gmae_rows")
+
+
+@dataclass(frozen=True)
+class CalibrationEntry:
+    """The figures of one model fitted to one log.
+
+    Parameters
+    ----------
+    file:
+        The log the figures were fitted to.
+    collective:
+        collsynth's name of its collective (other spellings are normalised: ``all_reduce``).
+    ranks:
+        Its number of ranks.
+    model:
+        ``"alpha-beta"`` or ``"piecewise"`` (:data:`collsynth.timing.fit.MODELS`).
+    params:
+        The model's figures (see the module docstring), e.g. ``alpha_us``, ``busbw_gbps``.
+    gmae, gmae_rows:
+        The fit's error over the sweep and over every row, as fractions (``gmae_rows`` optional).
+    """
+
+    file: str
+    collective: str
+    ranks: int
+    model: str
+    params: Mapping[str, float] = field(hash=False)
+    gmae: float = 0.0
+    gmae_rows: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.collective, str) or not isinstance(self.params, Mapping):
+            raise InvalidInstanceError("calibration entry: collective must be a string and "
+                                       "params a mapping")
+        object.__setattr__(self, "collective", canonical_collective(self.collective))
+        object.__setattr__(self, "params", dict(self.params))
+        problem = _entry_problem(self)
+        if problem is not None:
+            raise InvalidInstanceError(f"calibration entry {problem[0]}: {problem[1]}")
+
+    @property
+    def alpha_us(self) -> float:
+        """The small-message time of the collective (latency regime, or constant overhead)."""
+        return float(self.params["alpha_us"])
+
+    @property
+    def busbw_gbps(self) -> float:
+        """The large-message bus bandwidth (bandwidth regime, or peak)."""
+        return float(self.params["busbw_gbps"])
+
+    @property
+    def beta_us_per_byte(self) -> float:
+        """Microseconds per byte of the whole collective at large sizes (``1 / algbw``)."""
+        if "beta_us_per_byte" in self.params:
+            return float(self.params["beta_us_per_byte"])
+        return busbw_factor(self.collective, self.ranks) / (self.busbw_gbps * 1e3)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as stored in a calibration file."""
+        obj: dict[str, Any] = {"file": self.file, "collective": self.collective,
+                               "ranks": self.ranks, "model": self.model}
+        obj.update(self.params)
+        obj["gmae"] = self.gmae
+        if self.gmae_rows is not None:
+            obj["gmae_rows"] = self.gmae_rows
+        return obj
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted figures of one machine: see the module docstring.
+
+    Parameters
+    ----------
+    topology:
+        The machine's name (a built-in topology name, a topology file, or free text).
+    entries:
+        One per fitted log and model.
+    """
+
+    topology: str
+    entries: tuple[CalibrationEntry, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entries, tuple):
+            object.__setattr__(self, "entries", tuple(self.entries))
+
+    def collectives(self) -> tuple[str, ...]:
+        """The collectives with at least one entry, in file order."""
+        return tuple(dict.fromkeys(e.collective for e in self.entries))
+
+    def entries_for(self, collective: str, *, ranks: int | None = None,
+                    model: str | None = None) -> tuple[CalibrationEntry, ...]:
+        """The entries of a collective (any spelling), optionally of one rank count and model."""
+        name = canonical_collective(collective)
+        return tuple(e for e in self.entries
+                     if e.collective == name and (ranks is None or e.ranks == ranks)
+                     and (model is None or e.model == model))
+
+    def alpha_beta_for(self, collective: str, *, ranks: int | None = None) -> AlphaBeta:
+        """The fitted line of ``collective`` as measured: ``time_us = alpha_us + size_bytes *
+        beta_us_per_byte`` for the whole collective, ``size_bytes`` in the nccl-tests
+        convention (see the module docstring; this is not a per-step model).
+
+        Uses the alpha-beta entry, else the piecewise one (its overhead and ``1 / algbw`` at the
+        peak). ``ranks`` chooses between entries of several rank counts.
+
+        Raises
+        ------
+        UnknownNameError
+            When no entry is for ``collective`` (and ``ranks``), or when entries of several rank
+            counts match and ``ranks`` is not given.
+        """
+        entries = self.entries_for(collective, ranks=ranks)
+        if not entries:
+            known = ", ".join(f"{e.collective} ({e.ranks} ranks)" for e in self._distinct())
+            raise UnknownNameError(
+                f"calibration for {self.topology!r} has no fit for {collective!r}"
+                + (f" on {ranks} ranks" if ranks is not None else "")
+                + f"; it has: {known or 'no entries'}")
+        counts = sorted({e.ranks for e in entries})
+        if len(counts) > 1:
+            raise UnknownNameError(
+                f"calibration for {self.topology!r} has {canonical_collective(collective)} fits "
+                f"for {', '.join(map(str, counts))} ranks; say which (ranks=...)")
+        entry = _preferred(entries)
+        return AlphaBeta(alpha_us=entry.alpha_us, beta_us_per_byte=entry.beta_us_per_byte)
+
+    def apply(self, topology: Topology) -> Topology:
+        """``topology`` with ``alpha_us`` and ``unit_gbps`` from the fit (see the module
+        docstring for the mapping); the figures used are recorded in its metadata under
+        ``"calibration"``.
+
+        Raises
+        ------
+        InvalidTopologyError
+            When no entry has the topology's rank count, or no rank of the topology can send.
+        """
+        n = topology.num_ranks
+        candidates = [e for e in self.entries if e.ranks == n]
+        if not candidates:
+            counts = sorted({e.ranks for e in self.entries})
+            raise InvalidTopologyError(
+                f"calibration for {self.topology!r} has fits for "
+                f"{', '.join(map(str, counts)) or 'no'} ranks; topology {topology.name!r} has "
+                f"{n}: calibrate with logs measured on {n} ranks")
+        allreduce = [e for e in candidates if e.collective == "allreduce"]
+        first = (allreduce or candidates)[0].collective
+        entry = _preferred([e for e in candidates if e.collective == first])
+        units = egress_units(topology)
+        steps = ring_steps(entry.collective, entry.ranks)
+        unit_gbps = entry.busbw_gbps / units
+        alpha_us = entry.alpha_us / steps
+        if self.topology.strip().lower() != topology.name.strip().lower():
+            _log.info("applying the calibration for %r to topology %r", self.topology,
+                      topology.name)
+        metadata = dict(topology.metadata)
+        metadata["calibration"] = {
+            "calibration_topology": self.topology, "file": entry.file,
+            "collective": entry.collective, "ranks": entry.ranks, "model": entry.model,
+            "busbw_gbps": entry.busbw_gbps, "collective_alpha_us": entry.alpha_us,
+            "egress_units": units, "ring_steps": steps, "gmae": entry.gmae,
+        }
+        return dataclasses.replace(topology, unit_gbps=unit_gbps, alpha_us=alpha_us,
+                                   metadata=metadata)
+
+    def _distinct(self) -> list[CalibrationEntry]:
+        seen: dict[tuple[str, int], CalibrationEntry] = {}
+        for e in self.entries:
+            seen.setdefault((e.collective, e.ranks), e)
+        return list(seen.values())
+
+
+def _preferred(entries: Sequence[CalibrationEntry]) -> CalibrationEntry:
+    """The alpha-beta entry if there is one, else the first."""
+    for entry in entries:
+        if entry.model == "alpha-beta":
+            return entry
+    return entries[0]
+
+
+def egress_units(topology: Topology) -> int:
+    """The bandwidth units the slowest-sending rank can send per round: for each rank, its
+    outgoing link units, capped by every bandwidth group whose only source is that rank (the cap
+    covers the group's destinations; links to other ranks add to it); the least over the ranks
+    that have any outgoing link.
+
+    >>> from collsynth.topology import get_topology
+    >>> egress_units(get_topology("dgx1")), egress_units(get_topology("ring:4"))
+    (6, 2)
+
+    Raises
+    ------
+    InvalidTopologyError
+        When no rank has an outgoing link.
+    """
+    best: int | None = None
+    for rank, row in enumerate(topology.links):
+        out = sum(row)
+        if out == 0:
+            continue
+        for group in topology.groups:
+            if group.sources == frozenset({rank}):
+                outside = sum(b for dst, b in enumerate(row) if dst not in group.destinations)
+                out = min(out, group.limit + outside)
+        best = out if best is None else min(best, out)
+    if best is None or best < 1:
+        raise InvalidTopologyError(f"topology {topology.name!r}: no rank can send")
+    return best
+
+
+def ring_steps(collective: str, ranks: int) -> int:
+    """Steps of NCCL's ring for a collective on ``ranks`` ranks: ``2(n-1)`` for allreduce,
+    ``n-1`` for the others (at least 1).
+
+    >>> ring_steps("allreduce", 8), ring_steps("all_gather", 8)
+    (14, 7)
+    """
+    n = max(ranks, 2)
+    return 2 * (n - 1) if canonical_collective(collective) == "allreduce" else n - 1
+
+
+def calibration_from_fits(topology: str, results: Sequence[LogFits]) -> Calibration:
+    """A calibration with both fits of every log, in order (alpha-beta, then piecewise)."""
+    entries = []
+    for item in results:
+        for fit in item.fits:
+            entries.append(CalibrationEntry(fit.file, fit.collective, fit.ranks, fit.model,
+                                            fit.params(), gmae=fit.gmae,
+                                            gmae_rows=fit.gmae_rows))
+    return Calibration(topology, tuple(entries))
+
+
+# -- the file format ------------------------------------------------------------------------------
+
+
+def calibration_to_json(calibration: Calibration) -> dict[str, Any]:
+    """The JSON object of a calibration file."""
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "topology": calibration.topology,
+            "entries": [e.to_json() for e in calibration.entries]}
+
+
+def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibration:
+    """Check and read the JSON object of a calibration file.
+
+    Raises
+    ------
+    FileFormatError
+        Naming ``source`` and the field at fault.
+    """
+    if not isinstance(obj, dict):
+        raise FileFormatError(source, "expected a JSON object")
+    if obj.get("format") != FORMAT_NAME:
+        raise FileFormatError(source, f"format: {obj.get('format')!r}; expected {FORMAT_NAME!r} "
+                                      "(is this a calibration file?)")
+    version = obj.get("version")
+    if isinstance(version, bool) or version != FORMAT_VERSION:
+        raise FileFormatError(source, f"version: {version!r}; this collsynth reads version "
+                                      f"{FORMAT_VERSION}")
+    unknown = sorted(set(obj) - {"format", "version", "topology", "entries"})
+    if unknown:
+        raise FileFormatError(source, f"unknown field(s) {', '.join(map(repr, unknown))}")
+    topology = obj.get("topology")
+    if not isinstance(topology, str) or not topology.strip():
+        raise FileFormatError(source, f"topology: {topology!r}; expected a name")
+    raw = obj.get("entries")
+    if not isinstance(raw, list):
+        raise FileFormatError(source, "entries: expected a list")
+    if len(raw) > _MAX_ENTRIES:
+        raise FileFormatError(source, f"entries: {len(raw)} is more than the {_MAX_ENTRIES} "
+                                      "accepted")
+    entries = []
+    for index, item in enumerate(raw):
+        where = f"entries[{index}]"
+        if not isinstance(item, dict):
+            raise FileFormatError(source, f"{where}: expected an object")
+        model = item.get("model")
+        if model not in MODELS:
+            raise FileFormatError(source, f"{where}.model: {model!r}; expected one of "
+                                          f"{', '.join(map(repr, MODELS))}")
+        unknown = sorted(set(item) - set(_ENTRY_KEYS) - set(_PARAMS[model]))
+        if unknown:
+            raise FileFormatError(source, f"{where}: unknown field(s) "
+                                          f"{', '.join(map(repr, unknown))} for model {model!r}")
+        params = {k: v for k, v in item.items() if k in _PARAMS[model]}
+        entry = _Unchecked(item.get("file"), item.get("collective"), item.get("ranks"), model,
+                           params, item.get("gmae"), item.get("gmae_rows"))
+        problem = _entry_problem(entry)
+        if problem is not None:
+            raise FileFormatError(source, f"{where}{problem[0]}: {problem[1]}")
+        entries.append(CalibrationEntry(entry.file, entry.collective, entry.ranks, model,
+                                        params, gmae=entry.gmae, gmae_rows=entry.gmae_rows))
+    return Calibration(topology, tuple(entries))
+
+
+@dataclass(frozen=True)
+class _Unchecked:
+    """The fields of an entry as read, before they are checked."""
+
+    file: Any
+    collective: Any
+    ranks: Any
+    model: Any
+    params: dict[str, Any]
+    gmae: Any
+    gmae_rows: Any
+
+
+def _entry_problem(entry: CalibrationEntry | _Unchecked) -> tuple[str, str] | None:
+    """``(".field", what is wrong)`` for the first problem of an entry, or ``None``."""
+    for key in ("file", "collective"):
+        value = getattr(entry, key)
+        if not isinstance(value, str) or not value.strip():
+            return f".{key}", f"{value!r}; expected a non-empty string"
+    ranks = entry.ranks
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= 1 << 20:
+        return ".ranks", f"{ranks!r}; expected a whole number >= 1"
+    if entry.model not in MODELS:
+        return ".model", f"{entry.model!r}; expected one of {', '.join(map(repr, MODELS))}"
+    spec = _PARAMS[entry.model]
+    for key, value in entry.params.items():
+        if key not in spec:
+            return "", f"unknown field {key!r} for model {entry.model!r}"
+        problem = _number_problem(value, spec[key][1])
+        if problem:
+            return f".{key}", problem
+    missing = [k for k, (required, _) in spec.items() if required and k not in entry.params]
+    if missing:
+        return "", f"missing field(s) {', '.join(map(repr, missing))} of model {entry.model!r}"
+    problem = _number_problem(entry.gmae, "nonneg")
+    if problem:
+        return ".gmae", problem
+    if entry.gmae_rows is not None:
+        problem = _number_problem(entry.gmae_rows, "nonneg")
+        if problem:
+            return ".gmae_rows", problem
+    return None
+
+
+def _number_problem(value: Any, kind: str) -> str | None:
+    if kind == "bytes":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{value!r}; expected a whole number of bytes >= 1"
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"{value!r}; expected a finite number"
+    if kind == "pos" and value <= 0:
+        return f"{value!r}; expected a number > 0"
+    if kind == "nonneg" and value < 0:
+        return f"{value!r}; expected a number >= 0"
+    return None
+
+
+def save_calibration(calibration: Calibration, path: str | os.PathLike[str]) -> None:
+    """Write ``calibration`` to ``path`` as JSON (atomically: never a half-written file)."""
+    write_text_atomic(path, json.dumps(calibration_to_json(calibration), indent=1) + "\n")
+
+
+def load_calibration(path: str | os.PathLike[str]) -> Calibration:
+    """Read a calibration file.
+
+    Raises
+    ------
+    FileFormatError
+        A missing or unreadable file, malformed JSON (with its line and column), or a field that
+        breaks the format (named).
+    InputTooLargeError
+        A file larger than :data:`MAX_CALIBRATION_BYTES`.
+    """
+    data = read_bytes_bounded(path, MAX_CALIBRATION_BYTES, what="a calibration file may have")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise FileFormatError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(path, f"line {exc.lineno}: malformed JSON at column {exc.colno}: "
+                                    f"{exc.msg}") from exc
+    except RecursionError as exc:
+        raise FileFormatError(path, "JSON nested too deeply") from exc
+    return calibration_from_json(obj, source=str(path))

@@ -1,0 +1,758 @@
+"""Readers for collective benchmark logs: nccl-tests (text and JSON) and PARAM comms.
+
+Every reader returns a :class:`BenchmarkLog`: the collective, the number of ranks and one
+:class:`BenchmarkRow` per measured (size, half) pair, in file order. Nothing is fitted here (see
+:mod:`collsynth.timing.fit`); the rows are what the log says, in the log's own units.
+
+Formats
+-------
+**nccl-tests text output** (``all_reduce_perf ...``), every layout seen in public logs:
+
+* the old table ``size count type redop time algbw busbw error time algbw busbw error`` (with an
+  empty ``redop`` cell for alltoall/allgather in some versions), the one without ``redop``, and the
+  newer one with ``redop root`` and ``#wrong`` columns; the per-iteration layout (8 cells per
+  half: the extra ``i_*`` cells are ignored) and a trailing timestamp are accepted;
+* each table row gives two :class:`BenchmarkRow`: out-of-place (``in_place=False``) then in-place;
+* ``N/A`` cells (``error`` with ``-c 0``) read as ``None``;
+* rows of size 0 are skipped and counted (:attr:`BenchmarkLog.zero_size_lines`);
+* lines may carry a launcher's tag: Open MPI's ``[1,0]<stdout>:`` or srun's ``0: ``;
+* ``NCCL INFO``/``NCCL WARN`` lines, command lines, ``NCCL version`` banners and other text between
+  the rows are skipped;
+* the number of ranks comes from the ``#  Rank N ...`` device lines, else from the ratio
+  ``busbw / algbw`` (nccl-tests' bus-bandwidth factor, :func:`busbw_factor`), else from the
+  ``# nThread T nGpus G`` line (``T * G``, one process);
+* the collective comes from ``# Collective test starting: NAME_perf``, else from the first
+  ``NAME_perf`` on any line (the command line), else from the file name.
+
+**nccl-tests JSON output**, written by newer nccl-tests builds when their output-file option
+names a ``.json`` file. The schema is the one the nccl-tests writer (``src/util.cu``,
+``JSON_FILE_VERSION 2``) emits::
+
+    {"version": 2, "args": ["./build/all_reduce_perf", ...], "nccl_version": 22703,
+     "config": {"nthreads": 1, "ngpus": 8, ..., "devices": [{"rank": 0, ...}, ...]},
+     "results": [{"size": 1024, "count": 256, "type": "float", "redop": "sum",
+                  "root": "    -1",
+                  "out_of_place": {"time": 16.4, "alg_bw": 0.06, "bus_bw": 0.11, "nwrong": 0},
+                  "in_place": {...}, "actual_iterations": 20, "experiment_name": "..."}, ...],
+     ...}
+
+``time`` is ``cpu_time`` when CPU time is reported, ``nwrong`` is ``null`` without data checks,
+``out_of_place`` is ``null`` in trace-replay runs, and a NaN is written as the string ``"nan"``.
+``devices`` holds one entry per process (the first rank of each), so the number of ranks is
+``nthreads * ngpus * len(devices)``. Version 1 files are read the same way (an assumption: only
+the version 2 writer was available to check against).
+
+**PARAM comms output** (``comms.py`` of facebookresearch/param): ``COMMS-RES`` lines, in any of
+the layouts its versions printed:
+
+* tab-separated rows under the header
+  ``\\tCOMMS-RES\\tsize (B)\\t num-elements\\t Latency(us):p50\\tp75\\t\\tp95\\t algBW(GB/s)\\t
+  busBW(GB/s)`` (older versions), also with ``min``/``max`` or an ``op[0]`` column; the same
+  without ``busBW`` is read too (an assumption: no public log in that layout was found);
+* ``COMMS-RES-<collective>`` rows with right-aligned columns ``size (B) nElementsPerRank
+  Latency(us):p50 p75 p95 Min Max AlgBW(GB/s) BusBW(GB/s) [TFlops]`` (newer versions; the
+  collective may be followed by ``-<dtype>``).
+
+The header line says which column is which; without one, rows of 6, 7 or 9 cells are read as
+the layouts above (no busBW; p50 p75 p95 algBW busBW; with min and max). The time of a row is the
+p50 latency. PARAM does not say whether a call was in place: rows have ``in_place=False``.
+Quantized (``COMMS-RES-QUANT``) and point-to-point rows are not collective sweeps and are
+skipped. The number of ranks comes from the ``world_size`` PARAM prints with its MPI
+environment, else from ``busBW / algBW``; the collective from the row tag, a ``collective=NAME``
+line or ``--collective NAME``, else the file name.
+
+Errors
+------
+Files are untrusted: the size is bounded (:data:`MAX_LOG_BYTES`) before reading, and a line that
+looks like a result row but cannot be read raises :class:`~collsynth.errors.FileFormatError`
+naming the file and the line number (``log.txt: line 37: ...``).
+
+Examples
+--------
+>>> text = '''# nThread 1 nGpus 4 minBytes 8 maxBytes 1024 step: 2(factor)
+... #  Rank  0 Group  0 Pid 1 on host device  0 [0x01] GPU
+... #  Rank  3 Group  0 Pid 1 on host device  3 [0x04] GPU
+... #       size   count  type  redop  root   time  algbw  busbw #wrong   time  algbw  busbw #wrong
+...            8       2 float    sum    -1  10.00   0.00   0.00      0  10.00   0.00   0.00      0
+...         1024     256 float    sum    -1  12.00   0.09   0.13      0  11.00   0.09   0.14      0
+... '''
+>>> log = parse_log(text, name="all_reduce_perf.txt")
+>>> log.collective, log.ranks, len(log.rows), log.source
+('allreduce', 4, 4, 'nccl-tests')
+>>> log.rows[2]
+BenchmarkRow(size_bytes=1024, count=256, dtype='float', op='sum', root=-1, time_us=12.0,
+             algbw_gbps=0.09, busbw_gbps=0.13, in_place=False, errors=0.0, line=6)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from collsynth._files import read_bytes_bounded
+from collsynth.errors import FileFormatError
+
+__all__ = [
+    "BenchmarkRow",
+    "BenchmarkLog",
+    "MAX_LOG_BYTES",
+    "LOG_FORMATS",
+    "load_log",
+    "parse_log",
+    "canonical_collective",
+    "busbw_factor",
+]
+
+#: Largest benchmark log read (bytes). Real logs are < 1 MiB; NCCL_DEBUG=INFO runs reach a few MiB.
+MAX_LOG_BYTES = 64 * 1024 * 1024
+#: The most ranks a log may claim (a sanity bound on header and JSON values).
+_MAX_RANKS = 1 << 20
+#: Values of :attr:`BenchmarkLog.source`.
+LOG_FORMATS = ("nccl-tests", "nccl-tests-json", "param-comms")
+
+# Known collectives: spellings in benchmark names and file names -> collsynth's name.
+_COLLECTIVE_NAMES = {
+    "allreduce": "allreduce", "all_reduce": "allreduce",
+    "allgather": "allgather", "all_gather": "allgather", "all_gather_base": "allgather",
+    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_base": "reduce_scatter",
+    "alltoall": "alltoall", "all_to_all": "alltoall", "alltoallv": "alltoallv",
+    "all_to_allv": "alltoallv",
+    "broadcast": "broadcast", "bcast": "broadcast", "reduce": "reduce", "gather": "gather",
+    "scatter": "scatter", "sendrecv": "sendrecv", "hypercube": "hypercube",
+}
+# nccl-tests' bus-bandwidth factors (busbw = algbw * factor) as functions of the rank count n.
+_BUSBW_FACTORS = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "alltoallv": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
+    "hypercube": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+# Longest spelling first, so "reduce_scatter" wins over "reduce" and "all_reduce" over "reduce".
+_NAME_IN_FILE = re.compile(
+    r"(?<![a-z0-9])(" + "|".join(sorted(map(re.escape, _COLLECTIVE_NAMES), key=len, reverse=True))
+    + r")(?![a-z0-9])")
+
+
+@dataclass(frozen=True)
+class BenchmarkRow:
+    """One measurement: a collective call on ``size_bytes`` bytes took ``time_us`` microseconds.
+
+    Parameters
+    ----------
+    size_bytes:
+        The buffer size as the benchmark prints it (nccl-tests convention, see
+        :func:`collsynth.timing.alphabeta.base_chunk_bytes`).
+    count:
+        Elements (nccl-tests: of the buffer; PARAM: per rank), or ``None`` when not printed.
+    dtype, op, root:
+        Data type (``"float"``), reduction (``"sum"``) and root rank (nccl-tests prints ``-1`` for
+        rootless collectives), each ``None`` when the log has no such cell.
+    time_us:
+        Microseconds per call (nccl-tests: mean; PARAM: the p50 latency across ranks).
+    algbw_gbps, busbw_gbps:
+        The benchmark's own algorithm and bus bandwidths in GB/s (``None`` for ``N/A`` or absent);
+        printed with two decimals, so use ``time_us`` for fitting.
+    in_place:
+        Whether the call was in place (nccl-tests prints both halves of each row).
+    errors:
+        nccl-tests' error column (``#wrong`` count, or the max error in old versions), ``None``
+        for ``N/A`` (no data check) or when absent.
+    line:
+        1-based line number in the file (for JSON input: the line of the results entry when known,
+        else 0).
+    """
+
+    size_bytes: int
+    count: int | None
+    dtype: str | None
+    op: str | None
+    root: int | None
+    time_us: float
+    algbw_gbps: float | None
+    busbw_gbps: float | None
+    in_place: bool
+    errors: float | None
+    line: int
+
+
+@dataclass(frozen=True)
+class BenchmarkLog:
+    """The rows of one benchmark log.
+
+    Parameters
+    ----------
+    path:
+        The file read (or the name given to :func:`parse_log`).
+    collective:
+        collsynth's name of the collective (``"allreduce"``, ``"allgather"``,
+        ``"reduce_scatter"``, ``"alltoall"``, ...): see :func:`canonical_collective`.
+    ranks:
+        Number of ranks that took part.
+    rows:
+        One row per (size, half), size-0 rows left out, in file order.
+    source:
+        Which reader read it: one of :data:`LOG_FORMATS`.
+    zero_size_lines:
+        Result lines of size 0 that were skipped.
+    """
+
+    path: str
+    collective: str
+    ranks: int
+    rows: tuple[BenchmarkRow, ...]
+    source: str
+    zero_size_lines: int = 0
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The distinct sizes measured, ascending."""
+        return tuple(sorted({row.size_bytes for row in self.rows}))
+
+    @property
+    def busbw_factor(self) -> float:
+        """nccl-tests' ``busbw / algbw`` for this collective and rank count."""
+        return busbw_factor(self.collective, self.ranks)
+
+
+def canonical_collective(name: str) -> str:
+    """collsynth's name of a collective spelt as nccl-tests, PARAM or a user writes it.
+
+    Case-insensitive, ``-`` and ``_`` alike, a ``_perf`` suffix ignored. Unknown names come back
+    lower-cased with ``_`` for ``-``.
+
+    >>> canonical_collective("all_reduce_perf"), canonical_collective("AllGather")
+    ('allreduce', 'allgather')
+    >>> canonical_collective("all_to_all"), canonical_collective("reduce-scatter")
+    ('alltoall', 'reduce_scatter')
+    """
+    key = name.strip().lower().replace("-", "_")
+    key = re.sub(r"_perf(?:_mpi)?$", "", key)
+    return _COLLECTIVE_NAMES.get(key, key)
+
+
+def busbw_factor(collective: str, ranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor ``busbw / algbw`` of a collective on ``ranks`` ranks.
+
+    allreduce ``2(n-1)/n``; allgather, reduce_scatter, alltoall, gather, scatter ``(n-1)/n``;
+    broadcast, reduce, sendrecv ``1``. Other collectives: ``1``.
+
+    >>> busbw_factor("allreduce", 8), busbw_factor("allgather", 8), busbw_factor("broadcast", 8)
+    (1.75, 0.875, 1.0)
+    """
+    factor = _BUSBW_FACTORS.get(canonical_collective(collective))
+    if factor is None or ranks < 2:
+        return 1.0
+    return float(factor(ranks))
+
+
+# -- entry points -------------------------------------------------------------------------------
+
+
+def load_log(path: str | os.PathLike[str], *, collective: str | None = None,
+             ranks: int | None = None, max_bytes: int = MAX_LOG_BYTES) -> BenchmarkLog:
+    """Read a benchmark log file, detecting its format (see the module docstring).
+
+    Parameters
+    ----------
+    path:
+        The log: nccl-tests text or JSON output, or PARAM comms output.
+    collective, ranks:
+        Override what the log says (or does not say) about the collective and the rank count.
+    max_bytes:
+        Refuse larger files before reading them.
+
+    Raises
+    ------
+    FileFormatError
+        A missing or unreadable file, text that is not UTF-8, a result line that cannot be read
+        (the message names the line), no results at all, or a collective or rank count that the
+        log does not tell (pass ``collective=`` / ``ranks=``).
+    InputTooLargeError
+        A file larger than ``max_bytes``.
+    """
+    data = read_bytes_bounded(path, max_bytes, what="a benchmark log may have")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise FileFormatError(path, f"line {line}: not UTF-8 text ({exc.reason} at byte "
+                                    f"{exc.start})") from exc
+    return parse_log(text, name=str(path), collective=collective, ranks=ranks)
+
+
+def parse_log(text: str, *, name: str = "<log>", collective: str | None = None,
+              ranks: int | None = None) -> BenchmarkLog:
+    """Read the text of a benchmark log (see :func:`load_log`); ``name`` names it in errors and
+    is searched for the collective's name as a last resort."""
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int)
+                              or not 1 <= ranks <= _MAX_RANKS):
+        raise FileFormatError(name, f"ranks = {ranks!r}: expected a whole number >= 1")
+    if not text.strip():
+        raise FileFormatError(name, "the file is empty")
+    if text.lstrip().startswith("{"):
+        return _parse_json(text, name, collective, ranks)
+    if "COMMS-RES" in text:
+        return _parse_param(text, name, collective, ranks)
+    return _parse_nccl_tests(text, name, collective, ranks)
+
+
+# -- shared helpers ----------------------------------------------------------------------------
+
+# A launcher's tag before a line: Open MPI --tag-output "[1,0]<stdout>:" or srun --label "0: ".
+_LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\s*\d+:(?=\s|$))")
+_INT = re.compile(r"^[+-]?\d+$")
+_NA = ("n/a", "na", "-", "nan")
+
+
+def _strip_tags(line: str) -> str:
+    for _ in range(3):
+        stripped = _LAUNCHER_TAG.sub("", line, count=1)
+        if stripped == line:
+            break
+        line = stripped
+    return line
+
+
+def _number(cell: str, what: str, name: str, line: int, *, optional: bool = False
+            ) -> float | None:
+    """A finite float from a cell; ``None`` for N/A when ``optional``."""
+    if optional and cell.strip().lower() in _NA:
+        return None
+    try:
+        value = float(cell)
+    except ValueError:
+        raise FileFormatError(name, f"line {line}: {what} {cell!r} is not a number") from None
+    if not math.isfinite(value):
+        raise FileFormatError(name, f"line {line}: {what} {cell!r} is not a finite number")
+    return value
+
+
+def _time(cell: str, name: str, line: int) -> float:
+    value = _number(cell, "time", name, line)
+    if value is None or value <= 0:
+        raise FileFormatError(name, f"line {line}: time {cell!r}: expected microseconds > 0")
+    return value
+
+
+def _size(cell: str, name: str, line: int) -> int:
+    if not _INT.match(cell) or int(cell) < 0:
+        raise FileFormatError(name, f"line {line}: size {cell!r}: expected a whole number of "
+                                    "bytes >= 0")
+    return int(cell)
+
+
+def _collective_from_name(name: str) -> str | None:
+    match = _NAME_IN_FILE.search(Path(name).name.lower())
+    return _COLLECTIVE_NAMES[match.group(1)] if match else None
+
+
+def _resolve_collective(name: str, override: str | None, found: str | None) -> str:
+    for candidate in (override, found, _collective_from_name(name)):
+        if candidate:
+            return canonical_collective(candidate)
+    raise FileFormatError(name, "cannot tell which collective was measured: the log names no "
+                                "NAME_perf binary or collective and neither does the file name; "
+                                "pass the collective (e.g. --collective allreduce)")
+
+
+def _ranks_from_ratio(collective: str, rows: Sequence[BenchmarkRow]) -> int | None:
+    """The rank count whose bus-bandwidth factor explains ``busbw / algbw`` in every row with
+    readable figures, or ``None`` when no single count does (e.g. broadcast, or all 0.00)."""
+    factor = _BUSBW_FACTORS.get(collective)
+    usable = [(r.algbw_gbps, r.busbw_gbps) for r in rows
+              if r.algbw_gbps is not None and r.busbw_gbps is not None and r.algbw_gbps >= 1.0]
+    if factor is None or factor(4) == factor(8) or not usable:
+        return None
+    best_alg, best_bus = max(usable)
+    ratio = best_bus / best_alg
+    # Two-decimal printing: each figure is off by at most 0.005.
+    tolerance = 0.0051 * (1 + ratio) / best_alg
+
+    def fits(n: int) -> bool:
+        return abs(factor(n) - ratio) <= tolerance
+
+    matches = [n for n in range(2, 4097) if fits(n)]
+    if len(matches) != 1:
+        return None
+    n = matches[0]
+    for alg, bus in usable:  # every row must agree
+        if abs(alg * factor(n) - bus) > 0.0051 * (1 + factor(n)) + 1e-9:
+            return None
+    return n
+
+
+def _finish(name: str, source: str, collective: str, ranks: int | None,
+            rows: list[BenchmarkRow], zero: int, fallback_ranks: int | None,
+            what_rows: str) -> BenchmarkLog:
+    if not rows:
+        extra = f" ({zero} of size 0, skipped)" if zero else ""
+        raise FileFormatError(name, f"no {what_rows} found{extra}")
+    if ranks is None:
+        ranks = _ranks_from_ratio(collective, rows) or fallback_ranks
+    if ranks is None:
+        if collective in _BUSBW_FACTORS and _BUSBW_FACTORS[collective](4) == 1.0:
+            ranks = 1  # rank-independent bus bandwidth; the count is unknown and unused
+        else:
+            raise FileFormatError(name, "cannot tell the number of ranks: no '#  Rank N' device "
+                                        "lines, no world size, and busbw/algbw does not say; "
+                                        "pass the rank count (e.g. --ranks 8)")
+    if not 1 <= ranks <= _MAX_RANKS:
+        raise FileFormatError(name, f"{ranks} ranks: expected 1 to {_MAX_RANKS}")
+    return BenchmarkLog(path=name, collective=collective, ranks=ranks, rows=tuple(rows),
+                        source=source, zero_size_lines=zero)
+
+
+# -- nccl-tests text ----------------------------------------------------------------------------
+
+_NTHREAD = re.compile(r"#\s*nThreads?\s+(\d+)\s+nGpus\s+(\d+)")
+_RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\b")
+_STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
+_PERF_NAME = re.compile(r"([A-Za-z][A-Za-z0-9_]*?)_perf(?:_mpi)?\b")
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TIME_HEADERS = ("time", "cputime")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Cells of an nccl-tests table: ``size count type`` + ``optional`` + 2 halves of ``width``."""
+
+    optional: tuple[str, ...] = ("redop", "root")
+    width: int = 4
+
+    @staticmethod
+    def from_header(tokens: Sequence[str]) -> "_Layout | None":
+        names = [t.lower() for t in tokens if t.lower() != "timestamp"]
+        times = [i for i, t in enumerate(names) if t in _TIME_HEADERS]
+        if len(names) < 4 or names[:3] != ["size", "count", "type"] or not times:
+            return None
+        width = times[1] - times[0] if len(times) > 1 else len(names) - times[0]
+        if width < 3:
+            return None
+        return _Layout(tuple(names[3:times[0]]), width)
+
+    def describe(self) -> str:
+        half = "time algbw busbw error" + (" ..." if self.width > 4 else "")
+        return " ".join(("size count type", *self.optional, f"+ 2 x ({half})"))
+
+
+def _parse_nccl_tests(text: str, name: str, collective: str | None,
+                      ranks: int | None) -> BenchmarkLog:
+    layout = _Layout()
+    rows: list[BenchmarkRow] = []
+    zero = 0
+    rank_ids: set[int] = set()
+    per_process: int | None = None
+    found_collective: str | None = None
+    starting: str | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = _strip_tags(raw).strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            body = line.lstrip("#").strip()
+            if (m := _NTHREAD.match(line)) is not None:
+                per_process = int(m.group(1)) * int(m.group(2))
+            elif (m := _RANK_LINE.match(line)) is not None:
+                rank_ids.add(int(m.group(1)))
+            elif (m := _STARTING.match(line)) is not None:
+                starting = m.group(1)
+            elif (header := _Layout.from_header(body.split())) is not None:
+                layout = header
+        if "NCCL INFO" in line or "NCCL WARN" in line:
+            continue
+        if found_collective is None:
+            for m in _PERF_NAME.finditer(line):
+                if canonical_collective(m.group(1)) in _BUSBW_FACTORS:
+                    found_collective = m.group(1)
+                    break
+        if line.startswith("#"):
+            continue
+        cells = line.split()
+        if len(cells) < 2 or not (_INT.match(cells[0]) and _INT.match(cells[1])):
+            continue  # noise: banners, command lines, "some output truncated"...
+        parsed = _nccl_row(cells, layout, name, number)
+        if parsed is None:
+            zero += 1
+        else:
+            rows.extend(parsed)
+    coll = _resolve_collective(name, collective, starting or found_collective)
+    if ranks is None and rank_ids:
+        ranks = max(rank_ids) + 1
+    return _finish(name, "nccl-tests", coll, ranks, rows, zero, per_process,
+                   "nccl-tests result rows (lines like '1048576  262144  float  sum  -1  "
+                   "89.27  11.75  20.56  0  88.45  11.85  20.75  0')")
+
+
+def _nccl_row(cells: list[str], layout: _Layout, name: str, number: int
+              ) -> list[BenchmarkRow] | None:
+    """The rows of one table line (out-of-place, then in-place), or ``None`` for size 0."""
+    if len(cells) >= 2 and _TIMESTAMP.match(cells[-2]):
+        cells = cells[:-2]
+    size = _size(cells[0], name, number)
+    count = _size(cells[1], name, number)
+    halves = 2
+    if not 0 <= len(cells) - 3 - halves * layout.width <= len(layout.optional):
+        raise FileFormatError(name, f"line {number}: a result row with {len(cells)} cells; "
+                                    f"expected {3 + 2 * layout.width + len(layout.optional)} "
+                                    f"({layout.describe()})")
+    if size == 0:
+        return None
+    dtype = cells[2]
+    middle = cells[3:len(cells) - halves * layout.width]
+    op: str | None = None
+    root: int | None = None
+    if len(middle) == len(layout.optional):
+        named = dict(zip(layout.optional, middle))
+    else:  # an empty cell: a whole number is the root, anything else the reduction
+        named = {("root" if _INT.match(cell) else "redop"): cell for cell in middle}
+    if "redop" in named and named["redop"].lower() not in ("", "none"):
+        op = named["redop"]
+    if "root" in named:
+        if not _INT.match(named["root"]):
+            raise FileFormatError(name, f"line {number}: root {named['root']!r} is not a rank")
+        root = int(named["root"])
+    result = []
+    start = len(cells) - halves * layout.width
+    for half in range(halves):
+        base = start + half * layout.width
+        time_us = _time(cells[base], name, number)
+        algbw = _number(cells[base + 1], "algbw", name, number, optional=True)
+        busbw = _number(cells[base + 2], "busbw", name, number, optional=True)
+        errors = _number(cells[base + 3], "error", name, number, optional=True)
+        result.append(BenchmarkRow(size, count, dtype, op, root, time_us, algbw, busbw,
+                                   half == 1, errors, number))
+    return result
+
+
+# -- nccl-tests JSON ----------------------------------------------------------------------------
+
+_JSON_VERSIONS = (1, 2)
+
+
+def _parse_json(text: str, name: str, collective: str | None, ranks: int | None) -> BenchmarkLog:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(name, f"line {exc.lineno}: malformed JSON at column {exc.colno}: "
+                                    f"{exc.msg}") from exc
+    except RecursionError as exc:
+        raise FileFormatError(name, "JSON nested too deeply") from exc
+    if not isinstance(doc, dict) or "results" not in doc:
+        raise FileFormatError(name, "JSON without a 'results' list: not nccl-tests JSON output")
+    version = doc.get("version")
+    if version not in _JSON_VERSIONS:
+        raise FileFormatError(name, f"version: nccl-tests JSON version {version!r}; this reader "
+                                    f"knows versions {', '.join(map(str, _JSON_VERSIONS))}")
+    results = doc["results"]
+    if not isinstance(results, list):
+        raise FileFormatError(name, "results: expected a list")
+    lines = _json_entry_lines(text, len(results))
+    rows: list[BenchmarkRow] = []
+    zero = 0
+    for index, entry in enumerate(results):
+        where = f"results[{index}]"
+        line = lines[index] if index < len(lines) else 0
+        at = f"line {line}: {where}" if line else where
+        if not isinstance(entry, dict):
+            raise FileFormatError(name, f"{at}: expected an object")
+        size = _json_int(entry, "size", name, at)
+        count = _json_int(entry, "count", name, at, optional=True)
+        dtype = _json_str(entry, "type", name, at)
+        op = _json_str(entry, "redop", name, at)
+        raw_root = entry.get("root")
+        root_text = (str(raw_root) if isinstance(raw_root, int) and not isinstance(raw_root, bool)
+                     else _json_str(entry, "root", name, at))
+        root = None
+        if root_text is not None and root_text.strip():
+            if not _INT.match(root_text.strip()):
+                raise FileFormatError(name, f"{at}.root: {root_text!r} is not a rank")
+            root = int(root_text.strip())
+        if op is not None and op.strip().lower() in ("", "none"):
+            op = None
+        halves = [(key, entry.get(key)) for key in ("out_of_place", "in_place")]
+        if all(value is None for _, value in halves):
+            raise FileFormatError(name, f"{at}: neither out_of_place nor in_place results")
+        if size == 0:
+            zero += 1
+            continue
+        for key, half in halves:
+            if half is None:
+                continue
+            if not isinstance(half, dict):
+                raise FileFormatError(name, f"{at}.{key}: expected an object or null")
+            time_key = "time" if "time" in half else "cpu_time"
+            time_us = _json_float(half, time_key, name, f"{at}.{key}")
+            if time_us is None or time_us <= 0:
+                raise FileFormatError(name, f"{at}.{key}.{time_key}: expected microseconds > 0")
+            algbw = _json_float(half, "alg_bw", name, f"{at}.{key}", optional=True)
+            busbw = _json_float(half, "bus_bw", name, f"{at}.{key}", optional=True)
+            errors = _json_float(half, "nwrong", name, f"{at}.{key}", optional=True)
+            rows.append(BenchmarkRow(size, count, dtype, op, root, time_us, algbw, busbw,
+                                     key == "in_place", errors, line))
+    found = None
+    args = doc.get("args")
+    if isinstance(args, list) and args and isinstance(args[0], str):
+        m = _PERF_NAME.search(Path(args[0]).name)
+        found = m.group(1) if m else None
+    coll = _resolve_collective(name, collective, found)
+    if ranks is None:
+        ranks = _json_ranks(doc.get("config"))
+    return _finish(name, "nccl-tests-json", coll, ranks, rows, zero, None,
+                   "results with a size above 0")
+
+
+def _json_entry_lines(text: str, count: int) -> list[int]:
+    """Best-effort line numbers of the objects of the top-level "results" list."""
+    start = text.find('"results"')
+    if start < 0:
+        return []
+    lines = []
+    for m in re.finditer(r'\{\s*"size"', text[start:]):
+        lines.append(text.count("\n", 0, start + m.start()) + 1)
+        if len(lines) == count:
+            break
+    return lines if len(lines) == count else []
+
+
+def _json_int(obj: dict, key: str, name: str, at: str, *, optional: bool = False) -> int | None:
+    value = obj.get(key)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FileFormatError(name, f"{at}.{key}: {value!r}: expected a whole number >= 0")
+    return value
+
+
+def _json_str(obj: dict, key: str, name: str, at: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise FileFormatError(name, f"{at}.{key}: {value!r}: expected a string")
+    return value
+
+
+def _json_float(obj: dict, key: str, name: str, at: str, *, optional: bool = False
+                ) -> float | None:
+    value = obj.get(key)
+    if value is None or (isinstance(value, str) and value.lower() in _NA):
+        if optional:
+            return None
+        raise FileFormatError(name, f"{at}.{key}: missing; expected a number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise FileFormatError(name, f"{at}.{key}: {value!r}: expected a finite number")
+    return float(value)
+
+
+def _json_ranks(config: Any) -> int | None:
+    if not isinstance(config, dict):
+        return None
+    threads, gpus, devices = config.get("nthreads"), config.get("ngpus"), config.get("devices")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in (threads, gpus)):
+        return None
+    processes = len(devices) if isinstance(devices, list) and devices else 1
+    return threads * gpus * processes
+
+
+# -- PARAM comms ----------------------------------------------------------------------------------
+
+_PARAM_ROW = re.compile(r"COMMS-RES(?:-(?P<tag>[A-Za-z][\w.-]*?))?(?=\s)(?P<rest>.*)$")
+_PARAM_LABEL = re.compile(r"total-pair-size \(B\)|total-size \(B\)|size \(B\)|\S+")
+_WORLD_SIZE = re.compile(r"world_size['\"]?\s*[:=]\s*(\d+)")
+_COLLECTIVE_ARG = re.compile(r"(?:--collectives?[=\s]+|\bcollective\s*=\s*)([A-Za-z_]+)")
+# Header label -> field; labels not listed are kept as unnamed columns.
+_PARAM_FIELDS = (
+    (re.compile(r"^(total-(pair-)?)?size \(B\)$", re.I), "size"),
+    (re.compile(r"^(nElementsPerRank|num-elements)$", re.I), "count"),
+    (re.compile(r"^Latency\(us\):p50$", re.I), "p50"),
+    (re.compile(r"^AlgBW\(GB/s\)$", re.I), "algbw"),
+    (re.compile(r"^BusBW\(GB/s\)$", re.I), "busbw"),
+)
+_HEADERLESS = {
+    6: ("size", "count", "p50", "p75", "p95", "algbw"),
+    7: ("size", "count", "p50", "p75", "p95", "algbw", "busbw"),
+    9: ("size", "count", "p50", "p75", "p95", "min", "max", "algbw", "busbw"),
+}
+
+
+def _param_header(rest: str) -> tuple[str, ...]:
+    labels = _PARAM_LABEL.findall(rest)
+    fields = []
+    for label in labels:
+        for pattern, field in _PARAM_FIELDS:
+            if pattern.match(label):
+                fields.append(field)
+                break
+        else:
+            fields.append(label.lower())
+    return tuple(fields)
+
+
+def _parse_param(text: str, name: str, collective: str | None, ranks: int | None) -> BenchmarkLog:
+    columns: tuple[str, ...] | None = None
+    rows: list[BenchmarkRow] = []
+    zero = 0
+    world: int | None = None
+    found: str | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = _strip_tags(raw)
+        if world is None and (m := _WORLD_SIZE.search(line)) is not None:
+            world = int(m.group(1))
+        if found is None and (m := _COLLECTIVE_ARG.search(line)) is not None:
+            found = m.group(1)
+        m = _PARAM_ROW.search(line)
+        if m is None:
+            continue
+        tag, rest = m.group("tag") or "", m.group("rest")
+        if tag.upper().startswith("QUANT") or "pingLatency" in rest or tag == "pt2pt":
+            continue  # quantized or point-to-point results: not a collective sweep
+        cells = rest.split()
+        if not cells:
+            continue
+        if not _INT.match(cells[0]):
+            header = _param_header(rest)
+            if "size" in header and "p50" in header:
+                columns = header
+            continue
+        if tag:
+            found = tag.split("-", 1)[0]
+        layout = columns if columns is not None else _HEADERLESS.get(len(cells))
+        if layout is None:
+            raise FileFormatError(name, f"line {number}: a COMMS-RES row with {len(cells)} cells "
+                                        "and no COMMS-RES header line before it to say what they "
+                                        "are")
+        if len(cells) != len(layout):
+            raise FileFormatError(name, f"line {number}: a COMMS-RES row with {len(cells)} cells; "
+                                        f"the header has {len(layout)} ({' '.join(layout)})")
+        named = dict(zip(layout, cells))
+        size = _size(named["size"], name, number)
+        if size == 0:
+            zero += 1
+            continue
+        count = _size(named["count"], name, number) if "count" in named else None
+        dtype = tag.split("-", 1)[1] if "-" in tag else None
+        time_us = _time(named["p50"], name, number)
+        algbw = (_number(named["algbw"], "algBW", name, number, optional=True)
+                 if "algbw" in named else None)
+        busbw = (_number(named["busbw"], "busBW", name, number, optional=True)
+                 if "busbw" in named else None)
+        rows.append(BenchmarkRow(size, count, dtype, None, None, time_us, algbw, busbw, False,
+                                 None, number))
+    coll = _resolve_collective(name, collective, found)
+    if ranks is None:
+        ranks = world
+    return _finish(name, "param-comms", coll, ranks, rows, zero, None,
+                   "COMMS-RES result rows")
+
+
