@@ -47,14 +47,16 @@ def test_there_are_notebooks():
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path: Path, tmp_path: Path):
+def test_notebook_runs(path: Path):
+    """Run the notebook as Jupyter would: from its own folder (notebooks find ``../shared``
+    relative to the repository, and write no files)."""
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         notebook,
         timeout=CELL_TIMEOUT_S,
         kernel_name="python3",
         kernel_manager_class=_ThisInterpreterKernel,
-        resources={"metadata": {"path": str(tmp_path)}},
+        resources={"metadata": {"path": str(path.parent)}},
     )
     client.execute()  # raises CellExecutionError, with the failing cell and traceback
     errors = [output for cell in notebook.cells if cell.cell_type == "code"
