@@ -271,6 +271,10 @@ def _build_parser() -> _Parser:
     from collsynth.cli_calibrate import add_calibrate_parser
 
     add_calibrate_parser(commands)
+
+    from collsynth.cli_run import add_run_parser
+
+    add_run_parser(commands)
     return parser
 
 

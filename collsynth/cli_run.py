@@ -1,0 +1,374 @@
+"""``collsynth run``: execute an algorithm (or MSCCL XML program) on local processes, prove it
+against torch.distributed's own collective, and time both.
+
+::
+
+    collsynth run ALGO.json|ALGO.xml [--ranks N] [--backend gloo|nccl] [--size 4MiB]
+                  [--iters K] [--warmup W] [--dtype float32|bfloat16|float16|int32|...]
+                  [--op sum|prod|min|max|avg] [--inplace] [--root R] [--timeout S] [--json]
+
+``N`` processes are started (:func:`collsynth.runtime.launch.launch`; gloo on the CPU, or nccl
+with one GPU per rank), each runs the algorithm with :mod:`collsynth.runtime.executor` (an
+``.xml`` file with :func:`collsynth.runtime.program.run_program`) on random inputs, runs the
+torch collective of the same name on the same inputs, and compares: exactly for integer dtypes
+and ``min``/``max``, within ``4 * ranks * eps(dtype)`` (absolute and relative) for
+floating-point sums, products and averages (:func:`collsynth.runtime.compare.tolerance`).
+Then both are timed over ``--iters`` iterations after ``--warmup`` untimed ones; the median,
+minimum and maximum (each iteration timed by its slowest rank) are printed with the nccl-tests
+bandwidths: ``algbw = size / time`` and ``busbw = algbw * factor`` (allreduce ``2(n-1)/n``;
+allgather, reduce_scatter, alltoall, gather, scatter ``(n-1)/n``; broadcast, reduce ``1``).
+
+``--size`` is nccl-tests' size: the larger buffer of one rank (allgather: the output; allreduce:
+the buffer), in bytes with an optional unit: ``B``, ``KB``/``MB``/``GB`` (powers of 1000),
+``KiB``/``MiB``/``GiB`` (powers of 1024). Sizes that do not divide evenly into chunks work
+(uneven pieces; padding for XML programs). The collective is the algorithm's; for XML the
+``coll`` attribute's, with the root of rooted programs inferred by the checker (or ``--root``).
+
+Exit status: 0 the result matches torch; 1 it does not, or a rank failed (the message names
+it); 2 usage errors. GPUs: ``--backend nccl`` needs ``torch.cuda.device_count() >= N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from collsynth.errors import CollsynthError
+
+__all__ = ["add_run_parser", "run_run", "parse_size", "main", "UNITS"]
+
+_EXIT_OK, _EXIT_WRONG, _EXIT_USAGE = 0, 1, 2
+#: Size units (case-insensitive): KB = 1000, KiB = 1024.
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
+         "gib": 2**30}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text`` (``4MiB``, ``1.5KB``, ``4096``).
+
+    >>> parse_size("4MiB"), parse_size("1KB"), parse_size("1.5 KiB"), parse_size("17")
+    (4194304, 1000, 1536, 17)
+    """
+    match = _SIZE.match(str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in UNITS:
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as 4MiB or 1000 (units: B, KB, KiB, MB, MiB, GB, GiB), got "
+            f"{text!r}")
+    value = math.floor(float(match.group(1)) * UNITS[unit])
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a size of at least 1 byte, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
+def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``run`` subcommand to ``subparsers``; its handler is :func:`run_run`."""
+    from collsynth.runtime.compare import DTYPES
+    from collsynth.runtime._common import REDUCE_OPS
+
+    parser = subparsers.add_parser(
+        "run", help="run an algorithm on local processes and check it against torch",
+        description="Run an algorithm file (or MSCCL XML program) on N local processes with "
+                    "torch.distributed, check the result against torch's own collective on "
+                    "the same inputs, and time both. Exit status 0 only when the result "
+                    "matches.")
+    parser.add_argument("file", metavar="ALGO.json|ALGO.xml",
+                        help="algorithm file, or an MSCCL XML program")
+    parser.add_argument("--ranks", type=_positive, metavar="N",
+                        help="processes to start (default: the file's number of ranks)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                        help="gloo (CPU, default) or nccl (one GPU per rank)")
+    parser.add_argument("--size", type=parse_size, default=parse_size("4MiB"), metavar="SIZE",
+                        help="bytes of the larger buffer of one rank, with a unit: B, KB, "
+                             "KiB, MB, MiB, GB, GiB (default 4MiB)")
+    parser.add_argument("--iters", type=_count, default=10, metavar="K",
+                        help="timed iterations (default 10; 0: check only)")
+    parser.add_argument("--warmup", type=_count, default=2, metavar="W",
+                        help="untimed iterations before timing (default 2)")
+    parser.add_argument("--dtype", choices=DTYPES, default="float32",
+                        help="element type (default float32)")
+    parser.add_argument("--op", choices=REDUCE_OPS, default="sum",
+                        help="reduction of combining collectives (default sum)")
+    parser.add_argument("--inplace", action="store_true",
+                        help="call in place (torch's in-place layout)")
+    parser.add_argument("--root", type=_count, metavar="R",
+                        help="root of a rooted XML program (default: inferred by the checker)")
+    parser.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
+                        help="seconds one call may take on a rank before it fails "
+                             "(default 60)")
+    parser.add_argument("--seed", type=_count, default=0, help="input seed (default 0)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run_run, run_parser=parser)
+    return parser
+
+
+def _usage(args: argparse.Namespace, message: str) -> int:
+    parser = getattr(args, "run_parser", None)
+    if parser is not None:
+        parser.error(message)   # raises (collsynth's parser) or exits 2 (argparse's)
+    print(f"collsynth run: error: {message}", file=sys.stderr, flush=True)
+    return _EXIT_USAGE
+
+
+def _error(message: str) -> int:
+    print(f"collsynth: error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+    return _EXIT_WRONG
+
+
+def _load(path: str, root: int | None):
+    """(algorithm or None, program or None, collective or None, root, ranks, label)."""
+    from collsynth.algorithm.fileformat import load_algorithm
+    from collsynth.export.xml_reader import read_program
+
+    if path.lower().endswith(".xml"):
+        program = read_program(path)
+        label = f"{program.coll} program {program.name!r}"
+        return None, program, None, root, program.ngpus, label
+    algorithm = load_algorithm(path)
+    label = f"{algorithm.collective.describe()} on {algorithm.topology.name}"
+    return algorithm, None, None, None, algorithm.topology.num_ranks, label
+
+
+def _infer_root(program, root: int | None) -> int | None:
+    from collsynth.export.check import ROOTED_COLLECTIVES, check_program
+    from collsynth.runtime.program import program_kind
+
+    kind = program_kind(program)
+    if root is not None or kind not in ROOTED_COLLECTIVES:
+        return root
+    runtime = "msccl" if program.outofplace is None else "rccl"
+    report = check_program(program, runtime=runtime, collective=kind)
+    return report.root
+
+
+def run_run(args: argparse.Namespace) -> int:
+    """Run ``collsynth run`` from parsed arguments; return the exit code."""
+    from collsynth.runtime import compare
+    from collsynth.runtime._common import check_op, torch_modules
+    from collsynth.runtime.executor import collective_kind
+    from collsynth.runtime.launch import launch
+    from collsynth.runtime.program import program_kind
+
+    try:
+        algorithm, program, collective, root, file_ranks, label = _load(args.file, args.root)
+    except (CollsynthError, OSError) as exc:
+        text = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and \
+            exc.strerror else str(exc)
+        return _error(text)
+    ranks = args.ranks if args.ranks is not None else file_ranks
+    if ranks != file_ranks:
+        return _usage(args, f"--ranks {ranks}, but {args.file} is for {file_ranks} ranks")
+    if args.root is not None and args.root >= ranks:
+        return _usage(args, f"--root {args.root} is not a rank of {ranks}")
+    if algorithm is not None and args.root is not None:
+        return _usage(args, "--root is for XML programs; an algorithm file names its root")
+    if program is not None:
+        from collsynth.runtime.program import program_layouts
+
+        layouts = program_layouts(program)
+        call = "in-place" if args.inplace else "out-of-place"
+        if call not in layouts:
+            return _usage(args, f"{args.file} is for {' and '.join(layouts) or 'no'} calls; "
+                                + ("drop --inplace" if args.inplace else "add --inplace"))
+    try:
+        if program is not None:
+            kind = program_kind(program)
+            combining = kind in ("allreduce", "reduce_scatter", "reduce", "custom")
+        else:
+            kind = collective_kind(algorithm.collective)
+            combining = algorithm.collective.combining
+        dtype = compare.parse_dtype(args.dtype)
+        check_op(args.op, dtype, allow_avg=program is None, combining=combining)
+    except CollsynthError as exc:
+        return _usage(args, str(exc))
+    try:
+        if program is not None:
+            root = _infer_root(program, root)
+        if kind == "custom" and algorithm is None:
+            raise CollsynthError("a coll=\"custom\" program's result cannot be checked without "
+                                 "its collective: run the algorithm file it came from")
+        if program is not None and kind in ("broadcast", "reduce", "gather", "scatter") and \
+                root is None:
+            raise CollsynthError(f"cannot tell the root of this {kind} program (the checker "
+                                 "finds none or several): pass --root")
+    except CollsynthError as exc:
+        return _error(str(exc))
+    torch, _ = torch_modules()
+    element = torch.empty((), dtype=dtype).element_size()
+    blocks = _size_blocks(kind, ranks, algorithm)
+    block_elems = max(1, args.size // element // blocks)
+    case = compare.Case(name=Path(args.file).name, block_elems=block_elems,
+                        algorithm=algorithm, program=program, collective=collective,
+                        dtype=args.dtype, op=args.op, inplace=args.inplace, seed=args.seed,
+                        iters=args.iters, warmup=args.warmup if args.iters else 0,
+                        timeout_s=args.timeout, root=root)
+    per_call = args.timeout
+    launch_timeout = 60.0 + per_call * (2 * (args.iters + args.warmup) + 4)
+    try:
+        results = launch(compare.run_cases, ranks, args=([case],), backend=args.backend,
+                         timeout_s=launch_timeout)
+    except CollsynthError as exc:
+        return _error(str(exc))
+    per_rank = [r[0] for r in results]
+    report = _report(args, case, per_rank, label, kind, ranks, element)
+    if args.json:
+        print(json.dumps(report, indent=2), flush=True)
+    else:
+        print(_text(report), flush=True)
+    if report["errors"]:
+        for line in report["errors"]:
+            print(f"collsynth: error: {line}", file=sys.stderr, flush=True)
+    return _EXIT_OK if report["correct"] else _EXIT_WRONG
+
+
+def _size_blocks(kind: str, ranks: int, algorithm) -> int:
+    if kind in ("allgather", "reduce_scatter", "alltoall", "gather", "scatter"):
+        return ranks
+    if kind == "custom" and algorithm is not None:
+        coll = algorithm.collective
+        return coll.num_chunks // coll.chunk_factor
+    return 1
+
+
+def _figures(timing, size: int, factor: float) -> dict[str, float] | None:
+    if timing is None:
+        return None
+    median = timing.median
+    algbw = size / median / 1e9 if median > 0 else float("inf")
+    return {"median_s": median, "min_s": timing.min, "max_s": timing.max,
+            "algbw_GBps": algbw, "busbw_GBps": algbw * factor}
+
+
+def _report(args, case, per_rank, label: str, kind: str, ranks: int, element: int
+            ) -> dict[str, Any]:
+    from collsynth.runtime.compare import TORCH_CALLS, busbw_factor
+
+    first = per_rank[0]
+    size = first.size_bytes
+    factor = busbw_factor(kind, ranks)
+    errors = [f"rank {r.rank}: {r.error}" for r in per_rank if r.error]
+    # One message when every rank says the same thing.
+    if errors and len({r.error for r in per_rank if r.error}) == 1 and \
+            len(errors) == len(per_rank):
+        errors = [per_rank[0].error]
+    wrong = [r.rank for r in per_rank if not r.ok and not r.error]
+    return {
+        "file": args.file,
+        "collective": label,
+        "kind": kind,
+        "ranks": ranks,
+        "backend": args.backend,
+        "dtype": args.dtype,
+        "op": args.op,
+        "inplace": bool(args.inplace),
+        "size_bytes": size,
+        "block_elems": case.block_elems,
+        "iters": case.iters,
+        "warmup": case.warmup,
+        "correct": all(r.ok for r in per_rank),
+        "wrong_ranks": wrong,
+        "max_error": max(r.max_error for r in per_rank),
+        "tolerance": first.tolerance,
+        "torch_call": f"torch.distributed.{TORCH_CALLS.get(kind, kind)}",
+        "busbw_factor": factor,
+        "collsynth": _figures(first.collsynth, size, factor),
+        "torch": _figures(first.torch, size, factor),
+        "errors": errors,
+    }
+
+
+def _format_time(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def _text(report: dict[str, Any]) -> str:
+    place = "in place" if report["inplace"] else "out of place"
+    lines = [
+        f"{report['file']}: {report['collective']}",
+        f"{report['ranks']} ranks, {report['backend']}, {report['dtype']}, op {report['op']}, "
+        f"{place}, {report['size_bytes']} bytes per call ({report['block_elems']} elements "
+        f"per block)",
+    ]
+    if report["errors"]:
+        lines.append("correct: no (" + "; ".join(report["errors"]) + ")")
+    elif report["correct"]:
+        how = "exactly" if report["tolerance"] == 0 else \
+            f"within {report['tolerance']:.3g} (max error {report['max_error']:.3g})"
+        lines.append(f"correct: yes, matches {report['torch_call']} {how}")
+    else:
+        lines.append(f"correct: NO: differs from {report['torch_call']} on rank(s) "
+                     f"{', '.join(map(str, report['wrong_ranks']))} (max error "
+                     f"{report['max_error']:.3g}, tolerance {report['tolerance']:.3g})")
+    if report["collsynth"] is not None:
+        lines.append(f"timing: {report['iters']} iterations after {report['warmup']} warm-up; "
+                     f"busbw = algbw x {report['busbw_factor']:.3g}")
+        header = f"{'':<10} {'median':>11} {'min':>11} {'max':>11} {'algbw GB/s':>11} " \
+                 f"{'busbw GB/s':>11}"
+        lines.append(header)
+        for name in ("collsynth", "torch"):
+            f = report[name]
+            if f is None:
+                continue
+            lines.append(f"{name:<10} {_format_time(f['median_s']):>11} "
+                         f"{_format_time(f['min_s']):>11} {_format_time(f['max_s']):>11} "
+                         f"{f['algbw_GBps']:>11.4g} {f['busbw_GBps']:>11.4g}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``collsynth run ARGS`` on its own (``argv`` without the word ``run``); the exit code.
+
+    Usage errors exit 2, like the full command line's.
+    """
+    parser = argparse.ArgumentParser(prog="collsynth")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_run_parser(commands)
+    try:
+        args = parser.parse_args(["run", *(sys.argv[1:] if argv is None else argv)])
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
+    try:
+        return args.handler(args)
+    except SystemExit as exc:   # parser.error() from the handler
+        return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

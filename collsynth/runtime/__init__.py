@@ -1,0 +1,53 @@
+"""Run synthesized algorithms for real with torch.distributed, and prove them against torch.
+
+* :func:`run` executes an :class:`~collsynth.algorithm.Algorithm` on this rank's tensors, laid
+  out as torch's collective of the same name lays them out (:mod:`collsynth.runtime.executor`);
+  :func:`prepare` plans it once for repeated calls.
+* :func:`run_program` interprets an MSCCL XML program (:mod:`collsynth.runtime.program`).
+* :func:`launch` starts ``N`` local processes in one process group and collects their results
+  (:mod:`collsynth.runtime.launch`).
+* :func:`run_case` / :func:`run_cases` check a run against torch's own collective and time both
+  (:mod:`collsynth.runtime.compare`).
+
+PyTorch is optional for collsynth; it is imported when these functions are called.
+"""
+
+from collsynth.runtime._common import (
+    DEFAULT_TIMEOUT_S,
+    REDUCE_OPS,
+    BackendUnavailableError,
+    ExecutionError,
+    ExecutionTimeoutError,
+    InvalidBufferError,
+    UnrunnableProgramError,
+)
+from collsynth.runtime.compare import Case, CaseResult, Timing, busbw_factor, run_case, run_cases
+from collsynth.runtime.executor import PreparedRun, prepare, run
+from collsynth.runtime.launch import LaunchError, RankFailure, launch
+from collsynth.runtime.program import PreparedProgram, prepare_program, run_program, schedule
+
+__all__ = [
+    "run",
+    "prepare",
+    "PreparedRun",
+    "run_program",
+    "prepare_program",
+    "PreparedProgram",
+    "schedule",
+    "launch",
+    "LaunchError",
+    "RankFailure",
+    "Case",
+    "CaseResult",
+    "Timing",
+    "run_case",
+    "run_cases",
+    "busbw_factor",
+    "REDUCE_OPS",
+    "DEFAULT_TIMEOUT_S",
+    "ExecutionError",
+    "ExecutionTimeoutError",
+    "InvalidBufferError",
+    "BackendUnavailableError",
+    "UnrunnableProgramError",
+]

@@ -1,0 +1,712 @@
+"""Interpret an MSCCL XML program (:class:`~collsynth.export.Program`) with torch.distributed.
+
+torch has no threadblocks, so the program is first scheduled *globally*, the same way on every
+rank (it is a pure function of the program):
+
+1. **Load** every threadblock as the runtimes do: ``nop`` steps vanish and hand their
+   dependencies to the next real step (``../shared/MSCCL_XML_SPEC.md`` 9.2). A dependency
+   ``(depid, deps)`` waits until threadblock ``depid`` has executed its step at position
+   ``deps`` (9.1; position semantics, as every correct program is written).
+2. **Simulate** all ranks with one FIFO per connection ``(sender, receiver, channel)`` (11):
+   a step runs when its dependencies are done and, for a receive, its message has been sent.
+   The order found is a topological order of the program's happens-before; a program that
+   stalls deadlocks on the real runtimes too and is refused (:class:`UnrunnableProgramError`),
+   as are unreceived messages and send/receive pairs of different ``cnt``.
+3. **Levels.** Every step gets a level, the batch it runs in. In a level a rank first posts
+   its messages (sends of ``s`` steps read memory now; ``rcs``/``rrs``/``rrcs`` forward in the
+   next level what they received), waits for its receives, then applies the level's steps in
+   the global order (``r``, ``rrc``, ``cpy``, ``re``...). Levels respect program order,
+   dependencies and messages (a send reads after the writes before it: one level later), and
+   are then *aligned* so that every message is sent and received in the same level. Aligned
+   batches are what NCCL needs (sends and receives of a batch are matched together); a program
+   that cannot be aligned still runs on gloo, whose sends are buffered (its sends are
+   snapshotted and messages carry unique tags), and is refused on NCCL.
+
+Buffers and sizes (spec 8): the input ``i``, output ``o`` and a scratch ``s`` of ``s_chunks``
+chunks; chunk ``k`` of a buffer is elements ``[k*S, (k+1)*S)``. The tensors are torch's (see
+:mod:`collsynth.runtime.executor`): ``m`` elements per block, ``K`` chunks per block
+(``nchunksperloop``, or ``nchunksperloop / ngpus`` for allgather, reduce_scatter, alltoall).
+When ``m`` is not a multiple of ``K`` the blocks are copied into zero-padded buffers of
+``K * ceil(m / K)`` elements per block and the output copied back, so every size works (at the
+price of those copies); ``coll="custom"`` programs (one block of ``nchunksperloop`` chunks whose
+meaning the XML does not say) need a multiple of ``nchunksperloop`` elements. In place is
+recognised from the tensors and must be the aliasing of spec 8.2 (torch's in-place views);
+the program must declare the layout of the call (msccl: ``inplace`` exactly, alltoall out of
+place only; rccl: ``inplace``/``outofplace``). A rank with one tensor (a broadcast's or a
+gather's non-root) in a program made only for in-place calls gets the other buffer as its
+alias. The XML carries no root
+and no operator: rooted programs hard-code their root, the operator comes from the call
+(``sum``, ``prod``, ``min``, ``max``; no ``avg``, which the runtimes never run as MSCCL).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from collsynth.export.program import RECV_OPS, SEND_OPS, Program
+from collsynth.runtime._common import (
+    DEFAULT_TIMEOUT_S,
+    Deadline,
+    ExecutionError,
+    InvalidBufferError,
+    UnrunnableProgramError,
+    check_op,
+    global_rank,
+    is_nccl,
+    reducer,
+    torch_modules,
+    wait_all,
+)
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+
+__all__ = ["run_program", "prepare_program", "PreparedProgram", "program_kind",
+           "program_layouts", "schedule", "Schedule"]
+
+_EXECUTABLE = frozenset({"s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re"})
+_FORWARDING = frozenset({"rcs", "rrs", "rrcs"})
+_WRITES_NOTHING = frozenset({"s", "rrs"})
+_KINDS = {"reducescatter": "reduce_scatter"}
+#: Collectives whose programs only move data (no operator is ever applied).
+_MOVING = frozenset({"allgather", "alltoall", "broadcast", "gather", "scatter"})
+
+
+def program_kind(program: Program) -> str:
+    """The collective a program implements, in collsynth's spelling (``custom`` included)."""
+    return _KINDS.get(program.coll, program.coll)
+
+
+@dataclass
+class _Op:
+    """One executable step as the runtimes load it."""
+
+    rank: int
+    tb: int
+    pos: int
+    type: str
+    srcbuf: str
+    srcoff: int
+    dstbuf: str
+    dstoff: int
+    cnt: int
+    deps: tuple[tuple[int, int], ...]
+    line: int | None
+    index: int = -1          # place in the global order
+    level: int = 0
+    message_in: int = -1     # message id received
+    message_out: int = -1    # message id sent
+    delay: int = 0           # forwarding ops: extra levels before the forward is sent
+    min_level: int = 0       # alignment's lower bound on level
+    min_delay: int = 0       # alignment's lower bound on delay
+
+    def name(self) -> str:
+        where = f" (line {self.line})" if self.line is not None else ""
+        return f"rank {self.rank} tb {self.tb} step {self.pos}{where}"
+
+    @property
+    def send_level(self) -> int:
+        return self.level + (0 if self.type == "s" else 1 + self.delay)
+
+
+@dataclass
+class Schedule:
+    """The global schedule of a program: every step in a happens-before order, with levels.
+
+    ``aligned`` is true when every message is sent and received in the same level.
+    """
+
+    ops: list[_Op]
+    messages: list[_Op]                       # message id -> the op that sends it
+    receivers: dict[int, _Op]                 # message id -> the op that receives it
+    peers: dict[tuple[int, int], tuple[int, int, int]]   # (rank, tb) -> (send, recv, chan)
+    levels: int
+    aligned: bool = True
+    tb_ops: dict[tuple[int, int], list[_Op]] = field(default_factory=dict)
+
+
+def _load(program: Program) -> tuple[dict[tuple[int, int], list[_Op]],
+                                      dict[tuple[int, int], tuple[int, int, int]]]:
+    n = program.ngpus
+    tb_ops: dict[tuple[int, int], list[_Op]] = {}
+    peers: dict[tuple[int, int], tuple[int, int, int]] = {}
+    seen_gpus = set()
+    for gpu in program.gpus:
+        r = gpu.id
+        if not 0 <= r < n or r in seen_gpus:
+            raise UnrunnableProgramError(f"<gpu id={r}> is not a distinct rank of ngpus={n}")
+        seen_gpus.add(r)
+        for tb in gpu.threadblocks:
+            key = (r, tb.id)
+            if key in tb_ops:
+                raise UnrunnableProgramError(f"rank {r} has two threadblocks with id {tb.id}")
+            for role, peer in (("send", tb.send), ("recv", tb.recv)):
+                if peer != -1 and not (0 <= peer < n and peer != r):
+                    raise UnrunnableProgramError(f"rank {r} tb {tb.id}: {role} peer {peer} is "
+                                                 f"not another rank of ngpus={n}")
+            peers[key] = (tb.send, tb.recv, tb.chan)
+            ops: list[_Op] = []
+            pending: list[tuple[int, int]] = []
+            for pos, st in enumerate(tb.steps):
+                if st.depid >= 0:
+                    pending.append((st.depid, st.deps))
+                if st.type == "nop":
+                    continue
+                here = f"rank {r} tb {tb.id} step {pos}"
+                if st.type not in _EXECUTABLE:
+                    raise UnrunnableProgramError(f"{here}: step type {st.type!r} cannot be "
+                                                 "executed")
+                if st.type in SEND_OPS and tb.send < 0:
+                    raise UnrunnableProgramError(f"{here}: {st.type!r} sends but the tb has no "
+                                                 "send peer")
+                if st.type in RECV_OPS and tb.recv < 0:
+                    raise UnrunnableProgramError(f"{here}: {st.type!r} receives but the tb has "
+                                                 "no recv peer")
+                if st.cnt < 1:
+                    raise UnrunnableProgramError(f"{here}: cnt={st.cnt}; a step moves >= 1 chunk")
+                ops.append(_Op(r, tb.id, pos, st.type, st.srcbuf, st.srcoff, st.dstbuf,
+                               st.dstoff, st.cnt, tuple(pending), st.line))
+                pending = []
+            tb_ops[key] = ops
+    return tb_ops, peers
+
+
+def _dependency_op(tb_ops, rank: int, depid: int, deps: int) -> _Op | None:
+    """The step a dependency waits for: the first of tb ``depid`` at position >= ``deps``."""
+    for op in tb_ops.get((rank, depid), ()):
+        if op.pos >= deps:
+            return op
+    return None
+
+
+def schedule(program: Program) -> Schedule:
+    """Schedule ``program`` globally (module docstring); the same on every rank.
+
+    Raises
+    ------
+    UnrunnableProgramError
+        The program deadlocks, leaves messages unreceived, pairs a send and a receive of
+        different ``cnt``, or uses a step that cannot be executed.
+    """
+    tb_ops, peers = _load(program)
+    keys = sorted(tb_ops)
+    pc = dict.fromkeys(keys, 0)
+    done_pos = dict.fromkeys(keys, -1)
+    fifos: dict[tuple[int, int, int], deque] = defaultdict(deque)
+    order: list[_Op] = []
+    messages: list[_Op] = []
+    receivers: dict[int, _Op] = {}
+
+    def ready(key, op: _Op) -> bool:
+        for depid, deps in op.deps:
+            dep_key = (op.rank, depid)
+            if dep_key not in done_pos or done_pos[dep_key] < deps:
+                return False
+        if op.type in RECV_OPS:
+            send, recv, chan = peers[key]
+            return bool(fifos[(recv, op.rank, chan)])
+        return True
+
+    progress = True
+    while progress:
+        progress = False
+        for key in keys:
+            ops = tb_ops[key]
+            while pc[key] < len(ops) and ready(key, ops[pc[key]]):
+                op = ops[pc[key]]
+                send, recv, chan = peers[key]
+                if op.type in RECV_OPS:
+                    message = fifos[(recv, op.rank, chan)].popleft()
+                    sender = messages[message]
+                    if sender.cnt != op.cnt:
+                        raise UnrunnableProgramError(
+                            f"{op.name()} receives cnt={op.cnt} but the matching send, "
+                            f"{sender.name()}, has cnt={sender.cnt}")
+                    op.message_in = message
+                    receivers[message] = op
+                if op.type in SEND_OPS:
+                    op.message_out = len(messages)
+                    messages.append(op)
+                    fifos[(op.rank, send, chan)].append(op.message_out)
+                op.index = len(order)
+                order.append(op)
+                pc[key] += 1
+                done_pos[key] = op.pos
+                progress = True
+    stuck = [tb_ops[key][pc[key]] for key in keys if pc[key] < len(tb_ops[key])]
+    if stuck:
+        shown = "; ".join(_why(op, peers, done_pos) for op in stuck[:3])
+        more = f" (and {len(stuck) - 3} more threadblocks)" if len(stuck) > 3 else ""
+        raise UnrunnableProgramError(f"the program deadlocks: {shown}{more}")
+    for (a, b, chan), fifo in sorted(fifos.items()):
+        if fifo:
+            raise UnrunnableProgramError(
+                f"{len(fifo)} message(s) from rank {a} to rank {b} on channel {chan} are never "
+                f"received (first sent by {messages[fifo[0]].name()})")
+    result = Schedule(order, messages, receivers, peers, 0, tb_ops=tb_ops)
+    _assign_levels(result)
+    return result
+
+
+def _why(op: _Op, peers, done_pos) -> str:
+    for depid, deps in op.deps:
+        dep_key = (op.rank, depid)
+        if dep_key not in done_pos:
+            return f"{op.name()} waits for tb {depid}, which does not exist"
+        if done_pos[dep_key] < deps:
+            return f"{op.name()} waits for tb {depid} step {deps}"
+    send, recv, chan = peers[(op.rank, op.tb)]
+    return f"{op.name()} waits for a message from rank {recv} on channel {chan}"
+
+
+def _compute_levels(sched: Schedule) -> None:
+    previous: dict[tuple[int, int], _Op] = {}
+    last_sender: dict[tuple[int, int], _Op] = {}
+    for op in sched.ops:
+        key = (op.rank, op.tb)
+        op.delay = op.min_delay
+        preds = [previous[key]] if key in previous else []
+        for depid, deps in op.deps:
+            dep = _dependency_op(sched.tb_ops, op.rank, depid, deps)
+            if dep is not None:
+                preds.append(dep)
+        level = op.min_level
+        for pred in preds:
+            # A send reads memory when its level starts: after every write before it.
+            later = 1 if op.type == "s" and pred.type not in _WRITES_NOTHING else 0
+            level = max(level, pred.level + later)
+        if op.message_in >= 0:
+            level = max(level, sched.messages[op.message_in].send_level)
+        op.level = level
+        if op.message_out >= 0 and key in last_sender:
+            # Messages of one connection leave in order.
+            behind = last_sender[key].send_level - op.send_level
+            if behind > 0:
+                if op.type == "s":
+                    op.level += behind
+                else:
+                    op.delay += behind
+        previous[key] = op
+        if op.message_out >= 0:
+            last_sender[key] = op
+    sched.levels = 1 + max((max(op.level, op.send_level) for op in sched.ops), default=-1)
+
+
+def _assign_levels(sched: Schedule) -> None:
+    """Levels (module docstring), aligned when the program allows it."""
+    _compute_levels(sched)
+    for _ in range(len(sched.ops) + 2):
+        late = [(sched.messages[m], op) for m, op in sched.receivers.items()
+                if op.level != sched.messages[m].send_level]
+        if not late:
+            sched.aligned = True
+            return
+        for sender, receiver in late:
+            gap = receiver.level - sender.send_level
+            if gap <= 0:
+                continue
+            if sender.type == "s":
+                sender.min_level = max(sender.min_level, sender.level + gap)
+            else:
+                sender.min_delay = sender.delay + gap
+        _compute_levels(sched)
+    # Cannot be aligned: fall back to the plain (valid, unaligned) levels.
+    for op in sched.ops:
+        op.min_level, op.min_delay = 0, 0
+    _compute_levels(sched)
+    sched.aligned = False
+
+
+# -- buffers ---------------------------------------------------------------------------------------
+
+
+def _blocks(kind: str, n: int, nchunks: int) -> tuple[int, int, int]:
+    """(input blocks, output blocks, chunks per block) of a rank (spec 8.1)."""
+    if kind in ("allgather", "reduce_scatter", "alltoall"):
+        if nchunks % n:
+            raise UnrunnableProgramError(f"{kind}: nchunksperloop={nchunks} is not a multiple "
+                                         f"of ngpus={n}")
+        per = nchunks // n
+        return {"allgather": (1, n, per), "reduce_scatter": (n, 1, per),
+                "alltoall": (n, n, per)}[kind]
+    if kind == "gather":
+        return 1, n, nchunks
+    if kind == "scatter":
+        return n, 1, nchunks
+    return 1, 1, nchunks
+
+
+@dataclass
+class _Level:
+    """One rank's part of one level: messages to post, then steps to apply."""
+
+    # (message id, peer, tensor sent, memory to snapshot into it first or None)
+    sends: list[tuple[int, int, Any, Any]] = field(default_factory=list)
+    # (message id, peer, receive buffer)
+    recvs: list[tuple[int, int, Any]] = field(default_factory=list)
+    # (op, source operand, destination operand, receive buffer) in the global order
+    steps: list[tuple[_Op, Any, Any, Any]] = field(default_factory=list)
+
+
+class PreparedProgram:
+    """One rank's executable plan of an MSCCL program on fixed tensors (see
+    :func:`prepare_program`); :meth:`run` executes it, as often as wanted."""
+
+    def __init__(self, program: Program, input: "torch.Tensor | None",
+                 output: "torch.Tensor | None", *, group: Any, op: str,
+                 timeout_s: float | None, sched: Schedule | None = None) -> None:
+        torch, dist = torch_modules()
+        if not dist.is_initialized():
+            raise ExecutionError("torch.distributed is not initialised: call "
+                                 "init_process_group first (or use collsynth.runtime.launch)")
+        self.program, self.group, self.timeout_s = program, group, timeout_s
+        self.rank = me = dist.get_rank(group)
+        n = dist.get_world_size(group)
+        if n != program.ngpus:
+            raise InvalidBufferError(f"program {program.name!r} is for ngpus={program.ngpus} but "
+                                     f"the process group has {n} ranks")
+        self.kind = kind = program_kind(program)
+        self.sched = sched = schedule(program) if sched is None else sched
+        self.nccl = is_nccl(dist, group)
+        if self.nccl and not sched.aligned:
+            raise UnrunnableProgramError(
+                f"program {program.name!r} needs buffered sends (some message cannot be sent "
+                "and received in the same batch); it runs on gloo but not on nccl")
+        self._input_given, self._output_given = input, output
+        inp = None if input is None else input.view(-1) if input.is_contiguous() else None
+        out = None if output is None else output.view(-1) if output.is_contiguous() else None
+        if (input is not None and inp is None) or (output is not None and out is None):
+            raise InvalidBufferError("input and output must be contiguous")
+        in_blocks, out_blocks, K = _blocks(kind, n, program.nchunksperloop)
+        # A rank with one tensor where the program runs only in place (a broadcast's or a
+        # gather's non-root): the other buffer is its alias (spec 8.2), made up if need be.
+        self._pre: list[tuple[Any, Any]] = []
+        self._post: list[tuple[Any, Any]] = []
+        if program.outofplace is None:
+            only_in_place = bool(program.inplace) and kind != "alltoall"
+        else:
+            only_in_place = bool(program.inplace) and not program.outofplace
+        if only_in_place and (inp is None) != (out is None):
+            if kind not in ("allgather", "reduce_scatter", "gather", "scatter"):
+                inp = out = inp if inp is not None else out
+            elif kind in ("allgather", "gather") and inp is not None:
+                m0 = inp.numel()
+                out = torch.empty(out_blocks * m0, dtype=inp.dtype, device=inp.device)
+                self._pre.append((out[me * m0: (me + 1) * m0], inp))
+                inp = out[me * m0: (me + 1) * m0]
+            elif kind in ("reduce_scatter", "scatter") and out is not None:
+                m0 = out.numel()
+                big = torch.empty(in_blocks * m0, dtype=out.dtype, device=out.device)
+                self._post.append((out, big[me * m0: (me + 1) * m0]))
+                inp, out = big, big[me * m0: (me + 1) * m0]
+        mine = [o for o in sched.ops if o.rank == me]
+        touches = {b for o in mine for b in _operands(o)}
+        gpu = next((g for g in program.gpus if g.id == me), None)
+        s_chunks = max(gpu.s_chunks, 0) if gpu is not None else 0
+        m = self._block_elems(inp, out, in_blocks, out_blocks, touches)
+        ref = out if out is not None else inp
+        if ref is None:
+            raise InvalidBufferError(f"rank {me}: pass the input and output tensors")
+        if inp is not None and out is not None and (inp.dtype != out.dtype or
+                                                    inp.device != out.device):
+            raise InvalidBufferError("input and output must share dtype and device")
+        if self.nccl and ref.device.type != "cuda":
+            raise InvalidBufferError(f"the nccl backend needs CUDA tensors, not {ref.device}")
+        dtype, device = ref.dtype, ref.device
+        self.op = check_op(op, dtype, allow_avg=False, combining=kind not in _MOVING)
+        self._reduce = reducer(self.op)
+        in_place = self._in_place(inp, out, m, n)
+        self._check_layout(in_place)
+
+        # Chunk size; zero-padded copies when a block is not a multiple of K chunks.
+        S = -(-m // K) if m else 0
+        self._copy_in: list[tuple[Any, Any]] = []
+        self._copy_out: list[tuple[Any, Any]] = []
+        if m % K and kind == "custom":
+            raise InvalidBufferError(
+                f"a coll=\"custom\" program has no block structure to pad: its buffers must "
+                f"hold a multiple of nchunksperloop={K} elements, not {m}")
+        if m % K == 0:
+            bufs = {"i": inp, "o": out}
+        else:
+            bufs = self._padded(inp, out, in_blocks, out_blocks, K, S, m, in_place, torch)
+        bufs["s"] = torch.empty(s_chunks * S, dtype=dtype, device=device)
+        real = {"i": in_blocks * K, "o": out_blocks * K, "s": s_chunks}
+        self.chunk_elems = S
+
+        def chunks(op: _Op, which: str) -> Any:
+            name, off = (op.srcbuf, op.srcoff) if which == "src" else (op.dstbuf, op.dstoff)
+            buf = bufs.get(name)
+            if buf is None:
+                raise InvalidBufferError(f"rank {me}: {op.name()} uses buffer {name!r} but no "
+                                         f"{'input' if name == 'i' else 'output'} tensor was "
+                                         "given")
+            if off < 0 or off + op.cnt > real[name]:
+                raise UnrunnableProgramError(
+                    f"{op.name()}: {which} {name}[{off}..{off + op.cnt}) is outside the "
+                    f"{real[name]} chunks of buffer {name!r}")
+            return buf[off * S: (off + op.cnt) * S]
+
+        levels = [_Level() for _ in range(sched.levels)]
+        send_peer = {key: p[0] for key, p in sched.peers.items()}
+        recv_peer = {key: p[1] for key, p in sched.peers.items()}
+        for o in mine:
+            key = (o.rank, o.tb)
+            src = chunks(o, "src") if o.type in ("s", "rrs", "rrc", "rrcs", "cpy", "re") else None
+            dst = chunks(o, "dst") if o.type in ("r", "rcs", "rrc", "rrcs", "cpy", "re") else None
+            tmp = None
+            if o.type in RECV_OPS:
+                tmp = torch.empty(o.cnt * S, dtype=dtype, device=device)
+                levels[o.level].recvs.append(
+                    (o.message_in, global_rank(dist, group, recv_peer[key]), tmp))
+            if o.type == "s":
+                peer = global_rank(dist, group, send_peer[key])
+                if sched.aligned:
+                    levels[o.level].sends.append((o.message_out, peer, src, None))
+                else:   # buffered: snapshot the value, the memory may change before delivery
+                    snap = torch.empty(o.cnt * S, dtype=dtype, device=device)
+                    levels[o.level].sends.append((o.message_out, peer, snap, src))
+            elif o.type in _FORWARDING:
+                levels[o.send_level].sends.append(
+                    (o.message_out, global_rank(dist, group, send_peer[key]), tmp, None))
+            if o.type != "s":
+                levels[o.level].steps.append((o, src, dst, tmp))
+        for level in levels:
+            level.sends.sort(key=lambda x: x[0])
+            level.recvs.sort(key=lambda x: x[0])
+        self._levels = levels
+        if self.nccl:
+            # NCCL: the group's first batched p2p call must involve every rank.
+            dist.barrier(group=group)
+
+    # -- construction helpers --------------------------------------------------------------------
+
+    def _block_elems(self, inp, out, in_blocks, out_blocks, touches) -> int:
+        me, kind = self.rank, self.kind
+        sizes = []
+        for name, short, tensor, blocks in (("input", "i", inp, in_blocks),
+                                            ("output", "o", out, out_blocks)):
+            if tensor is None:
+                if short in touches:
+                    raise InvalidBufferError(f"rank {me}: the program uses the {name} buffer but "
+                                             f"no {name} tensor was given")
+                continue
+            if tensor.numel() % blocks:
+                if short in touches:
+                    raise InvalidBufferError(
+                        f"rank {me}: {kind} {name} has {tensor.numel()} elements, not a "
+                        f"multiple of its {blocks} blocks")
+                continue
+            sizes.append((name, tensor.numel() // blocks, short in touches))
+        used = [s for s in sizes if s[2]] or sizes
+        if not used:
+            raise InvalidBufferError(f"rank {me}: pass the input and output tensors")
+        if len({s for _, s, _ in used}) > 1:
+            raise InvalidBufferError(
+                f"rank {me}: {kind} input and output disagree on the block size "
+                f"({', '.join(f'{name}: {s} elements per block' for name, s, _ in used)})")
+        return used[0][1]
+
+    def _in_place(self, inp, out, m: int, n: int) -> bool:
+        if inp is None or out is None:
+            return False
+        a0, a1 = inp.data_ptr(), inp.data_ptr() + inp.numel() * inp.element_size()
+        b0, b1 = out.data_ptr(), out.data_ptr() + out.numel() * out.element_size()
+        if not (a0 < b1 and b0 < a1) or not inp.numel() or not out.numel():
+            return False
+        size, r = inp.element_size(), self.rank
+        if self.kind in ("allgather", "gather"):
+            expected = a0 == b0 + r * m * size and inp.numel() == m
+            shape = "input = output[rank*m:(rank+1)*m]"
+        elif self.kind in ("reduce_scatter", "scatter"):
+            expected = b0 == a0 + r * m * size and out.numel() == m
+            shape = "output = input[rank*m:(rank+1)*m]"
+        else:
+            expected = a0 == b0 and inp.numel() == out.numel()
+            shape = "input is output"
+        if not expected:
+            raise InvalidBufferError(f"input and output overlap but not as an in-place "
+                                     f"{self.kind} ({shape})")
+        return True
+
+    def _check_layout(self, in_place: bool) -> None:
+        p = self.program
+        call = "in-place" if in_place else "out-of-place"
+        allowed = program_layouts(p)
+        if call not in allowed:
+            declared = " and ".join(allowed) or "no"
+            raise InvalidBufferError(f"program {p.name!r} is for {declared} calls; this call is "
+                                     f"{call}")
+
+    def _padded(self, inp, out, in_blocks, out_blocks, K, S, m, in_place, torch) -> dict:
+        ref = out if out is not None else inp
+        dtype, device = ref.dtype, ref.device
+        M = K * S
+
+        def pad(tensor, blocks):
+            padded = torch.zeros(blocks * M, dtype=dtype, device=device)
+            for b in range(blocks):
+                self._copy_in.append((padded[b * M: b * M + m], tensor[b * m: (b + 1) * m]))
+                self._copy_out.append((tensor[b * m: (b + 1) * m], padded[b * M: b * M + m]))
+            return padded
+
+        r = self.rank
+        if not in_place:
+            bufs = {"i": pad(inp, in_blocks) if inp is not None else None,
+                    "o": pad(out, out_blocks) if out is not None else None}
+            # The input is never written out of place: no need to copy it back.
+            self._copy_out = [(dst, src) for dst, src in self._copy_out
+                              if out is not None and _within(dst, out)]
+            return bufs
+        if self.kind in ("allgather", "gather"):
+            big = pad(out, out_blocks)
+            return {"o": big, "i": big[r * M: (r + 1) * M]}
+        if self.kind in ("reduce_scatter", "scatter"):
+            big = pad(inp, in_blocks)
+            return {"i": big, "o": big[r * M: (r + 1) * M]}
+        big = pad(out, out_blocks)
+        return {"i": big, "o": big}
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def run(self) -> "torch.Tensor | None":
+        """Execute the program once; returns the output tensor (as given).
+
+        Raises
+        ------
+        ExecutionError
+            A peer failed or a wait timed out; names this rank and the level.
+        """
+        torch, dist = torch_modules()
+        deadline = Deadline(self.timeout_s)
+        for dst, src in self._pre + self._copy_in:
+            dst.copy_(src)
+        pending_sends: list[Any] = []
+        pending_descriptions: list[str] = []
+        reduce = self._reduce
+        aligned = self.sched.aligned
+        for t, level in enumerate(self._levels):
+            ops, descriptions = [], []
+            # Receives first: a peer that hangs is then reported as the one waited for.
+            for message, peer, tensor in level.recvs:
+                ops.append(dist.P2POp(dist.irecv, tensor, peer, self.group, message))
+                descriptions.append(f"waiting for message {message} from rank {peer}")
+            receives = len(ops)
+            for message, peer, tensor, source in level.sends:
+                if source is not None:
+                    tensor.copy_(source)
+                ops.append(dist.P2POp(dist.isend, tensor, peer, self.group, message))
+                descriptions.append(f"sending message {message} to rank {peer}")
+            if ops:
+                try:
+                    works = dist.batch_isend_irecv(ops) or []
+                except RuntimeError as exc:
+                    raise ExecutionError(f"rank {self.rank}: level {t}: posting {len(ops)} "
+                                         f"message(s) failed: {exc}", rank=self.rank,
+                                         step=t) from exc
+                if aligned or len(works) != len(ops):
+                    wait_all(works, descriptions, deadline=deadline, nccl=self.nccl,
+                             rank=self.rank, step=t, where="level")
+                else:
+                    pending_sends += works[receives:]
+                    pending_descriptions += descriptions[receives:]
+                    wait_all(works[:receives], descriptions[:receives], deadline=deadline,
+                             nccl=self.nccl, rank=self.rank, step=t, where="level")
+            for op, src, dst, tmp in level.steps:
+                kind = op.type
+                if kind in ("r", "rcs"):
+                    dst.copy_(tmp)
+                elif kind in ("rrs", "rrc", "rrcs"):
+                    reduce(tmp, src)
+                    if kind != "rrs":
+                        dst.copy_(tmp)
+                elif kind == "cpy":
+                    if src.data_ptr() != dst.data_ptr():
+                        dst.copy_(src.clone() if _overlap(src, dst) else src)
+                elif kind == "re":
+                    reduce(dst, src.clone() if _overlap(src, dst) and
+                           src.data_ptr() != dst.data_ptr() else src)
+        if pending_sends:
+            wait_all(pending_sends, pending_descriptions, deadline=deadline, nccl=self.nccl,
+                     rank=self.rank, step=len(self._levels), where="level")
+        for dst, src in self._copy_out + self._post:
+            dst.copy_(src)
+        return self._output_given if self._output_given is not None else self._input_given
+
+
+def program_layouts(program: Program) -> tuple[str, ...]:
+    """The calls a program may run for: ``"in-place"``, ``"out-of-place"`` (spec 4, 12.8).
+
+    msccl (no ``outofplace`` attribute): exactly what ``inplace`` says, alltoall always out of
+    place; rccl and msccl-executor: in place if ``inplace``, out of place if ``outofplace``.
+    """
+    if program.outofplace is None:
+        if program_kind(program) == "alltoall" or not program.inplace:
+            return ("out-of-place",)
+        return ("in-place",)
+    return tuple(name for name, flag in (("in-place", program.inplace),
+                                         ("out-of-place", program.outofplace)) if flag)
+
+
+def _operands(op: _Op) -> list[str]:
+    uses = {"s": ("src",), "r": ("dst",), "rcs": ("dst",), "rrs": ("src",),
+            "rrc": ("src", "dst"), "rrcs": ("src", "dst"), "cpy": ("src", "dst"),
+            "re": ("src", "dst")}[op.type]
+    return [op.srcbuf if u == "src" else op.dstbuf for u in uses]
+
+
+def _overlap(a, b) -> bool:
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+
+
+def _within(view, tensor) -> bool:
+    return tensor.data_ptr() <= view.data_ptr() < tensor.data_ptr() + \
+        max(tensor.numel(), 1) * tensor.element_size()
+
+
+def prepare_program(program: Program, input: "torch.Tensor | None",
+                    output: "torch.Tensor | None" = None, *, group: Any = None,
+                    op: str = "sum", timeout_s: float | None = DEFAULT_TIMEOUT_S,
+                    sched: Schedule | None = None) -> PreparedProgram:
+    """Plan :func:`run_program` once for fixed tensors; ``.run()`` executes it.
+
+    ``sched`` (from :func:`schedule`) may be passed to avoid scheduling the program again.
+    """
+    return PreparedProgram(program, input, output, group=group, op=op, timeout_s=timeout_s,
+                           sched=sched)
+
+
+def run_program(program: Program, input: "torch.Tensor | None",
+                output: "torch.Tensor | None" = None, *, group: Any = None, op: str = "sum",
+                timeout_s: float | None = DEFAULT_TIMEOUT_S) -> "torch.Tensor | None":
+    """Execute an MSCCL program on this rank's tensors (module docstring).
+
+    Call it on every rank of ``group``; this rank runs ``<gpu id=rank>``.
+
+    Parameters
+    ----------
+    program:
+        From :func:`collsynth.export.read_program` or :func:`collsynth.export.lower`.
+    input, output:
+        torch's tensors for the program's ``coll`` (see :mod:`collsynth.runtime.executor`;
+        ``custom``: input and output of ``nchunksperloop`` chunks each). ``output=None``: in
+        place where both have the same size.
+    op:
+        ``sum``, ``prod``, ``min`` or ``max``.
+    timeout_s:
+        Seconds the whole call may take; ``None``: the process group's timeout.
+
+    Raises
+    ------
+    UnrunnableProgramError
+        The program deadlocks, mismatches messages or addresses outside its buffers.
+    InvalidBufferError
+        Tensors that do not fit, a layout (in place / out of place) the program is not for.
+    ExecutionError
+        A peer failed or a wait timed out.
+    """
+    return prepare_program(program, input, output, group=group, op=op,
+                           timeout_s=timeout_s).run()
