@@ -164,6 +164,11 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     log.stopped_by = f"reached max_steps={max_steps}"
 
 
+#: Seconds an instance gets while enumerating R/C upwards before the search switches to
+#: minimising per chunk count (when the backend can).
+_ENUMERATION_SLICE = 3.0
+
+
 class _StepSearch:
     """The search for the fewest rounds per chunk at one step count, below a target, with what
     earlier attempts proved (largest unsatisfiable rounds per (steps, chunks)) kept across calls."""
@@ -182,13 +187,19 @@ class _StepSearch:
         """The best algorithm with ``steps`` steps and rounds per chunk below ``target`` (any,
         when ``None``), or ``None``."""
         if target is None and self.minimize:
-            return self._by_minimizing(steps)
-        return self._by_enumerating(steps, target)
+            return self._by_minimizing(steps, None)
+        found, stalled = self._by_enumerating(steps, target)
+        if stalled and self.minimize and not self.deadline.expired():
+            # An instance near the bound could not be decided quickly: let the solver minimise
+            # per chunk count instead (it returns its best schedule even on a timeout).
+            return self._by_minimizing(steps, target)
+        return found
 
-    def _solve(self, steps: int, rounds: int, chunks: int, *, minimize: bool) -> SynthesisResult:
+    def _solve(self, steps: int, rounds: int, chunks: int, *, minimize: bool,
+               limit: float | None = None) -> SynthesisResult:
         result = solve_checked(self.topology, self.collective,
                                Instance(steps=steps, rounds=rounds, chunks=chunks), self.options,
-                               self.deadline, self.per_instance, minimize_rounds=minimize)
+                               self.deadline, limit or self.per_instance, minimize_rounds=minimize)
         self.log.attempts.append(result)
         if result.status is Status.UNSAT:
             self._record_unsat(steps, rounds, chunks)
@@ -199,15 +210,20 @@ class _StepSearch:
     def _record_unsat(self, steps: int, rounds: int, chunks: int) -> None:
         self.unsat_rounds[(steps, chunks)] = max(self.unsat_rounds[(steps, chunks)], rounds)
 
-    def _by_minimizing(self, steps: int) -> SynthesisResult | None:
-        """Nothing to beat yet: one call per chunk count finds its fewest rounds."""
+    def _by_minimizing(self, steps: int, target: Fraction | None) -> SynthesisResult | None:
+        """One call per chunk count finds its fewest rounds below the target (the best so far).
+
+        On a timeout the solver still returns its best schedule, so a hard instance near the
+        bound costs one time slice and still yields a point, where enumerating R/C upwards would
+        spend a slice on every unprovable value below it."""
         found: SynthesisResult | None = None
         for chunks in range(1, self.max_chunks + 1):
             lo = max(steps, math.ceil(self.bound * chunks))
-            # Enough rounds for any schedule (every step long enough to carry every chunk), or
-            # strictly below the best found so far.
-            hi = (steps * max(1, self.collective.num_chunks * chunks) if found is None
-                  else math.ceil(found.rounds_per_chunk * chunks) - 1)
+            # Strictly below the best so far, or enough rounds for any schedule (every step long
+            # enough to carry every chunk).
+            best = found.rounds_per_chunk if found is not None else target
+            hi = (steps * max(1, self.collective.num_chunks * chunks) if best is None
+                  else math.ceil(best * chunks) - 1)
             if lo > hi or _known_unsat(self.unsat_rounds, steps, hi, chunks, self.max_chunks):
                 continue
             if self.deadline.expired():
@@ -225,16 +241,24 @@ class _StepSearch:
                 break
         return found
 
-    def _by_enumerating(self, steps: int, target: Fraction | None) -> SynthesisResult | None:
-        """Try (R, C) in increasing R/C below ``target``; the first satisfiable one is the best."""
+    def _by_enumerating(self, steps: int,
+                        target: Fraction | None) -> tuple[SynthesisResult | None, bool]:
+        """Try (R, C) in increasing R/C below ``target``; the first satisfiable one is the best.
+
+        With the minimising fallback available, each instance gets a short slice and the search
+        stops at the first one left undecided; returns ``(found, stalled)``."""
+        limit = min(self.per_instance, _ENUMERATION_SLICE) if self.minimize else None
         for rounds, chunks in _candidates(steps, self.bound, target, self.max_chunks):
             if _known_unsat(self.unsat_rounds, steps, rounds, chunks, self.max_chunks):
                 continue
             if self.deadline.expired():
-                return None
-            if self._solve(steps, rounds, chunks, minimize=False).status is Status.SAT:
-                return self.log.attempts[-1]
-        return None
+                return None, False
+            result = self._solve(steps, rounds, chunks, minimize=False, limit=limit)
+            if result.status is Status.SAT:
+                return result, False
+            if result.status is not Status.UNSAT and limit is not None:
+                return None, True
+        return None, False
 
 
 def _candidates(steps: int, bound: Fraction, best: Fraction | None,
