@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import re
 import sys
@@ -33,6 +32,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+from collsynth.cli_args import non_negative_int, positive_int, seconds
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.algorithm.show import format_algorithm
@@ -101,36 +101,6 @@ class _Parser(argparse.ArgumentParser):
 # -- argument types ---------------------------------------------------------------------------
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return value
-
-
 def _ranks(text: str) -> list[int]:
     try:
         ranks = [int(part) for part in text.split(",")]
@@ -171,9 +141,9 @@ def _build_parser() -> _Parser:
                               "or a custom collective JSON file")
     problem.add_argument("--root", type=_ranks, metavar="R",
                          help="root rank of a rooted collective; several (0,4) for multiroot_*")
-    problem.add_argument("--nodes", type=_positive_int, metavar="K",
+    problem.add_argument("--nodes", type=positive_int, metavar="K",
                          help="K copies of the topology joined by their NICs")
-    problem.add_argument("--nic-units", type=_positive_int, metavar="U",
+    problem.add_argument("--nic-units", type=positive_int, metavar="U",
                          help="with --nodes: NIC bandwidth in the topology's units (for topologies "
                               "whose file does not describe their NICs)")
 
@@ -187,7 +157,7 @@ def _build_parser() -> _Parser:
     solving = _Parser(add_help=False, parents=[problem])
     solving.add_argument("--backend", choices=("auto", "cpsat", "z3", "z3-path"), default="auto",
                          help="solver backend (default: auto = cpsat if installed)")
-    solving.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT,
+    solving.add_argument("--time-limit", type=seconds, default=DEFAULT_TIME_LIMIT,
                          metavar="SECONDS",
                          help="wall-clock limit for the whole search "
                               f"(default {DEFAULT_TIME_LIMIT:g})")
@@ -213,12 +183,12 @@ def _build_parser() -> _Parser:
                                 help="an algorithm with exactly the given steps, rounds, chunks",
                                 description="Find an algorithm with exactly --steps steps, "
                                             "--rounds rounds and --chunks chunks per base chunk.")
-    instance.add_argument("--steps", type=_positive_int, required=True, metavar="S")
-    instance.add_argument("--rounds", type=_positive_int, metavar="R",
+    instance.add_argument("--steps", type=positive_int, required=True, metavar="S")
+    instance.add_argument("--rounds", type=positive_int, metavar="R",
                           help="total rounds (default: one per step)")
-    instance.add_argument("--chunks", type=_positive_int, default=1, metavar="C",
+    instance.add_argument("--chunks", type=positive_int, default=1, metavar="C",
                           help="pieces per base chunk (default 1)")
-    instance.add_argument("--extra-memory", type=_non_negative_int, metavar="M",
+    instance.add_argument("--extra-memory", type=non_negative_int, metavar="M",
                           help="most scratch chunks a rank may hold at once")
     instance.set_defaults(handler=_cmd_solve)
 
@@ -226,9 +196,9 @@ def _build_parser() -> _Parser:
                              help="the algorithm with the fewest steps",
                              description="Find the algorithm with the fewest steps (one round per "
                                          "step).")
-    least.add_argument("--chunks", type=_positive_int, default=1, metavar="C",
+    least.add_argument("--chunks", type=positive_int, default=1, metavar="C",
                        help="pieces per base chunk (default 1)")
-    least.add_argument("--max-steps", type=_positive_int, metavar="N",
+    least.add_argument("--max-steps", type=positive_int, metavar="N",
                        help="give up after N steps")
     least.set_defaults(handler=_cmd_solve)
 
@@ -236,18 +206,18 @@ def _build_parser() -> _Parser:
                               help="the Pareto front of steps vs rounds per chunk",
                               description="Find the Pareto-optimal algorithms (steps vs rounds per "
                                           "chunk), fewest steps first.")
-    pareto.add_argument("--max-chunks", type=_positive_int, metavar="N",
+    pareto.add_argument("--max-chunks", type=positive_int, metavar="N",
                         help="most pieces per base chunk to try (default: from the bounds, <= 8)")
-    pareto.add_argument("--max-steps", type=_positive_int, metavar="N",
+    pareto.add_argument("--max-steps", type=positive_int, metavar="N",
                         help="most steps to try")
-    pareto.add_argument("--instance-time-limit", type=_seconds, metavar="SECONDS",
+    pareto.add_argument("--instance-time-limit", type=seconds, metavar="SECONDS",
                         help="most seconds for any one instance (default: max(10, time limit / 5))")
     pareto.set_defaults(handler=_cmd_solve)
 
     show = commands.add_parser("show", help="print an algorithm file step by step",
                                description="Print an algorithm file (verified first) step by step.")
     show.add_argument("file", metavar="FILE")
-    show.add_argument("--max-sends", type=_non_negative_int, metavar="N",
+    show.add_argument("--max-sends", type=non_negative_int, metavar="N",
                       help="show at most N links per step")
     show.set_defaults(handler=_cmd_show)
 

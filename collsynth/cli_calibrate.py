@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from collsynth.cli_args import positive_int
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -51,16 +52,6 @@ def _plot_path(text: str) -> str:
     return text
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``calibrate`` subcommand to ``subparsers``; its handler is :func:`run_calibrate`."""
     parser = subparsers.add_parser(
@@ -77,7 +68,7 @@ def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="also draw measured vs fitted, one row per log (.png or .svg)")
     parser.add_argument("--collective", metavar="NAME",
                         help="the collective of logs that do not say (e.g. allreduce)")
-    parser.add_argument("--ranks", type=_positive_int, metavar="N",
+    parser.add_argument("--ranks", type=positive_int, metavar="N",
                         help="the rank count of logs that do not say")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=run_calibrate)

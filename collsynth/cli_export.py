@@ -31,6 +31,7 @@ import os
 import sys
 from pathlib import Path
 
+from collsynth.cli_args import positive_int
 from collsynth._atomic import write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.algorithm.model import Algorithm
@@ -125,16 +126,6 @@ def export_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *, runt
 # -- command line -------------------------------------------------------------------------------
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def _bytes(text: str) -> int:
     try:
         value = int(text)
@@ -161,9 +152,9 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
                         help="target runtime (default msccl)")
     export.add_argument("--proto", choices=PROTOCOLS, default="Simple",
                         help="NCCL protocol (default Simple)")
-    export.add_argument("--channels", type=_count, default=1, metavar="N",
+    export.add_argument("--channels", type=positive_int, default=1, metavar="N",
                         help="channels to spread connections over (default 1)")
-    export.add_argument("--instances", type=_count, default=1, metavar="K",
+    export.add_argument("--instances", type=positive_int, default=1, metavar="K",
                         help="parallel copies of the schedule, each on 1/K of every chunk "
                              "(default 1)")
     export.add_argument("--min-bytes", type=_bytes, metavar="B",

@@ -32,65 +32,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from collsynth.cli_args import non_negative_int, positive_int, seconds
+from collsynth.cli_args import parse_size as _shared_parse_size
 from collsynth.errors import CollsynthError
 
-__all__ = ["add_run_parser", "run_run", "parse_size", "main", "UNITS"]
+__all__ = ["add_run_parser", "run_run", "parse_size", "main", "MAX_RUN_BYTES"]
 
 _EXIT_OK, _EXIT_WRONG, _EXIT_USAGE = 0, 1, 2
-#: Size units (case-insensitive): KB = 1000, KiB = 1024.
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20,
-         "gib": 2**30}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+#: Largest buffer a local run allocates per rank (bytes).
+MAX_RUN_BYTES = 16 * 2**30
 
 
 def parse_size(text: str) -> int:
-    """Bytes in ``text`` (``4MiB``, ``1.5KB``, ``4096``).
+    """Bytes in ``text``, by the shared rules of :func:`collsynth.cli_args.parse_size`, at most
+    :data:`MAX_RUN_BYTES` (a local run allocates buffers of that size on every rank).
 
     >>> parse_size("4MiB"), parse_size("1KB"), parse_size("1.5 KiB"), parse_size("17")
     (4194304, 1000, 1536, 17)
     """
-    match = _SIZE.match(str(text))
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in UNITS:
+    value = _shared_parse_size(text)
+    if value > MAX_RUN_BYTES:
         raise argparse.ArgumentTypeError(
-            f"expected a size such as 4MiB or 1000 (units: B, KB, KiB, MB, MiB, GB, GiB), got "
-            f"{text!r}")
-    value = math.floor(float(match.group(1)) * UNITS[unit])
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a size of at least 1 byte, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+            f"size {text!r}: more than the {MAX_RUN_BYTES} bytes (16 GiB) a local run allocates")
     return value
 
 
@@ -107,16 +74,16 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "matches.")
     parser.add_argument("file", metavar="ALGO.json|ALGO.xml",
                         help="algorithm file, or an MSCCL XML program")
-    parser.add_argument("--ranks", type=_positive, metavar="N",
+    parser.add_argument("--ranks", type=positive_int, metavar="N",
                         help="processes to start (default: the file's number of ranks)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="gloo (CPU, default) or nccl (one GPU per rank)")
     parser.add_argument("--size", type=parse_size, default=parse_size("4MiB"), metavar="SIZE",
                         help="bytes of the larger buffer of one rank, with a unit: B, KB, "
                              "KiB, MB, MiB, GB, GiB (default 4MiB)")
-    parser.add_argument("--iters", type=_count, default=10, metavar="K",
+    parser.add_argument("--iters", type=non_negative_int, default=10, metavar="K",
                         help="timed iterations (default 10; 0: check only)")
-    parser.add_argument("--warmup", type=_count, default=2, metavar="W",
+    parser.add_argument("--warmup", type=non_negative_int, default=2, metavar="W",
                         help="untimed iterations before timing (default 2)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="element type (default float32)")
@@ -124,12 +91,12 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="reduction of combining collectives (default sum)")
     parser.add_argument("--inplace", action="store_true",
                         help="call in place (torch's in-place layout)")
-    parser.add_argument("--root", type=_count, metavar="R",
+    parser.add_argument("--root", type=non_negative_int, metavar="R",
                         help="root of a rooted XML program (default: inferred by the checker)")
-    parser.add_argument("--timeout", type=_seconds, default=60.0, metavar="S",
+    parser.add_argument("--timeout", type=seconds, default=60.0, metavar="S",
                         help="seconds one call may take on a rank before it fails "
                              "(default 60)")
-    parser.add_argument("--seed", type=_count, default=0, help="input seed (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="input seed (default 0)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=run_run, run_parser=parser)
     return parser

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from collsynth.cli_args import BINARY_UNITS, DECIMAL_UNITS, parse_size
 from collsynth.errors import CollsynthError
 
 __all__ = [
@@ -55,54 +55,6 @@ __all__ = [
     "Comparison",
     "compare",
 ]
-
-_DECIMAL = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_BINARY = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-_UNITS = {**_DECIMAL, **_BINARY}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
-#: Largest size accepted (bytes): 1 PB, far beyond any buffer.
-MAX_SIZE_BYTES = 10**15
-
-
-def parse_size(text: str) -> int:
-    """Bytes in ``text`` (``"1KB"`` = 1000, ``"1KiB"`` = 1024, ``"512"`` = 512).
-
-    Raises
-    ------
-    argparse.ArgumentTypeError
-        For ambiguous units (``1K``, ``1m``, ``1mb``), unknown ones, a size below one byte or not
-        a whole number of bytes.
-
-    >>> parse_size("1KB"), parse_size("1 KiB"), parse_size("1.5MB"), parse_size("64")
-    (1000, 1024, 1500000, 64)
-    """
-    match = _SIZE.match(text)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: expected a number and a unit, like 1KB, 64MiB or 512")
-    number, unit = match.group(1), match.group(2) or "B"
-    if unit not in _UNITS:
-        upper = unit.upper()
-        if upper in ("K", "M", "G", "T"):
-            raise argparse.ArgumentTypeError(
-                f"size {text!r}: ambiguous unit {unit!r}: write {upper}B "
-                f"(10**{3 * ('KMGT'.index(upper) + 1)} bytes) or {upper}iB "
-                f"(2**{10 * ('KMGT'.index(upper) + 1)} bytes)")
-        if upper in ("KB", "MB", "GB", "TB", "KIB", "MIB", "GIB", "TIB", "B"):
-            raise argparse.ArgumentTypeError(
-                f"size {text!r}: ambiguous unit {unit!r} (bytes or bits? units are "
-                f"case-sensitive): write one of {', '.join(_UNITS)}")
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: unknown unit {unit!r}; use one of {', '.join(_UNITS)}")
-    value = Fraction(number) * _UNITS[unit]
-    if value.denominator != 1:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not a whole number of bytes")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r}: expected at least 1 byte")
-    if value > MAX_SIZE_BYTES:
-        raise argparse.ArgumentTypeError(f"size {text!r}: more than 1 PB")
-    return int(value)
-
 
 def parse_sizes(text: str) -> list[int]:
     """Comma-separated sizes, sorted, duplicates removed.
@@ -141,11 +93,11 @@ def format_size(size: Fraction | int | float) -> str:
     if exact.denominator != 1:
         return f"{float(exact):.6g} B"
     value = int(exact)
-    for unit, scale in sorted(_BINARY.items(), key=lambda kv: -kv[1]):
+    for unit, scale in sorted(BINARY_UNITS.items(), key=lambda kv: -kv[1]):
         if value >= scale and value % scale == 0:
             return f"{value // scale} {unit}"
     for unit in ("TB", "GB", "MB", "KB"):
-        scale = _DECIMAL[unit]
+        scale = DECIMAL_UNITS[unit]
         if value >= scale and (value * 1000) % scale == 0:
             shown = Fraction(value, scale)
             text = str(shown.numerator) if shown.denominator == 1 else f"{float(shown):g}"

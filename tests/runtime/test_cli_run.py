@@ -56,7 +56,7 @@ def files(tmp_path_factory):
 
 
 @pytest.mark.parametrize("text,expected", [
-    ("4MiB", 4 * 2**20), ("4 MiB", 4 * 2**20), ("1KB", 1000), ("1kib", 1024),
+    ("4MiB", 4 * 2**20), ("4 MiB", 4 * 2**20), ("1KB", 1000), ("1KiB", 1024),
     ("2GB", 2 * 10**9), ("1GiB", 2**30), ("17", 17), ("17B", 17), ("1.5MB", 1_500_000),
     ("0.5KiB", 512),
 ])
@@ -64,7 +64,7 @@ def test_sizes_take_units(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "MiB", "4TB", "-1", "0", "0.1B", "four"])
+@pytest.mark.parametrize("text", ["", "MiB", "4TB", "-1", "0", "0.1B", "four", "1kib", "1K"])
 def test_bad_sizes_are_refused(text):
     with pytest.raises(argparse.ArgumentTypeError):
         parse_size(text)
@@ -111,7 +111,8 @@ def test_a_wrong_program_exits_1(files, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--ranks", "8"], "is for 4 ranks"),
     (["--op", "avg", "--dtype", "int32"], "avg"),
-    (["--size", "12XB"], "expected a size"),
+    (["--size", "12XB"], "unknown unit"),
+    (["--size", "1K"], "ambiguous unit"),
     (["--iters", "-1"], "whole number"),
     (["--timeout", "0"], "seconds > 0"),
 ])

@@ -1,0 +1,99 @@
+"""Argument types shared by every ``collsynth`` subcommand: one set of rules for numbers,
+durations and sizes, so ``--size`` means the same in ``run`` as in ``time``.
+
+Each raises :class:`argparse.ArgumentTypeError` with a one-line message; the parsers turn it into
+a usage error (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from fractions import Fraction
+
+__all__ = ["positive_int", "non_negative_int", "seconds", "parse_size", "MAX_SIZE_BYTES",
+           "DECIMAL_UNITS", "BINARY_UNITS"]
+
+
+def _whole(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number >= 1."""
+    return _whole(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number >= 0."""
+    return _whole(text, 0)
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
+#: Case-sensitive units: decimal (KB = 1000) and binary (KiB = 1024); ambiguous ones are refused.
+DECIMAL_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_UNITS = {**DECIMAL_UNITS, **BINARY_UNITS}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+#: Largest size accepted (bytes): 1 PB, far beyond any buffer.
+MAX_SIZE_BYTES = 10**15
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text`` (``"1KB"`` = 1000, ``"1KiB"`` = 1024, ``"512"`` = 512).
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        For ambiguous units (``1K``, ``1m``, ``1mb``), unknown ones, a size below one byte or not
+        a whole number of bytes.
+
+    >>> parse_size("1KB"), parse_size("1 KiB"), parse_size("1.5MB"), parse_size("64")
+    (1000, 1024, 1500000, 64)
+    """
+    match = _SIZE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: expected a number and a unit, like 1KB, 64MiB or 512")
+    number, unit = match.group(1), match.group(2) or "B"
+    if unit not in _UNITS:
+        upper = unit.upper()
+        if upper in ("K", "M", "G", "T"):
+            raise argparse.ArgumentTypeError(
+                f"size {text!r}: ambiguous unit {unit!r}: write {upper}B "
+                f"(10**{3 * ('KMGT'.index(upper) + 1)} bytes) or {upper}iB "
+                f"(2**{10 * ('KMGT'.index(upper) + 1)} bytes)")
+        if upper in ("KB", "MB", "GB", "TB", "KIB", "MIB", "GIB", "TIB", "B"):
+            raise argparse.ArgumentTypeError(
+                f"size {text!r}: ambiguous unit {unit!r} (bytes or bits? units are "
+                f"case-sensitive): write one of {', '.join(_UNITS)}")
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: unknown unit {unit!r}; use one of {', '.join(_UNITS)}")
+    value = Fraction(number) * _UNITS[unit]
+    if value.denominator != 1:
+        raise argparse.ArgumentTypeError(f"size {text!r} is not a whole number of bytes")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"size {text!r}: expected at least 1 byte")
+    if value > MAX_SIZE_BYTES:
+        raise argparse.ArgumentTypeError(f"size {text!r}: more than 1 PB")
+    return int(value)
+
+
