@@ -203,7 +203,7 @@ def base_chunk_bytes(collective_name: str, num_ranks: int, size_bytes: Real) -> 
             f"{', '.join(sorted(BUFFER_CHUNKS))}; use instance_time_us with the base chunk size")
     if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
         raise InvalidInstanceError(f"num_ranks = {num_ranks!r}; expected a positive integer")
-    return _exact(size_bytes, "size_bytes") / BUFFER_CHUNKS[key](num_ranks)
+    return exact_fraction(size_bytes, "size_bytes") / BUFFER_CHUNKS[key](num_ranks)
 
 
 def instance_time_us(steps: int, rounds_per_chunk: Real, chunk_bytes: Real,
@@ -222,8 +222,10 @@ def instance_time_us(steps: int, rounds_per_chunk: Real, chunk_bytes: Real,
     >>> round(instance_time_us(2, Fraction(3, 2), 1000, AlphaBeta(2.0, 1e-4)), 6)
     4.15
     """
-    volume = _exact(rounds_per_chunk, "rounds_per_chunk") * _exact(chunk_bytes, "chunk_bytes")
-    return float(_exact(steps, "steps")) * model.alpha_us + float(volume) * model.beta_us_per_byte
+    volume = (exact_fraction(rounds_per_chunk, "rounds_per_chunk")
+              * exact_fraction(chunk_bytes, "chunk_bytes"))
+    steps_value = float(exact_fraction(steps, "steps"))
+    return steps_value * model.alpha_us + float(volume) * model.beta_us_per_byte
 
 
 def algorithm_time_us(algorithm: "Algorithm", size_bytes: Real, model: AlphaBeta) -> float:
@@ -267,7 +269,8 @@ def crossover_bytes(a: Point, b: Point, collective_name: str, num_ranks: int,
     steps_a, rounds_a = _point(a)
     steps_b, rounds_b = _point(b)
     per_buffer = 1 / base_chunk_bytes(collective_name, num_ranks, 1)
-    alpha, beta = _exact(model.alpha_us, "alpha_us"), _exact(model.beta_us_per_byte, "beta")
+    alpha = exact_fraction(model.alpha_us, "alpha_us")
+    beta = exact_fraction(model.beta_us_per_byte, "beta")
     if rounds_a == rounds_b or beta == 0:
         return None
     size = per_buffer * (steps_a - steps_b) * alpha / ((rounds_b - rounds_a) * beta)
@@ -278,10 +281,10 @@ def _point(point: Point) -> tuple[Fraction, Fraction]:
     """``(steps, rounds per chunk)`` as two Fractions."""
     if len(point) != 2:
         raise InvalidInstanceError(f"point {point!r}: expected (steps, rounds_per_chunk)")
-    return _exact(point[0], "steps"), _exact(point[1], "rounds_per_chunk")
+    return exact_fraction(point[0], "steps"), exact_fraction(point[1], "rounds_per_chunk")
 
 
-def _exact(value: Real, name: str) -> Fraction:
+def exact_fraction(value: Real, name: str) -> Fraction:
     """``value`` as a Fraction: ints and Fractions as they are, floats by their shortest decimal."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise InvalidInstanceError(f"{name} = {value!r}; expected a number")

@@ -60,16 +60,15 @@ Fraction(80000, 1)
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Rational, Real
+from numbers import Real
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 import sympy
 
 from collsynth.errors import CollsynthError, InvalidInstanceError, InvalidTopologyError
-from collsynth.timing.alphabeta import AlphaBeta, base_chunk_bytes, from_topology
+from collsynth.timing.alphabeta import AlphaBeta, base_chunk_bytes, exact_fraction, from_topology
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
@@ -147,7 +146,7 @@ class CostModel:
                 not isinstance(self.ranks_per_node, int) or self.ranks_per_node < 1):
             raise InvalidTopologyError(
                 f"cost model: ranks_per_node = {self.ranks_per_node!r}; expected an integer >= 1")
-        _exact(self.gamma_us_per_byte, "gamma_us_per_byte")
+        exact_fraction(self.gamma_us_per_byte, "gamma_us_per_byte")
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -400,7 +399,8 @@ def lower_envelope(times: Mapping[str, sympy.Expr], from_bytes: Real, to_bytes: 
     """
     if not times:
         return ()
-    lo, hi = Fraction(_exact(from_bytes, "from_bytes")), Fraction(_exact(to_bytes, "to_bytes"))
+    lo = exact_fraction(from_bytes, "from_bytes")
+    hi = exact_fraction(to_bytes, "to_bytes")
     if hi < lo:
         raise InvalidInstanceError(f"lower_envelope: from {lo} > to {hi}")
     lines = {}
@@ -463,28 +463,13 @@ def _point(point: Any) -> tuple[Fraction, Fraction]:
         raise InvalidInstanceError(
             f"{point!r}: expected an algorithm, a (steps, rounds_per_chunk) point, an NCCL "
             "baseline or a sympy expression")
-    return _exact(point[0], "steps"), _exact(point[1], "rounds_per_chunk")
-
-
-def _exact(value: Any, name: str) -> Fraction:
-    """``value`` as a Fraction: ints and Fractions as they are, floats by their shortest decimal."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise InvalidInstanceError(f"{name} = {value!r}; expected a number")
-    if isinstance(value, Rational):
-        result = Fraction(value)
-    else:
-        if not math.isfinite(value):
-            raise InvalidInstanceError(f"{name} = {value!r}; expected a finite number")
-        result = Fraction(repr(float(value)))
-    if result < 0:
-        raise InvalidInstanceError(f"{name} = {value!r}; expected a number >= 0")
-    return result
+    return exact_fraction(point[0], "steps"), exact_fraction(point[1], "rounds_per_chunk")
 
 
 def _exact_key(value: Real) -> Fraction:
-    return _exact(value, "figure")
+    return exact_fraction(value, "figure")
 
 
 def _rational(value: Any) -> sympy.Rational:
-    f = _exact(value, "figure")
+    f = exact_fraction(value, "figure")
     return sympy.Rational(f.numerator, f.denominator)

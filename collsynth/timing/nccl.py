@@ -86,7 +86,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import sympy
 
 from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameError
-from collsynth.timing.model import SIZE, CostModel, _as_model, _exact
+from collsynth.timing.alphabeta import exact_fraction
+from collsynth.timing.model import SIZE, CostModel, _as_model
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -459,11 +460,11 @@ def nccl_setup(topology: "Topology", *, model: "CostModel | None" = None,
             f"topology {topology.name!r} has no directed ring through all {n} ranks, so NCCL's "
             "ring and tree have no channel here; pass channels= and channel_gbps=")
     if channel_gbps is not None:
-        per = _exact(channel_gbps, "channel_gbps")
+        per = exact_fraction(channel_gbps, "channel_gbps")
         gbps = tuple(per for _ in rings)
     else:
         cm = _as_model(model if model is not None else topology, None)
-        gbps = tuple(min(1 / (1000 * _exact(cm.figures(a, b).beta_us_per_byte, "beta"))
+        gbps = tuple(min(1 / (1000 * exact_fraction(cm.figures(a, b).beta_us_per_byte, "beta"))
                          for a, b in zip(ring, ring[1:] + ring[:1]))
                      for ring in rings)
     return NcclSetup(n, nodes, rings, gbps, hardware)
@@ -551,7 +552,7 @@ def best_choice(choices: Iterable[NcclChoice], size_bytes: Real) -> NcclChoice:
     choices = tuple(choices)
     if not choices:
         raise InvalidInstanceError("no NCCL choice to pick from")
-    size = _exact(size_bytes, "size_bytes")
+    size = exact_fraction(size_bytes, "size_bytes")
     return min(choices, key=lambda c: c.latency_us + size / (1000 * c.algbw_gbps))
 
 

@@ -49,7 +49,8 @@ from numbers import Real
 from typing import TYPE_CHECKING
 
 from collsynth.timing.alphabeta import AlphaBeta, base_chunk_bytes
-from collsynth.timing.model import CostModel, _as_model, _exact, reduced_pieces
+from collsynth.timing.alphabeta import exact_fraction
+from collsynth.timing.model import CostModel, _as_model, reduced_pieces
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
@@ -111,7 +112,8 @@ def simulate(algorithm: "Algorithm", size_bytes: Real, *,
     cm = _as_model(model, algorithm)
     topology = algorithm.topology
     coll = algorithm.collective
-    piece = float(base_chunk_bytes(coll.name, coll.num_ranks, _exact(size_bytes, "size_bytes"))
+    size = exact_fraction(size_bytes, "size_bytes")
+    piece = float(base_chunk_bytes(coll.name, coll.num_ranks, size)
                   / algorithm.chunks)
     gamma = float(cm.gamma_us_per_byte)
     groups = topology.effective_groups
