@@ -910,14 +910,8 @@ def _structured_bound(topology: Topology, lp: _LinearProgram, weights: np.ndarra
 _EXACT, _CLOSE, _GAP = "exact", "close", "gap"
 
 
-def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, str]:
-    """Solve with HiGHS and certify: ``(lower bound, status)``.
-
-    The bound is always a verified lower bound on the LP optimum (weak duality, in exact
-    arithmetic). Status ``"exact"``: HiGHS's solution, read as fractions, is exactly feasible with
-    the same value, so the bound is the optimum. ``"close"``: no exact solution was recovered but
-    the bound is within 1e-9 (relative) of HiGHS's optimum. ``"gap"``: it is further below.
-    """
+def _highs(lp: _LinearProgram):
+    """HiGHS's floating-point solution of ``lp`` (minimise variable 0, the rounds)."""
     num = lp.num_variables
     cost = np.zeros(num)
     cost[0] = 1.0
@@ -928,6 +922,18 @@ def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, str]
                      bounds=bounds, method="highs")
     if result.status != 0:
         raise SolverError(f"HiGHS could not solve the rounds linear program: {result.message}")
+    return result
+
+
+def _solve_highs(topology: Topology, lp: _LinearProgram) -> tuple[Fraction, str]:
+    """Solve with HiGHS and certify: ``(lower bound, status)``.
+
+    The bound is always a verified lower bound on the LP optimum (weak duality, in exact
+    arithmetic). Status ``"exact"``: HiGHS's solution, read as fractions, is exactly feasible with
+    the same value, so the bound is the optimum. ``"close"``: no exact solution was recovered but
+    the bound is within 1e-9 (relative) of HiGHS's optimum. ``"gap"``: it is further below.
+    """
+    result = _highs(lp)
     upper = _primal_value(lp, np.asarray(result.x, dtype=np.float64))
 
     def proven(bound: Fraction) -> bool:
@@ -977,15 +983,7 @@ def _solve_z3(lp: _LinearProgram, *, timeout_ms: int | None = None) -> Fraction:
     import z3
 
     num = lp.num_variables
-    cost = np.zeros(num)
-    cost[0] = 1.0
-    bounds = np.column_stack([np.zeros(num), lp.upper.astype(np.float64)])
-    bounds[0, 1] = np.inf
-    result = linprog(cost, A_ub=lp.a_ub.astype(np.float64), b_ub=np.zeros(lp.a_ub.shape[0]),
-                     A_eq=lp.a_eq.astype(np.float64), b_eq=lp.b_eq.astype(np.float64),
-                     bounds=bounds, method="highs")
-    if result.status != 0:
-        raise SolverError(f"HiGHS could not solve the rounds linear program: {result.message}")
+    result = _highs(lp)
     z = [z3.Real(f"z{j}") for j in range(num)]
     constraints = [z[0] >= 0]
     for j in range(1, num):
