@@ -15,7 +15,25 @@ from collsynth.encoding.backend import Outcome, Status, run_interruptibly
 from collsynth.encoding.problem import SchedulingProblem
 from collsynth.errors import SolverError
 
-__all__ = ["Z3Backend"]
+__all__ = ["Z3Backend", "z3_available", "import_z3"]
+
+
+def z3_available() -> bool:
+    """True when z3-solver can be imported."""
+    try:
+        import z3  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def import_z3(backend: str):
+    """The z3 module, or a :class:`SolverError` saying which backend needs it."""
+    try:
+        import z3
+    except ImportError as exc:
+        raise SolverError(f"the {backend} backend needs z3-solver: pip install z3-solver") from exc
+    return z3
 
 
 class Z3Backend:
@@ -27,17 +45,10 @@ class Z3Backend:
         self.pb_solver = pb_solver
 
     def available(self) -> bool:
-        try:
-            import z3  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return z3_available()
 
     def solve(self, problem: SchedulingProblem, *, time_limit: float) -> Outcome:
-        try:
-            import z3
-        except ImportError as exc:
-            raise SolverError("the z3 backend needs z3-solver: pip install z3-solver") from exc
+        z3 = import_z3(self.name)
         started = time.perf_counter()
         if problem.trivially_infeasible:
             return Outcome(Status.UNSAT, seconds=time.perf_counter() - started,

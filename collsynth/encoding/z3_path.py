@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from collsynth.encoding.backend import Outcome, Status, run_interruptibly
 from collsynth.encoding.problem import SchedulingProblem
-from collsynth.errors import SolverError
+from collsynth.encoding.z3 import import_z3, z3_available
 
 __all__ = ["Z3PathBackend"]
 
@@ -32,17 +32,10 @@ class Z3PathBackend:
     name = "z3-path"
 
     def available(self) -> bool:
-        try:
-            import z3  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return z3_available()
 
     def solve(self, problem: SchedulingProblem, *, time_limit: float) -> Outcome:
-        try:
-            import z3
-        except ImportError as exc:
-            raise SolverError("the z3-path backend needs z3-solver") from exc
+        z3 = import_z3(self.name)
         started = time.perf_counter()
         if problem.trivially_infeasible:
             return Outcome(Status.UNSAT, seconds=time.perf_counter() - started,
