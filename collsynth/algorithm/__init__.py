@@ -1,5 +1,6 @@
 """Algorithms: the schedule value, its verifier, transforms, rendering and file format."""
 
+from collsynth.algorithm.arrays import SendBlock, as_send_block, sends_as_arrays
 from collsynth.algorithm.fileformat import algorithm_from_json, algorithm_to_json, load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance, Send, Step
 from collsynth.algorithm.show import format_algorithm
@@ -11,6 +12,9 @@ __all__ = [
     "Instance",
     "Send",
     "Step",
+    "SendBlock",
+    "as_send_block",
+    "sends_as_arrays",
     "find_problems",
     "verify",
     "invert_dual",

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from collsynth.collective.model import Collective
 from collsynth.errors import InvalidInstanceError
 from collsynth.topology.model import Topology
+
+if TYPE_CHECKING:
+    from collsynth.algorithm.arrays import SendBlock
 
 __all__ = ["Send", "Step", "Instance", "Algorithm"]
 
@@ -41,10 +44,21 @@ class Send:
 
 @dataclass(frozen=True)
 class Step:
-    """The sends of one step and the number of rounds (bandwidth multiplier) it lasts."""
+    """The sends of one step and the number of rounds (bandwidth multiplier) it lasts.
+
+    ``sends`` is either a tuple of :class:`Send` or a
+    :class:`~collsynth.algorithm.arrays.SendBlock` (the same sends stored as numpy arrays, for
+    steps with millions of sends). Both are sequences of :class:`Send`; code that only iterates
+    works with either, and the verifier and the transforms read a block's arrays directly. Two
+    steps are equal when their rounds are and their sends are the same sends in the same order,
+    whatever the representation (a step with a block hashes by the block's array contents).
+
+    >>> Step(1, (Send(0, 0, 1),)).sends[0].dst
+    1
+    """
 
     rounds: int
-    sends: tuple[Send, ...]
+    sends: "tuple[Send, ...] | SendBlock"
 
 
 @dataclass(frozen=True)
@@ -143,6 +157,7 @@ class Algorithm:
 
     @property
     def num_sends(self) -> int:
+        """Total number of sends (``len`` of each step's sends: O(steps) for send blocks)."""
         return sum(len(step.sends) for step in self.steps)
 
     @property
