@@ -9,6 +9,8 @@ Each subcommand turns its arguments into values, makes one library call and writ
                                                  [--extra-memory M]
     collsynth solve least-steps TOPOLOGY COLLECTIVE [--chunks C] [--max-steps N]
     collsynth solve pareto TOPOLOGY COLLECTIVE [--max-chunks N] [--max-steps N]
+    collsynth solve bandwidth-optimal TOPOLOGY COLLECTIVE [--nodes K] [--oversubscription X]
+                                                 [--engine E] [--stages P] [--json]
     collsynth show FILE [--max-sends N]
     collsynth verify FILE
 
@@ -112,6 +114,16 @@ def _ranks(text: str) -> list[int]:
     return ranks
 
 
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}") from None
+    if not value >= 1 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
+    return value
+
+
 # -- the parser ---------------------------------------------------------------------------------
 
 
@@ -146,6 +158,9 @@ def _build_parser() -> _Parser:
     problem.add_argument("--nic-units", type=positive_int, metavar="U",
                          help="with --nodes: NIC bandwidth in the topology's units (for topologies "
                               "whose file does not describe their NICs)")
+    problem.add_argument("--oversubscription", type=_ratio, default=1, metavar="X",
+                         help="with --nodes: node NIC bandwidth / its share of the network core "
+                              "(default 1: non-blocking)")
 
     bounds = commands.add_parser("bounds", parents=[problem],
                                  help="lower bounds on steps and rounds per chunk",
@@ -213,6 +228,10 @@ def _build_parser() -> _Parser:
     pareto.add_argument("--instance-time-limit", type=seconds, metavar="SECONDS",
                         help="most seconds for any one instance (default: max(10, time limit / 5))")
     pareto.set_defaults(handler=_cmd_solve)
+
+    from collsynth.cli_bandwidth import add_bandwidth_optimal_parser
+
+    add_bandwidth_optimal_parser(modes, problem)
 
     show = commands.add_parser("show", help="print an algorithm file step by step",
                                description="Print an algorithm file (verified first) step by step.")
@@ -308,7 +327,8 @@ def _cmd_topologies(args: argparse.Namespace) -> int:
 
 
 def _problem(args: argparse.Namespace) -> tuple[Topology, Collective]:
-    topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units)
+    topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
+                                oversubscription=getattr(args, "oversubscription", 1))
     root = roots = None
     if args.root is not None:
         if len(args.root) == 1:

@@ -61,7 +61,7 @@ def _load_topology_file(path: Path) -> Topology:
 
 
 def resolve_topology(spec: str, *, nodes: int | None = None,
-                     nic_units: int | None = None) -> Topology:
+                     nic_units: int | None = None, oversubscription: float = 1) -> Topology:
     """The topology a user named: a built-in, a family member, or a file.
 
     Parameters
@@ -73,6 +73,9 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
     nodes:
         With ``nodes > 1``, that many copies of the topology joined by their NICs
         (:func:`~collsynth.topology.compose.compose_nodes`).
+    oversubscription:
+        With ``nodes > 1``: ratio of a node's NIC bandwidth to its share of the network core
+        (1, the default, is non-blocking).
     nic_units:
         Passed to ``compose_nodes``: the bandwidth of one NIC in the node's units, for nodes
         whose files do not describe their NICs.
@@ -109,7 +112,7 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
             topology = _load_topology_file(Path(text))
     if nodes is None or nodes == 1:
         return topology
-    return compose_nodes(topology, nodes, nic_units=nic_units)
+    return compose_nodes(topology, nodes, nic_units=nic_units, oversubscription=oversubscription)
 
 
 def resolve_collective(spec: str, num_ranks: int, *, root: int | None = None,

@@ -1,0 +1,117 @@
+"""``collsynth solve bandwidth-optimal``: the large-system engines from the command line.
+
+::
+
+    collsynth solve bandwidth-optimal TOPOLOGY COLLECTIVE [--nodes K] [--oversubscription X]
+        [--engine auto|trees|hierarchical|alltoall|exact] [--stages P] [--time-limit S]
+        [-o FILE.json] [--json] [-q]
+
+Prints the algorithm (steps, rounds, chunks, sends), its rounds per chunk, the steady-state
+rounds per chunk of its pipeline, the lower bound, whether it is proven optimal, the seconds taken,
+and, when the topology has physical figures, its predicted time next to NCCL's ring and tree at
+1 MiB, 64 MiB and 1 GiB (alpha-beta model, :mod:`collsynth.timing`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from collsynth.cli_args import positive_int, seconds
+
+__all__ = ["add_bandwidth_optimal_parser", "PREDICTION_SIZES"]
+
+#: Buffer sizes (bytes, nccl-tests convention) of the predicted-time columns.
+PREDICTION_SIZES = (1 << 20, 64 << 20, 1 << 30)
+
+
+def add_bandwidth_optimal_parser(modes, problem: argparse.ArgumentParser) -> None:
+    """Add ``bandwidth-optimal`` to the ``solve`` subcommands."""
+    parser = modes.add_parser(
+        "bandwidth-optimal", parents=[problem],
+        help="a schedule with the optimal throughput, for systems of any size",
+        description="Pick an engine by size (exact SMT up to 8 ranks; optimal tree packing for "
+                    "allgather, reduce-scatter, broadcast, reduce and allreduce; the direct or "
+                    "hierarchical schedule for alltoall; hierarchical composition otherwise) and "
+                    "print the verified algorithm with its rounds per chunk and lower bound.")
+    parser.add_argument("--engine", choices=("auto", "trees", "hierarchical", "alltoall", "exact"),
+                        default="auto", help="engine (default: auto, by size and collective)")
+    parser.add_argument("--stages", type=positive_int, metavar="P",
+                        help="pipeline stages of the tree schedule (default: 16 x (depth - 1), within 16M sends)")
+    parser.add_argument("--time-limit", type=seconds, default=600.0, metavar="SECONDS",
+                        help="seconds for the search (default 600)")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write the algorithm as a JSON algorithm file")
+    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    parser.set_defaults(handler=run_bandwidth_optimal)
+
+
+def run_bandwidth_optimal(args: argparse.Namespace) -> int:
+    from collsynth.cli import EXIT_OK, _problem
+    from collsynth.synthesis.large import solve_large
+
+    topology, collective = _problem(args)
+    progress = None if (args.quiet or args.json) else (
+        lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    result = solve_large(topology, collective, engine=args.engine, stages=args.stages,
+                         time_limit_s=args.time_limit, progress=progress)
+    if args.output:
+        from collsynth.algorithm.fileformat import save_algorithm
+
+        save_algorithm(result.algorithm, args.output)
+    figures = result.to_json()
+    figures["predicted_us"] = _predictions(result)
+    if args.json:
+        print(json.dumps(figures, indent=2), flush=True)
+        return EXIT_OK
+    algorithm = result.algorithm
+    print(f"{collective.describe()} on {topology.name} ({topology.num_ranks} ranks), engine "
+          f"{figures['engine']}")
+    print(f"algorithm: {algorithm.num_steps} steps, {algorithm.num_rounds} rounds, "
+          f"{algorithm.chunks} chunks, {algorithm.num_sends} sends (verified)")
+    print(f"rounds/chunk: {figures['rounds_per_chunk']}; steady state "
+          f"{figures['steady_state_rounds_per_chunk']}; lower bound {figures['lower_bound']}"
+          f" -> {'optimal' if figures['optimal'] else 'not proven optimal'}")
+    print(f"seconds: {figures['seconds']}")
+    if figures["predicted_us"]:
+        print("predicted time (us)   collsynth   NCCL ring   NCCL tree")
+        for row in figures["predicted_us"]:
+            ring = "-" if row["nccl_ring"] is None else f"{row['nccl_ring']:.1f}"
+            tree = "-" if row["nccl_tree"] is None else f"{row['nccl_tree']:.1f}"
+            print(f"{_size_label(row['bytes']):>18}   {row['collsynth']:>9.1f}   {ring:>9}   "
+                  f"{tree:>9}")
+    if args.output:
+        print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+def _predictions(result) -> list[dict]:
+    """Predicted microseconds of the result and of NCCL's best ring and tree protocol."""
+    from collsynth.errors import CollsynthError
+    from collsynth.timing.alphabeta import algorithm_time_us, from_topology
+    from collsynth.timing.nccl import best_choice, nccl_choices, nccl_setup
+
+    algorithm = result.algorithm
+    try:
+        model = from_topology(algorithm.topology)
+        setup = nccl_setup(algorithm.topology)
+        choices = nccl_choices(setup, algorithm.collective.name)
+    except CollsynthError:
+        return []
+    rows = []
+    for size in PREDICTION_SIZES:
+        row = {"bytes": size, "collsynth": algorithm_time_us(algorithm, size, model)}
+        for kind in ("ring", "tree"):
+            mine = [c for c in choices if c.algorithm == kind]
+            row[f"nccl_{kind}"] = best_choice(mine, size).time_us(size) if mine else None
+        rows.append(row)
+    return rows
+
+
+def _size_label(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"

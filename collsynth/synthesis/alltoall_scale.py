@@ -1,0 +1,512 @@
+"""Alltoall on large multi-node topologies (hundreds to a thousand GPUs), with a cut lower bound.
+
+Alltoall chunk ``src * N + dst`` is the block ``src`` sends to ``dst``
+(:func:`~collsynth.collective.alltoall`); ``N * N`` blocks do not fit an exact solver at scale,
+but on the fabrics GPUs are built from they do not need one:
+
+* **direct**: every block goes straight from ``src`` to ``dst`` in one step. The step lasts the
+  fewest rounds its loads allow: the largest ``ceil(load / bandwidth)`` over links and
+  ``ceil(load / limit)`` over bandwidth groups. On a non-blocking switch fabric (every composed
+  topology, see :func:`~collsynth.topology.compose_nodes`) this meets the NIC cut bound below.
+  When a ratio ``load / limit`` is not whole, splitting every block into ``c`` pieces gives
+  ``ceil(c * load / limit) / c`` rounds per chunk, closer to it; the smallest ``c`` (up to
+  ``max_chunks``) reaching the best value is used.
+* **hierarchical**: when some ranks of a node have no direct link (a DGX-1's hybrid cube-mesh,
+  a ring), blocks between nodes still go direct over the NICs, and blocks within a node follow
+  the node's exact alltoall (synthesised on one node), the NIC sends spread over its steps
+  (:mod:`collsynth.synthesis.hierarchical`).
+
+The best of these (fewest rounds per chunk, then fewest steps, then fewest chunks) is built as
+arrays, verified, and returned with its ratio to a lower bound.
+
+**The cut bound.** For any set ``S`` of ranks, the ``|S| (N - |S|)`` blocks from ``S`` to the
+rest must cross from ``S``, so no algorithm takes fewer than ``blocks / C(S)`` rounds per
+chunk, where ``C(S)`` is at least the number of chunks that can cross in one round. ``C(S)``
+is bounded from above by covering the crossing links with bandwidth groups (each group
+carries at most its limit, each uncovered link at most its bandwidth), groups chosen greedily,
+tightest first; any such cover gives an upper bound on ``C(S)``, so the result is a sound lower
+bound whichever groups are chosen. The same holds for the blocks *into* ``S``. On a composed
+topology the cuts are the subsets ``T`` of one node (every subset for nodes of up to
+:data:`EXHAUSTIVE_NODE_RANKS` ranks; else every single rank, every NIC's ranks and the whole
+node), in both directions, with ``C(T)`` split into the links inside the node and those
+between nodes, whose cover (``T``'s NICs, the node's uplink, or the other nodes' NICs) is
+evaluated in closed form, so the bound costs the same at 1024 ranks as at 16. On other
+topologies the cuts are every single rank, both ways. Every value is an exact ``Fraction``,
+never above the exact linear-programming bound
+(:func:`~collsynth.bounds.rounds_per_chunk_lower_bound`), which is also computed for topologies
+of up to :data:`EXACT_BOUND_RANKS` ranks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Sequence
+
+import numpy as np
+
+from collsynth.algorithm.model import Algorithm
+from collsynth.collective.model import MAX_CHUNKS
+from collsynth.collective.standard import alltoall
+from collsynth.errors import InvalidInstanceError, InvalidTopologyError
+from collsynth.synthesis.hierarchical import (
+    DEFAULT_NODE_TIME_S,
+    _best_alltoall,
+    _build,
+    _Capacity,
+    _check_node_algorithm,
+    _link_array,
+    _scaled_rounds,
+    _solve_node,
+    network_layout,
+)
+from collsynth.topology.model import Topology
+
+__all__ = ["CutBound", "AlltoallScaleResult", "alltoall_cut_bound", "solve_alltoall_at_scale",
+           "EXHAUSTIVE_NODE_RANKS", "EXACT_BOUND_RANKS"]
+
+_log = logging.getLogger(__name__)
+
+#: Nodes with at most this many ranks have every subset of their ranks tried as a cut.
+EXHAUSTIVE_NODE_RANKS = 10
+#: Topologies with at most this many ranks also get the exact LP bound (by default).
+EXACT_BOUND_RANKS = 16
+#: Default most pieces per block the direct schedule tries.
+DEFAULT_MAX_CHUNKS = 16
+
+
+@dataclass(frozen=True)
+class CutBound:
+    """A lower bound on alltoall rounds per chunk from one cut.
+
+    Attributes
+    ----------
+    rounds_per_chunk:
+        ``blocks / capacity``, exact.
+    blocks:
+        Blocks that must cross the cut.
+    capacity:
+        Most chunks that can cross it in one round (an upper bound).
+    cut:
+        Which cut, in words.
+    """
+
+    rounds_per_chunk: Fraction
+    blocks: int
+    capacity: int
+    cut: str
+
+
+@dataclass(frozen=True)
+class AlltoallScaleResult:
+    """A verified alltoall for a large topology and how close it is to the lower bound.
+
+    Attributes
+    ----------
+    algorithm:
+        The verified algorithm (``alltoall(N)`` split ``chunks`` ways).
+    schedule:
+        ``"direct"`` or ``"hierarchical"``.
+    rounds_per_chunk:
+        Its rounds per base chunk (one block), exact.
+    lower_bound:
+        The best lower bound known: the cut bound, or the exact LP bound when computed.
+    cut_bound:
+        The best cut found (:func:`alltoall_cut_bound`).
+    exact_bound:
+        The LP bound (:func:`~collsynth.bounds.rounds_per_chunk_lower_bound`), or ``None`` when
+        not computed.
+    ratio:
+        ``rounds_per_chunk / lower_bound`` (1 means optimal).
+    seconds:
+        Wall time of the whole call, bounds and verification included.
+    candidates:
+        Every schedule priced: ``(schedule, rounds per chunk, steps, chunks)``.
+    """
+
+    algorithm: Algorithm
+    schedule: str
+    rounds_per_chunk: Fraction
+    lower_bound: Fraction
+    cut_bound: CutBound
+    exact_bound: Fraction | None
+    ratio: Fraction
+    seconds: float
+    candidates: tuple[tuple[str, Fraction, int, int], ...]
+
+    @property
+    def steps(self) -> int:
+        return self.algorithm.num_steps
+
+    @property
+    def chunks(self) -> int:
+        return self.algorithm.chunks
+
+
+# -- the cut bound -------------------------------------------------------------------------------
+
+
+def _greedy_capacity(unit_bw: np.ndarray, members: np.ndarray, limits: np.ndarray) -> int:
+    """An upper bound on the flow over links of bandwidths ``unit_bw`` when group ``g`` (a row
+    of the boolean ``members`` matrix) carries at most ``limits[g]``: groups whose uncovered
+    bandwidth exceeds their limit are charged their limit, tightest first; the remaining links
+    their bandwidth."""
+    unit_bw = np.asarray(unit_bw, dtype=np.int64)
+    free = np.ones(len(unit_bw), dtype=bool)
+    capacity = 0
+    if len(limits) and len(unit_bw):
+        weights = members.astype(np.int64)
+        while True:
+            covered = weights @ (unit_bw * free)
+            binding = covered > limits
+            if not binding.any():
+                break
+            candidates = np.flatnonzero(binding)
+            # tightest first: the smallest limit / covered (compared exactly by cross-multiplying)
+            best = candidates[0]
+            for g in candidates[1:]:
+                if limits[g] * covered[best] < limits[best] * covered[g]:
+                    best = g
+            capacity += int(limits[best])
+            free &= ~members[best]
+    return capacity + int(unit_bw[free].sum())
+
+
+@dataclass(frozen=True)
+class _Composed:
+    """The structure :func:`compose_nodes` builds, checked on an actual topology."""
+
+    nodes: int
+    n: int
+    nic_units: int  # bandwidth of every link between nodes
+    node_links: np.ndarray  # n x n
+    intra: tuple[tuple[frozenset[int], frozenset[int], int], ...]  # local (sources, dests, limit)
+    egress: tuple[tuple[frozenset[int], int], ...]  # local sources -> every other node
+    ingress: tuple[tuple[frozenset[int], int], ...]  # every other node -> local destinations
+
+
+def _composed_structure(topology: Topology) -> _Composed | None:
+    """The composed structure of ``topology`` when it has one exactly (identical nodes, uniform
+    links between nodes, only node-local, NIC-egress/uplink and NIC-ingress groups); else None."""
+    try:
+        layout = network_layout(topology)
+    except InvalidTopologyError:
+        return None
+    K, n, total = layout.nodes, layout.ranks_per_node, layout.num_ranks
+    links = _link_array(topology)
+    node_of = np.arange(total) // n
+    between = node_of[:, None] != node_of[None, :]
+    values = np.unique(links[between]) if K > 1 else np.array([0])
+    if len(values) != 1 or (K > 1 and values[0] <= 0):
+        return None
+    everyone = frozenset(range(total))
+    outside = [everyone - frozenset(range(k * n, (k + 1) * n)) for k in range(K)]
+    intra: list[set] = [set() for _ in range(K)]
+    egress: list[list] = [[] for _ in range(K)]
+    ingress: list[list] = [[] for _ in range(K)]
+    for g in topology.groups:
+        src_nodes = {r // n for r in g.sources}
+        dst_nodes = {r // n for r in g.destinations}
+        if len(src_nodes) == 1 and src_nodes == dst_nodes:
+            k = next(iter(src_nodes))
+            intra[k].add((frozenset(r - k * n for r in g.sources),
+                          frozenset(r - k * n for r in g.destinations), g.limit))
+        elif len(src_nodes) == 1 and g.destinations == outside[next(iter(src_nodes))]:
+            k = next(iter(src_nodes))
+            egress[k].append((frozenset(r - k * n for r in g.sources), g.limit))
+        elif len(dst_nodes) == 1 and g.sources == outside[next(iter(dst_nodes))]:
+            k = next(iter(dst_nodes))
+            ingress[k].append((frozenset(r - k * n for r in g.destinations), g.limit))
+        else:
+            return None
+
+    def key(items):
+        return sorted((sorted(s), limit) for s, limit in items)
+
+    for k in range(1, K):
+        if intra[k] != intra[0] or key(egress[k]) != key(egress[0]) or \
+                key(ingress[k]) != key(ingress[0]):
+            return None
+    return _Composed(nodes=K, n=n, nic_units=int(values[0]) if K > 1 else 0,
+                     node_links=links[:n, :n].copy(), intra=tuple(intra[0]),
+                     egress=tuple(egress[0]), ingress=tuple(ingress[0]))
+
+
+def _subsets(structure: _Composed) -> list[tuple[int, ...]]:
+    """The node-local rank sets tried as cuts."""
+    n = structure.n
+    if n <= EXHAUSTIVE_NODE_RANKS:
+        return [c for size in range(1, n + 1) for c in itertools.combinations(range(n), size)]
+    sets = {(r,) for r in range(n)} | {tuple(range(n))}
+    for members, _ in structure.egress + structure.ingress:
+        sets.add(tuple(sorted(members)))
+    sets |= {tuple(sorted(s)) for s, _, _ in structure.intra} | \
+        {tuple(sorted(d)) for _, d, _ in structure.intra}
+    return sorted(sets)
+
+
+def _unit_greedy(units: Sequence[int], unit_bw: int, groups) -> int:
+    """:func:`_greedy_capacity` when the units are ranks, each worth ``unit_bw``, and each group
+    covers the units in its rank set."""
+    index = {u: i for i, u in enumerate(units)}
+    if not index:
+        return 0
+    members = np.zeros((len(groups), len(units)), dtype=bool)
+    for g, (ranks, _) in enumerate(groups):
+        for r in ranks:
+            if r in index:
+                members[g, index[r]] = True
+    limits = np.array([limit for _, limit in groups], dtype=np.int64)
+    return _greedy_capacity(np.full(len(units), unit_bw, dtype=np.int64), members, limits)
+
+
+def _composed_bound(structure: _Composed) -> CutBound:
+    K, n, u = structure.nodes, structure.n, structure.nic_units
+    total = K * n
+    remote = total - n  # ranks on other nodes
+    L = structure.node_links
+    # covers[g, s, d]: intra-node group g covers the link s -> d
+    covers = np.zeros((len(structure.intra), n, n), dtype=bool)
+    for g, (sources, destinations, _) in enumerate(structure.intra):
+        covers[g][np.ix_(sorted(sources), sorted(destinations))] = True
+    limits = np.array([limit for _, _, limit in structure.intra], dtype=np.int64)
+    best: CutBound | None = None
+    for subset in _subsets(structure):
+        inside = np.zeros(n, dtype=bool)
+        inside[list(subset)] = True
+        size = len(subset)
+        blocks = size * (total - size)
+        for direction in ("out", "in"):
+            # links inside the node that cross the cut, and the node's groups over them
+            if direction == "out":
+                cross = inside[:, None] & ~inside[None, :] & (L > 0)
+            else:
+                cross = ~inside[:, None] & inside[None, :] & (L > 0)
+            srcs, dsts = np.nonzero(cross)
+            intra = _greedy_capacity(L[srcs, dsts], covers[:, srcs, dsts], limits)
+            inter = 0
+            if K > 1:
+                mine, theirs = ((structure.egress, structure.ingress) if direction == "out"
+                                else (structure.ingress, structure.egress))
+                inter = min(
+                    size * remote * u,                                       # the links alone
+                    _unit_greedy(subset, remote * u, mine),                  # this node's NICs
+                    (K - 1) * _unit_greedy(range(n), size * u, theirs),      # the other nodes'
+                )
+            capacity = intra + inter
+            if capacity == 0:
+                continue
+            value = Fraction(blocks, capacity)
+            if best is None or value > best.rounds_per_chunk:
+                where = ("node 0" if size == n else
+                         f"rank{'s' if size > 1 else ''} {list(subset)} of node 0")
+                arrow = "-> the other ranks" if direction == "out" else "<- the other ranks"
+                best = CutBound(value, blocks, capacity,
+                                f"{where} {arrow}: {blocks} blocks, at most {capacity} chunks "
+                                "per round")
+    return best
+
+
+def _generic_bound(topology: Topology) -> CutBound:
+    """Every single rank, out and in, on any topology."""
+    total = topology.num_ranks
+    capacity = _Capacity(topology)
+    links = capacity.links
+    groups = capacity.groups.tocsc() if capacity.groups is not None else None
+    blocks = total - 1
+    best: CutBound | None = None
+    for rank in range(total):
+        for direction in ("out", "in"):
+            if direction == "out":
+                others = np.flatnonzero(links[rank])
+                cols = rank * total + others
+            else:
+                others = np.flatnonzero(links[:, rank])
+                cols = others * total + rank
+            bw = links.ravel()[cols]
+            if groups is not None and len(cols):
+                sub = groups[:, cols].tocsr()
+                rows = np.flatnonzero(np.diff(sub.indptr))
+                members = sub[rows].toarray() > 0
+                cap = _greedy_capacity(bw, members, capacity.limits[rows])
+            else:
+                cap = int(bw.sum())
+            if cap == 0 or blocks == 0:
+                continue
+            value = Fraction(blocks, cap)
+            if best is None or value > best.rounds_per_chunk:
+                arrow = "->" if direction == "out" else "<-"
+                best = CutBound(value, blocks, cap, f"rank {rank} {arrow} the other ranks: "
+                                f"{blocks} blocks, at most {cap} chunks per round")
+    return best if best is not None else CutBound(Fraction(0), 0, 0, "nothing moves")
+
+
+def alltoall_cut_bound(topology: Topology) -> CutBound:
+    """The best cut lower bound on alltoall rounds per chunk (see the module docstring).
+
+    Sound for every algorithm in collsynth's model; never above
+    :func:`~collsynth.bounds.rounds_per_chunk_lower_bound`.
+
+    Examples
+    --------
+    Two DGX A100s: each node's 64 blocks for the other node leave through 8 NICs of one unit:
+
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> bound = alltoall_cut_bound(compose_nodes(get_topology("dgx-a100"), 2))
+    >>> bound.rounds_per_chunk, bound.cut
+    (Fraction(8, 1), 'node 0 -> the other ranks: 64 blocks, at most 8 chunks per round')
+    >>> alltoall_cut_bound(get_topology("ring:4")).rounds_per_chunk
+    Fraction(3, 2)
+    """
+    structure = _composed_structure(topology)
+    if structure is not None:
+        bound = _composed_bound(structure)
+        if bound is not None:
+            return bound
+    return _generic_bound(topology)
+
+
+# -- schedules -----------------------------------------------------------------------------------
+
+
+def _all_pairs(total: int) -> tuple[np.ndarray, np.ndarray]:
+    src = np.repeat(np.arange(total, dtype=np.int64), total)
+    dst = np.tile(np.arange(total, dtype=np.int64), total)
+    keep = src != dst
+    return src[keep], dst[keep]
+
+
+def _direct_pieces(loads: np.ndarray, caps: np.ndarray, max_chunks: int,
+                   target: Fraction) -> tuple[int, int]:
+    """``(pieces, rounds)``: the fewest pieces per block up to ``max_chunks`` reaching the fewest
+    rounds per chunk of a one-step direct schedule (stopping early at ``target``)."""
+    best = None
+    for pieces in range(1, max_chunks + 1):
+        rounds = max(1, _scaled_rounds(loads, caps, pieces))
+        value = Fraction(rounds, pieces)
+        if best is None or value < best[0]:
+            best = (value, pieces, rounds)
+        if value <= target:
+            break
+    return best[1], best[2]
+
+
+def solve_alltoall_at_scale(topology: Topology, *, time_limit_s: float | None = None,
+                            max_chunks: int = DEFAULT_MAX_CHUNKS,
+                            exact_bound: bool | None = None,
+                            node_algorithm: Algorithm | None = None) -> AlltoallScaleResult:
+    """A verified alltoall for a large topology, the best of the direct and hierarchical
+    schedules (see the module docstring), with its ratio to a lower bound.
+
+    Parameters
+    ----------
+    topology:
+        Any topology; the direct schedule needs a link between every pair of ranks, the
+        hierarchical one a composed topology (:func:`~collsynth.topology.compose_nodes`).
+    time_limit_s:
+        Seconds for synthesising the node alltoall of the hierarchical schedule (default
+        :data:`~collsynth.synthesis.hierarchical.DEFAULT_NODE_TIME_S`). The direct schedule and
+        the bound take no solver time.
+    max_chunks:
+        Most pieces per block the schedules try (the hierarchical one keeps at least the pieces
+        of its node algorithm).
+    exact_bound:
+        Also compute the LP bound (:func:`~collsynth.bounds.rounds_per_chunk_lower_bound`);
+        default: for topologies of at most :data:`EXACT_BOUND_RANKS` ranks.
+    node_algorithm:
+        The alltoall to run inside each node for the hierarchical schedule (default:
+        synthesised, the bandwidth-best Pareto point).
+
+    Raises
+    ------
+    InvalidTopologyError
+        When neither schedule applies (links missing between ranks of a topology that was not
+        composed from nodes).
+    InvalidInstanceError
+        For ``max_chunks < 1``.
+    SolverError
+        When the hierarchical schedule is the only one and no node alltoall is found in time.
+
+    Examples
+    --------
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> result = solve_alltoall_at_scale(compose_nodes(get_topology("ring:4"), 2, nic_units=1))
+    >>> result.schedule, result.rounds_per_chunk, result.lower_bound, result.ratio
+    ('hierarchical', Fraction(4, 1), Fraction(4, 1), Fraction(1, 1))
+    >>> solve_alltoall_at_scale(get_topology("hub:4")).rounds_per_chunk
+    Fraction(3, 1)
+    """
+    started = time.perf_counter()
+    if not isinstance(max_chunks, int) or isinstance(max_chunks, bool) or max_chunks < 1:
+        raise InvalidInstanceError(f"max_chunks = {max_chunks!r}; expected a positive integer")
+    total = topology.num_ranks
+    node_time = DEFAULT_NODE_TIME_S if time_limit_s is None else time_limit_s
+    cut = alltoall_cut_bound(topology)
+    exact = None
+    if exact_bound or (exact_bound is None and total <= EXACT_BOUND_RANKS):
+        from collsynth.bounds import rounds_per_chunk_lower_bound
+
+        exact = rounds_per_chunk_lower_bound(topology, alltoall(total))
+    bound = max(cut.rounds_per_chunk, exact) if exact is not None else cut.rounds_per_chunk
+    capacity = _Capacity(topology)
+    chunk_cap = max(1, min(max_chunks, MAX_CHUNKS // max(1, total * total)))
+
+    candidates: list[tuple[str, Fraction, int, int]] = []
+    best = None  # (key, schedule, steps arrays, rounds, pieces)
+    links = capacity.links
+    if total == 1 or (links + np.eye(total, dtype=np.int64) > 0).all():
+        src, dst = _all_pairs(total)
+        if len(src):
+            loads, caps = capacity.demand(src, dst)
+            pieces, rounds = _direct_pieces(loads, caps, chunk_cap, bound)
+            j = np.arange(pieces, dtype=np.int64)
+            chunk = ((src * total + dst)[:, None] * pieces + j[None, :]).ravel()
+            arrays = (chunk, np.repeat(src, pieces), np.repeat(dst, pieces),
+                      np.zeros(len(chunk), dtype=bool))
+            steps, step_rounds = [arrays], [rounds]
+        else:
+            pieces, steps, step_rounds = 1, [], []
+        value = Fraction(sum(step_rounds), pieces)
+        candidates.append(("direct", value, len(steps), pieces))
+        best = ((value, len(steps), pieces), "direct", steps, step_rounds, pieces)
+
+    if best is None or best[0][0] > bound:
+        try:
+            layout = network_layout(topology)
+        except InvalidTopologyError:
+            layout = None
+        if layout is not None:
+            if node_algorithm is None:
+                node = _solve_node(layout.node, alltoall(layout.ranks_per_node), node_time)
+            else:
+                node = _check_node_algorithm(node_algorithm, layout.node,
+                                             alltoall(layout.ranks_per_node), "alltoall")
+            steps, step_rounds, pieces, _ = _best_alltoall(
+                capacity, layout.nodes, layout.ranks_per_node, node,
+                max_refine=max(1, max_chunks // node.chunks))
+            value = Fraction(sum(step_rounds), pieces)
+            candidates.append(("hierarchical", value, len(steps), pieces))
+            key = (value, len(steps), pieces)
+            if best is None or key < best[0]:
+                best = (key, "hierarchical", steps, step_rounds, pieces)
+        elif best is None:
+            raise InvalidTopologyError(
+                f"topology {topology.name!r}: alltoall at scale needs a link between every pair "
+                "of ranks (direct) or a topology composed from nodes (hierarchical); use "
+                "collsynth.synthesis.pareto_front for small irregular topologies")
+
+    _, schedule, steps, step_rounds, pieces = best
+    algorithm = _build(f"alltoall-{schedule}-{topology.name}", topology,
+                       alltoall(total).split(pieces), steps, step_rounds,
+                       {"strategy": f"alltoall at scale ({schedule})", "cut_bound": cut.cut})
+    value = algorithm.rounds_per_chunk
+    ratio = value / bound if bound else Fraction(1)
+    _log.info("alltoall on %s: %s, %s rounds per chunk, bound %s (%s)", topology.name, schedule,
+              value, bound, cut.cut)
+    return AlltoallScaleResult(algorithm=algorithm, schedule=schedule, rounds_per_chunk=value,
+                               lower_bound=bound, cut_bound=cut, exact_bound=exact, ratio=ratio,
+                               seconds=time.perf_counter() - started,
+                               candidates=tuple(candidates))

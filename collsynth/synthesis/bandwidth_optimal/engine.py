@@ -1,0 +1,226 @@
+"""``solve_bandwidth_optimal``: the tree engine end to end, for systems of any size.
+
+1. The optimal throughput, exactly (:func:`~.throughput.optimal_throughput`, cuts of the fabric).
+2. Trees per root that reach it (:func:`~.packing.pack_trees`), with integer multiplicities.
+3. A pipelined step schedule along them (:func:`~.pipeline.pipelined_algorithm`).
+4. Verification by the same replay as every other algorithm (vectorised for large ones).
+
+Reduce-scatter and reduce are built as the allgather / broadcast of the reversed topology, read
+backwards (:func:`collsynth.algorithm.transform.invert_dual`); allreduce as reduce-scatter then
+allgather.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Callable
+
+from collsynth.algorithm.model import Algorithm
+from collsynth.algorithm.transform import invert_dual, refine, sequence
+from collsynth.algorithm.verify import verify
+from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
+from collsynth.collective.model import Collective
+from collsynth.collective.standard import allgather, reduce_scatter
+from collsynth.errors import InvalidCollectiveError, InvalidInstanceError
+from collsynth.synthesis.allreduce import is_standard_allreduce
+from collsynth.synthesis.bandwidth_optimal.fabric import UnsupportedFabricError
+from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, pack_trees
+from collsynth.synthesis.bandwidth_optimal.pipeline import default_stages, pipelined_algorithm
+from collsynth.synthesis.bandwidth_optimal.throughput import optimal_throughput, roots_of
+from collsynth.topology.model import Topology
+
+__all__ = ["BandwidthOptimalResult", "solve_bandwidth_optimal"]
+
+_log = logging.getLogger(__name__)
+
+#: Largest topology on which the linear-program bound of collsynth.bounds is also computed when
+#: the fabric's cut bound does not meet the packing (shared NICs): it is tighter, and exact.
+_LP_BOUND_MAX_RANKS = 32
+
+
+@dataclass(frozen=True)
+class BandwidthOptimalResult:
+    """What :func:`solve_bandwidth_optimal` returns.
+
+    Attributes
+    ----------
+    algorithm:
+        The verified schedule.
+    rounds_per_chunk:
+        Its rounds per base chunk (exact), pipeline filling and draining included.
+    steady_state_rounds_per_chunk:
+        Rounds per base chunk once the pipeline is full: the limit of ``rounds_per_chunk`` as
+        the number of stages grows.
+    lower_bound:
+        No algorithm has fewer rounds per base chunk (for allreduce: no reduce-scatter +
+        allgather algorithm).
+    optimal:
+        ``steady_state_rounds_per_chunk == lower_bound``: the schedule's throughput is proven
+        optimal.
+    stages, pieces_per_root, depth:
+        The pipeline's stages, pieces of each root's chunk per stage, deepest tree.
+    seconds:
+        Wall time of the whole call; ``timings`` splits it (bound, packing, schedule, verify).
+    """
+
+    algorithm: Algorithm
+    rounds_per_chunk: Fraction
+    steady_state_rounds_per_chunk: Fraction
+    lower_bound: Fraction
+    optimal: bool
+    stages: int
+    pieces_per_root: int
+    depth: int
+    seconds: float
+    timings: dict
+    engine: str = "trees"
+
+    def to_json(self) -> dict:
+        """Plain JSON-able figures (fractions as strings)."""
+        return {
+            "engine": self.engine,
+            "algorithm": self.algorithm.name,
+            "collective": self.algorithm.collective.describe(),
+            "topology": self.algorithm.topology.name,
+            "ranks": self.algorithm.topology.num_ranks,
+            "steps": self.algorithm.num_steps,
+            "rounds": self.algorithm.num_rounds,
+            "chunks": self.algorithm.chunks,
+            "sends": self.algorithm.num_sends,
+            "rounds_per_chunk": str(self.rounds_per_chunk),
+            "steady_state_rounds_per_chunk": str(self.steady_state_rounds_per_chunk),
+            "lower_bound": str(self.lower_bound),
+            "optimal": self.optimal,
+            "stages": self.stages,
+            "pieces_per_root": self.pieces_per_root,
+            "depth": self.depth,
+            "seconds": round(self.seconds, 3),
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
+                            stages: int | None = None, time_limit_s: float = 600.0,
+                            progress: Callable[[str], None] | None = None
+                            ) -> BandwidthOptimalResult:
+    """A verified, pipelined tree schedule with the optimal throughput.
+
+    Parameters
+    ----------
+    collective:
+        Allgather, broadcast (one or several roots), reduce-scatter, reduce or allreduce,
+        unsplit (``chunk_factor == 1``).
+    stages:
+        Pipeline stages; default :func:`~.pipeline.default_stages` (more stages: closer to the
+        steady state, more steps).
+    time_limit_s:
+        Seconds for the tree packing's column generation; on expiry the best packing found is
+        used (``optimal`` then says whether it still reached the bound).
+    progress:
+        Called with one line per phase.
+
+    Raises
+    ------
+    InvalidCollectiveError
+        For other collectives (alltoall: :mod:`collsynth.synthesis.alltoall_scale`).
+
+    Examples
+    --------
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> from collsynth.collective import standard_collective
+    >>> system = compose_nodes(get_topology("fully-connected:4"), 2, nic_units=1)
+    >>> result = solve_bandwidth_optimal(system, standard_collective("allgather", 8), stages=2)
+    >>> result.lower_bound, result.steady_state_rounds_per_chunk, result.optimal
+    (Fraction(7, 4), Fraction(7, 4), True)
+    """
+    started = time.perf_counter()
+    if collective.chunk_factor != 1:
+        raise InvalidInstanceError(f"{collective.describe()}: pass the unsplit collective; the "
+                                   "engine chooses the pieces")
+    if stages is not None and (not isinstance(stages, int) or stages < 1):
+        raise InvalidInstanceError(f"stages = {stages!r}; expected a positive integer")
+    say = progress or (lambda line: None)
+    timings: dict[str, float] = {}
+    if is_standard_allreduce(collective):
+        return _allreduce(topology, collective, stages, time_limit_s, say, started)
+    if collective.combining:
+        if not has_non_combining_dual(collective):
+            raise InvalidCollectiveError(f"{collective.describe()}: the tree engine handles "
+                                         "allgather, broadcast, reduce-scatter, reduce, allreduce")
+        say("building the dual on the reversed topology")
+        dual = solve_bandwidth_optimal(topology.reversed(), non_combining_dual(collective),
+                                       stages=stages, time_limit_s=time_limit_s, progress=progress)
+        tick = time.perf_counter()
+        algorithm = invert_dual(dual.algorithm, topology, collective.split(dual.algorithm.chunks))
+        timings = dict(dual.timings, invert=time.perf_counter() - tick)
+        return BandwidthOptimalResult(
+            algorithm, algorithm.rounds_per_chunk, dual.steady_state_rounds_per_chunk,
+            dual.lower_bound, dual.optimal, dual.stages, dual.pieces_per_root, dual.depth,
+            time.perf_counter() - started, timings)
+
+    roots = roots_of(collective)
+    tick = time.perf_counter()
+    try:
+        bound = optimal_throughput(topology, collective).rounds_per_chunk
+    except UnsupportedFabricError as exc:
+        _log.info("fabric cut bound unavailable (%s); using the linear program", exc)
+        from collsynth.bounds import rounds_per_chunk_lower_bound
+        bound = rounds_per_chunk_lower_bound(topology, collective)
+    timings["bound"] = time.perf_counter() - tick
+    say(f"optimal throughput: {bound} rounds per chunk ({timings['bound']:.2f} s)")
+
+    tick = time.perf_counter()
+    packing = pack_trees(topology, sorted(roots), target=bound,
+                         options=PackingOptions(time_limit_s=time_limit_s, progress=progress))
+    timings["packing"] = time.perf_counter() - tick
+    steady = packing.steady_state_rounds_per_chunk
+    say(f"trees: {steady} rounds per chunk in the steady state, {packing.pieces_per_root} "
+        f"pieces per root, depth {packing.depth} ({timings['packing']:.2f} s)")
+    if steady > bound and topology.num_ranks <= _LP_BOUND_MAX_RANKS:
+        from collsynth.bounds import rounds_per_chunk_lower_bound
+        tick = time.perf_counter()
+        bound = max(bound, rounds_per_chunk_lower_bound(topology, collective))
+        timings["lp_bound"] = time.perf_counter() - tick
+
+    tick = time.perf_counter()
+    count = stages or default_stages(packing, topology.num_ranks, len(roots))
+    algorithm = pipelined_algorithm(topology, collective, packing, count)
+    timings["schedule"] = time.perf_counter() - tick
+    say(f"schedule: {algorithm.num_steps} steps, {algorithm.num_sends} sends "
+        f"({timings['schedule']:.2f} s)")
+    tick = time.perf_counter()
+    verify(algorithm)
+    timings["verify"] = time.perf_counter() - tick
+    say(f"verified ({timings['verify']:.2f} s)")
+    return BandwidthOptimalResult(
+        algorithm, algorithm.rounds_per_chunk, steady, bound, steady == bound, count,
+        packing.pieces_per_root, packing.depth, time.perf_counter() - started, timings)
+
+
+def _allreduce(topology, collective, stages, time_limit_s, say, started) -> BandwidthOptimalResult:
+    n = topology.num_ranks
+    say("allreduce = reduce-scatter + allgather")
+    rs = solve_bandwidth_optimal(topology, reduce_scatter(n), stages=stages,
+                                 time_limit_s=time_limit_s, progress=say)
+    ag = solve_bandwidth_optimal(topology, allgather(n), stages=stages,
+                                 time_limit_s=time_limit_s, progress=say)
+    tick = time.perf_counter()
+    a, b = rs.algorithm, ag.algorithm
+    common = math.lcm(a.chunks, b.chunks)
+    whole = collective.split(n * common)
+    algorithm = sequence(refine(a, common // a.chunks), refine(b, common // b.chunks), whole,
+                         name=f"allreduce-{topology.name}-trees-rs{a.num_steps}+ag{b.num_steps}"
+                              f"-c{n * common}")
+    timings = {f"reduce_scatter_{k}": v for k, v in rs.timings.items()}
+    timings.update({f"allgather_{k}": v for k, v in ag.timings.items()})
+    timings["compose"] = time.perf_counter() - tick
+    steady = (rs.steady_state_rounds_per_chunk + ag.steady_state_rounds_per_chunk) / n
+    bound = (rs.lower_bound + ag.lower_bound) / n
+    return BandwidthOptimalResult(
+        algorithm, algorithm.rounds_per_chunk, steady, bound, steady == bound,
+        max(rs.stages, ag.stages), max(rs.pieces_per_root, ag.pieces_per_root),
+        max(rs.depth, ag.depth), time.perf_counter() - started, timings)

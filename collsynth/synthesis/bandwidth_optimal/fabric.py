@@ -1,0 +1,276 @@
+"""The *fabric*: a sparse graph with switch-port vertices that carries exactly a topology's limits.
+
+A :class:`~collsynth.topology.Topology` states a switch by giving every pair of ranks behind it a
+link and adding bandwidth groups (a rank's port into the switch, a NIC, a node's uplink). That
+is ``O(n**2)`` links: about a million for 1024 GPUs. The fabric expresses the same limits with
+``O(links inside nodes + NICs + nodes**2)`` arcs by turning each group into a vertex:
+
+* a *star egress* group (one source ``s``, limit ``L``) becomes a vertex ``out(s)`` and an arc
+  ``s -> out(s)`` of capacity ``L``; the links it covers leave from ``out(s)``;
+* a *star ingress* group (one destination ``d``) becomes ``in(d)`` and an arc ``in(d) -> d``;
+* the links between two ranks of one *region* (a node) become arcs ``A(s) -> B(d)`` of the link's
+  bandwidth, where ``A(s)`` is ``out(s)`` if a star egress group covers the link, else ``s``, and
+  likewise ``B(d)``;
+* an *outbound* group (sources ``S``, destinations = every rank outside a region ``X`` holding
+  ``S``: a NIC) becomes ``nic_out -> up(X)`` with arcs ``s -> nic_out`` of the NIC's limit; an
+  outbound group whose sources are the whole region (an oversubscribed uplink) caps ``up(X)``;
+  inbound groups mirror this (``down(Y) -> nic_in -> d``); and ``up(X) -> down(Y)`` joins every
+  two distinct regions (no arc from a region back to itself: a rank reaches its own node only
+  over the node's links, as in the topology).
+
+Every path of the fabric from rank ``s`` to rank ``d`` is one link ``s -> d`` of the topology and
+every arc capacity is a link bandwidth or a group limit, so a set of sends fits in ``R`` rounds
+exactly when its paths fit the fabric's capacities times ``R``. That requires the topology's
+limits to have this shape; :func:`build_fabric` checks it and raises
+:class:`UnsupportedFabricError` otherwise (the callers then fall back to the linear programs of
+:mod:`collsynth.bounds`). Capacities are in the topology's bandwidth units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from collsynth.errors import InvalidTopologyError
+from collsynth.topology.model import Topology
+
+__all__ = ["Fabric", "UnsupportedFabricError", "build_fabric", "link_matrix", "INFINITE"]
+
+#: Capacity of an arc that is not a limit (between regions). Larger than any cut of interest,
+#: small enough that scaled capacities stay within the 32-bit maximum-flow solver.
+INFINITE = 1 << 20
+
+
+class UnsupportedFabricError(InvalidTopologyError):
+    """The topology's bandwidth groups do not describe switch ports this module can express."""
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """A directed graph on ranks (vertices ``0..num_ranks-1``) and port vertices.
+
+    ``src[i] -> dst[i]`` carries at most ``cap[i]`` chunks per round (bandwidth units).
+    ``labels[v - num_ranks]`` names each port vertex. ``regions[r]`` is the region (node) of rank
+    ``r``, or ``-1`` for all ranks when the topology has no regions.
+    """
+
+    num_ranks: int
+    num_vertices: int
+    src: np.ndarray
+    dst: np.ndarray
+    cap: np.ndarray
+    labels: tuple[str, ...]
+    regions: np.ndarray
+
+    @property
+    def num_arcs(self) -> int:
+        return len(self.src)
+
+
+def link_matrix(topology: Topology) -> np.ndarray:
+    """``links[src][dst]`` as an ``int64`` numpy matrix."""
+    return np.array(topology.links, dtype=np.int64)
+
+
+class _Vertices:
+    def __init__(self, num_ranks: int) -> None:
+        self.num_ranks = num_ranks
+        self.labels: list[str] = []
+
+    def add(self, label: str) -> int:
+        self.labels.append(label)
+        return self.num_ranks + len(self.labels) - 1
+
+
+def build_fabric(topology: Topology) -> Fabric:
+    """The fabric of ``topology`` (see the module docstring).
+
+    Raises
+    ------
+    UnsupportedFabricError
+        When a bandwidth group is neither a star (one source or one destination) inside a region
+        nor a NIC or uplink group of a region, when a link is covered by two groups of the same
+        kind, or when the links between regions are not complete and at least as wide as the
+        NICs that carry them.
+
+    Examples
+    --------
+    Two 2-rank nodes, each rank with a one-unit NIC: 4 rank-to-rank links inside the nodes, and
+    the 8 links between nodes become 4 NIC-out, 4 NIC-in and 2 region arcs.
+
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> fabric = build_fabric(compose_nodes(get_topology("fully-connected:2"), 2, nic_units=1))
+    >>> fabric.num_ranks, fabric.num_vertices, fabric.num_arcs
+    (4, 16, 22)
+    """
+    n = topology.num_ranks
+    links = link_matrix(topology)
+    vertices = _Vertices(n)
+    arcs_src: list[np.ndarray] = []
+    arcs_dst: list[np.ndarray] = []
+    arcs_cap: list[np.ndarray] = []
+
+    def arcs(src, dst, cap) -> None:
+        src, dst, cap = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)),
+                                            np.atleast_1d(np.asarray(dst, np.int64)),
+                                            np.asarray(cap, np.int64))
+        arcs_src.append(src.copy())
+        arcs_dst.append(dst.copy())
+        arcs_cap.append(cap.copy())
+
+    stars_out: dict[int, list] = {}
+    stars_in: dict[int, list] = {}
+    outbound: list = []
+    inbound: list = []
+    regions = _regions(topology)
+    for index, group in enumerate(topology.groups):
+        label = group.name or f"group {index}"
+        sources = np.fromiter(sorted(group.sources), np.int64)
+        targets = np.fromiter(sorted(group.destinations), np.int64)
+        kind = _classify(group, sources, targets, regions, n)
+        if kind is None:
+            raise UnsupportedFabricError(
+                f"topology {topology.name!r}: bandwidth group {label!r} is neither a port of one rank "
+                "(one source or one destination) nor a NIC or uplink of a node")
+        if kind == "star-out":
+            stars_out.setdefault(int(sources[0]), []).append((group, targets, label))
+        elif kind == "star-in":
+            stars_in.setdefault(int(targets[0]), []).append((group, sources, label))
+        elif kind == "outbound":
+            outbound.append((group, sources, label))
+        else:
+            inbound.append((group, targets, label))
+
+    # Which port vertex each intra-region link leaves from and arrives at.
+    leave = np.tile(np.arange(n, dtype=np.int64)[:, None], (1, n))
+    arrive = np.tile(np.arange(n, dtype=np.int64)[None, :], (n, 1))
+    for s, entries in stars_out.items():
+        if len(entries) > 1 and _overlap([t for _, t, _ in entries]):
+            raise UnsupportedFabricError(f"topology {topology.name!r}: rank {s} has two egress "
+                                         "groups over the same link")
+        for group, targets, label in entries:
+            port = vertices.add(label)
+            arcs(s, port, group.limit)
+            leave[s, targets] = port
+    for d, entries in stars_in.items():
+        if len(entries) > 1 and _overlap([s for _, s, _ in entries]):
+            raise UnsupportedFabricError(f"topology {topology.name!r}: rank {d} has two ingress "
+                                         "groups over the same link")
+        for group, sources, label in entries:
+            port = vertices.add(label)
+            arcs(port, d, group.limit)
+            arrive[sources, d] = port
+
+    src_idx, dst_idx = np.nonzero(links)
+    inside = regions[src_idx] == regions[dst_idx]
+    if (~inside).any() and not outbound:
+        raise UnsupportedFabricError(f"topology {topology.name!r}: links between nodes without NIC "
+                                     "groups")
+    s_in, d_in = src_idx[inside], dst_idx[inside]
+    arcs(leave[s_in, d_in], arrive[s_in, d_in], links[s_in, d_in])
+    if (~inside).any():
+        _network(topology, links, regions, outbound, inbound, vertices, arcs, src_idx[~inside],
+                 dst_idx[~inside])
+
+    src = np.concatenate(arcs_src) if arcs_src else np.zeros(0, np.int64)
+    dst = np.concatenate(arcs_dst) if arcs_dst else np.zeros(0, np.int64)
+    cap = np.concatenate(arcs_cap) if arcs_cap else np.zeros(0, np.int64)
+    return Fabric(n, n + len(vertices.labels), src, dst, cap, tuple(vertices.labels), regions)
+
+
+def _regions(topology: Topology) -> np.ndarray:
+    """The node of every rank for a composed topology, else ``-1`` everywhere."""
+    network = topology.metadata.get("network") if hasattr(topology.metadata, "get") else None
+    n = topology.num_ranks
+    if isinstance(network, dict):
+        per_node, nodes = network.get("ranks_per_node"), network.get("nodes")
+        if isinstance(per_node, int) and isinstance(nodes, int) and per_node * nodes == n:
+            return np.arange(n, dtype=np.int64) // per_node
+    return np.full(n, -1, dtype=np.int64)
+
+
+def _classify(group, sources, targets, regions, n) -> str | None:
+    if regions[0] >= 0:
+        src_regions = np.unique(regions[sources])
+        dst_regions = np.unique(regions[targets])
+        if len(src_regions) == 1 and not np.isin(dst_regions, src_regions).any() and \
+                len(targets) == n - int((regions == src_regions[0]).sum()):
+            return "outbound"
+        if len(dst_regions) == 1 and not np.isin(src_regions, dst_regions).any() and \
+                len(sources) == n - int((regions == dst_regions[0]).sum()):
+            return "inbound"
+        within = len(src_regions) == 1 and len(dst_regions) == 1 and src_regions[0] == dst_regions[0]
+        if not within:
+            return None
+    if len(sources) == 1:
+        return "star-out"
+    if len(targets) == 1:
+        return "star-in"
+    return None
+
+
+def _overlap(sets: list[np.ndarray]) -> bool:
+    joined = np.concatenate(sets)
+    return len(np.unique(joined)) < len(joined)
+
+
+def _network(topology, links, regions, outbound, inbound, vertices, arcs, src_idx, dst_idx) -> None:
+    """Ports and region arcs for the links between regions (see the module docstring)."""
+    name = topology.name
+    n = topology.num_ranks
+    num_regions = int(regions.max()) + 1
+    expected = sum(int(c) * (n - int(c)) for c in np.bincount(regions, minlength=num_regions))
+    if len(src_idx) != expected:
+        raise UnsupportedFabricError(f"topology {name!r}: the links between nodes are not complete "
+                                     f"({len(src_idx)} of {expected})")
+    up = [vertices.add(f"node {x} uplink") for x in range(num_regions)]
+    down = [vertices.add(f"node {x} downlink") for x in range(num_regions)]
+    out_limit = np.zeros(n, np.int64)
+    in_limit = np.zeros(n, np.int64)
+    uplink_cap = np.full(num_regions, INFINITE, np.int64)
+    for group, sources, label in outbound:
+        region = int(regions[sources[0]])
+        if len(sources) == int((regions == region).sum()) and len(sources) > 1:
+            uplink_cap[region] = min(uplink_cap[region], group.limit)
+            continue
+        if (out_limit[sources] > 0).any():
+            raise UnsupportedFabricError(f"topology {name!r}: a rank of {label!r} is served by two "
+                                         "NICs")
+        port = vertices.add(label)
+        arcs(sources, port, group.limit)
+        arcs(port, up[region], group.limit)
+        out_limit[sources] = group.limit
+    for group, targets, label in inbound:
+        region = int(regions[targets[0]])
+        if len(targets) == int((regions == region).sum()) and len(targets) > 1:
+            raise UnsupportedFabricError(f"topology {name!r}: {label!r} limits a whole node's "
+                                         "ingress; only uplinks (egress) are modelled")
+        if (in_limit[targets] > 0).any():
+            raise UnsupportedFabricError(f"topology {name!r}: a rank of {label!r} is served by two "
+                                         "NICs")
+        port = vertices.add(label)
+        arcs(down[region], port, group.limit)
+        arcs(port, targets, group.limit)
+        in_limit[targets] = group.limit
+    if (out_limit == 0).any() or (in_limit == 0).any():
+        missing = int(np.flatnonzero((out_limit == 0) | (in_limit == 0))[0])
+        raise UnsupportedFabricError(f"topology {name!r}: rank {missing} has links to other nodes "
+                                     "but no NIC group in each direction")
+    narrow = links[src_idx, dst_idx] < np.minimum(out_limit[src_idx], in_limit[dst_idx])
+    if narrow.any():
+        i = int(np.flatnonzero(narrow)[0])
+        raise UnsupportedFabricError(
+            f"topology {name!r}: link {src_idx[i]}->{dst_idx[i]} is narrower than its NICs; the "
+            "fabric assumes the NICs are the limit between nodes")
+    # Uplink caps: split up(X) into up(X) -> spine_out(X) of the uplink's capacity.
+    spine = []
+    for x in range(num_regions):
+        if uplink_cap[x] < INFINITE:
+            vertex = vertices.add(f"node {x} uplink (oversubscribed)")
+            arcs(up[x], vertex, uplink_cap[x])
+            spine.append(vertex)
+        else:
+            spine.append(up[x])
+    x_idx, y_idx = np.nonzero(~np.eye(num_regions, dtype=bool))
+    arcs(np.asarray(spine, np.int64)[x_idx], np.asarray(down, np.int64)[y_idx], INFINITE)

@@ -1,0 +1,398 @@
+"""Packing spanning trees per root: a linear program over trees, then integer multiplicities.
+
+**The linear program.** For every root ``r`` choose weights ``w[T] >= 0`` over spanning
+arborescences ``T`` rooted at ``r`` summing to 1 (each tree carries that share of ``r``'s chunk),
+and minimise ``R`` such that every link carries at most ``bandwidth * R`` and every bandwidth
+group at most ``limit * R``. By Edmonds' theorem on the arborescence polytope this equals the
+rounds linear program of :func:`collsynth.bounds.rounds_per_chunk_lower_bound`: its optimum is
+the best rounds per chunk of any pipelined tree schedule. There are exponentially many trees, so
+it is solved by *column generation*: HiGHS solves the program over the trees found so far; its
+dual prices give every link a cost (its price plus the prices of the groups that cover it), and a
+minimum-cost arborescence per root (:func:`~.arborescence.min_arborescence`) is the tree that
+lowers ``R`` most, added until none does or ``R`` meets the cut bound of :mod:`.throughput`.
+
+**Symmetry.** On ``K`` identical nodes (:mod:`.symmetry`) only the roots of node 0 get trees; the
+root in node ``k`` uses the same trees moved ``k`` nodes on. Every link then carries the same load
+as the others in its *class* (its orbit under the shift), so the program has one row per class
+of links and of groups, not per link: a few dozen rows for a 1024-GPU system. Links that a
+bandwidth group at least as narrow covers never bind and get no row.
+
+**Integer multiplicities.** A schedule sends whole pieces: each root's chunk is cut into ``k``
+pieces per pipeline stage and tree ``T`` carries ``m[T]`` of them (``sum m[T] = k``), taking
+``rho`` rounds per stage when every class's load fits ``rho * capacity``. A small integer program
+(HiGHS) over the generated trees finds the multiplicities with the least ``rho / k`` for a few
+``k`` (multiples of the denominator of the optimum).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import Bounds as LpBounds
+from scipy.optimize import LinearConstraint, linprog, milp
+from scipy.sparse.csgraph import breadth_first_order, shortest_path
+
+from collsynth.errors import SolverError
+from collsynth.synthesis.bandwidth_optimal.arborescence import depths, min_arborescence
+from collsynth.synthesis.bandwidth_optimal.symmetry import NodeShift, node_shift
+from collsynth.topology.model import Topology
+
+__all__ = ["TreePacking", "PackingOptions", "pack_trees", "RowClasses", "row_classes"]
+
+_log = logging.getLogger(__name__)
+
+#: Seconds the integer multiplicity search may spend once it has one answer.
+_INTEGER_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class PackingOptions:
+    """Knobs of :func:`pack_trees` (keyword-only).
+
+    ``time_limit_s`` bounds the column generation (the best packing so far is kept);
+    ``max_trees_per_root`` bounds ``k``, the pieces per root per pipeline stage.
+    """
+
+    time_limit_s: float = 300.0
+    max_iterations: int = 500
+    max_trees_per_root: int = 256
+    progress: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class TreePacking:
+    """Trees per root with integer multiplicities.
+
+    ``trees[r]`` lists ``(parent, multiplicity)`` for each representative root ``r`` (``parent``
+    as returned by :func:`~.arborescence.min_arborescence`); multiplicities sum to
+    ``pieces_per_root``. A stage takes ``rounds_per_stage`` rounds, so the steady state costs
+    ``rounds_per_stage / pieces_per_root`` rounds per chunk of each root. ``shift`` (or ``None``)
+    moves the trees of node 0's roots to the other nodes.
+    """
+
+    trees: dict[int, list[tuple[np.ndarray, int]]]
+    pieces_per_root: int
+    rounds_per_stage: int
+    shift: NodeShift | None
+    lp_rounds_per_chunk: float
+    iterations: int
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def steady_state_rounds_per_chunk(self) -> Fraction:
+        return Fraction(self.rounds_per_stage, self.pieces_per_root)
+
+    @property
+    def depth(self) -> int:
+        return max(int(depths(parent).max()) for trees in self.trees.values() for parent, _ in trees)
+
+
+@dataclass(frozen=True)
+class RowClasses:
+    """The capacity rows of the tree program.
+
+    ``incidence`` (rows x ``n*n`` flat links ``src * n + dst``, CSC) says how much of each row's
+    capacity one use of a link takes, already summed over the symmetry's images; ``capacity`` is
+    each row's bandwidth or limit; ``names`` describe the rows.
+    """
+
+    incidence: sp.csc_matrix
+    capacity: np.ndarray
+    names: tuple[str, ...]
+
+
+def row_classes(topology: Topology, links: np.ndarray, shift: NodeShift | None) -> RowClasses:
+    """The link and group rows of the program (see the module docstring)."""
+    n = topology.num_ranks
+    group_rows, group_cols, group_mult, group_caps, group_names = [], [], [], [], []
+    min_limit = np.full(n * n, np.iinfo(np.int64).max, dtype=np.int64)
+    canonical: dict[tuple, int] = {}
+    orbit_sizes: list[int] = []
+    pending = []
+    for index, group in enumerate(topology.groups):
+        sources = np.fromiter(sorted(group.sources), np.int64)
+        targets = np.fromiter(sorted(group.destinations), np.int64)
+        flat = (sources[:, None] * n + targets[None, :]).ravel()
+        flat = flat[links.ravel()[flat] > 0]
+        if len(flat) == 0:
+            continue
+        np.minimum.at(min_limit, flat, group.limit)
+        if int(links.ravel()[flat].sum()) <= group.limit:
+            continue  # can never bind
+        if shift is None:
+            key = (index,)
+        else:
+            # Move the group's narrow side (a rank, a NIC) into node 0.
+            side = sources if len(sources) <= len(targets) else targets
+            back = int(side.min()) // shift.ranks_per_node
+            key = (frozenset(shift.shift(sources, -back).tolist()),
+                   frozenset(shift.shift(targets, -back).tolist()), group.limit)
+        row = canonical.get(key)
+        if row is None:
+            row = canonical[key] = len(orbit_sizes)
+            orbit_sizes.append(0)
+            group_caps.append(group.limit)
+            group_names.append(group.name or f"group {index}")
+        orbit_sizes[row] += 1
+        pending.append((row, flat))
+    for row, flat in pending:
+        group_rows.append(np.full(len(flat), row, np.int64))
+        group_cols.append(flat)
+    num_group_rows = len(orbit_sizes)
+    copies = 1 if shift is None else shift.nodes
+    mult = [copies / size for size in orbit_sizes]
+    for row, flat in pending:
+        group_mult.append(np.full(len(flat), mult[row]))
+
+    # Links no group at least as narrow covers.
+    flat_links = np.flatnonzero(links.ravel())
+    binding = flat_links[links.ravel()[flat_links] < min_limit[flat_links]]
+    src, dst = binding // n, binding % n
+    if shift is None:
+        link_class = binding
+    else:
+        node = src // shift.ranks_per_node
+        link_class = (src % shift.ranks_per_node) * n + shift.shift(dst, -node)
+    classes, link_row = np.unique(link_class, return_inverse=True)
+    link_caps = links.ravel()[classes]
+    rows = np.concatenate(group_rows + [num_group_rows + link_row]) if (group_rows or len(binding)) \
+        else np.zeros(0, np.int64)
+    cols = np.concatenate(group_cols + [binding]) if (group_cols or len(binding)) \
+        else np.zeros(0, np.int64)
+    data = np.concatenate(group_mult + [np.ones(len(binding))]) if (group_mult or len(binding)) \
+        else np.zeros(0)
+    total_rows = num_group_rows + len(classes)
+    incidence = sp.csc_matrix((data, (rows, cols)), shape=(total_rows, n * n))
+    names = tuple(group_names) + tuple(f"link {c // n}->{c % n}" for c in classes)
+    capacity = np.concatenate([np.asarray(group_caps, np.float64), link_caps.astype(np.float64)])
+    return RowClasses(incidence, capacity, names)
+
+
+def _tree_column(rows: RowClasses, parent: np.ndarray, n: int) -> np.ndarray:
+    children = np.flatnonzero(parent >= 0)
+    flat = parent[children] * n + children
+    return np.asarray(rows.incidence[:, flat].sum(axis=1)).ravel()
+
+
+def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None = None,
+               options: PackingOptions | None = None) -> TreePacking:
+    """Trees for every root in ``roots`` (each root's chunk must reach every rank).
+
+    With a node shift symmetry and ``roots`` = every rank, only node 0's roots are solved.
+    ``target`` (the cut bound of :mod:`.throughput`) stops the column generation as soon as the
+    program reaches it.
+
+    Raises
+    ------
+    SolverError
+        When HiGHS fails.
+    """
+    options = options or PackingOptions()
+    started = time.perf_counter()
+    n = topology.num_ranks
+    links = np.array(topology.links, dtype=np.int64)
+    shift = node_shift(topology) if len(roots) == n else None
+    reps = list(range(shift.ranks_per_node)) if shift is not None else list(roots)
+    rows = row_classes(topology, links, shift)
+    finite = links > 0
+    hops = shortest_path(sp.csr_matrix(finite.astype(np.int8)), unweighted=True, indices=reps)
+
+    columns: list[np.ndarray] = []
+    owners: list[int] = []
+    parents: list[np.ndarray] = []
+    seen: set[bytes] = set()
+
+    def add(root_index: int, parent: np.ndarray) -> bool:
+        key = root_index.to_bytes(4, "little") + parent.astype(np.int32).tobytes()
+        if key in seen:
+            return False
+        seen.add(key)
+        columns.append(_tree_column(rows, parent, n))
+        owners.append(root_index)
+        parents.append(parent)
+        return True
+
+    if shift is not None:
+        for i, parent in _hierarchical_trees(topology, shift, options):
+            add(i, parent)
+    graph = sp.csr_matrix(finite.astype(np.int8))
+    for i, root in enumerate(reps):
+        _, predecessors = breadth_first_order(graph, root, directed=True, return_predecessors=True)
+        parent = predecessors.astype(np.int64)
+        parent[root] = -1
+        if (parent < 0).sum() != 1:
+            raise SolverError(f"rank {int(np.flatnonzero(parent < 0)[1])} cannot be reached from "
+                              f"root {root}")
+        add(i, parent)
+
+    value, weights, iterations = float("inf"), None, 0
+    goal = None if target is None else float(target) + 1e-9
+    while True:
+        iterations += 1
+        value, weights, y, u = _solve_master(rows, columns, owners, len(reps))
+        if options.progress is not None:
+            options.progress(f"iteration {iterations}: {len(columns)} trees, "
+                             f"rounds per chunk {value:.6f}")
+        if goal is not None and value <= goal:
+            break
+        if iterations >= options.max_iterations or \
+                time.perf_counter() - started > options.time_limit_s:
+            _log.info("column generation stopped after %d iterations at %.6f", iterations, value)
+            break
+        prices = np.asarray(rows.incidence.T @ y).ravel().reshape(n, n)
+        scale = max(float(y.max()), 1e-12)
+        added = 0
+        for i, root in enumerate(reps):
+            cost = prices + scale * 1e-7 * (1 + hops[i])[:, None]
+            cost[~finite] = np.inf
+            parent = min_arborescence(cost, root)
+            children = np.flatnonzero(parent >= 0)
+            reduced = float(prices[parent[children], children].sum()) - u[i]
+            if reduced < -1e-9 * max(1.0, abs(u[i])) and add(i, parent):
+                added += 1
+        if not added:
+            break
+    lp_time = time.perf_counter() - started
+
+    keep = np.flatnonzero(weights > 1e-12)
+    trees, k, rho = _integer_multiplicities(rows, [columns[j] for j in keep],
+                                            [owners[j] for j in keep], len(reps), value,
+                                            target, options, weights[keep])
+    packing = {reps[i]: [] for i in range(len(reps))}
+    for j, m in zip(keep, trees):
+        if m:
+            packing[reps[owners[j]]].append((parents[j], int(m)))
+    return TreePacking(packing, int(k), int(rho), shift, value, iterations,
+                       {"lp_seconds": lp_time, "trees_generated": len(columns),
+                        "rows": len(rows.capacity),
+                        "seconds": time.perf_counter() - started})
+
+
+def node_topology(topology: Topology, shift: NodeShift) -> Topology:
+    """Node 0 of a composed topology as a topology of its own (its links and the groups that
+    stay inside it)."""
+    per = shift.ranks_per_node
+    inside = frozenset(range(per))
+    groups = tuple(g for g in topology.groups if g.sources <= inside and g.destinations <= inside)
+    return Topology(f"{topology.name} node", tuple(row[:per] for row in topology.links[:per]),
+                    groups, topology.unit_gbps, topology.alpha_us)
+
+
+def _hierarchical_trees(topology: Topology, shift: NodeShift, options: PackingOptions):
+    """Starting trees on ``K`` nodes: the root's chunk crosses the network once per node, to the
+    rank at the root's place there, and each node spreads it along the node's own best trees
+    (packed for the node alone). Optimal whenever the NICs are the bottleneck."""
+    per, nodes = shift.ranks_per_node, shift.nodes
+    node = node_topology(topology, shift)
+    if per == 1:
+        local = {0: [(np.array([-1]), 1)]}
+    else:
+        local = pack_trees(node, list(range(per)), options=options).trees
+    offsets = np.arange(nodes)[:, None] * per
+    for i, trees in local.items():
+        for parent, _ in trees:
+            full = (offsets + np.where(parent < 0, 0, parent)[None, :]).ravel()
+            full = full.astype(np.int64)
+            for k in range(nodes):
+                full[k * per + i] = i  # the rank at the root's place in node k hears from the root
+            full[i] = -1
+            yield i, full
+
+
+def _solve_master(rows: RowClasses, columns, owners, num_roots):
+    m = len(columns)
+    a = np.column_stack(columns) if m else np.zeros((len(rows.capacity), 0))
+    # Variables: [R, w_1..w_m]; minimise R.
+    a_ub = np.hstack([-rows.capacity[:, None], a])
+    b_ub = np.zeros(len(rows.capacity))
+    a_eq = np.zeros((num_roots, m + 1))
+    a_eq[np.asarray(owners), 1 + np.arange(m)] = 1.0
+    b_eq = np.ones(num_roots)
+    c = np.zeros(m + 1)
+    c[0] = 1.0
+    result = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=(0, None),
+                     method="highs")
+    if result.status != 0:
+        raise SolverError(f"HiGHS failed on the tree program: {result.message}")
+    y = -np.asarray(result.ineqlin.marginals)
+    u = np.asarray(result.eqlin.marginals)
+    return float(result.x[0]), np.asarray(result.x[1:]), np.maximum(y, 0.0), u
+
+
+def _rational_weights(a, capacity, owners, num_roots, weights, optimum, max_k):
+    """The program's own weights read as fractions, if they give an exact packing at ``optimum``
+    with at most ``max_k`` pieces per root."""
+    fractions = [Fraction(float(w)).limit_denominator(max_k) for w in weights]
+    for r in range(num_roots):
+        if sum(f for f, o in zip(fractions, owners) if o == r) != 1:
+            return None
+    k = 1
+    for f in fractions:
+        k = k * f.denominator // np.gcd(k, f.denominator)
+        if k > max_k:
+            return None
+    multiplicities = np.array([int(f * k) for f in fractions], dtype=np.int64)
+    rho = optimum * k
+    if rho.denominator != 1:
+        return None
+    loads = a @ multiplicities
+    if (loads > capacity * int(rho) + 1e-9).any():
+        return None
+    return multiplicities, k, int(rho)
+
+
+def _integer_multiplicities(rows: RowClasses, columns, owners, num_roots, value, target, options,
+                            weights):
+    """``(multiplicities, k, rho)`` with the least ``rho / k`` found."""
+    optimum = Fraction(target) if target is not None and value <= float(target) + 1e-9 else \
+        Fraction(value).limit_denominator(1000)
+    a = np.column_stack(columns)
+    owners = np.asarray(owners)
+    best = _rational_weights(a, rows.capacity, owners, num_roots, weights, optimum,
+                             options.max_trees_per_root)
+    if best is not None:
+        return best
+    base = optimum.denominator
+    candidates = sorted({base * j for j in range(1, 17)} | set(range(1, 9)))
+    deadline = time.perf_counter() + _INTEGER_SECONDS
+    for k in candidates:
+        if k > options.max_trees_per_root:
+            continue
+        if best is not None and time.perf_counter() > deadline:
+            break
+        solved = _min_rho(a, rows.capacity, owners, num_roots, k)
+        if solved is None:
+            continue
+        multiplicities, rho = solved
+        if best is None or Fraction(rho, k) < Fraction(best[2], best[1]):
+            best = (multiplicities, k, rho)
+        if Fraction(rho, k) <= optimum:
+            break
+    if best is None:
+        raise SolverError("no integer tree multiplicities found")
+    return best
+
+
+def _min_rho(a, capacity, owners, num_roots, k):
+    m = a.shape[1]
+    # Variables: [rho, m_1..m_m], integers; minimise rho.
+    c = np.zeros(m + 1)
+    c[0] = 1.0
+    a_ub = np.hstack([-capacity[:, None], a])
+    a_eq = np.zeros((num_roots, m + 1))
+    a_eq[owners, 1 + np.arange(m)] = 1.0
+    constraints = [LinearConstraint(a_ub, -np.inf, 0.0), LinearConstraint(a_eq, k, k)]
+    result = milp(c, constraints=constraints, integrality=np.ones(m + 1),
+                  bounds=LpBounds(0, np.inf), options={"time_limit": 2.0})
+    if result.x is None:
+        return None
+    x = np.round(result.x).astype(np.int64)
+    loads = a @ x[1:]
+    rho = int(np.ceil(np.max(loads / capacity) - 1e-9)) if len(capacity) else 1
+    return x[1:], max(rho, 1)

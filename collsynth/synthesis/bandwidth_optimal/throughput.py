@@ -1,0 +1,229 @@
+"""The optimal throughput of broadcast-like collectives, exactly, from cuts of the fabric.
+
+For allgather (every rank's chunk to every other rank), broadcast (one root's chunk to all), and
+through their duals reduce-scatter and reduce, the fewest rounds per base chunk any pipelined
+schedule can approach is::
+
+    R* = max over vertex sets S of the fabric that hold a rank v:
+             (chunks whose root is outside S) / (capacity of the arcs entering S)
+
+Every chunk a rank of ``S`` needs from outside must cross into ``S`` once, and at most
+``R * capacity`` sends cross in ``R`` rounds, so no algorithm in collsynth's model does better:
+this is a lower bound. It is also the optimum of the rounds linear program of
+:func:`collsynth.bounds.rounds_per_chunk_lower_bound` on the topology (its fractional
+arborescence packing; the tests check both agree), and the tree-packing engine
+(:mod:`collsynth.synthesis.bandwidth_optimal.packing`) reaches it in the steady state of its
+pipeline.
+
+It is computed in polynomial time with Dinkelbach's iteration, as in
+:func:`collsynth.bounds._arborescence_rounds` but on the sparse fabric: for the current ratio
+``p/q``, the minimum cut between a super-source (an arc of capacity ``q * chunks(r)`` into each
+root ``r``) and a rank ``v`` in the fabric with capacities ``p * cap`` is below ``q * total``
+exactly when some ``S`` containing ``v`` has a larger ratio, and the minimising ``S`` gives the
+next ratio. On a composed topology (``K`` identical nodes) shifting every rank by one node maps
+the fabric to itself, so testing the ranks of node 0 covers every ``v``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
+from collsynth.collective.model import Collective
+from collsynth.errors import InvalidCollectiveError, SolverError, UnimplementableError
+from collsynth.synthesis.bandwidth_optimal.fabric import Fabric, build_fabric
+from collsynth.topology.model import Topology
+
+__all__ = ["Throughput", "optimal_throughput", "tree_rounds", "roots_of", "broadcast_shape"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """The optimal rounds per base chunk and a set of ranks whose cut attains it.
+
+    ``rounds_per_chunk`` is per base chunk of the collective as given (for allreduce, the whole
+    buffer: ``(reduce-scatter + allgather) / n``, the optimum of algorithms made of a
+    reduce-scatter then an allgather). ``bottleneck`` lists the ranks inside the tightest cut (for
+    allreduce, the allgather's).
+    """
+
+    rounds_per_chunk: Fraction
+    bottleneck: tuple[int, ...]
+    method: str
+
+
+def broadcast_shape(collective: Collective) -> dict[int, int] | None:
+    """``{root: chunks}`` when every chunk starts on one rank and must reach every other rank
+    (allgather, broadcast, multi-root broadcast), else ``None``."""
+    if collective.combining:
+        return None
+    n = collective.num_ranks
+    roots: dict[int, int] = {}
+    for pre, post in zip(collective.precondition, collective.postcondition):
+        if len(pre) != 1 or len(pre | post) != n:
+            return None
+        root = next(iter(pre))
+        roots[root] = roots.get(root, 0) + 1
+    return roots
+
+
+def roots_of(collective: Collective) -> dict[int, int]:
+    """Like :func:`broadcast_shape` but raising a clear error for other collectives."""
+    roots = broadcast_shape(collective)
+    if roots is None:
+        raise InvalidCollectiveError(
+            f"{collective.describe()}: the tree engine needs every chunk to start on one rank and "
+            "reach every other rank (allgather, broadcast) or the dual of that (reduce-scatter, "
+            "reduce); allreduce is handled as reduce-scatter + allgather")
+    return roots
+
+
+def tree_rounds(fabric: Fabric, roots: dict[int, int], *,
+                representatives: np.ndarray | None = None) -> tuple[Fraction, tuple[int, ...]]:
+    """``R*`` (see the module docstring) on ``fabric`` for chunks ``{root: count}``.
+
+    ``representatives`` are the ranks whose cuts are tested (default: every rank); pass one rank
+    per orbit of a symmetry of the fabric that maps the roots' chunk counts to themselves.
+    """
+    n, total_vertices = fabric.num_ranks, fabric.num_vertices
+    chunks = np.zeros(total_vertices, dtype=np.int64)
+    for root, count in roots.items():
+        chunks[root] = count
+    total = int(chunks.sum())
+    candidates = np.arange(n) if representatives is None else np.asarray(representatives)
+    _check_reachable(fabric, roots)
+    incoming = np.bincount(fabric.dst, weights=fabric.cap, minlength=total_vertices).astype(np.int64)
+    best, best_cut = Fraction(0), ()
+    for v in candidates:
+        if total > chunks[v]:
+            ratio = Fraction(total - int(chunks[v]), int(incoming[v]))
+            if ratio > best:
+                best, best_cut = ratio, (int(v),)
+    root_list = np.flatnonzero(chunks)
+    rows = np.concatenate([fabric.src, np.full(len(root_list), total_vertices)])
+    cols = np.concatenate([fabric.dst, root_list])
+    while True:
+        p, q = best.numerator, best.denominator
+        capacities = np.concatenate([p * fabric.cap, q * chunks[root_list]])
+        if q * total >= 2 ** 31 or capacities.max() >= 2 ** 31:
+            capacities = np.minimum(capacities, 2 ** 31 - 1)
+            if q * total >= 2 ** 31:
+                raise SolverError("the throughput ratio's denominator is too large for the 32-bit "
+                                  "maximum-flow solver")
+        graph = sp.csr_matrix((capacities.astype(np.int32), (rows, cols)),
+                              shape=(total_vertices + 1, total_vertices + 1))
+        improved, improved_cut = None, ()
+        for v in candidates:
+            result = maximum_flow(graph, total_vertices, int(v))
+            if result.flow_value >= q * total:
+                continue
+            inside = ~_reached(graph, result.flow, total_vertices)[:total_vertices]
+            needed = total - int(chunks[inside].sum())
+            crossing = inside[fabric.dst] & ~inside[fabric.src]
+            capacity = int(fabric.cap[crossing].sum())
+            if capacity <= 0:
+                raise SolverError("a cut with ranks that need chunks has no incoming capacity")
+            ratio = Fraction(needed, capacity)
+            if improved is None or ratio > improved:
+                improved = ratio
+                improved_cut = tuple(int(r) for r in np.flatnonzero(inside[:n]))
+        if improved is None:
+            return best, best_cut
+        if improved <= best:
+            raise SolverError("the throughput iteration failed to improve; maximum flow is "
+                              "inconsistent")
+        best, best_cut = improved, improved_cut
+
+
+def _reached(graph: sp.csr_matrix, flow: sp.csr_matrix, source: int) -> np.ndarray:
+    """Vertices reachable from ``source`` in the residual graph."""
+    residual = (graph.astype(np.int64) - flow.astype(np.int64)).tocsr()
+    residual.data = (residual.data > 0).astype(np.int8)
+    residual.eliminate_zeros()
+    order = breadth_first_order(residual, source, directed=True, return_predecessors=False)
+    reached = np.zeros(graph.shape[0], dtype=bool)
+    reached[order] = True
+    return reached
+
+
+def _check_reachable(fabric: Fabric, roots: dict[int, int]) -> None:
+    graph = sp.csr_matrix((np.ones(fabric.num_arcs, np.int8), (fabric.src, fabric.dst)),
+                          shape=(fabric.num_vertices, fabric.num_vertices))
+    for root in roots:
+        order = breadth_first_order(graph, root, directed=True, return_predecessors=False)
+        reached = np.zeros(fabric.num_vertices, bool)
+        reached[order] = True
+        if not reached[:fabric.num_ranks].all():
+            missing = int(np.flatnonzero(~reached[:fabric.num_ranks])[0])
+            raise UnimplementableError(f"rank {missing} cannot be reached from rank {root}",
+                                       rank=missing, chunk=root)
+
+
+def node_representatives(topology: Topology) -> np.ndarray | None:
+    """The ranks of node 0 when ``topology`` is ``K`` copies of a node whose shift by one node is
+    a symmetry (checked on links and groups), else ``None``."""
+    from collsynth.synthesis.bandwidth_optimal.symmetry import node_shift
+
+    shift = node_shift(topology)
+    return None if shift is None else np.arange(shift.ranks_per_node)
+
+
+def optimal_throughput(topology: Topology, collective: Collective) -> Throughput:
+    """The optimal rounds per base chunk of ``collective`` on ``topology`` (exact).
+
+    Allgather, broadcast and multi-root broadcast directly; reduce-scatter and reduce as those on
+    the reversed topology; allreduce as reduce-scatter + allgather. The collective may be split
+    (``chunk_factor``): the result is per base chunk either way.
+
+    Raises
+    ------
+    UnsupportedFabricError
+        When the topology's bandwidth groups have a shape the fabric cannot express (use
+        :func:`collsynth.bounds.rounds_per_chunk_lower_bound`).
+    InvalidCollectiveError
+        For other collectives.
+
+    Examples
+    --------
+    On a 4-GPU bidirectional ring, allgather needs 3/2 rounds per chunk (3 chunks over 2 links):
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import standard_collective
+    >>> optimal_throughput(get_topology("ring:4"), standard_collective("allgather", 4)).rounds_per_chunk
+    Fraction(3, 2)
+    >>> optimal_throughput(get_topology("ring:4"), standard_collective("allreduce", 4)).rounds_per_chunk
+    Fraction(3, 4)
+    """
+    from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
+    from collsynth.collective.standard import allgather, reduce_scatter
+    from collsynth.synthesis.allreduce import is_standard_allreduce
+
+    if collective.num_ranks != topology.num_ranks:
+        raise InvalidCollectiveError(f"{collective.describe()} has {collective.num_ranks} ranks but "
+                                     f"{topology.name!r} has {topology.num_ranks}")
+    factor = collective.chunk_factor
+    if is_standard_allreduce(collective):
+        n = topology.num_ranks
+        rs = optimal_throughput(topology, reduce_scatter(n))
+        ag = optimal_throughput(topology, allgather(n))
+        return Throughput((rs.rounds_per_chunk + ag.rounds_per_chunk) / n, ag.bottleneck,
+                          "reduce-scatter + allgather")
+    if collective.combining:
+        if not has_non_combining_dual(collective):
+            raise InvalidCollectiveError(f"{collective.describe()}: no non-combining dual")
+        dual = optimal_throughput(topology.reversed(), non_combining_dual(collective))
+        return Throughput(dual.rounds_per_chunk, dual.bottleneck, dual.method + " (dual)")
+    roots = roots_of(collective)
+    fabric = build_fabric(topology)
+    representatives = None
+    if len(set(roots.values())) == 1 and len(roots) == topology.num_ranks:
+        representatives = node_representatives(topology)
+    rounds, cut = tree_rounds(fabric, roots, representatives=representatives)
+    return Throughput(rounds / factor, cut, "fabric maximum flow")

@@ -1,0 +1,935 @@
+"""Hierarchical algorithms on multi-node topologies: one node algorithm, copied, plus NIC sends.
+
+A baseline for the multi-node synthesis engines: whatever they return must match or beat it.
+It works on topologies built by :func:`~collsynth.topology.compose_nodes` (``K`` copies of one
+node of ``n`` ranks, ``rank = node * n + local``, every rank linked to every rank of every other
+node through its NIC), which record their layout in ``metadata["network"]``.
+
+Two ingredients:
+
+* a **node algorithm**: the exact engine (:func:`~collsynth.synthesis.pareto_front`) run on one
+  node (node 0's links and bandwidth groups, as they appear in the composed topology, so a
+  rescaled unit is taken into account), with a small time limit; the bandwidth-best point (fewest
+  rounds per chunk, then fewest steps) unless the caller passes one;
+* **inter-node sends direct over the NICs**, between ranks with the same local index. Direct
+  (each rank sends to every other node itself) rather than a ring across the nodes: in the
+  model every NIC reaches every other node through a non-blocking switch, so for allgather,
+  reduce-scatter and allreduce direct sends put on each NIC the same load as a ring, in one
+  step instead of ``K - 1``. For broadcast and reduce the root's NIC then carries ``K - 1``
+  copies where a chain or tree across the nodes would carry one: this baseline is up to
+  ``K - 1`` times slower than those in bandwidth, by construction.
+
+How each collective is put together (``K`` nodes, node algorithm of ``m`` steps):
+
+* **allgather**: the ranks with local index ``l`` run a direct allgather among themselves over
+  the NICs; then each node runs the node allgather once per source node ``k'``, local chunk
+  ``l`` standing for global chunk ``k' * n + l`` (collsynth's numbering: chunk ``c`` is rank
+  ``c``'s data). Pipelined: each rank's data is cut into ``P`` parts and the ``P (K - 1)``
+  (part, other node) transfers are split into ``B`` batches; the NIC sends of batch ``b`` go in
+  step ``b`` and the node allgathers of what arrived then run in steps ``b + 1 .. b + m``,
+  overlapping the next batch's NIC sends. A node spreads its own part ``q`` from the step of the
+  first batch sending part ``q``. ``P`` (1, 2, 4, 8) and ``B`` (1, 2, 4, ..., ``P (K - 1)``)
+  are chosen for the fewest rounds per chunk, every candidate priced exactly.
+* **reduce-scatter**: the time-reversal of that: node reduce-scatters of the partial sums meant
+  for each node ``k'``, then each rank adds its node's partial into rank ``k' * n + l`` over
+  the NICs (a reduce).
+* **allreduce**: reduce-scatter then allgather, both hierarchical, with a common chunk count
+  (allreduce piece ``g * C + j`` is piece ``j`` of rank ``g``'s part).
+* **broadcast** from ``root = k0 * n + l0``: the root sends to rank ``k * n + l0`` of every other
+  node, then every node runs the node broadcast from local rank ``l0`` (the root's node from
+  step 0). Pipelined: the buffer is cut into ``B`` parts (1, 2, 4 or 8, the best), part ``b``
+  crossing the network in step ``b``.
+* **reduce**: the time-reversal of broadcast: node reduces to local rank ``l0``, then every
+  ``k * n + l0`` adds its node's sum into the root.
+* **alltoall**: blocks between nodes go direct over the NICs; blocks within a node follow the
+  node alltoall, and the NIC sends are spread over its steps so that both run at once.
+
+Every algorithm is assembled as arrays of sends, priced exactly (each step lasts the fewest
+whole rounds its link and group loads allow), and verified with
+:func:`~collsynth.algorithm.verify` before it is returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Mapping, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from collsynth.algorithm.model import Algorithm, Send, Step
+from collsynth.algorithm.transform import refine
+from collsynth.algorithm.verify import verify
+from collsynth.collective.model import MAX_CHUNKS, Collective
+from collsynth.collective.standard import (
+    allgather,
+    allreduce,
+    alltoall,
+    broadcast,
+    reduce,
+    reduce_scatter,
+)
+from collsynth.errors import (
+    InputTooLargeError,
+    InvalidCollectiveError,
+    InvalidTopologyError,
+    SolverError,
+    UnknownNameError,
+    VerificationError,
+)
+from collsynth.topology.model import BandwidthGroup, Topology
+
+__all__ = [
+    "HIERARCHICAL_COLLECTIVES",
+    "NetworkLayout",
+    "HierarchicalResult",
+    "network_layout",
+    "hierarchical_algorithm",
+]
+
+_log = logging.getLogger(__name__)
+
+#: The collectives :func:`hierarchical_algorithm` builds.
+HIERARCHICAL_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce",
+                            "alltoall")
+_ALIASES = {"reducescatter": "reduce_scatter", "all_gather": "allgather",
+            "all_reduce": "allreduce", "all_to_all": "alltoall"}
+#: Default seconds for synthesising one node algorithm.
+DEFAULT_NODE_TIME_S = 30.0
+#: Most pieces per base chunk the alltoall search tries (beyond the node algorithm's own).
+_MAX_ALLTOALL_REFINE = 4
+
+#: One step's sends as arrays: chunk, src, dst (int64), reduce (bool).
+_Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+# -- the network layout --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NetworkLayout:
+    """How a composed topology is laid out: ``nodes`` copies of ``node``.
+
+    Attributes
+    ----------
+    nodes:
+        Number of nodes ``K``.
+    ranks_per_node:
+        Ranks per node ``n``; rank ``k * n + l`` is local rank ``l`` of node ``k``.
+    node:
+        Node 0 as it appears in the composed topology: its links and the bandwidth groups
+        within it, in the composed topology's units.
+    """
+
+    nodes: int
+    ranks_per_node: int
+    node: Topology
+
+    @property
+    def num_ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+def network_layout(topology: Topology) -> NetworkLayout:
+    """The node layout of a topology built by :func:`~collsynth.topology.compose_nodes`.
+
+    Raises
+    ------
+    InvalidTopologyError
+        When the topology has no ``metadata["network"]`` (it was not composed from nodes), when
+        that record does not match the topology, or when the nodes' links differ (a hierarchical
+        algorithm copies one node algorithm to every node).
+
+    Examples
+    --------
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> layout = network_layout(compose_nodes(get_topology("ring:4"), 2, nic_units=1))
+    >>> layout.nodes, layout.ranks_per_node, layout.node.bandwidth(0, 1), layout.node.num_ranks
+    (2, 4, 1, 4)
+    >>> network_layout(get_topology("ring:4"))
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.InvalidTopologyError: topology 'ring:4' is not a multi-node topology: ...
+    """
+    meta = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
+    if not isinstance(meta, Mapping):
+        raise InvalidTopologyError(
+            f"topology {topology.name!r} is not a multi-node topology: it has no "
+            "metadata['network']; build one with compose_nodes(node, K) or "
+            "resolve_topology(spec, nodes=K)")
+    nodes, n = meta.get("nodes"), meta.get("ranks_per_node")
+    for key, value in (("nodes", nodes), ("ranks_per_node", n)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidTopologyError(f"topology {topology.name!r}: metadata['network'][{key!r}] "
+                                       f"= {value!r}; expected a positive whole number")
+    if nodes * n != topology.num_ranks:
+        raise InvalidTopologyError(
+            f"topology {topology.name!r}: metadata['network'] describes {nodes} nodes of {n} ranks "
+            f"but the topology has {topology.num_ranks} ranks")
+    links = _link_array(topology)
+    first = links[:n, :n]
+    for k in range(1, nodes):
+        block = links[k * n:(k + 1) * n, k * n:(k + 1) * n]
+        if not np.array_equal(block, first):
+            raise InvalidTopologyError(
+                f"topology {topology.name!r}: the links inside node {k} differ from node 0's; a "
+                "hierarchical algorithm copies one node algorithm to every node")
+    inside = range(n)
+    groups = tuple(BandwidthGroup(g.sources, g.destinations, g.limit, g.name)
+                   for g in topology.groups
+                   if all(r in inside for r in g.sources)
+                   and all(r in inside for r in g.destinations))
+    node = Topology(
+        name=f"{topology.name}/node",
+        links=tuple(tuple(int(x) for x in row) for row in first),
+        groups=groups,
+        unit_gbps=topology.unit_gbps,
+        alpha_us=topology.alpha_us,
+        description=f"one node of {topology.name}",
+    )
+    return NetworkLayout(nodes=nodes, ranks_per_node=n, node=node)
+
+
+def _link_array(topology: Topology) -> np.ndarray:
+    n = topology.num_ranks
+    return np.asarray(topology.links, dtype=np.int64).reshape(n, n)
+
+
+# -- pricing steps exactly -----------------------------------------------------------------------
+
+
+class _Capacity:
+    """A topology's link bandwidths and binding bandwidth groups as arrays, to price a step: the
+    fewest whole rounds in which its sends fit (the rule :func:`~collsynth.algorithm.verify`
+    checks)."""
+
+    def __init__(self, topology: Topology) -> None:
+        n = topology.num_ranks
+        self.topology = topology
+        self.num_ranks = n
+        self.links = _link_array(topology)
+        flat = self.links.ravel()
+        rows: list[np.ndarray] = []
+        cols: list[np.ndarray] = []
+        limits: list[int] = []
+        for group in topology.groups:
+            src = np.fromiter(sorted(group.sources), dtype=np.int64, count=len(group.sources))
+            dst = np.fromiter(sorted(group.destinations), dtype=np.int64,
+                              count=len(group.destinations))
+            index = (src[:, None] * n + dst[None, :]).ravel()
+            index = index[flat[index] > 0]
+            if int(flat[index].sum()) <= group.limit:  # can never bind (as effective_groups)
+                continue
+            rows.append(np.full(len(index), len(limits), dtype=np.int64))
+            cols.append(index)
+            limits.append(group.limit)
+        self.limits = np.asarray(limits, dtype=np.int64)
+        if limits:
+            row = np.concatenate(rows)
+            col = np.concatenate(cols)
+            self.groups = sp.csr_matrix((np.ones(len(row), dtype=np.int64), (row, col)),
+                                        shape=(len(limits), n * n))
+        else:
+            self.groups = None
+
+    def demand(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(loads, capacities)``: sends per used link and per binding group, with the link
+        bandwidth or group limit each is divided by. Raises on a send over a missing link."""
+        n = self.num_ranks
+        counts = np.bincount(src.astype(np.int64) * n + dst, minlength=n * n)
+        used = np.flatnonzero(counts)
+        bandwidth = self.links.ravel()[used]
+        if (bandwidth == 0).any():
+            bad = used[bandwidth == 0][0]
+            raise VerificationError(f"internal error: a hierarchical schedule sends over the "
+                                    f"missing link {bad // n}->{bad % n} of "
+                                    f"{self.topology.name}")
+        loads, caps = [counts[used]], [bandwidth]
+        if self.groups is not None:
+            group_loads = self.groups @ counts
+            busy = group_loads > 0
+            loads.append(group_loads[busy])
+            caps.append(self.limits[busy])
+        return np.concatenate(loads), np.concatenate(caps)
+
+    def rounds(self, src: np.ndarray, dst: np.ndarray) -> int:
+        """The fewest whole rounds (at least 1) in which sends ``src[i] -> dst[i]`` fit."""
+        if len(src) == 0:
+            return 1
+        loads, caps = self.demand(src, dst)
+        return max(1, int((-(-loads // caps)).max()))
+
+
+def _scaled_rounds(loads: np.ndarray, caps: np.ndarray, pieces: int) -> int:
+    """Rounds for ``pieces`` times the demand ``loads`` (0 when there is none)."""
+    if pieces == 0 or len(loads) == 0:
+        return 0
+    return int((-(-(loads * pieces) // caps)).max())
+
+
+# -- schedules as arrays -------------------------------------------------------------------------
+
+
+class _Plan:
+    """Sends collected per step as arrays, before they are priced and turned into steps."""
+
+    def __init__(self) -> None:
+        self._parts: dict[int, list[_Arrays]] = defaultdict(list)
+
+    def add(self, step: int, chunk, src, dst, reduce_: bool | np.ndarray) -> None:
+        chunk = np.asarray(chunk, dtype=np.int64)
+        shape = np.broadcast_shapes(chunk.shape, np.shape(src), np.shape(dst))
+        chunk = np.broadcast_to(chunk, shape).ravel()
+        src = np.broadcast_to(np.asarray(src, dtype=np.int64), shape).ravel()
+        dst = np.broadcast_to(np.asarray(dst, dtype=np.int64), shape).ravel()
+        flags = np.broadcast_to(np.asarray(reduce_, dtype=bool), shape).ravel()
+        if chunk.size:
+            if step < 0:
+                raise VerificationError(f"internal error: a hierarchical schedule uses step {step}")
+            self._parts[step].append((chunk, src, dst, flags))
+
+    def extend(self, other: "_Plan", offset: int) -> None:
+        for step, parts in other._parts.items():
+            self._parts[step + offset].extend(parts)
+
+    @property
+    def num_steps(self) -> int:
+        return max(self._parts, default=-1) + 1
+
+    def at(self, step: int) -> _Arrays | None:
+        """The sends of one step as one set of arrays, or ``None`` when it has none."""
+        parts = self._parts.get(step)
+        if not parts:
+            return None
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(4))
+
+    def steps(self) -> list[_Arrays]:
+        """The non-empty steps in order, each as one set of arrays."""
+        return [self.at(step) for step in sorted(self._parts)]
+
+    def price(self, capacity: _Capacity) -> tuple[list[_Arrays], list[int]]:
+        steps = self.steps()
+        return steps, [capacity.rounds(s[1], s[2]) for s in steps]
+
+
+def _make_sends(chunk: np.ndarray, src: np.ndarray, dst: np.ndarray,
+                reduce_: np.ndarray) -> Sequence[Send]:
+    """One step's sends from arrays: a :class:`~collsynth.algorithm.arrays.SendBlock` when that
+    module is available, else a tuple of :class:`Send` (sorted by chunk, source, destination
+    either way, so the result does not depend on how the plan was assembled)."""
+    order = np.lexsort((dst, src, chunk))
+    chunk, src, dst, reduce_ = chunk[order], src[order], dst[order], reduce_[order]
+    try:
+        from collsynth.algorithm.arrays import SendBlock
+    except ImportError:  # pragma: no cover - the array representation is not installed
+        return tuple(map(Send, chunk.tolist(), src.tolist(), dst.tolist(), reduce_.tolist()))
+    return SendBlock(chunk, src, dst, reduce_)
+
+
+def _send_arrays(sends: Sequence[Send]) -> _Arrays:
+    """The arrays of one step's sends, whatever their representation."""
+    try:
+        from collsynth.algorithm.arrays import sends_as_arrays
+    except ImportError:  # pragma: no cover - the array representation is not installed
+        count = len(sends)
+        return (np.fromiter((s.chunk for s in sends), dtype=np.int64, count=count),
+                np.fromiter((s.src for s in sends), dtype=np.int64, count=count),
+                np.fromiter((s.dst for s in sends), dtype=np.int64, count=count),
+                np.fromiter((bool(s.reduce) for s in sends), dtype=bool, count=count))
+    chunk, src, dst, flags = sends_as_arrays(sends)
+    return (chunk.astype(np.int64), src.astype(np.int64), dst.astype(np.int64),
+            np.asarray(flags, dtype=bool))
+
+
+def _build(name: str, topology: Topology, collective: Collective, steps: list[_Arrays],
+           rounds: list[int], provenance: Mapping[str, object]) -> Algorithm:
+    """The verified algorithm made of priced steps."""
+    algorithm = Algorithm(
+        name=name, topology=topology, collective=collective,
+        steps=tuple(Step(r, _make_sends(*arrays)) for arrays, r in zip(steps, rounds)),
+        provenance=dict(provenance))
+    return verify(algorithm)
+
+
+# -- node algorithms -----------------------------------------------------------------------------
+
+
+def _node_steps(algorithm: Algorithm) -> list[_Arrays]:
+    return [_send_arrays(step.sends) for step in algorithm.steps]
+
+
+def _solve_node(node: Topology, collective: Collective, time_limit_s: float) -> Algorithm:
+    """The bandwidth-best point of the node's Pareto front (fewest rounds per chunk, then
+    fewest steps)."""
+    if node.num_ranks == 1:  # nothing moves inside a one-rank node
+        return verify(Algorithm(f"{collective.name}-{node.name}-empty", node, collective, ()))
+    from collsynth.synthesis.result import SolveOptions
+    from collsynth.synthesis.strategies import pareto_front
+
+    options = SolveOptions(time_limit=time_limit_s)
+    front = [r for r in pareto_front(node, collective, options=options) if r.found]
+    if not front:
+        raise SolverError(
+            f"no {collective.describe()} algorithm was found for one node ({node.name}) within "
+            f"{time_limit_s} s; raise time_limit_s or pass node_algorithm")
+    best = min(front, key=lambda r: (r.rounds_per_chunk, r.instance.steps))
+    _log.info("node %s: %s at %s", node.name, collective.describe(), best.instance.label())
+    return best.algorithm
+
+
+def _check_node_algorithm(given: Algorithm, node: Topology, expected: Collective,
+                          family: str) -> Algorithm:
+    """``given`` re-verified on ``node``, each step re-priced to the fewest rounds its sends need
+    there (so an algorithm for the node in its own units works on a rescaled copy)."""
+    if not isinstance(given, Algorithm):
+        raise InvalidCollectiveError(f"node_algorithm must be an Algorithm, got "
+                                     f"{type(given).__name__}")
+    coll = given.collective
+    base = expected.split(coll.chunk_factor)
+    if (coll.num_ranks != node.num_ranks or coll.combining != base.combining
+            or coll.precondition != base.precondition
+            or coll.postcondition != base.postcondition):
+        raise InvalidCollectiveError(
+            f"node_algorithm {given.name!r} implements {coll.describe()}, but a hierarchical "
+            f"{family} needs {expected.describe()} on the {node.num_ranks} ranks of one node")
+    capacity = _Capacity(node)
+    steps = []
+    for step in given.steps:
+        chunk, src, dst, _ = _send_arrays(step.sends)
+        if len(src) and ((src < 0) | (src >= node.num_ranks) | (dst < 0)
+                         | (dst >= node.num_ranks)).any():
+            raise VerificationError(f"node_algorithm {given.name!r} names a rank outside the "
+                                    f"{node.num_ranks} ranks of one node")
+        if len(src) and (capacity.links[src, dst] == 0).any():
+            raise VerificationError(f"node_algorithm {given.name!r} sends over a link that one "
+                                    f"node of the topology ({node.name}) does not have")
+        steps.append(Step(capacity.rounds(src, dst), step.sends))
+    return verify(Algorithm(given.name, node, base, tuple(steps),
+                            provenance={**dict(given.provenance), "repriced_on": node.name}))
+
+
+# -- the constructions ---------------------------------------------------------------------------
+
+
+def _replicate(plan: _Plan, start: int, node_steps: list[_Arrays], nodes, bases, n: int,
+               local_map: np.ndarray | None = None) -> None:
+    """Copies of a node algorithm: copy ``i`` runs on node ``nodes[i]``, its local chunk ``c``
+    standing for global chunk ``bases[i] + local_map[c]``; its step ``t`` goes in plan step
+    ``start + t``."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    bases = np.asarray(bases, dtype=np.int64)
+    if nodes.size == 0:
+        return
+    offset = (nodes * n)[:, None]
+    for t, (chunk, src, dst, flags) in enumerate(node_steps):
+        local = chunk if local_map is None else local_map[chunk]
+        plan.add(start + t, bases[:, None] + local[None, :], offset + src[None, :],
+                 offset + dst[None, :], flags[None, :])
+
+
+def _batch_choices(items: int, requested: int | None) -> list[int]:
+    """Pipeline depths to try: 1, 2, 4, ... and ``items`` (or just ``requested``)."""
+    if items == 0:
+        return [1]
+    if requested is not None:
+        return [max(1, min(requested, items))]
+    choices = {items}
+    b = 1
+    while b < items:
+        choices.add(b)
+        b *= 2
+    return sorted(choices)
+
+
+def _parts_choices(nodes: int, num_ranks: int, pieces: int, requested: int | None) -> list[int]:
+    """How many parts each rank's data may be cut into for pipelining (see
+    :func:`_gather_layout`): 1, 2, 4, 8 while there are at most 64 (node, part) items and the
+    chunk count stays within :data:`MAX_CHUNKS`; just ``requested`` when given."""
+    if requested is not None:
+        return [requested]
+    if nodes == 1:
+        return [1]
+    return [p for p in (1, 2, 4, 8)
+            if p == 1 or ((nodes - 1) * p <= max(64, nodes - 1)
+                          and num_ranks * pieces * p <= MAX_CHUNKS)]
+
+
+@dataclass(frozen=True)
+class _GatherLayout:
+    """When each piece of an allgather crosses the network and is spread inside the nodes.
+
+    Each rank's data is cut into ``parts`` parts; the items ``(part q, node offset o)`` for
+    ``o = 1 .. K-1`` (rank ``k * n + l`` sends part ``q`` to rank ``((k + o) % K) * n + l``) are
+    split, in order, into ``batches`` contiguous batches. Batch ``b`` crosses the network in step
+    ``b``; the node allgathers of what it delivered run from step ``b + 1``. A node spreads its
+    own part ``q`` from the step of the first batch holding part ``q``.
+    """
+
+    #: (step, part, offsets) of the network sends
+    inter: tuple[tuple[int, int, np.ndarray], ...]
+    #: (first step, part) of each node's copy of its own data
+    own: tuple[tuple[int, int], ...]
+    #: steps taken, not counting the node algorithm's tail
+    batches: int
+
+
+def _gather_layout(nodes: int, parts: int, batches: int) -> _GatherLayout:
+    items = [(q, o) for q in range(parts) for o in range(1, nodes)]
+    if not items:
+        return _GatherLayout((), tuple((0, q) for q in range(parts)), 0)
+    inter, first = [], {}
+    groups = [g for g in np.array_split(np.arange(len(items)), min(batches, len(items))) if g.size]
+    for b, group in enumerate(groups):
+        for q in sorted({items[i][0] for i in group}):
+            offsets = np.array([items[i][1] for i in group if items[i][0] == q], dtype=np.int64)
+            inter.append((b, q, offsets))
+            first.setdefault(q, b)
+    return _GatherLayout(tuple(inter), tuple((first[q], q) for q in range(parts)), len(groups))
+
+
+def _gather_local_map(n: int, pieces: int, parts: int) -> np.ndarray:
+    """Local piece ``l * pieces + j`` -> offset ``l * pieces * parts + j`` of global rank data."""
+    p = np.arange(n * pieces, dtype=np.int64)
+    return (p // pieces) * pieces * parts + p % pieces
+
+
+def _allgather_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arrays],
+                    layout: _GatherLayout, parts: int) -> _Plan:
+    """Direct NIC allgather among same-local ranks, pipelined with the node allgathers.
+
+    Global chunk ``g`` is split ``pieces * parts`` ways: part ``q`` is pieces
+    ``g * pieces * parts + q * pieces + j``; the node algorithm's local chunk ``l`` stands for
+    rank ``k' * n + l``'s part ``q`` in the copy that spreads node ``k'``'s part ``q``."""
+    plan = _Plan()
+    stride = pieces * parts
+    ranks = np.arange(nodes * n, dtype=np.int64)
+    home, local = ranks // n, ranks % n
+    j = np.arange(pieces, dtype=np.int64)
+    local_map = _gather_local_map(n, pieces, parts)
+    everyone = np.arange(nodes, dtype=np.int64)
+    for start, q in layout.own:
+        _replicate(plan, start, node_steps, everyone, everyone * n * stride + q * pieces, n,
+                   local_map)
+    for b, q, offsets in layout.inter:
+        dst = ((home[:, None] + offsets[None, :]) % nodes) * n + local[:, None]
+        plan.add(b, (ranks * stride + q * pieces)[:, None, None] + j, ranks[:, None, None],
+                 dst[:, :, None], False)
+        receivers = np.repeat(everyone, len(offsets))
+        sources = (receivers - np.tile(offsets, nodes)) % nodes
+        _replicate(plan, b + 1, node_steps, receivers, sources * n * stride + q * pieces, n,
+                   local_map)
+    return plan
+
+
+def _reduce_scatter_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arrays],
+                         layout: _GatherLayout, parts: int) -> _Plan:
+    """The time-reversal of :func:`_allgather_plan` (step ``s`` becomes ``T - 1 - s``): node
+    reduce-scatters of the partial sums meant for each node, then reduces over the NICs into the
+    rank that owns them."""
+    plan = _Plan()
+    m = len(node_steps)
+    total = layout.batches + m
+    stride = pieces * parts
+    ranks = np.arange(nodes * n, dtype=np.int64)
+    home, local = ranks // n, ranks % n
+    j = np.arange(pieces, dtype=np.int64)
+    local_map = _gather_local_map(n, pieces, parts)
+    everyone = np.arange(nodes, dtype=np.int64)
+    for start, q in layout.own:
+        _replicate(plan, total - start - m, node_steps, everyone,
+                   everyone * n * stride + q * pieces, n, local_map)
+    for b, q, offsets in layout.inter:
+        step = total - 1 - b
+        dst = ((home[:, None] + offsets[None, :]) % nodes) * n + local[:, None]
+        plan.add(step, (dst * stride + q * pieces)[:, :, None] + j, ranks[:, None, None],
+                 dst[:, :, None], True)
+        owners = np.repeat(everyone, len(offsets))
+        targets = (owners + np.tile(offsets, nodes)) % nodes
+        _replicate(plan, step - m, node_steps, owners, targets * n * stride + q * pieces, n,
+                   local_map)
+    return plan
+
+
+def _gather_candidates(make, nodes: int, n: int, pieces: int, node_steps: list[_Arrays],
+                       parts: int, batches: int | None):
+    """``(label, chunks, plan)`` for every pipeline depth tried at ``parts`` parts."""
+    for b in _batch_choices((nodes - 1) * parts, batches):
+        layout = _gather_layout(nodes, parts, b)
+        yield (layout.batches, parts), pieces * parts, make(nodes, n, pieces, node_steps, layout,
+                                                             parts)
+
+
+def _broadcast_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arrays], root: int,
+                    batches: int) -> _Plan:
+    """The root's NIC sends to its same-local rank on every node, pipelined over ``batches``
+    parts of the buffer with the node broadcasts."""
+    plan = _Plan()
+    home, local = divmod(root, n)
+    others = np.array([k for k in range(nodes) if k != home], dtype=np.int64)
+    j = np.arange(pieces, dtype=np.int64)
+    for b in range(batches):
+        plan.add(b, (b * pieces + j)[None, :], root, (others * n + local)[:, None], False)
+        _replicate(plan, b, node_steps, [home], [b * pieces], n)
+        _replicate(plan, b + 1, node_steps, others, np.full(len(others), b * pieces), n)
+    return plan
+
+
+def _reduce_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arrays], root: int,
+                 batches: int) -> _Plan:
+    """The time-reversal of :func:`_broadcast_plan`: node reduces to the root's local index,
+    then reduces over the NICs into the root."""
+    plan = _Plan()
+    m = len(node_steps)
+    home, local = divmod(root, n)
+    others = np.array([k for k in range(nodes) if k != home], dtype=np.int64)
+    total = batches + m if len(others) else batches + m - 1
+    j = np.arange(pieces, dtype=np.int64)
+    for b in range(batches):
+        step = total - 1 - b
+        plan.add(step, (b * pieces + j)[None, :], (others * n + local)[:, None], root, True)
+        _replicate(plan, total - b - m, node_steps, [home], [b * pieces], n)
+        _replicate(plan, step - m, node_steps, others, np.full(len(others), b * pieces), n)
+    return plan
+
+
+def _alltoall_node_map(n: int, total: int, pieces: int) -> np.ndarray:
+    """Local alltoall piece ``(ls * n + ld) * pieces + j`` -> ``(ls * N + ld) * pieces + j``."""
+    p = np.arange(n * n * pieces, dtype=np.int64)
+    ls, ld, j = p // (n * pieces), (p // pieces) % n, p % pieces
+    return (ls * total + ld) * pieces + j
+
+
+def _inter_pairs(nodes: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every (src, dst) with src and dst on different nodes."""
+    total = nodes * n
+    src = np.repeat(np.arange(total, dtype=np.int64), total)
+    dst = np.tile(np.arange(total, dtype=np.int64), total)
+    keep = (src // n) != (dst // n)
+    return src[keep], dst[keep]
+
+
+def _alltoall_plan(capacity: _Capacity, nodes: int, n: int, pieces: int,
+                   node_steps: list[_Arrays]) -> _Plan:
+    """The node alltoall in every node, with the ``pieces`` pieces of every block between nodes
+    sent direct and spread over its steps: each step first takes what fits in the rounds the
+    node alltoall needs anyway, and what is left goes where it costs the fewest extra rounds."""
+    total = nodes * n
+    plan = _Plan()
+    local_map = _alltoall_node_map(n, total, pieces)
+    # on node k, local piece p stands for global piece k * stride + local_map[p]
+    stride = n * total * pieces + n * pieces
+    intra = _Plan()
+    _replicate(intra, 0, node_steps, np.arange(nodes), np.arange(nodes) * stride, n, local_map)
+    plan.extend(intra, 0)
+    if nodes == 1:
+        return plan
+    src, dst = _inter_pairs(nodes, n)
+    loads, caps = capacity.demand(src, dst)
+    slots = max(1, len(node_steps))
+    budget = []
+    for t in range(slots):
+        arrays = intra.at(t)
+        budget.append(0 if arrays is None else capacity.rounds(arrays[1], arrays[2]))
+    share = [0] * slots
+    left = pieces
+    for t in range(slots):  # what fits for free
+        while left and _scaled_rounds(loads, caps, share[t] + 1) <= budget[t]:
+            share[t] += 1
+            left -= 1
+    while left:  # one piece at a time where it costs least
+        cost = [max(budget[t], _scaled_rounds(loads, caps, share[t] + 1))
+                - max(budget[t], _scaled_rounds(loads, caps, share[t])) for t in range(slots)]
+        t = int(np.argmin(cost))
+        share[t] += 1
+        left -= 1
+    first = 0
+    base = (src * total + dst) * pieces
+    for t, count in enumerate(share):
+        if count:
+            j = np.arange(first, first + count, dtype=np.int64)
+            plan.add(t, base[:, None] + j[None, :], src[:, None], dst[:, None], False)
+            first += count
+    return plan
+
+
+# -- the entry point -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HierarchicalResult:
+    """A verified hierarchical algorithm and what it costs.
+
+    Attributes
+    ----------
+    algorithm:
+        The verified algorithm on the composed topology.
+    rounds_per_chunk:
+        ``algorithm.rounds_per_chunk`` (exact).
+    steps:
+        ``algorithm.num_steps``.
+    seconds:
+        Wall time of the whole call, node synthesis and verification included.
+    node_algorithms:
+        The node algorithm(s) used, on the node topology (allreduce: reduce-scatter, allgather).
+    pipeline:
+        How the NIC sends were pipelined, one ``(batches, parts)`` pair per hierarchical phase
+        (allreduce: its reduce-scatter, then its allgather): each rank's data (broadcast,
+        reduce: the buffer) was cut into ``parts`` parts, and the (part, node) transfers over
+        the NICs were grouped into ``batches`` batches, one step apart. Empty for alltoall.
+    """
+
+    algorithm: Algorithm
+    rounds_per_chunk: Fraction
+    steps: int
+    seconds: float
+    node_algorithms: tuple[Algorithm, ...]
+    pipeline: tuple[tuple[int, int], ...] = field(default=())
+
+    @property
+    def chunks(self) -> int:
+        """Pieces per base chunk of the algorithm's collective."""
+        return self.algorithm.chunks
+
+
+def _family(name: str) -> str:
+    key = str(name).strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in HIERARCHICAL_COLLECTIVES:
+        raise UnknownNameError(f"no hierarchical algorithm for collective {name!r}; valid: "
+                               f"{', '.join(HIERARCHICAL_COLLECTIVES)}")
+    return key
+
+
+def _check_network(topology: Topology, layout: NetworkLayout, family: str) -> None:
+    """Refuse a layout missing the NIC links the construction sends over."""
+    if layout.nodes == 1:
+        return
+    links = _link_array(topology)
+    n, total = layout.ranks_per_node, layout.num_ranks
+    ranks = np.arange(total)
+    if family == "alltoall":
+        src, dst = _inter_pairs(layout.nodes, n)
+    else:
+        src = np.repeat(ranks, total)
+        dst = np.tile(ranks, total)
+        keep = ((src // n) != (dst // n)) & ((src % n) == (dst % n))
+        src, dst = src[keep], dst[keep]
+    missing = links[src, dst] == 0
+    if missing.any():
+        s, d = int(src[missing][0]), int(dst[missing][0])
+        raise InvalidTopologyError(
+            f"topology {topology.name!r}: no link {s}->{d} between nodes; the hierarchical "
+            f"{family} sends direct over the NICs")
+
+
+def _node_algorithm(layout: NetworkLayout, expected: Collective, family: str, given,
+                    time_limit_s: float) -> Algorithm:
+    if given is None:
+        return _solve_node(layout.node, expected, time_limit_s)
+    return _check_node_algorithm(given, layout.node, expected, family)
+
+
+def _best(candidates, capacity: _Capacity):
+    """Price each ``(label, chunks, plan)``; return ``(steps, rounds, label)`` with the fewest
+    rounds per chunk, then the fewest steps, then the fewest chunks."""
+    best = None
+    for label, chunks, plan in candidates:
+        steps, rounds = plan.price(capacity)
+        key = (Fraction(sum(rounds), chunks), len(steps), chunks)
+        if best is None or key < best[0]:
+            best = (key, steps, rounds, label)
+    return best[1], best[2], best[3]
+
+
+def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: int | None = None,
+                           node_algorithm: Algorithm | Mapping[str, Algorithm] | None = None,
+                           time_limit_s: float = DEFAULT_NODE_TIME_S,
+                           batches: int | None = None,
+                           parts: int | None = None) -> HierarchicalResult:
+    """A verified hierarchical algorithm for ``collective_name`` on a composed topology.
+
+    See the module docstring for how each collective is built.
+
+    Parameters
+    ----------
+    topology:
+        A multi-node topology from :func:`~collsynth.topology.compose_nodes` (or
+        ``resolve_topology(spec, nodes=K)``).
+    collective_name:
+        ``allgather``, ``reduce_scatter``, ``allreduce``, ``broadcast``, ``reduce`` or
+        ``alltoall`` (case-insensitive; ``-`` and ``_`` alike).
+    root:
+        Broadcast and reduce only: the root rank of the whole topology (default 0).
+    node_algorithm:
+        The algorithm to run inside each node, on the node's ``n`` ranks, for the node-level
+        collective (allgather, reduce_scatter, alltoall; broadcast / reduce from local rank
+        ``root % n``), any chunk count. For allreduce a mapping with keys ``"reduce_scatter"``
+        and/or ``"allgather"``. Re-verified on one node of ``topology`` with each step re-priced
+        to the fewest rounds it needs there. Default: synthesised (bandwidth-best Pareto point).
+    time_limit_s:
+        Seconds for synthesising each node algorithm.
+    batches, parts:
+        Pipelining (see :attr:`HierarchicalResult.pipeline`); default: the best of 1, 2, 4, ...
+        batches and (allgather, reduce-scatter, allreduce) 1, 2, 4 or 8 parts. Broadcast and
+        reduce cut the buffer into as many parts as batches.
+
+    Returns
+    -------
+    HierarchicalResult
+
+    Raises
+    ------
+    InvalidTopologyError
+        When the topology is not a composed multi-node topology (see :func:`network_layout`),
+        or lacks the links between nodes the construction uses.
+    UnknownNameError
+        For another collective.
+    InvalidCollectiveError
+        For a root out of range, a root given to an unrooted collective, or a node algorithm
+        for the wrong collective.
+    SolverError
+        When no node algorithm is found within ``time_limit_s``.
+    InputTooLargeError
+        When the algorithm would have more than :data:`~collsynth.collective.model.MAX_CHUNKS`
+        chunks.
+
+    Examples
+    --------
+    Two 4-GPU rings joined by one-unit NICs: the allgather sends each rank's chunk to its peer,
+    then both rings spread both nodes' chunks:
+
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> two_rings = compose_nodes(get_topology("ring:4"), 2, nic_units=1)
+    >>> result = hierarchical_algorithm(two_rings, "allgather")
+    >>> result.algorithm.collective.describe(), result.rounds_per_chunk, result.steps
+    ('allgather(n=8, chunks=2)', Fraction(3, 1), 3)
+    >>> hierarchical_algorithm(two_rings, "broadcast", root=5).algorithm.collective.roots
+    (5,)
+    """
+    started = time.perf_counter()
+    family = _family(collective_name)
+    layout = network_layout(topology)
+    K, n, total = layout.nodes, layout.ranks_per_node, layout.num_ranks
+    if family in ("broadcast", "reduce"):
+        root = 0 if root is None else root
+        if not isinstance(root, int) or isinstance(root, bool) or not 0 <= root < total:
+            raise InvalidCollectiveError(f"{family}: root {root!r} is not a rank 0..{total - 1}")
+    elif root is not None:
+        raise InvalidCollectiveError(f"{family} takes no root")
+    for key, value in (("batches", batches), ("parts", parts)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
+            raise InvalidCollectiveError(f"{key} = {value!r}; expected a positive whole number")
+    _check_network(topology, layout, family)
+    capacity = _Capacity(topology)
+    others = K - 1
+
+    if family == "allreduce":
+        given = node_algorithm if node_algorithm is not None else {}
+        if not isinstance(given, Mapping):
+            raise InvalidCollectiveError("node_algorithm for allreduce must be a mapping with keys "
+                                         "'reduce_scatter' and/or 'allgather'")
+        unknown = sorted(set(given) - {"reduce_scatter", "allgather"})
+        if unknown:
+            raise InvalidCollectiveError(f"node_algorithm for allreduce: unknown key(s) {unknown}; "
+                                         "expected 'reduce_scatter' and/or 'allgather'")
+        rs_node = _node_algorithm(layout, reduce_scatter(n), "reduce_scatter",
+                                  given.get("reduce_scatter"), time_limit_s)
+        ag_node = _node_algorithm(layout, allgather(n), "allgather", given.get("allgather"),
+                                  time_limit_s)
+        pieces = math.lcm(rs_node.chunks, ag_node.chunks)
+        _check_size(total * pieces, family)
+        rs_node = refine(rs_node, pieces // rs_node.chunks)
+        ag_node = refine(ag_node, pieces // ag_node.chunks)
+        rs_steps, ag_steps = _node_steps(rs_node), _node_steps(ag_node)
+        best = None
+        for p in _parts_choices(K, total, pieces, parts):
+            _check_size(total * pieces * p, family)
+            steps_rs, rounds_rs, label_rs = _best(
+                _gather_candidates(_reduce_scatter_plan, K, n, pieces, rs_steps, p, batches),
+                capacity)
+            steps_ag, rounds_ag, label_ag = _best(
+                _gather_candidates(_allgather_plan, K, n, pieces, ag_steps, p, batches), capacity)
+            key = (Fraction(sum(rounds_rs) + sum(rounds_ag), p),
+                   len(steps_rs) + len(steps_ag), p)
+            if best is None or key < best[0]:
+                best = (key, steps_rs + steps_ag, rounds_rs + rounds_ag, (label_rs, label_ag), p)
+        _, steps, rounds, labels, p = best
+        pieces *= p
+        collective = allreduce(total).split(total * pieces)
+        nodes_used, pipeline = (rs_node, ag_node), labels
+    else:
+        if family == "alltoall":
+            expected = alltoall(n)
+        elif family in ("broadcast", "reduce"):
+            expected = (broadcast if family == "broadcast" else reduce)(n, root % n)
+        else:
+            expected = {"allgather": allgather, "reduce_scatter": reduce_scatter}[family](n)
+        node = _node_algorithm(layout, expected, family, node_algorithm, time_limit_s)
+        pieces = node.chunks
+        node_steps = _node_steps(node)
+        nodes_used = (node,)
+        if family in ("allgather", "reduce_scatter"):
+            make = _allgather_plan if family == "allgather" else _reduce_scatter_plan
+            candidates = []
+            for p in _parts_choices(K, total, pieces, parts):
+                _check_size(total * pieces * p, family)
+                candidates.extend(_gather_candidates(make, K, n, pieces, node_steps, p, batches))
+            steps, rounds, label = _best(candidates, capacity)
+            pieces *= label[1]
+            whole = allgather if family == "allgather" else reduce_scatter
+            collective = whole(total).split(pieces)
+            pipeline = (label,)
+        elif family in ("broadcast", "reduce"):
+            make = _broadcast_plan if family == "broadcast" else _reduce_plan
+            choices = [batches] if batches is not None else ([1, 2, 4, 8] if others else [1])
+            plans = (((b, b), b, make(K, n, pieces, node_steps, root, b)) for b in choices)
+            steps, rounds, label = _best(plans, capacity)
+            collective = (broadcast if family == "broadcast" else reduce)(total, root).split(
+                label[1] * pieces)
+            pipeline = (label,)
+        else:
+            steps, rounds, pieces, node = _best_alltoall(capacity, K, n, node)
+            nodes_used = (node,)
+            collective = alltoall(total).split(pieces)
+            pipeline = ()
+    algorithm = _build(
+        f"hierarchical-{family}-{topology.name}", topology, collective, steps, rounds,
+        {"strategy": "hierarchical", "node_algorithms": [a.name for a in nodes_used],
+         "pipeline": [list(x) for x in pipeline], "inter_node": "direct over the NICs"})
+    return HierarchicalResult(algorithm=algorithm, rounds_per_chunk=algorithm.rounds_per_chunk,
+                              steps=algorithm.num_steps, seconds=time.perf_counter() - started,
+                              node_algorithms=nodes_used, pipeline=pipeline)
+
+
+def _check_size(chunks: int, family: str) -> None:
+    if chunks > MAX_CHUNKS:
+        raise InputTooLargeError(f"the hierarchical {family} would have {chunks} chunks, more "
+                                 f"than {MAX_CHUNKS}")
+
+
+def _best_alltoall(capacity: _Capacity, nodes: int, n: int, node: Algorithm,
+                   max_refine: int = _MAX_ALLTOALL_REFINE):
+    """The hierarchical alltoall with the fewest rounds per chunk over refinements of the node
+    algorithm by 1 .. ``max_refine`` (then fewest steps, then fewest chunks):
+    ``(steps, rounds, pieces, node algorithm)``."""
+    total = nodes * n
+    best = None
+    for factor in range(1, max_refine + 1):
+        pieces = node.chunks * factor
+        if total * total * pieces > MAX_CHUNKS:
+            if best is None:
+                _check_size(total * total * pieces, "alltoall")
+            break
+        refined = refine(node, factor)
+        plan = _alltoall_plan(capacity, nodes, n, pieces, _node_steps(refined))
+        steps, rounds = plan.price(capacity)
+        key = (Fraction(sum(rounds), pieces), len(steps), pieces)
+        if best is None or key < best[0]:
+            best = (key, steps, rounds, pieces, refined)
+    return best[1], best[2], best[3], best[4]

@@ -1,0 +1,136 @@
+"""The strategy layer for systems of any size: pick an engine by size and collective.
+
+=================  =========================================================================
+engine             when ``engine="auto"`` picks it
+=================  =========================================================================
+``exact``          up to :data:`EXACT_MAX_RANKS` ranks: the SMT Pareto front
+                   (:func:`collsynth.synthesis.pareto_front`), its bandwidth-best point
+``trees``          larger allgather, reduce-scatter, broadcast, reduce, allreduce: optimal tree
+                   packing (:mod:`collsynth.synthesis.bandwidth_optimal`)
+``alltoall``       larger alltoall: direct / split / hierarchical schedules
+                   (:mod:`collsynth.synthesis.alltoall_scale`)
+``hierarchical``   anything else on a multi-node topology: node algorithm + NICs
+                   (:mod:`collsynth.synthesis.hierarchical`)
+=================  =========================================================================
+
+Every engine returns a verified algorithm; :func:`solve_large` wraps it in a
+:class:`~collsynth.synthesis.bandwidth_optimal.engine.BandwidthOptimalResult` with the lower
+bound it is measured against.
+"""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+from typing import Callable
+
+from collsynth.collective.model import Collective
+from collsynth.errors import CollsynthError, UnknownNameError
+from collsynth.synthesis.bandwidth_optimal.engine import (
+    BandwidthOptimalResult,
+    solve_bandwidth_optimal,
+)
+from collsynth.synthesis.bandwidth_optimal.throughput import broadcast_shape
+from collsynth.topology.model import Topology
+
+__all__ = ["ENGINES", "EXACT_MAX_RANKS", "choose_engine", "solve_large"]
+
+ENGINES = ("auto", "exact", "trees", "alltoall", "hierarchical")
+#: Largest system the automatic choice gives to the exact SMT engine.
+EXACT_MAX_RANKS = 8
+
+
+def _tree_shaped(collective: Collective) -> bool:
+    from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
+    from collsynth.synthesis.allreduce import is_standard_allreduce
+
+    if is_standard_allreduce(collective):
+        return True
+    if collective.combining:
+        return has_non_combining_dual(collective) and \
+            broadcast_shape(non_combining_dual(collective)) is not None
+    return broadcast_shape(collective) is not None
+
+
+def choose_engine(topology: Topology, collective: Collective) -> str:
+    """The engine ``engine="auto"`` uses (see the module docstring).
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import standard_collective
+    >>> choose_engine(get_topology("dgx1"), standard_collective("allgather", 8))
+    'exact'
+    >>> choose_engine(get_topology("hub:16"), standard_collective("allreduce", 16))
+    'trees'
+    """
+    if topology.num_ranks <= EXACT_MAX_RANKS:
+        return "exact"
+    if _tree_shaped(collective):
+        return "trees"
+    if collective.name == "alltoall":
+        return "alltoall"
+    return "hierarchical"
+
+
+def solve_large(topology: Topology, collective: Collective, *, engine: str = "auto",
+                stages: int | None = None, time_limit_s: float = 600.0,
+                progress: Callable[[str], None] | None = None) -> BandwidthOptimalResult:
+    """A verified algorithm from ``engine`` (``"auto"``: :func:`choose_engine`).
+
+    Raises
+    ------
+    UnknownNameError
+        For an unknown engine.
+    """
+    if engine not in ENGINES:
+        raise UnknownNameError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    chosen = choose_engine(topology, collective) if engine == "auto" else engine
+    say = progress or (lambda line: None)
+    say(f"engine: {chosen}")
+    started = time.perf_counter()
+    if chosen == "trees":
+        return solve_bandwidth_optimal(topology, collective, stages=stages,
+                                       time_limit_s=time_limit_s, progress=progress)
+    if chosen == "exact":
+        from collsynth.bounds import compute_bounds
+        from collsynth.synthesis import SolveOptions, pareto_front
+
+        front = list(pareto_front(topology, collective,
+                                  options=SolveOptions(time_limit=time_limit_s)))
+        if not front:
+            from collsynth.errors import SolverError
+
+            raise SolverError(f"the exact engine found no algorithm for {collective.describe()} "
+                              f"on {topology.name} in {time_limit_s:g} s")
+        algorithm = front[-1].algorithm
+        bounds = compute_bounds(topology, collective)
+        bound = bounds.composed_rounds_per_chunk or bounds.rounds_per_chunk
+        return _wrap(algorithm, bound, "exact", started)
+    if chosen == "alltoall":
+        from collsynth.synthesis.alltoall_scale import solve_alltoall_at_scale
+
+        result = solve_alltoall_at_scale(topology, time_limit_s=time_limit_s)
+        return _wrap(result.algorithm, result.lower_bound, "alltoall", started)
+    from collsynth.synthesis.hierarchical import hierarchical_algorithm
+
+    root = collective.roots[0] if collective.roots else None
+    result = hierarchical_algorithm(topology, collective.name, root=root,
+                                    time_limit_s=min(time_limit_s, 60.0))
+    return _wrap(result.algorithm, _bound_or_none(topology, collective), "hierarchical", started)
+
+
+def _bound_or_none(topology: Topology, collective: Collective) -> Fraction:
+    from collsynth.synthesis.bandwidth_optimal.throughput import optimal_throughput
+
+    try:
+        return optimal_throughput(topology, collective).rounds_per_chunk
+    except CollsynthError:  # no fabric bound for this shape: the exact LP (small systems)
+        from collsynth.bounds import rounds_per_chunk_lower_bound
+
+        return rounds_per_chunk_lower_bound(topology, collective)
+
+
+def _wrap(algorithm, bound: Fraction, engine: str, started: float) -> BandwidthOptimalResult:
+    rpc = algorithm.rounds_per_chunk
+    return BandwidthOptimalResult(algorithm, rpc, rpc, bound, rpc == bound, 1, algorithm.chunks,
+                                  algorithm.num_steps, time.perf_counter() - started, {},
+                                  engine=engine)
