@@ -11,6 +11,7 @@ Each subcommand turns its arguments into values, makes one library call and writ
     collsynth solve pareto TOPOLOGY COLLECTIVE [--max-chunks N] [--max-steps N]
     collsynth solve bandwidth-optimal TOPOLOGY COLLECTIVE [--nodes K] [--oversubscription X]
                                                  [--engine E] [--stages P] [--json]
+    collsynth trace summarize DIR [--json] [--merged]
     collsynth show FILE [--max-sends N]
     collsynth verify FILE
 
@@ -264,6 +265,10 @@ def _build_parser() -> _Parser:
     from collsynth.cli_run import add_run_parser
 
     add_run_parser(commands)
+
+    from collsynth.cli_trace import add_trace_parser
+
+    add_trace_parser(commands)
     return parser
 
 

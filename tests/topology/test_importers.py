@@ -411,7 +411,7 @@ BAD_CASES = {
 
 # Fixtures of collsynth's own file formats (algorithm_, collective_, topology_) are tested in
 # tests/test_fileformats.py; every other bad fixture is an importer case.
-OWN_FORMATS = ("algorithm_", "collective_", "topology_", "log_")
+OWN_FORMATS = ("algorithm_", "collective_", "topology_", "log_", "trace_")
 
 
 def test_every_bad_fixture_has_a_case() -> None:

@@ -1,0 +1,641 @@
+"""The trace file format: one JSON-lines file per rank, and its validating reader.
+
+A traced run (:func:`collsynth.trace.tracing`) writes ``DIR/rank-{global_rank:05d}.jsonl`` for
+every rank, e.g. ``DIR/rank-00003.jsonl``. Each line is one JSON object; the first is the header,
+every other one is a call, in the order the rank issued them. Every key below is always present
+(``null`` where it does not apply) and no other key is allowed, except inside ``raw``.
+
+Header (line 1)::
+
+    {"type": "header", "format": "collsynth-trace", "version": 1,
+     "rank": 3, "world_size": 4, "backend": "gloo", "byte_convention": "nccl-tests",
+     "hostname": "node07", "pid": 41235, "torch_version": "2.13.0+cpu",
+     "started_unix": 1767225600.25,
+     "record_durations": false, "cross_node_only": false, "ranks_per_node": null}
+
+``rank`` and ``world_size`` are those of the default (world) process group; ``started_unix`` is
+when tracing started (seconds since the epoch); the last three are the tracer's options
+(``ranks_per_node``: the value used to tell nodes apart, ``null`` when unknown).
+
+Call (every further line)::
+
+    {"type": "call", "seq": 7, "kind": "alltoall", "function": "all_to_all_single",
+     "bytes": 40, "dtype": "float32", "op": null, "group": [0, 1, 2, 3], "group_size": 4,
+     "root": null, "peer": null, "async_op": false, "site": "/src/train.py:88 step",
+     "duration_us": null, "cross_node": null, "batch": null, "error": null,
+     "raw": {"element_size": 4, "shapes": {"output": [12], "input": [10]},
+             "numel": {"output": 12, "input": 10},
+             "output_split_sizes": [1, 2, 4, 5], "input_split_sizes": [4, 3, 2, 1]}}
+
+``seq``
+    This rank's sequence number of the call, from 0, strictly increasing. Every traced call
+    takes one (each operation of a ``batch_isend_irecv`` takes one), also the calls the
+    ``cross_node_only`` filter leaves out, so a gap in ``seq`` is a call that was not written.
+``kind``
+    The normalised collective, one of :data:`KINDS`: ``barrier``, ``broadcast``,
+    ``broadcast_object_list``, ``allreduce``, ``reduce``, ``allgather`` (``all_gather``,
+    ``all_gather_into_tensor``, ``all_gather_single``, ``_all_gather_base``),
+    ``reduce_scatter`` (``reduce_scatter``, ``reduce_scatter_tensor``,
+    ``reduce_scatter_single``, ``_reduce_scatter_base``), ``alltoall`` (``all_to_all`` and
+    ``all_to_all_single``), ``gather``, ``scatter``, ``send``, ``recv``, ``isend``, ``irecv``.
+    A ``batch_isend_irecv`` call is written as one ``send`` or ``recv`` record per operation in
+    its list, sharing a ``batch`` number; there is no record of kind ``batch_isend_irecv``.
+``function``
+    The torch function that was called: ``all_gather_into_tensor``, ``batch_isend_irecv``,
+    ``_broadcast_coalesced`` (DistributedDataParallel's parameter and buffer broadcast)...
+``bytes``
+    The size of the call in ``byte_convention`` (the header's); with ``"nccl-tests"``, the
+    convention of nccl-tests and of everything in collsynth
+    (:func:`collsynth.timing.alphabeta.base_chunk_bytes`): allreduce, broadcast, reduce: the
+    buffer; allgather: the output buffer (group size x one rank's input); reduce_scatter: the
+    input buffer (group size x one rank's output); alltoall: this rank's send buffer (the input,
+    whatever the split sizes); gather, scatter: the root's buffer (group size x one rank's
+    part, on every rank); send, recv, isend, irecv: the tensor; barrier: 0;
+    broadcast_object_list: the sum of the broadcasts it issues (object sizes, then the
+    pickled objects; see ``raw.inner``).
+``dtype``
+    The tensor's dtype without ``torch.`` (``"float32"``, ``"bfloat16"``); ``null`` for barrier
+    and broadcast_object_list.
+``op``
+    The reduction (``"sum"``, ``"prod"``, ``"min"``, ``"max"``, ``"avg"``, ``"band"``, ``"bor"``,
+    ``"bxor"``, ``"premul_sum"``) for allreduce, reduce and reduce_scatter; ``null`` otherwise.
+``group``, ``group_size``
+    The global ranks of the process group, in group-rank order, and their number.
+``root``
+    The global rank of the root (broadcast, broadcast_object_list, reduce, gather, scatter);
+    ``null`` otherwise.
+``peer``
+    The global rank of the other side (send, recv, isend, irecv); ``null`` for a receive from
+    any source whose sender is not known (an ``irecv`` without ``src``) and for collectives.
+``async_op``
+    ``true`` when the call returned before the communication completed (``async_op=True``,
+    ``isend``, ``irecv``, ``batch_isend_irecv``).
+``site``
+    ``"FILE:LINE FUNCTION"`` of the innermost stack frame outside torch and collsynth (the
+    user's line that led to the call; for DDP gradient buckets the ``backward()`` line on CPU),
+    or ``null`` when there is none (a DDP bucket reduced on a GPU's autograd thread).
+``duration_us``
+    Microseconds from the call to its return, when the tracer ran with ``record_durations``;
+    for an asynchronous call that is the time to *issue* it, not to complete it. The operations
+    of one batch share one measurement, given on the batch's first record. ``null`` otherwise.
+``cross_node``
+    Whether the call spans more than one node (a collective whose group holds ranks of two
+    nodes; a point-to-point call whose peer is on another node), with nodes of
+    ``ranks_per_node`` consecutive global ranks; ``null`` when ``ranks_per_node`` is unknown or
+    the peer is.
+``batch``
+    This rank's number of the ``batch_isend_irecv`` call (from 0) the record belongs to;
+    ``null`` otherwise.
+``error``
+    ``"TYPE: message"`` when the call raised (it was re-raised to the program), else ``null``.
+    The arguments of such a call may be what torch refused: the reader does not check its
+    ``root`` and ``peer``.
+``raw``
+    The raw sizes, keyed by torch's own argument names: ``element_size`` (bytes per element),
+    ``shapes`` (argument -> shape, a list of shapes for a list argument, ``null`` for an
+    argument not given) and ``numel`` (argument -> number of elements, summed over a list);
+    ``output_split_sizes`` and ``input_split_sizes`` (all_to_all_single, lists or ``null``);
+    ``tag`` (point-to-point); ``objects`` and ``inner`` (broadcast_object_list: the number of
+    objects and one ``{"function", "bytes", "dtype"}`` per broadcast it issued); ``ddp_bucket``
+    (the DistributedDataParallel gradient bucket the call reduces); ``buffer_size`` and
+    ``tensors`` (``_broadcast_coalesced``). ``{}`` for a barrier. Other keys may appear; readers
+    ignore the ones they do not know.
+
+Reading
+-------
+:func:`read_trace` reads a directory of rank files into a :class:`Trace`, checking every field
+(files are untrusted input). Errors are :class:`~collsynth.errors.FileFormatError` naming the file,
+the line and the field (``DIR/rank-00001.jsonl: line 12: field 'bytes': expected an integer >= 0,
+got -4``), or :class:`~collsynth.errors.InputTooLargeError` for more than
+:data:`MAX_TRACE_BYTES` in all or a line longer than :data:`MAX_LINE_BYTES`.
+
+Examples
+--------
+>>> import json, tempfile, pathlib
+>>> header = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
+...           "world_size": 1, "backend": "gloo", "byte_convention": "nccl-tests",
+...           "hostname": "h", "pid": 1, "torch_version": "2.13.0", "started_unix": 0.0,
+...           "record_durations": False, "cross_node_only": False, "ranks_per_node": None}
+>>> call = {"type": "call", "seq": 0, "kind": "allreduce", "function": "all_reduce",
+...         "bytes": 64, "dtype": "float32", "op": "sum", "group": [0], "group_size": 1,
+...         "root": None, "peer": None, "async_op": False, "site": "train.py:3 main",
+...         "duration_us": None, "cross_node": None, "batch": None, "error": None,
+...         "raw": {"element_size": 4, "shapes": {"tensor": [16]}, "numel": {"tensor": 16}}}
+>>> with tempfile.TemporaryDirectory() as folder:
+...     path = pathlib.Path(folder) / rank_file_name(0)
+...     _ = path.write_text(json.dumps(header) + "\\n" + json.dumps(call) + "\\n")
+...     trace = read_trace(folder)
+>>> trace.world_size, [(c.kind, c.bytes, c.group) for c in trace.rank(0).calls]
+(1, [('allreduce', 64, (0,))])
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from collsynth.errors import FileFormatError, InputTooLargeError
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "KINDS",
+    "ROOTED_KINDS",
+    "P2P_KINDS",
+    "REDUCING_KINDS",
+    "BYTE_CONVENTIONS",
+    "HEADER_KEYS",
+    "CALL_KEYS",
+    "MAX_TRACE_BYTES",
+    "MAX_LINE_BYTES",
+    "MAX_WORLD_SIZE",
+    "TraceHeader",
+    "CallRecord",
+    "RankTrace",
+    "Trace",
+    "rank_file_name",
+    "read_trace",
+    "read_rank_file",
+]
+
+#: The ``format`` of a trace header.
+FORMAT = "collsynth-trace"
+#: The ``version`` of the format this module writes and reads.
+VERSION = 1
+#: Normalised collective names, in the order summaries list them.
+KINDS = ("barrier", "broadcast", "broadcast_object_list", "allreduce", "reduce", "allgather",
+         "reduce_scatter", "alltoall", "gather", "scatter", "send", "recv", "isend", "irecv")
+#: Kinds with a root (``root`` is set).
+ROOTED_KINDS = frozenset({"broadcast", "broadcast_object_list", "reduce", "gather", "scatter"})
+#: Point-to-point kinds (``peer`` is set, except for a receive from an unknown source).
+P2P_KINDS = frozenset({"send", "recv", "isend", "irecv"})
+#: Kinds with a reduction (``op`` is set).
+REDUCING_KINDS = frozenset({"allreduce", "reduce", "reduce_scatter"})
+#: Byte conventions a trace may use (see ``bytes`` in the module docstring).
+BYTE_CONVENTIONS = ("nccl-tests",)
+#: Keys of a header line, in the order they are written.
+HEADER_KEYS = ("type", "format", "version", "rank", "world_size", "backend", "byte_convention",
+               "hostname", "pid", "torch_version", "started_unix", "record_durations",
+               "cross_node_only", "ranks_per_node")
+#: Keys of a call line, in the order they are written.
+CALL_KEYS = ("type", "seq", "kind", "function", "bytes", "dtype", "op", "group", "group_size",
+             "root", "peer", "async_op", "site", "duration_us", "cross_node", "batch", "error",
+             "raw")
+#: Most bytes :func:`read_trace` reads from a directory's rank files together (1 GiB).
+MAX_TRACE_BYTES = 1 << 30
+#: Longest line :func:`read_trace` accepts (1 MiB).
+MAX_LINE_BYTES = 1 << 20
+#: Largest ``world_size`` a header may give.
+MAX_WORLD_SIZE = 1 << 20
+#: Longest text field (function, site, error, hostname...).
+_MAX_TEXT = 4096
+
+_RANK_FILE = re.compile(r"^rank-(\d{5,})\.jsonl$")
+
+
+def rank_file_name(rank: int) -> str:
+    """The file name of global rank ``rank``'s trace.
+
+    >>> rank_file_name(3)
+    'rank-00003.jsonl'
+    """
+    return f"rank-{rank:05d}.jsonl"
+
+
+@dataclass(frozen=True)
+class TraceHeader:
+    """The first line of a rank's file (see the module docstring for each field)."""
+
+    rank: int
+    world_size: int
+    backend: str
+    byte_convention: str
+    hostname: str
+    pid: int
+    torch_version: str
+    started_unix: float
+    record_durations: bool
+    cross_node_only: bool
+    ranks_per_node: int | None
+    version: int = VERSION
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One traced call of one rank (see the module docstring for each field).
+
+    ``rank`` is the global rank whose file holds the record; ``group`` is a tuple of global
+    ranks; ``raw`` is the record's ``raw`` object as read (do not modify it).
+    """
+
+    rank: int
+    seq: int
+    kind: str
+    function: str
+    bytes: int
+    dtype: str | None
+    op: str | None
+    group: tuple[int, ...]
+    group_size: int
+    root: int | None
+    peer: int | None
+    async_op: bool
+    site: str | None
+    duration_us: float | None
+    cross_node: bool | None
+    batch: int | None
+    error: str | None
+    raw: Mapping[str, Any]
+
+    @property
+    def split_sizes(self) -> tuple[list[int] | None, list[int] | None]:
+        """``(input_split_sizes, output_split_sizes)`` of an ``all_to_all_single`` call (each
+        ``None`` when not given: equal splits)."""
+        return self.raw.get("input_split_sizes"), self.raw.get("output_split_sizes")
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """The header and calls of one rank's file."""
+
+    path: str
+    header: TraceHeader
+    calls: tuple[CallRecord, ...]
+
+    @property
+    def rank(self) -> int:
+        return self.header.rank
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Every rank file of a trace directory, in rank order.
+
+    The files agree on ``world_size`` and ``byte_convention`` (checked when read). Ranks whose
+    file is missing are listed by :attr:`missing_ranks`.
+    """
+
+    directory: str
+    ranks: tuple[RankTrace, ...]
+
+    @property
+    def world_size(self) -> int:
+        return self.ranks[0].header.world_size
+
+    @property
+    def byte_convention(self) -> str:
+        return self.ranks[0].header.byte_convention
+
+    @property
+    def rank_numbers(self) -> tuple[int, ...]:
+        """The global ranks that have a file."""
+        return tuple(r.rank for r in self.ranks)
+
+    @property
+    def missing_ranks(self) -> tuple[int, ...]:
+        """Global ranks below ``world_size`` without a file."""
+        present = set(self.rank_numbers)
+        return tuple(r for r in range(self.world_size) if r not in present)
+
+    def rank(self, rank: int) -> RankTrace:
+        """The file of global rank ``rank``; :class:`KeyError` if there is none."""
+        for entry in self.ranks:
+            if entry.rank == rank:
+                return entry
+        raise KeyError(f"no trace file for rank {rank} in {self.directory}")
+
+    def calls(self) -> Iterator[CallRecord]:
+        """Every call of every rank: rank 0's in order, then rank 1's, ..."""
+        for entry in self.ranks:
+            yield from entry.calls
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def read_trace(directory: str | os.PathLike[str], *,
+               max_total_bytes: int = MAX_TRACE_BYTES) -> Trace:
+    """Read and check every ``rank-NNNNN.jsonl`` file of ``directory``.
+
+    Other files (an unfinished ``.rank-00000.jsonl.*.tmp`` of a process that died, notes) are
+    ignored.
+
+    Parameters
+    ----------
+    directory:
+        The directory the tracer wrote.
+    max_total_bytes:
+        Refuse rank files larger than this in all (bytes; default :data:`MAX_TRACE_BYTES`).
+
+    Returns
+    -------
+    Trace
+        The files in rank order.
+
+    Raises
+    ------
+    FileFormatError
+        No such directory, no rank file in it, or a file that breaks the format (names the
+        file, the line and the field), or files that disagree (world size, byte convention, a
+        header rank that is not the file name's).
+    InputTooLargeError
+        More than ``max_total_bytes`` of rank files, or a line longer than
+        :data:`MAX_LINE_BYTES`.
+    """
+    folder = Path(directory)
+    if not folder.exists():
+        raise FileFormatError(folder, "no such directory")
+    if not folder.is_dir():
+        raise FileFormatError(folder, "is not a directory; expected the trace directory "
+                                      "(holding rank-NNNNN.jsonl files)")
+    try:
+        names = sorted(p.name for p in folder.iterdir() if _RANK_FILE.match(p.name))
+    except OSError as exc:
+        raise FileFormatError(folder, f"cannot list: {exc.strerror or exc}") from exc
+    if not names:
+        raise FileFormatError(folder, "no trace files (rank-NNNNN.jsonl) in this directory")
+    total = 0
+    for name in names:
+        try:
+            total += (folder / name).stat().st_size
+        except OSError as exc:
+            raise FileFormatError(folder / name, f"cannot read: {exc.strerror or exc}") from exc
+    if total > max_total_bytes:
+        raise InputTooLargeError(f"{folder}: the trace files hold {total} bytes, more than the "
+                                 f"{max_total_bytes} a trace may have")
+    ranks = sorted((read_rank_file(folder / name) for name in names), key=lambda r: r.rank)
+    first = ranks[0]
+    for entry in ranks:
+        expected = int(_RANK_FILE.match(Path(entry.path).name).group(1))
+        if entry.rank != expected:
+            raise FileFormatError(entry.path, f"line 1: field 'rank': the header says rank "
+                                              f"{entry.rank}, the file name rank {expected}")
+        for key in ("world_size", "byte_convention"):
+            mine, theirs = getattr(entry.header, key), getattr(first.header, key)
+            if mine != theirs:
+                raise FileFormatError(entry.path, f"line 1: field {key!r}: {mine!r}, but "
+                                                  f"{first.path} has {theirs!r}")
+    return Trace(str(folder), tuple(ranks))
+
+
+def read_rank_file(path: str | os.PathLike[str]) -> RankTrace:
+    """Read and check one rank's file (see :func:`read_trace` for the errors)."""
+    p = Path(path)
+    header: TraceHeader | None = None
+    calls: list[CallRecord] = []
+    last_seq = -1
+    try:
+        handle = p.open("rb")
+    except OSError as exc:
+        raise FileFormatError(p, "no such file" if isinstance(exc, FileNotFoundError)
+                              else f"cannot read: {exc.strerror or exc}") from exc
+    with handle:
+        number = 0
+        while True:
+            try:
+                line = handle.readline(MAX_LINE_BYTES + 1)
+            except OSError as exc:
+                raise FileFormatError(p, f"cannot read: {exc.strerror or exc}") from exc
+            if not line:
+                break
+            number += 1
+            if len(line) > MAX_LINE_BYTES:
+                raise InputTooLargeError(f"{p}: line {number} is longer than the "
+                                         f"{MAX_LINE_BYTES} bytes a trace line may have")
+            if not line.strip():
+                continue
+            obj = _parse_line(line, p, number)
+            if header is None:
+                header = _header(obj, p, number)
+                continue
+            call = _call(obj, header, p, number)
+            if call.seq <= last_seq:
+                raise FileFormatError(p, f"line {number}: field 'seq': {call.seq} does not "
+                                         f"follow {last_seq} (sequence numbers increase)")
+            last_seq = call.seq
+            calls.append(call)
+    if header is None:
+        raise FileFormatError(p, "empty file; expected a header line first")
+    return RankTrace(str(p), header, tuple(calls))
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_line(line: bytes, path: Path, number: int) -> dict[str, Any]:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileFormatError(path, f"line {number}: not UTF-8 text ({exc.reason} at byte "
+                                    f"{exc.start})") from exc
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise FileFormatError(path, f"line {number}: malformed JSON at column {exc.colno}: "
+                                    f"{exc.msg}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise FileFormatError(path, f"line {number}: malformed JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise FileFormatError(path, f"line {number}: expected a JSON object, got "
+                                    f"{type(obj).__name__}")
+    return obj
+
+
+class _Fields:
+    """Typed access to the fields of one line, with errors naming the file, line and field."""
+
+    def __init__(self, obj: dict[str, Any], keys: tuple[str, ...], path: Path, number: int,
+                 what: str) -> None:
+        self.obj, self.path, self.number = obj, path, number
+        missing = [k for k in keys if k not in obj]
+        if missing:
+            self.fail(missing[0], f"missing from the {what} line")
+        extra = sorted(k for k in obj if k not in keys)
+        if extra:
+            self.fail(extra[0], f"unknown field in a {what} line (version {VERSION} has "
+                                f"{', '.join(keys)})")
+
+    def fail(self, key: str, message: str) -> None:
+        raise FileFormatError(self.path, f"line {self.number}: field {key!r}: {message}")
+
+    def _bad(self, key: str, expected: str) -> None:
+        value = json.dumps(self.obj[key])
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        self.fail(key, f"expected {expected}, got {shown}")
+
+    def get_int(self, key: str, *, minimum: int = 0, maximum: int | None = None,
+            null: bool = False) -> int | None:
+        value = self.obj[key]
+        if value is None and null:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or \
+                (maximum is not None and value > maximum):
+            upper = f" and <= {maximum}" if maximum is not None else ""
+            self._bad(key, f"an integer >= {minimum}{upper}" + (" or null" if null else ""))
+        return value
+
+    def get_str(self, key: str, *, null: bool = False, choices: tuple[str, ...] | None = None
+            ) -> str | None:
+        value = self.obj[key]
+        if value is None and null:
+            return None
+        if not isinstance(value, str) or len(value) > _MAX_TEXT or \
+                (choices is not None and value not in choices):
+            expected = f"one of {', '.join(choices)}" if choices else \
+                f"a string of at most {_MAX_TEXT} characters"
+            self._bad(key, expected + (" or null" if null else ""))
+        return value
+
+    def get_bool(self, key: str, *, null: bool = False) -> bool | None:
+        value = self.obj[key]
+        if value is None and null:
+            return None
+        if not isinstance(value, bool):
+            self._bad(key, "true or false" + (" or null" if null else ""))
+        return value
+
+    def get_number(self, key: str, *, null: bool = False) -> float | None:
+        value = self.obj[key]
+        if value is None and null:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or value < 0:
+            self._bad(key, "a number >= 0" + (" or null" if null else ""))
+        return float(value)
+
+
+def _header(obj: dict[str, Any], path: Path, number: int) -> TraceHeader:
+    if obj.get("type") != "header":
+        raise FileFormatError(path, f"line {number}: field 'type': the first line must be the "
+                                    f"header (type \"header\"), got {json.dumps(obj.get('type'))}")
+    f = _Fields(obj, HEADER_KEYS, path, number, "header")
+    if obj["format"] != FORMAT:
+        f._bad("format", f"{FORMAT!r}")
+    if obj["version"] != VERSION or isinstance(obj["version"], bool):
+        f.fail("version", f"unsupported version {json.dumps(obj['version'])}; this collsynth "
+                          f"reads version {VERSION}")
+    world_size = f.get_int("world_size", minimum=1, maximum=MAX_WORLD_SIZE)
+    rank = f.get_int("rank", maximum=world_size - 1)
+    return TraceHeader(
+        rank=rank, world_size=world_size, backend=f.get_str("backend"),
+        byte_convention=f.get_str("byte_convention", choices=BYTE_CONVENTIONS),
+        hostname=f.get_str("hostname"), pid=f.get_int("pid"),
+        torch_version=f.get_str("torch_version"), started_unix=f.get_number("started_unix"),
+        record_durations=f.get_bool("record_durations"),
+        cross_node_only=f.get_bool("cross_node_only"),
+        ranks_per_node=f.get_int("ranks_per_node", minimum=1, null=True))
+
+
+def _call(obj: dict[str, Any], header: TraceHeader, path: Path, number: int) -> CallRecord:
+    if obj.get("type") != "call":
+        raise FileFormatError(path, f"line {number}: field 'type': expected \"call\", got "
+                                    f"{json.dumps(obj.get('type'))}")
+    f = _Fields(obj, CALL_KEYS, path, number, "call")
+    kind = f.get_str("kind", choices=KINDS)
+    function = f.get_str("function")
+    if not function:
+        f._bad("function", "a torch function name")
+    group_value = obj["group"]
+    if not isinstance(group_value, list) or not group_value or \
+            any(isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < header.world_size
+                for r in group_value):
+        f._bad("group", f"a non-empty list of global ranks below world_size "
+                        f"{header.world_size}")
+    group = tuple(group_value)
+    if len(set(group)) != len(group):
+        f.fail("group", "a rank appears twice")
+    if header.rank not in group:
+        f.fail("group", f"rank {header.rank} (this file's) is not in the group {list(group)}")
+    group_size = f.get_int("group_size", minimum=1)
+    if group_size != len(group):
+        f.fail("group_size", f"{group_size}, but the group has {len(group)} ranks")
+    root = f.get_int("root", null=True)
+    peer = f.get_int("peer", null=True)
+    error = f.get_str("error", null=True)
+    if error is None:     # a call that raised may have had any arguments
+        _check_ends(f, kind, header.rank, group, root, peer)
+    op = f.get_str("op", null=True)
+    if (kind in REDUCING_KINDS) != (op is not None):
+        f.fail("op", f"a {kind} " + ("has a reduction; got null" if kind in REDUCING_KINDS
+                                      else "has no reduction; expected null"))
+    raw = obj["raw"]
+    if not isinstance(raw, dict):
+        f._bad("raw", "an object")
+    _check_raw(raw, f)
+    return CallRecord(
+        rank=header.rank, seq=f.get_int("seq"), kind=kind, function=function,
+        bytes=f.get_int("bytes"), dtype=f.get_str("dtype", null=True), op=op, group=group,
+        group_size=group_size, root=root, peer=peer, async_op=f.get_bool("async_op"),
+        site=f.get_str("site", null=True), duration_us=f.get_number("duration_us", null=True),
+        cross_node=f.get_bool("cross_node", null=True), batch=f.get_int("batch", null=True),
+        error=error, raw=raw)
+
+
+def _check_ends(f: _Fields, kind: str, rank: int, group: tuple[int, ...], root: int | None,
+                peer: int | None) -> None:
+    """``root`` and ``peer`` are set where the kind has them, and are ranks of the group."""
+    if kind in ROOTED_KINDS and root is None:
+        f.fail("root", f"a {kind} has a root; got null")
+    if kind not in ROOTED_KINDS and root is not None:
+        f.fail("root", f"a {kind} has no root; expected null")
+    if root is not None and root not in group:
+        f.fail("root", f"rank {root} is not in the group {list(group)}")
+    if kind in P2P_KINDS:
+        if peer is None and kind in ("send", "isend"):
+            f.fail("peer", f"a {kind} has a peer; got null")
+        if peer is not None and (peer not in group or peer == rank):
+            f.fail("peer", f"rank {peer} is not another rank of the group {list(group)}")
+    elif peer is not None:
+        f.fail("peer", f"a {kind} has no peer; expected null")
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value)
+
+
+def _check_raw(raw: dict[str, Any], f: _Fields) -> None:
+    """The ``raw`` keys this module documents have the documented types."""
+    def bad(key: str, expected: str) -> None:
+        value = json.dumps(raw[key])
+        shown = value if len(value) <= 60 else value[:57] + "..."
+        f.fail(f"raw.{key}", f"expected {expected}, got {shown}")
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    if "element_size" in raw and not (count(raw["element_size"]) and raw["element_size"] > 0):
+        bad("element_size", "an integer >= 1")
+    for key in ("shapes", "numel"):
+        if key not in raw:
+            continue
+        if not isinstance(raw[key], dict):
+            bad(key, "an object (argument name -> value)")
+        for name, value in raw[key].items():
+            ok = count(value) if key == "numel" else (
+                value is None or _is_shape(value)
+                or (isinstance(value, list) and all(_is_shape(s) for s in value)))
+            if not ok:
+                f.fail(f"raw.{key}.{name}", "expected " + (
+                    "an integer >= 0" if key == "numel"
+                    else "a shape (list of integers >= 0), a list of shapes or null"))
+    for key in ("input_split_sizes", "output_split_sizes"):
+        if key in raw and raw[key] is not None and not _is_shape(raw[key]):
+            bad(key, "a list of integers >= 0 or null")
+    for key in ("objects", "ddp_bucket", "buffer_size", "tensors"):
+        if key in raw and not count(raw[key]):
+            bad(key, "an integer >= 0")
+    if "tag" in raw and (isinstance(raw["tag"], bool) or not isinstance(raw["tag"], int)):
+        bad("tag", "an integer")
+    if "inner" in raw:
+        inner = raw["inner"]
+        if not isinstance(inner, list) or not all(
+                isinstance(i, dict) and isinstance(i.get("function"), str)
+                and count(i.get("bytes")) for i in inner):
+            bad("inner", 'a list of {"function": str, "bytes": int, "dtype": str} objects')

@@ -1,0 +1,140 @@
+"""Run an unmodified script (or module) under the tracer: ``python -m collsynth.trace.run``.
+
+::
+
+    COLLSYNTH_TRACE_DIR=DIR python -m collsynth.trace.run SCRIPT.py [ARGS...]
+    COLLSYNTH_TRACE_DIR=DIR python -m collsynth.trace.run -m MODULE [ARGS...]
+    COLLSYNTH_TRACE_DIR=DIR torchrun --nproc-per-node N -m collsynth.trace.run SCRIPT.py [ARGS...]
+
+The script runs as ``__main__`` (``sys.argv`` is ``[SCRIPT.py, ARGS...]``, its directory first on
+``sys.path``, as with ``python SCRIPT.py``) inside :func:`collsynth.trace.tracing`; the rank files
+are written when it ends, also when it raises or calls ``sys.exit``. The exit status is the
+script's.
+
+Environment (read once, at start):
+
+``COLLSYNTH_TRACE_DIR``
+    Where the rank files go (required).
+``COLLSYNTH_TRACE_DURATIONS``
+    ``1`` to record each call's duration (default ``0``).
+``COLLSYNTH_TRACE_CROSS_NODE_ONLY``
+    ``1`` to write only calls that cross nodes (default ``0``).
+``COLLSYNTH_TRACE_RANKS_PER_NODE``
+    Ranks per node (default ``LOCAL_WORLD_SIZE``, which torchrun sets).
+``COLLSYNTH_TRACE_DDP``
+    ``0`` not to register the tracing communication hook on DistributedDataParallel models
+    (default ``1``: see :func:`collsynth.trace.trace_ddp`; a model that registers its own hook
+    keeps it, traced).
+
+Errors in these variables or a missing script end the run before it starts, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from typing import Mapping, Sequence
+
+from collsynth.trace.tracer import tracing
+
+__all__ = ["main", "options_from_env", "ENV_DIR"]
+
+#: The environment variable naming the trace directory.
+ENV_DIR = "COLLSYNTH_TRACE_DIR"
+_USAGE = ("usage: COLLSYNTH_TRACE_DIR=DIR python -m collsynth.trace.run "
+          "(SCRIPT.py | -m MODULE) [ARGS...]")
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    text = env.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name} = {text!r}; expected 1 or 0")
+
+
+def options_from_env(env: Mapping[str, str]) -> dict[str, object]:
+    """The :func:`~collsynth.trace.tracing` arguments the environment ``env`` asks for.
+
+    >>> options = options_from_env({"COLLSYNTH_TRACE_DIR": "t",
+    ...                              "COLLSYNTH_TRACE_RANKS_PER_NODE": "8"})
+    >>> options["directory"], options["ranks_per_node"], options["record_durations"]
+    ('t', 8, False)
+
+    Raises
+    ------
+    ValueError
+        A missing ``COLLSYNTH_TRACE_DIR`` or a malformed value.
+    """
+    directory = env.get(ENV_DIR, "").strip()
+    if not directory:
+        raise ValueError(f"{ENV_DIR} is not set; set it to the directory for the trace files")
+    per_node = env.get("COLLSYNTH_TRACE_RANKS_PER_NODE", "").strip()
+    ranks_per_node = None
+    if per_node:
+        try:
+            ranks_per_node = int(per_node)
+        except ValueError:
+            ranks_per_node = 0
+        if ranks_per_node < 1:
+            raise ValueError(f"COLLSYNTH_TRACE_RANKS_PER_NODE = {per_node!r}; expected a whole "
+                             "number >= 1")
+    return {"directory": directory,
+            "record_durations": _flag(env, "COLLSYNTH_TRACE_DURATIONS", False),
+            "cross_node_only": _flag(env, "COLLSYNTH_TRACE_CROSS_NODE_ONLY", False),
+            "ranks_per_node": ranks_per_node,
+            "ddp": _flag(env, "COLLSYNTH_TRACE_DDP", True)}
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    """Run the script or module of ``argv`` (default ``sys.argv[1:]``) under the tracer; return
+    its exit status (2 for a bad command line or environment)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "--":
+        args = args[1:]
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__, file=sys.stdout)
+        return 0
+    if not args or (args[0] == "-m" and len(args) < 2):
+        print(_USAGE, file=sys.stderr)
+        return 2
+    try:
+        options = options_from_env(os.environ if env is None else env)
+    except ValueError as exc:
+        print(f"collsynth.trace.run: error: {exc}", file=sys.stderr)
+        return 2
+    module = args[0] == "-m"
+    target = args[1] if module else args[0]
+    if not module and not os.path.isfile(target):
+        print(f"collsynth.trace.run: error: no such script: {target}", file=sys.stderr)
+        return 2
+    directory = options.pop("directory")
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = args[1:] if module else args
+    if not module:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+    code: int = 0
+    try:
+        with tracing(directory, **options):  # type: ignore[arg-type]
+            try:
+                if module:
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(target, run_name="__main__")
+            except SystemExit as exc:
+                if exc.code is None or isinstance(exc.code, int):
+                    code = exc.code or 0
+                else:
+                    print(exc.code, file=sys.stderr)
+                    code = 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
