@@ -11,6 +11,7 @@ Each subcommand turns its arguments into values, makes one library call and writ
     collsynth solve pareto TOPOLOGY COLLECTIVE [--max-chunks N] [--max-steps N]
     collsynth solve bandwidth-optimal TOPOLOGY COLLECTIVE [--nodes K] [--oversubscription X]
                                                  [--engine E] [--stages P] [--json]
+    collsynth plan TRACE_DIR --topology NAME [--nodes K] [--calibration FILE] -o PLAN_DIR
     collsynth trace summarize DIR [--json] [--merged]
     collsynth show FILE [--max-sends N]
     collsynth verify FILE
@@ -266,9 +267,11 @@ def _build_parser() -> _Parser:
 
     add_run_parser(commands)
 
+    from collsynth.cli_plan import add_plan_parser
     from collsynth.cli_trace import add_trace_parser
 
     add_trace_parser(commands)
+    add_plan_parser(commands)
     return parser
 
 

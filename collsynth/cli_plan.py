@@ -1,0 +1,151 @@
+"""``collsynth plan``: plan a traced training job's collectives and write the runtime's files.
+
+::
+
+    collsynth plan TRACE_DIR --topology NAME [--nodes K] [--calibration FILE] -o PLAN_DIR
+                   [--runtime msccl-executor|msccl|rccl] [--synth-time-limit SECONDS]
+                   [--max-group-ranks N] [--backend auto|cpsat|z3] [--device NAME]
+                   [--cache DIR | --no-cache] [--all-ranges] [--json] [-q]
+
+For each (collective, process group, size) of the trace (``collsynth.trace``'s directory of
+``rank-NNNNN.jsonl`` files) the fastest of the synthesized algorithms and NCCL's ring/tree is
+chosen under the timing model (:mod:`collsynth.plan`); ``PLAN_DIR`` receives the XML files for
+the runtime (``xml/``, each with ``minBytes``/``maxBytes`` set to the sizes it wins, ranges never
+overlapping, each checked as ``collsynth check`` checks a file), ``plan.json``, ``report.md``
+(predicted time per call and per step against NCCL, and the environment variables the runtime
+needs) and ``plots/``. The directory is written all or nothing.
+
+Global rank ``r`` of the trace is rank ``r`` of the topology (``--nodes K``: ``K`` copies joined
+by their NICs, node by node). Synthesized fronts are cached in ``--cache DIR`` (default
+``$XDG_CACHE_HOME/collsynth`` or ``~/.cache/collsynth``).
+
+Exit status: 0 the plan was written; 1 an error (unreadable trace, unknown topology, a trace with
+more ranks than the topology, an XML that fails the check: nothing is written); 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from collsynth.cli_args import positive_int, seconds
+from collsynth.errors import CollsynthError
+
+__all__ = ["add_plan_parser", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
+
+#: Seconds of synthesis per (collective, group) problem by default.
+DEFAULT_SYNTH_TIME_LIMIT = 30.0
+_EXIT_OK, _EXIT_ERROR = 0, 1
+
+
+def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``plan`` subcommand to ``subparsers`` (from ``add_subparsers``); its handler is
+    :func:`run_plan`."""
+    from collsynth.export.runtimes import runtime_names
+
+    parser = subparsers.add_parser(
+        "plan", help="choose an algorithm per traced collective and write the runtime's files",
+        description="Plan a trace: for each (collective, group, size) pick the fastest of the "
+                    "synthesized algorithms and NCCL's under the timing model, and write the "
+                    "XML files (checked), plan.json, report.md and plots into PLAN_DIR.")
+    parser.add_argument("trace_dir", metavar="TRACE_DIR",
+                        help="trace directory (rank-00000.jsonl, rank-00001.jsonl, ...)")
+    parser.add_argument("--topology", required=True, metavar="NAME",
+                        help="the machine: a built-in name (dgx1, ...), a family member "
+                             "(ring:8) or a topology file")
+    parser.add_argument("--nodes", type=positive_int, metavar="K",
+                        help="K copies of the topology joined by their NICs")
+    parser.add_argument("--nic-units", type=positive_int, metavar="U",
+                        help="with --nodes: NIC bandwidth in the topology's units (for "
+                             "topologies whose file does not describe their NICs)")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="calibration file (collsynth calibrate): measured per-step alpha "
+                             "and GB/s, and NCCL's measured lines")
+    parser.add_argument("--device", metavar="NAME",
+                        help="charge synthesized combining algorithms this GPU's reduction cost")
+    parser.add_argument("-o", "--output", required=True, metavar="PLAN_DIR",
+                        help="directory to write (replaced if it holds an older plan)")
+    parser.add_argument("--runtime", choices=runtime_names(), default="msccl-executor",
+                        help="runtime the XML files are for (default msccl-executor)")
+    parser.add_argument("--synth-time-limit", type=seconds, default=DEFAULT_SYNTH_TIME_LIMIT,
+                        metavar="SECONDS",
+                        help="synthesis time per (collective, group) problem "
+                             f"(default {DEFAULT_SYNTH_TIME_LIMIT:g})")
+    parser.add_argument("--max-group-ranks", type=positive_int, default=16, metavar="N",
+                        help="largest group synthesized with the Pareto sweep (default 16); "
+                             "larger ones use the bandwidth-optimal engine when installed")
+    parser.add_argument("--backend", choices=("auto", "cpsat", "z3"), default="auto",
+                        help="solver backend (default auto)")
+    cache = parser.add_mutually_exclusive_group()
+    cache.add_argument("--cache", metavar="DIR",
+                       help="where synthesized fronts are kept (default ~/.cache/collsynth)")
+    cache.add_argument("--no-cache", action="store_true", help="keep nothing between runs")
+    parser.add_argument("--all-ranges", action="store_true",
+                        help="also export ranges no traced call falls into")
+    parser.add_argument("--json", action="store_true",
+                        help="print plan.json's totals and files as JSON on stdout")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    parser.set_defaults(handler=run_plan, plan_parser=parser)
+    return parser
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Handle ``collsynth plan``: returns 0 when the plan was written, 1 on an error."""
+    from collsynth.plan import (
+        FrontCache,
+        PlanOptions,
+        SynthOptions,
+        default_cache_directory,
+        make_plan,
+        plan_to_json,
+        write_plan,
+    )
+    from collsynth.resolve import resolve_topology
+
+    if args.max_group_ranks < 2:
+        parser = getattr(args, "plan_parser", None)
+        if parser is not None:
+            parser.error(f"--max-group-ranks {args.max_group_ranks}: expected at least 2")
+    progress = None if args.quiet or args.json else \
+        (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    try:
+        topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units)
+        calibration = None
+        if args.calibration is not None:
+            from collsynth.timing.calibration import load_calibration
+
+            calibration = load_calibration(args.calibration)
+        if args.device is not None:
+            from collsynth.timing.kernels import get_device
+
+            get_device(args.device)  # an unknown name fails before any synthesis
+        cache = FrontCache(None if args.no_cache else (args.cache or default_cache_directory()))
+        options = PlanOptions(
+            runtime=args.runtime,
+            synth=SynthOptions(time_limit_s=args.synth_time_limit,
+                               max_group_ranks=args.max_group_ranks, backend=args.backend),
+            calibration=calibration, calibration_file=args.calibration, device=args.device,
+            cache=cache, all_ranges=args.all_ranges)
+        plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
+                         progress=progress)
+        target = write_plan(plan, args.output)
+    except (CollsynthError, OSError) as exc:
+        detail = exc.strerror + (f": {exc.filename}" if exc.filename else "") \
+            if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"collsynth: error: {' '.join(detail.split())}", file=sys.stderr, flush=True)
+        return _EXIT_ERROR
+    totals = plan.totals()
+    if args.json:
+        obj = plan_to_json(plan)
+        print(json.dumps({"plan_dir": str(target), "totals": obj["totals"],
+                          "files": obj["files"]}, indent=1), flush=True)
+        return _EXIT_OK
+    saving = totals["saving_us"]
+    share = f" ({100 * saving / totals['nccl_us']:.1f}%)" if totals["nccl_us"] else ""
+    print(f"wrote {target}: {len(plan.xml_files)} XML file(s) for {plan.runtime}; predicted "
+          f"{totals['nccl_us']:.1f} us under NCCL, {totals['plan_us']:.1f} us with the plan, "
+          f"saving {saving:.1f} us{share} over {totals['calls']} call(s); see "
+          f"{target / 'report.md'}", flush=True)
+    return _EXIT_OK

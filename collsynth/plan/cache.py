@@ -1,0 +1,169 @@
+"""A directory cache of synthesized fronts, keyed by topology and collective.
+
+Synthesis is the slow part of a plan, and the same (topology, collective) comes back in every
+plan of a machine. :class:`FrontCache` keeps, per key, the algorithms found and whether the search
+was complete::
+
+    CACHE/fronts/<fingerprint>/<collective>-<engine>-<options hash>/manifest.json
+                                                                   /algorithm-0.json ...
+
+* the fingerprint (:func:`~collsynth.plan.groups.topology_fingerprint`) hashes what synthesis
+  depends on: the links and bandwidth groups, not the name or the physical figures, so a
+  calibrated topology or a group of another name with the same links shares the entry;
+* the collective is its name, rank count and roots; the engine and its options (chunk and step
+  limits, backend) are hashed into the name;
+* algorithm files are collsynth algorithm files (:func:`~collsynth.algorithm.save_algorithm`),
+  verified again on load; an entry that fails to load is ignored (and logged), never trusted;
+* an incomplete search (stopped by its time limit) is reused only by a call with the same or a
+  smaller time limit; a larger one searches again.
+
+Every file is written atomically; the manifest last, so a reader never sees a half-written entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from collsynth._atomic import write_text_atomic
+from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
+from collsynth.algorithm.model import Algorithm
+from collsynth.algorithm.verify import verify
+from collsynth.collective.model import Collective
+from collsynth.errors import CollsynthError
+from collsynth.plan.groups import topology_fingerprint
+from collsynth.topology.model import Topology
+
+__all__ = ["FrontCache", "CachedFront", "default_cache_directory"]
+
+_log = logging.getLogger(__name__)
+
+_FORMAT = "collsynth-front-cache"
+_VERSION = 1
+
+
+def default_cache_directory() -> Path:
+    """``$XDG_CACHE_HOME/collsynth`` when that variable is set, else ``~/.cache/collsynth``."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "collsynth"
+
+
+@dataclasses.dataclass(frozen=True)
+class CachedFront:
+    """What the cache holds for one key: the algorithms (on the caller's topology), whether the
+    search that found them was complete, and the time limit it had (seconds)."""
+
+    algorithms: tuple[Algorithm, ...]
+    complete: bool
+    time_limit_s: float | None
+    detail: str = ""
+
+
+class FrontCache:
+    """Fronts on disk under ``directory`` (``None``: a cache that stores nothing).
+
+    >>> import tempfile
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import allgather
+    >>> from collsynth.synthesis import pareto_front
+    >>> ring = get_topology("ring:4")
+    >>> front = tuple(r.algorithm for r in pareto_front(ring, allgather(4)))
+    >>> cache = FrontCache(tempfile.mkdtemp())
+    >>> cache.get(ring, allgather(4), engine="pareto", options={}) is None
+    True
+    >>> cache.put(ring, allgather(4), front, engine="pareto", options={}, complete=True,
+    ...           time_limit_s=30.0)
+    >>> hit = cache.get(ring, allgather(4), engine="pareto", options={})
+    >>> [a.num_steps for a in hit.algorithms], hit.complete
+    ([2], True)
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None) -> None:
+        self.directory = None if directory is None else Path(directory)
+
+    def entry_directory(self, topology: Topology, collective: Collective, *, engine: str,
+                        options: Mapping[str, Any]) -> Path | None:
+        """The folder of one key (``None`` for a disabled cache)."""
+        if self.directory is None:
+            return None
+        roots = "-root" + ",".join(map(str, collective.roots)) if collective.roots else ""
+        options_text = json.dumps({k: options[k] for k in sorted(options)}, sort_keys=True,
+                                  default=str)
+        digest = hashlib.sha256(options_text.encode("utf-8")).hexdigest()[:12]
+        leaf = f"{collective.name}-n{collective.num_ranks}{roots}-{engine}-{digest}"
+        return self.directory / "fronts" / topology_fingerprint(topology)[:32] / leaf
+
+    def get(self, topology: Topology, collective: Collective, *, engine: str,
+            options: Mapping[str, Any], time_limit_s: float | None = None) -> CachedFront | None:
+        """The cached front of this key re-homed on ``topology`` (verified), or ``None`` on a
+        miss: nothing stored, an unreadable entry, or an incomplete search made with less time
+        than ``time_limit_s``."""
+        folder = self.entry_directory(topology, collective, engine=engine, options=options)
+        if folder is None:
+            return None
+        manifest_path = folder / "manifest.json"
+        if not manifest_path.is_file():
+            return None
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            if manifest.get("format") != _FORMAT or manifest.get("version") != _VERSION:
+                raise ValueError("unknown manifest format")
+            complete = bool(manifest["complete"])
+            stored_limit = manifest.get("time_limit_s")
+            if not complete and time_limit_s is not None and (
+                    stored_limit is None or float(stored_limit) < time_limit_s):
+                _log.info("cache %s: incomplete search with %s s; searching again with %s s",
+                          folder, stored_limit, time_limit_s)
+                return None
+            algorithms = []
+            for name in manifest["files"]:
+                if not isinstance(name, str) or "/" in name or "\\" in name:
+                    raise ValueError(f"bad file name {name!r}")
+                algorithms.append(self._rehome(load_algorithm(folder / name), topology,
+                                               collective))
+        except (OSError, ValueError, KeyError, TypeError, CollsynthError) as exc:
+            _log.warning("ignoring the cache entry %s: %s", folder, exc)
+            return None
+        return CachedFront(tuple(algorithms), complete,
+                           None if stored_limit is None else float(stored_limit),
+                           str(manifest.get("detail", "")))
+
+    def put(self, topology: Topology, collective: Collective, algorithms: Sequence[Algorithm],
+            *, engine: str, options: Mapping[str, Any], complete: bool,
+            time_limit_s: float | None, detail: str = "") -> None:
+        """Store a front (each algorithm verified before it is written). Failures to write are
+        logged, not raised: a cache is an optimisation."""
+        folder = self.entry_directory(topology, collective, engine=engine, options=options)
+        if folder is None:
+            return
+        try:
+            files = []
+            for index, algorithm in enumerate(algorithms):
+                name = f"algorithm-{index}.json"
+                save_algorithm(algorithm, folder / name)
+                files.append(name)
+            manifest = {"format": _FORMAT, "version": _VERSION,
+                        "fingerprint": topology_fingerprint(topology),
+                        "topology": topology.name, "collective": collective.describe(),
+                        "engine": engine, "options": dict(options), "complete": complete,
+                        "time_limit_s": time_limit_s, "detail": detail, "files": files}
+            write_text_atomic(folder / "manifest.json",
+                              json.dumps(manifest, indent=1, default=str) + "\n")
+        except (OSError, CollsynthError) as exc:
+            _log.warning("could not write the cache entry %s: %s", folder, exc)
+
+    @staticmethod
+    def _rehome(algorithm: Algorithm, topology: Topology, collective: Collective) -> Algorithm:
+        """``algorithm`` on ``topology`` (same links), verified; ValueError when it does not fit."""
+        coll = algorithm.collective
+        if (coll.name, coll.num_ranks, tuple(coll.roots)) != (
+                collective.name, collective.num_ranks, tuple(collective.roots)):
+            raise ValueError(f"holds {coll.describe()}, expected {collective.describe()}")
+        if topology_fingerprint(algorithm.topology) != topology_fingerprint(topology):
+            raise ValueError("its topology's links differ from the fingerprint's")
+        return verify(dataclasses.replace(algorithm, topology=topology))

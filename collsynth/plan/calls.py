@@ -1,0 +1,164 @@
+"""The traced calls a plan is made from: one adapter over :mod:`collsynth.trace`.
+
+The planner needs little of a trace: per rank, the calls in order, each with its normalised kind,
+its size (bytes, nccl-tests convention: the output buffer of an allgather, the input of a
+reduce-scatter, the buffer of an allreduce / broadcast / reduce, a rank's send buffer of an
+alltoall), its group of global ranks, its root, its reduction and its element size.
+:func:`load_calls` is the one place that reads a trace directory
+(:func:`collsynth.trace.read_trace`, which checks every field).
+
+Examples
+--------
+>>> import json, pathlib, tempfile
+>>> header = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
+...           "world_size": 1, "backend": "nccl", "byte_convention": "nccl-tests",
+...           "hostname": "h", "pid": 1, "torch_version": "2.13.0", "started_unix": 0.0,
+...           "record_durations": False, "cross_node_only": False, "ranks_per_node": None}
+>>> call = {"type": "call", "seq": 0, "kind": "allreduce", "function": "all_reduce",
+...         "bytes": 4096, "dtype": "float32", "op": "sum", "group": [0], "group_size": 1,
+...         "root": None, "peer": None, "async_op": False, "site": None, "duration_us": None,
+...         "cross_node": None, "batch": None, "error": None,
+...         "raw": {"element_size": 4, "numel": {"tensor": 1024}}}
+>>> folder = pathlib.Path(tempfile.mkdtemp())
+>>> text = json.dumps(header) + "\\n" + json.dumps(call) + "\\n"
+>>> _ = (folder / "rank-00000.jsonl").write_text(text)
+>>> run = load_calls(folder)
+>>> run.world_size, run.ranks, run.calls[0][0].kind, run.calls[0][0].size_bytes
+(1, (0,), 'allreduce', 4096)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+__all__ = ["TracedCall", "TracedRun", "load_calls", "dtype_bytes"]
+
+#: Bytes per element of the dtypes torch traces name (``float32``; ``torch.float32`` too).
+_DTYPE_BYTES = {
+    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
+    "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1, "uint8": 1,
+    "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "uint16": 2, "uint32": 4, "uint64": 8,
+}
+
+
+def dtype_bytes(dtype: str | None) -> int | None:
+    """Bytes per element of a traced dtype name, or ``None`` when unknown.
+
+    >>> dtype_bytes("bfloat16"), dtype_bytes("torch.float32"), dtype_bytes("mystery")
+    (2, 4, None)
+    """
+    if not isinstance(dtype, str):
+        return None
+    return _DTYPE_BYTES.get(dtype.strip().lower().removeprefix("torch."))
+
+
+@dataclass(frozen=True)
+class TracedCall:
+    """One call as the planner sees it.
+
+    ``rank`` is the global rank whose file it came from; ``group`` the global ranks of its
+    process group, in group order (group rank ``i`` is ``group[i]``); ``root`` a *global* rank
+    (``None`` for unrooted calls); ``size_bytes`` the nccl-tests size; ``element_size`` bytes per
+    element (from the trace's ``raw.element_size``, else the dtype; ``None`` when unknown).
+    ``uneven`` marks an alltoall with unequal split sizes (an alltoallv); ``error`` a call that
+    raised.
+    """
+
+    rank: int
+    seq: int
+    kind: str
+    size_bytes: int
+    group: tuple[int, ...]
+    function: str = ""
+    dtype: str | None = None
+    element_size: int | None = None
+    op: str | None = None
+    root: int | None = None
+    peer: int | None = None
+    uneven: bool = False
+    duration_us: float | None = None
+    error: str | None = None
+
+    @property
+    def signature(self) -> tuple[Any, ...]:
+        """What identifies a call across iterations: kind, size, group, root."""
+        return (self.kind, self.size_bytes, self.group, self.root)
+
+
+@dataclass(frozen=True)
+class TracedRun:
+    """The calls of every traced rank: ``calls[rank]`` in the order the rank made them."""
+
+    directory: str
+    world_size: int
+    calls: Mapping[int, tuple[TracedCall, ...]] = field(hash=False)
+    backend: str | None = None
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks with a trace file, in order."""
+        return tuple(sorted(self.calls))
+
+
+def load_calls(trace_dir: str | os.PathLike[str]) -> TracedRun:
+    """Read the calls of the trace in ``trace_dir``.
+
+    Raises
+    ------
+    FileFormatError
+        A missing directory, a directory without ``rank-NNNNN.jsonl`` files, or a malformed
+        file (the message names the file, the line and the field).
+    InputTooLargeError
+        A trace beyond :data:`collsynth.trace.records.MAX_TRACE_BYTES`.
+    """
+    return _load_calls(trace_dir)
+
+
+def _load_calls(trace_dir: str | os.PathLike[str]) -> TracedRun:
+    """The one place that reads traces."""
+    from collsynth.trace import read_trace
+
+    trace = read_trace(trace_dir)
+    calls = {entry.rank: tuple(_call(record) for record in entry.calls)
+             for entry in trace.ranks}
+    return TracedRun(trace.directory, trace.world_size, calls, trace.ranks[0].header.backend)
+
+
+def _call(record: Any) -> TracedCall:
+    raw = record.raw if isinstance(record.raw, Mapping) else {}
+    width = raw.get("element_size")
+    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+        width = dtype_bytes(record.dtype)
+    return TracedCall(
+        rank=record.rank, seq=record.seq, kind=record.kind, size_bytes=record.bytes,
+        group=tuple(record.group), function=record.function, dtype=record.dtype,
+        element_size=width, op=record.op, root=record.root, peer=record.peer,
+        uneven=record.kind == "alltoall" and _uneven(raw), duration_us=record.duration_us,
+        error=record.error)
+
+
+def _uneven(raw: Mapping[str, Any]) -> bool:
+    """An alltoall whose blocks differ: unequal ``*_split_sizes`` (all_to_all_single) or list
+    arguments of different shapes (all_to_all).
+
+    >>> _uneven({"input_split_sizes": [4, 3], "output_split_sizes": None})
+    True
+    >>> _uneven({"input_split_sizes": [2, 2], "shapes": {"input_tensor_list": [[2], [2]]}})
+    False
+    >>> _uneven({"shapes": {"input_tensor_list": [[2], [3]]}})
+    True
+    """
+    for key in ("input_split_sizes", "output_split_sizes"):
+        sizes = raw.get(key)
+        if isinstance(sizes, list) and len(set(map(repr, sizes))) > 1:
+            return True
+    shapes = raw.get("shapes")
+    if isinstance(shapes, Mapping):
+        for value in shapes.values():
+            if isinstance(value, list) and value and all(isinstance(s, list) for s in value) \
+                    and len({repr(s) for s in value}) > 1:
+                return True
+    return False

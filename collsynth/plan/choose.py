@@ -1,0 +1,395 @@
+"""Candidates and size ranges: which algorithm runs a collective on a group, size by size.
+
+For one collective on one group (its topology, :mod:`collsynth.plan.groups`) the candidates are
+
+* the **synthesized algorithms** (:func:`synthesize_front`): the Pareto front of steps vs rounds
+  per chunk (:func:`collsynth.synthesis.pareto_front`, time-limited) for groups of at most
+  ``max_group_ranks`` ranks, else the bandwidth-optimal engine when installed
+  (``collsynth.synthesis.bandwidth_optimal``); fronts are cached (:mod:`collsynth.plan.cache`);
+* the **NCCL baselines** (:mod:`collsynth.timing.nccl`): every (ring/tree, protocol) NCCL would
+  consider, NCCL taking the fastest at each size; or, when a calibration has a fit of this
+  collective on this many ranks, NCCL's measured line
+  (:meth:`~collsynth.timing.calibration.Calibration.alpha_beta_for`) instead.
+
+Every candidate's time is a line in the size (:class:`Line`, exact: the closed form of
+:mod:`collsynth.timing.model`). :func:`choose_ranges` takes their lower envelope
+(:func:`collsynth.timing.model.lower_envelope`) and turns it into whole-byte ranges
+``[min_bytes, max_bytes]`` (both inclusive, ``max_bytes`` ``None`` = unbounded) that cover every
+size once: consecutive ranges never overlap, and sizes where an NCCL line is fastest are NCCL's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Sequence
+
+import sympy
+
+from collsynth.algorithm.model import Algorithm
+from collsynth.collective.model import Collective
+from collsynth.errors import (
+    CollsynthError,
+    InvalidCollectiveError,
+    InvalidInstanceError,
+    UnimplementableError,
+)
+from collsynth.plan.cache import FrontCache
+from collsynth.timing.model import SIZE, as_fraction, cost_model, lower_envelope, symbolic_time
+from collsynth.topology.model import Topology
+
+__all__ = ["Line", "Candidate", "SizeRange", "SynthOptions", "FrontOutcome", "synthesize_front",
+           "nccl_candidates", "algorithm_candidates", "choose_ranges", "ENVELOPE_LIMIT_BYTES",
+           "NCCL"]
+
+_log = logging.getLogger(__name__)
+
+#: The label of every NCCL range.
+NCCL = "nccl"
+#: Sizes are compared up to this many bytes (1 PiB); a range reaching it is unbounded.
+ENVELOPE_LIMIT_BYTES = 1 << 50
+
+
+@dataclass(frozen=True)
+class Line:
+    """``time_us = intercept_us + slope_us_per_byte * size_bytes``, exact.
+
+    >>> Line(Fraction(2), Fraction(1, 1000)).at(4000)
+    Fraction(6, 1)
+    """
+
+    intercept_us: Fraction
+    slope_us_per_byte: Fraction
+
+    def at(self, size_bytes: int | Fraction) -> Fraction:
+        """Microseconds at ``size_bytes``."""
+        return self.intercept_us + self.slope_us_per_byte * Fraction(size_bytes)
+
+    def expr(self) -> sympy.Expr:
+        """The line as a sympy expression in :data:`collsynth.timing.model.SIZE`."""
+        i, s = self.intercept_us, self.slope_us_per_byte
+        return sympy.Rational(i.numerator, i.denominator) + \
+            sympy.Rational(s.numerator, s.denominator) * SIZE
+
+    @classmethod
+    def from_expr(cls, expr: sympy.Expr) -> "Line":
+        """The line of a sympy expression linear in ``SIZE``."""
+        poly = sympy.Poly(sympy.expand(expr), SIZE)
+        if poly.degree() > 1:
+            raise InvalidInstanceError(f"time {expr} is not linear in size_bytes")
+        return cls(as_fraction(poly.coeff_monomial(1)), as_fraction(poly.coeff_monomial(SIZE)))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run the collective: ``source`` is ``"collsynth"`` (with its ``algorithm``) or
+    ``"nccl"`` (``name`` like ``"nccl ring/LL"`` or ``"nccl measured"``)."""
+
+    name: str
+    source: str
+    line: Line
+    algorithm: Algorithm | None = dataclasses.field(default=None, compare=False)
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class SizeRange:
+    """Sizes ``min_bytes..max_bytes`` (inclusive; ``max_bytes`` ``None``: unbounded) where
+    ``choice`` (a candidate's name, or :data:`NCCL`) is fastest."""
+
+    min_bytes: int
+    max_bytes: int | None
+    choice: str
+
+    def contains(self, size_bytes: int) -> bool:
+        return self.min_bytes <= size_bytes and (self.max_bytes is None
+                                                 or size_bytes <= self.max_bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SynthOptions:
+    """How candidates are synthesized (keyword-only).
+
+    Parameters
+    ----------
+    time_limit_s:
+        Seconds for one synthesis problem (one collective on one group).
+    max_group_ranks:
+        Largest group synthesized with the Pareto sweep; larger ones use the bandwidth-optimal
+        engine when it is installed, and stay on NCCL otherwise.
+    backend:
+        Solver backend (``"auto"``, ``"cpsat"``, ``"z3"``).
+    max_chunks, max_steps:
+        Limits of the Pareto sweep (``None``: its defaults).
+    """
+
+    time_limit_s: float = 30.0
+    max_group_ranks: int = 16
+    backend: str = "auto"
+    max_chunks: int | None = None
+    max_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.time_limit_s, (int, float)) and self.time_limit_s > 0
+                and math.isfinite(self.time_limit_s)):
+            raise InvalidInstanceError(f"time_limit_s = {self.time_limit_s!r}; expected > 0")
+        if not isinstance(self.max_group_ranks, int) or self.max_group_ranks < 2:
+            raise InvalidInstanceError(f"max_group_ranks = {self.max_group_ranks!r}; expected "
+                                       "an integer >= 2")
+
+
+@dataclass(frozen=True)
+class FrontOutcome:
+    """The algorithms synthesized for one problem and how: ``engine`` (``"pareto"``,
+    ``"bandwidth-optimal"`` or ``"none"``), ``complete`` (the search finished), ``cached``
+    (read from the cache), ``note`` (one line for the report)."""
+
+    algorithms: tuple[Algorithm, ...]
+    engine: str
+    complete: bool
+    cached: bool
+    note: str
+
+
+def synthesize_front(topology: Topology, collective: Collective, *, options: SynthOptions,
+                     cache: FrontCache | None = None) -> FrontOutcome:
+    """The synthesized candidates of ``collective`` on ``topology`` (see the module docstring).
+
+    Never raises for a problem synthesis cannot solve: an unimplementable collective (a group
+    whose links do not connect it), a search that finds nothing in time, or a missing engine
+    give an outcome without algorithms and a note saying why.
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import allgather
+    >>> out = synthesize_front(get_topology("ring:4"), allgather(4), options=SynthOptions())
+    >>> [(a.num_steps, str(a.rounds_per_chunk)) for a in out.algorithms], out.engine
+    ([(2, '3/2')], 'pareto')
+    """
+    n = topology.num_ranks
+    cache = cache if cache is not None else FrontCache(None)
+    if n <= options.max_group_ranks:
+        engine = "pareto"
+        keyed = {"backend": options.backend, "max_chunks": options.max_chunks,
+                 "max_steps": options.max_steps}
+    else:
+        engine = "bandwidth-optimal"
+        keyed = {}
+        if _bandwidth_optimal_solver() is None:
+            return FrontOutcome((), "none", True, False,
+                                f"not synthesized: {n} ranks is more than the "
+                                f"{options.max_group_ranks} the Pareto sweep is run for, and the "
+                                "bandwidth-optimal engine is not installed")
+    hit = cache.get(topology, collective, engine=engine, options=keyed,
+                    time_limit_s=options.time_limit_s)
+    if hit is not None:
+        state = "complete" if hit.complete else "incomplete"
+        return FrontOutcome(hit.algorithms, engine, hit.complete, True,
+                            f"{engine}: {len(hit.algorithms)} algorithm(s) from the cache "
+                            f"({state} search){'; ' + hit.detail if hit.detail else ''}")
+    try:
+        if engine == "pareto":
+            algorithms, complete, detail = _pareto(topology, collective, options)
+        else:
+            algorithms, complete, detail = _bandwidth_optimal(topology, collective, options)
+    except UnimplementableError as exc:
+        cache.put(topology, collective, (), engine=engine, options=keyed, complete=True,
+                  time_limit_s=options.time_limit_s, detail=f"unimplementable: {exc}")
+        return FrontOutcome((), engine, True, False, f"not synthesized: unimplementable on the "
+                                                     f"group's links: {exc}")
+    except InvalidCollectiveError as exc:  # a collective the engine does not handle
+        return FrontOutcome((), engine, True, False, f"not synthesized: {exc}")
+    except CollsynthError as exc:  # a solver that crashed or is missing: NCCL keeps the calls
+        _log.warning("synthesis of %s on %s failed: %s", collective.describe(), topology.name,
+                     exc)
+        return FrontOutcome((), engine, False, False, f"synthesis failed: {exc}")
+    cache.put(topology, collective, algorithms, engine=engine, options=keyed, complete=complete,
+              time_limit_s=options.time_limit_s, detail=detail)
+    state = "complete" if complete else "incomplete"
+    return FrontOutcome(algorithms, engine, complete, False,
+                        f"{engine}: {len(algorithms)} algorithm(s) synthesized ({state} search"
+                        f"{', ' + detail if detail else ''})")
+
+
+def _bandwidth_optimal_solver() -> Any:
+    """``solve_bandwidth_optimal`` of the bandwidth-optimal engine, or ``None`` when it is not
+    installed."""
+    try:
+        from collsynth.synthesis.bandwidth_optimal import solve_bandwidth_optimal
+    except ImportError:
+        try:
+            from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
+        except ImportError:
+            return None
+    return solve_bandwidth_optimal
+
+
+def _named(algorithm: Algorithm, collective: Collective, engine: str) -> Algorithm:
+    name = (f"{collective.name}-n{collective.num_ranks}-s{algorithm.num_steps}"
+            f"-r{algorithm.num_rounds}-c{algorithm.chunks}")
+    return dataclasses.replace(algorithm, name=name,
+                               provenance={**dict(algorithm.provenance), "engine": engine})
+
+
+def _pareto(topology: Topology, collective: Collective, options: SynthOptions
+            ) -> tuple[tuple[Algorithm, ...], bool, str]:
+    from collsynth.synthesis import SolveOptions, SweepLog, pareto_front
+
+    log = SweepLog()
+    solve = SolveOptions(backend=options.backend, time_limit=options.time_limit_s)
+    found = tuple(_named(r.algorithm, collective, "pareto")
+                  for r in pareto_front(topology, collective, max_chunks=options.max_chunks,
+                                        max_steps=options.max_steps, options=solve, log=log)
+                  if r.algorithm is not None)
+    return found, log.complete, log.stopped_by
+
+
+def _bandwidth_optimal(topology: Topology, collective: Collective, options: SynthOptions
+                       ) -> tuple[tuple[Algorithm, ...], bool, str]:
+    solve_bandwidth_optimal = _bandwidth_optimal_solver()
+    result = solve_bandwidth_optimal(topology, collective, time_limit_s=options.time_limit_s)
+    algorithm = getattr(result, "algorithm", None)
+    if algorithm is None:
+        return (), False, "the bandwidth-optimal engine found nothing"
+    rpc = getattr(result, "rounds_per_chunk", None)
+    optimal = bool(getattr(result, "optimal", True))  # a packing cut short is searched again
+    return ((_named(algorithm, collective, "bandwidth-optimal"),), optimal,
+            f"rounds/chunk {rpc}" if rpc is not None else "")
+
+
+def algorithm_candidates(algorithms: Sequence[Algorithm], *, model: Any) -> list[Candidate]:
+    """A candidate per algorithm, timed with ``model`` (a
+    :class:`~collsynth.timing.model.CostModel`)."""
+    result = []
+    for algorithm in algorithms:
+        line = Line.from_expr(symbolic_time(algorithm, model=model))
+        result.append(Candidate(algorithm.name, "collsynth", line, algorithm,
+                                f"steps={algorithm.num_steps} rounds={algorithm.num_rounds} "
+                                f"chunks={algorithm.chunks} "
+                                f"rounds/chunk={algorithm.rounds_per_chunk}"))
+    return result
+
+
+def nccl_candidates(topology: Topology, collective: str, *, model: Any,
+                    calibration: Any = None) -> tuple[list[Candidate], str]:
+    """NCCL's candidates on ``topology`` for ``collective`` and a note on where they come from.
+
+    With a ``calibration`` holding a fit of this collective on this many ranks, the one
+    candidate ``"nccl measured"`` (the fitted line); otherwise NCCL's modelled (algorithm,
+    protocol) choices. ``[]`` when NCCL has no model here (alltoall: grouped send/recv; a
+    topology without a ring through every rank).
+
+    >>> from collsynth.topology import get_topology
+    >>> dgx1 = get_topology("dgx1")
+    >>> names = [c.name for c in nccl_candidates(dgx1, "allgather", model=cost_model(dgx1))[0]]
+    >>> names
+    ['nccl ring/LL', 'nccl ring/LL128', 'nccl ring/Simple']
+    """
+    from collsynth.timing.nccl import nccl_choices, nccl_setup
+
+    n = topology.num_ranks
+    if calibration is not None and calibration.entries_for(collective, ranks=n):
+        line = calibration.alpha_beta_for(collective, ranks=n)
+        measured = Line(Fraction(repr(float(line.alpha_us))),
+                        Fraction(repr(float(line.beta_us_per_byte))))
+        return ([Candidate("nccl measured", NCCL, measured,
+                           detail="NCCL as measured (calibration fit)")],
+                f"NCCL: the calibration's measured {collective} line on {n} ranks")
+    try:
+        setup = nccl_setup(topology, model=model)
+    except CollsynthError as exc:
+        return [], f"NCCL not modelled: {exc}"
+    choices = nccl_choices(setup, collective)
+    if not choices:
+        return [], (f"NCCL not modelled: NCCL runs {collective} as grouped send/recv, outside "
+                    "its ring/tree tuning model (a calibration with a fit of it gives a baseline)")
+    return ([Candidate(f"nccl {c.name}", NCCL, Line(Fraction(c.latency_us),
+                                                     1 / (1000 * Fraction(c.algbw_gbps))),
+                       detail=f"NCCL {c.name}") for c in choices],
+            f"NCCL: {len(setup.rings)} ring channel(s), {setup.bus_gbps:g} GB/s bus bandwidth")
+
+
+def choose_ranges(candidates: Sequence[Candidate], *,
+                  limit_bytes: int = ENVELOPE_LIMIT_BYTES) -> tuple[SizeRange, ...]:
+    """Whole-byte ranges covering ``0..`` (unbounded), each with its fastest candidate.
+
+    NCCL's candidates are one choice, :data:`NCCL` (NCCL picks among them itself); on an exact
+    tie NCCL keeps the size. Consecutive ranges have different choices, and each starts one byte
+    after the previous one ends. A segment of the envelope holding no whole byte is dropped.
+
+    >>> nccl = Candidate("nccl ring/LL", NCCL, Line(Fraction(10), Fraction(1, 100)))
+    >>> fast = Candidate("a", "collsynth", Line(Fraction(1), Fraction(1, 50)))
+    >>> choose_ranges([nccl, fast])
+    (SizeRange(min_bytes=0, max_bytes=899, choice='a'), SizeRange(min_bytes=900, max_bytes=None, choice='nccl'))
+    """
+    if not candidates:
+        return (SizeRange(0, None, NCCL),)
+    ordered = sorted(candidates, key=lambda c: c.source != NCCL)  # NCCL first: it wins ties
+    names = {}
+    for c in ordered:
+        names.setdefault(c.name, c)
+    segments = lower_envelope({name: c.line.expr() for name, c in names.items()}, 0,
+                              limit_bytes)
+    ranges: list[SizeRange] = []
+    for segment in segments:
+        label = NCCL if names[segment.name].source == NCCL else segment.name
+        lo = math.ceil(segment.from_bytes) if ranges else 0
+        last = segment.to_bytes >= limit_bytes
+        hi = None if last else math.ceil(segment.to_bytes) - 1
+        if hi is not None and hi < lo:
+            continue
+        if ranges and ranges[-1].choice == label:
+            ranges[-1] = SizeRange(ranges[-1].min_bytes, hi, label)
+        else:
+            if ranges:  # contiguous by construction; keep it so if a segment was dropped
+                lo = ranges[-1].max_bytes + 1  # type: ignore[operator]
+            ranges.append(SizeRange(lo, hi, label))
+    return _nccl_keeps_ties(ranges, names)
+
+
+def _nccl_keeps_ties(ranges: Sequence[SizeRange], candidates: dict[str, Candidate]
+                     ) -> tuple[SizeRange, ...]:
+    """Give NCCL the sizes at the ends of a range where the range's algorithm only ties it (the
+    envelope gives a crossover to the line winning after it), then re-cover every size."""
+    nccl = [c.line for c in candidates.values() if c.source == NCCL]
+    if not nccl:
+        return tuple(ranges)
+
+    def ties(name: str, size: int) -> bool:
+        return candidates[name].line.at(size) >= min(line.at(size) for line in nccl)
+
+    trimmed = []
+    for r in ranges:
+        lo, hi = r.min_bytes, r.max_bytes
+        if r.choice != NCCL:
+            if ties(r.choice, lo):
+                lo += 1
+            if hi is not None and hi >= lo and ties(r.choice, hi):
+                hi -= 1
+            if hi is not None and hi < lo:
+                continue
+        trimmed.append(SizeRange(lo, hi, r.choice))
+    covered: list[SizeRange] = []
+
+    def push(hi: int | None, choice: str) -> None:
+        if covered and covered[-1].choice == choice:
+            covered[-1] = SizeRange(covered[-1].min_bytes, hi, choice)
+        else:
+            start = covered[-1].max_bytes + 1 if covered else 0  # type: ignore[operator]
+            covered.append(SizeRange(start, hi, choice))
+
+    for r in trimmed:
+        start = covered[-1].max_bytes + 1 if covered else 0  # type: ignore[operator]
+        if r.min_bytes > start:  # a gap left by trimming: NCCL's
+            push(r.min_bytes - 1, NCCL)
+        push(r.max_bytes, r.choice)
+    if covered and covered[-1].max_bytes is not None:
+        push(None, NCCL)
+    return tuple(covered)
+
+
+def timing_model(topology: Topology, *, gamma_us_per_byte: float = 0.0) -> Any:
+    """The cost model of ``topology`` (already calibrated when a calibration is used)."""
+    return cost_model(topology, gamma_us_per_byte=gamma_us_per_byte)

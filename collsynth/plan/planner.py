@@ -1,0 +1,788 @@
+"""Make a plan: from a trace and a topology to the algorithm each traced collective should run.
+
+:func:`make_plan` reads the trace (:mod:`collsynth.plan.calls`), groups the calls by (collective,
+process group, root), and for each:
+
+1. takes the group's topology (:func:`~collsynth.plan.groups.topology_for_group`; a calibration
+   is applied to the whole topology first, so a group inherits the measured figures);
+2. gathers the candidates (:mod:`collsynth.plan.choose`): synthesized algorithms (cached) and NCCL's
+   ring/tree choices, or NCCL's measured line;
+3. leaves out the synthesized algorithms the runtime cannot express, and those whose
+   ``nchunksperloop`` no traced call's element count is a multiple of (the runtime would never
+   select them), then splits the sizes into non-overlapping ranges, each with its fastest
+   candidate (:func:`~collsynth.plan.choose.choose_ranges`);
+4. lowers each synthesized range that a traced call falls into to MSCCL XML for the runtime
+   (:func:`collsynth.export.lower.lower`, checked by
+   :func:`~collsynth.cli_export.check_exported`) with ``minBytes``/``maxBytes`` set to the range;
+5. predicts every traced call's time under NCCL and under the plan.
+
+What the runtimes can and cannot tell apart shapes the plan. An MSCCL runtime selects an
+algorithm by collective, rank count, in-place-ness and size only (MSCCL_XML_SPEC.md 13): not by
+which ranks the communicator holds, and not by root (the XML has no root attribute). So:
+
+* all the groups of one collective and one size share one set of XML files: the group with the
+  most traced bytes is planned; another group whose topology has the same links and figures
+  gets the same plan; one whose topology differs is marked ``shared`` (its calls in the ranges
+  will run the first group's algorithm; their time is not modelled and is counted as NCCL's);
+* a rooted collective (broadcast, reduce) traced with several roots (in group numbering) for one
+  size stays on NCCL: one XML would run every root's calls with one root's schedule;
+* ``msccl`` loads at most 4 algorithms (``MSCCL_MAX_NUM_ALGOS``): the 4 with the largest predicted
+  saving are kept.
+
+Torch calls ``all_reduce``, ``broadcast`` and ``reduce`` in place and the other planned collectives
+out of place; rccl and msccl-executor files declare both layouts (the program is built correct in
+both), msccl files the torch layout. A call runs the plan's algorithm only when its element count
+is a multiple of the program's ``nchunksperloop`` (else the runtime falls back to NCCL): the
+prediction says so per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable, Mapping, Sequence
+
+from collsynth.collective.standard import standard_collective
+from collsynth.errors import ExportError, InvalidTopologyError
+from collsynth.plan.buckets import StepStructure, find_steps, size_bucket
+from collsynth.plan.cache import FrontCache
+from collsynth.plan.calls import TracedCall, TracedRun, load_calls
+from collsynth.plan.choose import (
+    NCCL,
+    Candidate,
+    SizeRange,
+    SynthOptions,
+    algorithm_candidates,
+    choose_ranges,
+    nccl_candidates,
+    synthesize_front,
+    timing_model,
+)
+from collsynth.plan.groups import plan_signature, topology_for_group
+from collsynth.topology.model import Topology
+
+__all__ = ["PLANNED_KINDS", "PlanOptions", "XmlFile", "RangePlan", "BucketRow", "PlanEntry",
+           "NotPlanned", "RankSteps", "Plan", "make_plan", "plan_calls", "MSCCL_MAX_ALGORITHMS"]
+
+_log = logging.getLogger(__name__)
+
+#: Trace kinds a plan may move off NCCL, and the collsynth collective of each.
+PLANNED_KINDS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+_ROOTED = ("broadcast", "reduce")
+#: Collectives torch calls in place (same tensor in and out).
+_TORCH_INPLACE = ("allreduce", "broadcast", "reduce")
+_COMBINING = ("allreduce", "reduce", "reduce_scatter")
+#: msccl's MSCCL_MAX_NUM_ALGOS (MSCCL_XML_SPEC.md 13.1).
+MSCCL_MAX_ALGORITHMS = 4
+#: msccl's default maxBytes when the attribute is left out (exclusive; MSCCL_XML_SPEC.md 15).
+_MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
+
+_REASONS = {
+    "barrier": "a barrier carries no data (NCCL runs it as a one-element allreduce)",
+    "send": "point-to-point: not a collective",
+    "recv": "point-to-point: not a collective",
+    "isend": "point-to-point: not a collective",
+    "irecv": "point-to-point: not a collective",
+    "gather": "torch runs gather on NCCL as grouped send/recv, which MSCCL runtimes never "
+              "replace",
+    "scatter": "torch runs scatter on NCCL as grouped send/recv, which MSCCL runtimes never "
+               "replace",
+    "broadcast_object_list": "pickled objects: a broadcast of their sizes then one of a payload "
+                             "whose size changes from call to call",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOptions:
+    """Options of :func:`make_plan` (keyword-only).
+
+    Parameters
+    ----------
+    runtime:
+        ``"msccl-executor"`` (default), ``"msccl"`` or ``"rccl"``: the runtime the XML is for.
+    synth:
+        How candidates are synthesized (:class:`~collsynth.plan.choose.SynthOptions`).
+    calibration:
+        A :class:`~collsynth.timing.calibration.Calibration` (measured alpha and GB/s, NCCL's
+        measured lines), or ``None``; ``calibration_file`` names it in the plan.
+    device:
+        GPU whose reduction cost combining algorithms pay (:mod:`collsynth.timing.kernels`).
+    cache:
+        Where synthesized fronts are kept (``None``: nowhere).
+    proto:
+        NCCL protocol of the XML programs.
+    all_ranges:
+        Export every range a synthesized algorithm wins, also those no traced call falls into.
+    """
+
+    runtime: str = "msccl-executor"
+    synth: SynthOptions = SynthOptions()
+    calibration: Any = None
+    calibration_file: str | None = None
+    device: str | None = None
+    cache: FrontCache | None = None
+    proto: str = "Simple"
+    all_ranges: bool = False
+
+
+@dataclass(frozen=True)
+class XmlFile:
+    """One XML file of the plan: ``name`` under ``xml/``, its text, and what the runtime needs
+    to know to select it."""
+
+    name: str
+    text: str = field(repr=False)
+    collective: str
+    ngpus: int
+    root: int | None
+    nchunksperloop: int
+    inplace: bool
+    outofplace: bool
+
+
+@dataclass(frozen=True)
+class RangePlan:
+    """One size range of one entry: ``choice`` is an algorithm's name or ``"nccl"``.
+
+    ``winner`` is the fastest candidate in the range; ``choice`` what the plan runs there (NCCL
+    when the winner's XML was not exported: ``note`` says why). ``xml`` is the file of the range
+    (the same file for every entry that shares it). ``max_bytes`` is inclusive (``None``:
+    unbounded).
+    """
+
+    min_bytes: int
+    max_bytes: int | None
+    winner: str
+    choice: str
+    xml: str | None = None
+    note: str = ""
+
+    def contains(self, size_bytes: int) -> bool:
+        return self.min_bytes <= size_bytes and (self.max_bytes is None
+                                                 or size_bytes <= self.max_bytes)
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    """The calls of one entry in one size bucket (counted on the group's lowest traced rank).
+
+    Times are totals over the calls (us); ``None`` when not modelled. ``fallback`` counts calls
+    that fall in a planned range but that the runtime would give back to NCCL (element count not
+    a multiple of ``nchunksperloop``).
+    """
+
+    bucket: tuple[int, int]
+    calls: int
+    bytes: int
+    nccl_us: float | None
+    plan_us: float | None
+    choices: tuple[str, ...]
+    fallback: int = 0
+    measured_us: float | None = None
+
+    @property
+    def saving_us(self) -> float | None:
+        if self.nccl_us is None or self.plan_us is None:
+            return None
+        return self.nccl_us - self.plan_us
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """The plan of one collective on one group (with one root).
+
+    ``status``: ``"planned"`` (XML files run some of its calls), ``"nccl"`` (NCCL keeps every
+    call: ``reason`` says why) or ``"shared"`` (its calls may run another group's XML, see the
+    module docstring). ``group`` are global ranks; ``root`` is global (``None``: unrooted).
+    """
+
+    collective: str
+    group: tuple[int, ...]
+    root: int | None
+    topology: str
+    status: str
+    reason: str
+    candidates: tuple[Candidate, ...]
+    ranges: tuple[RangePlan, ...]
+    buckets: tuple[BucketRow, ...]
+    synthesis: str
+    nccl_note: str
+    nchunks: Mapping[str, int] = field(default_factory=dict, compare=False)
+    runtime: str = "msccl-executor"
+    excluded: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def local_root(self) -> int | None:
+        return None if self.root is None else self.group.index(self.root)
+
+    def candidate(self, name: str) -> Candidate | None:
+        for c in self.candidates:
+            if c.name == name:
+                return c
+        return None
+
+    def nccl_us(self, size_bytes: int) -> Fraction | None:
+        """NCCL's predicted time at ``size_bytes`` (its fastest choice), or ``None``."""
+        times = [c.line.at(size_bytes) for c in self.candidates if c.source == NCCL]
+        return min(times) if times else None
+
+    def predict(self, size_bytes: int, element_size: int | None = None
+                ) -> tuple[Fraction | None, Fraction | None, str, bool]:
+        """``(nccl_us, plan_us, choice, fallback)`` of one call of ``size_bytes`` bytes.
+
+        ``choice`` is what runs it under the plan (an algorithm's name or ``"nccl"``);
+        ``fallback`` is true when a planned range holds the size but the runtime would not
+        select the XML (element count not a multiple of ``nchunksperloop``; ``element_size``
+        is bytes per element, ``None``: unknown, assumed to fit).
+        """
+        nccl = self.nccl_us(size_bytes)
+        for r in self.ranges:
+            if not r.contains(size_bytes):
+                continue
+            if r.choice == NCCL or self.status == "shared":
+                return nccl, nccl, NCCL, False
+            candidate = self.candidate(r.choice)
+            assert candidate is not None
+            if not _selectable(size_bytes, element_size, self.nchunks.get(r.choice),
+                               runtime=self.runtime, collective=self.collective,
+                               ranks=len(self.group)):
+                return nccl, nccl, NCCL, True
+            return nccl, candidate.line.at(size_bytes), r.choice, False
+        return nccl, nccl, NCCL, False
+
+
+#: Collectives whose runtime byte count is the API count times the rank count.
+_COUNT_TIMES_RANKS = ("allgather", "reduce_scatter", "alltoall")
+
+
+def _selectable(size_bytes: int, element_size: int | None, nchunksperloop: int | None, *,
+                runtime: str = "msccl", collective: str = "allreduce", ranks: int = 1) -> bool:
+    """Whether the runtime would run an XML with ``nchunksperloop`` on a call of ``size_bytes``.
+
+    msccl and rccl require ``count x mult`` (the elements of the larger buffer,
+    ``size_bytes / element_size``) to be a multiple of ``nchunksperloop`` (MSCCL_XML_SPEC.md
+    13); msccl-executor requires the API's ``count`` itself to be one
+    (``mscclInternalSchedulerSelectAlgo``): for allgather, reduce-scatter and alltoall that is
+    the elements divided by the rank count. An unknown element size is assumed to fit.
+
+    >>> _selectable(4096, 4, 8), _selectable(4100, 4, 8)
+    (True, False)
+    >>> _selectable(4 * 8 * 3, 4, 8, runtime="msccl-executor", collective="allgather", ranks=8)
+    False
+    """
+    if size_bytes < 1:
+        return False
+    if nchunksperloop is None:
+        return True
+    width = element_size
+    if width is None:
+        return True
+    if size_bytes % width:
+        return False
+    count = size_bytes // width
+    if runtime == "msccl-executor" and collective in _COUNT_TIMES_RANKS:
+        if count % ranks:
+            return False
+        count //= ranks
+    return count % nchunksperloop == 0
+
+
+@dataclass(frozen=True)
+class NotPlanned:
+    """Calls that stay on NCCL whatever the plan: their kind, group, count, bytes and why."""
+
+    kind: str
+    group: tuple[int, ...]
+    calls: int
+    bytes: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RankSteps:
+    """One rank's predicted communication time per step (us, modelled calls only), and how many
+    of its calls per step are not modelled (not planned kinds, collectives NCCL's model does
+    not cover); ``measured_us_per_step`` sums the traced durations when every call has one."""
+
+    rank: int
+    structure: StepStructure
+    calls_per_step: float
+    nccl_us_per_step: float
+    plan_us_per_step: float
+    unmodelled_per_step: float
+    measured_us_per_step: float | None = None
+
+    @property
+    def saving_us_per_step(self) -> float:
+        return self.nccl_us_per_step - self.plan_us_per_step
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A whole plan: what :func:`collsynth.plan.writer.write_plan` writes."""
+
+    trace_dir: str
+    world_size: int
+    topology: str
+    nodes: int | None
+    runtime: str
+    calibration_file: str | None
+    device: str | None
+    entries: tuple[PlanEntry, ...]
+    not_planned: tuple[NotPlanned, ...]
+    ranks: tuple[RankSteps, ...]
+    xml_files: tuple[XmlFile, ...]
+    notes: tuple[str, ...]
+    synth_time_limit_s: float
+
+    def totals(self) -> dict[str, float]:
+        """Predicted totals over the modelled calls of every entry (us), counted once per group."""
+        nccl = sum(b.nccl_us for e in self.entries for b in e.buckets if b.nccl_us is not None
+                   and b.plan_us is not None)
+        plan = sum(b.plan_us for e in self.entries for b in e.buckets if b.nccl_us is not None
+                   and b.plan_us is not None)
+        calls = sum(b.calls for e in self.entries for b in e.buckets)
+        return {"calls": calls, "nccl_us": nccl, "plan_us": plan, "saving_us": nccl - plan}
+
+
+# -- making a plan ---------------------------------------------------------------------------------
+
+
+def make_plan(trace_dir: str | os.PathLike[str], topology: Topology, *,
+              options: PlanOptions = PlanOptions(), nodes: int | None = None,
+              progress: Callable[[str], None] | None = None) -> Plan:
+    """Plan the trace in ``trace_dir`` on ``topology`` (see the module docstring).
+
+    Parameters
+    ----------
+    trace_dir:
+        A trace directory (``rank-00000.jsonl``, ...).
+    topology:
+        The machine: global rank ``r`` is its rank ``r`` (compose nodes beforehand:
+        :func:`collsynth.resolve.resolve_topology` with ``nodes=``); ``nodes`` is recorded.
+    options:
+        :class:`PlanOptions`.
+    progress:
+        Called with one line per problem synthesized or exported.
+
+    Raises
+    ------
+    FileFormatError
+        A missing or malformed trace.
+    InvalidTopologyError
+        A trace with more ranks than the topology, or a calibration for another rank count.
+    ExportError
+        An XML program that fails the check (nothing is written by this function anyway).
+    """
+    return plan_calls(load_calls(trace_dir), topology, options=options, nodes=nodes,
+                      progress=progress)
+
+
+def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = PlanOptions(),
+               nodes: int | None = None, progress: Callable[[str], None] | None = None) -> Plan:
+    """:func:`make_plan` on calls already read."""
+    from collsynth.export.runtimes import get_runtime
+
+    runtime = get_runtime(options.runtime).name
+    say = progress or (lambda line: None)
+    n = topology.num_ranks
+    if run.world_size > n:
+        raise InvalidTopologyError(
+            f"the trace in {run.directory} has {run.world_size} ranks but topology "
+            f"{topology.name!r} has {n}; pass --nodes to compose several nodes")
+    notes: list[str] = []
+    missing = sorted(set(range(run.world_size)) - set(run.ranks))
+    if missing:
+        shown = ", ".join(map(str, missing[:16])) + (" ..." if len(missing) > 16 else "")
+        notes.append(f"{len(missing)} rank(s) have no trace file ({shown}): each group's calls "
+                     "are counted on its lowest traced rank")
+    if run.world_size < n:
+        notes.append(f"the trace has {run.world_size} ranks, the topology {n}: global rank r is "
+                     f"rank r of {topology.name}")
+    machine = options.calibration.apply(topology) if options.calibration is not None \
+        else topology
+    if options.calibration is not None:
+        notes.append(f"calibrated: {machine.alpha_us:.4g} us per step, {machine.unit_gbps:.4g} "
+                     f"GB/s per bandwidth unit (from {options.calibration_file or 'a calibration'}"
+                     ")")
+    gamma = 0.0
+    if options.device is not None:
+        from collsynth.timing.kernels import reduce_gamma_us_per_byte
+
+        gamma = reduce_gamma_us_per_byte(options.device)
+        notes.append(f"reductions charged {gamma:.3g} us/byte ({options.device}) to synthesized "
+                     "algorithms; NCCL's model charges none")
+
+    keyed, not_planned = _classify(run)
+    entries, xml_files = _plan_entries(keyed, run, machine, runtime, options, gamma, say)
+    ranks = _rank_steps(run, {(_key_of(e)): e for e in entries})
+    return Plan(run.directory, run.world_size, topology.name, nodes, runtime,
+                options.calibration_file, options.device, tuple(entries), tuple(not_planned),
+                tuple(ranks), tuple(xml_files), tuple(notes), options.synth.time_limit_s)
+
+
+_Key = tuple  # (collective, group, root)
+
+
+def _key_of(entry: PlanEntry) -> _Key:
+    return (entry.collective, entry.group, entry.root)
+
+
+def _representative(group: Sequence[int], traced: set[int]) -> int | None:
+    present = [r for r in group if r in traced]
+    return min(present) if present else None
+
+
+def _not_planned_reason(call: TracedCall) -> str | None:
+    if call.error is not None:
+        return "the call raised an error"
+    if call.kind in _REASONS:
+        return _REASONS[call.kind]
+    if call.kind not in PLANNED_KINDS:
+        return f"kind {call.kind!r} is not planned"
+    if len(call.group) < 2:
+        return "a one-rank group: nothing to communicate"
+    if call.kind == "alltoall" and call.uneven:
+        return "uneven split sizes (an alltoallv): a synthesized alltoall moves equal blocks"
+    if call.kind in _COMBINING and call.op in ("avg", "premul_sum"):
+        return (f"reduction {call.op}: MSCCL runtimes leave ncclAvg and custom operators to NCCL "
+                "(MSCCL_XML_SPEC.md 13)")
+    if call.kind in _ROOTED and (call.root is None or call.root not in call.group):
+        return f"root {call.root!r} is not a rank of the group"
+    return None
+
+
+def _classify(run: TracedRun) -> tuple[dict[_Key, list[TracedCall]], list[NotPlanned]]:
+    """Planned calls by (collective, group, root), counted on each group's lowest traced rank;
+    the others summed by (kind, group, reason)."""
+    traced = set(run.ranks)
+    keyed: dict[_Key, list[TracedCall]] = defaultdict(list)
+    skipped: dict[tuple[str, tuple[int, ...], str], list[int]] = {}
+    for rank in run.ranks:
+        for call in run.calls[rank]:
+            if _representative(call.group, traced) != rank:
+                continue
+            reason = _not_planned_reason(call)
+            if reason is None:
+                root = call.root if call.kind in _ROOTED else None
+                keyed[(call.kind, call.group, root)].append(call)
+            else:
+                stats = skipped.setdefault((call.kind, call.group, reason), [0, 0])
+                stats[0] += 1
+                stats[1] += call.size_bytes
+    not_planned = [NotPlanned(kind, group, calls, size, reason)
+                   for (kind, group, reason), (calls, size) in sorted(skipped.items())]
+    return dict(keyed), not_planned
+
+
+def _signature(topology: Topology) -> tuple[Any, ...]:
+    """What makes two groups' plans the same (links, groups, figures, network)."""
+    return plan_signature(topology)
+
+
+def _plan_entries(keyed: dict[_Key, list[TracedCall]], run: TracedRun, machine: Topology,
+                  runtime: str, options: PlanOptions, gamma: float,
+                  say: Callable[[str], None]) -> tuple[list[PlanEntry], list[XmlFile]]:
+    # Group the keys the runtime cannot tell apart: same collective, same number of ranks.
+    by_runtime: dict[tuple[str, int], list[_Key]] = defaultdict(list)
+    for key in keyed:
+        by_runtime[(key[0], len(key[1]))].append(key)
+    entries: list[PlanEntry] = []
+    xml_files: list[XmlFile] = []
+    for (collective, size), keys in sorted(by_runtime.items()):
+        keys.sort(key=lambda k: (-sum(c.size_bytes for c in keyed[k]), -len(keyed[k]), k[1]))
+        topologies = {k: topology_for_group(machine, k[1]) for k in keys}
+        roots = {None if k[2] is None else k[1].index(k[2]) for k in keys}
+        blocked = None
+        if len(roots) > 1:
+            blocked = (f"{collective} is traced with {len(roots)} different roots on groups of "
+                       f"{size} ranks; an MSCCL XML has no root, so the runtime would run every "
+                       "root's calls with one root's schedule")
+        # One plan per distinct group topology; the first (most bytes) owns the XML files.
+        owner = keys[0]
+        plans: dict[tuple[Any, ...], Any] = {}
+        owner_sig = _signature(topologies[owner])
+        for key in keys:
+            sig = _signature(topologies[key])
+            if sig not in plans:
+                plans[sig] = _plan_one(key, topologies[key], keyed, keys, topologies, runtime,
+                                       options, gamma, blocked, sig == owner_sig, say,
+                                       xml_files)
+            candidates, ranges, synthesis, nccl_note, nchunks, excluded = plans[sig]
+            owner_exports = any(r.xml is not None for r in plans[owner_sig][1])
+            status, reason = _status(owner, sig != owner_sig and owner_exports, ranges,
+                                     blocked, candidates, nccl_note, synthesis, excluded)
+            entries.append(PlanEntry(collective, key[1], key[2], topologies[key].name, status,
+                                     reason, tuple(candidates), ranges, (), synthesis,
+                                     nccl_note, nchunks, runtime, excluded))
+    _limit_msccl(entries, xml_files, keyed, runtime)
+    entries = [dataclasses.replace(e, buckets=_buckets(e, keyed[_key_of(e)])) for e in entries]
+    return entries, xml_files
+
+
+def _status(owner: _Key, shared: bool, ranges: Sequence[RangePlan], blocked: str | None,
+            candidates: Sequence[Candidate], nccl_note: str, synthesis: str,
+            excluded: Mapping[str, str]) -> tuple[str, str]:
+    if blocked is not None:
+        return "nccl", blocked
+    exported = [r for r in ranges if r.xml is not None]
+    if shared:
+        return "shared", (f"the runtime selects by collective and rank count only: calls of "
+                          f"this group in the planned ranges run the XML planned for group "
+                          f"{list(owner[1])}, whose links differ (time not modelled; counted "
+                          "as NCCL's)")
+    if exported:
+        return "planned", ""
+    if not any(c.source == NCCL for c in candidates):
+        return "nccl", nccl_note
+    if not any(c.source != NCCL for c in candidates):
+        return "nccl", synthesis
+    if all(c.name in excluded for c in candidates if c.source != NCCL):
+        return "nccl", "no synthesized algorithm can run a traced call: " + "; ".join(
+            f"{name}: {why}" for name, why in excluded.items())
+    winners = [r for r in ranges if r.winner != NCCL]
+    if winners:
+        return "nccl", "; ".join(sorted({r.note for r in winners if r.note})) or \
+            "synthesized algorithms win only at sizes no traced call has"
+    return "nccl", "NCCL is predicted fastest at every size"
+
+
+def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]],
+              keys: Sequence[_Key], topologies: Mapping[_Key, Topology], runtime: str,
+              options: PlanOptions, gamma: float, blocked: str | None, own: bool,
+              say: Callable[[str], None], xml_files: list[XmlFile]
+              ) -> tuple[list[Candidate], tuple[RangePlan, ...], str, str, dict[str, int],
+                         dict[str, str]]:
+    collective_name, group, root = key
+    n = len(group)
+    local_root = None if root is None else group.index(root)
+    model = timing_model(topology, gamma_us_per_byte=gamma)
+    nccl, nccl_note = nccl_candidates(topology, collective_name, model=model,
+                                      calibration=options.calibration)
+    synthesis = ""
+    algorithms: list[Candidate] = []
+    if blocked is not None:
+        synthesis = "not synthesized: " + blocked
+    elif not own:
+        synthesis = ("not synthesized: the runtime cannot tell this group from the group of "
+                     "the same collective and size that is planned")
+    elif not nccl:
+        synthesis = "not synthesized: no NCCL baseline to compare with"
+    else:
+        collective = standard_collective(collective_name, n, root=local_root)
+        say(f"synthesizing {collective.describe()} on {topology.name}")
+        outcome = synthesize_front(topology, collective, options=options.synth,
+                                   cache=options.cache)
+        synthesis = outcome.note
+        algorithms = algorithm_candidates(outcome.algorithms, model=model)
+    candidates = nccl + algorithms
+    sig = _signature(topology)
+    sizes = [(c.size_bytes, c.element_size) for k in keys if _signature(topologies[k]) == sig
+             for c in keyed[k]]
+    # Each algorithm is lowered once first: its nchunksperloop decides which calls the runtime
+    # would give it, and one the runtime cannot express is left out rather than failing the plan.
+    nchunks: dict[str, int] = {}
+    excluded: dict[str, str] = {}
+    for c in algorithms:
+        try:
+            probe = _export(c.algorithm, c.name + ".xml", collective_name, n, local_root,
+                            runtime, options, 0, None)
+        except ExportError as exc:
+            excluded[c.name] = f"cannot be exported for {runtime}: {exc}"
+            continue
+        nchunks[c.name] = probe.nchunksperloop
+        if not options.all_ranges and not any(
+                _selectable(size, width, probe.nchunksperloop, runtime=runtime,
+                            collective=collective_name, ranks=n) for size, width in sizes):
+            excluded[c.name] = (f"no traced call's element count is a multiple of its "
+                                f"nchunksperloop ({probe.nchunksperloop}): the runtime would "
+                                "never select it")
+    ranges = choose_ranges([c for c in candidates if c.name not in excluded])
+    planned: list[RangePlan] = []
+    for r in ranges:
+        planned += _export_range(r, candidates, sizes, collective_name, n, local_root, group,
+                                 runtime, options, own, xml_files, nchunks, say)
+    return candidates, tuple(planned), synthesis, nccl_note, nchunks, excluded
+
+
+def _export_range(r: SizeRange, candidates: Sequence[Candidate],
+                  sizes: Sequence[tuple[int, int | None]], collective: str, n: int,
+                  local_root: int | None, group: Sequence[int], runtime: str,
+                  options: PlanOptions, own: bool, xml_files: list[XmlFile],
+                  nchunks: dict[str, int], say: Callable[[str], None]) -> list[RangePlan]:
+    """The plan of one range of the envelope: one :class:`RangePlan`, or two when msccl's
+    ``maxBytes`` cannot reach the end of an unbounded range (the rest stays NCCL's)."""
+    if r.choice == NCCL:
+        return [RangePlan(r.min_bytes, r.max_bytes, NCCL, NCCL)]
+    if not own:
+        return [RangePlan(r.min_bytes, r.max_bytes, r.choice, NCCL,
+                          note="another group of this collective and size owns the XML files")]
+    inside = [(s, d) for s, d in sizes if r.contains(s)]
+    if not inside and not options.all_ranges:
+        return [RangePlan(r.min_bytes, r.max_bytes, r.choice, NCCL,
+                          note="synthesized algorithms win only at sizes no traced call has")]
+    if r.max_bytes is not None and r.max_bytes < 1:
+        return [RangePlan(r.min_bytes, r.max_bytes, r.choice, NCCL, note="empty calls only")]
+    max_bytes = r.max_bytes
+    rest: list[RangePlan] = []
+    if runtime == "msccl" and max_bytes is None:
+        # msccl cannot say "unlimited" (and sizes its scratch buffer by maxBytes): the XML
+        # stops at 128 MiB (msccl's default) or at the largest traced size above it.
+        max_bytes = max([_MSCCL_DEFAULT_MAX_BYTES - 1] + [s for s, _ in inside])
+        rest = [RangePlan(max_bytes + 1, None, r.choice, NCCL,
+                          note="above the largest size the msccl XML is given (maxBytes)")]
+    candidate = next(c for c in candidates if c.name == r.choice)
+    algorithm = candidate.algorithm
+    assert algorithm is not None
+    name = _xml_name(algorithm.name, group, r.min_bytes, max_bytes)
+    xml = _export(algorithm, name, collective, n, local_root, runtime, options, r.min_bytes,
+                  max_bytes)
+    if inside and not any(_selectable(s, d, xml.nchunksperloop, runtime=runtime,
+                                      collective=collective, ranks=n) for s, d in inside):
+        return [RangePlan(r.min_bytes, r.max_bytes, r.choice, NCCL,
+                          note="no traced call in the range has an element count that is a "
+                               "multiple of the program's nchunksperloop (the runtime would "
+                               "fall back to NCCL)")]
+    xml_files.append(xml)
+    nchunks[r.choice] = xml.nchunksperloop
+    say(f"exported {name}")
+    return [RangePlan(r.min_bytes, max_bytes, r.choice, r.choice, xml=name)] + rest
+
+
+def _xml_name(algorithm: str, group: Sequence[int], lo: int, hi: int | None) -> str:
+    ordered = list(group)
+    if ordered == list(range(ordered[0], ordered[0] + len(ordered))):
+        label = f"g{ordered[0]}-{ordered[-1]}"
+    else:
+        label = "g" + "_".join(map(str, ordered[:8])) + ("_etc" if len(ordered) > 8 else "")
+    stem = f"{algorithm}-{label}-{lo}B-{'inf' if hi is None else f'{hi}B'}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", stem) + ".xml"
+
+
+def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int | None,
+            runtime: str, options: PlanOptions, min_bytes: int, max_bytes: int | None
+            ) -> XmlFile:
+    """Lower, check and render one range's program (nothing is written here)."""
+    from collsynth.cli_export import check_exported, check_text
+    from collsynth.export.lower import lower
+    from collsynth.export.xml_writer import write_program
+
+    torch_inplace = collective in _TORCH_INPLACE
+    layouts = [(torch_inplace, not torch_inplace)]
+    if runtime != "msccl":
+        layouts.insert(0, (True, True))  # rccl / msccl-executor: declare both when possible
+    error: ExportError | None = None
+    for inplace, outofplace in layouts:
+        try:
+            program = lower(algorithm, runtime=runtime, proto=options.proto, inplace=inplace,
+                            outofplace=outofplace, min_bytes=min_bytes, max_bytes=max_bytes,
+                            name=name[:-4])
+            check_exported(program, runtime, algorithm)
+            text = write_program(program, runtime)
+            check_text(text, runtime)
+        except ExportError as exc:
+            error = exc
+            continue
+        return XmlFile(name, text, collective, n, local_root, program.nchunksperloop,
+                       inplace, outofplace)
+    assert error is not None
+    raise ExportError(f"{name}: {error}") from error
+
+
+def _limit_msccl(entries: list[PlanEntry], xml_files: list[XmlFile],
+                 keyed: dict[_Key, list[TracedCall]], runtime: str) -> None:
+    """msccl loads at most 4 algorithms: keep the 4 with the largest predicted saving."""
+    if runtime != "msccl" or len(xml_files) <= MSCCL_MAX_ALGORITHMS:
+        return
+    saving: dict[str, Fraction] = defaultdict(Fraction)
+    for entry in entries:
+        for call in keyed[_key_of(entry)]:
+            nccl, plan, choice, _ = entry.predict(call.size_bytes, call.element_size)
+            if choice != NCCL and nccl is not None and plan is not None:
+                r = next(r for r in entry.ranges if r.contains(call.size_bytes))
+                saving[r.xml or ""] += nccl - plan
+    ranked = sorted(xml_files, key=lambda x: (-saving.get(x.name, Fraction(0)), x.name))
+    dropped = {x.name for x in ranked[MSCCL_MAX_ALGORITHMS:]}
+    _log.info("msccl loads at most %d algorithms; left out: %s", MSCCL_MAX_ALGORITHMS,
+              ", ".join(sorted(dropped)))
+    xml_files[:] = [x for x in xml_files if x.name not in dropped]
+    note = (f"msccl loads at most {MSCCL_MAX_ALGORITHMS} algorithms (MSCCL_MAX_NUM_ALGOS); the "
+            f"{MSCCL_MAX_ALGORITHMS} with the largest predicted saving were kept")
+    for i, entry in enumerate(entries):
+        ranges = tuple(dataclasses.replace(r, choice=NCCL, xml=None, note=note)
+                       if r.xml in dropped else r for r in entry.ranges)
+        if ranges != entry.ranges:
+            status, reason = entry.status, entry.reason
+            if not any(r.xml for r in ranges) and status != "nccl":
+                status, reason = "nccl", note
+            entries[i] = dataclasses.replace(entry, ranges=ranges, status=status, reason=reason)
+
+
+def _buckets(entry: PlanEntry, calls: Sequence[TracedCall]) -> tuple[BucketRow, ...]:
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    for call in calls:
+        bucket = size_bucket(call.size_bytes)
+        row = rows.setdefault(bucket, {"calls": 0, "bytes": 0, "nccl": Fraction(0),
+                                       "plan": Fraction(0), "modelled": True, "choices": {},
+                                       "fallback": 0, "measured": 0.0, "timed": 0})
+        nccl, plan, choice, fallback = entry.predict(call.size_bytes, call.element_size)
+        row["calls"] += 1
+        row["bytes"] += call.size_bytes
+        if nccl is None or plan is None:
+            row["modelled"] = False
+        else:
+            row["nccl"] += nccl
+            row["plan"] += plan
+        row["choices"][choice] = None
+        row["fallback"] += int(fallback)
+        if call.duration_us is not None:
+            row["measured"] += call.duration_us
+            row["timed"] += 1
+    result = []
+    for bucket in sorted(rows):
+        row = rows[bucket]
+        modelled = row["modelled"]
+        result.append(BucketRow(
+            bucket, row["calls"], row["bytes"],
+            float(row["nccl"]) if modelled else None, float(row["plan"]) if modelled else None,
+            tuple(row["choices"]), row["fallback"],
+            row["measured"] if row["timed"] == row["calls"] else None))
+    return tuple(result)
+
+
+def _rank_steps(run: TracedRun, entries: Mapping[_Key, PlanEntry]) -> list[RankSteps]:
+    result = []
+    for rank in run.ranks:
+        calls = run.calls[rank]
+        structure = find_steps([c.signature for c in calls])
+        window = calls[structure.setup:structure.setup + structure.steps * structure.period] \
+            if structure.found else calls
+        nccl = plan = Fraction(0)
+        unmodelled = 0
+        measured = 0.0
+        timed = 0
+        for call in window:
+            if call.duration_us is not None:
+                measured += call.duration_us
+                timed += 1
+            root = call.root if call.kind in _ROOTED else None
+            entry = entries.get((call.kind, call.group, root))
+            if entry is None or _not_planned_reason(call) is not None:
+                unmodelled += 1
+                continue
+            t_nccl, t_plan, _, _ = entry.predict(call.size_bytes, call.element_size)
+            if t_nccl is None or t_plan is None:
+                unmodelled += 1
+                continue
+            nccl += t_nccl
+            plan += t_plan
+        steps = structure.steps
+        result.append(RankSteps(rank, structure, len(window) / steps, float(nccl) / steps,
+                                float(plan) / steps, unmodelled / steps,
+                                measured / steps if window and timed == len(window) else None))
+    return result

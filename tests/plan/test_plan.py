@@ -1,0 +1,337 @@
+"""Plans made from fixture traces and in-memory traces: what they choose, what they write."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from collsynth.cli import main as collsynth_main
+from collsynth.errors import ExportError, InvalidTopologyError
+from collsynth.export.xml_reader import read_checked, read_text
+from collsynth.plan import NCCL, load_calls, make_plan, plan_calls, write_plan
+from collsynth.plan.planner import _selectable
+from collsynth.plan.report import format_us
+from collsynth.resolve import resolve_topology
+
+TRACES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "traces"
+
+
+def _xml_ranges(directory: Path, runtime: str) -> list[tuple[str, int, int, int | None]]:
+    """(coll, ngpus, minBytes, inclusive max or None) of every XML file, as the runtime reads
+    them."""
+    result = []
+    for path in sorted((directory / "xml").iterdir()):
+        program, problems = read_checked(read_text(path), runtime)
+        assert program is not None and not problems, (path, problems)
+        hi = program.max_bytes
+        if runtime == "msccl":
+            hi = None if hi is None else hi - 1          # exclusive there
+        elif hi == 0:
+            hi = None                                    # 0 is unlimited for rccl/executor
+        result.append((program.coll, program.ngpus, program.min_bytes or 0, hi))
+    return result
+
+
+def _check_plan_invariants(plan, directory: Path) -> None:
+    """What every written plan must satisfy."""
+    # Each entry's ranges cover every size once.
+    for entry in plan.entries:
+        assert entry.ranges[0].min_bytes == 0 and entry.ranges[-1].max_bytes is None
+        for before, after in zip(entry.ranges, entry.ranges[1:]):
+            assert after.min_bytes == before.max_bytes + 1
+    # The XML files of one collective and rank count never overlap (the runtime cannot tell
+    # the groups apart), and each passes `collsynth check` for the plan's runtime.
+    ranges = _xml_ranges(directory, plan.runtime)
+    by_key: dict[tuple[str, int], list[tuple[int, int | None]]] = {}
+    for coll, ngpus, lo, hi in ranges:
+        by_key.setdefault((coll, ngpus), []).append((lo, hi))
+    for spans in by_key.values():
+        spans.sort()
+        for (lo1, hi1), (lo2, _) in zip(spans, spans[1:]):
+            assert hi1 is not None and hi1 < lo2
+    for path in (directory / "xml").iterdir():
+        assert collsynth_main(["check", "--runtime", plan.runtime, "--strict", str(path)]) == 0
+    # plan.json names exactly the files written, and agrees with the report.
+    obj = json.loads((directory / "plan.json").read_text())
+    assert sorted(f["file"] for f in obj["files"]) == \
+        sorted(f"xml/{p.name}" for p in (directory / "xml").iterdir())
+    named = {r["file"] for e in obj["entries"] for r in e["ranges"] if r["file"]}
+    assert named == {f["file"] for f in obj["files"]}
+    report = (directory / "report.md").read_text()
+    totals = obj["totals"]
+    row = (f"| {totals['calls']} | {format_us(totals['nccl_us'])} | "
+           f"{format_us(totals['plan_us'])} | {format_us(totals['saving_us'])} |")
+    assert row in report
+    for name in named:
+        assert name in report
+    for var in obj["environment"]:
+        assert f"export {var['name']}=" in report
+    for entry in obj["entries"]:
+        for bucket in entry["buckets"]:
+            assert bucket["plan_us"] is None or bucket["plan_us"] <= bucket["nccl_us"] + 1e-9
+
+
+def test_fc4_plan_is_consistent(fc4_plan):
+    plan, directory = fc4_plan
+    _check_plan_invariants(plan, directory)
+    assert plan.xml_files, "the fast topology should beat NCCL somewhere"
+    assert sorted(p.name for p in (directory / "plots").iterdir()) == \
+        sorted({f"{e.collective}.png" for e in plan.entries if e.candidates and e.buckets})
+    assert (directory / "plots" / "allreduce.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fc4_plan_picks_the_fastest_selectable_candidate(fc4_plan):
+    plan, _ = fc4_plan
+    entries = {(e.collective, e.group, e.root): e for e in plan.entries}
+    checked = 0
+    for call in load_calls(TRACES / "fc4-mixed").calls[0]:
+        entry = entries.get((call.kind, call.group, call.root))
+        if entry is None or entry.status != "planned":
+            continue
+        usable = [c for c in entry.candidates if c.source != NCCL
+                  and c.name not in entry.excluded
+                  and _selectable(call.size_bytes, call.element_size, entry.nchunks[c.name],
+                                  runtime=plan.runtime, collective=call.kind, ranks=4)]
+        nccl, planned, choice, _ = entry.predict(call.size_bytes, call.element_size)
+        best = min(c.line.at(call.size_bytes) for c in usable)
+        if best < nccl:  # the trace's calls all fall in ranges with XML files
+            assert choice != NCCL and planned == best
+        else:
+            assert choice == NCCL and planned == nccl
+        checked += 1
+    assert checked
+
+
+def test_fc4_cases_kept_on_nccl(fc4_plan):
+    plan, _ = fc4_plan
+    broadcasts = [e for e in plan.entries if e.collective == "broadcast"]
+    assert len(broadcasts) == 2 and all(e.status == "nccl" for e in broadcasts)
+    assert all("different roots" in e.reason for e in broadcasts)
+    reasons = {(n.kind, n.group): n.reason for n in plan.not_planned}
+    assert "avg" in reasons[("allreduce", (0, 1, 2, 3))]
+    assert "uneven" in reasons[("alltoall", (0, 1, 2, 3))]
+    assert "grouped send/recv" in reasons[("gather", (0, 1, 2, 3))]
+    assert all(("allreduce", (r,)) in reasons for r in range(4))  # one-rank groups
+
+
+def test_nccl_keeps_everything_when_it_is_faster(tmp_path, slow, options):
+    plan = make_plan(TRACES / "fc4-mixed", slow, options=options())
+    assert not plan.xml_files
+    compared = 0
+    for entry in plan.entries:
+        assert entry.status == "nccl"
+        for bucket in entry.buckets:
+            assert bucket.plan_us == bucket.nccl_us
+            for c in entry.candidates:
+                if c.source != NCCL and entry.nccl_us(bucket.bucket[0]) is not None:
+                    assert c.line.at(bucket.bucket[0]) > entry.nccl_us(bucket.bucket[0])
+                    compared += 1
+    assert compared  # synthesized candidates existed and lost
+    target = write_plan(plan, tmp_path / "plan", plots=False)
+    assert not any((target / "xml").iterdir())
+    assert "The plan has no XML file" in (target / "report.md").read_text()
+
+
+def test_dgx1_plan(dgx1_plan):
+    plan, directory = dgx1_plan
+    _check_plan_invariants(plan, directory)
+    tp = {e.group: e for e in plan.entries if e.collective == "allreduce" and len(e.group) == 4}
+    assert set(tp) == {(0, 1, 2, 3), (4, 5, 6, 7)}
+    # The two halves have the same links: one plan, one set of files.
+    assert tp[(0, 1, 2, 3)].ranges == tp[(4, 5, 6, 7)].ranges
+    assert tp[(0, 1, 2, 3)].status == tp[(4, 5, 6, 7)].status
+    steps = {r.rank: r.structure for r in plan.ranks}
+    assert all((s.setup, s.period, s.steps) == (2, 9, 3) for s in steps.values())
+    not_planned = {n.kind for n in plan.not_planned}
+    assert {"barrier", "broadcast_object_list", "isend", "irecv"} <= not_planned
+    alltoall = next(e for e in plan.entries if e.collective == "alltoall")
+    assert alltoall.status == "nccl" and "grouped send/recv" in alltoall.reason
+    obj = json.loads((directory / "plan.json").read_text())
+    assert obj["environment"][0]["name"] == "MSCCL_ALGO_DIR"
+    assert obj["environment"][0]["value"] == str(directory / "xml")
+
+
+def test_msccl_keeps_at_most_four_algorithms(tmp_path, fast, options, run_of, traced):
+    group = (0, 1, 2, 3)
+    calls = [traced(kind, size, g) for kind in ("allreduce", "allgather", "reduce_scatter")
+             for g in (group, (0, 1), (1, 2, 3)) for size in (4096, 1 << 20)]
+    plan = plan_calls(run_of(4, calls), fast, options=options(runtime="msccl"))
+    executor = plan_calls(run_of(4, calls), fast, options=options())
+    assert len(executor.xml_files) > 4  # the test needs more than msccl can load
+    assert len(plan.xml_files) == 4
+    dropped = [r for e in plan.entries for r in e.ranges if "MSCCL_MAX_NUM_ALGOS" in r.note]
+    assert dropped and all(r.choice == NCCL and r.xml is None for r in dropped)
+    target = write_plan(plan, tmp_path / "plan", plots=False)
+    _check_plan_invariants(plan, target)
+    files = json.loads((target / "plan.json").read_text())["environment"][0]["value"]
+    assert len(files.split(":")) == 4
+
+
+def test_calls_the_runtime_would_not_select_fall_back(fast, options, run_of, traced):
+    group = (0, 1, 2, 3)
+    odd = 4 * 4 * 4097  # 4097 elements per rank: not a multiple of the program's 4 chunks
+    calls = [traced("allgather", 1 << 16, group), traced("allgather", 1 << 16, group),
+             traced("allgather", odd, group)]
+    plan = plan_calls(run_of(4, calls), fast, options=options())
+    (entry,) = plan.entries
+    r = next(r for r in entry.ranges if r.contains(odd))
+    assert r.xml is not None and r.contains(1 << 16) and entry.nchunks[r.choice] == 4
+    nccl, planned, choice, fallback = entry.predict(odd, 4)
+    assert fallback and choice == NCCL and planned == nccl
+    (bucket,) = entry.buckets
+    assert bucket.fallback == 1 and bucket.calls == 3
+
+
+def test_groups_with_other_links_share_the_xml(dgx1_plan, options, run_of, traced):
+    dgx1 = resolve_topology("dgx1")
+    a, b = (0, 1, 2, 3), (0, 1, 4, 5)
+    assert dgx1.links[2][3] != dgx1.links[4][5] or dgx1.links[0][2] != dgx1.links[0][4]
+    calls = [traced("allreduce", 1 << 14, a), traced("allreduce", 1 << 14, a),
+             traced("allreduce", 1 << 14, b)]
+    plan = plan_calls(run_of(8, calls), dgx1, options=options())
+    entries = {e.group: e for e in plan.entries}
+    assert entries[a].status == "planned"
+    assert entries[b].status == "shared" and str(list(a)) in entries[b].reason
+    assert all(r.xml is None for r in entries[b].ranges)
+    assert all(b_.plan_us == b_.nccl_us for b_ in entries[b].buckets)
+
+
+def test_trace_larger_than_topology(fast, options):
+    with pytest.raises(InvalidTopologyError, match="8 ranks but topology"):
+        make_plan(TRACES / "dgx1-dp", fast, options=options())
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+def test_a_failed_check_writes_nothing(tmp_path, fc4_plan, monkeypatch):
+    plan, _ = fc4_plan
+    import collsynth.plan.writer as writer
+
+    def refuse(path, **kwargs):
+        raise ExportError(f"{path}: refused by the test")
+
+    monkeypatch.setattr(writer, "check_xml_file", refuse)
+    with pytest.raises(ExportError, match="refused by the test"):
+        write_plan(plan, tmp_path / "plan", plots=False)
+    assert list(tmp_path.iterdir()) == []  # no plan, no staging directory left behind
+
+
+def test_replacing_plans(tmp_path, fc4_plan):
+    plan, _ = fc4_plan
+    target = tmp_path / "plan"
+    write_plan(plan, target, plots=False)
+    (target / "xml" / "stale.xml").write_text("<algo/>")
+    write_plan(plan, target, plots=False)  # an old plan is replaced, not merged
+    assert not (target / "xml" / "stale.xml").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["plan"]
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="refusing to replace"):
+        write_plan(plan, other, plots=False)
+    assert (other / "keep.txt").read_text() == "mine"
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def _run_plan_cli(argv):
+    import argparse
+
+    from collsynth.cli_plan import add_plan_parser
+
+    parser = argparse.ArgumentParser(prog="collsynth")
+    add_plan_parser(parser.add_subparsers())
+    args = parser.parse_args(["plan", *argv])
+    return args.handler(args)
+
+
+def test_cli_writes_a_plan(tmp_path, capsys, front_cache):
+    code = _run_plan_cli([str(TRACES / "fc4-mixed"), "--topology",
+                          str(Path(__file__).parent / "data" / "fc4-fast.json"), "-o",
+                          str(tmp_path / "plan"), "--cache", str(front_cache.directory),
+                          "--synth-time-limit", "20", "--runtime", "rccl", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["plan_dir"] == str(tmp_path / "plan")
+    assert out["files"] and all((tmp_path / "plan" / f["file"]).is_file() for f in out["files"])
+    text = (tmp_path / "plan" / "report.md").read_text()
+    assert "export MSCCL_ALGO_DIR=" in text and "RCCL_MSCCL_FORCE_ENABLE" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["{traces}/no-such-trace", "--topology", "dgx1"], "no such directory"),
+    (["{traces}/dgx1-dp", "--topology", "no-such-machine"], "unknown topology"),
+    (["{traces}/dgx1-dp", "--topology", "ring:4"], "8 ranks but topology"),
+    (["{traces}/dgx1-dp", "--topology", "dgx1", "--calibration", "{traces}/none.json"],
+     "no such file"),
+])
+def test_cli_errors(tmp_path, capsys, argv, message):
+    argv = [a.format(traces=TRACES) for a in argv]
+    code = _run_plan_cli([*argv, "-o", str(tmp_path / "plan"), "--no-cache"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith("collsynth: error:") and message in err and "Traceback" not in err
+    assert not (tmp_path / "plan").exists()
+
+
+def test_report_sections(fc4_plan):
+    _, directory = fc4_plan
+    report = (directory / "report.md").read_text()
+    for heading in ("## Summary", "## Loading the plan", "## Collectives", "## Per step",
+                    "## Not planned"):
+        assert heading in report
+    obj = json.loads((directory / "plan.json").read_text())
+    for entry in obj["entries"]:
+        assert f"### {entry['collective']} on " in report
+        if entry["plot"]:
+            assert (directory / entry["plot"]).is_file()
+    # Every per-call time in the report's bucket rows matches plan.json.
+    for entry in obj["entries"]:
+        for b in entry["buckets"]:
+            if b["nccl_us"] is None:
+                continue
+            per_call = format_us(b["nccl_us"] / b["calls"])
+            assert re.search(rf"\| {b['calls']} \| {b['bytes']} \| {re.escape(per_call)} \|",
+                             report)
+
+
+def test_a_calibration_sets_the_figures_and_the_nccl_baseline(fast, options, run_of, traced):
+    from collsynth.timing.calibration import Calibration, CalibrationEntry
+
+    measured = CalibrationEntry("ar.txt", "allreduce", 4, "alpha-beta",
+                                {"alpha_us": 30.0, "beta_us_per_byte": 5e-05,
+                                 "busbw_gbps": 30.0}, gmae=0.1)
+    calibration = Calibration("fc4", (measured,))
+    group = (0, 1, 2, 3)
+    calls = [traced("allreduce", 1 << 16, group), traced("allgather", 1 << 16, group)]
+    plan = plan_calls(run_of(4, calls), fast, options=options(calibration=calibration,
+                                                               calibration_file="cal.json"))
+    entries = {e.collective: e for e in plan.entries}
+    (nccl,) = [c for c in entries["allreduce"].candidates if c.source == NCCL]
+    assert nccl.name == "nccl measured"
+    assert float(nccl.line.at(1 << 16)) == pytest.approx(30.0 + 5e-05 * (1 << 16))
+    # No measured allgather: NCCL's model, on the calibrated figures.
+    assert {c.name for c in entries["allgather"].candidates if c.source == NCCL} == \
+        {"nccl ring/LL", "nccl ring/LL128", "nccl ring/Simple"}
+    # 30 us over NCCL's 6 ring steps: 5 us per step instead of the file's 1 us.
+    assert any("calibrated: 5 us per step" in note for note in plan.notes)
+    (ag,) = [c for c in entries["allgather"].candidates if c.source != NCCL]
+    assert ag.line.intercept_us == 5 * ag.algorithm.num_steps
+
+
+def test_a_trace_with_missing_rank_files(tmp_path, fast, options):
+    import shutil
+
+    trace = tmp_path / "trace"
+    shutil.copytree(TRACES / "fc4-mixed", trace)
+    (trace / "rank-00000.jsonl").unlink()
+    plan = make_plan(trace, fast, options=options())
+    assert any("1 rank(s) have no trace file (0)" in note for note in plan.notes)
+    full = make_plan(TRACES / "fc4-mixed", fast, options=options())
+    # The 4-rank groups are counted once, now on rank 1: the same calls and predictions.
+    assert [(e.collective, e.buckets) for e in plan.entries] == \
+        [(e.collective, e.buckets) for e in full.entries]
