@@ -192,3 +192,31 @@ def test_only_cross_node_calls_are_kept(run):
     }
     header = trace.rank(0).header
     assert header.cross_node_only and header.ranks_per_node == RANKS_PER_NODE
+
+
+@pytest.mark.parametrize("runtime", ["msccl-executor", "rccl"])
+def test_the_traced_loop_plans_and_every_xml_passes_the_check(run, tmp_path, runtime):
+    """Trace -> plan -> deploy: the DDP loop's trace planned on a 4-GPU machine, every XML of the
+    plan checked again here as `collsynth check --strict` does."""
+    import json
+
+    from collsynth.plan import PlanOptions, make_plan, write_plan
+    from collsynth.plan.choose import SynthOptions
+    from collsynth.plan.writer import check_xml_file
+    from collsynth.resolve import resolve_topology
+
+    _, trace, _ = run
+    # 4 fully connected GPUs with physical figures (the planner's timing model needs them).
+    topology = resolve_topology(str(Path(__file__).parents[1] / "plan" / "data" / "fc4-fast.json"))
+    options = PlanOptions(runtime=runtime, synth=SynthOptions(time_limit_s=20))
+    plan = make_plan(trace.directory, topology, options=options)
+    out = write_plan(plan, tmp_path / "plan", plots=False)
+    written = json.loads((out / "plan.json").read_text())
+    files = sorted((out / "xml").glob("*.xml"))
+    assert files, "the DDP allreduce should get at least one synthesized algorithm"
+    kinds = {entry["collective"] for entry in written["entries"]}
+    assert "allreduce" in kinds
+    for xml_file in plan.xml_files:
+        check_xml_file(out / "xml" / xml_file.name, runtime=runtime,
+                       collective=xml_file.collective, root=xml_file.root)
+    assert len(plan.xml_files) == len(files)
