@@ -300,3 +300,31 @@ def test_every_bad_fixture_of_ours_has_a_case():
     ours = {p.name for p in BAD.iterdir()
             if p.name.startswith(("algorithm_", "collective_", "topology_"))}
     assert ours == {row[2] for row in BAD_INPUTS if row[2].endswith(".json")}
+
+
+def test_large_steps_round_trip_through_arrays(tmp_path):
+    """Steps of more than 10000 sends are written from and read into arrays (SendBlock); a bad
+    send in such a step still gets the precise per-send error."""
+    import json
+
+    from collsynth.algorithm.arrays import SendBlock
+    from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
+    from collsynth.collective import standard_collective
+    from collsynth.errors import FileFormatError
+    from collsynth.resolve import resolve_topology
+    from collsynth.synthesis.bandwidth_optimal import solve_bandwidth_optimal
+
+    topology = resolve_topology("dgx-a100", nodes=2)
+    result = solve_bandwidth_optimal(topology, standard_collective("reduce_scatter", 16), stages=1)
+    path = tmp_path / "rs.json"
+    save_algorithm(result.algorithm, path)
+    loaded = load_algorithm(path)
+    assert loaded.steps == result.algorithm.steps
+    assert any(isinstance(step.sends, SendBlock) and len(step.sends) > 10_000
+               for step in loaded.steps)
+    obj = json.loads(path.read_text())
+    big = max(range(len(obj["steps"])), key=lambda i: len(obj["steps"][i]["sends"]))
+    obj["steps"][big]["sends"][5] = [0, 0, 99]
+    path.write_text(json.dumps(obj))
+    with pytest.raises(FileFormatError, match=rf"steps\[{big}\]\.sends\[5\]: dst 99 is not a rank"):
+        load_algorithm(path)

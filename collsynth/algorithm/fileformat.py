@@ -51,6 +51,9 @@ import os
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+
+from collsynth.algorithm.arrays import SendBlock, sends_as_arrays
 from collsynth.algorithm.model import Algorithm, Send, Step
 from collsynth.algorithm.verify import verify
 from collsynth.collective.fileformat import (
@@ -99,14 +102,49 @@ def algorithm_to_json(algorithm: Algorithm, *, extra_memory: int | None = None) 
         "topology": topology_to_json(algorithm.topology),
         "collective": collective_to_json(algorithm.collective),
         "instance": instance,
-        "steps": [
-            {"rounds": step.rounds,
-             "sends": [[s.chunk, s.src, s.dst, 1] if s.reduce else [s.chunk, s.src, s.dst]
-                       for s in step.sends]}
-            for step in algorithm.steps
-        ],
+        "steps": [{"rounds": step.rounds, "sends": _sends_json(step.sends)}
+                  for step in algorithm.steps],
         "provenance": jsonable(dict(algorithm.provenance)),
     }
+
+
+def _sends_json(sends) -> list[list[int]]:
+    """``[[chunk, src, dst], [chunk, src, dst, 1], ...]`` (1: a reduce), built from arrays so that
+    millions of sends take seconds."""
+    chunk, src, dst, reduce = sends_as_arrays(sends)
+    rows = np.column_stack([chunk, src, dst]).astype(np.int64).tolist()
+    for i in np.flatnonzero(reduce).tolist():
+        rows[i].append(1)
+    return rows
+
+
+#: Steps with more sends than this are read into arrays (a SendBlock), not Send objects.
+_ARRAY_SENDS = 10_000
+
+
+def _send_block(sends: list, num_chunks: int, num_ranks: int) -> SendBlock | None:
+    """The sends of one step as a SendBlock when they are all well formed, else ``None`` (the
+    caller then parses them one by one for a precise error)."""
+    try:
+        try:
+            table = np.array(sends, dtype=np.int64)
+        except ValueError:  # ragged: some reduces ([chunk, src, dst, 1])
+            table = np.array([row if len(row) == 4 else row + [0] for row in sends],
+                             dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if table.ndim != 2 or table.shape[1] not in (3, 4):
+        return None
+    chunk, src, dst = table[:, 0], table[:, 1], table[:, 2]
+    if (chunk.min() < 0 or chunk.max() >= num_chunks or min(src.min(), dst.min()) < 0
+            or max(src.max(), dst.max()) >= num_ranks):
+        return None
+    reduce = None
+    if table.shape[1] == 4:
+        if not np.isin(table[:, 3], (0, 1)).all():
+            return None
+        reduce = table[:, 3] == 1
+    return SendBlock(chunk, src.astype(np.int32), dst.astype(np.int32), reduce)
 
 
 def _send(value: Any, source: str, where: str, num_chunks: int, num_ranks: int) -> Send:
@@ -199,6 +237,13 @@ def algorithm_from_json(obj: Any, *, source: str = "<algorithm>") -> Algorithm:
         if not isinstance(sends, list):
             raise FileFormatError(source, f"{where}.sends: expected a list of [chunk, src, dst], "
                                           f"got {got(sends)}")
+        # Booleans are ints to numpy: only plain int rows take the array path.
+        block = _send_block(sends, collective.num_chunks, n) if len(sends) > _ARRAY_SENDS \
+            and all(isinstance(row, list) and all(type(v) is int for v in row)
+                    for row in sends) else None
+        if block is not None:
+            steps.append(Step(rounds, block))
+            continue
         steps.append(Step(rounds, tuple(_send(s, source, f"{where}.sends[{i}]",
                                               collective.num_chunks, n)
                                         for i, s in enumerate(sends))))
