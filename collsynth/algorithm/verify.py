@@ -44,6 +44,7 @@ import numpy as np
 from collsynth.algorithm.arrays import SendBlock, sends_as_arrays
 from collsynth.algorithm.model import Algorithm, Send
 from collsynth.errors import InvalidInstanceError, VerificationError
+from collsynth.topology.capacity import link_capacity
 
 __all__ = ["find_problems", "verify"]
 
@@ -349,38 +350,15 @@ class _RankArrays:
         return hit[1]
 
 
-def _group_incidence(topology, links: np.ndarray, rank_arrays: _RankArrays):
-    """The effective bandwidth groups as a sparse (groups x links) 0/1 matrix (CSC), with their
-    limits and labels; ``None`` when no group can bind.
-
-    A link ``s -> d`` is column ``s * n + d``. The groups kept are those of
-    :attr:`Topology.effective_groups <collsynth.topology.Topology.effective_groups>`: a group
-    whose links exist and whose total bandwidth exceeds its limit.
+def _group_incidence(topology):
+    """The binding bandwidth groups as a sparse (groups x links) 0/1 matrix (CSC), with their
+    limits and labels; ``None`` when no group can bind (see
+    :func:`collsynth.topology.capacity.link_capacity`). Link ``s -> d`` is column ``s * n + d``.
     """
-    import scipy.sparse
-
-    n = topology.num_ranks
-    columns: list[np.ndarray] = []
-    limits: list[int] = []
-    labels: list[str] = []
-    for group in topology.groups:
-        sources = rank_arrays(group.sources)
-        destinations = rank_arrays(group.destinations)
-        ids = (sources[:, None] * n + destinations[None, :]).reshape(-1)
-        bandwidth = links[ids]
-        present = bandwidth > 0
-        if not present.any() or int(bandwidth.sum()) <= group.limit:
-            continue
-        columns.append(ids[present])
-        limits.append(group.limit)
-        labels.append(group.name or "bandwidth group")
-    if not columns:
+    capacity = link_capacity(topology)
+    if capacity.groups is None:
         return None
-    rows = np.repeat(np.arange(len(columns), dtype=np.int64), [len(c) for c in columns])
-    cols = np.concatenate(columns)
-    matrix = scipy.sparse.csc_matrix((np.ones(len(cols), dtype=np.int64), (rows, cols)),
-                                     shape=(len(columns), n * n))
-    return matrix, np.array(limits, dtype=np.int64), labels
+    return capacity.groups.tocsc(), capacity.limits, list(capacity.labels)
 
 
 def _vectorised_problems(algorithm: Algorithm, limit: int) -> list[str]:
@@ -411,7 +389,7 @@ class _VectorisedReplay:
 
     def run(self) -> None:
         links = np.asarray(self.topology.links, dtype=np.int64).reshape(-1)
-        groups = _group_incidence(self.topology, links, self.rank_arrays)
+        groups = _group_incidence(self.topology)
         steps = []
         for t, step in enumerate(self.algorithm.steps):
             arrays = self._check_step(t, step, links, groups)

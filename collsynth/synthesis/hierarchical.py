@@ -60,7 +60,6 @@ from fractions import Fraction
 from typing import Mapping, Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 from collsynth.algorithm.model import Algorithm, Send, Step
 from collsynth.algorithm.transform import refine
@@ -77,11 +76,13 @@ from collsynth.collective.standard import (
 from collsynth.errors import (
     InputTooLargeError,
     InvalidCollectiveError,
+    InvalidInstanceError,
     InvalidTopologyError,
     SolverError,
     UnknownNameError,
     VerificationError,
 )
+from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import BandwidthGroup, Topology
 
 __all__ = [
@@ -205,57 +206,25 @@ def _link_array(topology: Topology) -> np.ndarray:
 
 class _Capacity:
     """A topology's link bandwidths and binding bandwidth groups as arrays, to price a step: the
-    fewest whole rounds in which its sends fit (the rule :func:`~collsynth.algorithm.verify`
-    checks)."""
+    fewest whole rounds in which its sends fit (:class:`~collsynth.topology.capacity.LinkCapacity`,
+    the rule :func:`~collsynth.algorithm.verify` checks), with ``links`` as an ``n x n`` matrix."""
 
     def __init__(self, topology: Topology) -> None:
-        n = topology.num_ranks
         self.topology = topology
-        self.num_ranks = n
-        self.links = _link_array(topology)
-        flat = self.links.ravel()
-        rows: list[np.ndarray] = []
-        cols: list[np.ndarray] = []
-        limits: list[int] = []
-        for group in topology.groups:
-            src = np.fromiter(sorted(group.sources), dtype=np.int64, count=len(group.sources))
-            dst = np.fromiter(sorted(group.destinations), dtype=np.int64,
-                              count=len(group.destinations))
-            index = (src[:, None] * n + dst[None, :]).ravel()
-            index = index[flat[index] > 0]
-            if int(flat[index].sum()) <= group.limit:  # can never bind (as effective_groups)
-                continue
-            rows.append(np.full(len(index), len(limits), dtype=np.int64))
-            cols.append(index)
-            limits.append(group.limit)
-        self.limits = np.asarray(limits, dtype=np.int64)
-        if limits:
-            row = np.concatenate(rows)
-            col = np.concatenate(cols)
-            self.groups = sp.csr_matrix((np.ones(len(row), dtype=np.int64), (row, col)),
-                                        shape=(len(limits), n * n))
-        else:
-            self.groups = None
+        self.num_ranks = topology.num_ranks
+        self._shared = link_capacity(topology)
+        self.links = self._shared.links.reshape(self.num_ranks, self.num_ranks)
+        self.groups = self._shared.groups
+        self.limits = self._shared.limits
 
     def demand(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(loads, capacities)``: sends per used link and per binding group, with the link
         bandwidth or group limit each is divided by. Raises on a send over a missing link."""
-        n = self.num_ranks
-        counts = np.bincount(src.astype(np.int64) * n + dst, minlength=n * n)
-        used = np.flatnonzero(counts)
-        bandwidth = self.links.ravel()[used]
-        if (bandwidth == 0).any():
-            bad = used[bandwidth == 0][0]
-            raise VerificationError(f"internal error: a hierarchical schedule sends over the "
-                                    f"missing link {bad // n}->{bad % n} of "
-                                    f"{self.topology.name}")
-        loads, caps = [counts[used]], [bandwidth]
-        if self.groups is not None:
-            group_loads = self.groups @ counts
-            busy = group_loads > 0
-            loads.append(group_loads[busy])
-            caps.append(self.limits[busy])
-        return np.concatenate(loads), np.concatenate(caps)
+        try:
+            return self._shared.demand(src, dst)
+        except InvalidInstanceError as exc:
+            raise VerificationError(f"internal error: a hierarchical schedule on "
+                                    f"{self.topology.name}: {exc}") from exc
 
     def rounds(self, src: np.ndarray, dst: np.ndarray) -> int:
         """The fewest whole rounds (at least 1) in which sends ``src[i] -> dst[i]`` fit."""

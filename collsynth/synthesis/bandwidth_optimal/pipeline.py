@@ -20,55 +20,19 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
-import scipy.sparse as sp
 
 from collsynth.algorithm.arrays import SendBlock
 from collsynth.algorithm.model import Algorithm, Step
 from collsynth.collective.model import Collective
 from collsynth.synthesis.bandwidth_optimal.arborescence import depths
 from collsynth.synthesis.bandwidth_optimal.packing import TreePacking
+from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import Topology
 
-__all__ = ["LoadCounter", "pipelined_algorithm", "default_stages", "MAX_SENDS"]
+__all__ = ["pipelined_algorithm", "default_stages", "MAX_SENDS"]
 
 #: Most sends :func:`default_stages` lets a schedule have (memory: ~13 bytes per send).
 MAX_SENDS = 1 << 24
-
-
-class LoadCounter:
-    """Rounds a set of sends needs on ``topology``: per link ``ceil(count / bandwidth)``, per
-    bandwidth group ``ceil(count / limit)``, at least 1."""
-
-    def __init__(self, topology: Topology) -> None:
-        n = self.n = topology.num_ranks
-        links = np.array(topology.links, dtype=np.int64).ravel()
-        self.bandwidth = links
-        rows, cols, limits = [], [], []
-        for group in topology.groups:
-            sources = np.fromiter(sorted(group.sources), np.int64)
-            targets = np.fromiter(sorted(group.destinations), np.int64)
-            flat = (sources[:, None] * n + targets[None, :]).ravel()
-            flat = flat[links[flat] > 0]
-            if len(flat) and int(links[flat].sum()) > group.limit:
-                rows.append(np.full(len(flat), len(limits), np.int64))
-                cols.append(flat)
-                limits.append(group.limit)
-        self.limits = np.asarray(limits, dtype=np.int64)
-        self.groups = sp.csr_matrix(
-            (np.ones(sum(len(c) for c in cols)), (np.concatenate(rows) if rows else [],
-                                                 np.concatenate(cols) if cols else [])),
-            shape=(len(limits), n * n))
-
-    def rounds(self, src: np.ndarray, dst: np.ndarray) -> int:
-        counts = np.bincount(src.astype(np.int64) * self.n + dst, minlength=self.n * self.n)
-        used = counts > 0
-        need = 1
-        if used.any():
-            need = max(need, int(np.max(-(-counts[used] // np.maximum(self.bandwidth[used], 1)))))
-        if len(self.limits):
-            loads = np.rint(self.groups @ counts).astype(np.int64)
-            need = max(need, int(np.max(-(-loads // self.limits))))
-        return need
 
 
 def default_stages(packing: TreePacking, num_ranks: int, num_roots: int) -> int:
@@ -88,7 +52,6 @@ def pipelined_algorithm(topology: Topology, collective: Collective, packing: Tre
     The result's collective is ``collective.split(stages * k)``; chunk ``c`` of the unsplit
     collective becomes pieces ``c * stages * k + j``.
     """
-    n = topology.num_ranks
     k = packing.pieces_per_root
     factor = int(stages * k)
     base_of_root = {next(iter(pre)): c for c, pre in enumerate(collective.precondition)}
@@ -127,11 +90,11 @@ def pipelined_algorithm(topology: Topology, collective: Collective, packing: Tre
     order = np.argsort(step, kind="stable")
     chunk, src, dst, step = chunk[order], src[order], dst[order], step[order]
     bounds = np.searchsorted(step, np.arange(int(step.max()) + 2))
-    counter = LoadCounter(topology)
+    capacity = link_capacity(topology)
     steps = []
     for t in range(int(step.max()) + 1):
         lo, hi = bounds[t], bounds[t + 1]
-        rounds = counter.rounds(src[lo:hi], dst[lo:hi])
+        rounds = capacity.rounds(src[lo:hi], dst[lo:hi])
         steps.append(Step(rounds, SendBlock(chunk[lo:hi], src[lo:hi], dst[lo:hi])))
     split = collective.split(factor)
     total = sum(s.rounds for s in steps)
