@@ -31,10 +31,11 @@ def add_bandwidth_optimal_parser(modes, problem: argparse.ArgumentParser) -> Non
     parser = modes.add_parser(
         "bandwidth-optimal", parents=[problem],
         help="a schedule with the optimal throughput, for systems of any size",
-        description="Pick an engine by size (exact SMT up to 8 ranks; optimal tree packing for "
-                    "allgather, reduce-scatter, broadcast, reduce and allreduce; the direct or "
-                    "hierarchical schedule for alltoall; hierarchical composition otherwise) and "
-                    "print the verified algorithm with its rounds per chunk and lower bound.")
+        description="Pick an engine by size (exact SMT up to 8 ranks and for gather, scatter "
+                    "and custom collectives; optimal tree packing for allgather, reduce-scatter, "
+                    "broadcast, reduce and allreduce; the direct or hierarchical schedule for "
+                    "alltoall; --engine hierarchical for the node + NIC baseline) and print the "
+                    "verified algorithm with its rounds per chunk and lower bound.")
     parser.add_argument("--engine", choices=("auto", "trees", "hierarchical", "alltoall", "exact"),
                         default="auto", help="engine (default: auto, by size and collective)")
     parser.add_argument("--stages", type=positive_int, metavar="P",

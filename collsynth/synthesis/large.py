@@ -3,14 +3,15 @@
 =================  =========================================================================
 engine             when ``engine="auto"`` picks it
 =================  =========================================================================
-``exact``          up to :data:`EXACT_MAX_RANKS` ranks: the SMT Pareto front
+``exact``          up to :data:`EXACT_MAX_RANKS` ranks, and any collective the other engines
+                   do not handle (gather, scatter, custom): the SMT Pareto front
                    (:func:`collsynth.synthesis.pareto_front`), its bandwidth-best point
 ``trees``          larger allgather, reduce-scatter, broadcast, reduce, allreduce: optimal tree
                    packing (:mod:`collsynth.synthesis.bandwidth_optimal`)
 ``alltoall``       larger alltoall: direct / split / hierarchical schedules
                    (:mod:`collsynth.synthesis.alltoall_scale`)
-``hierarchical``   anything else on a multi-node topology: node algorithm + NICs
-                   (:mod:`collsynth.synthesis.hierarchical`)
+``hierarchical``   only when named: node algorithm + NICs on a multi-node topology
+                   (:mod:`collsynth.synthesis.hierarchical`), the baseline ``trees`` beats
 =================  =========================================================================
 
 Every engine returns a verified algorithm; :func:`solve_large` wraps it in a
@@ -68,7 +69,7 @@ def choose_engine(topology: Topology, collective: Collective) -> str:
         return "trees"
     if collective.name == "alltoall":
         return "alltoall"
-    return "hierarchical"
+    return "exact"
 
 
 def solve_large(topology: Topology, collective: Collective, *, engine: str = "auto",

@@ -213,7 +213,7 @@ def test_choose_engine_by_size_and_collective():
     big = resolve_topology("dgx-a100", nodes=2)
     assert choose_engine(big, standard_collective("reduce_scatter", 16)) == "trees"
     assert choose_engine(big, standard_collective("alltoall", 16)) == "alltoall"
-    assert choose_engine(big, standard_collective("gather", 16)) == "hierarchical"
+    assert choose_engine(big, standard_collective("gather", 16)) == "exact"
 
 
 def test_solve_large_exact_engine_reports_the_bound():
