@@ -6,7 +6,11 @@
                      [--proto Simple|LL|LL128] [--channels N] [--instances K]
                      [--min-bytes B] [--max-bytes B] [--inplace] [--outofplace] [--name NAME]
 
-The algorithm is verified, lowered (:func:`collsynth.export.lower.lower`), checked by
+The runtimes' limits are checked first, from the algorithm's sends
+(:func:`collsynth.export.limits.estimate_all`), then exactly on the lowered program; when some
+are exceeded nothing is written and every exceeded limit is reported, one line each, with the
+runtime, the limit, the worst place and by how much. The algorithm is verified, lowered
+(:func:`collsynth.export.lower.lower`), checked by
 :func:`collsynth.export.check.check_program` (static rules and a symbolic execution in every
 buffer layout the runtime may select it for) and only then written; a program that fails the
 check is never written. With ``--runtime all`` one file per runtime is written: ``-o`` is a
@@ -30,6 +34,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from collsynth.cli_args import positive_int
 from collsynth._atomic import write_text_atomic
@@ -37,6 +42,7 @@ from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.algorithm.model import Algorithm
 from collsynth.errors import CollsynthError, ExportError, InputTooLargeError
 from collsynth.export.layout import collective_layout
+from collsynth.export.limits import LimitViolation, estimate_all, limit_error
 from collsynth.export.lower import PROTOCOLS, lower, program_stats
 from collsynth.export.program import Program
 from collsynth.export.runtimes import runtime_names
@@ -109,7 +115,10 @@ def export_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *, runt
     Raises
     ------
     ExportError
-        The runtime cannot express the algorithm, a limit is exceeded, or the check fails.
+        The runtime cannot express the algorithm, limits are exceeded (all of them are
+        named, with the worst place and by how much, and listed in the error's
+        ``violations`` attribute; those certain from the sends are found before lowering), or
+        the check fails.
     OSError
         ``path`` cannot be written.
     """
@@ -205,6 +214,13 @@ def run_export(args: argparse.Namespace) -> int:
     runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
     try:
         algorithm = load_algorithm(args.file)
+        # Limits every runtime will certainly exceed, from the sends: before any lowering.
+        estimated = estimate_all(algorithm, runtimes, channels=args.channels,
+                                 instances=args.instances, inplace=inplace,
+                                 outofplace=outofplace)
+        exceeded = [v for runtime in runtimes for v in estimated[runtime]]
+        if exceeded:
+            raise limit_error(exceeded, args.file, before_lowering=True)
         programs: dict[str, Program] = {}
         for runtime in runtimes:
             try:
@@ -214,9 +230,16 @@ def run_export(args: argparse.Namespace) -> int:
                                 min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                                 name=args.name)
             except ExportError as exc:
+                violations = getattr(exc, "violations", None)
+                if violations:  # gather every runtime's before giving up
+                    exceeded.extend(violations)
+                    continue
                 raise ExportError(f"{runtime}: {exc}") from exc
-            check_exported(program, runtime, algorithm)
+            if not exceeded:  # otherwise nothing is written: the check can wait
+                check_exported(program, runtime, algorithm)
             programs[runtime] = program
+        if exceeded:
+            raise limit_error(exceeded, args.file)
         texts = {runtime: write_program(program, runtime) for runtime, program in programs.items()}
         for runtime, text in texts.items():
             check_text(text, runtime)
@@ -227,8 +250,23 @@ def run_export(args: argparse.Namespace) -> int:
             print(f"wrote {path} ({runtime}, {len(texts[runtime].splitlines())} lines; "
                   f"{stats.summary()})", file=sys.stdout, flush=True)
     except (CollsynthError, OSError) as exc:
+        violations = getattr(exc, "violations", None)
+        if violations:
+            _print_violations(args.file, violations)
+            return 1
         detail = exc.strerror + (f": {exc.filename}" if exc.filename else "") \
             if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"collsynth: error: {' '.join(detail.split())}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _print_violations(algorithm_file: str, violations: Sequence[LimitViolation]) -> None:
+    """One line saying what cannot be exported, then one line per exceeded limit."""
+    runtimes = list(dict.fromkeys(v.runtime for v in violations))
+    count = len(violations)
+    lines = [f"{algorithm_file}: not exported: {count} limit{'s' if count > 1 else ''} of "
+             f"{', '.join(runtimes)} exceeded; nothing written"]
+    lines += [f"{v.runtime}: {v}" for v in violations]
+    for line in lines:
+        print(f"collsynth: error: {' '.join(line.split())}", file=sys.stderr, flush=True)

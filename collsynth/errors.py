@@ -80,4 +80,10 @@ class SolverError(CollsynthError):
 
 
 class ExportError(CollsynthError):
-    """An algorithm that cannot be written in the requested format or within a runtime's limits."""
+    """An algorithm that cannot be written in the requested format or within a runtime's limits.
+
+    ``violations`` lists the exceeded limits (:class:`collsynth.export.limits.LimitViolation`),
+    if any.
+    """
+
+    violations: tuple = ()

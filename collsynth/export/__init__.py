@@ -3,10 +3,12 @@
 ``lower(algorithm, runtime=...)`` builds a :class:`Program`; ``write_program`` renders it in the
 runtime's exact dialect; ``read_program`` parses any MSCCL XML safely; ``check_program`` executes a
 program symbolically and reports every problem (deadlocks, races, uninitialised reads, send-buffer
-writes, wrong results).
+writes, wrong results); ``find_limit_violations`` / ``estimate_limits`` say which runtime limit an
+algorithm breaks and by how much.
 """
 
 from collsynth.export.check import WARNING_KINDS, CheckReport, Problem, check_program
+from collsynth.export.limits import LIMITS, LimitViolation, estimate_limits, find_limit_violations
 from collsynth.export.lower import lower
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.export.runtimes import RUNTIMES, Runtime, get_runtime
@@ -15,4 +17,4 @@ from collsynth.export.xml_writer import write_program
 
 __all__ = ["Program", "GpuProgram", "ThreadBlock", "XmlStep", "Runtime", "RUNTIMES", "get_runtime",
            "lower", "write_program", "read_program", "check_program", "CheckReport", "Problem",
-           "WARNING_KINDS"]
+           "WARNING_KINDS", "LIMITS", "LimitViolation", "estimate_limits", "find_limit_violations"]

@@ -29,7 +29,7 @@ FUSED_OPS = frozenset({"rcs", "rrs", "rrc", "rrcs"})
 BUFFERS = ("i", "o", "s")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class XmlStep:
     """One ``<step>``. ``depid``/``deps`` name a step *position* in another tb of the same rank
     (``-1``: none); ``hasdep`` is 1 when another tb waits for this step. ``line`` is the source
@@ -48,7 +48,7 @@ class XmlStep:
     line: int | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ThreadBlock:
     """One ``<tb>``: a sequential list of steps bound to at most one send peer and one receive
     peer (``-1``: none) on one channel."""
@@ -61,7 +61,7 @@ class ThreadBlock:
     line: int | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuProgram:
     """One ``<gpu>``: the program of rank ``id`` and how many chunks of each buffer it uses."""
 
@@ -73,7 +73,7 @@ class GpuProgram:
     line: int | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Program:
     """One ``<algo>``.
 

@@ -43,6 +43,9 @@ _MAX_VALUE = 254
 _SAFE_VALUE = re.compile(r"[^\"<>&\s]*")
 _SAFE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INDENT = "  "
+#: A ``<step>`` line (depth 3) with its ten attributes in msccl-tools' order.
+_STEP = (_INDENT * 3 + '<step s="{}" type="{}" srcbuf="{}" srcoff="{}" dstbuf="{}" dstoff="{}" '
+         'cnt="{}" depid="{}" deps="{}" hasdep="{}"/>')
 
 
 def write_program(program: Program, runtime: str) -> str:
@@ -94,6 +97,15 @@ def write_program(program: Program, runtime: str) -> str:
                     if buffer not in BUFFERS:
                         raise ExportError(f"rank {gpu.id} threadblock {tb.id} step {step.s}: "
                                           f"unknown buffer {buffer!r}")
+                numbers = (step.s, step.srcoff, step.dstoff, step.cnt, step.depid, step.deps,
+                           step.hasdep)
+                if all(type(value) is int for value in numbers):
+                    # The common case, written directly: plain ints and names checked above
+                    # are always safe (the same text _start writes).
+                    lines.append(_STEP.format(step.s, step.type, step.srcbuf, step.srcoff,
+                                              step.dstbuf, step.dstoff, step.cnt, step.depid,
+                                              step.deps, step.hasdep))
+                    continue
                 lines.append(_start("step", [
                     ("s", step.s), ("type", step.type), ("srcbuf", step.srcbuf),
                     ("srcoff", step.srcoff), ("dstbuf", step.dstbuf), ("dstoff", step.dstoff),
