@@ -4,7 +4,7 @@
 
     collsynth solve bandwidth-optimal TOPOLOGY COLLECTIVE [--nodes K] [--oversubscription X]
         [--engine auto|trees|hierarchical|alltoall|exact] [--stages P] [--time-limit S]
-        [-o FILE.json] [--json] [-q]
+        [--size BYTES] [-o FILE.json] [--json] [-q]
 
 Prints the algorithm (steps, rounds, chunks, sends), its rounds per chunk, the steady-state
 rounds per chunk of its pipeline, the lower bound, whether it is proven optimal, the seconds taken,
@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from collsynth.cli_args import positive_int, seconds
+from collsynth.cli_args import parse_size, positive_int, seconds
 
 __all__ = ["add_bandwidth_optimal_parser", "PREDICTION_SIZES"]
 
@@ -40,6 +40,9 @@ def add_bandwidth_optimal_parser(modes, problem: argparse.ArgumentParser) -> Non
                         default="auto", help="engine (default: auto, by size and collective)")
     parser.add_argument("--stages", type=positive_int, metavar="P",
                         help="pipeline stages of the tree schedule (default: 16 x (depth - 1), within 16M sends)")
+    parser.add_argument("--size", type=parse_size, metavar="BYTES",
+                        help="tune the pipeline for this buffer size (nccl-tests convention, e.g. "
+                             "64MiB): stages minimising the alpha-beta time; also predicted")
     parser.add_argument("--time-limit", type=seconds, default=600.0, metavar="SECONDS",
                         help="seconds for the search (default 600)")
     parser.add_argument("-o", "--output", metavar="FILE",
@@ -57,13 +60,13 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     progress = None if (args.quiet or args.json) else (
         lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     result = solve_large(topology, collective, engine=args.engine, stages=args.stages,
-                         time_limit_s=args.time_limit, progress=progress)
+                         size_bytes=args.size, time_limit_s=args.time_limit, progress=progress)
     if args.output:
         from collsynth.algorithm.fileformat import save_algorithm
 
         save_algorithm(result.algorithm, args.output)
     figures = result.to_json()
-    figures["predicted_us"] = _predictions(result)
+    figures["predicted_us"] = _predictions(result, args.size)
     if args.json:
         print(json.dumps(figures, indent=2), flush=True)
         return EXIT_OK
@@ -88,7 +91,7 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _predictions(result) -> list[dict]:
+def _predictions(result, size_bytes: int | None = None) -> list[dict]:
     """Predicted microseconds of the result and of NCCL's best ring and tree protocol."""
     from collsynth.errors import CollsynthError
     from collsynth.timing.alphabeta import algorithm_time_us, from_topology
@@ -102,7 +105,8 @@ def _predictions(result) -> list[dict]:
     except CollsynthError:
         return []
     rows = []
-    for size in PREDICTION_SIZES:
+    sizes = sorted(set(PREDICTION_SIZES) | ({size_bytes} if size_bytes else set()))
+    for size in sizes:
         row = {"bytes": size, "collsynth": algorithm_time_us(algorithm, size, model)}
         for kind in ("ring", "tree"):
             mine = [c for c in choices if c.algorithm == kind]

@@ -73,9 +73,12 @@ def choose_engine(topology: Topology, collective: Collective) -> str:
 
 
 def solve_large(topology: Topology, collective: Collective, *, engine: str = "auto",
-                stages: int | None = None, time_limit_s: float = 600.0,
+                stages: int | None = None, size_bytes: int | None = None,
+                time_limit_s: float = 600.0,
                 progress: Callable[[str], None] | None = None) -> BandwidthOptimalResult:
     """A verified algorithm from ``engine`` (``"auto"``: :func:`choose_engine`).
+
+    ``stages`` and ``size_bytes`` (the buffer the pipeline is tuned for) go to the tree engine.
 
     Raises
     ------
@@ -89,7 +92,7 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     say(f"engine: {chosen}")
     started = time.perf_counter()
     if chosen == "trees":
-        return solve_bandwidth_optimal(topology, collective, stages=stages,
+        return solve_bandwidth_optimal(topology, collective, stages=stages, size_bytes=size_bytes,
                                        time_limit_s=time_limit_s, progress=progress)
     if chosen == "exact":
         from collsynth.bounds import compute_bounds

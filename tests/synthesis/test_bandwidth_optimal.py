@@ -240,3 +240,19 @@ def test_cli_bandwidth_optimal_bad_input(capsys):
                  "--oversubscription", "0.5"]) == 2
     assert "--oversubscription" in capsys.readouterr().err
     assert main(["solve", "bandwidth-optimal", "dgx-a100", "allgather", "--engine", "magic"]) == 2
+
+
+def test_stages_follow_the_message_size():
+    """Small buffers get one stage (fewest steps), large ones more (closer to the steady state),
+    and the chosen schedule is never slower at its size than the other two."""
+    from collsynth.timing.alphabeta import algorithm_time_us, from_topology
+
+    topology = resolve_topology("dgx-a100", nodes=4)
+    collective = standard_collective("allgather", 32)
+    model = from_topology(topology)
+    small = solve_bandwidth_optimal(topology, collective, size_bytes=64 << 10)
+    large = solve_bandwidth_optimal(topology, collective, size_bytes=1 << 30)
+    assert small.stages == 1 < large.stages
+    for size, mine, other in ((64 << 10, small, large), (1 << 30, large, small)):
+        assert algorithm_time_us(mine.algorithm, size, model) <= \
+            algorithm_time_us(other.algorithm, size, model)

@@ -25,11 +25,15 @@ from collsynth.algorithm.verify import verify
 from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import allgather, reduce_scatter
-from collsynth.errors import InvalidCollectiveError, InvalidInstanceError
+from collsynth.errors import CollsynthError, InvalidCollectiveError, InvalidInstanceError
 from collsynth.synthesis.allreduce import is_standard_allreduce
 from collsynth.synthesis.bandwidth_optimal.fabric import UnsupportedFabricError
 from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, pack_trees
-from collsynth.synthesis.bandwidth_optimal.pipeline import default_stages, pipelined_algorithm
+from collsynth.synthesis.bandwidth_optimal.pipeline import (
+    default_stages,
+    pipelined_algorithm,
+    stages_for_size,
+)
 from collsynth.synthesis.bandwidth_optimal.throughput import optimal_throughput, roots_of
 from collsynth.topology.model import Topology
 
@@ -104,7 +108,8 @@ class BandwidthOptimalResult:
 
 
 def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
-                            stages: int | None = None, time_limit_s: float = 600.0,
+                            stages: int | None = None, size_bytes: int | None = None,
+                            time_limit_s: float = 600.0,
                             progress: Callable[[str], None] | None = None
                             ) -> BandwidthOptimalResult:
     """A verified, pipelined tree schedule with the optimal throughput.
@@ -115,8 +120,11 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         Allgather, broadcast (one or several roots), reduce-scatter, reduce or allreduce,
         unsplit (``chunk_factor == 1``).
     stages:
-        Pipeline stages; default :func:`~.pipeline.default_stages` (more stages: closer to the
-        steady state, more steps).
+        Pipeline stages; default :func:`~.pipeline.stages_for_size` when ``size_bytes`` is given
+        and the topology has ``alpha_us`` and ``unit_gbps``, else :func:`~.pipeline.default_stages`
+        (more stages: closer to the steady state, more steps).
+    size_bytes:
+        The buffer size (nccl-tests convention) to choose the stages for.
     time_limit_s:
         Seconds for the tree packing's column generation; on expiry the best packing found is
         used (``optimal`` then says whether it still reached the bound).
@@ -146,14 +154,15 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     say = progress or (lambda line: None)
     timings: dict[str, float] = {}
     if is_standard_allreduce(collective):
-        return _allreduce(topology, collective, stages, time_limit_s, say, started)
+        return _allreduce(topology, collective, stages, size_bytes, time_limit_s, say, started)
     if collective.combining:
         if not has_non_combining_dual(collective):
             raise InvalidCollectiveError(f"{collective.describe()}: the tree engine handles "
                                          "allgather, broadcast, reduce-scatter, reduce, allreduce")
         say("building the dual on the reversed topology")
         dual = solve_bandwidth_optimal(topology.reversed(), non_combining_dual(collective),
-                                       stages=stages, time_limit_s=time_limit_s, progress=progress)
+                                       stages=stages, size_bytes=size_bytes,
+                                       time_limit_s=time_limit_s, progress=progress)
         tick = time.perf_counter()
         algorithm = invert_dual(dual.algorithm, topology, collective.split(dual.algorithm.chunks))
         timings = dict(dual.timings, invert=time.perf_counter() - tick)
@@ -187,7 +196,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         timings["lp_bound"] = time.perf_counter() - tick
 
     tick = time.perf_counter()
-    count = stages or default_stages(packing, topology.num_ranks, len(roots))
+    count = stages or _stages(topology, collective, packing, len(roots), size_bytes)
     algorithm = pipelined_algorithm(topology, collective, packing, count)
     timings["schedule"] = time.perf_counter() - tick
     say(f"schedule: {algorithm.num_steps} steps, {algorithm.num_sends} sends "
@@ -201,12 +210,29 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         packing.pieces_per_root, packing.depth, time.perf_counter() - started, timings)
 
 
-def _allreduce(topology, collective, stages, time_limit_s, say, started) -> BandwidthOptimalResult:
+def _stages(topology, collective, packing, num_roots, size_bytes) -> int:
+    if size_bytes is None or topology.alpha_us is None or topology.unit_gbps is None:
+        return default_stages(packing, topology.num_ranks, num_roots)
+    from collsynth.timing.alphabeta import base_chunk_bytes, from_topology
+
+    model = from_topology(topology)
+    name = collective.name
+    try:
+        chunk = float(base_chunk_bytes(name, topology.num_ranks, size_bytes))
+    except CollsynthError:  # no buffer convention (multi-root broadcast): one chunk per root
+        chunk = float(size_bytes) / max(1, num_roots)
+    return stages_for_size(packing, topology.num_ranks, num_roots, chunk_bytes=chunk,
+                           alpha_us=model.alpha_us, beta_us_per_byte=model.beta_us_per_byte)
+
+
+def _allreduce(topology, collective, stages, size_bytes, time_limit_s, say,
+               started) -> BandwidthOptimalResult:
     n = topology.num_ranks
     say("allreduce = reduce-scatter + allgather")
-    rs = solve_bandwidth_optimal(topology, reduce_scatter(n), stages=stages,
+    # Each half moves the whole buffer in n parts: sized as a reduce-scatter / allgather of it.
+    rs = solve_bandwidth_optimal(topology, reduce_scatter(n), stages=stages, size_bytes=size_bytes,
                                  time_limit_s=time_limit_s, progress=say)
-    ag = solve_bandwidth_optimal(topology, allgather(n), stages=stages,
+    ag = solve_bandwidth_optimal(topology, allgather(n), stages=stages, size_bytes=size_bytes,
                                  time_limit_s=time_limit_s, progress=say)
     tick = time.perf_counter()
     a, b = rs.algorithm, ag.algorithm

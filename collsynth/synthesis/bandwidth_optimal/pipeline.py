@@ -29,7 +29,7 @@ from collsynth.synthesis.bandwidth_optimal.packing import TreePacking
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import Topology
 
-__all__ = ["pipelined_algorithm", "default_stages", "MAX_SENDS"]
+__all__ = ["pipelined_algorithm", "default_stages", "stages_for_size", "MAX_SENDS"]
 
 #: Most sends :func:`default_stages` lets a schedule have (memory: ~13 bytes per send).
 MAX_SENDS = 1 << 24
@@ -42,6 +42,32 @@ def default_stages(packing: TreePacking, num_ranks: int, num_roots: int) -> int:
     per_stage = packing.pieces_per_root * num_roots * (num_ranks - 1)
     wanted = max(1, 16 * (depth - 1))
     return max(1, min(wanted, MAX_SENDS // max(per_stage, 1)))
+
+
+def stages_for_size(packing: TreePacking, num_ranks: int, num_roots: int, *, chunk_bytes: float,
+                    alpha_us: float, beta_us_per_byte: float) -> int:
+    """The number of stages that minimises the alpha-beta time for base chunks of
+    ``chunk_bytes``, within :data:`MAX_SENDS` sends.
+
+    With ``P`` stages, depth ``D`` and ``rho`` rounds per stage of ``k`` pieces, the schedule takes
+    at most ``P + D - 1`` steps of ``rho`` rounds of ``chunk_bytes / (P k)`` bytes:
+    ``(P + D - 1) (alpha + rho chunk_bytes beta / (P k))``, smallest at
+    ``P = sqrt((D - 1) rho chunk_bytes beta / (k alpha))``. Small messages get one stage (fewest
+    steps), large ones many (closest to the steady state).
+    """
+    depth = packing.depth
+    per_stage = packing.pieces_per_root * num_roots * (num_ranks - 1)
+    most = max(1, MAX_SENDS // max(per_stage, 1))
+    if depth <= 1:
+        return 1
+    rho, k = packing.rounds_per_stage, packing.pieces_per_root
+    best = ((depth - 1) * rho * chunk_bytes * beta_us_per_byte / (k * alpha_us)) ** 0.5
+    candidates = {max(1, min(most, int(best))), max(1, min(most, int(best) + 1))}
+
+    def time_us(p: int) -> float:
+        return (p + depth - 1) * (alpha_us + rho * chunk_bytes * beta_us_per_byte / (p * k))
+
+    return min(sorted(candidates), key=time_us)
 
 
 def pipelined_algorithm(topology: Topology, collective: Collective, packing: TreePacking,
