@@ -27,6 +27,7 @@ pieces per pipeline stage and tree ``T`` carries ``m[T]`` of them (``sum m[T] = 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -56,12 +57,13 @@ class PackingOptions:
     """Knobs of :func:`pack_trees` (keyword-only).
 
     ``time_limit_s`` bounds the column generation (the best packing so far is kept);
-    ``max_trees_per_root`` bounds ``k``, the pieces per root per pipeline stage.
+    ``max_trees_per_root`` bounds ``k``, the pieces per root per pipeline stage (default: as
+    many as keep one stage within about four million sends, between 16 and 4096).
     """
 
     time_limit_s: float = 300.0
     max_iterations: int = 500
-    max_trees_per_root: int = 256
+    max_trees_per_root: int | None = None
     progress: Callable[[str], None] | None = None
 
 
@@ -221,6 +223,9 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     if shift is not None:
         for i, parent in _hierarchical_trees(topology, shift, options):
             add(i, parent)
+    elif len(roots) == 1 and (nodes := node_shift(topology)) is not None:
+        for parent in _chain_trees(topology, nodes, roots[0]):
+            add(0, parent)
     graph = sp.csr_matrix(finite.astype(np.int8))
     for i, root in enumerate(reps):
         _, predecessors = breadth_first_order(graph, root, directed=True, return_predecessors=True)
@@ -233,37 +238,58 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
 
     value, weights, iterations = float("inf"), None, 0
     goal = None if target is None else float(target) + 1e-9
+    # Dual stabilisation (Wentges smoothing): price with a mix of the best duals so far (the
+    # centre, whose Lagrangian bound is highest) and the current ones; degenerate programs
+    # otherwise add trees for hundreds of iterations without moving R.
+    centre, best_bound, smoothing = None, -np.inf, 0.5
     while True:
         iterations += 1
         value, weights, y, u = _solve_master(rows, columns, owners, len(reps))
         if options.progress is not None:
             options.progress(f"iteration {iterations}: {len(columns)} trees, "
-                             f"rounds per chunk {value:.6f}")
+                             f"rounds per chunk {value:.6f} (lower bound {best_bound:.6f})")
         if goal is not None and value <= goal:
             break
+        if best_bound >= value - 1e-9 * max(1.0, value):
+            break  # the program is solved: no tree can lower R
         if iterations >= options.max_iterations or \
                 time.perf_counter() - started > options.time_limit_s:
             _log.info("column generation stopped after %d iterations at %.6f", iterations, value)
             break
+        trial = y if centre is None else smoothing * centre + (1 - smoothing) * y
         prices = np.asarray(rows.incidence.T @ y).ravel().reshape(n, n)
-        scale = max(float(y.max()), 1e-12)
-        added = 0
+        trial_prices = np.asarray(rows.incidence.T @ trial).ravel().reshape(n, n)
+        scale = max(float(trial.max()), 1e-12)
+        added, bound = 0, 0.0
         for i, root in enumerate(reps):
-            cost = prices + scale * 1e-7 * (1 + hops[i])[:, None]
+            nudge = scale * 1e-7 * (1 + hops[i])[:, None]
+            cost = trial_prices + nudge
             cost[~finite] = np.inf
             parent = min_arborescence(cost, root)
             children = np.flatnonzero(parent >= 0)
-            reduced = float(prices[parent[children], children].sum()) - u[i]
+            arcs = (parent[children], children)
+            # For every tree T: trial(T*) + nudge(T*) <= trial(T) + nudge(T) <= trial(T) + most,
+            # so trial(T*) + nudge(T*) - most bounds the cheapest tree under trial prices.
+            most = scale * 1e-7 * (1 + float(hops[i].max())) * len(children)
+            bound += float(trial_prices[arcs].sum() + nudge[arcs[0], 0].sum()) - most
+            reduced = float(prices[arcs].sum()) - u[i]
             if reduced < -1e-9 * max(1.0, abs(u[i])) and add(i, parent):
                 added += 1
+        if bound > best_bound:
+            best_bound, centre = bound, trial
         if not added:
+            if centre is not None and smoothing > 0:
+                smoothing = 0.0  # mispriced: the next round prices with the current duals
+                continue
             break
+        smoothing = 0.5
     lp_time = time.perf_counter() - started
+    max_k = options.max_trees_per_root or min(4096, max(16, (1 << 22) // (len(roots) * n)))
 
     keep = np.flatnonzero(weights > 1e-12)
     trees, k, rho = _integer_multiplicities(rows, [columns[j] for j in keep],
                                             [owners[j] for j in keep], len(reps), value,
-                                            target, options, weights[keep])
+                                            target, max_k, weights[keep])
     packing = {reps[i]: [] for i in range(len(reps))}
     for j, m in zip(keep, trees):
         if m:
@@ -305,6 +331,59 @@ def _hierarchical_trees(topology: Topology, shift: NodeShift, options: PackingOp
             yield i, full
 
 
+def _bfs_parent(links: np.ndarray, root: int, allowed: np.ndarray) -> np.ndarray | None:
+    """Parents of a breadth-first tree from ``root`` over the ``allowed`` vertices of the link
+    matrix ``links``, or ``None`` when some allowed vertex is unreachable."""
+    sub = np.flatnonzero(allowed)
+    index = {int(v): i for i, v in enumerate(sub)}
+    graph = sp.csr_matrix((links[np.ix_(sub, sub)] > 0).astype(np.int8))
+    order, predecessors = breadth_first_order(graph, index[root], directed=True,
+                                              return_predecessors=True)
+    if len(order) != len(sub):
+        return None
+    parent = np.full(len(links), -1, dtype=np.int64)
+    for i, v in enumerate(sub):
+        if predecessors[i] >= 0:
+            parent[v] = sub[predecessors[i]]
+    return parent
+
+
+def _chain_trees(topology: Topology, shift: NodeShift, root: int):
+    """Starting trees for one root on ``K`` nodes: for each local rank ``j``, the root hands the
+    chunk to its node's rank ``j``, which spreads it over the rest of the node and passes it down a
+    chain of NICs through rank ``j`` of every other node (each spreading it in its node). The
+    chains use every NIC of the root's node once per ``n`` pieces: the node-cut optimum when the
+    nodes' links keep up."""
+    per, nodes = shift.ranks_per_node, shift.nodes
+    local_links = np.array(node_topology(topology, shift).links, dtype=np.int64)
+    home, i = divmod(root, per)
+    everyone = np.ones(per, dtype=bool)
+    for j in range(per):
+        if j == i:
+            inside = _bfs_parent(local_links, i, everyone)
+        else:
+            others = everyone.copy()
+            others[i] = False
+            inside = _bfs_parent(local_links, j, others)
+            if inside is not None:
+                inside[j] = i
+        spread = _bfs_parent(local_links, j, everyone)
+        if inside is None or spread is None:
+            continue
+        parent = np.full(topology.num_ranks, -1, dtype=np.int64)
+        order = [(home + step) % nodes for step in range(nodes)]
+        for position, node in enumerate(order):
+            local = inside if position == 0 else spread
+            base = node * per
+            for v in range(per):
+                if local[v] >= 0:
+                    parent[base + v] = base + local[v]
+            if position > 0:
+                parent[base + j] = order[position - 1] * per + j
+        parent[root] = -1
+        yield parent
+
+
 def _solve_master(rows: RowClasses, columns, owners, num_roots):
     m = len(columns)
     a = np.column_stack(columns) if m else np.zeros((len(rows.capacity), 0))
@@ -326,43 +405,56 @@ def _solve_master(rows: RowClasses, columns, owners, num_roots):
 
 
 def _rational_weights(a, capacity, owners, num_roots, weights, optimum, max_k):
-    """The program's own weights read as fractions, if they give an exact packing at ``optimum``
-    with at most ``max_k`` pieces per root."""
+    """The program's own weights read as fractions (denominators up to ``max_k``), if they give
+    an exact packing at ``optimum`` with at most ``max_k`` pieces per root."""
     fractions = [Fraction(float(w)).limit_denominator(max_k) for w in weights]
-    for r in range(num_roots):
-        if sum(f for f, o in zip(fractions, owners) if o == r) != 1:
+    if any(abs(float(f) - float(w)) > 1e-7 for f, w in zip(fractions, weights)):
+        return None
+    for r in range(num_roots):  # rounding may leave a root's weights off 1: fix its largest
+        mine = [j for j, o in enumerate(owners) if o == r]
+        if not mine:
+            return None
+        largest = max(mine, key=lambda j: fractions[j])
+        fractions[largest] += 1 - sum(fractions[j] for j in mine)
+        if fractions[largest] < 0:
             return None
     k = 1
     for f in fractions:
-        k = k * f.denominator // np.gcd(k, f.denominator)
+        k = k * f.denominator // math.gcd(k, f.denominator)
         if k > max_k:
             return None
     multiplicities = np.array([int(f * k) for f in fractions], dtype=np.int64)
     rho = optimum * k
     if rho.denominator != 1:
-        return None
+        k *= rho.denominator
+        multiplicities *= rho.denominator
+        rho *= rho.denominator
+        if k > max_k:
+            return None
     loads = a @ multiplicities
     if (loads > capacity * int(rho) + 1e-9).any():
         return None
     return multiplicities, k, int(rho)
 
 
-def _integer_multiplicities(rows: RowClasses, columns, owners, num_roots, value, target, options,
+def _integer_multiplicities(rows: RowClasses, columns, owners, num_roots, value, target, max_k,
                             weights):
     """``(multiplicities, k, rho)`` with the least ``rho / k`` found."""
     optimum = Fraction(target) if target is not None and value <= float(target) + 1e-9 else \
         Fraction(value).limit_denominator(1000)
     a = np.column_stack(columns)
     owners = np.asarray(owners)
-    best = _rational_weights(a, rows.capacity, owners, num_roots, weights, optimum,
-                             options.max_trees_per_root)
+    best = _rational_weights(a, rows.capacity, owners, num_roots, weights, optimum, max_k)
     if best is not None:
         return best
     base = optimum.denominator
-    candidates = sorted({base * j for j in range(1, 17)} | set(range(1, 9)))
+    # Small multiples of the optimum's denominator first, then doublings up to 1024 pieces
+    # (more pieces make schedules of many millions of sends for a fraction of a percent).
+    candidates = sorted({base * j for j in range(1, 17)} | set(range(1, 9))
+                        | {base << j for j in range(5, 13) if base << j <= 1024})
     deadline = time.perf_counter() + _INTEGER_SECONDS
     for k in candidates:
-        if k > options.max_trees_per_root:
+        if k > max_k:
             continue
         if best is not None and time.perf_counter() > deadline:
             break
