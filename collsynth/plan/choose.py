@@ -248,14 +248,21 @@ def _pareto(topology: Topology, collective: Collective, options: SynthOptions
 
 def _bandwidth_optimal(topology: Topology, collective: Collective, options: SynthOptions
                        ) -> tuple[tuple[Algorithm, ...], bool, str]:
+    """The engine's pipelined schedule and, when it has several stages, the one-stage schedule
+    of the same trees (fewest steps): the envelope gives small sizes to the second."""
     solve_bandwidth_optimal = _bandwidth_optimal_solver()
     result = solve_bandwidth_optimal(topology, collective, time_limit_s=options.time_limit_s)
     algorithm = getattr(result, "algorithm", None)
     if algorithm is None:
         return (), False, "the bandwidth-optimal engine found nothing"
+    found = [_named(algorithm, collective, "bandwidth-optimal")]
+    if getattr(result, "stages", 1) > 1:
+        short = solve_bandwidth_optimal(topology, collective, stages=1,
+                                        time_limit_s=options.time_limit_s)
+        found.append(_named(short.algorithm, collective, "bandwidth-optimal"))
     rpc = getattr(result, "rounds_per_chunk", None)
     optimal = bool(getattr(result, "optimal", True))  # a packing cut short is searched again
-    return ((_named(algorithm, collective, "bandwidth-optimal"),), optimal,
+    return (tuple(found), optimal,
             f"rounds/chunk {rpc}" if rpc is not None else "")
 
 

@@ -220,14 +220,18 @@ def test_cache_ignores_broken_and_short_entries(tmp_path):
     assert FrontCache(None).get(ring, allgather(4), engine="pareto", options=options) is None
 
 
-def test_large_groups_use_the_bandwidth_optimal_engine_or_say_why():
-    fc = get_topology("fully-connected:4")
-    out = synthesize_front(fc, allgather(4), options=SynthOptions(max_group_ranks=2))
-    assert out.engine in ("bandwidth-optimal", "none")
-    if out.engine == "none":
-        assert not out.algorithms and "not installed" in out.note
-    else:
-        assert out.algorithms and all(a.topology is fc for a in out.algorithms)
+def test_large_groups_use_the_bandwidth_optimal_engine():
+    """Above max_group_ranks the tree engine gives its pipelined schedule and the one-stage
+    schedule of the same trees (fewest steps), both verified, on the group's topology."""
+    from collsynth.resolve import resolve_topology
+
+    system = resolve_topology("dgx-a100", nodes=2)
+    out = synthesize_front(system, allgather(16), options=SynthOptions(max_group_ranks=8))
+    assert out.engine == "bandwidth-optimal"
+    assert len(out.algorithms) == 2 and all(a.topology is system for a in out.algorithms)
+    pipelined, short = out.algorithms
+    assert short.num_steps < pipelined.num_steps
+    assert pipelined.rounds_per_chunk < short.rounds_per_chunk
 
 
 # -- environment ------------------------------------------------------------------------------
