@@ -36,7 +36,7 @@ from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
 from collsynth.collective.model import Collective
 from collsynth.errors import InvalidCollectiveError, SolverError, UnimplementableError
-from collsynth.synthesis.bandwidth_optimal.fabric import Fabric, build_fabric
+from collsynth.synthesis.bandwidth_optimal.fabric import INFINITE, Fabric, build_fabric
 from collsynth.topology.model import Topology
 
 __all__ = ["Throughput", "optimal_throughput", "tree_rounds", "roots_of", "broadcast_shape"]
@@ -111,12 +111,14 @@ def tree_rounds(fabric: Fabric, roots: dict[int, int], *,
     cols = np.concatenate([fabric.dst, root_list])
     while True:
         p, q = best.numerator, best.denominator
-        capacities = np.concatenate([p * fabric.cap, q * chunks[root_list]])
-        if q * total >= 2 ** 31 or capacities.max() >= 2 ** 31:
-            capacities = np.minimum(capacities, 2 ** 31 - 1)
-            if q * total >= 2 ** 31:
-                raise SolverError("the throughput ratio's denominator is too large for the 32-bit "
-                                  "maximum-flow solver")
+        # Arcs that are not limits (between regions) stay effectively infinite when clamped;
+        # any real capacity or chunk count must fit the 32-bit solver exactly.
+        arc_caps = np.where(fabric.cap >= INFINITE, 2 ** 31 - 1, p * fabric.cap)
+        capacities = np.concatenate([arc_caps, q * chunks[root_list]])
+        if q * total >= 2 ** 31 or (p * fabric.cap[fabric.cap < INFINITE]).max(initial=0) \
+                >= 2 ** 31:
+            raise SolverError("the throughput ratio is too large for the 32-bit maximum-flow "
+                              "solver")
         graph = sp.csr_matrix((capacities.astype(np.int32), (rows, cols)),
                               shape=(total_vertices + 1, total_vertices + 1))
         improved, improved_cut = None, ()
