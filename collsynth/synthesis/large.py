@@ -119,10 +119,10 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     root = collective.roots[0] if collective.roots else None
     result = hierarchical_algorithm(topology, collective.name, root=root,
                                     time_limit_s=min(time_limit_s, 60.0))
-    return _wrap(result.algorithm, _bound_or_none(topology, collective), "hierarchical", started)
+    return _wrap(result.algorithm, _lower_bound(topology, collective), "hierarchical", started)
 
 
-def _bound_or_none(topology: Topology, collective: Collective) -> Fraction:
+def _lower_bound(topology: Topology, collective: Collective) -> Fraction:
     from collsynth.synthesis.bandwidth_optimal.throughput import optimal_throughput
 
     try:
