@@ -3,7 +3,7 @@
 ::
 
     collsynth export ALGO.json -o OUT.xml [--runtime msccl|rccl|msccl-executor|all]
-                     [--proto Simple|LL|LL128] [--channels N] [--instances K]
+                     [--proto Simple|LL|LL128] [--channels N|auto] [--instances K]
                      [--min-bytes B] [--max-bytes B] [--inplace] [--outofplace] [--name NAME]
 
 The runtimes' limits are checked first, from the algorithm's sends
@@ -161,8 +161,9 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
                         help="target runtime (default msccl)")
     export.add_argument("--proto", choices=PROTOCOLS, default="Simple",
                         help="NCCL protocol (default Simple)")
-    export.add_argument("--channels", type=positive_int, default=1, metavar="N",
-                        help="channels to spread connections over (default 1)")
+    export.add_argument("--channels", type=_channels, default=1, metavar="N",
+                        help="channels to spread connections over (default 1); 'auto': the "
+                             "fewest of 1, 2, 4, ..., 32 that meets the runtime's limits")
     export.add_argument("--instances", type=positive_int, default=1, metavar="K",
                         help="parallel copies of the schedule, each on 1/K of every chunk "
                              "(default 1)")
@@ -197,6 +198,41 @@ def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict
     return {rt: target.with_name(f"{stem}.{rt}.xml") for rt in runtimes}
 
 
+#: Channel counts ``--channels auto`` tries, fewest first (each spreads a rank's connections and
+#: steps over more channels, so per-threadblock limits are met by the first that fits).
+AUTO_CHANNELS = (1, 2, 4, 8, 16, 32)
+
+
+def _channels(text: str) -> int | str:
+    if text == "auto":
+        return text
+    return positive_int(text)
+
+
+def _lower_all(algorithm: Algorithm, runtimes, args: argparse.Namespace, channels: int,
+               inplace: bool, outofplace: bool) -> tuple[dict[str, Program], list]:
+    """Lower (and check) for every runtime; ``(programs, exceeded limits)``."""
+    exceeded: list = []
+    programs: dict[str, Program] = {}
+    for runtime in runtimes:
+        try:
+            program = lower(algorithm, runtime=runtime, proto=args.proto,
+                            channels=channels, instances=args.instances,
+                            inplace=inplace, outofplace=outofplace,
+                            min_bytes=args.min_bytes, max_bytes=args.max_bytes,
+                            name=args.name)
+        except ExportError as exc:
+            violations = getattr(exc, "violations", None)
+            if violations:  # gather every runtime's before giving up
+                exceeded.extend(violations)
+                continue
+            raise ExportError(f"{runtime}: {exc}") from exc
+        if not exceeded:  # otherwise nothing is written: the check can wait
+            check_exported(program, runtime, algorithm)
+        programs[runtime] = program
+    return programs, exceeded
+
+
 def run_export(args: argparse.Namespace) -> int:
     """Run ``collsynth export`` from parsed arguments; return the exit code (0 written, 1 error).
 
@@ -214,30 +250,35 @@ def run_export(args: argparse.Namespace) -> int:
     runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
     try:
         algorithm = load_algorithm(args.file)
+        choices = AUTO_CHANNELS if args.channels == "auto" else (args.channels,)
         # Limits every runtime will certainly exceed, from the sends: before any lowering.
-        estimated = estimate_all(algorithm, runtimes, channels=args.channels,
-                                 instances=args.instances, inplace=inplace,
-                                 outofplace=outofplace)
-        exceeded = [v for runtime in runtimes for v in estimated[runtime]]
-        if exceeded:
-            raise limit_error(exceeded, args.file, before_lowering=True)
+        estimated = {channels: estimate_all(algorithm, runtimes, channels=channels,
+                                            instances=args.instances, inplace=inplace,
+                                            outofplace=outofplace)
+                     for channels in choices}
+        hopeless = [runtime for runtime in runtimes
+                    if all(estimated[channels][runtime] for channels in choices)]
+        if hopeless:  # refused before lowering anything, with the largest channel count's figures
+            raise limit_error([v for runtime in hopeless for v in estimated[choices[-1]][runtime]],
+                              args.file, before_lowering=True)
         programs: dict[str, Program] = {}
+        chosen: dict[str, int] = {}
+        exceeded = []
         for runtime in runtimes:
-            try:
-                program = lower(algorithm, runtime=runtime, proto=args.proto,
-                                channels=args.channels, instances=args.instances,
-                                inplace=inplace, outofplace=outofplace,
-                                min_bytes=args.min_bytes, max_bytes=args.max_bytes,
-                                name=args.name)
-            except ExportError as exc:
-                violations = getattr(exc, "violations", None)
-                if violations:  # gather every runtime's before giving up
-                    exceeded.extend(violations)
+            found, failed = None, []
+            for channels in choices:  # each runtime gets the fewest channels that fit it
+                if estimated[channels][runtime]:
+                    failed = estimated[channels][runtime]
                     continue
-                raise ExportError(f"{runtime}: {exc}") from exc
-            if not exceeded:  # otherwise nothing is written: the check can wait
-                check_exported(program, runtime, algorithm)
-            programs[runtime] = program
+                lowered, failed = _lower_all(algorithm, [runtime], args, channels, inplace,
+                                             outofplace)
+                if not failed:
+                    found = lowered[runtime]
+                    break
+            if found is None:
+                exceeded.extend(failed)
+            else:
+                programs[runtime], chosen[runtime] = found, channels
         if exceeded:
             raise limit_error(exceeded, args.file)
         texts = {runtime: write_program(program, runtime) for runtime, program in programs.items()}
@@ -247,8 +288,9 @@ def run_export(args: argparse.Namespace) -> int:
         for runtime, path in destinations.items():
             write_text_atomic(path, texts[runtime])
             stats = program_stats(programs[runtime])
+            spread = f"{chosen[runtime]} channel(s), " if args.channels == "auto" else ""
             print(f"wrote {path} ({runtime}, {len(texts[runtime].splitlines())} lines; "
-                  f"{stats.summary()})", file=sys.stdout, flush=True)
+                  f"{spread}{stats.summary()})", file=sys.stdout, flush=True)
     except (CollsynthError, OSError) as exc:
         violations = getattr(exc, "violations", None)
         if violations:

@@ -317,3 +317,28 @@ def test_the_cli_names_too_many_channels(tmp_path, capsys, ring_allgather):
                       "program needs 40 (1.2x the limit, 8 over)")
     assert not Path(tmp_path / "r.xml").exists()
     assert main(["export", str(path), "-o", str(tmp_path / "r.xml"), "--instances", "4"]) == 0
+
+
+def test_channels_auto_spreads_a_large_tree_schedule_until_it_fits(tmp_path, capsys):
+    """A 32-GPU optimal allgather needs more steps per threadblock than msccl-executor allows on
+    one channel; --channels auto finds the fewest channels that fit, and the file checks."""
+    from collsynth.algorithm import save_algorithm
+    from collsynth.cli import main
+    from collsynth.collective import standard_collective
+    from collsynth.resolve import resolve_topology
+    from collsynth.synthesis.bandwidth_optimal import solve_bandwidth_optimal
+
+    system = resolve_topology("dgx-a100", nodes=4)
+    result = solve_bandwidth_optimal(system, standard_collective("allgather", 32),
+                                     size_bytes=64 << 20)
+    path = tmp_path / "ag32.json"
+    save_algorithm(result.algorithm, path)
+    out = tmp_path / "ag32.xml"
+    assert main(["export", str(path), "-o", str(out), "--runtime", "msccl-executor"]) == 1
+    assert "MSCCL_MAX_NUM_STEPS" in capsys.readouterr().err and not out.exists()
+    assert main(["export", str(path), "-o", str(out), "--runtime", "msccl-executor",
+                 "--channels", "auto"]) == 0
+    written = capsys.readouterr().out
+    channels = int(written.split(" channel(s)")[0].rsplit(" ", 1)[1])
+    assert channels > 1
+    assert main(["check", str(out), "--runtime", "msccl-executor", "--strict"]) == 0
