@@ -667,8 +667,10 @@ def _xml_name(algorithm: str, group: Sequence[int], lo: int, hi: int | None) -> 
 def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int | None,
             runtime: str, options: PlanOptions, min_bytes: int, max_bytes: int | None
             ) -> XmlFile:
-    """Lower, check and render one range's program (nothing is written here)."""
-    from collsynth.cli_export import check_exported, check_text
+    """Lower, check and render one range's program (nothing is written here), on the fewest
+    channels (1, 2, 4, ..., 32) that meet the runtime's limits."""
+    from collsynth.cli_export import AUTO_CHANNELS, check_exported, check_text
+    from collsynth.export.limits import estimate_limits, limit_error
     from collsynth.export.lower import lower
     from collsynth.export.xml_writer import write_program
 
@@ -678,18 +680,27 @@ def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int 
         layouts.insert(0, (True, True))  # rccl / msccl-executor: declare both when possible
     error: ExportError | None = None
     for inplace, outofplace in layouts:
-        try:
-            program = lower(algorithm, runtime=runtime, proto=options.proto, inplace=inplace,
-                            outofplace=outofplace, min_bytes=min_bytes, max_bytes=max_bytes,
-                            name=name[:-4])
-            check_exported(program, runtime, algorithm)
-            text = write_program(program, runtime)
-            check_text(text, runtime)
-        except ExportError as exc:
-            error = exc
-            continue
-        return XmlFile(name, text, collective, n, local_root, program.nchunksperloop,
-                       inplace, outofplace)
+        for channels in AUTO_CHANNELS:
+            over = estimate_limits(algorithm, runtime, channels=channels, inplace=inplace,
+                                   outofplace=outofplace)
+            if over:  # certainly over a limit: more channels may help
+                error = limit_error(over, f"the program on {channels} channel(s)",
+                                    before_lowering=True)
+                continue
+            try:
+                program = lower(algorithm, runtime=runtime, proto=options.proto,
+                                channels=channels, inplace=inplace, outofplace=outofplace,
+                                min_bytes=min_bytes, max_bytes=max_bytes, name=name[:-4])
+                check_exported(program, runtime, algorithm)
+                text = write_program(program, runtime)
+                check_text(text, runtime)
+            except ExportError as exc:
+                error = exc
+                if getattr(exc, "violations", None):
+                    continue  # a limit: try more channels
+                break  # anything else: try the next layout
+            return XmlFile(name, text, collective, n, local_root, program.nchunksperloop,
+                           inplace, outofplace)
     assert error is not None
     raise ExportError(f"{name}: {error}") from error
 
