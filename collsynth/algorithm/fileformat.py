@@ -67,7 +67,7 @@ from collsynth.errors import FileFormatError, VerificationError
 from collsynth.topology.fileformat import read_json_file, topology_from_json, topology_to_json
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "algorithm_to_json", "algorithm_from_json",
-           "save_algorithm", "load_algorithm"]
+           "save_algorithm", "load_algorithm", "MAX_ALGORITHM_BYTES"]
 
 FORMAT_NAME = "collsynth-algorithm"
 FORMAT_VERSION = 1
@@ -117,6 +117,10 @@ def _sends_json(sends) -> list[list[int]]:
         rows[i].append(1)
     return rows
 
+
+#: Largest algorithm file :func:`load_algorithm` reads (bytes). Schedules for 1024 GPUs hold
+#: millions of sends (~33 bytes each in the file): 2M sends make 69 MB.
+MAX_ALGORITHM_BYTES = 1 << 30
 
 #: Steps with more sends than this are read into arrays (a SendBlock), not Send objects.
 _ARRAY_SENDS = 10_000
@@ -320,8 +324,10 @@ def load_algorithm(path: str | os.PathLike[str]) -> Algorithm:
     FileFormatError
         A missing, unreadable or malformed file (naming the file and the field).
     InputTooLargeError
-        A file above 64 MiB, or an embedded topology or collective beyond the size limits.
+        A file above :data:`MAX_ALGORITHM_BYTES`, or an embedded topology or collective beyond the
+        size limits.
     VerificationError
         An algorithm that does not implement its collective on its topology (naming the file).
     """
-    return algorithm_from_json(read_json_file(path), source=str(path))
+    return algorithm_from_json(read_json_file(path, max_bytes=MAX_ALGORITHM_BYTES),
+                               source=str(path))
