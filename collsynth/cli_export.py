@@ -3,7 +3,8 @@
 ::
 
     collsynth export ALGO.json -o OUT.xml [--runtime msccl|rccl|msccl-executor|all]
-                     [--proto Simple|LL|LL128] [--channels N|auto] [--instances K]
+                     [--proto Simple|LL|LL128] [--channels N|auto] [--channel-by chunk|peer]
+                     [--instances K]
                      [--min-bytes B] [--max-bytes B] [--inplace] [--outofplace] [--name NAME]
 
 The runtimes' limits are checked first, from the algorithm's sends
@@ -161,9 +162,13 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
                         help="target runtime (default msccl)")
     export.add_argument("--proto", choices=PROTOCOLS, default="Simple",
                         help="NCCL protocol (default Simple)")
+    export.add_argument("--channel-by", choices=("chunk", "peer"), default="chunk",
+                        help="spread over channels by chunk (default) or by peer (for ranks "
+                             "with more than 32 peers)")
     export.add_argument("--channels", type=_channels, default=1, metavar="N",
                         help="channels to spread connections over (default 1); 'auto': the "
-                             "fewest of 1, 2, 4, ..., 32 that meets the runtime's limits")
+                             "fewest of 1, 2, 4, ..., 32 (by chunk, then by peer) that meets "
+                             "the runtime's limits")
     export.add_argument("--instances", type=positive_int, default=1, metavar="K",
                         help="parallel copies of the schedule, each on 1/K of every chunk "
                              "(default 1)")
@@ -198,9 +203,11 @@ def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict
     return {rt: target.with_name(f"{stem}.{rt}.xml") for rt in runtimes}
 
 
-#: Channel counts ``--channels auto`` tries, fewest first (each spreads a rank's connections and
-#: steps over more channels, so per-threadblock limits are met by the first that fits).
-AUTO_CHANNELS = (1, 2, 4, 8, 16, 32)
+#: (channels, policy) pairs ``--channels auto`` tries, fewest channels first: more channels
+#: spread a rank's steps (policy "chunk") or its peers (policy "peer") over more threadblocks, so
+#: per-threadblock and per-channel limits are met by the first that fits.
+AUTO_CHANNELS = ((1, "chunk"),) + tuple((c, by) for c in (2, 4, 8, 16, 32)
+                                         for by in ("chunk", "peer"))
 
 
 def _channels(text: str) -> int | str:
@@ -210,14 +217,15 @@ def _channels(text: str) -> int | str:
 
 
 def _lower_all(algorithm: Algorithm, runtimes, args: argparse.Namespace, channels: int,
-               inplace: bool, outofplace: bool) -> tuple[dict[str, Program], list]:
+               channel_by: str, inplace: bool, outofplace: bool
+               ) -> tuple[dict[str, Program], list]:
     """Lower (and check) for every runtime; ``(programs, exceeded limits)``."""
     exceeded: list = []
     programs: dict[str, Program] = {}
     for runtime in runtimes:
         try:
             program = lower(algorithm, runtime=runtime, proto=args.proto,
-                            channels=channels, instances=args.instances,
+                            channels=channels, channel_by=channel_by, instances=args.instances,
                             inplace=inplace, outofplace=outofplace,
                             min_bytes=args.min_bytes, max_bytes=args.max_bytes,
                             name=args.name)
@@ -250,27 +258,28 @@ def run_export(args: argparse.Namespace) -> int:
     runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
     try:
         algorithm = load_algorithm(args.file)
-        choices = AUTO_CHANNELS if args.channels == "auto" else (args.channels,)
+        choices = AUTO_CHANNELS if args.channels == "auto" else ((args.channels,
+                                                                  args.channel_by),)
         # Limits every runtime will certainly exceed, from the sends: before any lowering.
-        estimated = {channels: estimate_all(algorithm, runtimes, channels=channels,
-                                            instances=args.instances, inplace=inplace,
-                                            outofplace=outofplace)
-                     for channels in choices}
+        estimated = {(channels, by): estimate_all(algorithm, runtimes, channels=channels,
+                                                  channel_by=by, instances=args.instances,
+                                                  inplace=inplace, outofplace=outofplace)
+                     for channels, by in choices}
         hopeless = [runtime for runtime in runtimes
-                    if all(estimated[channels][runtime] for channels in choices)]
+                    if all(estimated[choice][runtime] for choice in choices)]
         if hopeless:  # refused before lowering anything, with the largest channel count's figures
             raise limit_error([v for runtime in hopeless for v in estimated[choices[-1]][runtime]],
                               args.file, before_lowering=True)
         programs: dict[str, Program] = {}
-        chosen: dict[str, int] = {}
+        chosen: dict[str, tuple[int, str]] = {}
         exceeded = []
         for runtime in runtimes:
             found, failed = None, []
-            for channels in choices:  # each runtime gets the fewest channels that fit it
-                if estimated[channels][runtime]:
-                    failed = estimated[channels][runtime]
+            for choice in choices:  # each runtime gets the fewest channels that fit it
+                if estimated[choice][runtime]:
+                    failed = estimated[choice][runtime]
                     continue
-                lowered, failed = _lower_all(algorithm, [runtime], args, channels, inplace,
+                lowered, failed = _lower_all(algorithm, [runtime], args, *choice, inplace,
                                              outofplace)
                 if not failed:
                     found = lowered[runtime]
@@ -278,7 +287,7 @@ def run_export(args: argparse.Namespace) -> int:
             if found is None:
                 exceeded.extend(failed)
             else:
-                programs[runtime], chosen[runtime] = found, channels
+                programs[runtime], chosen[runtime] = found, choice
         if exceeded:
             raise limit_error(exceeded, args.file)
         texts = {runtime: write_program(program, runtime) for runtime, program in programs.items()}
@@ -288,7 +297,8 @@ def run_export(args: argparse.Namespace) -> int:
         for runtime, path in destinations.items():
             write_text_atomic(path, texts[runtime])
             stats = program_stats(programs[runtime])
-            spread = f"{chosen[runtime]} channel(s), " if args.channels == "auto" else ""
+            spread = (f"{chosen[runtime][0]} channel(s) by {chosen[runtime][1]}, "
+                      if args.channels == "auto" else "")
             print(f"wrote {path} ({runtime}, {len(texts[runtime].splitlines())} lines; "
                   f"{spread}{stats.summary()})", file=sys.stdout, flush=True)
     except (CollsynthError, OSError) as exc:

@@ -466,8 +466,8 @@ def _local_copies(algorithm: Algorithm, sends: _Sends) -> np.ndarray:
 
 
 def estimate_figures(algorithm: Algorithm, runtime: str, *, channels: int = 1,
-                     instances: int = 1, inplace: bool = False,
-                     outofplace: bool = True) -> LimitFigures | None:
+                     instances: int = 1, inplace: bool = False, outofplace: bool = True,
+                     channel_by: str = "chunk") -> LimitFigures | None:
     """Figures of ``lower(algorithm, runtime=..., channels=..., instances=..., inplace=...,
     outofplace=...)`` computed from the sends without lowering: exact or lower bounds.
 
@@ -486,16 +486,34 @@ def estimate_figures(algorithm: Algorithm, runtime: str, *, channels: int = 1,
     if sends is None:
         return None
     return _estimate(algorithm, sends, get_runtime(runtime), channels, instances, inplace,
-                     outofplace)
+                     outofplace, channel_by)
+
+
+#: How a send's channel is chosen: ``"chunk"`` (chunk ``c`` on channel ``c % channels``: the
+#: pieces of a message spread over channels) or ``"peer"`` (the pair ``s -> d`` on channel
+#: ``((d - s) mod n) % channels``: a rank's peers spread over channels, for schedules whose ranks
+#: talk to more peers than one channel's 32 threadblocks).
+CHANNEL_POLICIES = ("chunk", "peer")
+
+
+def channel_of(chunk, src, dst, num_ranks: int, channels: int, by: str = "chunk"):
+    """The channel of sends ``chunk: src -> dst`` (ints or numpy arrays) under policy ``by``.
+
+    >>> channel_of(5, 0, 3, 8, 4), channel_of(5, 0, 3, 8, 4, by="peer")
+    (1, 3)
+    """
+    if by == "peer":
+        return ((dst - src) % num_ranks) % channels
+    return chunk % channels
 
 
 def _estimate(algorithm: Algorithm, sends: _Sends, rt: Runtime, channels: int, instances: int,
-              inplace: bool, outofplace: bool) -> LimitFigures:
+              inplace: bool, outofplace: bool, channel_by: str = "chunk") -> LimitFigures:
     n = algorithm.topology.num_ranks
     C, K = max(1, channels), max(1, instances)
     T = max(1, algorithm.num_steps)
     merge_cap = rt.max_count - 1 if K == 1 else 1
-    ch = sends.chunk % C
+    ch = channel_of(sends.chunk, sends.src, sends.dst, n, C, channel_by)
     if not rt.fused_ops and sends.reduce.any():
         split = sends.reduce & _has_value(algorithm, sends)
     else:
@@ -599,19 +617,20 @@ def _estimate(algorithm: Algorithm, sends: _Sends, rt: Runtime, channels: int, i
 
 
 def estimate_limits(algorithm: Algorithm, runtime: str, *, channels: int = 1,
-                    instances: int = 1, inplace: bool = False,
-                    outofplace: bool = True) -> list[LimitViolation]:
+                    instances: int = 1, inplace: bool = False, outofplace: bool = True,
+                    channel_by: str = "chunk") -> list[LimitViolation]:
     """The limits of ``runtime`` that ``lower(algorithm, runtime=runtime, ...)`` will certainly
     exceed, from :func:`estimate_figures`; empty when none is certain (the lowered program is
     then checked exactly)."""
     figures = estimate_figures(algorithm, runtime, channels=channels, instances=instances,
-                               inplace=inplace, outofplace=outofplace)
+                               inplace=inplace, outofplace=outofplace, channel_by=channel_by)
     return [] if figures is None else find_limit_violations(figures, runtime)
 
 
 def estimate_all(algorithm: Algorithm, runtimes: Sequence[str] | None = None, *,
                  channels: int = 1, instances: int = 1, inplace: bool = False,
-                 outofplace: bool = True) -> dict[str, list[LimitViolation]]:
+                 outofplace: bool = True, channel_by: str = "chunk"
+                 ) -> dict[str, list[LimitViolation]]:
     """:func:`estimate_limits` for several runtimes (default: all), reading the sends once and
     computing the figures once per distinct (fused ops when there are reductions, ``cnt``
     limit) pair."""
@@ -627,6 +646,6 @@ def estimate_all(algorithm: Algorithm, runtimes: Sequence[str] | None = None, *,
         key = (rt.fused_ops or not reductions, rt.max_count)
         if key not in cache:
             cache[key] = _estimate(algorithm, sends, rt, channels, instances, inplace,
-                                   outofplace)
+                                   outofplace, channel_by)
         result[name] = find_limit_violations(cache[key], name)
     return result

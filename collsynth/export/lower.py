@@ -24,7 +24,8 @@ consecutive on both sides become one step with ``cnt > 1`` (at most 71: ``cnt < 
 7.1; a longer run becomes several steps).
 
 **Threadblocks.** One connection is (peer, direction, channel); chunk ``c`` travels on channel
-``c % channels``. Per rank and channel the send-to-p and receive-from-p streams share one
+``c % channels`` (or, with ``channel_by="peer"``, the pair ``s -> d`` on ``((d - s) mod n) %
+channels``, which spreads a rank's many peers over channels). Per rank and channel the send-to-p and receive-from-p streams share one
 threadblock, and the remaining send-only and receive-only streams are paired with each other, so a
 rank has ``max(#send peers, #receive peers)`` threadblocks per channel, plus one for local copies
 when it has any. Steps of a threadblock follow the algorithm's steps; within a step, sends whose
@@ -84,8 +85,8 @@ from collsynth.algorithm.model import Algorithm
 from collsynth.algorithm.verify import verify
 from collsynth.errors import ExportError
 from collsynth.export.layout import Layout, Loc, collective_layout
-from collsynth.export.limits import (LimitFigures, Peak, estimate_limits, find_limit_violations,
-                                     limit_error)
+from collsynth.export.limits import (CHANNEL_POLICIES, LimitFigures, Peak, channel_of,
+                                     estimate_limits, find_limit_violations, limit_error)
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.export.runtimes import Runtime, get_runtime
 
@@ -253,7 +254,7 @@ def max_bytes_attribute(runtime: Runtime | str, max_bytes: int | None) -> int | 
 def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels: int = 1,
           instances: int = 1, inplace: bool = False, outofplace: bool = True,
           min_bytes: int | None = None, max_bytes: int | None = None,
-          name: str | None = None) -> Program:
+          name: str | None = None, channel_by: str = "chunk") -> Program:
     """The MSCCL program of ``algorithm`` for ``runtime`` (``msccl``, ``rccl``, ``msccl-executor``).
 
     Parameters
@@ -265,7 +266,11 @@ def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels
     proto:
         ``Simple``, ``LL`` or ``LL128``.
     channels:
-        Channels to spread connections over (chunk ``c`` uses channel ``c % channels``).
+        Channels to spread connections over.
+    channel_by:
+        ``"chunk"`` (chunk ``c`` uses channel ``c % channels``) or ``"peer"`` (the pair
+        ``s -> d`` uses channel ``((d - s) mod n) % channels``, spreading a rank's peers), see
+        :func:`~collsynth.export.limits.channel_of`.
     instances:
         Parallel copies of the schedule, each on a ``1/instances`` slice of every chunk.
     inplace, outofplace:
@@ -293,8 +298,11 @@ def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels
     rt = get_runtime(runtime)
     _check_options(rt, proto, channels, instances, inplace, outofplace, min_bytes, max_bytes)
     # Limits the program will certainly exceed, from the sends alone: refuse before the work.
+    if channel_by not in CHANNEL_POLICIES:
+        raise ExportError(f"channel_by = {channel_by!r}; expected one of "
+                          f"{', '.join(CHANNEL_POLICIES)}")
     violations = estimate_limits(algorithm, rt.name, channels=channels, instances=instances,
-                                 inplace=inplace, outofplace=outofplace)
+                                 inplace=inplace, outofplace=outofplace, channel_by=channel_by)
     if violations:
         raise limit_error(violations, f"the {rt.name} program of {algorithm.name!r}",
                           before_lowering=True)
@@ -306,7 +314,8 @@ def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels
         collective_layout(algorithm.collective, rt.name, inplace=True)
     ranks = [_RankPlan(q) for q in range(algorithm.topology.num_ranks)]
     with _collector_paused():
-        _Lowering(algorithm, rt, layout, dual, channels, ranks, merge=instances == 1).run()
+        _Lowering(algorithm, rt, layout, dual, channels, ranks, merge=instances == 1,
+                  channel_by=channel_by).run()
         # Channels are numbered compactly; instance k uses the block after instance k - 1's.
         chan_index = {ch: i for i, ch in enumerate(sorted({tb[2] for plan in ranks
                                                            for tb in plan.placed
@@ -460,8 +469,10 @@ class _Lowering:
     """
 
     def __init__(self, algorithm: Algorithm, rt: Runtime, layout: Layout, dual: bool,
-                 channels: int, ranks: list[_RankPlan], merge: bool) -> None:
+                 channels: int, ranks: list[_RankPlan], merge: bool,
+                 channel_by: str = "chunk") -> None:
         self.algorithm = algorithm
+        self.channel_by = channel_by
         self.merge = merge
         # Messages merged into one step: at most cnt < max_count chunks.
         self.max_merge = rt.max_count - 1
@@ -505,16 +516,16 @@ class _Lowering:
             plan.ops = []
 
     # threadblocks ------------------------------------------------------------------------
-    def channel(self, chunk: int) -> int:
-        return chunk % self.channels
+    def channel(self, chunk: int, src: int, dst: int) -> int:
+        return channel_of(chunk, src, dst, len(self.ranks), self.channels, self.channel_by)
 
     def assign_threadblocks(self) -> None:
-        n, C = len(self.ranks), self.channels
+        n = len(self.ranks)
         sends: list[set[tuple[int, int]]] = [set() for _ in range(n)]
         recvs: list[set[tuple[int, int]]] = [set() for _ in range(n)]
         for rows in self.rows:
             for c, s, d, _ in rows:
-                ch = c % C
+                ch = self.channel(c, s, d)
                 sends[s].add((d, ch))
                 recvs[d].add((s, ch))
         for plan in self.ranks:
@@ -549,7 +560,6 @@ class _Lowering:
         N = col.num_chunks       # (rank q, chunk c) is the key q * N + c below
         fused = self.rt.fused_ops
         T = self.T
-        C = self.channels
         key = self.key
         ranks = self.ranks
         lifetime = self.lifetime
@@ -625,13 +635,13 @@ class _Lowering:
                 order = (0 if war else 1, c)
                 conn.append(order)
                 arrival.append((d, s, order))
-                tb = ranks[s].tb_of_send[(d, c % C)]
+                tb = ranks[s].tb_of_send[(d, self.channel(c, s, d))]
                 sent.append(emit(s, tb, "s", loc, loc, t, 0, (d,) + order, reads=(loc,),
                                  war=war))
             for i in sorted(range(len(rows)), key=arrival.__getitem__):
                 c, s, q, red = rows[i]
                 plan = ranks[q]
-                tb = plan.tb_of_recv[(s, c % C)]
+                tb = plan.tb_of_recv[(s, self.channel(c, s, q))]
                 order = (s,) + conn[i]
                 here = q * N + c
                 now = current.get(here)

@@ -668,7 +668,7 @@ def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int 
             runtime: str, options: PlanOptions, min_bytes: int, max_bytes: int | None
             ) -> XmlFile:
     """Lower, check and render one range's program (nothing is written here), on the fewest
-    channels (1, 2, 4, ..., 32) that meet the runtime's limits."""
+    channels (1, 2, 4, ..., 32; by chunk, then by peer) that meet the runtime's limits."""
     from collsynth.cli_export import AUTO_CHANNELS, check_exported, check_text
     from collsynth.export.limits import estimate_limits, limit_error
     from collsynth.export.lower import lower
@@ -680,16 +680,17 @@ def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int 
         layouts.insert(0, (True, True))  # rccl / msccl-executor: declare both when possible
     error: ExportError | None = None
     for inplace, outofplace in layouts:
-        for channels in AUTO_CHANNELS:
+        for channels, channel_by in AUTO_CHANNELS:
             over = estimate_limits(algorithm, runtime, channels=channels, inplace=inplace,
-                                   outofplace=outofplace)
+                                   outofplace=outofplace, channel_by=channel_by)
             if over:  # certainly over a limit: more channels may help
                 error = limit_error(over, f"the program on {channels} channel(s)",
                                     before_lowering=True)
                 continue
             try:
                 program = lower(algorithm, runtime=runtime, proto=options.proto,
-                                channels=channels, inplace=inplace, outofplace=outofplace,
+                                channels=channels, channel_by=channel_by, inplace=inplace,
+                                outofplace=outofplace,
                                 min_bytes=min_bytes, max_bytes=max_bytes, name=name[:-4])
                 check_exported(program, runtime, algorithm)
                 text = write_program(program, runtime)

@@ -181,7 +181,8 @@ def _ring_reduce_scatter(n: int) -> Algorithm:
 
 
 OPTIONS = [dict(), dict(channels=2, instances=2), dict(inplace=True, outofplace=False),
-           dict(channels=3)]
+           dict(channels=3), dict(channels=2, channel_by="peer"),
+           dict(channels=3, channel_by="peer", instances=2)]
 
 
 @pytest.mark.parametrize("runtime", runtime_names())
@@ -342,3 +343,27 @@ def test_channels_auto_spreads_a_large_tree_schedule_until_it_fits(tmp_path, cap
     channels = int(written.split(" channel(s)")[0].rsplit(" ", 1)[1])
     assert channels > 1
     assert main(["check", str(out), "--runtime", "msccl-executor", "--strict"]) == 0
+
+
+@pytest.mark.parametrize("runtime", runtime_names())
+def test_peer_channels_are_correct_programs(algorithms, runtime):
+    """Spreading peers over channels changes only which threadblock carries a message: every
+    program still passes the strict check, and each rank's peers are spread evenly."""
+    from collsynth.cli_export import check_exported
+
+    checked = 0
+    for name, algorithm in algorithms.items():
+        try:
+            program = lower(algorithm, runtime=runtime, channels=3, channel_by="peer")
+        except ExportError:
+            continue
+        check_exported(program, runtime, algorithm)  # raises ExportError with the problems
+        chans = {tb.chan for gpu in program.gpus for tb in gpu.threadblocks}
+        assert len(chans) > 1 or algorithm.topology.num_ranks <= 2, name
+        checked += 1
+    assert checked >= 5
+
+
+def test_lower_refuses_an_unknown_channel_policy(ring_allgather):
+    with pytest.raises(ExportError, match="channel_by"):
+        lower(ring_allgather, runtime="msccl", channel_by="hash")
