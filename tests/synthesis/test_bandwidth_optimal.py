@@ -256,3 +256,18 @@ def test_stages_follow_the_message_size():
     for size, mine, other in ((64 << 10, small, large), (1 << 30, large, small)):
         assert algorithm_time_us(mine.algorithm, size, model) <= \
             algorithm_time_us(other.algorithm, size, model)
+
+
+def test_single_root_seeds_use_only_existing_links():
+    """Regression (found by the random test): the chain seeds handed pieces from the root to
+    node ranks it has no link to. A ring node: rank 0 reaches only rank 1 directly."""
+    system = compose_nodes(get_topology("ring:4"), 2, nic_units=1)
+    ring = Topology("one-way-ring:4", ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0)))
+    one_way = compose_nodes(ring, 2, nic_units=1)
+    for topology in (system, one_way):
+        for root in (0, 5):
+            result = solve_bandwidth_optimal(topology, standard_collective("broadcast", 8,
+                                                                           root=root),
+                                             stages=2, time_limit_s=20)
+            assert find_problems(result.algorithm) == []
+            assert result.steady_state_rounds_per_chunk >= result.lower_bound

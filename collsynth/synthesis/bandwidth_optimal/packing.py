@@ -211,6 +211,10 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     seen: set[bytes] = set()
 
     def add(root_index: int, parent: np.ndarray) -> bool:
+        children = np.flatnonzero(parent >= 0)
+        if (links[parent[children], children] == 0).any():
+            raise SolverError(f"internal error: a tree for root {reps[root_index]} uses a link "
+                              f"{topology.name!r} does not have")
         key = root_index.to_bytes(4, "little") + parent.astype(np.int32).tobytes()
         if key in seen:
             return False
@@ -361,6 +365,8 @@ def _chain_trees(topology: Topology, shift: NodeShift, root: int):
     for j in range(per):
         if j == i:
             inside = _bfs_parent(local_links, i, everyone)
+        elif local_links[i, j] == 0:
+            continue  # the root cannot hand piece j to rank j directly: no seed for it
         else:
             others = everyone.copy()
             others[i] = False
