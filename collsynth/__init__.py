@@ -67,6 +67,9 @@ __all__ = [
     "pareto_front",
     "solve_instance",
     "solve_least_steps",
+    "optimal_throughput",
+    "solve_bandwidth_optimal",
+    "solve_large",
     "compose_nodes",
     "Collective",
     "standard_collective",
@@ -86,3 +89,20 @@ __all__ = [
     "UnknownNameError",
     "VerificationError",
 ]
+
+
+#: The large-system engines, imported on first use (they pull in scipy's MIP solver; the CLI's
+#: other commands should not pay for that at start-up).
+_LAZY = {
+    "optimal_throughput": "collsynth.synthesis.bandwidth_optimal",
+    "solve_bandwidth_optimal": "collsynth.synthesis.bandwidth_optimal",
+    "solve_large": "collsynth.synthesis.large",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'collsynth' has no attribute {name!r}")
