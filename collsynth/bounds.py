@@ -1027,7 +1027,17 @@ def _copy_rounds(topology: Topology, collective: Collective, method: Method, lab
             value = _arborescence_rounds(topology, roots)
             if value is not None:
                 return value
-    lp = _build_lp(topology, _commodities(classes), symmetric=method != "z3", label=label)
+        if topology.num_ranks > _FABRIC_FIRST_RANKS:
+            value = _fabric_rounds(topology, collective)
+            if value is not None:
+                return value
+    try:
+        lp = _build_lp(topology, _commodities(classes), symmetric=method != "z3", label=label)
+    except InputTooLargeError:
+        value = _fabric_rounds(topology, collective) if method == "auto" else None
+        if value is None:
+            raise
+        return value
     if method == "z3":
         return _solve_z3(lp)
     value, status = _solve_highs(topology, lp)
@@ -1040,6 +1050,38 @@ def _copy_rounds(topology: Topology, collective: Collective, method: Method, lab
     logger.warning("rounds bound of %s: certified %s, which may be below the LP optimum", label, value)
     rounded = value.limit_denominator(10 ** 6)
     return rounded if rounded <= value else Fraction(math.floor(value * 10 ** 6), 10 ** 6)
+
+
+#: Above this many ranks, broadcast-shaped collectives are bounded from the fabric's cuts first:
+#: their rounds linear program would not fit MAX_LP_VARIABLES anyway.
+_FABRIC_FIRST_RANKS = 128
+
+
+def _fabric_rounds(topology: Topology, collective: Collective) -> Fraction | None:
+    """The cut bound of :mod:`collsynth.synthesis.bandwidth_optimal.throughput` (total rounds,
+    like :func:`_copy_rounds`) when every chunk starts on one rank and must reach all the others
+    and the topology's groups describe switch ports; else ``None``. A valid lower bound: every
+    chunk a cut's ranks need must cross into it. Equal to the linear program wherever both have
+    been compared, except with NICs shared by several GPUs, where it can be lower."""
+    from collsynth.synthesis.bandwidth_optimal.fabric import UnsupportedFabricError, build_fabric
+    from collsynth.synthesis.bandwidth_optimal.throughput import (
+        broadcast_shape,
+        node_representatives,
+        tree_rounds,
+    )
+
+    roots = broadcast_shape(collective)
+    if roots is None:
+        return None
+    try:
+        fabric = build_fabric(topology)
+    except UnsupportedFabricError:
+        return None
+    representatives = None
+    if len(roots) == topology.num_ranks and len(set(roots.values())) == 1:
+        representatives = node_representatives(topology)
+    value, _ = tree_rounds(fabric, roots, representatives=representatives)
+    return value
 
 
 # -- arborescence packing (every chunk from one rank to all others, no bandwidth groups) ----------
@@ -1127,45 +1169,70 @@ def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction 
 # -- cuts (combining collectives with several destinations) --------------------------------------
 
 
-def _cut_capacity(topology: Topology, inside: np.ndarray) -> int:
+def _cut_capacity(topology: Topology, inside: np.ndarray, capacity=None) -> int:
     """An upper bound on the chunks per round from ``inside`` to the other ranks: the links'
-    bandwidth, lowered by bandwidth groups (greedily, over groups whose cut links are disjoint)."""
-    src, dst, bw = _edge_arrays(topology)
-    crossing = inside[src] & ~inside[dst]
-    total = int(bw[crossing].sum())
-    index = {(s, d): i for i, (s, d, _) in enumerate(topology.edges)}
-    savings = []
-    for group, covered in topology.effective_groups:
-        ids = np.array([index[link] for link in covered], dtype=np.int64)
-        ids = ids[crossing[ids]]
-        excess = int(bw[ids].sum()) - group.limit
-        if excess > 0:
-            savings.append((excess, frozenset(ids.tolist())))
-    used: set[int] = set()
-    for excess, ids_set in sorted(savings, key=lambda item: -item[0]):
-        if used.isdisjoint(ids_set):
-            used |= ids_set
-            total -= excess
+    bandwidth, lowered by bandwidth groups (greedily, largest excess first, over groups whose cut
+    links are disjoint). ``capacity`` is the topology's
+    :class:`~collsynth.topology.capacity.LinkCapacity` (built here when not given)."""
+    from collsynth.topology.capacity import link_capacity
+
+    capacity = capacity if capacity is not None else link_capacity(topology)
+    crossing = (inside[:, None] & ~inside[None, :]).ravel()
+    bandwidth = capacity.links * crossing
+    total = int(bandwidth.sum())
+    if capacity.groups is None:
+        return total
+    excess = np.asarray(capacity.groups @ bandwidth).astype(np.int64) - capacity.limits
+    positive = np.flatnonzero(excess > 0)
+    used = np.zeros(len(crossing), dtype=bool)
+    indptr, indices = capacity.groups.indptr, capacity.groups.indices
+    for g in positive[np.argsort(-excess[positive], kind="stable")]:
+        links = indices[indptr[g]:indptr[g + 1]]
+        links = links[crossing[links]]
+        if not used[links].any():
+            used[links] = True
+            total -= int(excess[g])
     return total
 
 
 def _candidate_cuts(topology: Topology) -> list[np.ndarray]:
     """The sending sides of a minimum cut (by link bandwidth) separating rank 0 from each other
-    rank in each direction, and every single rank and every all-but-one set."""
+    rank in each direction, every single rank and every all-but-one set, and on a composed
+    topology node 0 and the rest.
+
+    Above :data:`_FABRIC_FIRST_RANKS` ranks the ``2 (n - 1)`` maximum flows are too slow: the cuts
+    are then every single rank and all-but-one set (only node 0's ranks on a composed topology,
+    whose node shift maps the others to them) and each node with its complement. Any cut gives a
+    valid bound; fewer cuts can only make it weaker.
+    """
     n = topology.num_ranks
-    edges = topology.edges
-    graph = sp.csr_matrix(([b for _, _, b in edges], ([s for s, _, _ in edges], [d for _, d, _ in edges])),
-                          shape=(n, n), dtype=np.int32)
     cuts: dict[bytes, np.ndarray] = {}
 
     def add(inside: np.ndarray) -> None:
         if inside.any() and not inside.all():
             cuts.setdefault(inside.tobytes(), inside)
 
-    for v in range(1, n):
-        for source, sink in ((0, v), (v, 0)):
-            add(_source_side(graph, source, sink)[1])
-    for v in range(n):
+    from collsynth.synthesis.bandwidth_optimal.symmetry import node_shift
+
+    singles = range(n)
+    shift = node_shift(topology)
+    if shift is not None:  # a whole node: its NICs are often the tightest cut
+        node = np.zeros(n, dtype=bool)
+        node[:shift.ranks_per_node] = True
+        add(node)
+        add(~node)
+    if n > _FABRIC_FIRST_RANKS:
+        if shift is not None:
+            singles = range(shift.ranks_per_node)
+    else:
+        edges = topology.edges
+        graph = sp.csr_matrix(([b for _, _, b in edges], ([s for s, _, _ in edges],
+                                                         [d for _, d, _ in edges])),
+                              shape=(n, n), dtype=np.int32)
+        for v in range(1, n):
+            for source, sink in ((0, v), (v, 0)):
+                add(_source_side(graph, source, sink)[1])
+    for v in singles:
         single = np.zeros(n, dtype=bool)
         single[v] = True
         add(single)
@@ -1176,17 +1243,20 @@ def _candidate_cuts(topology: Topology) -> list[np.ndarray]:
 def _cut_rounds(topology: Topology, collective: Collective) -> Fraction:
     """Total rounds bound of a combining collective from cuts: across a cut (S, rest), every chunk
     with a contributor in S and a destination outside S needs one send from S to the rest."""
+    from collsynth.topology.capacity import link_capacity
+
     best = Fraction(0)
     n = topology.num_ranks
+    capacity = link_capacity(topology)
     for inside in _candidate_cuts(topology):
         members = frozenset(np.flatnonzero(inside).tolist())
         needed = sum(1 for pre, post in zip(collective.precondition, collective.postcondition)
                      if pre & members and post - members)
         if needed:
-            capacity = _cut_capacity(topology, inside)
-            if capacity <= 0:  # excluded by check_implementable
+            crossing = _cut_capacity(topology, inside, capacity)
+            if crossing <= 0:  # excluded by check_implementable
                 raise SolverError(f"a cut of {topology.name!r} with {n} ranks has no capacity")
-            best = max(best, Fraction(needed, capacity))
+            best = max(best, Fraction(needed, crossing))
     return best
 
 

@@ -288,7 +288,15 @@ def test_nothing_to_move():
 
 def test_too_large_lp_is_refused_before_building():
     with pytest.raises(InputTooLargeError, match="linear program"):
-        rounds_per_chunk_lower_bound(get_topology("hub:200"), allgather(200))
+        rounds_per_chunk_lower_bound(get_topology("hub:200"), standard_collective("alltoall", 200))
+
+
+def test_large_broadcast_shaped_bounds_come_from_the_fabric():
+    """Above 128 ranks allgather-like bounds come from the fabric's cuts instead of an LP that
+    would not fit: on hub:200 every rank takes in one chunk per round, so 199 rounds."""
+    assert rounds_per_chunk_lower_bound(get_topology("hub:200"), allgather(200)) == 199
+    with pytest.raises(InputTooLargeError):
+        rounds_per_chunk_lower_bound(get_topology("hub:200"), allgather(200), method="highs")
 
 
 def test_size_limit_is_applied(monkeypatch):
@@ -335,3 +343,16 @@ def test_bidirectional_ring_allgather():
             sends.append(Send(2 * c + 1, (c - t) % n, (c - t - 1) % n))
         steps.append(Step(1, tuple(sends)))
     _check_meets_bound(Algorithm("ring", topology, collective, tuple(steps)))
+
+
+def test_large_allreduce_cut_bound_uses_node_cuts():
+    """Above 128 ranks the allreduce cut bound uses single ranks of node 0 and whole nodes (no
+    2(n-1) maximum flows); on DGX A100 nodes the node's 8 NIC units are the tightest cut either
+    way, so 16 nodes (exact path) and 17 nodes (fast path) give the same 1/8."""
+    from collsynth.resolve import resolve_topology
+
+    exact = rounds_per_chunk_lower_bound(resolve_topology("dgx-a100", nodes=16),
+                                         standard_collective("allreduce", 128))
+    fast = rounds_per_chunk_lower_bound(resolve_topology("dgx-a100", nodes=17),
+                                        standard_collective("allreduce", 136))
+    assert exact == fast == Fraction(1, 8)
