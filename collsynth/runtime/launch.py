@@ -174,11 +174,46 @@ def _start_method(backend: str, requested: str | None) -> str:
     return "spawn"
 
 
+#: Times a launch whose process group could not even connect (gloo's connectFullMesh failing
+#: under heavy load, before any rank ran ``fn``) is started again.
+SETUP_RETRIES = 1
+
+
+def _setup_failed(error: "LaunchError") -> bool:
+    """True when the group never formed: some rank failed in gloo's mesh setup, so no rank has
+    run ``fn`` yet and starting again is safe."""
+    return any("connectFullMesh" in f.message for f in error.failures)
+
+
 def launch(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
            backend: str = "gloo", timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S,
            grace_s: float = 5.0, init: str = "file", start_method: str | None = None,
            threads_per_rank: int | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` processes of one process group.
+
+    See :func:`_launch_once` for the parameters. A launch whose group could not connect (gloo's
+    mesh setup failing, which happens on overloaded machines before any rank runs ``fn``) is
+    started again :data:`SETUP_RETRIES` time(s), with a fresh store.
+    """
+    attempt = 0
+    while True:
+        try:
+            return _launch_once(fn, world_size, args=args, backend=backend, timeout_s=timeout_s,
+                                grace_s=grace_s, init=init, start_method=start_method,
+                                threads_per_rank=threads_per_rank)
+        except LaunchError as exc:
+            if attempt >= SETUP_RETRIES or not _setup_failed(exc):
+                raise
+            attempt += 1
+            _log.warning("process group setup failed (%s); starting the launch again", exc)
+
+
+def _launch_once(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
+           backend: str = "gloo", timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S,
+           grace_s: float = 5.0, init: str = "file", start_method: str | None = None,
+           threads_per_rank: int | None = None) -> list[Any]:
+    """One attempt of :func:`launch`: ``fn(rank, world_size, *args)`` in ``world_size``
+    processes of one process group.
 
     Parameters
     ----------

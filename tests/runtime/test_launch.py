@@ -187,3 +187,37 @@ def _subgroup(rank, world_size):
 
 def test_a_subgroup_maps_group_ranks_to_global_ranks():
     assert launch(_subgroup, 4) == [None, [0, 4, 8, 12], None, [0, 4, 8, 12]]
+
+
+def test_a_group_that_never_connected_is_launched_again(monkeypatch):
+    """gloo's mesh setup can fail on an overloaded machine before any rank runs fn: launch starts
+    once more; any other failure is raised at once."""
+    import importlib
+
+    from collsynth.runtime.launch import LaunchError, RankFailure
+
+    # collsynth.runtime re-exports the function launch under the module's name.
+    launch_module = importlib.import_module("collsynth.runtime.launch")
+
+    calls = []
+
+    def flaky(fn, world_size, **options):
+        calls.append(world_size)
+        if len(calls) == 1:
+            raise LaunchError([RankFailure(0, "error", "RuntimeError: Gloo connectFullMesh "
+                                                       "failed with ... Connection closed by peer")],
+                              {})
+        return ["ok"] * world_size
+
+    monkeypatch.setattr(launch_module, "_launch_once", flaky)
+    assert launch_module.launch(_sum_of_ranks, 2) == ["ok", "ok"] and calls == [2, 2]
+
+    def broken(fn, world_size, **options):
+        calls.append(world_size)
+        raise LaunchError([RankFailure(1, "error", "ValueError: the function failed")], {})
+
+    calls.clear()
+    monkeypatch.setattr(launch_module, "_launch_once", broken)
+    with pytest.raises(LaunchError, match="the function failed"):
+        launch_module.launch(_sum_of_ranks, 2)
+    assert calls == [2]
