@@ -1063,25 +1063,16 @@ def _fabric_rounds(topology: Topology, collective: Collective) -> Fraction | Non
     and the topology's groups describe switch ports; else ``None``. A valid lower bound: every
     chunk a cut's ranks need must cross into it. Equal to the linear program wherever both have
     been compared, except with NICs shared by several GPUs, where it can be lower."""
-    from collsynth.synthesis.bandwidth_optimal.fabric import UnsupportedFabricError, build_fabric
-    from collsynth.synthesis.bandwidth_optimal.throughput import (
-        broadcast_shape,
-        node_representatives,
-        tree_rounds,
-    )
+    from collsynth.synthesis.bandwidth_optimal.fabric import UnsupportedFabricError
+    from collsynth.synthesis.bandwidth_optimal.throughput import broadcast_shape, fabric_rounds
 
     roots = broadcast_shape(collective)
     if roots is None:
         return None
     try:
-        fabric = build_fabric(topology)
+        return fabric_rounds(topology, roots)[0]
     except UnsupportedFabricError:
         return None
-    representatives = None
-    if len(roots) == topology.num_ranks and len(set(roots.values())) == 1:
-        representatives = node_representatives(topology)
-    value, _ = tree_rounds(fabric, roots, representatives=representatives)
-    return value
 
 
 # -- arborescence packing (every chunk from one rank to all others, no bandwidth groups) ----------

@@ -82,6 +82,7 @@ from collsynth.errors import (
     UnknownNameError,
     VerificationError,
 )
+from collsynth.timing.logs import canonical_collective
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import BandwidthGroup, Topology
 
@@ -98,8 +99,6 @@ _log = logging.getLogger(__name__)
 #: The collectives :func:`hierarchical_algorithm` builds.
 HIERARCHICAL_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce",
                             "alltoall")
-_ALIASES = {"reducescatter": "reduce_scatter", "all_gather": "allgather",
-            "all_reduce": "allreduce", "all_to_all": "alltoall"}
 #: Default seconds for synthesising one node algorithm.
 DEFAULT_NODE_TIME_S = 30.0
 #: Most pieces per base chunk the alltoall search tries (beyond the node algorithm's own).
@@ -666,8 +665,7 @@ class HierarchicalResult:
 
 
 def _family(name: str) -> str:
-    key = str(name).strip().lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
+    key = canonical_collective(str(name))
     if key not in HIERARCHICAL_COLLECTIVES:
         raise UnknownNameError(f"no hierarchical algorithm for collective {name!r}; valid: "
                                f"{', '.join(HIERARCHICAL_COLLECTIVES)}")

@@ -73,6 +73,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameError
+from collsynth.timing.logs import canonical_collective
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
@@ -96,12 +97,12 @@ _log = logging.getLogger(__name__)
 #: The operations a :class:`CommModel` prices.
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "send")
 
-_ALIASES = {"reducescatter": "reduce_scatter", "all_reduce": "allreduce",
-            "all_gather": "allgather", "p2p": "send"}
+#: Names :func:`~collsynth.timing.logs.canonical_collective` does not know.
+_ALIASES = {"p2p": "send"}
 
 
 def _collective_key(name: str) -> str:
-    key = str(name).strip().lower().replace("-", "_")
+    key = canonical_collective(str(name))
     key = _ALIASES.get(key, key)
     if key not in COLLECTIVES:
         raise UnknownNameError(f"collective {name!r}: the training simulator prices "

@@ -42,6 +42,7 @@ from scipy.sparse.csgraph import breadth_first_order, shortest_path
 from collsynth.errors import SolverError
 from collsynth.synthesis.bandwidth_optimal.arborescence import depths, min_arborescence
 from collsynth.synthesis.bandwidth_optimal.symmetry import NodeShift, node_shift
+from collsynth.synthesis.hierarchical import network_layout
 from collsynth.topology.model import Topology
 
 __all__ = ["TreePacking", "PackingOptions", "pack_trees", "RowClasses", "row_classes"]
@@ -304,22 +305,12 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
                         "seconds": time.perf_counter() - started})
 
 
-def node_topology(topology: Topology, shift: NodeShift) -> Topology:
-    """Node 0 of a composed topology as a topology of its own (its links and the groups that
-    stay inside it)."""
-    per = shift.ranks_per_node
-    inside = frozenset(range(per))
-    groups = tuple(g for g in topology.groups if g.sources <= inside and g.destinations <= inside)
-    return Topology(f"{topology.name} node", tuple(row[:per] for row in topology.links[:per]),
-                    groups, topology.unit_gbps, topology.alpha_us)
-
-
 def _hierarchical_trees(topology: Topology, shift: NodeShift, options: PackingOptions):
     """Starting trees on ``K`` nodes: the root's chunk crosses the network once per node, to the
     rank at the root's place there, and each node spreads it along the node's own best trees
     (packed for the node alone). Optimal whenever the NICs are the bottleneck."""
     per, nodes = shift.ranks_per_node, shift.nodes
-    node = node_topology(topology, shift)
+    node = network_layout(topology).node
     if per == 1:
         local = {0: [(np.array([-1]), 1)]}
     else:
@@ -359,7 +350,7 @@ def _chain_trees(topology: Topology, shift: NodeShift, root: int):
     chains use every NIC of the root's node once per ``n`` pieces: the node-cut optimum when the
     nodes' links keep up."""
     per, nodes = shift.ranks_per_node, shift.nodes
-    local_links = np.array(node_topology(topology, shift).links, dtype=np.int64)
+    local_links = np.array(network_layout(topology).node.links, dtype=np.int64)
     home, i = divmod(root, per)
     everyone = np.ones(per, dtype=bool)
     for j in range(per):

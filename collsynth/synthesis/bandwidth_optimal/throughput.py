@@ -37,9 +37,11 @@ from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 from collsynth.collective.model import Collective
 from collsynth.errors import InvalidCollectiveError, SolverError, UnimplementableError
 from collsynth.synthesis.bandwidth_optimal.fabric import INFINITE, Fabric, build_fabric
+from collsynth.synthesis.bandwidth_optimal.symmetry import node_shift
 from collsynth.topology.model import Topology
 
-__all__ = ["Throughput", "optimal_throughput", "tree_rounds", "roots_of", "broadcast_shape"]
+__all__ = ["Throughput", "optimal_throughput", "tree_rounds", "fabric_rounds", "roots_of",
+           "broadcast_shape"]
 
 _log = logging.getLogger(__name__)
 
@@ -171,10 +173,24 @@ def _check_reachable(fabric: Fabric, roots: dict[int, int]) -> None:
 def node_representatives(topology: Topology) -> np.ndarray | None:
     """The ranks of node 0 when ``topology`` is ``K`` copies of a node whose shift by one node is
     a symmetry (checked on links and groups), else ``None``."""
-    from collsynth.synthesis.bandwidth_optimal.symmetry import node_shift
-
     shift = node_shift(topology)
     return None if shift is None else np.arange(shift.ranks_per_node)
+
+
+def fabric_rounds(topology: Topology, roots: dict[int, int]) -> tuple[Fraction, tuple[int, ...]]:
+    """:func:`tree_rounds` on the fabric of ``topology``, testing only node 0's ranks when every
+    rank roots the same number of chunks and the node shift is a symmetry.
+
+    Raises
+    ------
+    UnsupportedFabricError
+        As :func:`~collsynth.synthesis.bandwidth_optimal.fabric.build_fabric`.
+    """
+    fabric = build_fabric(topology)
+    representatives = None
+    if len(roots) == topology.num_ranks and len(set(roots.values())) == 1:
+        representatives = node_representatives(topology)
+    return tree_rounds(fabric, roots, representatives=representatives)
 
 
 def optimal_throughput(topology: Topology, collective: Collective) -> Throughput:
@@ -222,10 +238,5 @@ def optimal_throughput(topology: Topology, collective: Collective) -> Throughput
             raise InvalidCollectiveError(f"{collective.describe()}: no non-combining dual")
         dual = optimal_throughput(topology.reversed(), non_combining_dual(collective))
         return Throughput(dual.rounds_per_chunk, dual.bottleneck, dual.method + " (dual)")
-    roots = roots_of(collective)
-    fabric = build_fabric(topology)
-    representatives = None
-    if len(set(roots.values())) == 1 and len(roots) == topology.num_ranks:
-        representatives = node_representatives(topology)
-    rounds, cut = tree_rounds(fabric, roots, representatives=representatives)
+    rounds, cut = fabric_rounds(topology, roots_of(collective))
     return Throughput(rounds / factor, cut, "fabric maximum flow")
