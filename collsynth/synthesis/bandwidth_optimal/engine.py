@@ -66,7 +66,9 @@ class BandwidthOptimalResult:
         ``steady_state_rounds_per_chunk == lower_bound``: the schedule's throughput is proven
         optimal.
     stages, pieces_per_root, depth:
-        The pipeline's stages, pieces of each root's chunk per stage, deepest tree.
+        The pipeline's stages, pieces of each root's chunk per stage, deepest tree. Results of
+        the other engines (:func:`collsynth.synthesis.large.solve_large`) report 1, the chunk
+        factor and the step count.
     seconds:
         Wall time of the whole call; ``timings`` splits it (bound, packing, schedule, verify).
     """
