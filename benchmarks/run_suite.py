@@ -16,7 +16,7 @@ steps and no more rounds per chunk; for bounds, when each of our lower bounds is
 msccl-tools'), ``target`` (seconds the issue asks for) and ``met``, ``complete`` (the sweep's
 ``SweepLog.complete``: false when an instance timed out, so a point may not be optimal).
 
-The msccl-tools figures are from /work/shared/BASELINES.md (msccl-tools 2.3.0 on this kind of
+The msccl-tools figures are from docs/baselines.md (msccl-tools 2.3.0 on this kind of
 machine).
 """
 

@@ -253,7 +253,8 @@ def test_bad_input(case, capsys):
     started = time.perf_counter()
     with pytest.raises(error) as caught:
         loader(_arg(spec))
-    assert time.perf_counter() - started < 5, "refused, but not before doing work"
+    # Generous: only a loader that does the refused work first (minutes) trips it.
+    assert time.perf_counter() - started < 60, "refused, but not before doing work"
     message = str(caught.value)
     assert fragment in message
     if spec.endswith(".json") and error is not UnimplementableError:
@@ -273,7 +274,7 @@ def test_too_many_chunks_refused_before_reading_them():
     started = time.perf_counter()
     with pytest.raises(InputTooLargeError, match=f"{MAX_CHUNKS + 1} chunks is more than"):
         collective_from_json(obj, source="many.json")
-    assert time.perf_counter() - started < 1
+    assert time.perf_counter() - started < 30   # generous: catches reading the chunks first
 
 
 def test_algorithm_from_json_checks_fields():

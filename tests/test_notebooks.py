@@ -48,7 +48,7 @@ def test_there_are_notebooks():
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path: Path):
-    """Run the notebook as Jupyter would: from its own folder (notebooks find ``../shared``
+    """Run the notebook as Jupyter would: from its own folder (notebooks find ``data/``
     relative to the repository, and write no files)."""
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(

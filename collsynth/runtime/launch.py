@@ -21,15 +21,15 @@ always spawns, one GPU per rank (``torch.cuda.set_device(rank)``), and needs
 gloo picks its network interface from the host name; set ``GLOO_SOCKET_IFNAME=lo`` in the
 environment if that name does not resolve to a local address.
 
-Example
--------
->>> def hello(rank, world_size):
-...     import torch, torch.distributed as dist
-...     x = torch.tensor([rank])
-...     dist.all_reduce(x)
-...     return int(x)
->>> launch(hello, 2)            # doctest: +SKIP
-[1, 1]
+Example (not a doctest: spawned processes must import ``hello`` from a module)::
+
+    def hello(rank, world_size):
+        import torch, torch.distributed as dist
+        x = torch.tensor([rank])
+        dist.all_reduce(x)
+        return int(x)
+
+    launch(hello, 2)            # [1, 1]
 """
 
 from __future__ import annotations

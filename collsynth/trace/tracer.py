@@ -927,11 +927,11 @@ def tracing(directory: str | os.PathLike[str], *, record_durations: bool = False
 
     Examples
     --------
-    >>> import torch, torch.distributed as dist                  # doctest: +SKIP
-    >>> with tracing("trace/") as tracer:                        # doctest: +SKIP
-    ...     dist.all_reduce(torch.ones(1024))
-    >>> tracer.path                                              # doctest: +SKIP
-    PosixPath('trace/rank-00000.jsonl')
+    Inside an initialised process group (not run as a doctest: it needs one)::
+
+        with tracing("trace/") as tracer:
+            dist.all_reduce(torch.ones(1024))
+        tracer.path          # PosixPath('trace/rank-00000.jsonl')
     """
     options = TraceOptions(record_durations=record_durations, cross_node_only=cross_node_only,
                            ranks_per_node=ranks_per_node, byte_convention=byte_convention,

@@ -1,6 +1,6 @@
-"""Tests of the MSCCL XML checker: every shared XML, and corruptions of them.
+"""Tests of the MSCCL XML checker: every XML of data/msccl-xml, and corruptions of them.
 
-Every file under ``../shared/data/msccl-xml/{generated,rccl}`` is checked for the runtime it
+Every file under ``data/msccl-xml/{generated,rccl}`` is checked for the runtime it
 targets (generated/ -> msccl, rccl/ -> rccl). :data:`EXPECTED` holds the exceptions: custom
 collectives need their collective and root, and a few files break a rule the spec states
 explicitly (each row says which section). Corruptions are small text edits of those files,
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.export.xml_reader import read_checked, read_program
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "msccl-xml"
+SHARED = ROOT / "data" / "msccl-xml"
 FOLDER_RUNTIME = {"generated": "msccl", "rccl": "rccl"}
 SEND_BUFFER = ("send-buffer-write",)
 
@@ -57,8 +56,7 @@ def _shared_files() -> list[str]:
 
 def _need_shared() -> None:
     if not SHARED.is_dir():
-        pytest.skip(f"shared XML folder {SHARED} is missing (expected ../shared next to the "
-                    "repository)")
+        pytest.fail(f"{SHARED} is missing: the XML corpus ships with the repository (data/)")
 
 
 def _text(relative: str) -> str:
@@ -271,9 +269,7 @@ CORRUPTIONS = {
 def test_corruption_is_rejected(name: str) -> None:
     relative, runtime, old, new, kind, fragment = CORRUPTIONS[name]
     keywords = EXPECTED.get(relative, (runtime, {}, ()))[1]
-    started = time.perf_counter()
     found = problems(corrupted(name), runtime, **keywords)
-    assert time.perf_counter() - started < 5
     matching = [p for p in found if p.kind == kind and fragment in p.message]
     assert matching, f"no {kind} problem with {fragment!r} among:\n" + "\n".join(
         str(p) for p in found[:12])
@@ -317,13 +313,11 @@ def _ring_allgather(n: int, *, nop_without_dependency: bool = False) -> Program:
     return Program(f"ring{n}", "Simple", 1, n, n, "allgather", 0, tuple(gpus))
 
 
-def test_64_rank_program_is_checked_fast() -> None:
+def test_64_rank_program_is_checked() -> None:
+    """Its speed is measured by benchmarks/check_speed.py, not here."""
     program = _ring_allgather(64)
-    started = time.perf_counter()
     report = check_program(program, runtime="msccl")
-    elapsed = time.perf_counter() - started
     assert report.ok, report.problems[:3]
-    assert elapsed < 2.0
     assert len(report.rank_stats) == 64 and report.rank_stats[0].sends == 63
 
 

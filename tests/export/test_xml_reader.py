@@ -27,7 +27,7 @@ from collsynth.export.xml_reader import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "msccl-xml"
+SHARED = ROOT / "data" / "msccl-xml"
 STEP = ('<step s="{s}" type="{t}" srcbuf="{sb}" srcoff="{so}" dstbuf="{db}" dstoff="{do}" '
         'cnt="1" depid="-1" deps="-1" hasdep="0"/>')
 
@@ -91,8 +91,7 @@ def test_read_program_from_text_bytes_and_path(tmp_path) -> None:
 
 
 def test_read_rccl_attributes_and_extras() -> None:
-    if not SHARED.is_dir():
-        pytest.skip("shared XML folder missing")
+    assert SHARED.is_dir(), f"{SHARED} is missing: the XML corpus ships with the repository"
     program = read_program(SHARED / "rccl" / "all-reduce-ring-ll.xml")
     assert (program.inplace, program.outofplace, program.min_bytes, program.max_bytes) == \
         (1, 1, 0, 12287)
@@ -151,8 +150,7 @@ def test_size_is_bounded_before_reading(tmp_path, monkeypatch) -> None:
 
 
 def test_shared_files_have_no_lexical_problems() -> None:
-    if not SHARED.is_dir():
-        pytest.skip("shared XML folder missing")
+    assert SHARED.is_dir(), f"{SHARED} is missing: the XML corpus ships with the repository"
     files = sorted(SHARED.glob("*/*.xml"))
     assert len(files) >= 55
     for path in files:

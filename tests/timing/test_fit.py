@@ -1,4 +1,4 @@
-"""The fits against the real nccl-tests logs in ../shared: GMAE thresholds, bounds and plots."""
+"""The fits against the real nccl-tests logs in data/nccl-tests: GMAE thresholds, bounds and plots."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from collsynth.timing.fit import (
 from collsynth.timing.logs import BenchmarkLog, BenchmarkRow, load_log
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = ROOT / ".." / "shared" / "data" / "nccl-tests"
+SHARED = ROOT / "data" / "nccl-tests"
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"
 
 #: The target: the piecewise model within 5% (GMAE over the sweep) on every shared log.
@@ -47,8 +47,8 @@ ALPHA_BETA_MAX = {
 @pytest.fixture(scope="module")
 def fitted() -> dict[str, LogFits]:
     if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing: the tests read ../shared/data/nccl-tests")
-    return {p.name: fit_log(load_log(p)) for p in sorted(SHARED.iterdir())}
+        pytest.fail(f"{SHARED} is missing: the tests read the repository's data/nccl-tests")
+    return {p.name: fit_log(load_log(p)) for p in sorted(SHARED.glob("*.txt"))}
 
 
 def _synthetic(alpha_us: float, busbw_gbps: float, *, collective: str = "allreduce",

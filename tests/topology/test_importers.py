@@ -1,6 +1,6 @@
-"""Tests of the machine-topology importers: every public sample in ../shared, and bad input.
+"""Tests of the machine-topology importers: every public sample in data/, and bad input.
 
-Every file under ``../shared/data/machine-topologies/{nvidia_smi,rocm_smi,nccl_xml,other}`` has a
+Every file under ``data/machine-topologies/{nvidia_smi,rocm_smi,nccl_xml,other}`` has a
 row in :data:`SAMPLES` (a test fails when a sample is added without one). A row states either the
 expected link matrix (or its properties) or the refusal message.
 """
@@ -27,7 +27,7 @@ from collsynth.topology.importers import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLES_DIR = ROOT / ".." / "shared" / "data" / "machine-topologies"
+SAMPLES_DIR = ROOT / "data" / "machine-topologies"
 BAD = ROOT / "tests" / "fixtures" / "bad"
 FOLDERS = ("nvidia_smi", "rocm_smi", "nccl_xml", "other")
 
@@ -199,8 +199,7 @@ SAMPLES: dict[str, Callable[[Topology], None] | str] = {
 
 def _need_samples() -> None:
     if not SAMPLES_DIR.is_dir():
-        pytest.skip(f"shared sample folder {SAMPLES_DIR} is missing (expected ../shared next to "
-                    "the repository)")
+        pytest.fail(f"{SAMPLES_DIR} is missing: the samples ship with the repository (data/)")
 
 
 def _sample(relative: str) -> Path:
