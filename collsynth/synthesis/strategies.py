@@ -154,6 +154,10 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
         found = search.best_at(steps, target)
         if found is None and steps in known and target == known[steps].rounds_per_chunk:
             found = known[steps]
+        # An undecided instance leaves the front open at this step count unless the point found
+        # there meets the bound anyway (then nothing it could have answered would beat it).
+        if steps in search.undecided_steps and (found is None or found.rounds_per_chunk > bound):
+            log.complete = False
         if found is not None:
             best = found.rounds_per_chunk
             yield found
@@ -182,6 +186,8 @@ class _StepSearch:
         if self.per_instance is None:
             self.per_instance = max(10.0, options.time_limit / 5)
         self.minimize = supports_minimize(get_backend(options.backend))
+        #: Step counts where an instance ended undecided (timeout) or a minimum was not proven.
+        self.undecided_steps: set[int] = set()
 
     def best_at(self, steps: int, target: Fraction | None) -> SynthesisResult | None:
         """The best algorithm with ``steps`` steps and rounds per chunk below ``target`` (any,
@@ -204,7 +210,7 @@ class _StepSearch:
         if result.status is Status.UNSAT:
             self._record_unsat(steps, rounds, chunks)
         elif result.status is not Status.SAT:
-            self.log.complete = False
+            self.undecided_steps.add(steps)
         return result
 
     def _record_unsat(self, steps: int, rounds: int, chunks: int) -> None:
@@ -234,7 +240,7 @@ class _StepSearch:
             if result.detail.startswith("optimal"):  # fewer rounds proven impossible
                 self._record_unsat(steps, result.instance.total_rounds - 1, chunks)
             else:
-                self.log.complete = False
+                self.undecided_steps.add(steps)
             if found is None or result.rounds_per_chunk < found.rounds_per_chunk:
                 found = result
             if found.rounds_per_chunk <= self.bound:

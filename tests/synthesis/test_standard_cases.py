@@ -165,3 +165,48 @@ def test_prune_dominated_keeps_one_of_equal_points_and_drops_dominated_ones():
     kept = prune_dominated(results)
     assert [(r.instance.steps, r.instance.total_rounds, r.instance.chunks) for r in kept] == \
         [(2, 3, 2), (3, 7, 6)]
+
+
+def _timing_out(real, undecided):
+    """``solve_checked`` that answers TIMEOUT for the instances in ``undecided`` (steps, rounds,
+    chunks, minimize) and solves every other one."""
+    from collsynth.synthesis.result import SynthesisResult
+
+    def solve(topology, collective, instance, options, deadline, limit=None, *,
+              minimize_rounds=False):
+        key = (instance.steps, instance.rounds, instance.chunks, minimize_rounds)
+        if key in undecided:
+            return SynthesisResult(instance, Status.TIMEOUT, None, 0.0, "test", "forced timeout")
+        return real(topology, collective, instance, options, deadline, limit,
+                    minimize_rounds=minimize_rounds)
+    return solve
+
+
+def test_a_timeout_at_a_step_count_whose_point_meets_the_bound_leaves_the_front_complete(
+        monkeypatch):
+    """DGX-1 allgather: the bound is 7/6, met at 3 steps. If the 3-step instance (7, 6) times out
+    while enumerating but minimising then finds 7/6, nothing at 3 steps could beat it."""
+    from collsynth.synthesis import strategies
+
+    monkeypatch.setattr(strategies, "solve_checked",
+                        _timing_out(strategies.solve_checked, {(3, 7, 6, False)}))
+    log = SweepLog()
+    front = list(pareto_front(get_topology("dgx1"), standard_collective("allgather", 8), log=log))
+    assert [(r.instance.steps, str(r.rounds_per_chunk)) for r in front] == [(2, "3/2"), (3, "7/6")]
+    assert any(a.status is Status.TIMEOUT for a in log.attempts)
+    assert log.complete
+
+
+def test_a_timeout_that_may_hide_a_better_point_makes_the_front_incomplete(monkeypatch):
+    """Ring:4 allgather (bound 3/2): if every 2-step instance with 2 chunks times out, the front
+    stops at 2/1 for 2 steps, which might not be the best there: incomplete."""
+    from collsynth.synthesis import strategies
+
+    undecided = {(2, r, 2, m) for r in range(2, 9) for m in (False, True)}
+    monkeypatch.setattr(strategies, "solve_checked",
+                        _timing_out(strategies.solve_checked, undecided))
+    log = SweepLog()
+    front = list(pareto_front(get_topology("ring:4"), standard_collective("allgather", 4),
+                              max_chunks=2, log=log))
+    assert front and front[0].rounds_per_chunk > Fraction(3, 2)
+    assert not log.complete
