@@ -1,18 +1,18 @@
 """Check an MSCCL program: the runtimes' rules, then a symbolic execution of every rank.
 
 :func:`check_program` answers "does this XML do what it says, on this runtime?" in two parts
-(``../shared/MSCCL_XML_SPEC.md`` section 12):
+(``docs/msccl-xml.md`` §12):
 
 1. **Static rules** (:func:`static_problems`): what the runtime's loader refuses or silently
-   misreads (names, ranges, limits of section 13.3, offsets of 7.3, the ``nop`` rule of 9.2, rccl's
+   misreads (names, ranges, limits of §14.1, offsets of §7.3, the ``nop`` rule of §9.2, rccl's
    missing fused ops) and what the execution relies on without checking (unique, symmetric
-   connections and ``chan < nchannels`` of section 6; operand ranges inside the declared and the
-   real buffers of 8.1; dependencies that name existing steps which publish a flag).
-2. **Symbolic execution**, once per buffer layout the runtime may select (12.8). Every chunk holds
+   connections and ``chan < nchannels`` of §6.2; operand ranges inside the declared and the
+   real buffers of §8.1; dependencies that name existing steps which publish a flag).
+2. **Symbolic execution**, once per buffer layout the runtime may select (§12.8). Every chunk holds
    a *multiset of contributions* ``x(q, j)`` (input chunk ``j`` of rank ``q``): a copy moves it, a
    reduction adds two multisets, so a contribution counted twice shows up as a count of 2.
    Thread blocks run as the runtime loads them (``nop``\\ s folded into the next step, consecutive
-   ``re`` steps fused, the device step counter of 9.3 published by ``hasdep=1`` steps); every
+   ``re`` steps fused, the device step counter of §9.3 published by ``hasdep=1`` steps); every
    connection is a FIFO whose k-th send meets the k-th receive. A scheduler runs any step whose
    dependencies and message are there; when none is, the remaining steps are a deadlock.
    Happens-before (program order, dependency flags, messages) is tracked with vector clocks, and
@@ -67,28 +67,29 @@ __all__ = [
     "check_program",
 ]
 
-#: Every ``Problem.kind``, with what it means.
+#: Every ``Problem.kind``, with what it means (§N: sections of ``docs/msccl-xml.md``; §16.2 there
+#: lists every kind with the rules it stands for).
 PROBLEM_KINDS: dict[str, str] = {
-    "lexical": "the runtimes' hand-written XML reader misreads or refuses the text (spec 2)",
+    "lexical": "the runtimes' hand-written XML reader misreads or refuses the text (§2)",
     "structure": "a required attribute or element is missing, a name or id is unknown, "
                  "duplicated or out of range: the runtime refuses the file or cannot run it",
-    "limit": "a value outside the range or above a limit the runtime accepts (spec 6, 7, 13.3)",
+    "limit": "a value outside the range or above a limit the runtime accepts (§6, §7, §14.1)",
     "connection": "a (peer, channel, direction) used by two thread blocks, a connection declared "
-                  "on one side only, or chan >= nchannels (spec 6, 11)",
+                  "on one side only, or chan >= nchannels (§6.2, §11.1)",
     "dependency": "a depid/deps naming nothing or a flag that is never published, or a broken "
-                  "nop rule (spec 9)",
+                  "nop rule (§9)",
     "unsupported-op": "a step type the runtime reads but cannot execute (ra anywhere; rcs, rrs, "
                       "rrc, rrcs on rccl)",
-    "bounds": "an operand range outside the declared or the real buffer (spec 7.3, 8.1)",
+    "bounds": "an operand range outside the declared or the real buffer (§7.3, §8.1)",
     "message": "sends and receives that do not pair up: different cnt, or messages never "
-               "received (spec 11)",
+               "received (§11.1)",
     "deadlock": "thread blocks that wait forever: a dependency cycle, a receive without a send",
     "race": "two accesses of one rank to one chunk from different thread blocks, at least one a "
-            "write, with no dependency or message path between them (spec 12.6)",
+            "write, with no dependency or message path between them (§12.6)",
     "uninitialised": "a step reads a chunk that neither the input nor an earlier step provides",
-    "send-buffer-write": "an out-of-place program writes the caller's input buffer (spec 8.2)",
+    "send-buffer-write": "an out-of-place program writes the caller's input buffer (§8.2)",
     "postcondition": "the output is not what the collective requires, or was not checked "
-                     "(spec 12.7)",
+                     "(§12.7)",
 }
 
 #: Collective names ``check_program(collective=...)`` accepts (both spellings of reduce-scatter).
@@ -104,14 +105,14 @@ MAX_CHECKED_THREADBLOCKS = 16384
 #: Chunks (all buffers of all ranks together) above which a program is not executed.
 MAX_CHECKED_CHUNKS = 4_000_000
 
-# Reader and loader figures of spec 2 and 13.3 that runtimes.Runtime does not carry.
+# Reader and loader figures of §2 and §14.1 that runtimes.Runtime does not carry.
 _MAX_NODES = 4096           # nodes the reader stores for the loading rank
 _MAX_SUBS = 1024            # children of one node
 _MAX_REDUCE_FUSION = 16     # sources of one fused re
 _MAX_DEPID = 127            # depid is stored in an int8
 _OFFSET_RANGE = (-32768, 32767)  # offsets are stored in an int16
 
-#: Which operands each step type uses (7.2) and which the parsers bound-check (7.3).
+#: Which operands each step type uses (§7.2) and which the parsers bound-check (§7.3).
 _USES = {"s": ("src",), "r": ("dst",), "rcs": ("dst",), "rrs": ("src",), "rrc": ("src", "dst"),
          "rrcs": ("src", "dst"), "cpy": ("src", "dst"), "re": ("src", "dst"),
          "ra": ("src", "dst"), "nop": ()}
@@ -182,7 +183,7 @@ def _canonical(coll: str) -> str:
 
 
 def buffer_chunks(coll: str, ngpus: int, nchunksperloop: int) -> tuple[int, int]:
-    """Real sizes ``(input, output)`` in chunks of one rank's buffers (spec 8.1).
+    """Real sizes ``(input, output)`` in chunks of one rank's buffers (§8.1).
 
     >>> buffer_chunks("allgather", 4, 8)
     (2, 8)
@@ -203,7 +204,7 @@ def buffer_chunks(coll: str, ngpus: int, nchunksperloop: int) -> tuple[int, int]
 
 
 def layouts(program: Program, runtime: str | Runtime) -> tuple[str, ...]:
-    """The buffer layouts ``runtime`` may run ``program`` in (spec 12.8).
+    """The buffer layouts ``runtime`` may run ``program`` in (§12.8).
 
     msccl: the one ``inplace`` says (alltoall: always out-of-place); rccl and msccl-executor:
     in-place if ``inplace``, out-of-place if ``outofplace``.
@@ -221,7 +222,7 @@ def layouts(program: Program, runtime: str | Runtime) -> tuple[str, ...]:
     return tuple(found)
 
 
-# -- the loader (spec 9.2, 9.3, 10) ----------------------------------------------------------------
+# -- the loader (§9.2, §9.3, §10) ------------------------------------------------------------------
 
 
 @dataclass
@@ -320,7 +321,7 @@ class _Static:
 def static_problems(program: Program, runtime: str | Runtime) -> list[Problem]:
     """Every static rule ``program`` breaks on ``runtime`` (no execution).
 
-    Covers the checks the runtimes' loaders make (13.4) and the static conditions of 12.1-12.4
+    Covers the checks the runtimes' loaders make (§14.2) and the static conditions of §12.1-§12.4
     that they do not: connection uniqueness and symmetry, ``chan < nchannels``, operand ranges
     against declared and real sizes, dependencies naming existing steps that publish a flag.
     """
@@ -704,7 +705,7 @@ class _Execution:
         self.send_key = [(r, tb.send, tb.chan) for (r, _), tb in zip(self.where, tb_of)]
         total = len(self.where)
 
-        # Memory: per rank one flat list; buffers map to (offset, size) in it (spec 8.2).
+        # Memory: per rank one flat list; buffers map to (offset, size) in it (§8.2).
         self.maps: dict[int, dict[str, tuple[int, int]]] = {}
         self.mem: dict[int, list] = {}
         self.writer: dict[int, list] = {}      # last write: (gid, epoch, pos, line)
@@ -872,7 +873,7 @@ class _Execution:
         if clk is None:
             clk = self.clock[g] = np.zeros(self.total, dtype=np.int32)
         for depid, deps, _ in t.deps:
-            # The first publish that released the wait orders it (spec 9.1: flag >= deps).
+            # The first publish that released the wait orders it (§9.1: flag >= deps).
             h = self.gid[(r, depid)]
             i = bisect.bisect_left(self.pub_counters[h], deps)
             if i < len(self.pub_counters[h]):
@@ -921,7 +922,7 @@ class _Execution:
         elif kind == "cpy":
             write(*dst, read(*src, "copied"))
         elif kind == "re":
-            # A fused chain (spec 10): DST <- DST + SRC_1 + ... + SRC_k in one pass, with the
+            # A fused chain (§10): DST <- DST + SRC_1 + ... + SRC_k in one pass, with the
             # cnt of its last step; each source read is its own step's.
             acc = read(*dst, "the destination of the reduction")
             for at, off in enumerate(t.srcoffs):
@@ -1029,7 +1030,7 @@ class _Execution:
 
 def _aliasing(key: str, r: int, n: int, big: int, real_in: int, real_out: int
               ) -> tuple[int, int, int]:
-    """In-place layout: (offset of i, offset of o, size of the shared region) (spec 8.2)."""
+    """In-place layout: (offset of i, offset of o, size of the shared region) (§8.2)."""
     if key == "allgather":
         return r * (big // n), 0, real_out
     if key == "gather":
@@ -1041,7 +1042,7 @@ def _aliasing(key: str, r: int, n: int, big: int, real_in: int, real_out: int
     return 0, 0, max(real_in, real_out)
 
 
-# -- postconditions (spec 12.7) --------------------------------------------------------------------
+# -- postconditions (§12.7) ------------------------------------------------------------------------
 
 
 def _expected(key: str, r: int, n: int, big: int, root: int | None, custom: bool
@@ -1153,14 +1154,14 @@ def _merge(per_layout: dict[str, list[Problem]]) -> list[Problem]:
 
 #: Problems that make a program violate the API contract without making its result wrong:
 #: writing the caller's send buffer in an out-of-place call (msccl-tools' out-of-place
-#: reduce-scatters do; spec 8.2). Warnings by default, errors with ``strict=True`` (the exporter
+#: reduce-scatters do; §8.2). Warnings by default, errors with ``strict=True`` (the exporter
 #: always checks strictly).
 WARNING_KINDS = frozenset({"send-buffer-write"})
 
 
 def check_program(program: Program, *, runtime: str, collective: str | None = None,
                   root: int | None = None, strict: bool = False) -> CheckReport:
-    """Check ``program`` for ``runtime``: static rules, then symbolic execution (spec 12).
+    """Check ``program`` for ``runtime``: static rules, then symbolic execution (§12).
 
     Parameters
     ----------
@@ -1192,7 +1193,7 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
 
     Examples
     --------
-    A 2-rank out-of-place allgather (the spec's appendix):
+    A 2-rank out-of-place allgather (``docs/msccl-xml.md`` §18):
 
     >>> from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
     >>> def gpu(r):

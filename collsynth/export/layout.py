@@ -2,8 +2,8 @@
 
 An algorithm talks about *chunks* (see :mod:`collsynth.collective.standard` for their numbering);
 an MSCCL program talks about *buffer slots* ``i[k]``, ``o[k]``, ``s[k]`` in units of
-``nchunksperloop``-ths of the reference buffer (``../shared/MSCCL_XML_SPEC.md`` sections 8.1,
-8.2 and 12.7). A :class:`Layout` connects the two: for every (rank, chunk) of the precondition the
+``nchunksperloop``-ths of the reference buffer (``docs/msccl-xml.md`` §8.1,
+§8.2 and §12.7). A :class:`Layout` connects the two: for every (rank, chunk) of the precondition the
 slot the chunk's value starts in, and for every (rank, chunk) of the postcondition the slot its
 final value must end in.
 
@@ -27,7 +27,7 @@ scatter (msccl)    n*C (custom)     root: ``i[c]``              b: ``o[p]``
 custom             #chunks          holders: ``i[c]``           needers: ``o[c]``
 =================  ===============  ==========================  ==============================
 
-These are exactly the postconditions of the spec's section 12.7 (allgather ``o[q*C + i] = x(q,
+These are exactly the postconditions of §12.7 (allgather ``o[q*C + i] = x(q,
 i)``; reduce_scatter ``o[j] = sum_q x(q, r*C + j)``; alltoall ``o[src*C + i] = x(src, dst*C +
 i)``; gather/scatter with ``K = C`` chunks per rank). msccl has no gather or scatter; they are
 written as ``custom`` with msccl-tools' chunk numbering but with ``i_chunks = o_chunks =
@@ -37,7 +37,7 @@ declares allgather-like sizes there, which msccl rejects). A collective that is 
 index ``c`` of ``i`` on every rank that starts with it and at index ``c`` of ``o`` on every rank
 that needs it; ``nchunksperloop`` is the number of chunks.
 
-**In place** (section 8.2) the input and the output alias. A layout for in-place calls names
+**In place** (§8.2) the input and the output alias. A layout for in-place calls names
 every slot by the buffer msccl-tools writes: the larger of the two (``o`` for allgather and
 gather, ``i`` for reduce_scatter and scatter), and ``i`` when both have the same size. So an
 in-place allgather starts rank ``b``'s chunk at ``o[b*C + p]`` and declares ``i_chunks = 0``.
@@ -122,7 +122,7 @@ class Layout:
         return max(size_in, size_out)
 
     def in_place_slot(self, rank: int, loc: Loc) -> Loc:
-        """The slot ``loc`` (named out of place) is in an in-place call (section 8.2);
+        """The slot ``loc`` (named out of place) is in an in-place call (§8.2);
         scratch slots are unchanged."""
         if loc[0] == "s":
             return loc
@@ -241,7 +241,7 @@ def collective_layout(collective: Collective, runtime: str, *, inplace: bool = F
 
 
 def _sizes(kind: str, n: int, C: int) -> tuple[int, list[tuple[int, int]]]:
-    """nchunksperloop and per-rank real (input, output) sizes (section 8.1)."""
+    """nchunksperloop and per-rank real (input, output) sizes (§8.1)."""
     if kind in ("allreduce", "broadcast", "reduce"):
         return C, [(C, C)] * n
     if kind == "allgather":
@@ -260,7 +260,7 @@ def _sizes(kind: str, n: int, C: int) -> tuple[int, list[tuple[int, int]]]:
 
 
 def _alias_function(kind: str, C: int) -> Callable[[int, Loc], Loc]:
-    """Map a slot named out of place to its in-place name (section 8.2)."""
+    """Map a slot named out of place to its in-place name (§8.2)."""
     if kind in ("allgather", "gather"):
         def alias(rank: int, loc: Loc) -> Loc:
             return ("o", rank * C + loc[1]) if loc[0] == "i" else loc

@@ -1,6 +1,6 @@
 """Each runtime's documented limits on one MSCCL program, and which of them a program exceeds.
 
-The figures are those of ``../shared/MSCCL_XML_SPEC.md`` (sections 2, 6, 7, 10 and 13.3); each
+The figures are those of ``docs/msccl-xml.md`` (§2, §6, §7, §10 and §14.1); each
 :class:`Limit` names its constant, the largest value the runtime accepts (inclusive) and, in one
 line, where it comes from and what happens beyond it.
 
@@ -96,52 +96,52 @@ def _table(rt: str, *, steps: int, threadblocks: int, channels: int, algos: int)
     table = [
         Limit(STEPS, "steps per threadblock", steps,
               f"{parser}: step s must be < {steps}, so a <tb> holds at most {steps} steps "
-              "(spec 7.1, 13.3)"),
+              "(§7.1, §14.1)"),
         Limit(THREADBLOCKS, "threadblocks per rank", threadblocks,
-              f"{parser}: <tb> ids 0..{threadblocks - 1} per rank (spec 6, 13.3)"),
+              f"{parser}: <tb> ids 0..{threadblocks - 1} per rank (§6.1, §14.1)"),
         Limit(PER_CHANNEL, "sending (receiving) threadblocks per channel", 32,
               "at most 32 tbs with a send (recv) peer per channel of a rank, an error when a "
-              "send/recv step is parsed (spec 6, 13.3)"),
+              "send/recv step is parsed (§6.2, §14.1)"),
         Limit(CHANNELS, "channels", channels,
               f"MAXCHANNELS = {channels}: connections and chan ids only exist for that many "
-              "channels (spec 4, 13.3)"),
+              "channels (§11.2, §14.1)"),
         Limit(COUNT, "chunks per step (cnt < 72)", 71,
-              "MSCCL_MAX_COUNT = 72: cnt >= 72 is a parse error (spec 7.1, 13.3)"),
+              "MSCCL_MAX_COUNT = 72: cnt >= 72 is a parse error (§7.1, §14.1)"),
         Limit(NODES, "XML elements per rank (<algo>, all <gpu>s, its <tb>s and <step>s)", 4096,
-              "MAX_NODES: the reader keeps 4096 nodes for the loading rank (spec 2.8)"),
+              "MAX_NODES: the reader keeps 4096 nodes for the loading rank (§2.5)"),
         Limit(SUBS, "child elements per element", 1024,
               "MAX_SUBS: 1024 children per node, not bounds-checked (memory corruption beyond; "
-              "spec 2.8): at most 1024 <gpu>s, i.e. ranks"),
+              "§2.5): at most 1024 <gpu>s, i.e. ranks"),
         Limit(OFFSET, "as srcoff/dstoff (int16)", 32767,
-              "offsets are stored as int16 (spec 13.3)"),
+              "offsets are stored as int16 (§7.1, §14.1)"),
         Limit(DEPID, "as depid (int8)", 127,
               "depid is stored as int8: a dependency on threadblock 128 or above overflows "
-              "(spec 7.1, 13.3)"),
+              "(§7.1, §14.1)"),
         Limit(FUSION, "sources in one fused reduction", 16,
               "MSCCL_MAX_REDUCE_FUSION = 16: consecutive fusable 're' steps beyond 16 overflow "
-              "the interpreter's source array (spec 10; counted conservatively, ignoring the "
+              "the interpreter's source array (§10; counted conservatively, ignoring the "
               "once-per-tb cap)"),
         Limit("MSCCL_MAX_NUM_ALGOS", "algorithm files loaded at once", algos,
-              "loader table size (spec 13.1, 13.2); a property of the installation, not of one "
+              "loader table size (§13.1, §13.2); a property of the installation, not of one "
               "program", checked=False),
         Limit("MSCCL_MAX_ITER", "pipeline iterations per call", 65536,
-              "flags carry the iteration (spec 8.3); depends on the message size of the call",
+              "flags carry the iteration (§8.3); depends on the message size of the call",
               checked=False),
         Limit("MAX_ATTR_COUNT", "attributes per element", 16,
-              "further attributes are silently dropped (spec 2.5); enforced by the writer",
+              "further attributes are silently dropped (§2.3); enforced by the writer",
               checked=False),
         Limit("MAX_STR_LEN", "characters per name or value", 254,
-              "255-byte buffers with the terminator (spec 2.6); enforced by the writer",
+              "255-byte buffers with the terminator (§2.3); enforced by the writer",
               checked=False),
     ]
     if rt == "msccl":
         table.append(Limit("MSCCL_MAX_ALGO_NAME", "characters of the name attribute", 63,
-                           "msccl truncates longer names (spec 4); lower() truncates them",
+                           "msccl truncates longer names (§4.2); lower() truncates them",
                            checked=False))
     return tuple(table)
 
 
-#: runtime name -> its documented limits (spec 13.3; msccl-executor: rccl's parser with its own
+#: runtime name -> its documented limits (§14.1; msccl-executor: rccl's parser with its own
 #: defaults, 64 steps per tb and 32 x MAXCHANNELS threadblocks).
 LIMITS: dict[str, tuple[Limit, ...]] = {
     "msccl": _table("msccl", steps=256, threadblocks=216, channels=32, algos=4),

@@ -1,6 +1,6 @@
 """Lower a verified :class:`~collsynth.algorithm.Algorithm` to an MSCCL :class:`Program`.
 
-The rules the result follows are those of ``../shared/MSCCL_XML_SPEC.md``; section numbers below
+The rules the result follows are those of ``docs/msccl-xml.md``; section numbers (§) below
 refer to it.
 
 **Placement.** Chunks start where :mod:`collsynth.export.layout` says (input buffer, or the aliased
@@ -16,12 +16,12 @@ and copied home at the end.
 ``r`` for a copy (into the receiver's slot for that chunk). For a reduce, the local operand is
 the receiver's own contribution the first time (still in ``i``, which out of place is never
 written) and its accumulator afterwards: where the runtime has fused ops, ``rrc`` with
-``srcbuf/srcoff`` = that *local* operand (section 7.2) and ``dst`` = the accumulator; on rccl,
+``srcbuf/srcoff`` = that *local* operand (§7.2) and ``dst`` = the accumulator; on rccl,
 ``r`` into the accumulator then ``re`` adding the own contribution the first time, ``r`` into a
 scratch buffer then ``re`` into the accumulator afterwards. No receive-copy-send fusion is done.
 With one instance, consecutive messages of a connection in one step whose slots are
-consecutive on both sides become one step with ``cnt > 1`` (at most 71: ``cnt < 72``, section
-7.1; a longer run becomes several steps).
+consecutive on both sides become one step with ``cnt > 1`` (at most 71: ``cnt < 72``, §7.1; a
+longer run becomes several steps).
 
 **Threadblocks.** One connection is (peer, direction, channel); chunk ``c`` travels on channel
 ``c % channels`` (or, with ``channel_by="peer"``, the pair ``s -> d`` on ``((d - s) mod n) %
@@ -33,12 +33,12 @@ value is overwritten in the same step come first, then sends and receives altern
 threadblocks exchanging many chunks never both wait on a full FIFO). Sends and receives on a
 connection are in the same order on both sides.
 
-**Dependencies** (section 9). Every pair of accesses to the same slot of a rank from different
+**Dependencies** (§9). Every pair of accesses to the same slot of a rank from different
 threadblocks, at least one a write, is ordered as the algorithm orders them: a read waits for the
 write it reads, a write waits for the reads of the value it replaces and for the previous write.
 Dependencies already implied (by program order or transitively through earlier dependencies) are
 dropped; several remaining ones become ``nop`` steps, one dependency each, before the step, which
-keeps the first (section 9.2).
+keeps the first (§9.2).
 
 **Instances** ``K``: every chunk is split ``K`` ways (slot ``x`` becomes slots ``x*K .. x*K+K-1``)
 and the schedule is replicated ``K`` times, instance ``k`` on its own channels, so the copies run in
@@ -95,7 +95,7 @@ __all__ = ["lower", "check_limits", "program_stats", "ProgramStats", "PROTOCOLS"
 
 #: Protocols the runtimes accept (case sensitive).
 PROTOCOLS = ("Simple", "LL", "LL128")
-#: Reader limit: nodes kept for the loading rank (section 2.8).
+#: Reader limit: nodes kept for the loading rank (§2.5).
 MAX_NODES = 4096
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.,:;=+()\[\]-]")
 

@@ -1,7 +1,7 @@
 """The MSCCL program IR: one value per XML element, exactly what the runtimes read.
 
 ``Program`` (``<algo>``) > ``GpuProgram`` (``<gpu>``) > ``ThreadBlock`` (``<tb>``) > ``XmlStep``
-(``<step>``). Field names follow the XML attributes (see ``../shared/MSCCL_XML_SPEC.md``), so the
+(``<step>``). Field names follow the XML attributes (see ``docs/msccl-xml.md`` §4-§7), so the
 writer and the reader are one-to-one. Offsets and counts are in *chunks* of the reference buffer
 (``nchunksperloop`` chunks); a step's operands are ``srcbuf[srcoff .. srcoff + cnt)`` and
 ``dstbuf[dstoff .. dstoff + cnt)`` with buffers ``i`` (input), ``o`` (output), ``s`` (scratch).

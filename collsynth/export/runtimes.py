@@ -1,7 +1,7 @@
 """What each runtime accepts: limits, required attributes, collective spellings, fused ops.
 
-Figures from ``../shared/MSCCL_XML_SPEC.md`` sections 4, 6, 7 and 13.3. ``msccl-executor`` is
-Azure's msccl-executor-nccl, whose parser is RCCL's (the spec, section 0) with its own defaults
+Figures from ``docs/msccl-xml.md`` §4, §6, §7 and §14.1. ``msccl-executor`` is
+Azure's msccl-executor-nccl, whose parser is RCCL's (§1, §13.3) with its own defaults
 (64 steps per tb; ``32 x MAXCHANNELS`` thread blocks) and, being NCCL-based, the full op set.
 """
 

@@ -1,7 +1,6 @@
 """Read MSCCL XML into the program IR, and find what the runtimes' own reader would trip on.
 
-Two readers look at an MSCCL XML file, and they disagree (``../shared/MSCCL_XML_SPEC.md``,
-section 2):
+Two readers look at an MSCCL XML file, and they disagree (``docs/msccl-xml.md`` §2):
 
 * :func:`read_program` parses it safely with lxml (no DTD, no entities, no network, bounded
   size) into a :class:`~collsynth.export.program.Program`, keeping source lines.
@@ -362,7 +361,7 @@ class _Lines:
 
 
 def lexical_problems(text: str) -> list[Problem]:
-    """What the runtimes' hand-written reader misreads or refuses in ``text`` (spec 2).
+    """What the runtimes' hand-written reader misreads or refuses in ``text`` (§2).
 
     Finds: an XML declaration or other processing instruction, character data between elements
     (a byte-order mark included), TAB characters, start tags split over lines, more than

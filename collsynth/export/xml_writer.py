@@ -1,7 +1,7 @@
 """Write a :class:`Program` as MSCCL XML in exactly the dialect the runtimes' reader accepts.
 
 The runtimes do not use an XML parser but NCCL's small topology-file reader
-(``../shared/MSCCL_XML_SPEC.md`` section 2), so the text is written by hand, never through an XML
+(``docs/msccl-xml.md`` §2), so the text is written by hand, never through an XML
 library: no XML declaration; ``<algo>`` first; one element per line, each start tag on one line;
 attributes separated by single spaces, ``name="value"`` with double quotes; two-space indentation
 (a TAB is fatal to the reader); self-closing ``<step .../>``; at most 16 attributes per element

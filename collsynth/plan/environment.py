@@ -2,17 +2,17 @@
 
 Only what the runtimes' sources say, with the source of each statement:
 
-* **msccl** (microsoft/msccl, MSCCL_XML_SPEC.md 13.1): ``MSCCL_XML_FILES`` lists the files,
+* **msccl** (microsoft/msccl, docs/msccl-xml.md §13.1): ``MSCCL_XML_FILES`` lists the files,
   colon-separated, at most 4 (``MSCCL_MAX_NUM_ALGOS``); for **allreduce** MSCCL is disabled
   unless ``NCCL_ALGO`` lists it (``NCCL_ALGO=MSCCL,RING,TREE``); other collectives are eligible
   by default. ``NCCL_PROTO`` must leave the programs' protocol enabled.
-* **rccl** (ROCm/rccl, MSCCL_XML_SPEC.md 13.2): ``MSCCL_ALGO_DIR`` names the directory whose
+* **rccl** (ROCm/rccl, docs/msccl-xml.md §13.2): ``MSCCL_ALGO_DIR`` names the directory whose
   every regular file is parsed (no extension filter; a file that fails to parse aborts the scan);
   ``RCCL_MSCCL_ENABLE`` (default 1); ``RCCL_MSCCL_FORCE_ENABLE=1`` on machines whose RCCL
   machine model does not enable MSCCL (only two built-in models do); ``MSCCL_SCHEDULER`` must not
   name a loadable external scheduler, nor may ``libmsccl-scheduler.so`` be loadable.
 * **msccl-executor** (Azure/msccl-executor-nccl, ``src/misc/msccl/msccl_lifecycle.cc``): the same
-  internal scheduler as rccl's (its parser is rccl's, MSCCL_XML_SPEC.md 0): ``MSCCL_ALGO_DIR``
+  internal scheduler as rccl's (its parser is rccl's, docs/msccl-xml.md §13.3): ``MSCCL_ALGO_DIR``
   (every regular file or symlink of the directory is parsed), ``NCCL_MSCCL_ENABLE`` (declared
   ``NCCL_PARAM(MscclEnabled, "MSCCL_ENABLE", 1)``, which NCCL reads as ``NCCL_MSCCL_ENABLE``,
   default 1), ``MSCCL_SCHEDULER`` as for rccl; MSCCL is off when a process drives several GPUs
@@ -26,8 +26,8 @@ from typing import Iterable, Sequence
 
 __all__ = ["EnvVar", "runtime_environment", "SPEC", "EXECUTOR_SOURCE"]
 
-#: Where the msccl and rccl statements come from.
-SPEC = "MSCCL_XML_SPEC.md"
+#: Where the msccl and rccl statements are documented (cited as ``f"{SPEC} §13.1"``).
+SPEC = "docs/msccl-xml.md"
 #: Where the msccl-executor statements come from.
 EXECUTOR_SOURCE = ("Azure/msccl-executor-nccl src/misc/msccl/msccl_lifecycle.cc "
                    "(mscclInternalSchedulerInit, mscclInit) and its README")
@@ -64,38 +64,38 @@ def runtime_environment(runtime: str, *, xml_dir: str, xml_paths: Sequence[str],
         env = [EnvVar("MSCCL_XML_FILES", ":".join(xml_paths),
                       "the algorithm files to load, colon-separated (at most 4: "
                       "MSCCL_MAX_NUM_ALGOS); a file that fails to parse is skipped with a warning",
-                      f"{SPEC} 13.1")]
+                      f"{SPEC} §13.1")]
         if "allreduce" in collectives:
             env.append(EnvVar("NCCL_ALGO", "MSCCL,RING,TREE",
                               "msccl runs an allreduce XML only when NCCL_ALGO lists MSCCL (other "
-                              "collectives are eligible by default)", f"{SPEC} 13.1"))
+                              "collectives are eligible by default)", f"{SPEC} §13.1"))
         notes = (
             "NCCL_PROTO, if set, must leave the programs' protocol (Simple) enabled "
-            f"({SPEC} 13.1).",
+            f"({SPEC} §13.1).",
             "msccl never runs an XML for ncclAvg or custom reduction operators, for one rank, or "
-            f"for a collective inside an ncclGroupStart/End group of several operations ({SPEC} "
-            "13.1).",
+            f"for a collective inside an ncclGroupStart/End group of several operations "
+            f"({SPEC} §13.1).",
             "Each XML is selected only for calls whose element count is a multiple of its "
-            f"nchunksperloop; other calls run NCCL's own algorithms ({SPEC} 13.1).",
+            f"nchunksperloop; other calls run NCCL's own algorithms ({SPEC} §13.1).",
         )
         return tuple(env), notes
     if runtime == "rccl":
         env = [
             EnvVar("MSCCL_ALGO_DIR", xml_dir,
                    "every regular file of this directory is parsed as an algorithm (no "
-                   "extension filter): keep only the plan's XML files there", f"{SPEC} 13.2"),
-            EnvVar("RCCL_MSCCL_ENABLE", "1", "MSCCL on (the default)", f"{SPEC} 13.2"),
+                   "extension filter): keep only the plan's XML files there", f"{SPEC} §13.2"),
+            EnvVar("RCCL_MSCCL_ENABLE", "1", "MSCCL on (the default)", f"{SPEC} §13.2"),
             EnvVar("RCCL_MSCCL_FORCE_ENABLE", "1",
                    "RCCL enables MSCCL only on the machine models that declare it (two built-in "
-                   "ones) unless forced", f"{SPEC} 13.2"),
+                   "ones) unless forced", f"{SPEC} §13.2"),
         ]
         notes = (
             "MSCCL_SCHEDULER must not name a loadable scheduler, and libmsccl-scheduler.so must "
-            f"not be loadable: an external scheduler replaces the directory scan ({SPEC} 13.2).",
+            f"not be loadable: an external scheduler replaces the directory scan ({SPEC} §13.2).",
             "RCCL_MSCCL_ENABLE_SINGLE_PROCESS=0 disables MSCCL when several ranks share a process "
-            f"({SPEC} 13.2).",
+            f"({SPEC} §13.2).",
             "Calls with ncclAvg or custom operators, and calls whose element count is not a "
-            f"multiple of the program's nchunksperloop, run RCCL's own algorithms ({SPEC} 13.2).",
+            f"multiple of the program's nchunksperloop, run RCCL's own algorithms ({SPEC} §13.2).",
         )
         return tuple(env), notes
     if runtime == "msccl-executor":

@@ -17,8 +17,8 @@ process group, root), and for each:
 5. predicts every traced call's time under NCCL and under the plan.
 
 What the runtimes can and cannot tell apart shapes the plan. An MSCCL runtime selects an
-algorithm by collective, rank count, in-place-ness and size only (MSCCL_XML_SPEC.md 13): not by
-which ranks the communicator holds, and not by root (the XML has no root attribute). So:
+algorithm by collective, rank count, in-place-ness and size only (docs/msccl-xml.md §4.4, §13):
+not by which ranks the communicator holds, and not by root (the XML has no root attribute). So:
 
 * all the groups of one collective and one size share one set of XML files: the group with the
   most traced bytes is planned; another group whose topology has the same links and figures
@@ -77,9 +77,9 @@ _ROOTED = ("broadcast", "reduce")
 #: Collectives torch calls in place (same tensor in and out).
 _TORCH_INPLACE = ("allreduce", "broadcast", "reduce")
 _COMBINING = ("allreduce", "reduce", "reduce_scatter")
-#: msccl's MSCCL_MAX_NUM_ALGOS (MSCCL_XML_SPEC.md 13.1).
+#: msccl's MSCCL_MAX_NUM_ALGOS (docs/msccl-xml.md §13.1).
 MSCCL_MAX_ALGORITHMS = 4
-#: msccl's default maxBytes when the attribute is left out (exclusive; MSCCL_XML_SPEC.md 15).
+#: msccl's default maxBytes when the attribute is left out (exclusive; docs/msccl-xml.md §4.2).
 _MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 
 _REASONS = {
@@ -265,8 +265,8 @@ def _selectable(size_bytes: int, element_size: int | None, nchunksperloop: int |
     """Whether the runtime would run an XML with ``nchunksperloop`` on a call of ``size_bytes``.
 
     msccl and rccl require ``count x mult`` (the elements of the larger buffer,
-    ``size_bytes / element_size``) to be a multiple of ``nchunksperloop`` (MSCCL_XML_SPEC.md
-    13); msccl-executor requires the API's ``count`` itself to be one
+    ``size_bytes / element_size``) to be a multiple of ``nchunksperloop`` (docs/msccl-xml.md
+    §13.1, §13.2); msccl-executor requires the API's ``count`` itself to be one
     (``mscclInternalSchedulerSelectAlgo``): for allgather, reduce-scatter and alltoall that is
     the elements divided by the rank count. An unknown element size is assumed to fit.
 
@@ -451,7 +451,7 @@ def _not_planned_reason(call: TracedCall) -> str | None:
         return "uneven split sizes (an alltoallv): a synthesized alltoall moves equal blocks"
     if call.kind in _COMBINING and call.op in ("avg", "premul_sum"):
         return (f"reduction {call.op}: MSCCL runtimes leave ncclAvg and custom operators to NCCL "
-                "(MSCCL_XML_SPEC.md 13)")
+                "(docs/msccl-xml.md §4.5)")
     if call.kind in _ROOTED and (call.root is None or call.root not in call.group):
         return f"root {call.root!r} is not a rank of the group"
     return None

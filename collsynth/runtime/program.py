@@ -4,10 +4,10 @@ torch has no threadblocks, so the program is first scheduled *globally*, the sam
 rank (it is a pure function of the program):
 
 1. **Load** every threadblock as the runtimes do: ``nop`` steps vanish and hand their
-   dependencies to the next real step (``../shared/MSCCL_XML_SPEC.md`` 9.2). A dependency
+   dependencies to the next real step (``docs/msccl-xml.md`` §9.2). A dependency
    ``(depid, deps)`` waits until threadblock ``depid`` has executed its step at position
-   ``deps`` (9.1; position semantics, as every correct program is written).
-2. **Simulate** all ranks with one FIFO per connection ``(sender, receiver, channel)`` (11):
+   ``deps`` (§9.1; position semantics, as every correct program is written).
+2. **Simulate** all ranks with one FIFO per connection ``(sender, receiver, channel)`` (§11.1):
    a step runs when its dependencies are done and, for a receive, its message has been sent.
    The order found is a topological order of the program's happens-before; a program that
    stalls deadlocks on the real runtimes too and is refused (:class:`UnrunnableProgramError`),
@@ -22,7 +22,7 @@ rank (it is a pure function of the program):
    that cannot be aligned still runs on gloo, whose sends are buffered (its sends are
    snapshotted and messages carry unique tags), and is refused on NCCL.
 
-Buffers and sizes (spec 8): the input ``i``, output ``o`` and a scratch ``s`` of ``s_chunks``
+Buffers and sizes (§8): the input ``i``, output ``o`` and a scratch ``s`` of ``s_chunks``
 chunks; chunk ``k`` of a buffer is elements ``[k*S, (k+1)*S)``. The tensors are torch's (see
 :mod:`collsynth.runtime.executor`): ``m`` elements per block, ``K`` chunks per block
 (``nchunksperloop``, or ``nchunksperloop / ngpus`` for allgather, reduce_scatter, alltoall).
@@ -30,7 +30,7 @@ When ``m`` is not a multiple of ``K`` the blocks are copied into zero-padded buf
 ``K * ceil(m / K)`` elements per block and the output copied back, so every size works (at the
 price of those copies); ``coll="custom"`` programs (one block of ``nchunksperloop`` chunks whose
 meaning the XML does not say) need a multiple of ``nchunksperloop`` elements. In place is
-recognised from the tensors and must be the aliasing of spec 8.2 (torch's in-place views);
+recognised from the tensors and must be the aliasing of §8.2 (torch's in-place views);
 the program must declare the layout of the call (msccl: ``inplace`` exactly, alltoall out of
 place only; rccl: ``inplace``/``outofplace``). A rank with one tensor (a broadcast's or a
 gather's non-root) in a program made only for in-place calls gets the other buffer as its
@@ -323,7 +323,7 @@ def _assign_levels(sched: Schedule) -> None:
 
 
 def _blocks(kind: str, n: int, nchunks: int) -> tuple[int, int, int]:
-    """(input blocks, output blocks, chunks per block) of a rank (spec 8.1)."""
+    """(input blocks, output blocks, chunks per block) of a rank (§8.1)."""
     if kind in ("allgather", "reduce_scatter", "alltoall"):
         if nchunks % n:
             raise UnrunnableProgramError(f"{kind}: nchunksperloop={nchunks} is not a multiple "
@@ -381,7 +381,7 @@ class PreparedProgram:
             raise InvalidBufferError("input and output must be contiguous")
         in_blocks, out_blocks, K = _blocks(kind, n, program.nchunksperloop)
         # A rank with one tensor where the program runs only in place (a broadcast's or a
-        # gather's non-root): the other buffer is its alias (spec 8.2), made up if need be.
+        # gather's non-root): the other buffer is its alias (§8.2), made up if need be.
         self._pre: list[tuple[Any, Any]] = []
         self._post: list[tuple[Any, Any]] = []
         if program.outofplace is None:
@@ -637,7 +637,7 @@ class PreparedProgram:
 
 
 def program_layouts(program: Program) -> tuple[str, ...]:
-    """The calls a program may run for: ``"in-place"``, ``"out-of-place"`` (spec 4, 12.8).
+    """The calls a program may run for: ``"in-place"``, ``"out-of-place"`` (§4.2, §12.8).
 
     msccl (no ``outofplace`` attribute): exactly what ``inplace`` says, alltoall always out of
     place; rccl and msccl-executor: in place if ``inplace``, out of place if ``outofplace``.

@@ -1,0 +1,130 @@
+"""docs/msccl-xml.md and the code that cites it stay in step.
+
+Every ``§N`` the package cites names a section of the document, every checker problem kind has
+its row in the document's table of kinds (and the table names no other), the document's own
+links and section references resolve, and nothing in the package or the docs refers to files
+outside the repository.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from collsynth.export.check import PROBLEM_KINDS
+from collsynth.plan.environment import EXECUTOR_SOURCE, SPEC, runtime_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "msccl-xml.md"
+DOC_NAME = "docs/msccl-xml.md"
+
+# A citation: "§7", "§7.3"; a trailing period ends the sentence, not the number.
+_CITATION = re.compile(r"§(\d+(?:\.\d+)*)")
+_HEADING = re.compile(r"^(#{2,3}) (\d+(?:\.\d+)*)\.? (.+)$", re.M)
+# Names the project may not mention, assembled so that this file does not mention them either.
+_OUTSIDE = ("..", "/shared")
+_FORBIDDEN = ("".join(_OUTSIDE), "shared" + "/data", "MSCCL_XML" + "_SPEC")
+
+
+def _doc() -> str:
+    return DOC.read_text(encoding="utf-8")
+
+
+def _sections(text: str) -> dict[str, str]:
+    """Section number -> heading text, for ``## N. Title`` and ``### N.M Title`` headings."""
+    found: dict[str, str] = {}
+    for match in _HEADING.finditer(text):
+        level, number, title = match.groups()
+        assert level == ("##" if "." not in number else "###"), match.group(0)
+        assert number not in found, f"section {number} appears twice"
+        found[number] = title
+    return found
+
+
+def _package_files() -> list[Path]:
+    return sorted(p for p in (ROOT / "collsynth").rglob("*.py"))
+
+
+def test_the_document_has_numbered_sections():
+    sections = _sections(_doc())
+    # Top-level sections are numbered 1, 2, ... without gaps, and every subsection has a parent.
+    top = sorted(int(n) for n in sections if "." not in n)
+    assert top == list(range(1, len(top) + 1)) and len(top) >= 15
+    for number in sections:
+        assert number.split(".")[0] in sections, number
+
+
+def test_every_citation_in_the_package_names_a_section():
+    sections = _sections(_doc())
+    cited = 0
+    for path in _package_files():
+        text = path.read_text(encoding="utf-8")
+        numbers = _CITATION.findall(text)
+        if not numbers:
+            continue
+        # A bare "§N" is only unambiguous in a file that says which document it cites.
+        assert DOC_NAME in text, f"{path.relative_to(ROOT)} cites § without naming {DOC_NAME}"
+        for number in numbers:
+            cited += 1
+            assert number in sections, (f"{path.relative_to(ROOT)} cites {DOC_NAME} §{number}, "
+                                        "which does not exist")
+    assert cited >= 50  # the export, plan and runtime modules cite it throughout
+
+
+def test_the_document_references_and_links_resolve():
+    text = _doc()
+    sections = _sections(text)
+    for number in _CITATION.findall(text):
+        assert number in sections, f"the document refers to §{number}, which does not exist"
+    # GitHub's anchors: lower case, punctuation dropped, spaces to hyphens.
+    anchors = {re.sub(r"[^\w\- ]", "", f"{n} {t}".lower()).replace(" ", "-")
+               for n, t in sections.items()}
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert links, "the contents list links the sections"
+    for link in links:
+        assert link in anchors, f"link #{link} has no heading"
+
+
+def test_every_problem_kind_has_its_row_in_the_document():
+    text = _doc()
+    sections = _sections(text)
+    assert sections["16.2"] == "Problem kinds"
+    start = text.index("### 16.2 ")
+    table = text[start:text.index("\n### ", start + 1)]
+    rows = re.findall(r"^\| `([a-z-]+)` \| (.+) \| (.+) \|$", table, re.M)
+    assert {kind for kind, _, _ in rows} == set(PROBLEM_KINDS)
+    assert len(rows) == len(PROBLEM_KINDS)
+    for kind, _, rules in rows:
+        cited = _CITATION.findall(rules)
+        assert cited, f"the row of {kind!r} names no section"
+        assert all(number in sections for number in cited), kind
+
+
+@pytest.mark.parametrize("runtime", ["msccl", "rccl", "msccl-executor"])
+def test_environment_sources_cite_the_document(runtime):
+    sections = _sections(_doc())
+    assert SPEC == DOC_NAME
+    env, notes = runtime_environment(runtime, xml_dir="/p/xml", xml_paths=["/p/xml/a.xml"],
+                                     collectives=["allreduce", "allgather"])
+    assert env
+    for var in env:
+        if var.source == EXECUTOR_SOURCE:
+            assert runtime == "msccl-executor"
+            continue
+        match = re.fullmatch(rf"{re.escape(DOC_NAME)} §(\d+(?:\.\d+)*)", var.source)
+        assert match and match.group(1) in sections, var
+    for note in notes:
+        for number in _CITATION.findall(note):
+            assert number in sections, note
+
+
+def test_no_reference_to_files_outside_the_repository():
+    paths = [p for folder in ("collsynth", "docs") for p in (ROOT / folder).rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts]
+    assert DOC in paths
+    for path in paths:
+        text = path.read_bytes().decode("utf-8", "replace")
+        for name in _FORBIDDEN:
+            assert name not in text, f"{path.relative_to(ROOT)} mentions {name}"
