@@ -85,18 +85,20 @@ def _synthesized(result) -> Algorithm:
     return result.algorithm
 
 
-#: name -> (how to make it, layouts to lower it for: (inplace, outofplace) pairs).
-ALGORITHMS: dict[str, tuple[Callable[[], Algorithm], tuple[tuple[bool, bool], ...]]] = {
-    "ring4-allgather": (ring_allgather, ((False, True), (True, False))),
-    "ring4-reduce_scatter": (ring_reduce_scatter, ((False, True), (True, False))),
-    "ring4-allreduce": (ring_allreduce, ((False, True), (True, False))),
-    "fc4-allreduce": (direct_allreduce, ((False, True), (True, False))),
-    "fc4-alltoall": (direct_alltoall, ((False, True),)),
-    "ring4-broadcast-root1": (ring_broadcast, ((False, True), (True, False))),
+OOP, IP, BOTH = "out-of-place", "in-place", "both"
+#: name -> (how to make it, the layouts to lower it for; "both": one program declared for
+#: in-place and out-of-place calls, which msccl cannot declare).
+ALGORITHMS: dict[str, tuple[Callable[[], Algorithm], tuple[str, ...]]] = {
+    "ring4-allgather": (ring_allgather, (OOP, IP, BOTH)),
+    "ring4-reduce_scatter": (ring_reduce_scatter, (OOP, IP)),
+    "ring4-allreduce": (ring_allreduce, (OOP, IP, BOTH)),
+    "fc4-allreduce": (direct_allreduce, (OOP, IP, BOTH)),
+    "fc4-alltoall": (direct_alltoall, (OOP,)),
+    "ring4-broadcast-root1": (ring_broadcast, (OOP, IP)),
     "dgx1-allgather-synth": (lambda: _synthesized(solve_instance(
-        get_topology("dgx1"), allgather(8), Instance(2))), ((False, True),)),
+        get_topology("dgx1"), allgather(8), Instance(2))), (OOP,)),
     "dgx1-broadcast-synth": (lambda: _synthesized(solve_least_steps(
-        get_topology("dgx1"), broadcast(8, 0), chunks=2)), ((False, True), (True, False))),
+        get_topology("dgx1"), broadcast(8, 0), chunks=2)), (OOP, IP)),
 }
 
 
@@ -105,8 +107,10 @@ def algorithms() -> dict[str, Algorithm]:
     return {name: make() for name, (make, _) in ALGORITHMS.items()}
 
 
-def program_of(algorithms, name: str, runtime: str, *, inplace: bool = False) -> Program:
-    return lower(algorithms[name], runtime=runtime, inplace=inplace, outofplace=not inplace)
+def program_of(algorithms, name: str, runtime: str, *, inplace: bool = False,
+               outofplace: bool | None = None) -> Program:
+    return lower(algorithms[name], runtime=runtime, inplace=inplace,
+                 outofplace=not inplace if outofplace is None else outofplace)
 
 
 def check(program: Program, runtime: str) -> CheckReport:
@@ -114,11 +118,12 @@ def check(program: Program, runtime: str) -> CheckReport:
     return check_program(program, runtime=runtime, strict=True)
 
 
-def _cases() -> Iterator[tuple[str, str, bool]]:
+def _cases() -> Iterator[tuple[str, str, str]]:
     for name, (_, layouts) in ALGORITHMS.items():
         for runtime in RUNTIMES:
-            for inplace, _outofplace in layouts:
-                yield name, runtime, inplace
+            for layout in layouts:
+                if not (layout == BOTH and runtime == "msccl"):
+                    yield name, runtime, layout
 
 
 # -- editing programs ------------------------------------------------------------------------------
@@ -204,19 +209,13 @@ def partner(program: Program, rank: int, tid: int, pos: int) -> tuple[int, int, 
     """The step at the other end of a send or receive: the k-th send on a connection meets the
     k-th receive of it (the FIFO rule of the runtimes)."""
     tb = tb_of(program, rank, tid)
-    st = tb.steps[pos]
-    if st.type in RECV_OPS:
-        mine = (tb.recv, rank, tb.chan)
-        ops, other = SEND_OPS, "send"
-    else:
-        mine = (rank, tb.send, tb.chan)
-        ops, other = RECV_OPS, "recv"
-    k = sum(1 for p, s_ in enumerate(tb.steps[:pos])
-            if s_.type in (RECV_OPS if st.type in RECV_OPS else SEND_OPS))
-    peer = mine[0] if st.type in RECV_OPS else mine[1]
+    receives = tb.steps[pos].type in RECV_OPS
+    mine, theirs = (RECV_OPS, SEND_OPS) if receives else (SEND_OPS, RECV_OPS)
+    peer, their_side = (tb.recv, "send") if receives else (tb.send, "recv")
+    k = sum(1 for st in tb.steps[:pos] if st.type in mine)
     peer_tb = next(t for t in next(g for g in program.gpus if g.id == peer).threadblocks
-                   if getattr(t, other) == rank and t.chan == tb.chan)
-    found = [p for p, s_ in enumerate(peer_tb.steps) if s_.type in ops]
+                   if getattr(t, their_side) == rank and t.chan == tb.chan)
+    found = [p for p, st in enumerate(peer_tb.steps) if st.type in theirs]
     return peer, peer_tb.id, found[k]
 
 
@@ -256,14 +255,14 @@ def assert_rejected(report: CheckReport, kind: str, *fragments: str) -> None:
 # -- correct programs are accepted -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, runtime, inplace", list(_cases()))
-def test_lowered_programs_are_accepted(algorithms, name, runtime, inplace):
-    program = program_of(algorithms, name, runtime, inplace=inplace)
+@pytest.mark.parametrize("name, runtime, layout", list(_cases()))
+def test_lowered_programs_are_accepted(algorithms, name, runtime, layout):
+    program = program_of(algorithms, name, runtime, inplace=layout != OOP,
+                         outofplace=layout != IP)
     report = check(program, runtime)
     assert report.ok, "\n".join(map(str, report.problems[:10]))
     assert not report.warnings
-    expected_layout = "in-place" if inplace else "out-of-place"
-    assert report.layouts_checked == (expected_layout,)
+    assert report.layouts_checked == ((IP, OOP) if layout == BOTH else (layout,))
     assert report.collective == algorithms[name].collective.name
     # The same through the XML text, as `collsynth check` reads it.
     read, reader_problems = read_checked(write_program(program, runtime), runtime)
@@ -415,8 +414,6 @@ def wrong_peer(algorithms, runtime):
     program = program_of(algorithms, "ring4-allgather", runtime)
     tb = next(tb for tb in next(g for g in program.gpus if g.id == 0).threadblocks
               if tb.send == 1)
-    receiver = next(t for t in next(g for g in program.gpus if g.id == 1).threadblocks
-                    if t.recv == 0)
     program = set_tb(program, 0, tb.id, send=2)
     c = tb.chan
     return program, "connection", [
@@ -631,3 +628,15 @@ def test_text_wrong_peer_points_at_the_tb(algorithms):
     report = check(read, "rccl")
     assert any(p.kind == "connection" and p.line == tb and "sends to rank 2" in p.message
                for p in report.problems), report.problems
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_wrong_peer_is_reported_at_both_ends(algorithms, runtime):
+    """Rank 0 sending to rank 2 leaves rank 1's receiving tb without a sender too."""
+    program, _, _, _ = wrong_peer(algorithms, runtime)
+    receiver = next(t for t in next(g for g in program.gpus if g.id == 1).threadblocks
+                    if t.recv == 0)
+    c = receiver.chan
+    assert_rejected(check(program, runtime), "connection",
+                    f"rank 1 tb {receiver.id} receives from rank 0 on channel {c}, but rank 0 "
+                    f"has no tb sending to rank 1 on channel {c}")
