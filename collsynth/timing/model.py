@@ -94,7 +94,7 @@ SIZE = sympy.Symbol("size_bytes", positive=True)
 
 #: Default per-step latency (us) of a link between nodes: NCCL's per-hop network latency for the
 #: ring LL protocol (``hwLat[NET][RING][LL] = 2.7``, NCCL ``src/graph/tuning.cc``; see
-#: /work/shared/BASELINES.md), the network analogue of the 0.6 us NVLink figure the built-in
+#: docs/baselines.md), the network analogue of the 0.6 us NVLink figure the built-in
 #: DGX-1 rounds to its ``alpha_us = 0.7``.
 NETWORK_ALPHA_US = 2.7
 

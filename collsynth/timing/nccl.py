@@ -2,13 +2,13 @@
 
 NCCL picks an algorithm (ring, tree) and a protocol (LL, LL128, Simple) per call by evaluating,
 for each enabled pair, its tuning model (``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime`` in NCCL's
-``src/graph/tuning.cc``; the constants are summarised in /work/shared/BASELINES.md) and taking the
+``src/graph/tuning.cc``; the constants are summarised in docs/baselines.md) and taking the
 fastest::
 
     time_us = latency_us + size_bytes / (1000 * algbw_gbps)
 
 **Latency** (us). ``base[a][p]`` plus per-hop latencies ``hw[link][a][p]`` (NCCL's
-``ncclTunerConstantsDefaults``, NCCL 2.19 and later, as in BASELINES.md):
+``ncclTunerConstantsDefaults``, NCCL 2.19 and later, as in docs/baselines.md):
 
 =====================  ======  =====  ======
 figure (us)            LL      LL128  Simple
@@ -40,9 +40,9 @@ with (not NCCL's internal per-NVLink figure, e.g. 20 GB/s on Volta). Then:
 
 =========  =============================================================================
 ring       LL x 0.5 (8-byte lines carry 4 bytes of data and a 4-byte flag: half the bandwidth;
-           BASELINES.md), LL128 x 0.92 (120 of 128 bytes are data; NCCL's figure), Simple x 1;
+           docs/baselines.md), LL128 x 0.92 (120 of 128 bytes are data; NCCL's figure), Simple x 1;
            ``algbw = busbw * n / nsteps``
-tree       x 0.92 for every protocol (BASELINES.md: tree allreduce x0.92), then LL x 1/3.8 and
+tree       x 0.92 for every protocol (docs/baselines.md: tree allreduce x0.92), then LL x 1/3.8 and
            LL128 x 7/9 on one node or x 120/128 on several (NCCL's tuning.cc);
            ``algbw = busbw * 0.5``
 =========  =============================================================================
