@@ -299,7 +299,7 @@ def _implementable(topology: Topology, collective: Collective) -> bool:
     return True
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.filter_too_much])
 @given(data=st.data(), topology=topologies(groups=True))
 @example(data=None, topology=ASYMMETRIC)
@@ -326,7 +326,7 @@ def test_rounds_bound_equals_an_independent_lp(data, topology):
     assert steps_lower_bound(topology, collective) == _steps_by_bfs(topology, collective)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), topology=topologies(groups=False))
 def test_several_destination_combining_bound_is_a_cut(data, topology):
     """Combining chunks with several destinations (allreduce-like): the bound is a cut bound, so at
@@ -403,7 +403,7 @@ def _smt_search(topology: Topology, collective: Collective, backends, chunk_coun
     return found
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.filter_too_much])
 @given(data=st.data(), topology=topologies(max_ranks=4, groups=True))
 @example(data=None, topology=ASYMMETRIC)
