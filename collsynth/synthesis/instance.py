@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
-from collsynth.algorithm.model import Instance
+from collsynth.algorithm.model import Algorithm, Instance, Step
 from collsynth.algorithm.transform import invert_dual
 from collsynth.algorithm.verify import find_problems
 from collsynth.bounds import check_implementable
@@ -90,7 +90,7 @@ def solve_checked(topology: Topology, collective: Collective, instance: Instance
                                    backend, options, budget, started, minimize_rounds)
         algorithm = None
         if dual.algorithm is not None:
-            algorithm = invert_dual(dual.algorithm, topology, split)
+            algorithm = invert_dual(_without_dead_ends(dual.algorithm), topology, split)
         result = SynthesisResult(dual.instance, dual.status, algorithm,
                                  time.perf_counter() - started, backend.name, dual.detail)
     else:
@@ -101,6 +101,32 @@ def solve_checked(topology: Topology, collective: Collective, instance: Instance
     if options.on_result is not None:
         options.on_result(result)
     return result
+
+
+def _without_dead_ends(dual: Algorithm) -> Algorithm:
+    """``dual`` without the sends its time-reversal cannot use: a copy to a rank that already
+    holds the chunk, or to one that neither needs it nor passes it on to a rank that does.
+
+    Solvers may return such sends (they fit in a step's rounds at no cost). Read backwards, the
+    first makes a rank add a contribution twice and the second makes a rank that is no
+    contributor send a value it never had, so the inverse would fail verification although the
+    instance is satisfiable. Steps and rounds are kept.
+    """
+    collective = dual.collective
+    held = {(c, r) for c, pre in enumerate(collective.precondition) for r in pre}
+    firsts = []
+    for step in dual.steps:
+        first = [s for s in step.sends if (s.chunk, s.dst) not in held]
+        held.update((s.chunk, s.dst) for s in first)
+        firsts.append(first)
+    useful = {(c, r) for c, post in enumerate(collective.postcondition) for r in post}
+    kept = []
+    for step, first in zip(reversed(dual.steps), reversed(firsts)):
+        sends = tuple(s for s in first if (s.chunk, s.dst) in useful)
+        useful.update((s.chunk, s.src) for s in sends)
+        kept.append(Step(step.rounds, sends))
+    return Algorithm(dual.name, dual.topology, collective, tuple(reversed(kept)),
+                     dual.provenance)
 
 
 def supports_minimize(backend) -> bool:
