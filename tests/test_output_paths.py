@@ -325,6 +325,17 @@ def test_xml_names_from_a_custom_collective_stay_in_the_folder(tmp_path, capsys)
 # -- small command-line fixes ----------------------------------------------------------------------
 
 
+def test_a_one_rank_topology_has_nothing_to_search_for(tmp_path, capsys):
+    topology = tmp_path / "one.json"
+    topology.write_text(json.dumps({"format": "collsynth-topology", "version": 1,
+                                    "name": "one", "links": [[0]]}))
+    for mode in ("least-steps", "pareto", "bandwidth-optimal"):
+        assert main(["solve", mode, str(topology), "allgather", "-q"]) == EXIT_ERROR
+        out, err = capsys.readouterr()
+        _one_error_line(err, "nothing to communicate (a 1-rank topology)")
+        assert "steps = 0" not in err
+
+
 def test_export_with_absurd_instances_says_so_in_one_line(tmp_path, capsys):
     algo = _algorithm_file(tmp_path)
     assert main(["export", str(algo), "-o", str(tmp_path / "x.xml"),
