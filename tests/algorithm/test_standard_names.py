@@ -59,8 +59,14 @@ def _capitalised(obj: dict) -> dict:  # a spelling of a standard name is that na
     return obj
 
 
+def _swapped(obj: dict) -> dict:  # same sizes, other ranks: chunk 0 starts on rank 1
+    chunks = obj["collective"]["chunks"]
+    chunks[0]["pre"], chunks[1]["pre"] = chunks[1]["pre"], chunks[0]["pre"]
+    return obj
+
+
 TAMPERINGS = {"post-is-pre": _post_is_pre, "rank-dropped": _drop_rank_3,
-              "renamed-allreduce": _renamed, "capitalised": _capitalised}
+              "renamed-allreduce": _renamed, "capitalised": _capitalised, "swapped": _swapped}
 
 
 @pytest.fixture
