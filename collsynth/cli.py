@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -339,6 +338,12 @@ def _problem(args: argparse.Namespace) -> tuple[Topology, Collective]:
                                 oversubscription=getattr(args, "oversubscription", 1))
     root = roots = None
     if args.root is not None:
+        n = topology.num_ranks
+        outside = [r for r in args.root if not 0 <= r < n]
+        if outside:  # a usage error, as --root -1 (the parser's) and check's and run's are
+            prog = " ".join(filter(None, (PROG, args.command, getattr(args, "mode", None))))
+            raise _UsageError(f"--root {outside[0]} is not a rank 0..{n - 1} of {topology.name} "
+                              f"(see '{prog} --help')", prog=prog)
         if len(args.root) == 1:
             root = args.root[0]
         else:
@@ -388,16 +393,22 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _Destination:
-    """Where ``solve`` writes algorithms: nowhere, one file, or a directory of files."""
+    """Where ``solve`` writes algorithms: nowhere, one file, or a directory of files; and the
+    folder of ``--xml`` files."""
 
     file: Path | None = None
     directory: Path | None = None
+    xml_directory: Path | None = None
 
     @staticmethod
-    def plan(path: str | None, *, several: bool) -> "_Destination":
-        """Check ``-o PATH`` before any solving (and create the directory)."""
+    def plan(path: str | None, *, several: bool, xml: str | None = None) -> "_Destination":
+        """Check ``-o PATH`` and ``--xml DIR`` before any solving (and create the folders),
+        by the output policy of :mod:`collsynth._output`."""
+        from collsynth._output import check_output_dir, check_output_file
+
+        xml_directory = None if xml is None else check_output_dir(xml, label=f"--xml {xml}")
         if path is None:
-            return _Destination()
+            return _Destination(xml_directory=xml_directory)
         p = Path(path)
         as_directory = p.is_dir() or path.endswith(("/", os.sep)) or p.suffix == ""
         if not as_directory:
@@ -406,25 +417,19 @@ class _Destination:
             if several:
                 raise _UsageError(f"-o {path}: pareto writes one file per algorithm; give a "
                                   "directory")
-            if p.exists() and not p.is_file():
-                raise _UsageError(f"-o {path}: exists and is not a file")
-            return _Destination(file=p)
-        if p.exists() and not p.is_dir():
-            raise _UsageError(f"-o {path}: exists and is not a directory")
-        p.mkdir(parents=True, exist_ok=True)
-        return _Destination(directory=p)
+            return _Destination(file=check_output_file(path, label=f"-o {path}"),
+                                xml_directory=xml_directory)
+        return _Destination(directory=check_output_dir(path, label=f"-o {path}"),
+                            xml_directory=xml_directory)
 
     def path_for(self, algorithm: Algorithm) -> Path | None:
+        from collsynth._output import path_in
+
         if self.file is not None:
             return self.file
         if self.directory is not None:
-            return self.directory / f"{_file_stem(algorithm.name)}.json"
+            return path_in(self.directory, algorithm.name, suffix=".json", default="algorithm")
         return None
-
-
-def _file_stem(name: str) -> str:
-    """``name`` with every character outside letters, digits, ``._-`` replaced by ``_``."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", name).strip("._") or "algorithm"
 
 
 def _save(result: SynthesisResult, destination: _Destination, args: argparse.Namespace,
@@ -450,13 +455,15 @@ def _save(result: SynthesisResult, destination: _Destination, args: argparse.Nam
     path = destination.path_for(algorithm)
     if path is not None:
         save_algorithm(algorithm, path, extra_memory=result.instance.extra_memory)
-    if getattr(args, "xml", None):
+    if destination.xml_directory is not None:
+        from collsynth._output import path_in
         from collsynth.cli_export import export_algorithm
         from collsynth.export.runtimes import runtime_names
 
         runtimes = runtime_names() if args.xml_runtime == "all" else [args.xml_runtime]
-        for runtime in runtimes:
-            export_algorithm(algorithm, Path(args.xml) / f"{name}.{runtime}.xml", runtime=runtime)
+        for runtime in runtimes:  # the name holds the collective's: kept inside the folder
+            export_algorithm(algorithm, path_in(destination.xml_directory, name,
+                                                suffix=f".{runtime}.xml"), runtime=runtime)
     return path
 
 
@@ -482,7 +489,7 @@ def _progress(result: SynthesisResult) -> None:
 def _cmd_solve(args: argparse.Namespace) -> int:
     several = args.mode == "pareto"
     topology, collective = _problem(args)
-    destination = _Destination.plan(args.output, several=several)
+    destination = _Destination.plan(args.output, several=several, xml=args.xml)
     options = SolveOptions(
         backend=args.backend,
         time_limit=args.time_limit,

@@ -57,6 +57,10 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     from collsynth.synthesis.large import solve_large
 
     topology, collective = _problem(args)
+    if args.output:  # before the search, not after it
+        from collsynth._output import check_output_file
+
+        check_output_file(args.output, label=f"-o {args.output}")
     progress = None if (args.quiet or args.json) else (
         lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     result = solve_large(topology, collective, engine=args.engine, stages=args.stages,

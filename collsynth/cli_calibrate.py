@@ -82,6 +82,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
     command line's ``main``, which prints them and maps them to exit codes; nothing is written
     unless every log was read and fitted.
     """
+    from collsynth._output import check_output_file, write_bytes_atomic
+
+    check_output_file(args.output, label=f"-o {args.output}")  # before reading any log
+    if args.plot:
+        check_output_file(args.plot, label=f"--plot {args.plot}")
     results: list[LogFits] = []
     for path in args.logs:
         log = load_log(path, collective=args.collective, ranks=args.ranks)
@@ -94,9 +99,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         figure_bytes = buffer.getvalue()
     save_calibration(calibration, args.output)
     if figure_bytes is not None:
-        plot = Path(args.plot)
-        plot.parent.mkdir(parents=True, exist_ok=True)
-        plot.write_bytes(figure_bytes)
+        write_bytes_atomic(args.plot, figure_bytes, label=f"--plot {args.plot}")
     entries = calibration_to_json(calibration)["entries"]
     out = sys.stdout
     if args.json:

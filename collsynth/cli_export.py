@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Sequence
 
 from collsynth.cli_args import positive_int
-from collsynth._atomic import write_text_atomic
+from collsynth._output import check_output_dir, check_output_file, path_in, write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.algorithm.model import Algorithm
 from collsynth.errors import CollsynthError, ExportError, InputTooLargeError
@@ -191,16 +191,22 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict[str, Path]:
-    """Where each runtime's file goes."""
+    """Where each runtime's file goes, checked by the output policy (:mod:`collsynth._output`)
+    before any work."""
     target = Path(output)
     if len(runtimes) == 1:
-        return {runtimes[0]: target}
+        return {runtimes[0]: check_output_file(output, label=f"-o {output}")}
     if target.is_dir() or output.endswith(("/", os.sep)):
+        folder = check_output_dir(output, label=f"-o {output}")
         stem = Path(algorithm_file).name
         stem = stem[:-5] if stem.endswith(".json") else stem
-        return {rt: target / f"{stem}.{rt}.xml" for rt in runtimes}
-    stem = target.name[:-4] if target.name.endswith(".xml") else target.name
-    return {rt: target.with_name(f"{stem}.{rt}.xml") for rt in runtimes}
+        paths = {rt: path_in(folder, stem, suffix=f".{rt}.xml") for rt in runtimes}
+    else:
+        stem = target.name[:-4] if target.name.endswith(".xml") else target.name
+        paths = {rt: target.with_name(f"{stem}.{rt}.xml") for rt in runtimes}
+    for path in paths.values():
+        check_output_file(path, label=f"-o {output}: {path}")
+    return paths
 
 
 #: (channels, policy) pairs ``--channels auto`` tries, fewest channels first: more channels
@@ -257,6 +263,8 @@ def run_export(args: argparse.Namespace) -> int:
     outofplace = bool(args.outofplace) or not inplace
     runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
     try:
+        _check_instances(args.instances, runtimes)
+        destinations = _destinations(args.output, runtimes, args.file)
         algorithm = load_algorithm(args.file)
         choices = AUTO_CHANNELS if args.channels == "auto" else ((args.channels,
                                                                   args.channel_by),)
@@ -293,7 +301,6 @@ def run_export(args: argparse.Namespace) -> int:
         texts = {runtime: write_program(program, runtime) for runtime, program in programs.items()}
         for runtime, text in texts.items():
             check_text(text, runtime)
-        destinations = _destinations(args.output, runtimes, args.file)
         for runtime, path in destinations.items():
             write_text_atomic(path, texts[runtime])
             stats = program_stats(programs[runtime])
@@ -311,6 +318,20 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"collsynth: error: {' '.join(detail.split())}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def _check_instances(instances: int, runtimes: Sequence[str]) -> None:
+    """Refuse, in one line and before any work, more instances than a runtime has channels
+    (every instance takes at least one channel of its own)."""
+    from collsynth.export.runtimes import get_runtime
+
+    over = {r: get_runtime(r).max_channels for r in runtimes
+            if get_runtime(r).max_channels < instances}
+    if over:
+        limits = ", ".join(f"{r} {limit}" for r, limit in over.items())
+        raise ExportError(f"--instances {instances}: each instance needs a channel of its own, "
+                          f"more than the channels the runtime allows (MAXCHANNELS: {limits}); "
+                          "nothing written")
 
 
 def _print_violations(algorithm_file: str, violations: Sequence[LimitViolation]) -> None:

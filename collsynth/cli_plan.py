@@ -111,6 +111,9 @@ def run_plan(args: argparse.Namespace) -> int:
     progress = None if args.quiet or args.json else \
         (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
     try:
+        from collsynth.plan.writer import check_plan_directory
+
+        check_plan_directory(args.output)  # before any planning
         topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units)
         calibration = None
         if args.calibration is not None:

@@ -177,6 +177,9 @@ def run_run(args: argparse.Namespace) -> int:
         else:
             kind = collective_kind(algorithm.collective)
             combining = algorithm.collective.combining
+    except CollsynthError as exc:  # the file's collective, not the command line, is wrong
+        return _error(str(exc))
+    try:
         dtype = compare.parse_dtype(args.dtype)
         check_op(args.op, dtype, allow_avg=program is None, combining=combining)
     except CollsynthError as exc:

@@ -345,9 +345,12 @@ def run_time(args: argparse.Namespace) -> int:
 
 def run_plot(args: argparse.Namespace) -> int:
     """Run ``collsynth plot``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
+    from collsynth._output import check_output_file, open_atomic
+
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
         args.plot_parser.error(f"-o {args.output}: expected a .png or .svg file")
+    check_output_file(output, label=f"-o {args.output}")  # before any work
     algorithms, calibration = _load(args.files, args.calibration)
     comparison = compare(algorithms, calibration=calibration, device=args.device)
     lo, hi = args.sizes
@@ -383,9 +386,11 @@ def run_plot(args: argparse.Namespace) -> int:
     ax.set_title(f"{coll} on {comparison.topology} ({n} ranks)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output)
-    plt.close(fig)
+    try:
+        with open_atomic(output, binary=True, label=f"-o {args.output}") as handle:
+            fig.savefig(handle, format=output.suffix.lower().lstrip("."))
+    finally:
+        plt.close(fig)
     _out(f"wrote {output}")
     return 0
 

@@ -20,6 +20,7 @@ __all__ = [
     "UnimplementableError",
     "SolverError",
     "ExportError",
+    "OutputPathError",
 ]
 
 
@@ -87,3 +88,8 @@ class ExportError(CollsynthError):
     """
 
     violations: tuple = ()
+
+
+class OutputPathError(CollsynthError, ValueError):
+    """An output path collsynth will not write: not a regular file (a link, FIFO, device,
+    folder), in a missing or unwritable folder, or a write that failed (naming the path)."""

@@ -154,6 +154,7 @@ def test_solve_instance_quiet_has_no_progress(capsys):
 
 def test_solve_least_steps_to_directory(capsys, tmp_path):
     outdir = tmp_path / "out" / "nested"
+    outdir.parent.mkdir()  # the folder named by -o is created, its parent must exist
     code, out, _ = run_cli(capsys, "solve", "least-steps", "ring:4", "reduce", "--root", "1",
                            "-o", outdir, "-q")
     assert code == EXIT_OK
@@ -238,6 +239,11 @@ def test_verify_incorrect_algorithm(capsys):
     (["solve", "pareto", "ring:4", "allgather", "--time-limit", "-1"], "seconds > 0"),
     (["solve", "pareto", "ring:4", "allgather", "--backend", "gurobi"], "invalid choice"),
     (["bounds", "ring:4", "broadcast", "--root", "zero"], "--root"),
+    # Out of range either way is the same usage error (check and run say so too).
+    (["bounds", "ring:4", "broadcast", "--root", "9"], "--root 9 is not a rank 0..3"),
+    (["bounds", "ring:4", "broadcast", "--root", "-1"], "--root"),
+    (["solve", "least-steps", "ring:4", "multiroot_broadcast", "--root", "0,4"],
+     "--root 4 is not a rank 0..3"),
     (["frobnicate"], "invalid choice"),
     ([], "required"),
 ])
@@ -301,7 +307,6 @@ def test_time_limit_exit_4(capsys):
     (["bounds", "dgx7", "allgather"], "valid names: dgx-a100"),
     (["bounds", "dgx1", "allgathr"], "valid names: allgather, allreduce"),
     (["bounds", "ring:4", "allgather", "--root", "1"], "allgather takes no root"),
-    (["bounds", "ring:4", "broadcast", "--root", "9"], "root 9 is not a rank 0..3"),
     (["solve", "pareto", "ring:4", "allgather", "--nodes", "2"], "no NIC description"),
     (["show", "no/such/file.json"], "no such file"),
 ])

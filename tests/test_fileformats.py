@@ -63,6 +63,7 @@ def _solve(topology: str, collective: str, instance: Instance, **kwargs) -> Algo
 def test_algorithm_round_trip(tmp_path):
     algorithm = _solve("ring:4", "allgather", Instance(steps=2, rounds=3, chunks=2))
     path = tmp_path / "sub" / "ag.json"
+    path.parent.mkdir()  # writers never create missing folders (collsynth._output)
     save_algorithm(algorithm, path)
     loaded = load_algorithm(path)
     assert loaded.steps == algorithm.steps

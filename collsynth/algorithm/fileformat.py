@@ -23,7 +23,8 @@ refer to, so it can be verified, shown or exported without anything else.
     }
 
 ``instance`` repeats what the steps say (their number, their total rounds, the collective's chunk
-factor); a file where they disagree is refused. Files are untrusted input: the size is bounded
+factor); a file where they disagree is refused, and so is a collective with a standard name
+but other conditions. Files are untrusted input: the size is bounded
 before parsing, every field is checked with its path in the message
 (``steps[3].sends[2]: expected [chunk, src, dst] with integers``), and the algorithm is replayed
 by :func:`~collsynth.algorithm.verify` before :func:`load_algorithm` returns it.
@@ -63,7 +64,8 @@ from collsynth.collective.fileformat import (
     got,
     jsonable,
 )
-from collsynth.errors import FileFormatError, VerificationError
+from collsynth.collective.standard import check_standard_conditions
+from collsynth.errors import FileFormatError, InvalidCollectiveError, VerificationError
 from collsynth.topology.fileformat import read_json_file, topology_from_json, topology_to_json
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "algorithm_to_json", "algorithm_from_json",
@@ -213,11 +215,18 @@ def algorithm_from_json(obj: Any, *, source: str = "<algorithm>") -> Algorithm:
                                       f"{got(provenance)}")
 
     topology = topology_from_json(obj["topology"], source=f"{source}: topology")
-    collective = collective_from_json(obj["collective"], source=f"{source}: collective")
+    collective = collective_from_json(obj["collective"], source=f"{source}: collective",
+                                      check_standard=False)
     n = topology.num_ranks
     if collective.num_ranks != n:
         raise FileFormatError(source, f"collective.num_ranks = {collective.num_ranks} but the "
                                       f"topology {topology.name!r} has {n} ranks")
+    # A standard name means the standard conditions, or verify would replay a tampered
+    # "allgather" against whatever the file says; show, time, export and run read through here.
+    try:
+        check_standard_conditions(collective)
+    except InvalidCollectiveError as exc:
+        raise FileFormatError(f"{source}: collective", str(exc)) from exc
 
     raw_steps = obj["steps"]
     if not isinstance(raw_steps, list):

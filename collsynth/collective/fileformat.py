@@ -31,6 +31,10 @@ exchanges with its two butterfly partners)::
 
     collsynth solve pareto dgx1 examples/custom_collective_pairs.json
 
+A collective named like a standard one (``allgather``, ``Reduce-Scatter``...) must have that
+collective's conditions (split ``chunk_factor`` ways, with its own roots), or it is refused:
+the exporters, runtimes and timing models act on the name.
+
 Files are untrusted input: the file size is bounded before parsing, ``num_ranks`` and the number of
 chunks are refused above :data:`~collsynth.topology.model.MAX_RANKS` and
 :data:`~collsynth.collective.model.MAX_CHUNKS` before anything is built, and every field is checked,
@@ -54,6 +58,7 @@ import re
 from typing import Any
 
 from collsynth.collective.model import MAX_CHUNKS, Collective
+from collsynth.collective.standard import check_standard_conditions
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
 from collsynth.topology.fileformat import read_json_file
 from collsynth.topology.model import MAX_RANKS
@@ -161,11 +166,14 @@ def _ranks(value: Any, source: str, where: str, num_ranks: int) -> frozenset[int
     return frozenset(seen)
 
 
-def collective_from_json(obj: Any, *, source: str = "<collective>") -> Collective:
+def collective_from_json(obj: Any, *, source: str = "<collective>",
+                         check_standard: bool = True) -> Collective:
     """Build a :class:`Collective` from the parsed JSON object of a collective file.
 
     ``source`` names the input in error messages (a file path, or ``"x.json: collective"`` for
-    the collective inside an algorithm file).
+    the collective inside an algorithm file). A standard name must come with the standard
+    conditions (:func:`~collsynth.collective.standard.check_standard_conditions`); a caller
+    that checks sizes first passes ``check_standard=False`` and runs that check itself.
 
     Raises
     ------
@@ -245,11 +253,15 @@ def collective_from_json(obj: Any, *, source: str = "<collective>") -> Collectiv
     if description:
         metadata = {**metadata, "description": description}
     try:
-        return Collective(name=name, num_ranks=num_ranks, precondition=tuple(pre),
-                          postcondition=tuple(post), combining=combining,
-                          chunk_factor=chunk_factor, roots=tuple(roots_raw), metadata=metadata)
+        collective = Collective(name=name, num_ranks=num_ranks, precondition=tuple(pre),
+                                postcondition=tuple(post), combining=combining,
+                                chunk_factor=chunk_factor, roots=tuple(roots_raw),
+                                metadata=metadata)
+        if check_standard:
+            check_standard_conditions(collective)
     except CollsynthError as exc:  # anything the field checks above did not already catch
         raise FileFormatError(source, str(exc)) from exc
+    return collective
 
 
 def load_collective(path: str | os.PathLike[str]) -> Collective:

@@ -43,6 +43,8 @@ __all__ = [
     "ROOTED_COLLECTIVES",
     "MULTIROOT_COLLECTIVES",
     "standard_collective",
+    "standard_name",
+    "check_standard_conditions",
 ]
 
 
@@ -215,3 +217,99 @@ def standard_collective(
         f"unknown collective {name!r}; valid names: {', '.join(standard_names())} "
         "(or a path to a custom collective JSON file)"
     )
+
+
+def standard_name(name: str) -> str | None:
+    """The standard collective ``name`` spells (any case, ``-`` or ``_``), or ``None``.
+
+    >>> standard_name("All-Gather"), standard_name("reducescatter"), standard_name("pairs")
+    ('allgather', 'reduce_scatter', None)
+    """
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key.replace("-", "_"))
+    return key if key in standard_names() else None
+
+
+def _same_sets(got: tuple[frozenset[int], ...], base: tuple[frozenset[int], ...],
+               pieces: int, n: int) -> bool:
+    """``got`` equals ``base`` split ``pieces`` ways (chunk ``c`` is a piece of base chunk
+    ``c // pieces``), in time linear in the chunks rather than in their ranks: a set of ``n``
+    ranks (a Collective holds only ranks ``0..n-1``) is everyone, so only its size is compared.
+    (A 1024-rank allgather split 64 ways holds 67M ranks; split and compared in full, 9 s.)"""
+    return all(len(a) == len(b) and (len(b) == n or a == b)
+               for a, b in zip(got, (b for b in base for _ in range(pieces))))
+
+
+def _first_difference(collective: Collective, base: Collective) -> str:
+    """Where ``collective`` first departs from ``base`` split ``chunk_factor`` ways, in words."""
+    pieces = collective.chunk_factor
+    if collective.combining != base.combining:
+        return (f"combining is {str(collective.combining).lower()}, expected "
+                f"{str(base.combining).lower()}")
+    if collective.num_chunks != base.num_chunks * pieces:
+        return f"{collective.num_chunks} chunks, expected {base.num_chunks * pieces}"
+    for c, (pre, post) in enumerate(zip(collective.precondition, collective.postcondition)):
+        b = c // pieces
+        for role, got, expected in (("pre", pre, base.precondition[b]),
+                                    ("post", post, base.postcondition[b])):
+            if not _same_sets((got,), (expected,), 1, collective.num_ranks):
+                return f"chunk {c} {role} is {sorted(got)}, expected {sorted(expected)}"
+    return "they differ"  # unreachable when called on collectives that differ
+
+
+def check_standard_conditions(collective: Collective, *, source: str | None = None) -> str | None:
+    """Check that a collective with a standard name has that collective's conditions; return
+    the standard name (``None`` for a name that is not standard, which is not checked).
+
+    A standard name means the standard collective everywhere: the exporters, the runtimes and
+    the timing models act on the name, so an ``allgather`` whose postconditions were emptied,
+    lost a rank or were renamed from another collective would be "verified" against the wrong
+    conditions. The name is matched as :func:`standard_collective` matches it (any case, ``-``
+    or ``_``); the conditions are compared with the standard ones split ``chunk_factor`` ways
+    (with the collective's own roots for rooted and multi-root ones). ``source`` prefixes the
+    message (a file name).
+
+    >>> check_standard_conditions(allgather(4).split(2))
+    'allgather'
+    >>> check_standard_conditions(Collective("allgather", 2, (frozenset({0}), frozenset({1})),
+    ...                                      (frozenset({0}), frozenset({1}))))
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.InvalidCollectiveError: collective 'allgather' does not have allgather's
+    pre/postconditions on 2 ranks (chunk 0 post is [0], expected [0, 1]); ...
+
+    Raises
+    ------
+    InvalidCollectiveError
+        When the name is standard and the conditions (or roots) are not.
+    """
+    key = standard_name(collective.name)
+    if key is None:
+        return None
+    where = f"{source}: " if source else ""
+    n = collective.num_ranks
+    roots = collective.roots
+    try:
+        if key in STANDARD_COLLECTIVES:
+            if roots:
+                raise InvalidCollectiveError(f"{key} has no root, got roots {list(roots)}")
+            reference = STANDARD_COLLECTIVES[key](n)
+        elif key in ROOTED_COLLECTIVES:
+            if len(roots) != 1:
+                raise InvalidCollectiveError(f"a {key} has exactly one root, got roots "
+                                             f"{list(roots)}")
+            reference = ROOTED_COLLECTIVES[key](n, roots[0])
+        else:
+            reference = MULTIROOT_COLLECTIVES[key](n, roots)
+    except InvalidCollectiveError as exc:
+        raise InvalidCollectiveError(f"{where}collective {collective.name!r}: {exc}") from exc
+    pieces = collective.chunk_factor
+    if (reference.combining != collective.combining
+            or reference.num_chunks * pieces != collective.num_chunks
+            or not _same_sets(collective.precondition, reference.precondition, pieces, n)
+            or not _same_sets(collective.postcondition, reference.postcondition, pieces, n)):
+        raise InvalidCollectiveError(
+            f"{where}collective {collective.name!r} does not have {key}'s pre/postconditions on "
+            f"{n} ranks ({_first_difference(collective, reference)}); a standard name means the "
+            "standard collective: rename it to use it as a custom collective")
+    return key

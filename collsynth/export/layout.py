@@ -58,8 +58,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from collsynth.collective.model import Collective
-from collsynth.collective.standard import ROOTED_COLLECTIVES, STANDARD_COLLECTIVES
-from collsynth.errors import ExportError
+from collsynth.collective.standard import MULTIROOT_COLLECTIVES, check_standard_conditions
+from collsynth.errors import ExportError, InvalidCollectiveError
 from collsynth.export.runtimes import get_runtime
 
 __all__ = ["Loc", "Layout", "collective_layout", "standard_kind"]
@@ -133,26 +133,18 @@ def standard_kind(collective: Collective) -> str | None:
     """The standard collective ``collective`` is (split ``chunk_factor`` ways), or ``None``.
 
     A collective whose name is standard but whose pre/postconditions differ from the standard
-    one raises :class:`ExportError`: the runtimes would run it as the standard collective.
+    one raises :class:`ExportError`: the runtimes would run it as the standard collective (the
+    check is :func:`~collsynth.collective.standard.check_standard_conditions`, which every
+    collective read from a file has passed already). Only the canonical spelling of a name
+    (``reduce_scatter``) counts as standard here; another spelling is exported as custom.
     """
-    name = collective.name
-    n = collective.num_ranks
-    if name in STANDARD_COLLECTIVES:
-        reference = STANDARD_COLLECTIVES[name](n)
-    elif name in ROOTED_COLLECTIVES:
-        if len(collective.roots) != 1:
-            raise ExportError(f"{collective.describe()}: a {name} needs exactly one root")
-        reference = ROOTED_COLLECTIVES[name](n, collective.roots[0])
-    else:
+    try:
+        kind = check_standard_conditions(collective)
+    except InvalidCollectiveError as exc:
+        raise ExportError(str(exc)) from exc
+    if kind != collective.name or kind in MULTIROOT_COLLECTIVES:
         return None
-    reference = reference.split(collective.chunk_factor)
-    if (reference.precondition != collective.precondition
-            or reference.postcondition != collective.postcondition
-            or reference.combining != collective.combining):
-        raise ExportError(
-            f"collective {collective.describe()} is named {name!r} but its pre/postconditions "
-            f"are not those of {name}; rename it to export it as a custom collective")
-    return name
+    return kind
 
 
 def collective_layout(collective: Collective, runtime: str, *, inplace: bool = False) -> Layout:

@@ -142,6 +142,7 @@ class FrontCache:
         if folder is None:
             return
         try:
+            folder.mkdir(parents=True, exist_ok=True)  # a cache makes its own folders
             files = []
             for index, algorithm in enumerate(algorithms):
                 name = f"algorithm-{index}.json"

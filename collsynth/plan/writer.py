@@ -10,7 +10,8 @@
 Everything is written into a temporary directory next to ``PLAN_DIR`` and renamed into place at
 the end, so a failure (an XML file that fails the check, a full disk, Ctrl-C) leaves no
 half-written plan: ``PLAN_DIR`` is either the new plan or what it was before. An existing
-``PLAN_DIR`` is replaced only when it is empty or a plan (it holds ``plan.json``).
+``PLAN_DIR`` is replaced only when it is empty or a plan (it holds ``plan.json``); its parent
+folder must exist (:func:`check_plan_directory`, which the command line runs before planning).
 
 Each XML file is checked after it is written the way ``collsynth check`` checks a file: read back
 from disk as the runtime's reader reads it (:func:`collsynth.export.xml_reader.read_checked`) and
@@ -28,14 +29,15 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
-from collsynth._atomic import write_text_atomic
+from collsynth._output import check_folder_writable, check_output_dir, write_text_atomic
 from collsynth.errors import CollsynthError, ExportError
 from collsynth.plan.choose import NCCL
 from collsynth.plan.environment import runtime_environment
 from collsynth.plan.planner import Plan, PlanEntry
 from collsynth.plan.report import draw_plot, plot_name, render_report
 
-__all__ = ["write_plan", "plan_to_json", "check_xml_file", "PLAN_FORMAT", "PLAN_VERSION"]
+__all__ = ["write_plan", "check_plan_directory", "plan_to_json", "check_xml_file", "PLAN_FORMAT",
+           "PLAN_VERSION"]
 
 _log = logging.getLogger(__name__)
 
@@ -153,6 +155,32 @@ def plan_to_json(plan: Plan, *, environment: Any = (), environment_notes: Any = 
     }
 
 
+def check_plan_directory(plan_dir: str | os.PathLike[str]) -> Path:
+    """Check that :func:`write_plan` may write ``plan_dir``; return it as an absolute path.
+    Cheap: the command line calls it before planning, so a refused path costs nothing.
+
+    ``plan_dir`` must be a new name in a writable folder (that exists: it is not created), an
+    empty folder, or a folder holding a plan; never a link or a file.
+
+    Raises
+    ------
+    OutputPathError
+        A link, file or other non-folder at ``plan_dir``; a missing or unwritable parent.
+    ExportError
+        A folder that is neither empty nor a plan (it would be replaced).
+    """
+    label = os.fspath(plan_dir)
+    target = Path(plan_dir).absolute()
+    # A folder, or nothing yet; no link (the swap would replace the link, not its folder).
+    check_output_dir(plan_dir, create=False)
+    # The new plan is built next to it and renamed into place.
+    check_folder_writable(target.parent, label)
+    if target.is_dir() and any(target.iterdir()) and not (target / "plan.json").is_file():
+        raise ExportError(f"{target}: exists, is not empty and holds no plan.json; "
+                          "refusing to replace it")
+    return target
+
+
 def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = True) -> Path:
     """Write ``plan`` to ``plan_dir`` (see the module docstring); return the directory.
 
@@ -163,17 +191,12 @@ def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = Tr
     ExportError
         An XML file that fails the check, or a ``plan_dir`` that exists and is neither empty
         nor a plan (nothing is written then).
+    OutputPathError
+        A ``plan_dir`` refused by :func:`check_plan_directory`.
     OSError
         The directory cannot be written.
     """
-    target = Path(plan_dir).absolute()
-    if target.exists():
-        if not target.is_dir():
-            raise ExportError(f"{target}: exists and is not a directory")
-        if any(target.iterdir()) and not (target / "plan.json").is_file():
-            raise ExportError(f"{target}: exists, is not empty and holds no plan.json; "
-                              "refusing to replace it")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = check_plan_directory(plan_dir)
     staging = _fresh_directory(target, "tmp")
     try:
         _write_into(plan, staging, target, plots)

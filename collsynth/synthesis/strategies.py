@@ -53,6 +53,7 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     check_inputs(topology, collective)
     deadline = Deadline(options.time_limit)
     bounds = compute_bounds(topology, collective)
+    _check_something_to_send(topology, collective, bounds.steps)
     rounds_bound = bounds.rounds_per_chunk
     start = max(bounds.steps, math.ceil(rounds_bound * chunks))
     reason = (f"optimal: {start} is the steps bound" if start == 1 else
@@ -75,6 +76,16 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
                                0.0, get_backend(options.backend).name,
                                f"max_steps={limit} is below the lower bound of {start} steps")
     return result
+
+
+def _check_something_to_send(topology: Topology, collective: Collective, steps_bound: int) -> None:
+    """Refuse a collective every rank already satisfies (a steps bound of 0): there is no
+    algorithm to search for, and no instance has 0 steps."""
+    if steps_bound == 0:
+        why = "a 1-rank topology" if topology.num_ranks == 1 else \
+            "every rank already holds every chunk it needs"
+        raise InvalidInstanceError(f"{collective.describe()} on {topology.name}: nothing to "
+                                   f"communicate ({why}), so there is no algorithm to search for")
 
 
 @dataclass
@@ -116,6 +127,7 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     log = log if log is not None else SweepLog()
     deadline = Deadline(options.time_limit)
     bounds = compute_bounds(topology, collective)
+    _check_something_to_send(topology, collective, bounds.steps)
     bound = bounds.rounds_per_chunk
     if max_chunks is None:
         max_chunks = default_max_chunks(bound)

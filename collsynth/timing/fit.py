@@ -518,4 +518,10 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str] | io.IOBase, *,
     if f".{format}" not in FIGURE_FORMATS:
         raise UnknownNameError(f"figure format {format!r}: expected one of "
                                f"{', '.join(f.lstrip('.') for f in FIGURE_FORMATS)}")
-    fig.savefig(path, format=format, dpi=110)
+    if isinstance(path, io.IOBase):
+        fig.savefig(path, format=format, dpi=110)
+        return
+    from collsynth._output import open_atomic
+
+    with open_atomic(path, binary=True) as handle:  # never half a file, never over a FIFO
+        fig.savefig(handle, format=format, dpi=110)

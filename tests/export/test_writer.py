@@ -112,6 +112,7 @@ def test_writer_refuses_what_a_runtime_cannot_read(ring_allgather):
 def test_save_xml_writes_the_text(tmp_path, ring_allgather):
     program = lower(ring_allgather(4), runtime="rccl")
     path = tmp_path / "sub" / "ag.xml"
+    path.parent.mkdir()  # writers never create missing folders (collsynth._output)
     save_xml(program, path, "rccl")
     assert path.read_text() == write_program(program, "rccl")
     assert [p.name for p in path.parent.iterdir()] == ["ag.xml"]  # no temporary left

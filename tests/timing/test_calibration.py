@@ -55,6 +55,7 @@ def a100() -> Calibration:
 
 def test_round_trip(a100: Calibration, tmp_path: Path):
     path = tmp_path / "sub" / "a100.json"
+    path.parent.mkdir()  # writers never create missing folders
     save_calibration(a100, path)
     again = load_calibration(path)
     assert again == a100
@@ -257,6 +258,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
 
 def test_cli_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     out, plot = tmp_path / "cal.json", tmp_path / "plots" / "fit.svg"
+    plot.parent.mkdir()  # writers never create missing folders
     assert _run(["calibrate", str(A100_AR), "--topology", "DGX-A100", "-o", str(out),
                  "--plot", str(plot)]) == 0
     text = capsys.readouterr().out

@@ -19,6 +19,7 @@ def result():
 
 
 def test_trace_file_is_valid_json_with_the_events(result, tmp_path):
+    (tmp_path / "out").mkdir()  # writers never create missing folders
     path = write_chrome_trace(result, tmp_path / "out" / "step.json")
     assert sorted(p.name for p in path.parent.iterdir()) == ["step.json"]  # no temporary left
     trace = json.loads(path.read_text())

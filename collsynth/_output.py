@@ -1,0 +1,243 @@
+"""Where collsynth writes: one policy for every output path, files and folders alike.
+
+* A file output must be a regular file or a new name. A symbolic link, FIFO, device, socket or
+  folder there is refused, never replaced; so is a read-only file.
+* Its folder must exist and be writable; collsynth never creates missing parent folders. A
+  folder output (``-o DIR/``, ``--xml DIR``) is created when missing, one level only.
+* Names made from user data (a collective's name) go through :func:`safe_file_name` and
+  :func:`path_in`: letters, digits, ``._-`` only, so they stay in the output folder.
+* Writes are atomic (:func:`open_atomic`): a temporary file in the same folder, renamed over
+  the target; the temporary file is removed on any failure and errors name the user's path.
+
+Commands check their outputs with :func:`check_output_file` / :func:`check_output_dir` before
+any work, so a refused path costs nothing; the atomic writer checks again just before writing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+from typing import IO, Iterator
+
+from collsynth.errors import OutputPathError
+
+__all__ = ["check_output_file", "check_output_dir", "check_folder_writable", "safe_file_name",
+           "path_in", "open_atomic", "write_text_atomic", "write_bytes_atomic"]
+
+#: Longest file name :func:`safe_file_name` makes (file systems allow 255 bytes; room is left
+#: for the suffixes commands add and for the atomic writer's temporary names).
+MAX_NAME_CHARS = 160
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISREG, "a file"))
+
+
+def _kind(mode: int) -> str:
+    return next((text for test, text in _KINDS if test(mode)), "not a regular file")
+
+
+def _lstat(path: Path, label: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError as exc:
+        raise OutputPathError(f"{label}: a parent of it is a file, not a folder") from exc
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise OutputPathError(f"{label}: cannot be checked: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def _check_target(target: Path, label: str) -> os.stat_result | None:
+    """What is at ``target`` now (``None``: nothing), refusing all but a writable regular
+    file."""
+    info = _lstat(target, label)
+    if info is not None:
+        if not stat.S_ISREG(info.st_mode):
+            raise OutputPathError(f"{label}: is {_kind(info.st_mode)}; expected a regular file "
+                                  "or a new name (collsynth does not replace it)")
+        # The mode bits too: root passes os.access on a read-only file.
+        if not os.access(target, os.W_OK) or not info.st_mode & 0o222:
+            raise OutputPathError(f"{label}: is read-only; expected a writable file")
+    return info
+
+
+def check_folder_writable(folder: Path, label: str) -> None:
+    """Check that ``folder`` (where a new entry will be made) exists, is a folder (or a link
+    to one) and takes new files; ``label`` names the output in messages.
+
+    Raises
+    ------
+    OutputPathError
+        Saying which folder is missing, not a folder, or not writable.
+    """
+    shown = str(folder)
+    try:
+        info = os.stat(folder)  # a link to a folder is a folder here
+    except FileNotFoundError as exc:
+        raise OutputPathError(f"{label}: folder {shown} does not exist; create it first "
+                              "(collsynth does not create parent folders)") from exc
+    except (OSError, ValueError) as exc:
+        raise OutputPathError(f"{label}: folder {shown} cannot be used: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise OutputPathError(f"{label}: {shown} is {_kind(info.st_mode)}, expected a folder")
+    # Try it rather than trust os.access: root passes access() on read-only mounts and /sys.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".collsynth-probe-", dir=folder)
+    except OSError as exc:
+        raise OutputPathError(f"{label}: folder {shown} is not writable: "
+                              f"{exc.strerror or exc}") from exc
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_output_file(path: str | os.PathLike[str], *, label: str | None = None) -> Path:
+    """Check that a file can be written at ``path`` without replacing anything but a regular
+    file; return it as a :class:`Path`. ``label`` names it in messages (default: the path).
+
+    Raises
+    ------
+    OutputPathError
+        A path ending in ``/``; an existing link, FIFO, device, socket, folder or read-only
+        file; a missing or unwritable folder.
+    """
+    text = os.fspath(path)
+    label = label or text
+    if not text or text.endswith(("/", os.sep)) or (os.altsep and text.endswith(os.altsep)):
+        raise OutputPathError(f"{label}: names a folder; expected a file name")
+    target = Path(text)
+    _check_target(target, label)
+    check_folder_writable(target.parent, label)
+    return target
+
+
+def check_output_dir(path: str | os.PathLike[str], *, label: str | None = None,
+                     create: bool = True) -> Path:
+    """Check that files can be written into the folder ``path``; with ``create``, make it when
+    missing (one level: its parent must exist). Return it as a :class:`Path`.
+
+    Raises
+    ------
+    OutputPathError
+        An existing link, file or other non-folder at ``path``; a missing or unwritable parent
+        folder; a folder that does not take new files.
+    """
+    text = os.fspath(path)
+    label = label or text
+    if not text:
+        raise OutputPathError("an empty path; expected a folder")
+    folder = Path(text)
+    info = _lstat(folder, label)
+    if info is None:
+        check_folder_writable(folder.parent, label)
+        if create:
+            try:
+                folder.mkdir()
+            except FileExistsError:  # made meanwhile: check what it is
+                return check_output_dir(path, label=label, create=False)
+            except OSError as exc:
+                raise OutputPathError(f"{label}: cannot create the folder: "
+                                      f"{exc.strerror or exc}") from exc
+        return folder
+    if not stat.S_ISDIR(info.st_mode):
+        raise OutputPathError(f"{label}: is {_kind(info.st_mode)}; expected a folder or a new "
+                              "name")
+    check_folder_writable(folder, label)
+    return folder
+
+
+def safe_file_name(text: str, *, default: str = "output") -> str:
+    """``text`` as a file name: every character but letters, digits and ``._-`` becomes ``_``,
+    leading and trailing dots and underscores go, and it is cut to :data:`MAX_NAME_CHARS`.
+
+    >>> safe_file_name("../../ESCAPED-DGX1"), safe_file_name("a b/c"), safe_file_name("..")
+    ('ESCAPED-DGX1', 'a_b_c', 'output')
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:MAX_NAME_CHARS].strip("._")
+    return name or default
+
+
+def path_in(folder: str | os.PathLike[str], name: str, *, suffix: str = "",
+            default: str = "output") -> Path:
+    """``folder / (safe_file_name(name, default=default) + suffix)``: a file that cannot leave
+    ``folder``.
+
+    >>> path_in("xml", "../../x", suffix=".msccl.xml").as_posix()
+    'xml/x.msccl.xml'
+    """
+    path = Path(folder) / (safe_file_name(name, default=default) + suffix)
+    if path.parent != Path(folder):  # cannot happen with a safe name; refuse rather than trust
+        raise OutputPathError(f"{name!r}: does not make a file name inside {folder}")
+    return path
+
+
+def _new_file_mode() -> int:
+    """The mode ``open()`` would give a new file (0666 less the umask); mkstemp's is 0600."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o644
+
+
+@contextlib.contextmanager
+def open_atomic(path: str | os.PathLike[str], *, binary: bool = False,
+                label: str | None = None) -> Iterator[IO]:
+    """Open a temporary file next to ``path`` for writing; on a clean exit, rename it over
+    ``path``. On any failure the temporary file is removed and ``path`` is left as it was.
+
+    The path is checked with :func:`check_output_file` first, and again just before the rename
+    (a FIFO or link put there meanwhile is refused, not replaced).
+
+    Raises
+    ------
+    OutputPathError
+        A path the policy refuses, or an OS error while writing (the message names ``path``,
+        not the temporary file).
+    """
+    label = label or os.fspath(path)
+    target = check_output_file(path, label=label)
+    existing = _check_target(target, label)
+    mode = stat.S_IMODE(existing.st_mode) if existing is not None else _new_file_mode()
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:MAX_NAME_CHARS]}.", suffix=".tmp",
+                                   dir=target.parent)
+    except OSError as exc:
+        raise OutputPathError(f"{label}: cannot write: {exc.strerror or exc}") from exc
+    try:
+        try:
+            with os.fdopen(fd, "wb" if binary else "w",
+                           **({} if binary else {"encoding": "utf-8"})) as handle:
+                yield handle
+            os.chmod(tmp, mode)
+            _check_target(target, label)
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise OutputPathError(f"{label}: cannot write: {exc.strerror or exc}") from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, *,
+                      label: str | None = None) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`open_atomic`."""
+    with open_atomic(path, label=label) as handle:
+        handle.write(text)
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
+                       label: str | None = None) -> None:
+    """Write ``data`` to ``path`` through :func:`open_atomic`."""
+    with open_atomic(path, binary=True, label=label) as handle:
+        handle.write(data)
