@@ -205,7 +205,7 @@ def test_a_collective_with_a_standard_name_must_be_that_collective():
                       (frozenset({0, 1}), frozenset({1})))
     algorithm = verify(Algorithm("fake", get_topology("ring:2"), fake,
                                  (Step(1, (Send(0, 0, 1),)),)))
-    with pytest.raises(ExportError, match="not those of allgather"):
+    with pytest.raises(ExportError, match="does not have allgather's pre/postconditions"):
         lower(algorithm, runtime="msccl")
 
 
