@@ -8,9 +8,10 @@ pyplot, no display, no global state); :func:`save_drawing` writes it as PNG or S
 In an arrow panel each arrow is one link used in that step: its colour is the base chunk it
 carries (grey when it carries several, with their numbers beside it), its width grows with the
 number of chunks, and it is solid when the link (or a bandwidth group it belongs to, such as a
-switch port) is used at its capacity in that step, dashed when capacity is left. Algorithms with
-more than :data:`MAX_ARROW_RANKS` ranks or :data:`MAX_ARROW_SENDS` sends are drawn as heat maps:
-row = source rank, column = destination rank, colour = chunks sent over that link.
+switch port) is used at its capacity in that step, dashed when capacity is left; its gid (an
+element id in SVG) is ``"send SRC->DST"``. Algorithms with more than :data:`MAX_ARROW_RANKS`
+ranks or :data:`MAX_ARROW_SENDS` sends are drawn as heat maps: row = source rank, column =
+destination rank, colour = chunks sent over that link.
 """
 
 from __future__ import annotations
@@ -575,7 +576,7 @@ def _grid(panels: int, aspect: float) -> tuple[int, int, float]:
     """Columns, rows and the width of a panel (inches): wide layouts get fewer, wider columns."""
     if aspect > 3:
         columns, width = 1, 9.0
-    elif aspect > 1.6:
+    elif aspect > 1.25:
         columns, width = 2, 5.0
     else:
         columns, width = (4 if aspect > 0.8 else 5), 3.6
@@ -594,6 +595,11 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
     r = layout.node_radius
     pad = 0.5 if layout.kind in ("cube-mesh", "line") else 0.35
     low, high = pos.min(axis=0) - pad, pos.max(axis=0) + pad
+    # Room for the arcs that bulge out of the layout (the same for every panel).
+    pairs = {(int(a), int(b)) for step in chosen for a, b in zip(step.src, step.dst)}
+    for a, b in pairs:
+        mid = _arc_midpoint(pos[a], pos[b], _bend(layout, a, b))
+        low, high = np.minimum(low, mid - 2 * r), np.maximum(high, mid + 2 * r)
     span = high - low
     aspect = span[0] / span[1]
     columns, rows, panel_w = _grid(len(chosen), aspect)
@@ -634,12 +640,9 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
                                         edgecolor="#aaaaaa", zorder=1))
             ax.text(x, y, "switch", ha="center", va="center", fontsize=label_size - 1,
                     color="#777777", zorder=2)
-        circles = []
         for rank in range(n):
-            circle = Circle(pos[rank], r, facecolor="white", edgecolor="black", linewidth=1.0,
-                            zorder=4)
-            ax.add_patch(circle)
-            circles.append(circle)
+            ax.add_patch(Circle(pos[rank], r, facecolor="white", edgecolor="black",
+                                linewidth=1.0, zorder=4))
             ax.text(*pos[rank], str(rank), ha="center", va="center", fontsize=label_size + 1,
                     zorder=5)
         order = np.lexsort((step.colour, step.dst, step.src))
@@ -654,14 +657,17 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
             colour = colours[int(keys[0])] if keys.size == 1 else _SEVERAL
             several = several or keys.size > 1
             width = 0.8 + 3.2 * (count - 1) / max(1, max_count - 1) if max_count > 1 else 1.4
+            rad = _bend(layout, a, b)
+            start, end = _rim_points(pos[a], pos[b], rad, r * 1.08)
             arrow = FancyArrowPatch(
-                posA=tuple(pos[a]), posB=tuple(pos[b]), patchA=circles[a], patchB=circles[b],
+                posA=tuple(start), posB=tuple(end), shrinkA=0, shrinkB=0,
                 arrowstyle="-|>", mutation_scale=7 + 2 * width, linewidth=width, color=colour,
                 linestyle="-" if full[a, b] else (0, (3, 2)),
-                connectionstyle=f"arc3,rad={_bend(layout, a, b):.3f}", zorder=3)
+                connectionstyle=f"arc3,rad={rad:.3f}", zorder=3)
+            arrow.set_gid(f"send {a}->{b}")  # names the link (an element id in SVG)
             ax.add_patch(arrow)
             if keys.size > 1 and label_arrows:
-                mid = _arc_midpoint(pos[a], pos[b], _bend(layout, a, b))
+                mid = _arc_midpoint(pos[a], pos[b], rad)
                 ax.text(*mid, ",".join(str(int(k)) for k in keys[:4]) +
                         ("..." if keys.size > 4 else ""), fontsize=label_size - 1,
                         ha="center", va="center", color=_SEVERAL, zorder=6,
@@ -694,6 +700,20 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
         bar.set_label("chunk", fontsize=7)
         bar.ax.tick_params(labelsize=6)
     return figure
+
+
+def _rim_points(p: np.ndarray, q: np.ndarray, rad: float, radius: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Where the ``arc3`` curve from ``p`` to ``q`` leaves the circle of ``radius`` around ``p``
+    and enters the one around ``q``, along its tangents. Clipping to the rank's circle patch
+    (``patchA``/``patchB``) gives the same picture but costs a Bezier intersection per arrow
+    per draw, which made drawing ten times slower."""
+    d = q - p
+    control = (p + q) / 2 + rad * np.array([d[1], -d[0]])
+    out = control - p
+    into = control - q
+    return (p + radius * out / max(float(np.hypot(*out)), 1e-12),
+            q + radius * into / max(float(np.hypot(*into)), 1e-12))
 
 
 def _arc_midpoint(p: np.ndarray, q: np.ndarray, rad: float) -> np.ndarray:
