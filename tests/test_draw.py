@@ -24,8 +24,9 @@ from collsynth.algorithm.verify import verify  # noqa: E402
 from collsynth.cli import main  # noqa: E402
 from collsynth.collective.standard import standard_collective  # noqa: E402
 from collsynth.draw import (DrawError, DrawOptions, draw_algorithm, draw_file,  # noqa: E402
-                            layout_of, save_drawing)
+                            layout_of, program_traffic, save_drawing)
 from collsynth.export.lower import lower  # noqa: E402
+from collsynth.export.xml_reader import read_program  # noqa: E402
 from collsynth.export.xml_writer import write_program  # noqa: E402
 from collsynth.topology.builtins import get_topology  # noqa: E402
 from collsynth.topology.compose import compose_nodes  # noqa: E402
@@ -284,8 +285,10 @@ def test_xml_program_panels_and_arrows(ring4_xml):
         assert axes.get_title().startswith("level ")
     # The chunks the arrows carry add up to the chunks the XML's sends move.
     root = ElementTree.parse(path).getroot()
-    sent = sum(int(step.get("cnt")) for step in root.iter("step") if step.get("type") == "s")
-    assert sent == algorithm.num_sends
+    cnts = [int(step.get("cnt")) for step in root.iter("step") if step.get("type") == "s"]
+    assert sum(cnts) == algorithm.num_sends and max(cnts) > 1  # some messages carry 2 chunks
+    traffic = program_traffic(read_program(path))
+    assert sum(step.num_sends for step in traffic) == sum(cnts)
 
 
 def test_xml_needs_a_topology_with_its_links(ring4_xml):
