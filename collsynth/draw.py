@@ -55,6 +55,7 @@ __all__ = [
     "file_kind",
     "check_output_path",
     "save_drawing",
+    "render_png",
     "parse_step_range",
 ]
 
@@ -812,25 +813,58 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
     return target
 
 
-def save_drawing(figure: "Figure", path: str | os.PathLike[str], *, dpi: int = 100) -> Path:
+def render_png(figure: "Figure", *, dpi: int = 100, colours: int | None = 256) -> bytes:
+    """``figure`` as PNG bytes; with ``colours``, reduced to a palette of that many (2..256)
+    colours, which looks the same for these drawings (flat colours, thin anti-aliased edges)
+    and is about three times smaller.
+
+    >>> render_png(draw_algorithm(_ring4_allgather()), dpi=30)[:4]
+    b'\\x89PNG'
+    """
+    _check_dpi(dpi)
+    if colours is not None and not (_is_int(colours) and 2 <= colours <= 256):
+        raise DrawError(f"colours {colours!r}: expected an integer from 2 to 256, or None")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, metadata=_METADATA[".png"])
+    if colours is None:
+        return buffer.getvalue()
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(io.BytesIO(buffer.getvalue())) as image:
+        reduced = image.convert("RGB").quantize(colors=colours,
+                                                method=Image.Quantize.FASTOCTREE)
+    out = io.BytesIO()
+    reduced.save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+def _check_dpi(dpi: object) -> None:
+    if not _is_int(dpi) or not 20 <= dpi <= 600:
+        raise DrawError(f"dpi {dpi!r}: expected an integer from 20 to 600")
+
+
+def save_drawing(figure: "Figure", path: str | os.PathLike[str], *, dpi: int = 100,
+                 colours: int | None = 256) -> Path:
     """Write ``figure`` as PNG or SVG (by the suffix), atomically: rendered in memory, written to
     a temporary file in the same folder and renamed, so nothing is left on an error.
 
-    ``dpi`` is the resolution of a PNG (and of heat maps inside an SVG).
+    ``dpi`` is the resolution of a PNG (and of heat maps inside an SVG); ``colours`` the size of
+    a PNG's palette (:func:`render_png`; ``None``: full colour).
 
     Raises
     ------
     DrawError
-        Another suffix, a missing folder, a path that exists and is not a regular file, or a
-        ``dpi`` outside 20..600.
+        Another suffix, a missing folder, a path that exists and is not a regular file, a
+        ``dpi`` outside 20..600 or ``colours`` outside 2..256.
     """
-    if not _is_int(dpi) or not 20 <= dpi <= 600:
-        raise DrawError(f"dpi {dpi!r}: expected an integer from 20 to 600")
+    _check_dpi(dpi)
     target = check_output_path(path)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format=target.suffix.lower().lstrip("."), dpi=dpi,
-                   metadata=_METADATA[target.suffix.lower()])
-    data = buffer.getvalue()
+    if target.suffix.lower() == ".png":
+        data = render_png(figure, dpi=dpi, colours=colours)
+    else:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="svg", dpi=dpi, metadata=_METADATA[".svg"])
+        data = buffer.getvalue()
     if len(data) > _MAX_OUTPUT_BYTES:
         raise InputTooLargeError(f"{target}: the drawing is {len(data)} bytes, more than "
                                  f"{_MAX_OUTPUT_BYTES}; draw fewer steps or heat maps")
