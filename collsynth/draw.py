@@ -65,8 +65,15 @@ MAX_ARROW_RANKS = 32
 MAX_ARROW_SENDS = 2000
 #: Suffixes :func:`save_drawing` writes.
 FIGURE_SUFFIXES = (".png", ".svg")
-#: Heat-map matrices are at most this many cells a side (ranks are binned above it).
-_MAX_MATRIX_SIDE = 512
+#: Most ranks and sends drawn as arrows even when asked for (beyond, the picture is unreadable
+#: and slow to build).
+_MAX_ARROW_RANKS_FORCED = 256
+_MAX_ARROW_SENDS_FORCED = 50_000
+#: Largest ``max_panels``.
+_MAX_PANELS = 64
+#: Heat-map matrices are at most this many cells a side (ranks are binned above it), so that a
+#: cell covers at least two pixels of a panel (smaller cells alias into moire patterns).
+_MAX_MATRIX_SIDE = 128
 #: Colour of an arrow that carries several base chunks.
 _SEVERAL = "#555555"
 #: Distinct colours for up to this many base chunks; a continuous colour map above.
@@ -105,13 +112,15 @@ class DrawOptions:
     def __post_init__(self) -> None:
         if self.style not in ("auto", "arrows", "heatmap"):
             raise DrawError(f"style {self.style!r}: expected 'auto', 'arrows' or 'heatmap'")
-        if self.steps is not None:
-            first, last = self.steps
-            if not (_is_int(first) and _is_int(last) and 0 <= first <= last):
-                raise DrawError(f"steps {self.steps!r}: expected (first, last) with "
-                                "0 <= first <= last")
-        if not _is_int(self.max_panels) or self.max_panels < 1:
-            raise DrawError(f"max_panels {self.max_panels!r}: expected a positive integer")
+        if self.steps is not None and not (
+                isinstance(self.steps, (tuple, list)) and len(self.steps) == 2
+                and _is_int(self.steps[0]) and _is_int(self.steps[1])
+                and 0 <= self.steps[0] <= self.steps[1]):
+            raise DrawError(f"steps {self.steps!r}: expected (first, last) with "
+                            "0 <= first <= last")
+        if not _is_int(self.max_panels) or not 1 <= self.max_panels <= _MAX_PANELS:
+            raise DrawError(f"max_panels {self.max_panels!r}: expected an integer from 1 to "
+                            f"{_MAX_PANELS}")
 
 
 def _is_int(value: object) -> bool:
@@ -213,28 +222,36 @@ def _loads(traffic: StepTraffic, n: int) -> np.ndarray:
     return np.bincount(traffic.src * n + traffic.dst, minlength=n * n).reshape(n, n)
 
 
-def _capacity(topology: Topology, traffic: StepTraffic, loads: np.ndarray
-              ) -> tuple[int, np.ndarray]:
-    """The step's rounds and which used links are full: at ``bandwidth x rounds``, or in a
-    bandwidth group (switch port, NIC) at ``limit x rounds``. An XML level's rounds are the
-    fewest that carry its loads."""
-    links = np.asarray(topology.links, dtype=np.int64)
-    groups = [(group.limit, covered) for group, covered in topology.effective_groups]
-    rounds = traffic.rounds
-    if rounds is None:
-        used = loads > 0
-        need = np.ceil(loads[used] / np.maximum(links[used], 1)).max(initial=1)
-        for limit, covered in groups:
-            total = sum(int(loads[s, d]) for s, d in covered)
-            need = max(need, math.ceil(total / limit))
-        rounds = int(max(1, need))
-    full = (loads > 0) & (loads >= links * rounds)
-    for limit, covered in groups:
-        if sum(int(loads[s, d]) for s, d in covered) >= limit * rounds:
-            for s, d in covered:
-                if loads[s, d]:
-                    full[s, d] = True
-    return rounds, full
+class _Capacity:
+    """A topology's link bandwidths and bandwidth groups as arrays, built once per drawing."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.links = np.asarray(topology.links, dtype=np.int64)
+        # Each group that can bind: its limit and the flat indices src * n + dst of its links.
+        n = topology.num_ranks
+        self.groups = [(group.limit, np.fromiter((a * n + b for a, b in covered), dtype=np.int64,
+                                                 count=len(covered)))
+                       for group, covered in topology.effective_groups]
+
+    def check(self, traffic: StepTraffic, loads: np.ndarray) -> tuple[int, np.ndarray]:
+        """The step's rounds and which used links are full: at ``bandwidth x rounds``, or in
+        a bandwidth group (switch port, NIC) at ``limit x rounds``. An XML level's rounds are
+        the fewest that carry its loads."""
+        flat = loads.ravel()
+        totals = [(limit, int(flat[index].sum()), index) for limit, index in self.groups]
+        rounds = traffic.rounds
+        if rounds is None:
+            used = loads > 0
+            need = int(np.ceil(loads[used] / np.maximum(self.links[used], 1)).max(initial=1))
+            for limit, total, _ in totals:
+                need = max(need, -(-total // limit))
+            rounds = max(1, need)
+        full = (loads > 0) & (loads >= self.links * rounds)
+        marks = full.ravel()
+        for limit, total, index in totals:
+            if total >= limit * rounds:
+                marks[index[flat[index] > 0]] = True
+        return rounds, marks.reshape(loads.shape)
 
 
 # -- layouts ----------------------------------------------------------------------------------------
@@ -469,14 +486,15 @@ def draw_program(program: "Program", topology: Topology, *,
         raise DrawError(f"program {program.name!r} has ngpus={program.ngpus} but topology "
                         f"{topology.name!r} has {topology.num_ranks} ranks")
     traffic = program_traffic(program)
-    links = np.asarray(topology.links)
-    for step in traffic:
-        missing = links[step.src, step.dst] == 0
-        if missing.any():
-            i = int(np.argmax(missing))
-            raise DrawError(f"program {program.name!r} sends from rank {int(step.src[i])} to rank "
-                            f"{int(step.dst[i])}, but topology {topology.name!r} has no such "
-                            "link (are its ranks in the program's order?)")
+    n = topology.num_ranks
+    pairs = np.unique(np.concatenate([step.src * n + step.dst for step in traffic]
+                                     or [np.zeros(0, dtype=np.int64)]))
+    for pair in pairs.tolist():
+        src, dst = divmod(pair, n)
+        if not topology.links[src][dst]:
+            raise DrawError(f"program {program.name!r} sends from rank {src} to rank {dst}, but "
+                            f"topology {topology.name!r} has no such link (are its ranks in the "
+                            "program's order?)")
     title = (f"{program.name}: MSCCL {program.coll} program on {topology.name}, "
              f"{len(traffic)} levels, {program.nchunksperloop} chunks per loop")
     return _draw(topology, traffic, options, title, "colour: block of the receiving buffer")
@@ -555,6 +573,10 @@ def _draw(topology: Topology, traffic: list[StepTraffic], options: DrawOptions, 
             raise DrawError(f"{len(chosen)} heat maps are more than max_panels="
                             f"{options.max_panels}; aggregate them or choose fewer steps")
         return _heatmaps(topology, chosen, aggregate, title, options)
+    if n > _MAX_ARROW_RANKS_FORCED or sends > _MAX_ARROW_SENDS_FORCED:
+        raise DrawError(f"{n} ranks and {sends} sends are too many to draw as arrows (at most "
+                        f"{_MAX_ARROW_RANKS_FORCED} ranks and {_MAX_ARROW_SENDS_FORCED} sends); "
+                        "draw heat maps")
     if len(chosen) > options.max_panels:
         noun = chosen[0].label
         raise DrawError(f"{len(chosen)} {noun}s are more than the {options.max_panels} panels of "
@@ -610,9 +632,10 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
     max_count = 1
     several = False
     panels = []
+    capacity = _Capacity(topology)
     for step in chosen:
         loads = _loads(step, n)
-        rounds, full = _capacity(topology, step, loads)
+        rounds, full = capacity.check(step, loads)
         panels.append((step, loads, rounds, full))
         max_count = max(max_count, int(loads.max()))
     label_size = 7 if n <= 8 else 6 if n <= 16 else 5
@@ -683,7 +706,8 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
                Line2D([], [], color="black", linewidth=1.4, linestyle=(0, (3, 2)),
                       label="capacity left")]
     if cmap is None:
-        handles += [Line2D([], [], color=c, linewidth=3, label=f"chunk {k}")
+        noun = "chunk" if chosen[0].label == "step" else "block"
+        handles += [Line2D([], [], color=c, linewidth=3, label=f"{noun} {k}")
                     for k, c in colours.items()]
     if several:
         handles.append(Line2D([], [], color=_SEVERAL, linewidth=3, label="several chunks"))
@@ -741,12 +765,12 @@ def _heatmaps(topology: Topology, chosen: list[StepTraffic], aggregate: bool, ti
                 f"{noun}s {chosen[0].index}-{chosen[-1].index}")
         titles.append(f"{span}, all together: {sum(s.num_sends for s in chosen)} chunks")
     else:
+        capacity = _Capacity(topology) if binned == 1 else None
         for step in chosen:
             matrices.append(_binned_loads(step, n, binned, side))
-            loads = _loads(step, n) if binned == 1 else None
             detail = ""
-            if loads is not None:
-                rounds, full = _capacity(topology, step, loads)
+            if capacity is not None:
+                rounds, full = capacity.check(step, matrices[-1])
                 detail = f"\n{rounds} round(s), {int(full.sum())} links at capacity"
             titles.append(f"{step.label} {step.index}: {step.num_sends} chunks{detail}")
     columns, rows, _ = _grid(len(matrices), 1.0)
@@ -771,9 +795,14 @@ def _heatmaps(topology: Topology, chosen: list[StepTraffic], aggregate: bool, ti
             for edge in range(per_node, n, per_node):
                 ax.axhline(edge - 0.5, color="#cccccc", linewidth=0.4)
                 ax.axvline(edge - 0.5, color="#cccccc", linewidth=0.4)
-        unit = f" (bins of {binned})" if binned > 1 else ""
-        ax.set_xlabel(f"destination rank{unit}", fontsize=7)
-        ax.set_ylabel(f"source rank{unit}", fontsize=7)
+        if binned == 1:
+            what = "rank"
+        elif binned == per_node:
+            what = "node"
+        else:
+            what = f"rank (bins of {binned})"
+        ax.set_xlabel(f"destination {what}", fontsize=7)
+        ax.set_ylabel(f"source {what}", fontsize=7)
         ax.tick_params(labelsize=6)
         ax.set_title(text, fontsize=8)
     bar = figure.colorbar(image, ax=figure.axes, fraction=0.04, pad=0.03)

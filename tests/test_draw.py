@@ -8,6 +8,7 @@ in a step, a matrix cell per link holding the chunks sent over it.
 from __future__ import annotations
 
 import os
+import re
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from pathlib import Path
@@ -261,6 +262,35 @@ def test_many_sends_on_few_ranks_is_a_heat_map():
     figure = draw_algorithm(algorithm)
     assert [heatmap(axes).sum() for axes in figure.axes[:2]] == [2400, 1200]
     assert heatmap(figure.axes[0])[0, 1] == pieces and heatmap(figure.axes[1])[0, 3] == pieces
+
+
+def test_above_128_ranks_the_heat_map_bins_ranks():
+    # ring:130: one step of the pipeline (drawing does not need a complete algorithm).
+    n = 130
+    step = Step(1, tuple(Send(r, r, (r + 1) % n) for r in range(n)))
+    partial = Algorithm("ring130-first-step", ring(n), standard_collective("allgather", n),
+                        (step,))
+    axes = draw_algorithm(partial).axes[0]
+    expected = np.zeros((65, 65), dtype=int)  # bins of 2 ranks: 130 / 2 = 65 a side
+    for r in range(n):
+        expected[r // 2, ((r + 1) % n) // 2] += 1
+    assert np.array_equal(heatmap(axes), expected)
+    assert "bins of 2" in axes.get_xlabel()
+    with pytest.raises(DrawError, match="too many to draw as arrows"):
+        draw_algorithm(Algorithm("ring300", ring(300), standard_collective("allgather", 300),
+                                 (Step(1, (Send(0, 0, 1),)),)),
+                       options=DrawOptions(style="arrows"))
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(steps=(2, 1)), "0 <= first <= last"),
+    (dict(steps=(0, 1, 2)), "expected (first, last)"),
+    (dict(style="pie"), "expected 'auto', 'arrows' or 'heatmap'"),
+    (dict(max_panels=0), "max_panels 0"),
+])
+def test_bad_options_are_refused(options, message):
+    with pytest.raises(DrawError, match=re.escape(message)):
+        DrawOptions(**options)
 
 
 # -- XML programs ---------------------------------------------------------------------------------
