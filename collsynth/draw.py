@@ -24,7 +24,7 @@ import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -334,9 +334,9 @@ def layout_of(topology: Topology) -> Layout:
     ('circle', [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])
     """
     n = topology.num_ranks
-    network = topology.metadata.get("network") if isinstance(topology.metadata, dict) else None
-    per_node = network.get("ranks_per_node") if isinstance(network, dict) else None
-    nodes = network.get("nodes") if isinstance(network, dict) else None
+    network = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
+    per_node = network.get("ranks_per_node") if isinstance(network, Mapping) else None
+    nodes = network.get("nodes") if isinstance(network, Mapping) else None
     if _is_int(per_node) and _is_int(nodes) and nodes > 1 and per_node * nodes == n:
         return _nodes_layout(topology, str(network.get("composed_from", "")), per_node, nodes)
     kind, positions, switch = _node_layout(topology.name, topology.links, topology.groups, n)
@@ -784,8 +784,8 @@ def _heatmaps(topology: Topology, chosen: list[StepTraffic], aggregate: bool, ti
     smallest = min((int(m[m > 0].min()) for m in matrices if m.any()), default=1)
     # A log scale when loads differ by much (a NIC link next to NVLinks), else linear.
     norm = LogNorm(vmin=smallest, vmax=top) if top >= 20 * smallest else Normalize(0, top)
-    network = topology.metadata.get("network") if isinstance(topology.metadata, dict) else None
-    per_node = network.get("ranks_per_node") if isinstance(network, dict) else None
+    network = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
+    per_node = network.get("ranks_per_node") if isinstance(network, Mapping) else None
     image = None
     for index, (matrix, text) in enumerate(zip(matrices, titles)):
         ax = figure.add_subplot(rows, columns, index + 1)
