@@ -14,6 +14,7 @@ Each subcommand turns its arguments into values, makes one library call and writ
     collsynth plan TRACE_DIR --topology NAME [--nodes K] [--calibration FILE] -o PLAN_DIR
     collsynth trace summarize DIR [--json] [--merged]
     collsynth show FILE [--max-sends N]
+    collsynth draw FILE -o OUT.png|OUT.svg [--steps A-B] [--topology T]
     collsynth verify FILE
 
 ``TOPOLOGY`` is a built-in name (``collsynth topologies``), a family member (``ring:8``) or a file
@@ -271,6 +272,10 @@ def _build_parser() -> _Parser:
 
     add_trace_parser(commands)
     add_plan_parser(commands)
+
+    from collsynth.cli_draw import add_draw_parser
+
+    add_draw_parser(commands)
     return parser
 
 
