@@ -20,7 +20,6 @@ import io
 import math
 import os
 import re
-import tempfile
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy as np
 from collsynth.algorithm.arrays import sends_as_arrays
 from collsynth.algorithm.model import Algorithm
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
+from collsynth._output import check_output_file, write_bytes_atomic
 from collsynth.topology.model import Topology
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -834,12 +834,7 @@ def check_output_path(path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if target.suffix.lower() not in FIGURE_SUFFIXES:
         raise DrawError(f"{target}: expected a .png or .svg file")
-    folder = target.parent
-    if not folder.is_dir():
-        raise DrawError(f"{target}: the folder {folder} does not exist")
-    if target.is_symlink() or (target.exists() and not target.is_file()):
-        raise DrawError(f"{target}: exists and is not a regular file; refusing to replace it")
-    return target
+    return check_output_file(target)
 
 
 def render_png(figure: "Figure", *, dpi: int = 100, colours: int | None = 256) -> bytes:
@@ -897,36 +892,8 @@ def save_drawing(figure: "Figure", path: str | os.PathLike[str], *, dpi: int = 1
     if len(data) > _MAX_OUTPUT_BYTES:
         raise InputTooLargeError(f"{target}: the drawing is {len(data)} bytes, more than "
                                  f"{_MAX_OUTPUT_BYTES}; draw fewer steps or heat maps")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        # mkstemp makes the file private (0600); give it the mode a plain open() would.
-        os.fchmod(fd, _file_mode(target))
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_bytes_atomic(target, data)
     return target
-
-
-def _file_mode(target: Path) -> int:
-    """The existing file's permissions, else ``0o666`` less the process umask (read from
-    ``/proc`` where it can be, so the process-wide umask is never changed)."""
-    try:
-        return target.stat().st_mode & 0o777
-    except OSError:
-        pass
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0o644
 
 
 #: No creation dates or software versions in the files, so that a redrawn figure is identical.

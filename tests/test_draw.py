@@ -30,6 +30,7 @@ from collsynth.export.lower import lower  # noqa: E402
 from collsynth.export.xml_reader import read_program  # noqa: E402
 from collsynth.export.xml_writer import write_program  # noqa: E402
 from collsynth.topology.builtins import get_topology  # noqa: E402
+from collsynth.errors import CollsynthError  # noqa: E402
 from collsynth.topology.compose import compose_nodes  # noqa: E402
 from collsynth.topology.families import hub, line, ring  # noqa: E402
 
@@ -394,7 +395,7 @@ def test_cli_refuses_to_replace_what_is_not_a_regular_file(capsys, tmp_path, rin
     fifo = tmp_path / "pipe.png"
     os.mkfifo(fifo)
     code, _, err = run_cli(capsys, "draw", ring4_file, "-o", fifo)
-    assert code == 1 and "not a regular file" in err
+    assert code == 1 and "is a FIFO; expected a regular file" in err
     assert fifo.is_fifo()
 
 
@@ -407,7 +408,7 @@ def test_save_leaves_nothing_when_writing_fails(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError):
+    with pytest.raises(CollsynthError, match="picture.png: cannot write: No space left"):
         save_drawing(figure, target)
     assert os.listdir(tmp_path) == ["picture.png"]
     assert target.read_bytes() == b"before"
