@@ -40,7 +40,7 @@ topology = resolve_topology(spec, nodes=nodes)
 started = time.perf_counter()
 out = {}
 if name.endswith("-bound"):
-    from collsynth.synthesis.bandwidth_optimal.throughput import optimal_throughput
+    from collsynth.bounds.throughput import optimal_throughput
     collective = standard_collective(name[:-len("-bound")], topology.num_ranks)
     bound = optimal_throughput(topology, collective).rounds_per_chunk
     out.update(rounds_per_chunk=str(bound), lower_bound=str(bound), steps=None, sends=None)

@@ -36,6 +36,7 @@ __all__ = [
     "reduce",
     "reduce_scatter",
     "allreduce",
+    "is_standard_allreduce",
     "multiroot_broadcast",
     "multiroot_scatter",
     "multiroot_gather",
@@ -313,3 +314,11 @@ def check_standard_conditions(collective: Collective, *, source: str | None = No
             f"{n} ranks ({_first_difference(collective, reference)}); a standard name means the "
             "standard collective: rename it to use it as a custom collective")
     return key
+
+
+def is_standard_allreduce(collective: Collective) -> bool:
+    """True for ``allreduce(n)`` split any number of ways (every rank contributes to and needs
+    every chunk)."""
+    everyone = frozenset(range(collective.num_ranks))
+    return collective.combining and all(p == everyone for p in collective.precondition) and \
+        all(p == everyone for p in collective.postcondition)

@@ -21,15 +21,7 @@ from collsynth.collective.standard import allgather, reduce_scatter
 from collsynth.synthesis.result import SolveOptions, SynthesisResult
 from collsynth.topology.model import Topology
 
-__all__ = ["is_standard_allreduce", "composed_allreduce_front"]
-
-
-def is_standard_allreduce(collective: Collective) -> bool:
-    """True for ``allreduce(n)`` split any number of ways (every rank contributes to and needs
-    every chunk)."""
-    everyone = frozenset(range(collective.num_ranks))
-    return collective.combining and all(p == everyone for p in collective.precondition) and \
-        all(p == everyone for p in collective.postcondition)
+__all__ = ["composed_allreduce_front"]
 
 
 def composed_allreduce_front(topology: Topology, collective: Collective, *, max_chunks: int,

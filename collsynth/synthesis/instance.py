@@ -19,7 +19,7 @@ from collsynth.collective.model import Collective
 from collsynth.encoding import get_backend
 from collsynth.encoding.backend import Outcome, Status
 from collsynth.encoding.problem import build_problem, decode
-from collsynth.encoding.symmetry import find_automorphism
+from collsynth.graph.symmetry import find_automorphism
 from collsynth.errors import InvalidCollectiveError, SolverError
 from collsynth.synthesis.result import Deadline, SolveOptions, SynthesisResult
 from collsynth.topology.model import Topology

@@ -31,7 +31,7 @@ from collsynth.synthesis.bandwidth_optimal.engine import (
     BandwidthOptimalResult,
     solve_bandwidth_optimal,
 )
-from collsynth.synthesis.bandwidth_optimal.throughput import broadcast_shape
+from collsynth.bounds.throughput import broadcast_shape
 from collsynth.topology.model import Topology
 
 __all__ = ["ENGINES", "EXACT_MAX_RANKS", "choose_engine", "solve_large"]
@@ -43,7 +43,7 @@ EXACT_MAX_RANKS = 8
 
 def _tree_shaped(collective: Collective) -> bool:
     from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
-    from collsynth.synthesis.allreduce import is_standard_allreduce
+    from collsynth.collective.standard import is_standard_allreduce
 
     if is_standard_allreduce(collective):
         return True
@@ -123,7 +123,7 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
 
 
 def _lower_bound(topology: Topology, collective: Collective) -> Fraction:
-    from collsynth.synthesis.bandwidth_optimal.throughput import optimal_throughput
+    from collsynth.bounds.throughput import optimal_throughput
 
     try:
         return optimal_throughput(topology, collective).rounds_per_chunk

@@ -137,7 +137,8 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     # at S then only looks for something better than the known point at S.
     known: dict[int, SynthesisResult] = {}
     if _is_allreduce_like(collective):
-        from collsynth.synthesis.allreduce import composed_allreduce_front, is_standard_allreduce
+        from collsynth.collective.standard import is_standard_allreduce
+        from collsynth.synthesis.allreduce import composed_allreduce_front
         from collsynth.synthesis.combining import supports_direct_combining
 
         if is_standard_allreduce(collective):

@@ -18,11 +18,11 @@ from collsynth.collective import standard_collective
 from collsynth.errors import InvalidCollectiveError, InvalidInstanceError, UnimplementableError
 from collsynth.resolve import resolve_topology
 from collsynth.synthesis import pareto_front
-from collsynth.synthesis.bandwidth_optimal.arborescence import depths, min_arborescence, tree_cost
+from collsynth.graph.arborescence import depths, min_arborescence, tree_cost
 from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
-from collsynth.synthesis.bandwidth_optimal.fabric import UnsupportedFabricError, build_fabric
-from collsynth.synthesis.bandwidth_optimal.symmetry import node_shift
-from collsynth.synthesis.bandwidth_optimal.throughput import optimal_throughput
+from collsynth.graph.fabric import UnsupportedFabricError, build_fabric
+from collsynth.graph.symmetry import node_shift
+from collsynth.bounds.throughput import optimal_throughput
 from collsynth.synthesis.large import choose_engine, solve_large
 from collsynth.topology import BandwidthGroup, Topology, compose_nodes, get_topology
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collsynth.algorithm import Instance
 from collsynth.collective import standard_collective
 from collsynth.encoding import build_problem
-from collsynth.encoding.symmetry import find_automorphism, is_automorphism
+from collsynth.graph.symmetry import find_automorphism, is_automorphism
 from collsynth.topology import get_topology
 
 

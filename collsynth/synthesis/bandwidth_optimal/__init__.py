@@ -14,9 +14,9 @@ from collsynth.synthesis.bandwidth_optimal.engine import (
     BandwidthOptimalResult,
     solve_bandwidth_optimal,
 )
-from collsynth.synthesis.bandwidth_optimal.fabric import Fabric, UnsupportedFabricError, build_fabric
+from collsynth.graph.fabric import Fabric, UnsupportedFabricError, build_fabric
 from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, TreePacking, pack_trees
-from collsynth.synthesis.bandwidth_optimal.throughput import Throughput, optimal_throughput
+from collsynth.bounds.throughput import Throughput, optimal_throughput
 
 __all__ = [
     "BandwidthOptimalResult",

@@ -26,15 +26,15 @@ from collsynth.collective.duality import has_non_combining_dual, non_combining_d
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import allgather, reduce_scatter
 from collsynth.errors import CollsynthError, InvalidCollectiveError, InvalidInstanceError
-from collsynth.synthesis.allreduce import is_standard_allreduce
-from collsynth.synthesis.bandwidth_optimal.fabric import UnsupportedFabricError
+from collsynth.collective.standard import is_standard_allreduce
+from collsynth.graph.fabric import UnsupportedFabricError
 from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, pack_trees
 from collsynth.synthesis.bandwidth_optimal.pipeline import (
     default_stages,
     pipelined_algorithm,
     stages_for_size,
 )
-from collsynth.synthesis.bandwidth_optimal.throughput import optimal_throughput, roots_of
+from collsynth.bounds.throughput import optimal_throughput, roots_of
 from collsynth.topology.model import Topology
 
 __all__ = ["BandwidthOptimalResult", "solve_bandwidth_optimal"]

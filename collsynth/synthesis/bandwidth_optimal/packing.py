@@ -40,8 +40,8 @@ from scipy.optimize import LinearConstraint, linprog, milp
 from scipy.sparse.csgraph import breadth_first_order, shortest_path
 
 from collsynth.errors import SolverError
-from collsynth.synthesis.bandwidth_optimal.arborescence import depths, min_arborescence
-from collsynth.synthesis.bandwidth_optimal.symmetry import NodeShift, node_shift
+from collsynth.graph.arborescence import depths, min_arborescence
+from collsynth.graph.symmetry import NodeShift, node_shift
 from collsynth.synthesis.hierarchical import network_layout
 from collsynth.topology.model import Topology
 

@@ -24,7 +24,7 @@ import numpy as np
 from collsynth.algorithm.arrays import SendBlock
 from collsynth.algorithm.model import Algorithm, Step
 from collsynth.collective.model import Collective
-from collsynth.synthesis.bandwidth_optimal.arborescence import depths
+from collsynth.graph.arborescence import depths
 from collsynth.synthesis.bandwidth_optimal.packing import TreePacking
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import Topology

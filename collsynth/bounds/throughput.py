@@ -16,7 +16,7 @@ arborescence packing; the tests check both agree), and the tree-packing engine
 pipeline.
 
 It is computed in polynomial time with Dinkelbach's iteration, as in
-:func:`collsynth.bounds._arborescence_rounds` but on the sparse fabric: for the current ratio
+:func:`collsynth.bounds.core._arborescence_rounds` but on the sparse fabric: for the current ratio
 ``p/q``, the minimum cut between a super-source (an arc of capacity ``q * chunks(r)`` into each
 root ``r``) and a rank ``v`` in the fabric with capacities ``p * cap`` is below ``q * total``
 exactly when some ``S`` containing ``v`` has a larger ratio, and the minimising ``S`` gives the
@@ -34,10 +34,12 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
+from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
 from collsynth.collective.model import Collective
+from collsynth.collective.standard import allgather, is_standard_allreduce, reduce_scatter
 from collsynth.errors import InvalidCollectiveError, SolverError, UnimplementableError
-from collsynth.synthesis.bandwidth_optimal.fabric import INFINITE, Fabric, build_fabric
-from collsynth.synthesis.bandwidth_optimal.symmetry import node_shift
+from collsynth.graph.fabric import INFINITE, Fabric, build_fabric
+from collsynth.graph.symmetry import node_shift
 from collsynth.topology.model import Topology
 
 __all__ = ["Throughput", "optimal_throughput", "tree_rounds", "fabric_rounds", "roots_of",
@@ -184,7 +186,7 @@ def fabric_rounds(topology: Topology, roots: dict[int, int]) -> tuple[Fraction, 
     Raises
     ------
     UnsupportedFabricError
-        As :func:`~collsynth.synthesis.bandwidth_optimal.fabric.build_fabric`.
+        As :func:`~collsynth.graph.fabric.build_fabric`.
     """
     fabric = build_fabric(topology)
     representatives = None
@@ -219,9 +221,6 @@ def optimal_throughput(topology: Topology, collective: Collective) -> Throughput
     >>> optimal_throughput(get_topology("ring:4"), standard_collective("allreduce", 4)).rounds_per_chunk
     Fraction(3, 4)
     """
-    from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
-    from collsynth.collective.standard import allgather, reduce_scatter
-    from collsynth.synthesis.allreduce import is_standard_allreduce
 
     if collective.num_ranks != topology.num_ranks:
         raise InvalidCollectiveError(f"{collective.describe()} has {collective.num_ranks} ranks but "

@@ -1,26 +1,7 @@
-"""Lower bounds on the steps and the rounds per chunk of any algorithm for a collective.
+"""Steps and rounds-per-chunk lower bounds for any topology (see docs/bounds.md).
 
-Every bound here is *exact* (an ``int`` or a :class:`fractions.Fraction`) and *sound*: no
-algorithm in collsynth's model (see :mod:`collsynth.algorithm.model`) does better. Each function
-states the class of algorithms its bound holds for. Bounds are computed for the collective as
-given, normalised per base chunk: a rounds bound is a bound on ``total rounds /
-collective.chunk_factor``, so a split collective has the same bound as the unsplit one.
-
-Three shapes of collective are told apart:
-
-* *non-combining* (allgather, alltoall, broadcast, gather, scatter, custom): each chunk must be
-  copied from its precondition to every rank of its postcondition;
-* *combining with one destination per chunk* (reduce, reduce-scatter): handled through the
-  non-combining dual on the reversed topology (:func:`collsynth.collective.non_combining_dual`),
-  since every contributor's value must travel to the destination along sends of that chunk;
-* *combining with several destinations* (allreduce): every destination needs every
-  contribution; bounded by distances and cuts, and, for the reduce-scatter-then-allgather class,
-  by the bounds of those two collectives (:attr:`Bounds.composed_rounds_per_chunk`).
-
-Examples
---------
-On a 4-GPU bidirectional ring an allgather needs 2 steps (rank 2 is two hops from rank 0) and
-3/2 rounds per chunk (each rank receives 3 chunks over 2 incoming links):
+Bounds are exact (``int`` or :class:`~fractions.Fraction`) and sound for the class of algorithms
+each function states; a rounds bound is per base chunk, so splitting does not change it.
 
 >>> from collsynth.topology import get_topology
 >>> from collsynth.collective import standard_collective
@@ -51,6 +32,11 @@ from collsynth.errors import (
     UnimplementableError,
     UnknownNameError,
 )
+from collsynth.bounds.throughput import broadcast_shape, fabric_rounds
+from collsynth.graph.fabric import UnsupportedFabricError
+from collsynth.graph.arborescence import min_arborescence_cost
+from collsynth.graph.symmetry import candidate_permutations, node_shift
+from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import Topology
 
 __all__ = [
@@ -373,23 +359,6 @@ def _map_commodity(perm: Sequence[int], commodity: _Commodity) -> _Commodity:
     return ("sink", perm[d], frozenset((frozenset(perm[r] for r in pre), m) for pre, m in supplies))
 
 
-def _candidate_permutations(n: int) -> list[np.ndarray]:
-    """Rank permutations worth testing as symmetries: rotations, reflections, the transpositions
-    (0 i) and (i i+1), and, for a power of two, the bit flips. Cheap to test; together they
-    generate the symmetries of rings, fully connected graphs, hubs and hypercube-like boxes."""
-    ident = np.arange(n, dtype=np.int64)
-    candidates = [(ident + 1) % n, (-ident) % n, n - 1 - ident]
-    candidates += [(ident + n // p) % n for p in range(2, min(n, 16) + 1) if n % p == 0]
-    if n & (n - 1) == 0:
-        candidates += [ident ^ (1 << j) for j in range(n.bit_length() - 1)]
-    for a, b in [(0, i) for i in range(1, n)] + [(i, i + 1) for i in range(1, n - 1)]:
-        swap = ident.copy()
-        swap[a], swap[b] = b, a
-        candidates.append(swap)
-    unique = {tuple(p.tolist()): p for p in candidates if not np.array_equal(p, ident)}
-    return list(unique.values())
-
-
 def _symmetries(topology: Topology, commodities: Sequence[_Commodity]) -> list[list[int]]:
     """Candidate permutations that are verified symmetries of the whole LP: they preserve every
     link's bandwidth, map every bandwidth group that can bind onto one with the same limit and
@@ -402,7 +371,7 @@ def _symmetries(topology: Topology, commodities: Sequence[_Commodity]) -> list[l
     group_set = {(limit, frozenset(k.tolist())) for limit, k in groups}
     commodity_set = set(commodities)
     found = []
-    for perm in _candidate_permutations(n):
+    for perm in candidate_permutations(n):
         mapped = perm[src] * n + perm[dst]
         pos = np.minimum(np.searchsorted(keys, mapped), len(keys) - 1)
         if not (np.array_equal(keys[pos], mapped) and np.array_equal(bw[pos], bw)):
@@ -765,46 +734,6 @@ def _shortest_paths(n: int, adjacency: Sequence[Sequence[tuple[int, int]]],
     return dist
 
 
-def _min_arborescence(n: int, root: int, arcs: Sequence[tuple[int, int, int]]) -> int | None:
-    """Chu-Liu/Edmonds: the least total integer cost of an arborescence rooted at ``root`` that
-    spans all ``n`` nodes, or ``None`` if some node cannot be reached."""
-    total = 0
-    while True:
-        arcs = [(u, v, c) for u, v, c in arcs if u != v and v != root]
-        cheapest: list[int | None] = [None] * n
-        parent = [-1] * n
-        for u, v, c in arcs:
-            if cheapest[v] is None or c < cheapest[v]:
-                cheapest[v], parent[v] = c, u
-        if any(cheapest[v] is None for v in range(n) if v != root):
-            return None
-        total += sum(c for c in cheapest if c is not None)
-        component = [-1] * n
-        mark = [-1] * n
-        count = 0
-        for v in range(n):
-            x = v
-            while x != root and mark[x] != v and component[x] == -1:
-                mark[x] = v
-                x = parent[x]
-            if x != root and component[x] == -1:  # the walk from v closed a cycle through x
-                component[x] = count
-                y = parent[x]
-                while y != x:
-                    component[y] = count
-                    y = parent[y]
-                count += 1
-        if count == 0:
-            return total
-        for v in range(n):
-            if component[v] == -1:
-                component[v] = count
-                count += 1
-        arcs = [(component[u], component[v], c - cheapest[v]) for u, v, c in arcs  # type: ignore[operator]
-                if component[u] != component[v]]
-        root, n = component[root], count
-
-
 def _symmetric_average(topology: Topology, lp: _LinearProgram, values: np.ndarray) -> np.ndarray:
     """``values`` (one per link, then one per binding bandwidth group) averaged over the orbits of
     links and groups under the LP's symmetries."""
@@ -893,9 +822,9 @@ def _structured_bound(topology: Topology, lp: _LinearProgram, weights: np.ndarra
             if len(pre) + len(missing) == n:
                 arcs = [(s, d, cost) for (s, d, _), cost in zip(edges, length) if d not in pre]
                 if len(pre) == 1:
-                    best = _min_arborescence(n, next(iter(pre)), arcs)
+                    best = min_arborescence_cost(n, next(iter(pre)), arcs)
                 else:  # a super-root reaching the precondition for free
-                    best = _min_arborescence(n + 1, n, arcs + [(n, u, 0) for u in pre])
+                    best = min_arborescence_cost(n + 1, n, arcs + [(n, u, 0) for u in pre])
             else:
                 dist = _shortest_paths(n, forward, pre)
                 best = max(dist[d] for d in missing)  # type: ignore[type-var]
@@ -1058,13 +987,11 @@ _FABRIC_FIRST_RANKS = 128
 
 
 def _fabric_rounds(topology: Topology, collective: Collective) -> Fraction | None:
-    """The cut bound of :mod:`collsynth.synthesis.bandwidth_optimal.throughput` (total rounds,
+    """The cut bound of :mod:`collsynth.bounds.throughput` (total rounds,
     like :func:`_copy_rounds`) when every chunk starts on one rank and must reach all the others
     and the topology's groups describe switch ports; else ``None``. A valid lower bound: every
     chunk a cut's ranks need must cross into it. Equal to the linear program wherever both have
     been compared, except with NICs shared by several GPUs, where it can be lower."""
-    from collsynth.synthesis.bandwidth_optimal.fabric import UnsupportedFabricError
-    from collsynth.synthesis.bandwidth_optimal.throughput import broadcast_shape, fabric_rounds
 
     roots = broadcast_shape(collective)
     if roots is None:
@@ -1165,7 +1092,6 @@ def _cut_capacity(topology: Topology, inside: np.ndarray, capacity=None) -> int:
     bandwidth, lowered by bandwidth groups (greedily, largest excess first, over groups whose cut
     links are disjoint). ``capacity`` is the topology's
     :class:`~collsynth.topology.capacity.LinkCapacity` (built here when not given)."""
-    from collsynth.topology.capacity import link_capacity
 
     capacity = capacity if capacity is not None else link_capacity(topology)
     crossing = (inside[:, None] & ~inside[None, :]).ravel()
@@ -1203,7 +1129,6 @@ def _candidate_cuts(topology: Topology) -> list[np.ndarray]:
         if inside.any() and not inside.all():
             cuts.setdefault(inside.tobytes(), inside)
 
-    from collsynth.synthesis.bandwidth_optimal.symmetry import node_shift
 
     singles = range(n)
     shift = node_shift(topology)
@@ -1234,7 +1159,6 @@ def _candidate_cuts(topology: Topology) -> list[np.ndarray]:
 def _cut_rounds(topology: Topology, collective: Collective) -> Fraction:
     """Total rounds bound of a combining collective from cuts: across a cut (S, rest), every chunk
     with a contributor in S and a destination outside S needs one send from S to the rest."""
-    from collsynth.topology.capacity import link_capacity
 
     best = Fraction(0)
     n = topology.num_ranks

@@ -1,0 +1,149 @@
+"""Rank permutations that preserve a topology: node shifts, candidate symmetries, automorphisms.
+
+One home for symmetry detection: the tree engine's node shift, the candidate permutations the
+bounds' linear program ties variables with, and the automorphisms of a (topology, collective)
+pair that the SMT search tries first. Every symmetry is checked on the topology itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from collsynth.collective.model import Collective
+from collsynth.topology.model import Topology
+
+__all__ = ["NodeShift", "node_shift", "candidate_permutations", "is_automorphism",
+           "find_automorphism"]
+
+
+@dataclass(frozen=True)
+class NodeShift:
+    """``K = nodes`` copies of ``ranks_per_node`` ranks; rank ``r`` of node ``k`` is
+    ``k * ranks_per_node + r``."""
+
+    nodes: int
+    ranks_per_node: int
+
+    @property
+    def num_ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    def shift(self, ranks: np.ndarray, by_nodes: int | np.ndarray) -> np.ndarray:
+        """``ranks`` moved ``by_nodes`` nodes forward (modulo the node count)."""
+        return (np.asarray(ranks) + np.asarray(by_nodes) * self.ranks_per_node) % self.num_ranks
+
+
+def node_shift(topology: Topology) -> NodeShift | None:
+    """The node shift ``rank -> rank + ranks_per_node (mod n)`` of ``topology`` if it is a
+    symmetry, else ``None`` (also for one node).
+
+    :func:`collsynth.topology.compose_nodes` builds identical nodes on a non-blocking network, so
+    the shift maps links to links and groups to groups; the tree engine designs trees for node
+    0's roots only and shifts them. It is checked on the links and groups, never assumed.
+
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> node_shift(compose_nodes(get_topology("ring:4"), 3, nic_units=1))
+    NodeShift(nodes=3, ranks_per_node=4)
+    >>> node_shift(get_topology("ring:4")) is None
+    True
+    """
+    network = topology.metadata.get("network") if hasattr(topology.metadata, "get") else None
+    if not isinstance(network, dict):
+        return None
+    per_node, nodes = network.get("ranks_per_node"), network.get("nodes")
+    n = topology.num_ranks
+    if not (isinstance(per_node, int) and isinstance(nodes, int) and nodes > 1
+            and per_node * nodes == n):
+        return None
+    links = np.array(topology.links, dtype=np.int64)
+    if not np.array_equal(np.roll(links, (per_node, per_node), axis=(0, 1)), links):
+        return None
+    keys = {_group_key(g.sources, g.destinations, g.limit) for g in topology.groups}
+    for group in topology.groups:
+        moved = _group_key(((s + per_node) % n for s in group.sources),
+                           ((d + per_node) % n for d in group.destinations), group.limit)
+        if moved not in keys:
+            return None
+    return NodeShift(nodes, per_node)
+
+
+def _group_key(sources, destinations, limit) -> tuple:
+    return frozenset(sources), frozenset(destinations), limit
+
+
+def candidate_permutations(n: int) -> list[np.ndarray]:
+    """Rank permutations worth testing as symmetries: rotations, reflections, the transpositions
+    (0 i) and (i i+1), and, for a power of two, the bit flips. Cheap to test; together they
+    generate the symmetries of rings, fully connected graphs, hubs and hypercube-like boxes."""
+    ident = np.arange(n, dtype=np.int64)
+    candidates = [(ident + 1) % n, (-ident) % n, n - 1 - ident]
+    candidates += [(ident + n // p) % n for p in range(2, min(n, 16) + 1) if n % p == 0]
+    if n & (n - 1) == 0:
+        candidates += [ident ^ (1 << j) for j in range(n.bit_length() - 1)]
+    for a, b in [(0, i) for i in range(1, n)] + [(i, i + 1) for i in range(1, n - 1)]:
+        swap = ident.copy()
+        swap[a], swap[b] = b, a
+        candidates.append(swap)
+    unique = {tuple(p.tolist()): p for p in candidates if not np.array_equal(p, ident)}
+    return list(unique.values())
+
+
+# -- automorphisms of a (topology, collective) pair, for symmetric-first search -------------------
+
+
+def is_automorphism(perm: tuple[int, ...], topology: Topology, collective: Collective) -> bool:
+    """True when ``perm`` preserves the links, the groups and the collective."""
+    n = topology.num_ranks
+    links = topology.links
+    for a in range(n):
+        row, image_row = links[a], links[perm[a]]
+        for b in range(n):
+            if row[b] != image_row[perm[b]]:
+                return False
+    groups = {(g.sources, g.destinations, g.limit) for g in topology.groups}
+    for g in topology.groups:
+        image = (frozenset(perm[r] for r in g.sources), frozenset(perm[r] for r in g.destinations),
+                 g.limit)
+        if image not in groups:
+            return False
+    conditions = {(pre, post) for pre, post in zip(collective.precondition, collective.postcondition)}
+    for pre, post in zip(collective.precondition, collective.postcondition):
+        if (frozenset(perm[r] for r in pre), frozenset(perm[r] for r in post)) not in conditions:
+            return False
+    return True
+
+
+def _order(perm: tuple[int, ...]) -> int:
+    seen, order = set(), 1
+    from math import lcm
+
+    for start in range(len(perm)):
+        if start in seen:
+            continue
+        length, r = 0, start
+        while r not in seen:
+            seen.add(r)
+            r = perm[r]
+            length += 1
+        order = lcm(order, length)
+    return order
+
+
+def find_automorphism(topology: Topology, collective: Collective) -> tuple[int, ...] | None:
+    """A non-trivial automorphism generating as large a cyclic group as found, or ``None``.
+
+    Tries rotations ``r -> r + k mod n`` and reflections ``r -> r xor k`` (the symmetries of
+    rings, switches, hypercubes and the DGX-1 cube-mesh); the largest group wins.
+    """
+    n = topology.num_ranks
+    candidates = [tuple((r + k) % n for r in range(n)) for k in range(1, n)]
+    candidates += [tuple(r ^ k for r in range(n)) for k in range(1, n)
+                   if all((r ^ k) < n for r in range(n))]
+    best, best_order = None, 1
+    for perm in candidates:
+        order = _order(perm)
+        if order > best_order and is_automorphism(perm, topology, collective):
+            best, best_order = perm, order
+    return best
