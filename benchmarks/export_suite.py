@@ -18,7 +18,7 @@ from pathlib import Path
 from collsynth.collective import standard_collective
 from collsynth.errors import ExportError
 from collsynth.export import check_program, lower, read_program, write_program
-from collsynth.export.lower import program_stats
+from collsynth.export.stats import program_stats
 from collsynth.export.runtimes import runtime_names
 from collsynth.synthesis import SolveOptions, pareto_front, solve_least_steps
 from collsynth.topology import get_topology

@@ -44,7 +44,8 @@ from collsynth.algorithm.model import Algorithm
 from collsynth.errors import CollsynthError, ExportError, InputTooLargeError
 from collsynth.export.layout import collective_layout
 from collsynth.export.limits import LimitViolation, estimate_all, limit_error
-from collsynth.export.lower import PROTOCOLS, lower, program_stats
+from collsynth.export.lower import PROTOCOLS, lower
+from collsynth.export.stats import program_stats
 from collsynth.export.program import Program
 from collsynth.export.runtimes import runtime_names
 from collsynth.export.xml_writer import write_program

@@ -6,7 +6,7 @@ line, where it comes from and what happens beyond it.
 
 Limits are evaluated on :class:`LimitFigures`: per rank, the largest value of every limited
 quantity and where it occurs. Figures come from a lowered program
-(:func:`collsynth.export.lower.program_stats`, exact) or, before anything is lowered, from the
+(:func:`collsynth.export.stats.program_stats`, exact) or, before anything is lowered, from the
 algorithm's sends (:func:`estimate_figures`: threadblocks and channels exactly, steps and
 elements as lower bounds, computed with numpy in a few passes over the sends), so an algorithm
 far beyond a runtime's limits is refused in seconds instead of after minutes of lowering.
@@ -46,11 +46,12 @@ import numpy as np
 
 from collsynth.errors import ExportError
 from collsynth.export.runtimes import Runtime, get_runtime, runtime_names
+from collsynth.export.stats import LimitFigures, Peak, ProgramStats, program_stats
+
+from collsynth.export.program import Program
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
-    from collsynth.export.lower import ProgramStats
-    from collsynth.export.program import Program
 
 __all__ = ["Limit", "LIMITS", "runtime_limits", "get_limit", "Peak", "LimitFigures",
            "LimitViolation", "find_limit_violations", "estimate_figures", "estimate_limits",
@@ -173,39 +174,6 @@ def get_limit(runtime: str, name: str) -> Limit:
 
 
 @dataclass(frozen=True)
-class Peak:
-    """The largest value of one limited quantity in one scope (usually a rank), and where.
-    ``at_least``: ``value`` is a lower bound (an estimate made before lowering)."""
-
-    value: int
-    where: str
-    at_least: bool = False
-
-
-@dataclass(frozen=True)
-class LimitFigures:
-    """Everything the limits are evaluated on.
-
-    Per-rank tuples hold one :class:`Peak` per rank (rank order); the ``<algo>`` element's
-    children are the ``ngpus`` ``<gpu>`` elements. ``None``: not known (an estimate cannot
-    know ``cnt``, offsets or dependencies before lowering).
-    """
-
-    ngpus: int
-    nchannels: int
-    threadblocks: tuple[Peak, ...]
-    steps: tuple[Peak, ...]
-    send_tbs_per_channel: tuple[Peak, ...]
-    recv_tbs_per_channel: tuple[Peak, ...]
-    nodes: tuple[Peak, ...]
-    children: tuple[Peak, ...]
-    cnt: tuple[Peak, ...] | None = None
-    offset: tuple[Peak, ...] | None = None
-    depid: tuple[Peak, ...] | None = None
-    fusion: tuple[Peak, ...] | None = None
-
-
-@dataclass(frozen=True)
 class LimitViolation:
     """One limit of one runtime that a program (or, estimated, an algorithm) exceeds.
 
@@ -284,8 +252,6 @@ def _figures_of(subject: object) -> LimitFigures:
     figures = getattr(subject, "figures", None)
     if isinstance(figures, LimitFigures):  # ProgramStats
         return figures
-    from collsynth.export.lower import program_stats
-    from collsynth.export.program import Program
 
     if isinstance(subject, Program):
         return program_stats(subject).figures
@@ -302,7 +268,7 @@ def find_limit_violations(program_or_stats: Program | ProgramStats | LimitFigure
     ----------
     program_or_stats:
         A :class:`~collsynth.export.program.Program`, its
-        :func:`~collsynth.export.lower.program_stats`, or :class:`LimitFigures` (for example
+        :func:`~collsynth.export.stats.program_stats`, or :class:`LimitFigures` (for example
         from :func:`estimate_figures`).
     runtime:
         ``msccl``, ``rccl`` or ``msccl-executor``.

@@ -63,6 +63,7 @@ Examples
 >>> program = lower(ring, runtime="rccl")
 >>> program.coll, program.nchunksperloop, program.min_bytes, program.max_bytes
 ('allgather', 3, 0, 0)
+>>> from collsynth.export.stats import program_stats
 >>> stats = program_stats(program)
 >>> stats.threadblocks, stats.max_steps_per_threadblock, stats.scratch_chunks
 ((2, 2, 2), 4, (0, 0, 0))
@@ -75,7 +76,6 @@ import heapq
 import re
 from collections import defaultdict
 from contextlib import contextmanager
-from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
@@ -85,13 +85,12 @@ from collsynth.algorithm.model import Algorithm
 from collsynth.algorithm.verify import verify
 from collsynth.errors import ExportError
 from collsynth.export.layout import Layout, Loc, collective_layout
-from collsynth.export.limits import (CHANNEL_POLICIES, LimitFigures, Peak, channel_of,
-                                     estimate_limits, find_limit_violations, limit_error)
+from collsynth.export.limits import (CHANNEL_POLICIES, channel_of, estimate_limits,
+                                     find_limit_violations, limit_error)
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.export.runtimes import Runtime, get_runtime
 
-__all__ = ["lower", "check_limits", "program_stats", "ProgramStats", "PROTOCOLS", "MAX_NODES",
-           "max_bytes_attribute"]
+__all__ = ["lower", "check_limits", "PROTOCOLS", "MAX_NODES", "max_bytes_attribute"]
 
 #: Protocols the runtimes accept (case sensitive).
 PROTOCOLS = ("Simple", "LL", "LL128")
@@ -99,142 +98,10 @@ PROTOCOLS = ("Simple", "LL", "LL128")
 MAX_NODES = 4096
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.,:;=+()\[\]-]")
 
-_TYPE, _CNT, _SRCOFF, _DSTOFF, _DEPID = (attrgetter(name) for name in (
-    "type", "cnt", "srcoff", "dstoff", "depid"))
 
 # A threadblock of one rank before numbering: (send peer, recv peer, channel).
 _TbKey = tuple[int, int, int]
 _LOCAL_TB: _TbKey = (-1, -1, 0)
-
-
-@dataclass(frozen=True)
-class ProgramStats:
-    """Size figures of a :class:`Program`, per GPU in rank order.
-
-    ``figures`` holds, per rank, the largest value of every quantity a runtime limits and
-    where it occurs (:mod:`collsynth.export.limits`); :func:`find_limit_violations
-    <collsynth.export.limits.find_limit_violations>` evaluates them.
-    """
-
-    threadblocks: tuple[int, ...]
-    max_steps_per_threadblock: int
-    scratch_chunks: tuple[int, ...]
-    nops: int
-    figures: LimitFigures | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def max_threadblocks(self) -> int:
-        return max(self.threadblocks, default=0)
-
-    @property
-    def max_scratch_chunks(self) -> int:
-        return max(self.scratch_chunks, default=0)
-
-    def summary(self) -> str:
-        """``tbs/gpu <= 3, steps/tb <= 7, scratch/gpu <= 2``."""
-        return (f"threadblocks/GPU <= {self.max_threadblocks}, steps/threadblock <= "
-                f"{self.max_steps_per_threadblock}, scratch chunks/GPU <= "
-                f"{self.max_scratch_chunks}")
-
-
-def program_stats(program: Program) -> ProgramStats:
-    """Threadblocks per GPU, most steps in a threadblock, scratch chunks per GPU, and the
-    figures the runtimes' limits apply to, in one pass over the steps."""
-    ngpus = len(program.gpus)
-    nops = 0
-    most_steps = 0
-    figure: dict[str, list[Peak]] = defaultdict(list)
-    for gpu in program.gpus:
-        q = gpu.id
-        longest, longest_tb = -1, -1
-        total = 0
-        senders: dict[int, int] = defaultdict(int)
-        receivers: dict[int, int] = defaultdict(int)
-        cnt = offset = depid = fusion = (-1, -1, -1)   # (value, tb, position)
-        for tb in gpu.threadblocks:
-            steps = tb.steps
-            total += len(steps)
-            if len(steps) > longest:
-                longest, longest_tb = len(steps), tb.id
-            if tb.send >= 0:
-                senders[tb.chan] += 1
-            if tb.recv >= 0:
-                receivers[tb.chan] += 1
-            if not steps:
-                continue
-            # Whole-list passes (C speed) for the maxima; a step loop only for 're' runs.
-            types = list(map(_TYPE, steps))
-            depids = list(map(_DEPID, steps))
-            top = max(depids)
-            if top > depid[0]:
-                depid = (top, tb.id, depids.index(top))
-            skipped = types.count("nop")
-            nops += skipped
-            if skipped == len(steps):
-                continue
-            if skipped:   # cnt and offsets of nops are not read by the runtimes
-                where = [i for i, kind in enumerate(types) if kind != "nop"]
-                real = [steps[i] for i in where]
-            else:
-                where, real = None, steps
-            counts = list(map(_CNT, real))
-            top = max(counts)
-            if top > cnt[0]:
-                index = counts.index(top)
-                cnt = (top, tb.id, index if where is None else where[index])
-            offsets = list(map(max, map(_SRCOFF, real), map(_DSTOFF, real)))
-            top = max(offsets)
-            if top > offset[0]:
-                index = offsets.index(top)
-                offset = (top, tb.id, index if where is None else where[index])
-            if "re" in types:
-                run = 0                      # fusable 're' steps ending at the last real step
-                previous = None              # the last non-nop step
-                for position, step in enumerate(steps):
-                    kind = step.type
-                    if kind == "nop":
-                        continue
-                    if kind == "re":
-                        if (previous is not None and previous.type == "re"
-                                and not previous.hasdep and step.depid < 0
-                                and previous.dstbuf == step.dstbuf
-                                and previous.dstoff == step.dstoff
-                                and previous.srcbuf == step.srcbuf):
-                            run += 1
-                        else:
-                            run = 1
-                        if run > fusion[0]:
-                            fusion = (run, tb.id, position)
-                    else:
-                        run = 0
-                    previous = step
-        most_steps = max(most_steps, longest)
-        tbs = len(gpu.threadblocks)
-        figure["threadblocks"].append(Peak(tbs, f"rank {q}"))
-        figure["steps"].append(Peak(max(longest, 0), f"threadblock {longest_tb} of rank {q}"))
-        figure["nodes"].append(Peak(1 + ngpus + tbs + total, f"rank {q}"))
-        figure["children"].append(Peak(tbs, f"the <gpu> of rank {q}") if tbs >= longest
-                                  else Peak(longest, f"threadblock {longest_tb} of rank {q}"))
-        for name, counts, kind in (("send", senders, "sending"), ("recv", receivers,
-                                                                  "receiving")):
-            chan = max(counts, key=lambda c: (counts[c], -c), default=0)
-            figure[name].append(Peak(counts.get(chan, 0), f"rank {q} on channel {chan}"))
-        for name, (value, tb_id, position) in (("cnt", cnt), ("offset", offset),
-                                               ("depid", depid), ("fusion", fusion)):
-            figure[name].append(Peak(max(value, 0), f"step {position} of threadblock {tb_id} "
-                                                    f"of rank {q}"))
-    figures = LimitFigures(
-        ngpus=ngpus, nchannels=program.nchannels, threadblocks=tuple(figure["threadblocks"]),
-        steps=tuple(figure["steps"]), send_tbs_per_channel=tuple(figure["send"]),
-        recv_tbs_per_channel=tuple(figure["recv"]), nodes=tuple(figure["nodes"]),
-        children=tuple(figure["children"]),
-        cnt=tuple(figure["cnt"]), offset=tuple(figure["offset"]), depid=tuple(figure["depid"]),
-        fusion=tuple(figure["fusion"]))
-    return ProgramStats(
-        threadblocks=tuple(p.value for p in figures.threadblocks),
-        max_steps_per_threadblock=most_steps,
-        scratch_chunks=tuple(g.s_chunks for g in program.gpus),
-        nops=nops, figures=figures)
 
 
 def max_bytes_attribute(runtime: Runtime | str, max_bytes: int | None) -> int | None:

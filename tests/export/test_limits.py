@@ -20,7 +20,8 @@ from collsynth.export.limits import (CHANNELS, COUNT, DEPID, FUSION, LIMITS, NOD
                                      PER_CHANNEL, STEPS, SUBS, THREADBLOCKS, LimitViolation,
                                      estimate_all, estimate_figures, estimate_limits,
                                      find_limit_violations, get_limit, runtime_limits)
-from collsynth.export.lower import check_limits, program_stats
+from collsynth.export.lower import check_limits
+from collsynth.export.stats import program_stats
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.export.runtimes import RUNTIMES, runtime_names
 from collsynth.topology import get_topology

@@ -12,7 +12,8 @@ from collsynth.collective import Collective, allgather, alltoall, from_condition
 from collsynth.errors import ExportError, VerificationError
 from collsynth.export.check import check_program
 from collsynth.export.layout import collective_layout
-from collsynth.export.lower import lower, max_bytes_attribute, program_stats
+from collsynth.export.lower import lower, max_bytes_attribute
+from collsynth.export.stats import program_stats
 from collsynth.topology import get_topology
 
 

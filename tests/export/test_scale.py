@@ -13,7 +13,7 @@ from collsynth.collective import allgather
 from collsynth.errors import ExportError, VerificationError
 from collsynth.export import check_program, lower, read_program, write_program
 from collsynth.export.limits import PER_CHANNEL, estimate_limits, find_limit_violations
-from collsynth.export.lower import program_stats
+from collsynth.export.stats import program_stats
 from collsynth.export.runtimes import runtime_names
 from collsynth.resolve import resolve_topology
 from collsynth.topology import get_topology
