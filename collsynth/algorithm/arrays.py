@@ -28,7 +28,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from collsynth.algorithm.model import Send
+from collsynth.algorithm.send import Send
 from collsynth.errors import InvalidInstanceError
 
 __all__ = ["SendBlock", "as_send_block", "sends_as_arrays"]

@@ -16,30 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
+from collsynth.algorithm.arrays import SendBlock
+from collsynth.algorithm.send import Send
 from collsynth.collective.model import Collective
 from collsynth.errors import InvalidInstanceError
 from collsynth.topology.model import Topology
 
-if TYPE_CHECKING:
-    from collsynth.algorithm.arrays import SendBlock
-
 __all__ = ["Send", "Step", "Instance", "Algorithm"]
-
-
-@dataclass(frozen=True, order=True)
-class Send:
-    """One chunk over one link in one step.
-
-    ``reduce=False``: ``dst`` replaces its value of ``chunk`` with ``src``'s.
-    ``reduce=True``: ``dst`` adds ``src``'s value of ``chunk`` into its own.
-    """
-
-    chunk: int
-    src: int
-    dst: int
-    reduce: bool = False
 
 
 @dataclass(frozen=True)
