@@ -23,7 +23,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
 
@@ -226,7 +226,7 @@ class _Capacity:
     """A topology's link bandwidths and bandwidth groups as arrays, built once per drawing."""
 
     def __init__(self, topology: Topology) -> None:
-        self.links = np.asarray(topology.links, dtype=np.int64)
+        self.links = topology.link_array
         # Each group that can bind: its limit and the flat indices src * n + dst of its links.
         n = topology.num_ranks
         self.groups = [(group.limit, np.fromiter((a * n + b for a, b in covered), dtype=np.int64,
@@ -334,11 +334,10 @@ def layout_of(topology: Topology) -> Layout:
     ('circle', [[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])
     """
     n = topology.num_ranks
-    network = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
-    per_node = network.get("ranks_per_node") if isinstance(network, Mapping) else None
-    nodes = network.get("nodes") if isinstance(network, Mapping) else None
-    if _is_int(per_node) and _is_int(nodes) and nodes > 1 and per_node * nodes == n:
-        return _nodes_layout(topology, str(network.get("composed_from", "")), per_node, nodes)
+    layout = topology.layout
+    if layout is not None and layout.multi_node:
+        return _nodes_layout(topology, layout.composed_from, layout.ranks_per_node,
+                             layout.nodes)
     kind, positions, switch = _node_layout(topology.name, topology.links, topology.groups, n)
     centre = positions.mean(axis=0)
     return Layout(kind, positions, _node_radius(positions),
@@ -784,8 +783,7 @@ def _heatmaps(topology: Topology, chosen: list[StepTraffic], aggregate: bool, ti
     smallest = min((int(m[m > 0].min()) for m in matrices if m.any()), default=1)
     # A log scale when loads differ by much (a NIC link next to NVLinks), else linear.
     norm = LogNorm(vmin=smallest, vmax=top) if top >= 20 * smallest else Normalize(0, top)
-    network = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
-    per_node = network.get("ranks_per_node") if isinstance(network, Mapping) else None
+    per_node = topology.layout.ranks_per_node if topology.layout is not None else None
     image = None
     for index, (matrix, text) in enumerate(zip(matrices, titles)):
         ax = figure.add_subplot(rows, columns, index + 1)

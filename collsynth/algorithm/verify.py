@@ -388,7 +388,7 @@ class _VectorisedReplay:
     # -- global checks: rounds, ranges, links, loads -----------------------------------------
 
     def run(self) -> None:
-        links = np.asarray(self.topology.links, dtype=np.int64).reshape(-1)
+        links = self.topology.link_array.reshape(-1)
         groups = _group_incidence(self.topology)
         steps = []
         for t, step in enumerate(self.algorithm.steps):

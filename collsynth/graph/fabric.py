@@ -70,7 +70,7 @@ class Fabric:
 
 def link_matrix(topology: Topology) -> np.ndarray:
     """``links[src][dst]`` as an ``int64`` numpy matrix."""
-    return np.array(topology.links, dtype=np.int64)
+    return topology.link_array
 
 
 class _Vertices:
@@ -181,12 +181,9 @@ def build_fabric(topology: Topology) -> Fabric:
 
 def _regions(topology: Topology) -> np.ndarray:
     """The node of every rank for a composed topology, else ``-1`` everywhere."""
-    network = topology.metadata.get("network") if hasattr(topology.metadata, "get") else None
-    n = topology.num_ranks
-    if isinstance(network, dict):
-        per_node, nodes = network.get("ranks_per_node"), network.get("nodes")
-        if isinstance(per_node, int) and isinstance(nodes, int) and per_node * nodes == n:
-            return np.arange(n, dtype=np.int64) // per_node
+    layout, n = topology.layout, topology.num_ranks
+    if layout is not None:
+        return np.arange(n, dtype=np.int64) // layout.ranks_per_node
     return np.full(n, -1, dtype=np.int64)
 
 

@@ -49,15 +49,11 @@ def node_shift(topology: Topology) -> NodeShift | None:
     >>> node_shift(get_topology("ring:4")) is None
     True
     """
-    network = topology.metadata.get("network") if hasattr(topology.metadata, "get") else None
-    if not isinstance(network, dict):
+    layout = topology.layout
+    if layout is None or not layout.multi_node:
         return None
-    per_node, nodes = network.get("ranks_per_node"), network.get("nodes")
-    n = topology.num_ranks
-    if not (isinstance(per_node, int) and isinstance(nodes, int) and nodes > 1
-            and per_node * nodes == n):
-        return None
-    links = np.array(topology.links, dtype=np.int64)
+    per_node, nodes, n = layout.ranks_per_node, layout.nodes, topology.num_ranks
+    links = topology.link_array
     if not np.array_equal(np.roll(links, (per_node, per_node), axis=(0, 1)), links):
         return None
     keys = {_group_key(g.sources, g.destinations, g.limit) for g in topology.groups}

@@ -58,7 +58,6 @@ from collsynth.synthesis.hierarchical import (
     _build,
     _Capacity,
     _check_node_algorithm,
-    _link_array,
     _scaled_rounds,
     _solve_node,
     network_layout,
@@ -196,7 +195,7 @@ def _composed_structure(topology: Topology) -> _Composed | None:
     except InvalidTopologyError:
         return None
     K, n, total = layout.nodes, layout.ranks_per_node, layout.num_ranks
-    links = _link_array(topology)
+    links = topology.link_array
     node_of = np.arange(total) // n
     between = node_of[:, None] != node_of[None, :]
     values = np.unique(links[between]) if K > 1 else np.array([0])

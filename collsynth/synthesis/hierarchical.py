@@ -156,22 +156,14 @@ def network_layout(topology: Topology) -> NetworkLayout:
     ...
     collsynth.errors.InvalidTopologyError: topology 'ring:4' is not a multi-node topology: ...
     """
-    meta = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
-    if not isinstance(meta, Mapping):
+    layout = topology.layout
+    if layout is None:
         raise InvalidTopologyError(
             f"topology {topology.name!r} is not a multi-node topology: it has no "
             "metadata['network']; build one with compose_nodes(node, K) or "
             "resolve_topology(spec, nodes=K)")
-    nodes, n = meta.get("nodes"), meta.get("ranks_per_node")
-    for key, value in (("nodes", nodes), ("ranks_per_node", n)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InvalidTopologyError(f"topology {topology.name!r}: metadata['network'][{key!r}] "
-                                       f"= {value!r}; expected a positive whole number")
-    if nodes * n != topology.num_ranks:
-        raise InvalidTopologyError(
-            f"topology {topology.name!r}: metadata['network'] describes {nodes} nodes of {n} ranks "
-            f"but the topology has {topology.num_ranks} ranks")
-    links = _link_array(topology)
+    nodes, n = layout.nodes, layout.ranks_per_node
+    links = topology.link_array
     first = links[:n, :n]
     for k in range(1, nodes):
         block = links[k * n:(k + 1) * n, k * n:(k + 1) * n]
@@ -193,11 +185,6 @@ def network_layout(topology: Topology) -> NetworkLayout:
         description=f"one node of {topology.name}",
     )
     return NetworkLayout(nodes=nodes, ranks_per_node=n, node=node)
-
-
-def _link_array(topology: Topology) -> np.ndarray:
-    n = topology.num_ranks
-    return np.asarray(topology.links, dtype=np.int64).reshape(n, n)
 
 
 # -- pricing steps exactly -----------------------------------------------------------------------
@@ -676,7 +663,7 @@ def _check_network(topology: Topology, layout: NetworkLayout, family: str) -> No
     """Refuse a layout missing the NIC links the construction sends over."""
     if layout.nodes == 1:
         return
-    links = _link_array(topology)
+    links = topology.link_array
     n, total = layout.ranks_per_node, layout.num_ranks
     ranks = np.arange(total)
     if family == "alltoall":

@@ -201,15 +201,16 @@ def cost_model(topology: "Topology", *, gamma_us_per_byte: Real = 0.0,
         topology = calibration.apply(topology)
     base = from_topology(topology)
     gamma = float(gamma_us_per_byte)
-    network = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
-    if not isinstance(network, Mapping) or int(network.get("nodes", 1)) < 2:
+    layout = topology.layout
+    if layout is None or not layout.multi_node:
         return CostModel(base, gamma_us_per_byte=gamma)
-    per_node = int(network["ranks_per_node"])
+    per_node = layout.ranks_per_node
     if network_alpha_us is None:
-        network_alpha_us = network.get("alpha_us", NETWORK_ALPHA_US)
+        network_alpha_us = layout.network_alpha_us if layout.network_alpha_us is not None \
+            else NETWORK_ALPHA_US
     beta = from_topology(topology).beta_us_per_byte
-    declared, units = network.get("nic_gbps_declared"), network.get("nic_units")
-    if isinstance(declared, (int, float)) and isinstance(units, int) and declared > 0 and units > 0:
+    declared, units = layout.nic_gbps_declared, layout.nic_units
+    if declared is not None and units is not None and declared > 0 and units > 0:
         beta = 1 / (declared / units * 1e3)  # the NIC's own GB/s per unit, before rounding
     return CostModel(base, AlphaBeta(float(network_alpha_us), beta), per_node, gamma)
 

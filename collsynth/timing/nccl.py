@@ -261,9 +261,9 @@ def ring_channels(topology: "Topology", *, max_channels: int = 64, budget: int =
     n = topology.num_ranks
     if n < 2:
         return ()
-    network = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
-    if isinstance(network, Mapping) and int(network.get("nodes", 1)) > 1:
-        per_node = int(network["ranks_per_node"])
+    layout = topology.layout
+    if layout is not None and layout.multi_node:
+        per_node = layout.ranks_per_node
         return _composed_rings(topology, per_node, n // per_node, max_channels, budget)
     bound = _ring_bound(topology, max_channels)
     best: tuple[tuple[int, ...], ...] = ()
@@ -447,8 +447,7 @@ def nccl_setup(topology: "Topology", *, model: "CostModel | None" = None,
         When the topology has no directed ring through every rank and ``channels`` is not given.
     """
     n = topology.num_ranks
-    network = topology.metadata.get("network") if isinstance(topology.metadata, Mapping) else None
-    nodes = int(network.get("nodes", 1)) if isinstance(network, Mapping) else 1
+    nodes = topology.layout.nodes if topology.layout is not None else 1
     rings = ring_channels(topology)
     if channels is not None:
         if not isinstance(channels, int) or channels < 1:

@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
+from collsynth.topology.layout import NodeLayout, node_layout
 
 __all__ = ["BandwidthGroup", "Topology", "MAX_RANKS"]
 
@@ -161,6 +164,19 @@ class Topology:
     def bandwidth(self, src: int, dst: int) -> int:
         """Chunks per round from ``src`` to ``dst`` (0 when there is no link)."""
         return self.links[src][dst]
+
+    @cached_property
+    def layout(self) -> "NodeLayout | None":
+        """The node layout of a multi-node topology (``None`` for one node), read once from
+        ``metadata["network"]`` (:mod:`collsynth.topology.layout`)."""
+        return node_layout(self.metadata, name=self.name, num_ranks=self.num_ranks)
+
+    @cached_property
+    def link_array(self) -> np.ndarray:
+        """``links`` as a read-only ``n x n`` int64 array (``[src, dst]``), built once."""
+        array = np.array(self.links, dtype=np.int64).reshape(self.num_ranks, self.num_ranks)
+        array.flags.writeable = False
+        return array
 
     @cached_property
     def edges(self) -> tuple[tuple[int, int, int], ...]:

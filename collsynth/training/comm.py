@@ -201,10 +201,9 @@ def topology_signature(topology: "Topology") -> tuple:
 
 
 def _network(topology: "Topology") -> Mapping | None:
-    metadata = topology.metadata if isinstance(topology.metadata, Mapping) else {}
-    network = metadata.get("network")
-    if isinstance(network, Mapping) and int(network.get("nodes", 1)) > 1:
-        return network
+    """The raw ``metadata["network"]`` of a multi-node topology (copied into sub-topologies)."""
+    if topology.layout is not None and topology.layout.multi_node:
+        return topology.metadata["network"]
     return None
 
 

@@ -199,7 +199,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     options = options or PackingOptions()
     started = time.perf_counter()
     n = topology.num_ranks
-    links = np.array(topology.links, dtype=np.int64)
+    links = topology.link_array
     shift = node_shift(topology) if len(roots) == n else None
     reps = list(range(shift.ranks_per_node)) if shift is not None else list(roots)
     rows = row_classes(topology, links, shift)
