@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from collsynth.collective.kinds import canonical_name
 from collsynth.collective.model import Collective
 from collsynth.errors import InvalidCollectiveError, UnknownNameError
 
@@ -163,21 +164,6 @@ MULTIROOT_COLLECTIVES: dict[str, Callable[[int, Sequence[int]], Collective]] = {
     "multiroot_gather": multiroot_gather,
 }
 
-_ALIASES = {
-    "reducescatter": "reduce_scatter",
-    "reduce-scatter": "reduce_scatter",
-    "all_gather": "allgather",
-    "all-gather": "allgather",
-    "all_reduce": "allreduce",
-    "all-reduce": "allreduce",
-    "all_to_all": "alltoall",
-    "all-to-all": "alltoall",
-    "multiroot-broadcast": "multiroot_broadcast",
-    "multiroot-scatter": "multiroot_scatter",
-    "multiroot-gather": "multiroot_gather",
-}
-
-
 def standard_names() -> list[str]:
     """Every standard collective name."""
     return sorted({*STANDARD_COLLECTIVES, *ROOTED_COLLECTIVES, *MULTIROOT_COLLECTIVES})
@@ -195,8 +181,7 @@ def standard_collective(
     >>> standard_collective("broadcast", 4, root=2).roots
     (2,)
     """
-    key = name.strip().lower()
-    key = _ALIASES.get(key, key)
+    key = canonical_name(name)
     if key in STANDARD_COLLECTIVES:
         if root is not None or roots:
             raise InvalidCollectiveError(f"{key} takes no root")
@@ -226,8 +211,7 @@ def standard_name(name: str) -> str | None:
     >>> standard_name("All-Gather"), standard_name("reducescatter"), standard_name("pairs")
     ('allgather', 'reduce_scatter', None)
     """
-    key = name.strip().lower()
-    key = _ALIASES.get(key, key.replace("-", "_"))
+    key = canonical_name(name)
     return key if key in standard_names() else None
 
 

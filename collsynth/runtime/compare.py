@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.model import Collective
+from collsynth.collective.kinds import KINDS, canonical_name
+from collsynth.collective.kinds import busbw_factor as kinds_busbw_factor
 from collsynth.export.program import Program
 from collsynth.runtime._common import (
     DEFAULT_TIMEOUT_S,
@@ -97,13 +99,10 @@ def busbw_factor(kind: str, num_ranks: int) -> float:
     >>> busbw_factor("allreduce", 4), busbw_factor("allgather", 4), busbw_factor("reduce", 4)
     (1.5, 0.75, 1.0)
     """
-    n = num_ranks
-    if kind == "allreduce":
-        return 2 * (n - 1) / n
-    if kind in ("allgather", "reduce_scatter", "alltoall", "gather", "scatter",
-                "custom_gather", "custom_scatter"):
-        return (n - 1) / n
-    return 1.0
+    key = {"custom_gather": "gather", "custom_scatter": "scatter"}.get(kind, kind)
+    if canonical_name(key) not in {k.name for k in KINDS}:
+        return 1.0
+    return float(kinds_busbw_factor(key, num_ranks))
 
 
 def size_bytes(kind: str, num_ranks: int, block_elems: int, element_size: int,

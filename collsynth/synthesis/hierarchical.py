@@ -82,7 +82,7 @@ from collsynth.errors import (
     UnknownNameError,
     VerificationError,
 )
-from collsynth.timing.logs import canonical_collective
+from collsynth.collective.kinds import canonical_name
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import BandwidthGroup, Topology
 
@@ -652,7 +652,7 @@ class HierarchicalResult:
 
 
 def _family(name: str) -> str:
-    key = canonical_collective(str(name))
+    key = canonical_name(str(name))
     if key not in HIERARCHICAL_COLLECTIVES:
         raise UnknownNameError(f"no hierarchical algorithm for collective {name!r}; valid: "
                                f"{', '.join(HIERARCHICAL_COLLECTIVES)}")

@@ -51,6 +51,7 @@ from fractions import Fraction
 from numbers import Rational, Real
 from typing import TYPE_CHECKING, Sequence, Union
 
+from collsynth.collective.kinds import KINDS, canonical_name
 from collsynth.errors import InvalidInstanceError, InvalidTopologyError, UnknownNameError
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
@@ -71,30 +72,9 @@ __all__ = [
 Point = Sequence[Union[int, Fraction]]
 
 #: How many base chunks the ``size_bytes`` of each standard collective holds (nccl-tests
-#: convention), as a function of the number of ranks ``n``. ``base chunk = size_bytes / count``.
-BUFFER_CHUNKS = {
-    # size = output buffer = n * per-rank input; base chunk = one rank's input.
-    "allgather": lambda n: n,
-    # size = input buffer = n * per-rank output; base chunk = one rank's output.
-    "reduce_scatter": lambda n: n,
-    # size = the buffer; the base chunk is the whole buffer.
-    "allreduce": lambda n: 1,
-    # size = per-rank buffer = n * per-pair block; base chunk = one (src, dst) block.
-    "alltoall": lambda n: n,
-    # size = the buffer; the base chunk is the whole buffer.
-    "broadcast": lambda n: 1,
-    "reduce": lambda n: 1,
-    # size = the root's buffer = n chunks, one per rank; base chunk = one rank's part.
-    "gather": lambda n: n,
-    "scatter": lambda n: n,
-}
-
-_ALIASES = {
-    "reducescatter": "reduce_scatter",
-    "all_gather": "allgather",
-    "all_reduce": "allreduce",
-    "all_to_all": "alltoall",
-}
+#: convention), as a function of the number of ranks ``n``: ``base chunk = size_bytes / count``
+#: (from :mod:`collsynth.collective.kinds`).
+BUFFER_CHUNKS = {kind.name: kind.chunks for kind in KINDS if kind.chunks is not None}
 
 
 @dataclass(frozen=True)
@@ -195,8 +175,7 @@ def base_chunk_bytes(collective_name: str, num_ranks: int, size_bytes: Real) -> 
     >>> base_chunk_bytes("All-Reduce", 4, 4096)
     Fraction(4096, 1)
     """
-    key = collective_name.strip().lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
+    key = canonical_name(collective_name)
     if key not in BUFFER_CHUNKS:
         raise UnknownNameError(
             f"no buffer-size convention for collective {collective_name!r}; known: "

@@ -94,6 +94,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from collsynth.collective.kinds import KINDS, canonical_name
 from collsynth._files import read_bytes_bounded
 from collsynth.errors import FileFormatError
 
@@ -115,31 +116,11 @@ _MAX_RANKS = 1 << 20
 #: Values of :attr:`BenchmarkLog.source`.
 LOG_FORMATS = ("nccl-tests", "nccl-tests-json", "param-comms")
 
-# Known collectives: spellings in benchmark names and file names -> collsynth's name.
-_COLLECTIVE_NAMES = {
-    "allreduce": "allreduce", "all_reduce": "allreduce",
-    "allgather": "allgather", "all_gather": "allgather", "all_gather_base": "allgather",
-    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "reduce_scatter_base": "reduce_scatter",
-    "alltoall": "alltoall", "all_to_all": "alltoall", "alltoallv": "alltoallv",
-    "all_to_allv": "alltoallv",
-    "broadcast": "broadcast", "bcast": "broadcast", "reduce": "reduce", "gather": "gather",
-    "scatter": "scatter", "sendrecv": "sendrecv", "hypercube": "hypercube",
-}
-# nccl-tests' bus-bandwidth factors (busbw = algbw * factor) as functions of the rank count n.
-_BUSBW_FACTORS = {
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "alltoallv": lambda n: (n - 1) / n,
-    "gather": lambda n: (n - 1) / n,
-    "scatter": lambda n: (n - 1) / n,
-    "hypercube": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-}
+# Kinds a benchmark log may measure (collsynth.collective.kinds), their spellings in benchmark
+# names and file names, and nccl-tests' bus-bandwidth factors (busbw = algbw * factor).
+_LOGGED = {k.name: k for k in KINDS if k.roots != "many" and k.name != "send"}
+_COLLECTIVE_NAMES = {s: k.name for k in _LOGGED.values() for s in (k.name, *k.spellings)}
+_BUSBW_FACTORS = {name: kind.busbw for name, kind in _LOGGED.items()}
 # Longest spelling first, so "reduce_scatter" wins over "reduce" and "all_reduce" over "reduce".
 _NAME_IN_FILE = re.compile(
     r"(?<![a-z0-9])(" + "|".join(sorted(map(re.escape, _COLLECTIVE_NAMES), key=len, reverse=True))
@@ -238,9 +219,7 @@ def canonical_collective(name: str) -> str:
     >>> canonical_collective("all_to_all"), canonical_collective("reduce-scatter")
     ('alltoall', 'reduce_scatter')
     """
-    key = name.strip().lower().replace("-", "_")
-    key = re.sub(r"_perf(?:_mpi)?$", "", key)
-    return _COLLECTIVE_NAMES.get(key, key)
+    return canonical_name(name)
 
 
 def busbw_factor(collective: str, ranks: int) -> float:

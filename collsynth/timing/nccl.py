@@ -85,6 +85,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import sympy
 
+from collsynth.collective.kinds import KINDS, canonical_name, collective_kind
 from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameError
 from collsynth.timing.alphabeta import exact_fraction
 from collsynth.timing.model import SIZE, CostModel, _as_model
@@ -143,24 +144,8 @@ TREE_LL128_MULTINODE = Fraction("0.92") * Fraction(120, 128)
 #: Collectives NCCL runs with its ring (and, for allreduce, tree) algorithms.
 _RING_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
 
-_ALIASES = {"reducescatter": "reduce_scatter", "all_gather": "allgather", "all_reduce": "allreduce",
-            "all_to_all": "alltoall"}
-
-_BUSBW = {
-    "allreduce": lambda n: Fraction(2 * (n - 1), n),
-    "reduce_scatter": lambda n: Fraction(n - 1, n),
-    "allgather": lambda n: Fraction(n - 1, n),
-    "alltoall": lambda n: Fraction(n - 1, n),
-    "gather": lambda n: Fraction(n - 1, n),
-    "scatter": lambda n: Fraction(n - 1, n),
-    "broadcast": lambda n: Fraction(1),
-    "reduce": lambda n: Fraction(1),
-}
-
-
 def _key(name: str) -> str:
-    key = name.strip().lower().replace("-", "_")
-    return _ALIASES.get(key, key)
+    return canonical_name(name)
 
 
 @dataclass(frozen=True)
@@ -556,18 +541,19 @@ def best_choice(choices: Iterable[NcclChoice], size_bytes: Real) -> NcclChoice:
 
 
 def busbw_factor(collective: str, num_ranks: int) -> Fraction:
-    """nccl-tests' bus bandwidth factor: ``busbw = algbw * factor``.
+    """nccl-tests' bus bandwidth factor: ``busbw = algbw * factor``
+    (:func:`collsynth.collective.kinds.busbw_factor`, for the kinds NCCL runs).
 
     >>> busbw_factor("allreduce", 8), busbw_factor("allgather", 8), busbw_factor("broadcast", 8)
     (Fraction(7, 4), Fraction(7, 8), Fraction(1, 1))
     """
-    key = _key(collective)
-    if key not in _BUSBW:
+    kind = collective_kind(collective)
+    if not kind.standard or kind.roots == "many":
         raise UnknownNameError(f"no bus-bandwidth factor for {collective!r}; known: "
-                               f"{', '.join(sorted(_BUSBW))}")
+                               f"{', '.join(k.name for k in KINDS if k.chunks is not None)}")
     if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
         raise InvalidInstanceError(f"num_ranks = {num_ranks!r}; expected a positive integer")
-    return _BUSBW[key](num_ranks)
+    return kind.busbw(num_ranks)
 
 
 def algbw_gbps(size_bytes: Real, time_us: Real) -> float:

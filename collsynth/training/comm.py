@@ -73,7 +73,7 @@ from numbers import Real
 from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameError
-from collsynth.timing.logs import canonical_collective
+from collsynth.collective.kinds import canonical_name
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
@@ -97,13 +97,8 @@ _log = logging.getLogger(__name__)
 #: The operations a :class:`CommModel` prices.
 COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "send")
 
-#: Names :func:`~collsynth.timing.logs.canonical_collective` does not know.
-_ALIASES = {"p2p": "send"}
-
-
 def _collective_key(name: str) -> str:
-    key = canonical_collective(str(name))
-    key = _ALIASES.get(key, key)
+    key = canonical_name(str(name))
     if key not in COLLECTIVES:
         raise UnknownNameError(f"collective {name!r}: the training simulator prices "
                                f"{', '.join(COLLECTIVES)}")
