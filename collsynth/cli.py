@@ -462,7 +462,7 @@ def _save(result: SynthesisResult, destination: _Destination, args: argparse.Nam
         save_algorithm(algorithm, path, extra_memory=result.instance.extra_memory)
     if destination.xml_directory is not None:
         from collsynth._output import path_in
-        from collsynth.cli_export import export_algorithm
+        from collsynth.export.pipeline import export_algorithm
         from collsynth.export.runtimes import runtime_names
 
         runtimes = runtime_names() if args.xml_runtime == "all" else [args.xml_runtime]

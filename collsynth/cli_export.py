@@ -40,100 +40,19 @@ from typing import Sequence
 from collsynth.cli_args import positive_int
 from collsynth._output import check_output_dir, check_output_file, path_in, write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
-from collsynth.algorithm.model import Algorithm
-from collsynth.errors import CollsynthError, ExportError, InputTooLargeError
-from collsynth.export.layout import collective_layout
-from collsynth.export.limits import LimitViolation, estimate_all, limit_error
-from collsynth.export.lower import PROTOCOLS, lower
-from collsynth.export.stats import program_stats
-from collsynth.export.program import Program
+from collsynth.errors import CollsynthError, ExportError
+from collsynth.export.limits import LimitViolation
+from collsynth.export.lower import PROTOCOLS
+from collsynth.export.pipeline import check_instances, export_programs
 from collsynth.export.runtimes import runtime_names
-from collsynth.export.xml_writer import write_program
+from collsynth.export.stats import program_stats
 
-__all__ = ["add_export_parser", "run_export", "export_algorithm", "check_exported",
-           "check_text", "EXPORT_RUNTIMES"]
+__all__ = ["add_export_parser", "run_export", "EXPORT_RUNTIMES"]
 
 _log = logging.getLogger(__name__)
 
 #: Values of ``--runtime``.
 EXPORT_RUNTIMES = (*runtime_names(), "all")
-#: Problems shown in an ExportError when the check fails.
-_SHOWN = 5
-_NOT_CHECKED = "postcondition not checked"
-
-
-def check_exported(program: Program, runtime: str, algorithm: Algorithm) -> None:
-    """Raise :class:`ExportError` with the checker's first problems unless ``program`` passes
-    :func:`collsynth.export.check.check_program` for ``runtime``.
-
-    The postcondition checked is the algorithm's collective (with its root). A custom
-    collective has no postcondition the checker knows; every other rule is still checked, and
-    the algorithm itself was verified before lowering.
-    """
-    from collsynth.export.check import check_program
-
-    layout = collective_layout(algorithm.collective, runtime,
-                               inplace=bool(program.inplace) and not program.outofplace)
-    kind = layout.kind.removeprefix("custom_")
-    collective = None if kind == "custom" else kind
-    roots = algorithm.collective.roots
-    root = roots[0] if roots and collective is not None else None
-    try:
-        report = check_program(program, runtime=runtime, collective=collective, root=root,
-                               strict=True)
-    except InputTooLargeError as exc:
-        raise ExportError(f"the {runtime} program is too large to check ({exc}); not written")\
-            from exc
-    problems = [p for p in report.problems
-                if not (collective is None and p.kind == "postcondition"
-                        and p.message.startswith(_NOT_CHECKED))]
-    if problems:
-        shown = "; ".join(str(p) for p in problems[:_SHOWN])
-        more = f"; and {len(problems) - _SHOWN} more" if len(problems) > _SHOWN else ""
-        raise ExportError(f"the {runtime} program fails the check: {shown}{more}")
-
-
-def check_text(text: str, runtime: str) -> None:
-    """Raise :class:`ExportError` if the runtimes' reader would trip on ``text`` (lexical rules
-    and required attributes, :func:`collsynth.export.xml_reader.text_problems`)."""
-    from collsynth.export.xml_reader import text_problems
-
-    problems = text_problems(text, runtime)
-    if problems:
-        shown = "; ".join(str(p) for p in problems[:_SHOWN])
-        raise ExportError(f"the {runtime} XML text fails the reader's rules: {shown}")
-
-
-def export_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *, runtime: str,
-                     proto: str = "Simple", channels: int = 1, instances: int = 1,
-                     inplace: bool = False, outofplace: bool = True,
-                     min_bytes: int | None = None, max_bytes: int | None = None,
-                     name: str | None = None) -> Program:
-    """Lower ``algorithm`` for ``runtime``, check it and write it to ``path``; return the program.
-
-    Options are those of :func:`collsynth.export.lower.lower`. Nothing is written when the
-    program fails the check.
-
-    Raises
-    ------
-    ExportError
-        The runtime cannot express the algorithm, limits are exceeded (all of them are
-        named, with the worst place and by how much, and listed in the error's
-        ``violations`` attribute; those certain from the sends are found before lowering), or
-        the check fails.
-    OSError
-        ``path`` cannot be written.
-    """
-    program = lower(algorithm, runtime=runtime, proto=proto, channels=channels,
-                    instances=instances, inplace=inplace, outofplace=outofplace,
-                    min_bytes=min_bytes, max_bytes=max_bytes, name=name)
-    check_exported(program, runtime, algorithm)
-    text = write_program(program, runtime)
-    check_text(text, runtime)
-    write_text_atomic(path, text)
-    return program
-
-
 # -- command line -------------------------------------------------------------------------------
 
 
@@ -210,42 +129,10 @@ def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict
     return paths
 
 
-#: (channels, policy) pairs ``--channels auto`` tries, fewest channels first: more channels
-#: spread a rank's steps (policy "chunk") or its peers (policy "peer") over more threadblocks, so
-#: per-threadblock and per-channel limits are met by the first that fits.
-AUTO_CHANNELS = ((1, "chunk"),) + tuple((c, by) for c in (2, 4, 8, 16, 32)
-                                         for by in ("chunk", "peer"))
-
-
 def _channels(text: str) -> int | str:
     if text == "auto":
         return text
     return positive_int(text)
-
-
-def _lower_all(algorithm: Algorithm, runtimes, args: argparse.Namespace, channels: int,
-               channel_by: str, inplace: bool, outofplace: bool
-               ) -> tuple[dict[str, Program], list]:
-    """Lower (and check) for every runtime; ``(programs, exceeded limits)``."""
-    exceeded: list = []
-    programs: dict[str, Program] = {}
-    for runtime in runtimes:
-        try:
-            program = lower(algorithm, runtime=runtime, proto=args.proto,
-                            channels=channels, channel_by=channel_by, instances=args.instances,
-                            inplace=inplace, outofplace=outofplace,
-                            min_bytes=args.min_bytes, max_bytes=args.max_bytes,
-                            name=args.name)
-        except ExportError as exc:
-            violations = getattr(exc, "violations", None)
-            if violations:  # gather every runtime's before giving up
-                exceeded.extend(violations)
-                continue
-            raise ExportError(f"{runtime}: {exc}") from exc
-        if not exceeded:  # otherwise nothing is written: the check can wait
-            check_exported(program, runtime, algorithm)
-        programs[runtime] = program
-    return programs, exceeded
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -264,50 +151,21 @@ def run_export(args: argparse.Namespace) -> int:
     outofplace = bool(args.outofplace) or not inplace
     runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
     try:
-        _check_instances(args.instances, runtimes)
+        check_instances(args.instances, runtimes)
         destinations = _destinations(args.output, runtimes, args.file)
         algorithm = load_algorithm(args.file)
-        choices = AUTO_CHANNELS if args.channels == "auto" else ((args.channels,
-                                                                  args.channel_by),)
-        # Limits every runtime will certainly exceed, from the sends: before any lowering.
-        estimated = {(channels, by): estimate_all(algorithm, runtimes, channels=channels,
-                                                  channel_by=by, instances=args.instances,
-                                                  inplace=inplace, outofplace=outofplace)
-                     for channels, by in choices}
-        hopeless = [runtime for runtime in runtimes
-                    if all(estimated[choice][runtime] for choice in choices)]
-        if hopeless:  # refused before lowering anything, with the largest channel count's figures
-            raise limit_error([v for runtime in hopeless for v in estimated[choices[-1]][runtime]],
-                              args.file, before_lowering=True)
-        programs: dict[str, Program] = {}
-        chosen: dict[str, tuple[int, str]] = {}
-        exceeded = []
-        for runtime in runtimes:
-            found, failed = None, []
-            for choice in choices:  # each runtime gets the fewest channels that fit it
-                if estimated[choice][runtime]:
-                    failed = estimated[choice][runtime]
-                    continue
-                lowered, failed = _lower_all(algorithm, [runtime], args, *choice, inplace,
-                                             outofplace)
-                if not failed:
-                    found = lowered[runtime]
-                    break
-            if found is None:
-                exceeded.extend(failed)
-            else:
-                programs[runtime], chosen[runtime] = found, choice
-        if exceeded:
-            raise limit_error(exceeded, args.file)
-        texts = {runtime: write_program(program, runtime) for runtime, program in programs.items()}
-        for runtime, text in texts.items():
-            check_text(text, runtime)
+        exported = export_programs(
+            algorithm, runtimes, subject=args.file, channels=args.channels,
+            channel_by=args.channel_by, proto=args.proto, instances=args.instances,
+            inplace=inplace, outofplace=outofplace, min_bytes=args.min_bytes,
+            max_bytes=args.max_bytes, name=args.name)
         for runtime, path in destinations.items():
-            write_text_atomic(path, texts[runtime])
-            stats = program_stats(programs[runtime])
-            spread = (f"{chosen[runtime][0]} channel(s) by {chosen[runtime][1]}, "
+            done = exported[runtime]
+            write_text_atomic(path, done.text)
+            stats = program_stats(done.program)
+            spread = (f"{done.channels} channel(s) by {done.channel_by}, "
                       if args.channels == "auto" else "")
-            print(f"wrote {path} ({runtime}, {len(texts[runtime].splitlines())} lines; "
+            print(f"wrote {path} ({runtime}, {len(done.text.splitlines())} lines; "
                   f"{spread}{stats.summary()})", file=sys.stdout, flush=True)
     except (CollsynthError, OSError) as exc:
         violations = getattr(exc, "violations", None)
@@ -319,20 +177,6 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"collsynth: error: {' '.join(detail.split())}", file=sys.stderr, flush=True)
         return 1
     return 0
-
-
-def _check_instances(instances: int, runtimes: Sequence[str]) -> None:
-    """Refuse, in one line and before any work, more instances than a runtime has channels
-    (every instance takes at least one channel of its own)."""
-    from collsynth.export.runtimes import get_runtime
-
-    over = {r: get_runtime(r).max_channels for r in runtimes
-            if get_runtime(r).max_channels < instances}
-    if over:
-        limits = ", ".join(f"{r} {limit}" for r, limit in over.items())
-        raise ExportError(f"--instances {instances}: each instance needs a channel of its own, "
-                          f"more than the channels the runtime allows (MAXCHANNELS: {limits}); "
-                          "nothing written")
 
 
 def _print_violations(algorithm_file: str, violations: Sequence[LimitViolation]) -> None:

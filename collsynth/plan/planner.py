@@ -13,7 +13,7 @@ process group, root), and for each:
    candidate (:func:`~collsynth.plan.choose.choose_ranges`);
 4. lowers each synthesized range that a traced call falls into to MSCCL XML for the runtime
    (:func:`collsynth.export.lower.lower`, checked by
-   :func:`~collsynth.cli_export.check_exported`) with ``minBytes``/``maxBytes`` set to the range;
+   :func:`~collsynth.export.pipeline.check_exported`) with ``minBytes``/``maxBytes`` set to the range;
 5. predicts every traced call's time under NCCL and under the plan.
 
 What the runtimes can and cannot tell apart shapes the plan. An MSCCL runtime selects an
@@ -669,7 +669,7 @@ def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int 
             ) -> XmlFile:
     """Lower, check and render one range's program (nothing is written here), on the fewest
     channels (1, 2, 4, ..., 32; by chunk, then by peer) that meet the runtime's limits."""
-    from collsynth.cli_export import AUTO_CHANNELS, check_exported, check_text
+    from collsynth.export.pipeline import AUTO_CHANNELS, check_exported, check_text
     from collsynth.export.limits import estimate_limits, limit_error
     from collsynth.export.lower import lower
     from collsynth.export.xml_writer import write_program

@@ -2,7 +2,7 @@
 
 The lowering is replaced by one that returns the real program less one step (the last step of
 the last rank's last thread block: a receive, in the ring allgather used here). The program is
-well formed, so only the check (``collsynth.cli_export.check_exported``) can notice. Each entry
+well formed, so only the check (``collsynth.export.pipeline.check_exported``) can notice. Each entry
 point that lowers must then refuse: the Python API raises :class:`ExportError`, the command
 line exits non-zero with one line on stderr, and no XML file is left behind. The planner's
 entry point is in ``tests/plan/test_plan_refuses_wrong_lowering.py``.
@@ -39,7 +39,7 @@ def drop_last_step(program: Program) -> Program:
 def wrong_lowering(monkeypatch):
     """Every caller of the lowering gets the program less one step; returns the calls made."""
     lowering = importlib.import_module("collsynth.export.lower")   # the module, not the function
-    cli_export = importlib.import_module("collsynth.cli_export")
+    pipeline = importlib.import_module("collsynth.export.pipeline")
     real = lowering.lower
     calls: list[str] = []
 
@@ -48,7 +48,7 @@ def wrong_lowering(monkeypatch):
         return drop_last_step(real(algorithm, **options))
 
     monkeypatch.setattr(lowering, "lower", lower)
-    monkeypatch.setattr(cli_export, "lower", lower)
+    monkeypatch.setattr(pipeline, "lower", lower)
     return calls
 
 
@@ -88,7 +88,7 @@ def test_the_wrong_lowering_is_wrong():
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_export_algorithm_raises_and_writes_nothing(tmp_path, wrong_lowering, runtime):
-    from collsynth.cli_export import export_algorithm
+    from collsynth.export.pipeline import export_algorithm
 
     path = tmp_path / "out.xml"
     with pytest.raises(ExportError, match=f"the {runtime} program fails the check: .*never "
@@ -102,7 +102,7 @@ def test_export_algorithm_raises_and_writes_nothing(tmp_path, wrong_lowering, ru
 def test_export_algorithm_writes_the_correct_program(tmp_path, runtime):
     """The same call without the wrong lowering writes the file (the refusal above is the
     check's doing, not the fixture's)."""
-    from collsynth.cli_export import export_algorithm
+    from collsynth.export.pipeline import export_algorithm
 
     export_algorithm(ring_allgather(), tmp_path / "out.xml", runtime=runtime)
     assert (tmp_path / "out.xml").is_file()

@@ -12,7 +12,7 @@ import pytest
 from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.algorithm.fileformat import save_algorithm
 from collsynth.cli import main
-from collsynth.cli_export import export_algorithm
+from collsynth.export.pipeline import export_algorithm
 from collsynth.collective import allgather, reduce_scatter
 from collsynth.errors import ExportError
 from collsynth.export import lower
@@ -301,7 +301,7 @@ def test_the_cli_gathers_the_limits_lowering_finds(tmp_path, capsys, monkeypatch
     # Without the CLI's own estimate, lower() refuses each runtime; all are reported together.
     path = tmp_path / "direct.json"
     save_algorithm(verify(_direct_allgather(40)), path)
-    monkeypatch.setattr("collsynth.cli_export.estimate_all",
+    monkeypatch.setattr("collsynth.export.pipeline.estimate_all",
                         lambda algorithm, runtimes, **options: {r: [] for r in runtimes})
     code = main(["export", str(path), "-o", str(tmp_path / "x.xml"), "--runtime", "all"])
     err = capsys.readouterr().err.splitlines()
@@ -352,7 +352,7 @@ def test_channels_auto_spreads_a_large_tree_schedule_until_it_fits(tmp_path, cap
 def test_peer_channels_are_correct_programs(algorithms, runtime):
     """Spreading peers over channels changes only which threadblock carries a message: every
     program still passes the strict check, and each rank's peers are spread evenly."""
-    from collsynth.cli_export import check_exported
+    from collsynth.export.pipeline import check_exported
 
     checked = 0
     for name, algorithm in algorithms.items():

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 from collsynth.algorithm import Algorithm, Send, Step, verify
-from collsynth.cli_export import export_algorithm
+from collsynth.export.pipeline import export_algorithm
 from collsynth.collective import allgather
 from collsynth.errors import ExportError, VerificationError
 from collsynth.export import check_program, lower, read_program, write_program

@@ -2,7 +2,7 @@
 
 The lowering is replaced by one that drops a step of every program it makes (a well-formed
 program that computes the wrong thing). The planner lowers each candidate through
-``collsynth.cli_export.check_exported``; a candidate whose program fails must be left out with
+``collsynth.export.pipeline.check_exported``; a candidate whose program fails must be left out with
 the reason, its calls kept on NCCL, and no XML file written. (``collsynth plan`` is
 ``make_plan`` and ``write_plan``; it is not run here: its default sweep is slow.)
 """
@@ -28,7 +28,7 @@ def _drop_last_step(program):
 @pytest.fixture
 def wrong_lowering(monkeypatch):
     lowering = importlib.import_module("collsynth.export.lower")   # the module, not the function
-    cli_export = importlib.import_module("collsynth.cli_export")
+    pipeline = importlib.import_module("collsynth.export.pipeline")
     real = lowering.lower
     calls: list[str] = []
 
@@ -37,7 +37,7 @@ def wrong_lowering(monkeypatch):
         return _drop_last_step(real(algorithm, **options))
 
     monkeypatch.setattr(lowering, "lower", lower)
-    monkeypatch.setattr(cli_export, "lower", lower)
+    monkeypatch.setattr(pipeline, "lower", lower)
     return calls
 
 

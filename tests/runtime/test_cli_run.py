@@ -13,7 +13,7 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
 from collsynth.algorithm import save_algorithm  # noqa: E402
-from collsynth.cli_export import export_algorithm  # noqa: E402
+from collsynth.export.pipeline import export_algorithm  # noqa: E402
 from collsynth.cli_run import main, parse_size  # noqa: E402
 from collsynth.collective import standard_collective  # noqa: E402
 from collsynth.export import lower, write_program  # noqa: E402
