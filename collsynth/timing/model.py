@@ -186,7 +186,7 @@ def cost_model(topology: "Topology", *, gamma_us_per_byte: Real = 0.0,
         ``apply(topology)`` puts measured per-step ``alpha_us`` and per-unit ``unit_gbps`` on the
         topology, and the classes are derived from that. (Its ``alpha_beta_for(collective)`` is
         the *whole-collective* line measured for NCCL, a baseline, not a per-step figure; see
-        :func:`collsynth.cli_time.compare`.)
+        :func:`collsynth.timing.compare.compare`.)
 
     Raises
     ------

@@ -20,8 +20,8 @@ import pytest
 from collsynth import cli
 from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.algorithm.fileformat import save_algorithm
+from collsynth.timing.compare import compare
 from collsynth.cli_time import (
-    compare,
     format_size,
     parse_size,
     parse_size_range,
@@ -225,7 +225,6 @@ def test_compare_device_gamma_for_combining():
 
 @pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml")])
 def test_plot(capsys, files, tmp_path, suffix, magic):
-    import matplotlib  # noqa: F401  (a base dependency)
     output = tmp_path / f"plot{suffix}"
     code, out, err = run(capsys, "plot", *files, "--sizes", "1KB:1GB", "--metric", "busbw",
                          "-o", output)
