@@ -70,6 +70,9 @@ __all__ = [
     "optimal_throughput",
     "solve_bandwidth_optimal",
     "solve_large",
+    "export_algorithm",
+    "check_program",
+    "draw_file",
     "compose_nodes",
     "Collective",
     "standard_collective",
@@ -91,10 +94,13 @@ __all__ = [
 ]
 
 
-#: The large-system engines, imported on first use (they pull in scipy's MIP solver; the CLI's
-#: other commands should not pay for that at start-up).
+#: Imported on first use: the large-system engines pull in scipy's MIP solver, export and
+#: drawing lxml and matplotlib; the CLI's other commands should not pay for them at start-up.
 _LAZY = {
-    "optimal_throughput": "collsynth.synthesis.bandwidth_optimal",
+    "optimal_throughput": "collsynth.bounds.throughput",
+    "export_algorithm": "collsynth.export.pipeline",
+    "check_program": "collsynth.export.check",
+    "draw_file": "collsynth.draw",
     "solve_bandwidth_optimal": "collsynth.synthesis.bandwidth_optimal",
     "solve_large": "collsynth.synthesis.large",
 }
