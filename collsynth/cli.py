@@ -17,8 +17,9 @@ Each subcommand turns its arguments into values, makes one library call and writ
     collsynth draw FILE -o OUT.png|OUT.svg [--steps A-B] [--topology T]
     collsynth verify FILE
 
-``TOPOLOGY`` is a built-in name (``collsynth topologies``), a family member (``ring:8``) or a file
-(topology JSON, NCCL topology XML, ``nvidia-smi topo -m`` output...). ``COLLECTIVE`` is a standard
+``TOPOLOGY`` is a built-in name (``collsynth topologies``), a family member (``ring:8``,
+``torus:4x4``) or a file (topology JSON, NCCL topology XML, ``nvidia-smi topo -m`` output...);
+``--unit-gbps`` / ``--alpha-us`` (or ``NAME,unit_gbps=GBPS,alpha_us=US``) give it physical figures. ``COLLECTIVE`` is a standard
 name (``allgather``, ``reduce_scatter``, ``broadcast``...) or a custom collective JSON file.
 
 Results go to stdout (``--json`` for machine-readable output); progress, one line per instance
@@ -36,7 +37,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from collsynth.cli_args import non_negative_int, positive_int, seconds
+from collsynth.cli_args import add_figure_arguments, non_negative_int, positive_int, seconds
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.algorithm.show import format_algorithm
@@ -163,6 +164,7 @@ def _build_parser() -> _Parser:
     problem.add_argument("--oversubscription", type=_ratio, default=1, metavar="X",
                          help="with --nodes: node NIC bandwidth / its share of the network core "
                               "(default 1: non-blocking)")
+    add_figure_arguments(problem)
 
     bounds = commands.add_parser("bounds", parents=[problem],
                                  help="lower bounds on steps and rounds per chunk",
@@ -340,7 +342,8 @@ def _cmd_topologies(args: argparse.Namespace) -> int:
 
 def _problem(args: argparse.Namespace) -> tuple[Topology, Collective]:
     topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
-                                oversubscription=getattr(args, "oversubscription", 1))
+                                oversubscription=getattr(args, "oversubscription", 1),
+                                unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
     root = roots = None
     if args.root is not None:
         n = topology.num_ranks

@@ -12,8 +12,8 @@ import math
 import re
 from fractions import Fraction
 
-__all__ = ["positive_int", "non_negative_int", "seconds", "parse_size", "MAX_SIZE_BYTES",
-           "DECIMAL_UNITS", "BINARY_UNITS"]
+__all__ = ["positive_int", "non_negative_int", "seconds", "positive_number", "parse_size",
+           "add_figure_arguments", "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS"]
 
 
 def _whole(text: str, minimum: int) -> int:
@@ -46,6 +46,29 @@ def seconds(text: str) -> float:
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
     return value
+
+
+def positive_number(text: str) -> float:
+    """A finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def add_figure_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--unit-gbps`` and ``--alpha-us``, for every command that takes a topology: the physical
+    figures the timing model needs, which families (``ring:8``, ``torus:4x4``) do not have.
+    Handlers pass ``args.unit_gbps`` and ``args.alpha_us`` to ``resolve_topology``."""
+    parser.add_argument("--unit-gbps", type=positive_number, metavar="GBPS",
+                        help="GB/s of one bandwidth unit of the topology (of one node with "
+                             "--nodes); replaces the topology's own (also: NAME,unit_gbps=GBPS)")
+    parser.add_argument("--alpha-us", type=positive_number, metavar="US",
+                        help="latency of one step in microseconds; replaces the topology's own "
+                             "(also: NAME,alpha_us=US)")
 
 
 #: Case-sensitive units: decimal (KB = 1000) and binary (KiB = 1024); ambiguous ones are refused.

@@ -2,7 +2,8 @@
 
 ::
 
-    collsynth plan TRACE_DIR --topology NAME [--nodes K] [--calibration FILE] -o PLAN_DIR
+    collsynth plan TRACE_DIR --topology NAME [--nodes K] [--unit-gbps GBPS] [--alpha-us US]
+                   [--calibration FILE] -o PLAN_DIR
                    [--runtime msccl-executor|msccl|rccl] [--synth-time-limit SECONDS]
                    [--max-group-ranks N] [--backend auto|cpsat|z3] [--device NAME]
                    [--cache DIR | --no-cache] [--all-ranges] [--json] [-q]
@@ -30,7 +31,7 @@ import json
 import sys
 from typing import Any
 
-from collsynth.cli_args import positive_int, seconds
+from collsynth.cli_args import add_figure_arguments, positive_int, seconds
 from collsynth.errors import CollsynthError
 
 __all__ = ["add_plan_parser", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
@@ -60,6 +61,7 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--nic-units", type=positive_int, metavar="U",
                         help="with --nodes: NIC bandwidth in the topology's units (for "
                              "topologies whose file does not describe their NICs)")
+    add_figure_arguments(parser)
     parser.add_argument("--calibration", metavar="FILE",
                         help="calibration file (collsynth calibrate): measured per-step alpha "
                              "and GB/s, and NCCL's measured lines")
@@ -114,12 +116,17 @@ def run_plan(args: argparse.Namespace) -> int:
         from collsynth.plan.writer import check_plan_directory
 
         check_plan_directory(args.output)  # before any planning
-        topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units)
+        topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
+                                    unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
         calibration = None
         if args.calibration is not None:
             from collsynth.timing.calibration import load_calibration
 
             calibration = load_calibration(args.calibration)
+        else:
+            from collsynth.timing.alphabeta import from_topology
+
+            from_topology(topology)  # no figures (a family): fail now, naming the options
         if args.device is not None:
             from collsynth.timing.kernels import get_device
 

@@ -17,7 +17,8 @@ same lines on log-log axes.
 ``--calibration FILE`` (``collsynth calibrate``) replaces the topology's per-step alpha and
 per-unit GB/s by the measured ones (``Calibration.apply``) for the algorithms and NCCL's channels,
 and adds the collective's measured line (``Calibration.alpha_beta_for``) as a ``measured`` row.
-``--device`` charges combining collectives the device's reduction cost (gamma,
+``--unit-gbps`` and ``--alpha-us`` replace the figures the algorithms' topology was saved with (a
+family such as ``ring:8`` has none). ``--device`` charges combining collectives the device's reduction cost (gamma,
 :mod:`collsynth.timing.kernels`); by default reductions are free, as in NCCL's own model.
 
 Sizes (nccl-tests convention: the output buffer of an allgather, the buffer of an allreduce...)
@@ -33,13 +34,14 @@ topologies, missing figures); 2 usage (bad size, bad option).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
-from collsynth.cli_args import BINARY_UNITS, DECIMAL_UNITS, parse_size
+from collsynth.cli_args import BINARY_UNITS, DECIMAL_UNITS, add_figure_arguments, parse_size
 from collsynth.errors import CollsynthError
 from collsynth.timing.compare import Comparison, compare
 
@@ -126,10 +128,15 @@ def _exact_text(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}"
 
 
-def _load(paths: Sequence[str], calibration_path: str | None) -> tuple[list[Any], Any]:
+def _load(paths: Sequence[str], calibration_path: str | None, *, unit_gbps: float | None = None,
+          alpha_us: float | None = None) -> tuple[list[Any], Any]:
     from collsynth.algorithm.fileformat import load_algorithm
+    from collsynth.topology.builtins import with_figures
 
-    algorithms = [load_algorithm(p) for p in paths]
+    # --unit-gbps / --alpha-us replace the figures each algorithm's topology was saved with.
+    algorithms = [dataclasses.replace(a, topology=with_figures(a.topology, unit_gbps=unit_gbps,
+                                                               alpha_us=alpha_us))
+                  for a in map(load_algorithm, paths)]
     calibration = None
     if calibration_path is not None:
         try:
@@ -151,7 +158,8 @@ def run_time(args: argparse.Namespace) -> int:
     """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
     from collsynth.timing.nccl import algbw_gbps, busbw_gbps
 
-    algorithms, calibration = _load(args.files, args.calibration)
+    algorithms, calibration = _load(args.files, args.calibration, unit_gbps=args.unit_gbps,
+                                    alpha_us=args.alpha_us)
     comparison = compare(algorithms, calibration=calibration, device=args.device)
     sizes = args.sizes
     coll, n = comparison.collective, comparison.num_ranks
@@ -214,7 +222,8 @@ def run_plot(args: argparse.Namespace) -> int:
     if output.suffix.lower() not in (".png", ".svg"):
         args.plot_parser.error(f"-o {args.output}: expected a .png or .svg file")
     check_output_file(output, label=f"-o {args.output}")  # before any work
-    algorithms, calibration = _load(args.files, args.calibration)
+    algorithms, calibration = _load(args.files, args.calibration, unit_gbps=args.unit_gbps,
+                                    alpha_us=args.alpha_us)
     comparison = compare(algorithms, calibration=calibration, device=args.device)
     lo, hi = args.sizes
     try:
@@ -279,6 +288,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
                         help="GPU whose reduction cost (gamma) is charged to combining "
                              "collectives: v100, a100-40gb, a100-80gb, h100, mi250, mi300x "
                              "(default: reductions are free)")
+    add_figure_arguments(parser)
 
 
 def add_time_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -20,7 +20,7 @@ from collsynth.collective.fileformat import load_collective
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import standard_collective, standard_names
 from collsynth.errors import FileFormatError, InvalidCollectiveError, UnknownNameError
-from collsynth.topology.builtins import get_topology
+from collsynth.topology.builtins import get_topology, with_figures
 from collsynth.topology.compose import compose_nodes
 from collsynth.topology.fileformat import load_topology
 from collsynth.topology.importers import import_topology_file
@@ -40,9 +40,16 @@ def looks_like_path(spec: str) -> bool:
     (False, False, True)
     >>> looks_like_path("topo.xml"), looks_like_path("data/topo")
     (True, True)
+    >>> looks_like_path("torus:4x4,unit_gbps=12.5")  # figures after a name are not an extension
+    False
     """
     separators = {"/", os.sep} | ({os.altsep} if os.altsep else set())
-    return any(sep in spec for sep in separators) or Path(spec).suffix != ""
+    if any(sep in spec for sep in separators):
+        return True
+    base, comma, options = spec.partition(",")
+    if comma and "=" in options:
+        spec = base
+    return Path(spec).suffix != ""
 
 
 def _load_topology_file(path: Path) -> Topology:
@@ -61,15 +68,17 @@ def _load_topology_file(path: Path) -> Topology:
 
 
 def resolve_topology(spec: str, *, nodes: int | None = None,
-                     nic_units: int | None = None, oversubscription: float = 1) -> Topology:
+                     nic_units: int | None = None, oversubscription: float = 1,
+                     unit_gbps: float | None = None, alpha_us: float | None = None) -> Topology:
     """The topology a user named: a built-in, a family member, or a file.
 
     Parameters
     ----------
     spec:
         A built-in name (``dgx1``, ``DGX-A100``; case-insensitive), a family member (``ring:8``,
-        ``hub:16``), or a path: ``.json`` files are collsynth topology files; other files are
-        NCCL/RCCL topology XML dumps or ``nvidia-smi topo -m`` / ``rocm-smi --showtopo`` output.
+        ``hub:16``, ``torus:4x4``), optionally with figures (``ring:8,unit_gbps=25,alpha_us=1``),
+        or a path: ``.json`` files are collsynth topology files; other files are NCCL/RCCL
+        topology XML dumps or ``nvidia-smi topo -m`` / ``rocm-smi --showtopo`` output.
     nodes:
         With ``nodes > 1``, that many copies of the topology joined by their NICs
         (:func:`~collsynth.topology.compose.compose_nodes`).
@@ -79,6 +88,10 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
     nic_units:
         Passed to ``compose_nodes``: the bandwidth of one NIC in the node's units, for nodes
         whose files do not describe their NICs.
+    unit_gbps, alpha_us:
+        Physical figures of one node (GB/s of one bandwidth unit, latency of one step in
+        microseconds) that replace the topology's own, before composing; ``None`` keeps them.
+        Families have none, and the timing model (``time``, ``plan``) needs both.
 
     Raises
     ------
@@ -97,6 +110,8 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
     4
     >>> resolve_topology("ring:4", nodes=2, nic_units=1).num_ranks
     8
+    >>> resolve_topology("ring:4", unit_gbps=25, alpha_us=1).unit_gbps
+    25.0
     """
     text = spec.strip()
     if not text:
@@ -110,6 +125,7 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
             if not Path(text).is_file():
                 raise
             topology = _load_topology_file(Path(text))
+    topology = with_figures(topology, unit_gbps=unit_gbps, alpha_us=alpha_us)
     if nodes is None or nodes == 1:
         return topology
     return compose_nodes(topology, nodes, nic_units=nic_units, oversubscription=oversubscription)

@@ -137,8 +137,9 @@ def from_topology(topology: "Topology") -> AlphaBeta:
     if missing:
         raise InvalidTopologyError(
             f"topology {topology.name!r} has no {' and no '.join(missing)}; the timing model needs "
-            "them: add them to the topology file, or build AlphaBeta(alpha_us=..., "
-            "beta_us_per_byte=...) yourself")
+            "them: give them after the name (ring:8,unit_gbps=25,alpha_us=1), on the command line "
+            "(--unit-gbps GBPS --alpha-us US), or in the topology file; or build "
+            "AlphaBeta(alpha_us=..., beta_us_per_byte=...) yourself")
     return AlphaBeta(alpha_us=topology.alpha_us, beta_us_per_byte=1 / (topology.unit_gbps * 1e3))
 
 

@@ -3,9 +3,18 @@
 Convention: ``links[src][dst]`` is the bandwidth from ``src`` to ``dst`` in chunks per round.
 """
 
-from collsynth.topology.builtins import builtin_names, get_topology, list_topologies
+from collsynth.topology.builtins import builtin_names, get_topology, list_topologies, with_figures
 from collsynth.topology.compose import compose_nodes
-from collsynth.topology.families import fully_connected, hub, line, ring, star
+from collsynth.topology.families import (
+    fully_connected,
+    hub,
+    hypercube,
+    line,
+    mesh,
+    ring,
+    star,
+    torus,
+)
 from collsynth.topology.fileformat import load_topology, save_topology, topology_from_json, topology_to_json
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
 
@@ -25,5 +34,9 @@ __all__ = [
     "star",
     "fully_connected",
     "hub",
+    "torus",
+    "mesh",
+    "hypercube",
+    "with_figures",
     "compose_nodes",
 ]

@@ -1,19 +1,28 @@
 """Built-in topologies: the data files in ``topologies/`` and the parametric families.
 
-Names are case-insensitive. A family is named ``FAMILY:N`` (``ring:8``, ``hub:16``).
+Names are case-insensitive. A family is named ``FAMILY:N`` (``ring:8``, ``hub:16``) or by its shape
+(``torus:4x4``, ``mesh:2x3x4``, ``hypercube:3``). Any name may end with physical figures,
+``,unit_gbps=GBPS`` (GB/s of one bandwidth unit) and ``,alpha_us=US`` (latency of one step): they
+replace the topology's own, so ``torus:4x4,unit_gbps=50,alpha_us=1`` can be timed and planned.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from functools import lru_cache
 from pathlib import Path
 
-from collsynth.errors import UnknownNameError
-from collsynth.topology.families import FAMILIES
+from collsynth.errors import InvalidTopologyError, UnknownNameError
+from collsynth.topology.families import FAMILIES, SHAPED_FAMILIES
 from collsynth.topology.fileformat import load_topology
 from collsynth.topology.model import Topology
 
-__all__ = ["data_directory", "builtin_names", "get_topology", "list_topologies"]
+__all__ = ["data_directory", "builtin_names", "get_topology", "list_topologies", "with_figures",
+           "FIGURE_OPTIONS"]
+
+#: The physical figures a name may set (``ring:8,unit_gbps=25,alpha_us=0.7``).
+FIGURE_OPTIONS = ("unit_gbps", "alpha_us")
 
 def data_directory() -> Path:
     """Where the built-in topology files are: ``collsynth/topologies/`` inside an installed
@@ -32,7 +41,55 @@ def _files() -> dict[str, Path]:
 
 def builtin_names() -> list[str]:
     """Names of the built-in topology files (lower case) and the families (``ring:N``...)."""
-    return sorted(_files()) + [f"{family}:N" for family in FAMILIES]
+    return (sorted(_files()) + [f"{family}:N" for family in FAMILIES]
+            + [syntax for syntax, _, _ in SHAPED_FAMILIES.values()])
+
+
+def with_figures(topology: Topology, *, unit_gbps: float | None = None,
+                 alpha_us: float | None = None) -> Topology:
+    """``topology`` with its physical figures replaced where given (``None`` keeps its own).
+
+    >>> ring = with_figures(get_topology("ring:4"), unit_gbps=25, alpha_us=1)
+    >>> ring.unit_gbps, ring.alpha_us
+    (25.0, 1.0)
+
+    Raises
+    ------
+    InvalidTopologyError
+        For a figure that is not a finite positive number.
+    """
+    changes = {}
+    for name, value in (("unit_gbps", unit_gbps), ("alpha_us", alpha_us)):
+        if value is None:
+            continue
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value <= 0):
+            raise InvalidTopologyError(f"topology {topology.name!r}: {name} = {value!r}; expected "
+                                       "a finite positive number")
+        changes[name] = float(value)
+    return dataclasses.replace(topology, **changes) if changes else topology
+
+
+def _figures(name: str, options: list[str]) -> dict[str, float]:
+    """Parse ``["unit_gbps=50", "alpha_us=1"]`` from a name's options."""
+    figures: dict[str, float] = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in FIGURE_OPTIONS:
+            raise InvalidTopologyError(
+                f"topology {name!r}: option {option.strip()!r} not understood; expected "
+                f"{' or '.join(k + '=NUMBER' for k in FIGURE_OPTIONS)}, e.g. "
+                "torus:4x4,unit_gbps=50,alpha_us=1")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number <= 0:
+            raise InvalidTopologyError(f"topology {name!r}: {key} = {value.strip()!r}; expected a "
+                                       "finite positive number")
+        figures[key] = number
+    return figures
 
 
 @lru_cache(maxsize=64)
@@ -47,13 +104,26 @@ def get_topology(name: str) -> Topology:
     8
     >>> get_topology("ring:4").bandwidth(0, 3)
     1
+    >>> get_topology("torus:4x4,unit_gbps=50,alpha_us=1").unit_gbps
+    50.0
 
     Raises
     ------
     UnknownNameError
         Listing the valid names.
+    InvalidTopologyError, InputTooLargeError
+        A family of a size it does not have (``torus:4x1``, ``hypercube:20``), or an option that is
+        not a known figure with a positive value.
     """
-    key = name.strip().lower()
+    key, *options = name.strip().lower().split(",")
+    key = key.strip()
+    topology = _get_topology(key, name)
+    if not options:
+        return topology
+    return with_figures(topology, **_figures(name, options))
+
+
+def _get_topology(key: str, name: str) -> Topology:
     if ":" in key:
         family, _, size = key.partition(":")
         family = {"fc": "fully-connected", "fully_connected": "fully-connected",
@@ -65,6 +135,8 @@ def get_topology(name: str) -> Topology:
                 raise UnknownNameError(f"topology {name!r}: expected {family}:N with N a whole "
                                        "number of ranks") from None
             return FAMILIES[family](n)
+        if family in SHAPED_FAMILIES:
+            return SHAPED_FAMILIES[family][1](size)
     if key in _files():
         return _load_builtin(key)
     raise UnknownNameError(
@@ -81,4 +153,6 @@ def list_topologies() -> list[tuple[str, int | None, str]]:
         rows.append((topo.name, topo.num_ranks, topo.description))
     for family, build in FAMILIES.items():
         rows.append((f"{family}:N", None, build(4).description.replace("4 ranks", "N ranks")))
+    for syntax, _, description in SHAPED_FAMILIES.values():
+        rows.append((syntax, None, description))
     return rows

@@ -1,17 +1,28 @@
-"""Parametric topology families: ``ring:N``, ``line:N``, ``star:N``, ``fully-connected:N``, ``hub:N``.
+"""Parametric topology families: ``ring:N``, ``line:N``, ``star:N``, ``fully-connected:N``, ``hub:N``,
+and the direct-connect shapes ``torus:AxB[xC...]``, ``mesh:AxB[xC...]`` and ``hypercube:D``.
 
 Every link has bandwidth 1 (one chunk per round) and links are bidirectional, as in msccl-tools,
-so fronts and bounds compare directly.
+so fronts and bounds compare directly. Families carry no physical figures (``unit_gbps``,
+``alpha_us``); give them in the name (``torus:4x4,unit_gbps=50,alpha_us=1``, see
+:mod:`collsynth.topology.builtins`) when timing needs them.
+
+Shapes number their ranks row-major, the last coordinate fastest: in ``torus:AxB`` the rank at
+``(x, y)`` is ``x * B + y``. A torus dimension of size 2 gives each rank *one* neighbour along it,
+joined by one link of 1 unit per direction, not two parallel links (the wrap-around link would join
+the same pair): ``torus:2x2`` is a 4-cycle and ``torus:2x2x2`` is ``hypercube:3``, rank for rank.
+A dimension of size 1 is refused (drop it: ``torus:4x1`` is ``torus:4``).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import math
+from typing import Callable, Sequence
 
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
 
-__all__ = ["ring", "line", "star", "fully_connected", "hub", "FAMILIES"]
+__all__ = ["ring", "line", "star", "fully_connected", "hub", "torus", "mesh", "hypercube",
+           "FAMILIES", "SHAPED_FAMILIES", "parse_dimensions"]
 
 
 def _check(n: int, family: str, minimum: int = 2) -> None:
@@ -65,6 +76,144 @@ def hub(n: int) -> Topology:
         groups.append(BandwidthGroup(others, frozenset({r}), 1, f"rank {r} ingress"))
     return Topology(f"hub:{n}", _matrix(n, lambda a, b: True), tuple(groups),
                     description=f"{n} ranks on one switch, 1 unit in and out per rank")
+
+
+def _check_dimensions(dims: Sequence[int], family: str) -> tuple[int, ...]:
+    """The dimensions as a tuple, each at least 2, their product within :data:`MAX_RANKS`."""
+    label = f"{family}:{'x'.join(str(d) for d in dims)}"
+    if not dims:
+        raise InvalidTopologyError(f"{family}: give at least one dimension, e.g. {family}:4x4")
+    for index, size in enumerate(dims, start=1):
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise InvalidTopologyError(f"{label}: dimension {index} is {size!r}, expected a whole "
+                                       "number")
+        if size < 2:
+            raise InvalidTopologyError(
+                f"{label}: dimension {index} has size {size}; every dimension needs at least 2 "
+                "ranks (a dimension of size 1 adds nothing: leave it out)")
+    if math.prod(dims) > MAX_RANKS:
+        raise InputTooLargeError(f"{label}: {math.prod(dims)} ranks is more than the {MAX_RANKS} "
+                                 "collsynth accepts")
+    return tuple(dims)
+
+
+def _grid(dims: tuple[int, ...], name: str, wrap: bool, description: str) -> Topology:
+    """Ranks on a grid, each linked to the next and previous rank along every dimension
+    (modulo the size with ``wrap``)."""
+    n = math.prod(dims)
+    strides = [math.prod(dims[i + 1:]) for i in range(len(dims))]
+    rows = []
+    for rank in range(n):
+        row = [0] * n
+        for size, stride in zip(dims, strides):
+            x = rank // stride % size
+            for step in (-1, 1):
+                y = x + step
+                if wrap:
+                    y %= size
+                elif not 0 <= y < size:
+                    continue
+                if y != x:
+                    row[rank + (y - x) * stride] = 1  # set, not add: size 2 has one neighbour
+        rows.append(tuple(row))
+    return Topology(name, tuple(rows), description=description)
+
+
+def torus(dims: Sequence[int]) -> Topology:
+    """A torus: ranks on an ``A x B x ...`` grid, each linked to its neighbours along every
+    dimension, with wrap-around (a ring per row, column...). 1 unit per link direction.
+
+    >>> t = torus((4, 4))
+    >>> t.num_ranks, len(t.destinations[0]), t.bandwidth(0, 3), t.bandwidth(0, 12)
+    (16, 4, 1, 1)
+    >>> len(torus((2, 4)).destinations[0])  # one neighbour along the dimension of size 2
+    3
+    """
+    dims = _check_dimensions(list(dims), "torus")
+    shape = "x".join(map(str, dims))
+    return _grid(dims, f"torus:{shape}", True,
+                 f"{shape} torus ({math.prod(dims)} ranks): neighbours along each dimension with "
+                 "wrap-around, 1 unit per direction")
+
+
+def mesh(dims: Sequence[int]) -> Topology:
+    """A mesh: ranks on an ``A x B x ...`` grid, each linked to its neighbours along every
+    dimension, without wrap-around. 1 unit per link direction.
+
+    >>> m = mesh((3, 3))
+    >>> len(m.destinations[0]), len(m.destinations[4])  # a corner, the centre
+    (2, 4)
+    """
+    dims = _check_dimensions(list(dims), "mesh")
+    shape = "x".join(map(str, dims))
+    return _grid(dims, f"mesh:{shape}", False,
+                 f"{shape} mesh ({math.prod(dims)} ranks): neighbours along each dimension, no "
+                 "wrap-around, 1 unit per direction")
+
+
+def hypercube(d: int) -> Topology:
+    """A ``d``-dimensional hypercube: ``2**d`` ranks, ``a`` linked to ``a ^ (1 << i)`` for every
+    bit ``i``. 1 unit per link direction.
+
+    >>> h = hypercube(3)
+    >>> h.num_ranks, h.destinations[0]
+    (8, (1, 2, 4))
+    """
+    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        raise InvalidTopologyError(f"hypercube:D needs a dimension D >= 1, got {d!r}")
+    if d > MAX_RANKS.bit_length() - 1:
+        raise InputTooLargeError(f"hypercube:{d}: 2**{d} ranks is more than the {MAX_RANKS} "
+                                 "collsynth accepts")
+    n = 1 << d
+    rows = []
+    for rank in range(n):
+        row = [0] * n
+        for bit in range(d):
+            row[rank ^ (1 << bit)] = 1
+        rows.append(tuple(row))
+    return Topology(f"hypercube:{d}", tuple(rows),
+                    description=f"{d}-dimensional hypercube ({n} ranks), 1 unit per direction")
+
+
+def parse_dimensions(text: str, family: str) -> tuple[int, ...]:
+    """``"4x4x2"`` as ``(4, 4, 2)``; sizes are checked by the family builder.
+
+    >>> parse_dimensions("4X4x2", "torus")
+    (4, 4, 2)
+    """
+    parts = text.strip().lower().split("x")
+    if not all(p.strip().isdigit() for p in parts):
+        raise InvalidTopologyError(f"topology {family}:{text}: expected {family}:AxB[xC...] with "
+                                   f"whole-number sizes, e.g. {family}:4x4")
+    # Bound the digits before int() so a huge size fails as too large, not as a slow parse.
+    if any(len(p.strip()) > 9 for p in parts):
+        raise InputTooLargeError(f"{family}:{text}: more than the {MAX_RANKS} ranks collsynth "
+                                 "accepts")
+    return tuple(int(p) for p in parts)
+
+
+def _parse_hypercube(text: str) -> Topology:
+    size = text.strip()
+    if not size.isdigit():
+        raise InvalidTopologyError(f"topology hypercube:{text}: expected hypercube:D with D a whole "
+                                   "number of dimensions, e.g. hypercube:3")
+    if len(size) > 9:
+        raise InputTooLargeError(f"hypercube:{size}: more than the {MAX_RANKS} ranks collsynth "
+                                 "accepts")
+    return hypercube(int(size))
+
+
+#: Families named by a shape rather than a rank count: name -> (syntax, builder from the text after
+#: the colon, one-line description).
+SHAPED_FAMILIES: dict[str, tuple[str, Callable[[str], Topology], str]] = {
+    "torus": ("torus:AxB[xC...]", lambda text: torus(parse_dimensions(text, "torus")),
+              "torus: neighbours along each dimension with wrap-around, 1 unit per direction"),
+    "mesh": ("mesh:AxB[xC...]", lambda text: mesh(parse_dimensions(text, "mesh")),
+             "mesh: neighbours along each dimension, no wrap-around, 1 unit per direction"),
+    "hypercube": ("hypercube:D", _parse_hypercube,
+                  "2**D ranks, each linked to the D ranks that differ in one bit, 1 unit per "
+                  "direction"),
+}
 
 
 FAMILIES: dict[str, Callable[[int], Topology]] = {

@@ -17,6 +17,13 @@ BUILTINS = [
     ("ndv4", "NDv4", 8, 25.0, 12),
     ("mi250", "MI250", 8, 50.0, None),
     ("mi300x", "MI300X", 8, 64.0, None),
+    ("dgx-h200", "DGX-H200", 8, 25.0, 18),
+    ("dgx-b200", "DGX-B200", 8, 50.0, 18),
+    ("gb200-nvl72", "GB200-NVL72", 72, 50.0, 18),
+    ("mi325x", "MI325X", 8, 64.0, None),
+    ("mi355x", "MI355X", 8, 76.8, None),
+    ("mi250-16gcd", "MI250-16GCD", 16, 50.0, None),
+    ("trn2", "Trn2", 16, 128.0, None),
 ]
 SWITCHED = [row for row in BUILTINS if row[4] is not None]
 NODES_WITH_NICS = [row for row in BUILTINS if row[0] != "dgx1"]
@@ -101,6 +108,13 @@ NICS = [
     ("ndv4", 8, 25.0, 1),
     ("mi250", 4, 25.0, 2),
     ("mi300x", 8, 50.0, 1),
+    ("dgx-h200", 8, 50.0, 1),
+    ("dgx-b200", 8, 50.0, 1),
+    ("gb200-nvl72", 72, 50.0, 1),
+    ("mi325x", 8, 50.0, 1),
+    ("mi355x", 8, 50.0, 1),
+    ("mi250-16gcd", 8, 25.0, 2),
+    ("trn2", 16, 25.0, 1),
 ]
 
 
@@ -130,4 +144,4 @@ def test_list_topologies_includes_every_file():
 
 def test_unknown_name_lists_the_new_files():
     with pytest.raises(UnknownNameError, match="dgx-h100"):
-        get_topology("dgx-h200")
+        get_topology("dgx-x100")
