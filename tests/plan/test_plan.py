@@ -265,7 +265,7 @@ def test_cli_writes_a_plan(tmp_path, capsys, front_cache):
 @pytest.mark.parametrize("argv, message", [
     (["{traces}/no-such-trace", "--topology", "dgx1"], "no such directory"),
     (["{traces}/dgx1-dp", "--topology", "no-such-machine"], "unknown topology"),
-    (["{traces}/dgx1-dp", "--topology", "ring:4"], "8 ranks but topology"),
+    (["{traces}/dgx1-dp", "--topology", "ring:4,unit_gbps=10,alpha_us=1"], "8 ranks but topology"),
     (["{traces}/dgx1-dp", "--topology", "dgx1", "--calibration", "{traces}/none.json"],
      "no such file"),
 ])
