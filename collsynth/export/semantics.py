@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 from collsynth.export.program import RECV_OPS, SEND_OPS, ThreadBlock
 
@@ -113,8 +113,7 @@ def load_threadblock(tb: ThreadBlock) -> LoadedThreadblock:
 # -- execution (§9.1, §11.1) -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     """One message in a connection's FIFO: message ``id`` (global send order), the sender's
     ``payload`` (whatever its ``execute`` returned), ``cnt``, and the sending event and step."""
 
@@ -128,8 +127,7 @@ class Message:
     line: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One executed transfer: ``index`` in the executed order, thread block ``tb`` of ``rank``
     (``gid`` its global number), ``position`` among the tb's transfers, the tb's ``send`` and
     ``recv`` peers and ``channel``. It ran after ``previous`` (the tb's last event), the events
@@ -176,6 +174,17 @@ class Scheduler:
     message; sends never block. ``execute(event)`` is called once per transfer run, in a
     topological order of happens-before; for a send-type op its return value is the message's
     payload. ``tbs`` maps rank -> tb id -> tb (``loaded``: the same, loaded, to reuse).
+
+    Two ranks that send, then receive: each receive names the event of the send it got.
+
+    >>> from collsynth.export.program import XmlStep
+    >>> steps = (XmlStep(0, "s", "i", 0, "o", 0, 1), XmlStep(1, "r", "i", 0, "o", 0, 1))
+    >>> tbs = {r: {0: ThreadBlock(0, 1 - r, 1 - r, 0, steps)} for r in (0, 1)}
+    >>> seen = []
+    >>> Scheduler(tbs).run(lambda e: seen.append((e.index, e.rank, e.op, e.received and
+    ...                                            e.received.event)))
+    >>> seen
+    [(0, 0, 's', None), (1, 1, 's', None), (2, 1, 'r', 0), (3, 0, 'r', 1)]
     """
 
     def __init__(self, tbs: Mapping[int, Mapping[int, ThreadBlock]],
@@ -187,6 +196,7 @@ class Scheduler:
             (loaded[r][tid] if loaded is not None else load_threadblock(tbs[r][tid])).transfers
             for r, tid in self.where]
         blocks = [tbs[r][tid] for r, tid in self.where]
+        self._peers = [(tb.send, tb.recv, tb.chan) for tb in blocks]
         # The FIFO each tb receives from and sends into: (sender, receiver, channel).
         self.recv_key = [(tb.recv, r, tb.chan) for (r, _), tb in zip(self.where, blocks)]
         self.send_key = [(r, tb.send, tb.chan) for (r, _), tb in zip(self.where, blocks)]
@@ -249,7 +259,9 @@ class Scheduler:
 
     def fire(self, g: int, execute: Callable[[Event], Any]) -> Event | None:
         """Run tb ``g``'s next transfer (it must be ready); ``None`` when it halts the tb."""
-        return self._fire(g, execute)[0]
+        event, woken = self._fire(g, execute)
+        self._candidates.update(woken)
+        return event
 
     def _fire(self, g: int, execute: Callable[[Event], Any]) -> tuple[Event | None, list[int]]:
         t = self.transfers[g][self.pc[g]]
@@ -267,9 +279,8 @@ class Scheduler:
         sent = None
         if t.type in SEND_OPS:
             sent, self.messages = self.messages, self.messages + 1
-        tb = self.tbs[r][tid]
-        event = Event(self.events, g, r, tid, self.pc[g] - 1, t, tb.send, tb.recv, tb.chan,
-                      self._last[g], tuple(after), received, sent)
+        event = Event(self.events, g, r, tid, self.pc[g] - 1, t, *self._peers[g], self._last[g],
+                      tuple(after), received, sent)
         self.events += 1
         self._last[g] = event.index
         payload = execute(event)
@@ -284,7 +295,6 @@ class Scheduler:
             self.fifos[key].append(Message(sent, payload, t.cnt, event.index, r, tid,
                                            t.positions[0], t.lines[0]))
             woken += self._waiting_msg.pop(key, ())
-        self._candidates.update(woken)
         return event, woken
 
     def run(self, execute: Callable[[Event], Any],
@@ -300,7 +310,8 @@ class Scheduler:
         while ready:
             g = ready.popleft()
             queued[g] = False
-            while not self.finished(g) and not self._parked(g):
+            steps = len(self.transfers[g])
+            while self.pc[g] < steps and self.halted[g] is None and not self._parked(g):
                 for w in self._fire(g, execute)[1]:
                     if not queued[w]:
                         queued[w] = True
