@@ -587,14 +587,6 @@ def _add(a: tuple | None, b: tuple | None) -> tuple | None:
     return tuple(sorted(a + b))
 
 
-@dataclass
-class _Message:
-    """A message's symbolic values and its sender's clock when it was sent."""
-
-    values: list
-    clock: np.ndarray
-
-
 class _Execution:
     """One symbolic execution of a program in one buffer layout."""
 
@@ -658,10 +650,6 @@ class _Execution:
 
     # -- memory with race tracking -----------------------------------------------------------------
 
-    def _name(self, g: int, pos: int) -> str:
-        r, tid = self.where[g]
-        return step_name(r, tid, pos)
-
     def _access(self, g: int, epoch: int, clk: np.ndarray, buf: str, k: int, write: bool,
                 pos: int, line: int | None) -> int | None:
         """Record one access for the race check; return the physical index (None outside)."""
@@ -699,20 +687,20 @@ class _Execution:
 
     def _read(self, g: int, epoch: int, clk, buf: str, k: int, pos: int, line, what: str):
         p = self._access(g, epoch, clk, buf, k, False, pos, line)
-        r = self.where[g][0]
+        r, tid = self.where[g]
         if p is None:
             return _OOB
         value = self.mem[r][p]
         if value is None:
-            self.report("uninitialised", f"{self._name(g, pos)} reads {buf}[{k}] ({what}) "
+            self.report("uninitialised", f"{step_name(r, tid, pos)} reads {buf}[{k}] ({what}) "
                                          "before anything was written there", line,
                         once=("uninit", g, pos))
         return value
 
     def _write(self, g: int, epoch: int, clk, buf: str, k: int, value, pos: int, line) -> None:
-        r = self.where[g][0]
+        r, tid = self.where[g]
         if buf == "i" and self.layout == "out-of-place":
-            self.report("send-buffer-write", f"{self._name(g, pos)} writes i[{k}]: an "
+            self.report("send-buffer-write", f"{step_name(r, tid, pos)} writes i[{k}]: an "
                                              "out-of-place call must not change the caller's "
                                              "input buffer", line, once=("sbw", g, pos))
         p = self._access(g, epoch, clk, buf, k, True, pos, line)
@@ -724,25 +712,26 @@ class _Execution:
     def run(self) -> None:
         self.sched.run(self._execute)
 
-    def _execute(self, event: Event) -> _Message | None:
-        """Run one transfer on symbolic values; returns the message it sends, if any."""
+    def _execute(self, event: Event, message: tuple | None) -> tuple[list, np.ndarray] | None:
+        """Run one transfer on symbolic values; ``message`` and the result are what it receives
+        and sends: (values, the sender's clock)."""
         g, t = event.gid, event.transfer
         clk = self.clock[g]
         if clk is None:
             clk = self.clock[g] = np.zeros(self.total, dtype=np.int32)
         for e in event.after_deps:
             np.maximum(clk, self.pub_clock[e], out=clk)
-        message = event.received.payload if event.received is not None else None
         if message is not None:
-            np.maximum(clk, message.clock, out=clk)
+            np.maximum(clk, message[1], out=clk)
         clk[g] += 1
         epoch = int(clk[g])
         cnt = t.cnt
-        mismatch = cnt_mismatch(event)
-        if mismatch is not None:
-            self.report("message", mismatch, t.lines[0])
-        incoming = ([message.values[c] if c < event.received.cnt else None for c in range(cnt)]
-                    if message is not None else None)
+        incoming = None
+        if message is not None:
+            sent = event.received.transfer.cnt
+            if sent != cnt:
+                self.report("message", cnt_mismatch(event), t.lines[0])
+            incoming = [message[0][c] if c < sent else None for c in range(cnt)]
 
         def read(buf: str, off: int, what: str, at: int = 0) -> list:
             p, ln = t.positions[at], t.lines[at]
@@ -783,7 +772,7 @@ class _Execution:
             self.pub_clock[event.index] = clk.copy()
         if event.position == len(self.sched.transfers[g]) - 1:
             self.clock[g] = None   # no longer needed: snapshots hold what others use
-        return _Message(out, clk.copy()) if out is not None else None
+        return (out, clk.copy()) if out is not None else None
 
     def finish(self) -> None:
         """Report deadlocked thread blocks and messages nobody received."""

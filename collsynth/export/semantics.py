@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 from collsynth.export.program import RECV_OPS, SEND_OPS, ThreadBlock
 
 __all__ = ["EXECUTABLE", "OPERANDS", "MAX_REDUCE_FUSION", "Transfer", "LoadedThreadblock",
-           "load_threadblock", "Message", "Event", "Scheduler", "step_name", "cnt_mismatch"]
+           "load_threadblock", "Event", "Scheduler", "step_name", "cnt_mismatch"]
 
 #: Step types the interpreters run (``ra`` is parsed by msccl but halts its block).
 EXECUTABLE = frozenset({"s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re"})
@@ -113,26 +113,13 @@ def load_threadblock(tb: ThreadBlock) -> LoadedThreadblock:
 # -- execution (§9.1, §11.1) -----------------------------------------------------------------------
 
 
-class Message(NamedTuple):
-    """One message in a connection's FIFO: message ``id`` (global send order), the sender's
-    ``payload`` (whatever its ``execute`` returned), ``cnt``, and the sending event and step."""
-
-    id: int
-    payload: Any
-    cnt: int
-    event: int
-    rank: int
-    tb: int
-    pos: int
-    line: int | None
-
-
 class Event(NamedTuple):
     """One executed transfer: ``index`` in the executed order, thread block ``tb`` of ``rank``
     (``gid`` its global number), ``position`` among the tb's transfers, the tb's ``send`` and
-    ``recv`` peers and ``channel``. It ran after ``previous`` (the tb's last event), the events
-    in ``after_deps`` (the publishes that released each dependency) and, for a receive, the send
-    of ``received``; ``sent`` is the id of the message it sends, if any."""
+    ``recv`` peers and ``channel``. It ran after ``previous`` (the index of the tb's last
+    event), the events in ``after_deps`` (the publishes that released each dependency) and,
+    for a receive, the send event ``received`` (the k-th send of a connection for its k-th
+    receive)."""
 
     index: int
     gid: int
@@ -145,8 +132,7 @@ class Event(NamedTuple):
     channel: int
     previous: int | None
     after_deps: tuple[int, ...]
-    received: Message | None
-    sent: int | None
+    received: Event | None
 
     @property
     def op(self) -> str:
@@ -159,11 +145,10 @@ class Event(NamedTuple):
 def cnt_mismatch(event: Event) -> str | None:
     """The problem of a receive whose ``cnt`` differs from its matching send's (§8.4)."""
     m = event.received
-    if m is None or m.cnt == event.transfer.cnt:
+    if m is None or m.transfer.cnt == event.transfer.cnt:
         return None
     return (f"{event.name()} receives cnt={event.transfer.cnt} but the matching send, "
-            f"{step_name(m.rank, m.tb, m.pos, m.line)}, has cnt={m.cnt}; paired sends and "
-            "receives need equal cnt")
+            f"{m.name()}, has cnt={m.transfer.cnt}; paired sends and receives need equal cnt")
 
 
 class Scheduler:
@@ -171,9 +156,10 @@ class Scheduler:
 
     A transfer may run when every dependency's flag is published (a ``hasdep=1`` transfer of
     that tb with a counter >= ``deps`` has run) and, for a receive, its connection holds a
-    message; sends never block. ``execute(event)`` is called once per transfer run, in a
-    topological order of happens-before; for a send-type op its return value is the message's
-    payload. ``tbs`` maps rank -> tb id -> tb (``loaded``: the same, loaded, to reuse).
+    message; sends never block. ``execute(event, payload)`` is called once per transfer run, in
+    a topological order of happens-before, with the payload of the message a receive takes; for
+    a send-type op its return value is the payload of the message it sends. ``tbs`` maps
+    rank -> tb id -> tb (``loaded``: the same, loaded, to reuse).
 
     Two ranks that send, then receive: each receive names the event of the send it got.
 
@@ -181,8 +167,8 @@ class Scheduler:
     >>> steps = (XmlStep(0, "s", "i", 0, "o", 0, 1), XmlStep(1, "r", "i", 0, "o", 0, 1))
     >>> tbs = {r: {0: ThreadBlock(0, 1 - r, 1 - r, 0, steps)} for r in (0, 1)}
     >>> seen = []
-    >>> Scheduler(tbs).run(lambda e: seen.append((e.index, e.rank, e.op, e.received and
-    ...                                            e.received.event)))
+    >>> Scheduler(tbs).run(lambda e, _: seen.append((e.index, e.rank, e.op, e.received and
+    ...                                               e.received.index)))
     >>> seen
     [(0, 0, 's', None), (1, 1, 's', None), (2, 1, 'r', 0), (3, 0, 'r', 1)]
     """
@@ -204,9 +190,9 @@ class Scheduler:
         self.pc = [0] * total
         self.halted: list[str | None] = [None] * total
         self.published = [-1] * total
-        self.fifos: dict[tuple[int, int, int], deque[Message]] = defaultdict(deque)
+        # Each FIFO holds (send event, payload) per message in flight.
+        self.fifos: dict[tuple[int, int, int], deque[tuple[Event, Any]]] = defaultdict(deque)
         self.events = 0
-        self.messages = 0
         self._pub_counters: list[list[int]] = [[] for _ in range(total)]
         self._pub_events: list[list[int]] = [[] for _ in range(total)]
         self._last: list[int | None] = [None] * total
@@ -216,18 +202,15 @@ class Scheduler:
 
     # -- readiness ---------------------------------------------------------------------------------
 
-    def finished(self, g: int) -> bool:
-        return self.pc[g] >= len(self.transfers[g]) or self.halted[g] is not None
-
     def blocker(self, g: int):
-        """Why tb ``g``'s next transfer cannot run yet: ``("dep", depid, deps, pos)`` or
-        ``("msg", connection)``; ``None`` when it can."""
+        """Why tb ``g``'s next transfer cannot run yet: ``("dep", depid, deps, tb waited
+        for or None)`` or ``("msg", connection)``; ``None`` when it can."""
         t = self.transfers[g][self.pc[g]]
         r = self.where[g][0]
-        for depid, deps, pos in t.deps:
+        for depid, deps, _ in t.deps:
             h = self.gid.get((r, depid))
             if h is None or self.published[h] < deps:
-                return ("dep", depid, deps, pos)
+                return ("dep", depid, deps, h)
         if t.type in RECV_OPS and not self.fifos[self.recv_key[g]]:
             return ("msg", self.recv_key[g])
         return None
@@ -235,69 +218,59 @@ class Scheduler:
     def _parked(self, g: int) -> bool:
         """True when ``g`` must wait; it is then woken by what it waits for."""
         blocker = self.blocker(g)
-        if blocker is None:
-            return False
-        if blocker[0] == "dep":
-            h = self.gid.get((self.where[g][0], blocker[1]))
-            if h is not None:
-                self._waiting_dep[h].add(g)
-        else:
+        if blocker is not None and blocker[0] == "msg":
             self._waiting_msg[blocker[1]].add(g)
-        return True
+        elif blocker is not None and blocker[3] is not None:
+            self._waiting_dep[blocker[3]].add(g)
+        return blocker is not None
 
     def ready(self) -> list[int]:
         """The tbs whose next transfer can run now (ascending ``gid``)."""
-        found = []
-        for g in sorted(self._candidates):
-            if self.finished(g) or self._parked(g):
-                self._candidates.discard(g)
-            else:
-                found.append(g)
+        found = [g for g in sorted(self._candidates) if self.pc[g] < len(self.transfers[g])
+                 and self.halted[g] is None and not self._parked(g)]
+        self._candidates = set(found)
         return found
 
     # -- running -----------------------------------------------------------------------------------
 
-    def fire(self, g: int, execute: Callable[[Event], Any]) -> Event | None:
-        """Run tb ``g``'s next transfer (it must be ready); ``None`` when it halts the tb."""
-        event, woken = self._fire(g, execute)
-        self._candidates.update(woken)
-        return event
-
-    def _fire(self, g: int, execute: Callable[[Event], Any]) -> tuple[Event | None, list[int]]:
-        t = self.transfers[g][self.pc[g]]
-        self.pc[g] += 1
-        if t.type not in EXECUTABLE:
-            self.halted[g] = f"stopped at its {t.type!r} step {t.positions[0]}"
+    def fire(self, g: int, execute: Callable[[Event, Any], Any]) -> tuple[Event | None, list[int]]:
+        """Run tb ``g``'s next transfer (it must be ready): its event (``None`` when the step
+        halts the tb) and the tbs that were waiting for its flag or its message."""
+        pc = self.pc[g]
+        t = self.transfers[g][pc]
+        self.pc[g] = pc + 1
+        kind = t.type
+        if kind not in EXECUTABLE:
+            self.halted[g] = f"stopped at its {kind!r} step {t.positions[0]}"
             return None, []
         r, tid = self.where[g]
-        after = []
+        after: tuple[int, ...] = ()
         for depid, deps, _ in t.deps:
             # The first publish that released the wait orders it (§9.1: flag >= deps).
             h = self.gid[(r, depid)]
-            after.append(self._pub_events[h][bisect.bisect_left(self._pub_counters[h], deps)])
-        received = self.fifos[self.recv_key[g]].popleft() if t.type in RECV_OPS else None
-        sent = None
-        if t.type in SEND_OPS:
-            sent, self.messages = self.messages, self.messages + 1
-        event = Event(self.events, g, r, tid, self.pc[g] - 1, t, *self._peers[g], self._last[g],
-                      tuple(after), received, sent)
-        self.events += 1
-        self._last[g] = event.index
-        payload = execute(event)
+            after += (self._pub_events[h][bisect.bisect_left(self._pub_counters[h], deps)],)
+        received, payload = self.fifos[self.recv_key[g]].popleft() if kind in RECV_OPS \
+            else (None, None)
+        index = self.events
+        self.events = index + 1
+        event = Event(index, g, r, tid, pc, t, *self._peers[g], self._last[g], after, received)
+        self._last[g] = index
+        payload = execute(event, payload)
         woken: list[int] = []
         if t.hasdep == 1:
             self._pub_counters[g].append(t.counter)
-            self._pub_events[g].append(event.index)
-            self.published[g] = max(self.published[g], t.counter)
+            self._pub_events[g].append(index)
+            self.published[g] = t.counter   # counters only grow along a tb
             woken += self._waiting_dep.pop(g, ())
-        if sent is not None:
+        if kind in SEND_OPS:
             key = self.send_key[g]
-            self.fifos[key].append(Message(sent, payload, t.cnt, event.index, r, tid,
-                                           t.positions[0], t.lines[0]))
+            self.fifos[key].append((event, payload))
             woken += self._waiting_msg.pop(key, ())
+        if woken:
+            self._candidates.update(woken)
         return event, woken
 
-    def run(self, execute: Callable[[Event], Any],
+    def run(self, execute: Callable[[Event, Any], Any],
             choose: Callable[[Sequence[int]], int] | None = None) -> None:
         """Run until nothing can run. Without ``choose``, each tb runs as far as it can, then
         waits until what it waits for happens; ``choose(ready gids) -> gid`` picks instead."""
@@ -307,12 +280,13 @@ class Scheduler:
             return
         ready = deque(range(self.total))
         queued = [True] * self.total
+        pc, halted, fire, parked = self.pc, self.halted, self.fire, self._parked
         while ready:
             g = ready.popleft()
             queued[g] = False
             steps = len(self.transfers[g])
-            while self.pc[g] < steps and self.halted[g] is None and not self._parked(g):
-                for w in self._fire(g, execute)[1]:
+            while pc[g] < steps and halted[g] is None and not parked(g):
+                for w in fire(g, execute)[1]:
                     if not queued[w]:
                         queued[w] = True
                         ready.append(w)
@@ -340,8 +314,7 @@ class Scheduler:
         if blocker is None:   # cannot happen after run(); be safe
             return "is ready", None
         if blocker[0] == "dep":
-            _, depid, deps, _ = blocker
-            h = self.gid.get((r, depid))
+            _, depid, deps, h = blocker
             if h is None:
                 return f"waits for tb {depid}, which does not exist", None
             got = self.published[h]
@@ -363,15 +336,13 @@ class Scheduler:
         blocked_set = set(blocked)
         cycle: list[int] = []
         for start in blocked:
-            seen: dict[int, int] = {}
-            path: list[int] = []
+            path: dict[int, int] = {}   # tb -> its place on the path of waits
             g: int | None = start
-            while g is not None and g in blocked_set and g not in seen:
-                seen[g] = len(path)
-                path.append(g)
+            while g in blocked_set and g not in path:
+                path[g] = len(path)
                 g = self.reason(g)[1]
-            if g is not None and g in seen:
-                cycle = path[seen[g]:]
+            if g in path:
+                cycle = list(path)[path[g]:]
                 break
         if cycle:
             parts = [f"{self.label(g)[0]} {self.reason(g)[0]}" for g in cycle]
@@ -397,9 +368,9 @@ class Scheduler:
         found = []
         for (a, b, c), fifo in sorted(self.fifos.items()):
             if fifo:
-                m = fifo[0]
+                e = fifo[0][0]
+                first = step_name(e.rank, e.tb, e.transfer.positions[0])
                 found.append((f"{len(fifo)} message(s) from rank {a} to rank {b} on channel {c} "
-                              f"are never received (first: {step_name(m.rank, m.tb, m.pos)}); "
-                              "extra sends leave data in the FIFO and break the next collective",
-                              m.line))
+                              f"are never received (first: {first}); extra sends leave data in "
+                              "the FIFO and break the next collective", e.transfer.lines[0]))
         return found

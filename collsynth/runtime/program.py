@@ -3,13 +3,12 @@
 torch has no threadblocks, so the program is first scheduled *globally*, the same way on every
 rank (it is a pure function of the program):
 
-1. **Load and simulate** every rank with :mod:`collsynth.export.semantics`, the checker's
-   meaning of a program: ``nop``\\ s folded, ``re`` runs fused, a dependency released by a
-   ``hasdep=1`` step's flag (``docs/msccl-xml.md`` §9, §10), one FIFO per connection (§11.1).
-   The order found is a topological order of the program's happens-before; a program that
-   stalls deadlocks on the real runtimes too and is refused (:class:`UnrunnableProgramError`),
-   as are unreceived messages and send/receive pairs of different ``cnt``.
-3. **Levels.** Every step gets a level, the batch it runs in. In a level a rank first posts
+1. **Simulate** every rank with :mod:`collsynth.export.semantics`, as the checker does
+   (``docs/msccl-xml.md`` §9-§11): a topological order of the program's happens-before. A
+   program that stalls deadlocks on the real runtimes too and is refused
+   (:class:`UnrunnableProgramError`), as are unreceived messages and send/receive pairs of
+   different ``cnt``.
+2. **Levels.** Every step gets a level, the batch it runs in. In a level a rank first posts
    its messages (sends of ``s`` steps read memory now; ``rcs``/``rrs``/``rrcs`` forward in the
    next level what they received), waits for its receives, then applies the level's steps in
    the global order (``r``, ``rrc``, ``cpy``, ``re``...). Levels respect program order,
@@ -41,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from collsynth.export.check import layouts
 from collsynth.export.program import RECV_OPS, SEND_OPS, Program, ThreadBlock
 from collsynth.export.semantics import EXECUTABLE, OPERANDS, Event, Scheduler, cnt_mismatch
 from collsynth.runtime._common import (
@@ -99,8 +99,6 @@ class Schedule:
     """
 
     ops: list[_Op]                            # event index -> op
-    messages: list[_Op]                       # message id -> the op that sends it
-    receivers: dict[int, _Op]                 # message id -> the op that receives it
     levels: int = 0
     aligned: bool = True
 
@@ -123,20 +121,15 @@ def _threadblocks(program: Program) -> dict[int, dict[int, ThreadBlock]]:
                                                  f"not another rank of ngpus={n}")
             tbs[r][tb.id] = tb
             for pos, st in enumerate(tb.steps):
-                if st.type == "nop":
-                    continue
-                here = f"rank {r} tb {tb.id} step {pos}"
-                if st.type not in EXECUTABLE:
-                    raise UnrunnableProgramError(f"{here}: step type {st.type!r} cannot be "
-                                                 "executed")
-                if st.type in SEND_OPS and tb.send < 0:
-                    raise UnrunnableProgramError(f"{here}: {st.type!r} sends but the tb has no "
-                                                 "send peer")
-                if st.type in RECV_OPS and tb.recv < 0:
-                    raise UnrunnableProgramError(f"{here}: {st.type!r} receives but the tb has "
-                                                 "no recv peer")
-                if st.cnt < 1:
-                    raise UnrunnableProgramError(f"{here}: cnt={st.cnt}; a step moves >= 1 chunk")
+                why = ("" if st.type == "nop" else
+                       f"step type {st.type!r} cannot be executed" if st.type not in EXECUTABLE
+                       else f"{st.type!r} sends but the tb has no send peer"
+                       if st.type in SEND_OPS and tb.send < 0
+                       else f"{st.type!r} receives but the tb has no recv peer"
+                       if st.type in RECV_OPS and tb.recv < 0
+                       else f"cnt={st.cnt}; a step moves >= 1 chunk" if st.cnt < 1 else "")
+                if why:
+                    raise UnrunnableProgramError(f"rank {r} tb {tb.id} step {pos}: {why}")
     return tbs
 
 
@@ -149,23 +142,11 @@ def schedule(program: Program) -> Schedule:
         The program deadlocks, leaves messages unreceived, pairs a send and a receive of
         different ``cnt``, or uses a step that cannot be executed.
     """
-    sched = Scheduler(_threadblocks(program))
-    result = Schedule([], [], {})
-    mismatches: list[str] = []
-
-    def execute(event: Event) -> None:
-        op = _Op(event, event.transfer.type)
-        result.ops.append(op)
-        if event.received is not None:
-            result.receivers[event.received.id] = op
-            if event.received.cnt != event.transfer.cnt:
-                mismatches.append(cnt_mismatch(event))
-        if event.sent is not None:
-            result.messages.append(op)
-
-    sched.run(execute)
-    if mismatches:
-        raise UnrunnableProgramError(mismatches[0])
+    sched, result = Scheduler(_threadblocks(program)), Schedule([])
+    sched.run(lambda event, _: result.ops.append(_Op(event, event.transfer.type)))
+    for op in result.ops:
+        if (mismatch := cnt_mismatch(op.step)) is not None:
+            raise UnrunnableProgramError(mismatch)
     stuck = sched.blocked()
     if stuck:
         shown = "; ".join(f"{sched.label(g)[0]} {sched.reason(g)[0]}" for g in stuck[:3])
@@ -193,9 +174,9 @@ def _compute_levels(sched: Schedule) -> None:
             later = 1 if op.type == "s" and pred.type not in _WRITES_NOTHING else 0
             level = max(level, pred.level + later)
         if ev.received is not None:
-            level = max(level, ops[ev.received.event].send_level)
+            level = max(level, ops[ev.received.index].send_level)
         op.level = level
-        if ev.sent is not None and ev.gid in last_sender:
+        if op.type in SEND_OPS and ev.gid in last_sender:
             # Messages of one connection leave in order.
             behind = last_sender[ev.gid].send_level - op.send_level
             if behind > 0:
@@ -203,7 +184,7 @@ def _compute_levels(sched: Schedule) -> None:
                     op.level += behind
                 else:
                     op.delay += behind
-        if ev.sent is not None:
+        if op.type in SEND_OPS:
             last_sender[ev.gid] = op
     sched.levels = 1 + max((max(op.level, op.send_level) for op in ops), default=-1)
 
@@ -212,8 +193,9 @@ def _assign_levels(sched: Schedule) -> None:
     """Levels (module docstring), aligned when the program allows it."""
     _compute_levels(sched)
     for _ in range(len(sched.ops) + 2):
-        late = [(sched.messages[m], op) for m, op in sched.receivers.items()
-                if op.level != sched.messages[m].send_level]
+        senders = [(sched.ops[op.step.received.index], op) for op in sched.ops
+                   if op.step.received is not None]
+        late = [(sender, op) for sender, op in senders if op.level != sender.send_level]
         if not late:
             sched.aligned = True
             return
@@ -256,7 +238,7 @@ def _blocks(kind: str, n: int, nchunks: int) -> tuple[int, int, int]:
 class _Level:
     """One rank's part of one level: messages to post, then steps to apply."""
 
-    # (message id, peer, tensor sent, memory to snapshot into it first or None)
+    # (message id = its send's event index, peer, tensor sent, memory to snapshot first or None)
     sends: list[tuple[int, int, Any, Any]] = field(default_factory=list)
     # (message id, peer, receive buffer)
     recvs: list[tuple[int, int, Any]] = field(default_factory=list)
@@ -298,11 +280,7 @@ class PreparedProgram:
         # gather's non-root): the other buffer is its alias (§8.2), made up if need be.
         self._pre: list[tuple[Any, Any]] = []
         self._post: list[tuple[Any, Any]] = []
-        if program.outofplace is None:
-            only_in_place = bool(program.inplace) and kind != "alltoall"
-        else:
-            only_in_place = bool(program.inplace) and not program.outofplace
-        if only_in_place and (inp is None) != (out is None):
+        if program_layouts(program) == ("in-place",) and (inp is None) != (out is None):
             if kind not in ("allgather", "reduce_scatter", "gather", "scatter"):
                 inp = out = inp if inp is not None else out
             elif kind in ("allgather", "gather") and inp is not None:
@@ -317,7 +295,7 @@ class PreparedProgram:
                 inp, out = big, big[me * m0: (me + 1) * m0]
         mine = [o for o in sched.ops if o.step.rank == me]
         touches = {o.step.transfer.srcbuf if u == "src" else o.step.transfer.dstbuf
-                   for o in mine for u in OPERANDS[o.step.op]}
+                   for o in mine for u in OPERANDS[o.type]}
         gpu = next((g for g in program.gpus if g.id == me), None)
         s_chunks = max(gpu.s_chunks, 0) if gpu is not None else 0
         m = self._block_elems(inp, out, in_blocks, out_blocks, touches)
@@ -377,17 +355,17 @@ class PreparedProgram:
             if t.type in RECV_OPS:
                 tmp = torch.empty(t.cnt * S, dtype=dtype, device=device)
                 levels[o.level].recvs.append(
-                    (ev.received.id, global_rank(dist, group, ev.recv), tmp))
+                    (ev.received.index, global_rank(dist, group, ev.recv), tmp))
             if t.type == "s":
                 peer = global_rank(dist, group, ev.send)
                 if sched.aligned:
-                    levels[o.level].sends.append((ev.sent, peer, src, None))
+                    levels[o.level].sends.append((ev.index, peer, src, None))
                 else:   # buffered: snapshot the value, the memory may change before delivery
                     snap = torch.empty(t.cnt * S, dtype=dtype, device=device)
-                    levels[o.level].sends.append((ev.sent, peer, snap, src))
+                    levels[o.level].sends.append((ev.index, peer, snap, src))
             elif t.type in _FORWARDING:
                 levels[o.send_level].sends.append(
-                    (ev.sent, global_rank(dist, group, ev.send), tmp, None))
+                    (ev.index, global_rank(dist, group, ev.send), tmp, None))
             if t.type != "s":
                 levels[o.level].steps.append((t.type, src, dst, tmp))
         for level in levels:
@@ -557,17 +535,9 @@ class PreparedProgram:
 
 
 def program_layouts(program: Program) -> tuple[str, ...]:
-    """The calls a program may run for: ``"in-place"``, ``"out-of-place"`` (§4.2, §12.8).
-
-    msccl (no ``outofplace`` attribute): exactly what ``inplace`` says, alltoall always out of
-    place; rccl and msccl-executor: in place if ``inplace``, out of place if ``outofplace``.
-    """
-    if program.outofplace is None:
-        if program_kind(program) == "alltoall" or not program.inplace:
-            return ("out-of-place",)
-        return ("in-place",)
-    return tuple(name for name, flag in (("in-place", program.inplace),
-                                         ("out-of-place", program.outofplace)) if flag)
+    """The calls a program may run for: ``"in-place"``, ``"out-of-place"`` (§4.2, §12.8), as
+    msccl reads a file without ``outofplace``, as rccl and msccl-executor read one with it."""
+    return layouts(program, "msccl" if program.outofplace is None else "rccl")
 
 
 def _overlap(a, b) -> bool:

@@ -96,13 +96,13 @@ def _edges(events) -> set[tuple]:
         me = (e.rank, e.tb, e.position)
         edges |= {("dep", by_index[i], me) for i in e.after_deps}
         if e.received is not None:
-            edges.add(("msg", by_index[e.received.event], me))
+            edges.add(("msg", by_index[e.received.index], me))
     return edges
 
 
 def test_events_name_the_publish_and_the_send_they_waited_for():
     events = []
-    Scheduler(_exchange()).run(events.append)
+    Scheduler(_exchange()).run(lambda e, _: events.append(e))
     assert len(events) == 10
     named = {(e.rank, e.tb, e.position): e for e in events}
     # The wait for position 2 ends with the first publish >= 2: position 3's (§9.1).
@@ -110,29 +110,29 @@ def test_events_name_the_publish_and_the_send_they_waited_for():
     # The k-th send of a connection meets its k-th receive (§11.1).
     expected |= {("msg", (r, 0, k), (1 - r, 0, 2 + k)) for r in (0, 1) for k in (0, 1)}
     assert _edges(events) == expected
-    assert named[(0, 0, 2)].received.id != named[(0, 0, 3)].received.id
+    assert named[(0, 0, 2)].received.index != named[(0, 0, 3)].received.index
     assert named[(0, 0, 0)].send == 1 and named[(0, 0, 0)].channel == 0
 
 
 def test_a_chosen_order_keeps_the_same_constraints():
     # A timing simulator picks the next ready tb; the happens-before edges cannot change.
     default, chosen = [], []
-    Scheduler(_exchange()).run(default.append)
+    Scheduler(_exchange()).run(lambda e, _: default.append(e))
     sched = Scheduler(_exchange())
-    sched.run(chosen.append, choose=lambda ready: ready[-1])
+    sched.run(lambda e, _: chosen.append(e), choose=lambda ready: ready[-1])
     assert [(e.rank, e.tb) for e in chosen] != [(e.rank, e.tb) for e in default]
     assert _edges(chosen) == _edges(default)
     assert not sched.blocked()
     for e in chosen:   # a topological order: what it waited for ran before it
         assert all(i < e.index for i in e.after_deps)
-        assert e.received is None or e.received.event < e.index
+        assert e.received is None or e.received.index < e.index
 
 
 def test_a_deadlock_is_explained_as_a_cycle():
     tbs = {r: {0: _tb(0, 1 - r, 1 - r, XmlStep(0, "r", "i", 0, "o", 0, 1),
                       XmlStep(1, "s", "i", 0, "o", 0, 1))} for r in (0, 1)}
     sched = Scheduler(tbs)
-    sched.run(lambda event: None)
+    sched.run(lambda event, payload: None)
     assert sched.blocked() == [0, 1]
     assert sched.explain_deadlock() == [(
         "a cycle of waits: rank 0 tb 0 step 0 waits for a message from rank 1 on channel 0; "
