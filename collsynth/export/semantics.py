@@ -56,6 +56,8 @@ class Transfer:
 
 @dataclass
 class LoadedThreadblock:
+    """One tb as loaded, and what broke the loader's rules (§9.2)."""
+
     transfers: list[Transfer]
     chain_errors: list[int] = field(default_factory=list)   # positions breaking the nop rule
     ignored: list[tuple[int, int, int]] = field(default_factory=list)  # deps of trailing nops
