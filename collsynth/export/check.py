@@ -11,10 +11,9 @@
 2. **Symbolic execution**, once per buffer layout the runtime may select (§12.8). Every chunk holds
    a *multiset of contributions* ``x(q, j)`` (input chunk ``j`` of rank ``q``): a copy moves it, a
    reduction adds two multisets, so a contribution counted twice shows up as a count of 2.
-   Thread blocks run as the runtime loads them (``nop``\\ s folded into the next step, consecutive
-   ``re`` steps fused, the device step counter of §9.3 published by ``hasdep=1`` steps); every
-   connection is a FIFO whose k-th send meets the k-th receive. A scheduler runs any step whose
-   dependencies and message are there; when none is, the remaining steps are a deadlock.
+   Thread blocks are loaded, connected and scheduled by :mod:`collsynth.export.semantics`
+   (the runtime's meaning of a program, shared with the executor); when no step can run, the
+   remaining steps are a deadlock.
    Happens-before (program order, dependency flags, messages) is tracked with vector clocks, and
    two accesses of one rank to one chunk from different thread blocks, one a write, that are not
    ordered, are a race. The final output is compared with the collective's postcondition.
@@ -32,10 +31,8 @@ execute (:data:`MAX_CHECKED_THREADBLOCKS`, :data:`MAX_CHECKED_CHUNKS`) raise.
 
 from __future__ import annotations
 
-import bisect
-from collections import Counter, defaultdict, deque
-from dataclasses import dataclass, field
-from typing import Iterable
+from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,6 +47,16 @@ from collsynth.export.program import (
     ThreadBlock,
 )
 from collsynth.export.runtimes import Runtime, get_runtime
+from collsynth.export.semantics import (
+    MAX_REDUCE_FUSION,
+    OPERANDS,
+    Event,
+    LoadedThreadblock,
+    Scheduler,
+    cnt_mismatch,
+    load_threadblock,
+    step_name,
+)
 
 __all__ = [
     "PROBLEM_KINDS",
@@ -108,18 +115,13 @@ MAX_CHECKED_CHUNKS = 4_000_000
 # Reader and loader figures of §2 and §14.1 that runtimes.Runtime does not carry.
 _MAX_NODES = 4096           # nodes the reader stores for the loading rank
 _MAX_SUBS = 1024            # children of one node
-_MAX_REDUCE_FUSION = 16     # sources of one fused re
 _MAX_DEPID = 127            # depid is stored in an int8
 _OFFSET_RANGE = (-32768, 32767)  # offsets are stored in an int16
 
-#: Which operands each step type uses (§7.2) and which the parsers bound-check (§7.3).
-_USES = {"s": ("src",), "r": ("dst",), "rcs": ("dst",), "rrs": ("src",), "rrc": ("src", "dst"),
-         "rrcs": ("src", "dst"), "cpy": ("src", "dst"), "re": ("src", "dst"),
-         "ra": ("src", "dst"), "nop": ()}
+#: Which operands the parsers bound-check (§7.3).
 _PARSER_CHECKED = {"s": ("src",), "r": ("dst",), "rcs": ("dst",), "rrs": ("src",), "rrc": (),
                    "rrcs": ("src", "dst"), "cpy": ("src", "dst"), "re": ("src", "dst"),
                    "ra": ("src", "dst"), "nop": ()}
-_EXECUTABLE = frozenset({"s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re"})
 _CANONICAL = {"reducescatter": "reduce_scatter"}
 # How many problems of one kind one execution reports before summarising the rest.
 _SHOWN_PER_KIND = 12
@@ -222,87 +224,7 @@ def layouts(program: Program, runtime: str | Runtime) -> tuple[str, ...]:
     return tuple(found)
 
 
-# -- the loader (§9.2, §9.3, §10) ------------------------------------------------------------------
-
-
-@dataclass
-class _Transfer:
-    """One step as the runtime loads it: ``nop``\\ s folded in, a fused ``re`` chain merged."""
-
-    type: str
-    srcbuf: str
-    srcoffs: list[int]              # several for a fused re
-    dstbuf: str
-    dstoff: int
-    cnt: int
-    hasdep: int
-    deps: list[tuple[int, int, int]]  # (depid, deps, position of the step that named it)
-    positions: list[int]            # document positions merged into this transfer
-    lines: list[int | None]         # their source lines
-    counter: int = 0                # the device step counter; published when hasdep
-
-
-@dataclass
-class _LoadedTb:
-    transfers: list[_Transfer]
-    chain_errors: list[int] = field(default_factory=list)   # positions breaking the nop rule
-    ignored: list[tuple[int, int, int]] = field(default_factory=list)  # deps of trailing nops
-
-
-def _load_threadblock(tb: ThreadBlock) -> _LoadedTb:
-    """Emulate the runtimes' loader for one tb: fold nops, fuse re chains, count steps."""
-    transfers: list[_Transfer] = []
-    chain_errors: list[int] = []
-    pending: list[tuple[int, int, int]] = []
-    fusible: tuple[str, int, str] | None = None   # (dstbuf, dstoff, srcbuf) of an open re chain
-    reductions = 0
-    for pos, st in enumerate(tb.steps):
-        if st.depid >= 0:
-            pending.append((st.depid, st.deps, pos))
-        if st.type == "nop":
-            continue
-        continuation = False
-        if st.type == "re":
-            if fusible == (st.dstbuf, st.dstoff, st.srcbuf) and st.depid == -1:
-                continuation = True
-            else:
-                fusible = None
-        if continuation:
-            t = transfers[-1]
-            t.srcoffs.append(st.srcoff)
-            t.cnt, t.hasdep = st.cnt, st.hasdep
-            t.positions.append(pos)
-            t.lines.append(st.line)
-        else:
-            transfers.append(_Transfer(st.type, st.srcbuf, [st.srcoff], st.dstbuf, st.dstoff,
-                                       st.cnt, st.hasdep, pending, [pos], [st.line]))
-            if pending and st.depid < 0:
-                chain_errors.append(pos)
-            pending = []
-        if st.type != "re":
-            fusible = None
-        else:
-            reductions += 1
-            if st.hasdep or reductions == _MAX_REDUCE_FUSION:
-                fusible = None
-            else:
-                fusible = (st.dstbuf, st.dstoff, st.srcbuf)
-    counter = 0
-    for t in transfers:
-        if t.deps:
-            counter += len(t.deps) - 1
-        if t.type == "re" and t.cnt > 0:
-            counter += len(t.srcoffs) - 1
-        t.counter = counter
-        counter += 1
-    return _LoadedTb(transfers, chain_errors, pending)
-
-
 # -- static rules ----------------------------------------------------------------------------------
-
-
-def _step_name(rank: int, tb: int, pos: int) -> str:
-    return f"rank {rank} tb {tb} step {pos}"
 
 
 def _at(line: int | None) -> str:
@@ -312,7 +234,7 @@ def _at(line: int | None) -> str:
 @dataclass
 class _Static:
     problems: list[Problem]
-    loaded: dict[int, dict[int, _LoadedTb]]   # rank -> tb id -> loaded tb
+    loaded: dict[int, dict[int, LoadedThreadblock]]   # rank -> tb id -> loaded tb
     tbs: dict[int, dict[int, ThreadBlock]]    # rank -> tb id -> tb
     gpus: dict[int, GpuProgram]
     executable: bool                          # False: too broken to execute
@@ -411,12 +333,12 @@ def _static(program: Program, rt: Runtime) -> _Static:  # noqa: C901 - one rule 
 
     real_in, real_out = buffer_chunks(coll, n, big) if n >= 1 and big >= 1 else (0, 0)
     tbs: dict[int, dict[int, ThreadBlock]] = {}
-    loaded: dict[int, dict[int, _LoadedTb]] = {}
+    loaded: dict[int, dict[int, LoadedThreadblock]] = {}
     for r, gpu in sorted(gpus.items()):
         ok, tb_map = _gpu_rules(program, rt, gpu, real_in, real_out, add)
         executable &= ok
         tbs[r] = tb_map
-        loaded[r] = {tid: _load_threadblock(tb) for tid, tb in tb_map.items()}
+        loaded[r] = {tid: load_threadblock(tb) for tid, tb in tb_map.items()}
         _dependency_rules(r, tb_map, loaded[r], add)
     _connection_rules(program, gpus, add)
     if not rt.fused_ops:
@@ -428,7 +350,7 @@ def _static(program: Program, rt: Runtime) -> _Static:  # noqa: C901 - one rule 
             add("unsupported-op", f"{rt.name} refuses to launch algorithms with rcs, rrs, rrc or "
                                   "rrcs steps (built without the full ops); this one has "
                                   + ", ".join(f"{c} {k}" for k, c in sorted(kinds.items()))
-                                  + f" (first: {_step_name(r, tid, pos)})", st.line)
+                                  + f" (first: {step_name(r, tid, pos)})", st.line)
     return _Static(_capped(problems), loaded, tbs, gpus, executable)
 
 
@@ -533,7 +455,7 @@ def _gpu_rules(program: Program, rt: Runtime, gpu: GpuProgram, real_in: int, rea
 def _step_rules(rt: Runtime, r: int, tb: ThreadBlock, pos: int, st, declared: dict[str, int],
                 add) -> bool:
     """The rules of one step; returns False when the step cannot be executed at all."""
-    where, line = _step_name(r, tb.id, pos), st.line
+    where, line = step_name(r, tb.id, pos), st.line
     executable = True
     if st.type == "ra":
         if rt.name == "msccl":
@@ -542,7 +464,7 @@ def _step_rules(rt: Runtime, r: int, tb: ThreadBlock, pos: int, st, declared: di
         else:
             add("structure", f"{where}: unknown step type 'ra' ({rt.name} refuses the file)",
                 line)
-    elif st.type not in _USES:
+    elif st.type not in OPERANDS:
         add("structure", f"{where}: unknown step type {st.type!r} ('type of transfer is not "
                          "supported')", line)
     for attr, buf in (("srcbuf", st.srcbuf), ("dstbuf", st.dstbuf)):
@@ -552,7 +474,7 @@ def _step_rules(rt: Runtime, r: int, tb: ThreadBlock, pos: int, st, declared: di
             executable = False
     if not 0 <= st.s < rt.max_steps_per_tb:
         add("limit", f"{where}: s={st.s} is outside 0..{rt.max_steps_per_tb - 1}", line)
-    if st.type == "nop" or st.type not in _USES:
+    if st.type == "nop" or st.type not in OPERANDS:
         return executable
     if not 0 <= st.cnt < rt.max_count:
         add("limit", f"{where}: cnt={st.cnt} is outside 0..{rt.max_count - 1}", line)
@@ -574,7 +496,7 @@ def _step_rules(rt: Runtime, r: int, tb: ThreadBlock, pos: int, st, declared: di
             add("limit", f"{where}: {attr}={off} does not fit the runtime's int16 offset", line)
     if st.depid > _MAX_DEPID:
         add("limit", f"{where}: depid={st.depid} does not fit the runtime's int8 tb index", line)
-    for operand in _USES[st.type]:
+    for operand in OPERANDS[st.type]:
         buf, off = (st.srcbuf, st.srcoff) if operand == "src" else (st.dstbuf, st.dstoff)
         if buf not in declared:
             continue
@@ -589,29 +511,29 @@ def _step_rules(rt: Runtime, r: int, tb: ThreadBlock, pos: int, st, declared: di
     return executable
 
 
-def _dependency_rules(r: int, tb_map: dict[int, ThreadBlock], loaded: dict[int, _LoadedTb],
-                      add) -> None:
+def _dependency_rules(r: int, tb_map: dict[int, ThreadBlock],
+                      loaded: dict[int, LoadedThreadblock], add) -> None:
     published = {tid: [t.counter for t in lt.transfers if t.hasdep == 1]
                  for tid, lt in loaded.items()}
     for tid, lt in sorted(loaded.items()):
         steps = tb_map[tid].steps
         for pos in lt.chain_errors:
-            add("dependency", f"{_step_name(r, tid, pos)}: nop steps before it carry "
+            add("dependency", f"{step_name(r, tid, pos)}: nop steps before it carry "
                               "dependencies, so it must have its own depid >= 0 (the runtimes "
                               "refuse: 'when there is a chain of dependences, the last reduction "
                               "must be a part of the first immediate instruction')",
                 steps[pos].line)
         for depid, deps, pos in lt.ignored:
-            add("dependency", f"{_step_name(r, tid, pos)}: a trailing nop waits for tb {depid} "
+            add("dependency", f"{step_name(r, tid, pos)}: a trailing nop waits for tb {depid} "
                               f"step {deps}, but no real step follows it: the runtimes ignore "
                               "that dependency", steps[pos].line)
         for t in lt.transfers:
-            if len(t.srcoffs) > _MAX_REDUCE_FUSION:
-                add("limit", f"{_step_name(r, tid, t.positions[0])}: {len(t.srcoffs)} re steps "
+            if len(t.srcoffs) > MAX_REDUCE_FUSION:
+                add("limit", f"{step_name(r, tid, t.positions[0])}: {len(t.srcoffs)} re steps "
                              f"fuse into one reduction; the interpreter holds "
-                             f"{_MAX_REDUCE_FUSION} sources", t.lines[0])
+                             f"{MAX_REDUCE_FUSION} sources", t.lines[0])
             for depid, deps, pos in t.deps:
-                where, line = _step_name(r, tid, pos), steps[pos].line
+                where, line = step_name(r, tid, pos), steps[pos].line
                 if depid not in tb_map:
                     add("dependency", f"{where}: depid={depid} names no tb of rank {r} "
                                       f"(it has {len(tb_map)})", line)
@@ -665,17 +587,6 @@ def _add(a: tuple | None, b: tuple | None) -> tuple | None:
     return tuple(sorted(a + b))
 
 
-@dataclass
-class _Message:
-    values: list
-    cnt: int
-    rank: int
-    tb: int
-    pos: int
-    line: int | None
-    clock: np.ndarray
-
-
 class _Execution:
     """One symbolic execution of a program in one buffer layout."""
 
@@ -690,20 +601,9 @@ class _Execution:
         self._kind_counts: Counter = Counter()
         self._reported: set = set()
 
-        # Global thread-block numbering and the loaded transfers.
-        self.where: list[tuple[int, int]] = []
-        self.gid: dict[tuple[int, int], int] = {}
-        for r in sorted(static.loaded):
-            for tid in sorted(static.loaded[r]):
-                self.gid[(r, tid)] = len(self.where)
-                self.where.append((r, tid))
-        self.tbs = static.tbs
-        self.transfers = [static.loaded[r][tid].transfers for r, tid in self.where]
-        # The FIFO each tb receives from and sends into: (sender, receiver, channel).
-        tb_of = [static.tbs[r][tid] for r, tid in self.where]
-        self.recv_key = [(tb.recv, r, tb.chan) for (r, _), tb in zip(self.where, tb_of)]
-        self.send_key = [(r, tb.send, tb.chan) for (r, _), tb in zip(self.where, tb_of)]
-        total = len(self.where)
+        # Thread blocks as the runtime loads them, numbered globally by the scheduler.
+        self.sched = Scheduler(static.tbs, static.loaded)
+        self.where, total = self.sched.where, self.sched.total
 
         # Memory: per rank one flat list; buffers map to (offset, size) in it (§8.2).
         self.maps: dict[int, dict[str, tuple[int, int]]] = {}
@@ -726,14 +626,9 @@ class _Execution:
             self.writer[r] = [None] * size
             self.readers[r] = [None] * size
 
-        # Scheduling state.
-        self.pc = [0] * total
-        self.halted: list[str | None] = [None] * total
-        self.published = [-1] * total
-        self.pub_counters: list[list[int]] = [[] for _ in range(total)]
-        self.pub_clocks: list[list[np.ndarray]] = [[] for _ in range(total)]
-        self.fifos: dict[tuple[int, int, int], deque] = defaultdict(deque)
+        # Happens-before: one vector clock per running tb, a snapshot per published flag.
         self.clock: list[np.ndarray | None] = [None] * total
+        self.pub_clock: dict[int, np.ndarray] = {}   # event index -> clock
         self.total = total
 
     # -- problems ----------------------------------------------------------------------------------
@@ -754,10 +649,6 @@ class _Execution:
                                                    f"{kind} problems like the ones above"))
 
     # -- memory with race tracking -----------------------------------------------------------------
-
-    def _name(self, g: int, pos: int) -> str:
-        r, tid = self.where[g]
-        return _step_name(r, tid, pos)
 
     def _access(self, g: int, epoch: int, clk: np.ndarray, buf: str, k: int, write: bool,
                 pos: int, line: int | None) -> int | None:
@@ -796,102 +687,51 @@ class _Execution:
 
     def _read(self, g: int, epoch: int, clk, buf: str, k: int, pos: int, line, what: str):
         p = self._access(g, epoch, clk, buf, k, False, pos, line)
-        r = self.where[g][0]
+        r, tid = self.where[g]
         if p is None:
             return _OOB
         value = self.mem[r][p]
         if value is None:
-            self.report("uninitialised", f"{self._name(g, pos)} reads {buf}[{k}] ({what}) "
+            self.report("uninitialised", f"{step_name(r, tid, pos)} reads {buf}[{k}] ({what}) "
                                          "before anything was written there", line,
                         once=("uninit", g, pos))
         return value
 
     def _write(self, g: int, epoch: int, clk, buf: str, k: int, value, pos: int, line) -> None:
-        r = self.where[g][0]
+        r, tid = self.where[g]
         if buf == "i" and self.layout == "out-of-place":
-            self.report("send-buffer-write", f"{self._name(g, pos)} writes i[{k}]: an "
+            self.report("send-buffer-write", f"{step_name(r, tid, pos)} writes i[{k}]: an "
                                              "out-of-place call must not change the caller's "
                                              "input buffer", line, once=("sbw", g, pos))
         p = self._access(g, epoch, clk, buf, k, True, pos, line)
         if p is not None:
             self.mem[r][p] = None if value is _OOB else value
 
-    # -- scheduling --------------------------------------------------------------------------------
-
-    def _blocker(self, g: int, t: _Transfer):
-        """Why ``t`` cannot run yet: ("dep", depid, deps, pos) / ("msg", key), or None."""
-        r = self.where[g][0]
-        for depid, deps, pos in t.deps:
-            h = self.gid.get((r, depid))
-            if h is None or self.published[h] < deps:
-                return ("dep", depid, deps, pos)
-        if t.type in RECV_OPS and not self.fifos[self.recv_key[g]]:
-            return ("msg", self.recv_key[g])
-        return None
+    # -- execution -------------------------------------------------------------------------------
 
     def run(self) -> None:
-        waiting_dep: dict[int, set[int]] = defaultdict(set)
-        waiting_msg: dict[tuple[int, int, int], set[int]] = defaultdict(set)
-        ready = deque(range(self.total))
-        queued = [True] * self.total
-        while ready:
-            g = ready.popleft()
-            queued[g] = False
-            steps = self.transfers[g]
-            while self.pc[g] < len(steps) and self.halted[g] is None:
-                t = steps[self.pc[g]]
-                blocker = self._blocker(g, t)
-                if blocker is not None:
-                    if blocker[0] == "dep":
-                        h = self.gid.get((self.where[g][0], blocker[1]))
-                        if h is not None:
-                            waiting_dep[h].add(g)
-                    else:
-                        waiting_msg[blocker[1]].add(g)
-                    break
-                sent_to = self._execute(g, t)
-                self.pc[g] += 1
-                wake: Iterable[int] = ()
-                if t.hasdep == 1 and t.type in _EXECUTABLE:
-                    wake = waiting_dep.pop(g, ())
-                if sent_to is not None:
-                    wake = list(wake) + list(waiting_msg.pop(sent_to, ()))
-                for w in wake:
-                    if not queued[w]:
-                        queued[w] = True
-                        ready.append(w)
-            if self.pc[g] >= len(steps) or self.halted[g] is not None:
-                self.clock[g] = None   # no longer needed: snapshots hold what others use
+        self.sched.run(self._execute)
 
-    def _execute(self, g: int, t: _Transfer) -> tuple[int, int, int] | None:
-        """Run one transfer; returns the FIFO key it sent into, if any."""
-        r, tid = self.where[g]
-        if t.type not in _EXECUTABLE:
-            self.halted[g] = f"stopped at its {t.type!r} step {t.positions[0]}"
-            return None
+    def _execute(self, event: Event, message: tuple | None) -> tuple[list, np.ndarray] | None:
+        """Run one transfer on symbolic values; ``message`` and the result are what it receives
+        and sends: (values, the sender's clock)."""
+        g, t = event.gid, event.transfer
         clk = self.clock[g]
         if clk is None:
             clk = self.clock[g] = np.zeros(self.total, dtype=np.int32)
-        for depid, deps, _ in t.deps:
-            # The first publish that released the wait orders it (§9.1: flag >= deps).
-            h = self.gid[(r, depid)]
-            i = bisect.bisect_left(self.pub_counters[h], deps)
-            if i < len(self.pub_counters[h]):
-                np.maximum(clk, self.pub_clocks[h][i], out=clk)
-        message = None
-        if t.type in RECV_OPS:
-            message = self.fifos[self.recv_key[g]].popleft()
-            np.maximum(clk, message.clock, out=clk)
+        for e in event.after_deps:
+            np.maximum(clk, self.pub_clock[e], out=clk)
+        if message is not None:
+            np.maximum(clk, message[1], out=clk)
         clk[g] += 1
         epoch = int(clk[g])
-        pos, line, cnt = t.positions[0], t.lines[0], t.cnt
-        if message is not None and message.cnt != cnt:
-            sender = _step_name(message.rank, message.tb, message.pos) + _at(message.line)
-            self.report("message", f"{self._name(g, pos)}{_at(line)} receives cnt={cnt} but the "
-                                   f"matching send, {sender}, has cnt={message.cnt}; paired sends "
-                                   "and receives need equal cnt", line)
-        incoming = ([message.values[c] if c < message.cnt else None for c in range(cnt)]
-                    if message is not None else None)
+        cnt = t.cnt
+        incoming = None
+        if message is not None:
+            sent = event.received.transfer.cnt
+            if sent != cnt:
+                self.report("message", cnt_mismatch(event), t.lines[0])
+            incoming = [message[0][c] if c < sent else None for c in range(cnt)]
 
         def read(buf: str, off: int, what: str, at: int = 0) -> list:
             p, ln = t.positions[at], t.lines[at]
@@ -928,95 +768,18 @@ class _Execution:
             for at, off in enumerate(t.srcoffs):
                 acc = [_add(a, b) for a, b in zip(acc, read(t.srcbuf, off, "reduced", at))]
             write(*dst, acc, len(t.srcoffs) - 1)
-        sent_to = None
-        if out is not None:
-            sent_to = self.send_key[g]
-            self.fifos[sent_to].append(_Message(out, cnt, r, tid, pos, line, clk.copy()))
         if t.hasdep == 1:
-            self.pub_counters[g].append(t.counter)
-            self.pub_clocks[g].append(clk.copy())
-            self.published[g] = max(self.published[g], t.counter)
-        return sent_to
-
-    # -- the end -----------------------------------------------------------------------------------
+            self.pub_clock[event.index] = clk.copy()
+        if event.position == len(self.sched.transfers[g]) - 1:
+            self.clock[g] = None   # no longer needed: snapshots hold what others use
+        return (out, clk.copy()) if out is not None else None
 
     def finish(self) -> None:
         """Report deadlocked thread blocks and messages nobody received."""
-        blocked = [g for g in range(self.total)
-                   if self.pc[g] < len(self.transfers[g]) or self.halted[g] is not None]
-        if blocked:
-            self._deadlock(blocked)
-        for (a, b, c), fifo in sorted(self.fifos.items()):
-            if fifo:
-                m = fifo[0]
-                self.report("message", f"{len(fifo)} message(s) from rank {a} to rank {b} on "
-                                       f"channel {c} are never received (first: "
-                                       f"{_step_name(m.rank, m.tb, m.pos)}); extra sends leave "
-                                       "data in the FIFO and break the next collective", m.line)
-
-    def _reason(self, g: int) -> tuple[str, int | None]:
-        """Why blocked tb ``g`` waits, and the tb it waits for (None: nobody can help)."""
-        if self.halted[g] is not None:
-            return self.halted[g], None
-        t = self.transfers[g][self.pc[g]]
-        r = self.where[g][0]
-        blocker = self._blocker(g, t)
-        if blocker is None:   # cannot happen after run(); be safe
-            return "is ready", None
-        if blocker[0] == "dep":
-            _, depid, deps, _ = blocker
-            h = self.gid.get((r, depid))
-            if h is None:
-                return f"waits for tb {depid}, which does not exist", None
-            got = self.published[h]
-            state = f"it has published {got}" if got >= 0 else "it has published nothing"
-            return f"waits for tb {depid} to publish step {deps} ({state})", h
-        a, _, c = blocker[1]
-        sender = next((self.gid[(a, tid)] for tid, tb in self.tbs.get(a, {}).items()
-                       if tb.send == r and tb.chan == c), None)
-        if sender is None:
-            return (f"waits for a message from rank {a} on channel {c}, but no tb of rank {a} "
-                    "sends there"), None
-        return f"waits for a message from rank {a} on channel {c}", sender
-
-    def _deadlock(self, blocked: list[int]) -> None:
-        def label(g: int) -> tuple[str, int | None]:
-            if self.halted[g] is not None:
-                return f"rank {self.where[g][0]} tb {self.where[g][1]}", None
-            t = self.transfers[g][self.pc[g]]
-            return self._name(g, t.positions[0]) + _at(t.lines[0]), t.lines[0]
-
-        blocked_set = set(blocked)
-        # A cycle of waits, if there is one.
-        cycle: list[int] = []
-        for start in blocked:
-            seen: dict[int, int] = {}
-            path: list[int] = []
-            g: int | None = start
-            while g is not None and g in blocked_set and g not in seen:
-                seen[g] = len(path)
-                path.append(g)
-                g = self._reason(g)[1]
-            if g is not None and g in seen:
-                cycle = path[seen[g]:]
-                break
-        if cycle:
-            parts = [f"{label(g)[0]} {self._reason(g)[0]}" for g in cycle]
-            self.report("deadlock", "a cycle of waits: " + "; ".join(parts) + " (back to the "
-                        "first)", label(cycle[0])[1])
-        others = [g for g in blocked if g not in cycle and self.halted[g] is None]
-        halted = [g for g in blocked if self.halted[g] is not None]
-        for g in halted:
-            self.report("deadlock", f"{label(g)[0]} {self.halted[g]}; its later steps never run",
-                        None)
-        if others:
-            # Root causes first: waits that nothing still running can satisfy.
-            others.sort(key=lambda g: self._reason(g)[1] in blocked_set)
-            shown = others[:4]
-            parts = [f"{label(g)[0]} {self._reason(g)[0]}" for g in shown]
-            more = f" (and {len(others) - len(shown)} more)" if len(others) > len(shown) else ""
-            self.report("deadlock", f"{len(others)} thread block(s) wait forever: "
-                        + "; ".join(parts) + more, label(shown[0])[1])
+        for message, line in self.sched.explain_deadlock():
+            self.report("deadlock", message, line)
+        for message, line in self.sched.unreceived():
+            self.report("message", message, line)
 
     def output(self, r: int, k: int):
         offset, size = self.maps[r]["o"]

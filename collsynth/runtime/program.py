@@ -3,16 +3,12 @@
 torch has no threadblocks, so the program is first scheduled *globally*, the same way on every
 rank (it is a pure function of the program):
 
-1. **Load** every threadblock as the runtimes do: ``nop`` steps vanish and hand their
-   dependencies to the next real step (``docs/msccl-xml.md`` §9.2). A dependency
-   ``(depid, deps)`` waits until threadblock ``depid`` has executed its step at position
-   ``deps`` (§9.1; position semantics, as every correct program is written).
-2. **Simulate** all ranks with one FIFO per connection ``(sender, receiver, channel)`` (§11.1):
-   a step runs when its dependencies are done and, for a receive, its message has been sent.
-   The order found is a topological order of the program's happens-before; a program that
-   stalls deadlocks on the real runtimes too and is refused (:class:`UnrunnableProgramError`),
-   as are unreceived messages and send/receive pairs of different ``cnt``.
-3. **Levels.** Every step gets a level, the batch it runs in. In a level a rank first posts
+1. **Simulate** every rank with :mod:`collsynth.export.semantics`, as the checker does
+   (``docs/msccl-xml.md`` §9-§11): a topological order of the program's happens-before. A
+   program that stalls deadlocks on the real runtimes too and is refused
+   (:class:`UnrunnableProgramError`), as are unreceived messages and send/receive pairs of
+   different ``cnt``.
+2. **Levels.** Every step gets a level, the batch it runs in. In a level a rank first posts
    its messages (sends of ``s`` steps read memory now; ``rcs``/``rrs``/``rrcs`` forward in the
    next level what they received), waits for its receives, then applies the level's steps in
    the global order (``r``, ``rrc``, ``cpy``, ``re``...). Levels respect program order,
@@ -41,11 +37,12 @@ and no operator: rooted programs hard-code their root, the operator comes from t
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from collsynth.export.program import RECV_OPS, SEND_OPS, Program
+from collsynth.export.check import layouts
+from collsynth.export.program import RECV_OPS, SEND_OPS, Program, ThreadBlock
+from collsynth.export.semantics import EXECUTABLE, OPERANDS, Event, Scheduler, cnt_mismatch
 from collsynth.runtime._common import (
     DEFAULT_TIMEOUT_S,
     Deadline,
@@ -66,7 +63,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["run_program", "prepare_program", "PreparedProgram", "program_kind",
            "program_layouts", "schedule", "Schedule"]
 
-_EXECUTABLE = frozenset({"s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re"})
 _FORWARDING = frozenset({"rcs", "rrs", "rrcs"})
 _WRITES_NOTHING = frozenset({"s", "rrs"})
 _KINDS = {"reducescatter": "reduce_scatter"}
@@ -79,32 +75,16 @@ def program_kind(program: Program) -> str:
     return _KINDS.get(program.coll, program.coll)
 
 
-@dataclass
+@dataclass(slots=True)
 class _Op:
-    """One executable step as the runtimes load it."""
+    """One executed transfer (``step``, from the shared scheduler) and the level it runs in."""
 
-    rank: int
-    tb: int
-    pos: int
+    step: Event
     type: str
-    srcbuf: str
-    srcoff: int
-    dstbuf: str
-    dstoff: int
-    cnt: int
-    deps: tuple[tuple[int, int], ...]
-    line: int | None
-    index: int = -1          # place in the global order
     level: int = 0
-    message_in: int = -1     # message id received
-    message_out: int = -1    # message id sent
     delay: int = 0           # forwarding ops: extra levels before the forward is sent
     min_level: int = 0       # alignment's lower bound on level
     min_delay: int = 0       # alignment's lower bound on delay
-
-    def name(self) -> str:
-        where = f" (line {self.line})" if self.line is not None else ""
-        return f"rank {self.rank} tb {self.tb} step {self.pos}{where}"
 
     @property
     def send_level(self) -> int:
@@ -113,72 +93,44 @@ class _Op:
 
 @dataclass
 class Schedule:
-    """The global schedule of a program: every step in a happens-before order, with levels.
+    """The global schedule of a program: every transfer in a happens-before order, with levels.
 
     ``aligned`` is true when every message is sent and received in the same level.
     """
 
-    ops: list[_Op]
-    messages: list[_Op]                       # message id -> the op that sends it
-    receivers: dict[int, _Op]                 # message id -> the op that receives it
-    peers: dict[tuple[int, int], tuple[int, int, int]]   # (rank, tb) -> (send, recv, chan)
-    levels: int
+    ops: list[_Op]                            # event index -> op
+    levels: int = 0
     aligned: bool = True
-    tb_ops: dict[tuple[int, int], list[_Op]] = field(default_factory=dict)
 
 
-def _load(program: Program) -> tuple[dict[tuple[int, int], list[_Op]],
-                                      dict[tuple[int, int], tuple[int, int, int]]]:
+def _threadblocks(program: Program) -> dict[int, dict[int, ThreadBlock]]:
+    """rank -> tb id -> tb, refusing what cannot be executed at all."""
     n = program.ngpus
-    tb_ops: dict[tuple[int, int], list[_Op]] = {}
-    peers: dict[tuple[int, int], tuple[int, int, int]] = {}
-    seen_gpus = set()
+    tbs: dict[int, dict[int, ThreadBlock]] = {}
     for gpu in program.gpus:
         r = gpu.id
-        if not 0 <= r < n or r in seen_gpus:
+        if not 0 <= r < n or r in tbs:
             raise UnrunnableProgramError(f"<gpu id={r}> is not a distinct rank of ngpus={n}")
-        seen_gpus.add(r)
+        tbs[r] = {}
         for tb in gpu.threadblocks:
-            key = (r, tb.id)
-            if key in tb_ops:
+            if tb.id in tbs[r]:
                 raise UnrunnableProgramError(f"rank {r} has two threadblocks with id {tb.id}")
             for role, peer in (("send", tb.send), ("recv", tb.recv)):
                 if peer != -1 and not (0 <= peer < n and peer != r):
                     raise UnrunnableProgramError(f"rank {r} tb {tb.id}: {role} peer {peer} is "
                                                  f"not another rank of ngpus={n}")
-            peers[key] = (tb.send, tb.recv, tb.chan)
-            ops: list[_Op] = []
-            pending: list[tuple[int, int]] = []
+            tbs[r][tb.id] = tb
             for pos, st in enumerate(tb.steps):
-                if st.depid >= 0:
-                    pending.append((st.depid, st.deps))
-                if st.type == "nop":
-                    continue
-                here = f"rank {r} tb {tb.id} step {pos}"
-                if st.type not in _EXECUTABLE:
-                    raise UnrunnableProgramError(f"{here}: step type {st.type!r} cannot be "
-                                                 "executed")
-                if st.type in SEND_OPS and tb.send < 0:
-                    raise UnrunnableProgramError(f"{here}: {st.type!r} sends but the tb has no "
-                                                 "send peer")
-                if st.type in RECV_OPS and tb.recv < 0:
-                    raise UnrunnableProgramError(f"{here}: {st.type!r} receives but the tb has "
-                                                 "no recv peer")
-                if st.cnt < 1:
-                    raise UnrunnableProgramError(f"{here}: cnt={st.cnt}; a step moves >= 1 chunk")
-                ops.append(_Op(r, tb.id, pos, st.type, st.srcbuf, st.srcoff, st.dstbuf,
-                               st.dstoff, st.cnt, tuple(pending), st.line))
-                pending = []
-            tb_ops[key] = ops
-    return tb_ops, peers
-
-
-def _dependency_op(tb_ops, rank: int, depid: int, deps: int) -> _Op | None:
-    """The step a dependency waits for: the first of tb ``depid`` at position >= ``deps``."""
-    for op in tb_ops.get((rank, depid), ()):
-        if op.pos >= deps:
-            return op
-    return None
+                why = ("" if st.type == "nop" else
+                       f"step type {st.type!r} cannot be executed" if st.type not in EXECUTABLE
+                       else f"{st.type!r} sends but the tb has no send peer"
+                       if st.type in SEND_OPS and tb.send < 0
+                       else f"{st.type!r} receives but the tb has no recv peer"
+                       if st.type in RECV_OPS and tb.recv < 0
+                       else f"cnt={st.cnt}; a step moves >= 1 chunk" if st.cnt < 1 else "")
+                if why:
+                    raise UnrunnableProgramError(f"rank {r} tb {tb.id} step {pos}: {why}")
+    return tbs
 
 
 def schedule(program: Program) -> Schedule:
@@ -190,116 +142,60 @@ def schedule(program: Program) -> Schedule:
         The program deadlocks, leaves messages unreceived, pairs a send and a receive of
         different ``cnt``, or uses a step that cannot be executed.
     """
-    tb_ops, peers = _load(program)
-    keys = sorted(tb_ops)
-    pc = dict.fromkeys(keys, 0)
-    done_pos = dict.fromkeys(keys, -1)
-    fifos: dict[tuple[int, int, int], deque] = defaultdict(deque)
-    order: list[_Op] = []
-    messages: list[_Op] = []
-    receivers: dict[int, _Op] = {}
-
-    def ready(key, op: _Op) -> bool:
-        for depid, deps in op.deps:
-            dep_key = (op.rank, depid)
-            if dep_key not in done_pos or done_pos[dep_key] < deps:
-                return False
-        if op.type in RECV_OPS:
-            send, recv, chan = peers[key]
-            return bool(fifos[(recv, op.rank, chan)])
-        return True
-
-    progress = True
-    while progress:
-        progress = False
-        for key in keys:
-            ops = tb_ops[key]
-            while pc[key] < len(ops) and ready(key, ops[pc[key]]):
-                op = ops[pc[key]]
-                send, recv, chan = peers[key]
-                if op.type in RECV_OPS:
-                    message = fifos[(recv, op.rank, chan)].popleft()
-                    sender = messages[message]
-                    if sender.cnt != op.cnt:
-                        raise UnrunnableProgramError(
-                            f"{op.name()} receives cnt={op.cnt} but the matching send, "
-                            f"{sender.name()}, has cnt={sender.cnt}")
-                    op.message_in = message
-                    receivers[message] = op
-                if op.type in SEND_OPS:
-                    op.message_out = len(messages)
-                    messages.append(op)
-                    fifos[(op.rank, send, chan)].append(op.message_out)
-                op.index = len(order)
-                order.append(op)
-                pc[key] += 1
-                done_pos[key] = op.pos
-                progress = True
-    stuck = [tb_ops[key][pc[key]] for key in keys if pc[key] < len(tb_ops[key])]
+    sched, result = Scheduler(_threadblocks(program)), Schedule([])
+    sched.run(lambda event, _: result.ops.append(_Op(event, event.transfer.type)))
+    for op in result.ops:
+        if (mismatch := cnt_mismatch(op.step)) is not None:
+            raise UnrunnableProgramError(mismatch)
+    stuck = sched.blocked()
     if stuck:
-        shown = "; ".join(_why(op, peers, done_pos) for op in stuck[:3])
+        shown = "; ".join(f"{sched.label(g)[0]} {sched.reason(g)[0]}" for g in stuck[:3])
         more = f" (and {len(stuck) - 3} more threadblocks)" if len(stuck) > 3 else ""
         raise UnrunnableProgramError(f"the program deadlocks: {shown}{more}")
-    for (a, b, chan), fifo in sorted(fifos.items()):
-        if fifo:
-            raise UnrunnableProgramError(
-                f"{len(fifo)} message(s) from rank {a} to rank {b} on channel {chan} are never "
-                f"received (first sent by {messages[fifo[0]].name()})")
-    result = Schedule(order, messages, receivers, peers, 0, tb_ops=tb_ops)
+    unreceived = sched.unreceived()
+    if unreceived:
+        raise UnrunnableProgramError(unreceived[0][0])
     _assign_levels(result)
     return result
 
 
-def _why(op: _Op, peers, done_pos) -> str:
-    for depid, deps in op.deps:
-        dep_key = (op.rank, depid)
-        if dep_key not in done_pos:
-            return f"{op.name()} waits for tb {depid}, which does not exist"
-        if done_pos[dep_key] < deps:
-            return f"{op.name()} waits for tb {depid} step {deps}"
-    send, recv, chan = peers[(op.rank, op.tb)]
-    return f"{op.name()} waits for a message from rank {recv} on channel {chan}"
-
-
 def _compute_levels(sched: Schedule) -> None:
-    previous: dict[tuple[int, int], _Op] = {}
-    last_sender: dict[tuple[int, int], _Op] = {}
-    for op in sched.ops:
-        key = (op.rank, op.tb)
+    ops = sched.ops
+    last_sender: dict[int, _Op] = {}
+    for op in ops:
+        ev = op.step
         op.delay = op.min_delay
-        preds = [previous[key]] if key in previous else []
-        for depid, deps in op.deps:
-            dep = _dependency_op(sched.tb_ops, op.rank, depid, deps)
-            if dep is not None:
-                preds.append(dep)
+        preds = [ops[i] for i in ev.after_deps]
+        if ev.previous is not None:
+            preds.append(ops[ev.previous])
         level = op.min_level
         for pred in preds:
             # A send reads memory when its level starts: after every write before it.
             later = 1 if op.type == "s" and pred.type not in _WRITES_NOTHING else 0
             level = max(level, pred.level + later)
-        if op.message_in >= 0:
-            level = max(level, sched.messages[op.message_in].send_level)
+        if ev.received is not None:
+            level = max(level, ops[ev.received.index].send_level)
         op.level = level
-        if op.message_out >= 0 and key in last_sender:
+        if op.type in SEND_OPS and ev.gid in last_sender:
             # Messages of one connection leave in order.
-            behind = last_sender[key].send_level - op.send_level
+            behind = last_sender[ev.gid].send_level - op.send_level
             if behind > 0:
                 if op.type == "s":
                     op.level += behind
                 else:
                     op.delay += behind
-        previous[key] = op
-        if op.message_out >= 0:
-            last_sender[key] = op
-    sched.levels = 1 + max((max(op.level, op.send_level) for op in sched.ops), default=-1)
+        if op.type in SEND_OPS:
+            last_sender[ev.gid] = op
+    sched.levels = 1 + max((max(op.level, op.send_level) for op in ops), default=-1)
 
 
 def _assign_levels(sched: Schedule) -> None:
     """Levels (module docstring), aligned when the program allows it."""
     _compute_levels(sched)
     for _ in range(len(sched.ops) + 2):
-        late = [(sched.messages[m], op) for m, op in sched.receivers.items()
-                if op.level != sched.messages[m].send_level]
+        senders = [(sched.ops[op.step.received.index], op) for op in sched.ops
+                   if op.step.received is not None]
+        late = [(sender, op) for sender, op in senders if op.level != sender.send_level]
         if not late:
             sched.aligned = True
             return
@@ -342,12 +238,12 @@ def _blocks(kind: str, n: int, nchunks: int) -> tuple[int, int, int]:
 class _Level:
     """One rank's part of one level: messages to post, then steps to apply."""
 
-    # (message id, peer, tensor sent, memory to snapshot into it first or None)
+    # (message id = its send's event index, peer, tensor sent, memory to snapshot first or None)
     sends: list[tuple[int, int, Any, Any]] = field(default_factory=list)
     # (message id, peer, receive buffer)
     recvs: list[tuple[int, int, Any]] = field(default_factory=list)
-    # (op, source operand, destination operand, receive buffer) in the global order
-    steps: list[tuple[_Op, Any, Any, Any]] = field(default_factory=list)
+    # (op type, source operand(s), destination operand, receive buffer) in the global order
+    steps: list[tuple[str, Any, Any, Any]] = field(default_factory=list)
 
 
 class PreparedProgram:
@@ -384,11 +280,7 @@ class PreparedProgram:
         # gather's non-root): the other buffer is its alias (§8.2), made up if need be.
         self._pre: list[tuple[Any, Any]] = []
         self._post: list[tuple[Any, Any]] = []
-        if program.outofplace is None:
-            only_in_place = bool(program.inplace) and kind != "alltoall"
-        else:
-            only_in_place = bool(program.inplace) and not program.outofplace
-        if only_in_place and (inp is None) != (out is None):
+        if program_layouts(program) == ("in-place",) and (inp is None) != (out is None):
             if kind not in ("allgather", "reduce_scatter", "gather", "scatter"):
                 inp = out = inp if inp is not None else out
             elif kind in ("allgather", "gather") and inp is not None:
@@ -401,8 +293,9 @@ class PreparedProgram:
                 big = torch.empty(in_blocks * m0, dtype=out.dtype, device=out.device)
                 self._post.append((out, big[me * m0: (me + 1) * m0]))
                 inp, out = big, big[me * m0: (me + 1) * m0]
-        mine = [o for o in sched.ops if o.rank == me]
-        touches = {b for o in mine for b in _operands(o)}
+        mine = [o for o in sched.ops if o.step.rank == me]
+        touches = {o.step.transfer.srcbuf if u == "src" else o.step.transfer.dstbuf
+                   for o in mine for u in OPERANDS[o.type]}
         gpu = next((g for g in program.gpus if g.id == me), None)
         s_chunks = max(gpu.s_chunks, 0) if gpu is not None else 0
         m = self._block_elems(inp, out, in_blocks, out_blocks, touches)
@@ -436,43 +329,45 @@ class PreparedProgram:
         real = {"i": in_blocks * K, "o": out_blocks * K, "s": s_chunks}
         self.chunk_elems = S
 
-        def chunks(op: _Op, which: str) -> Any:
-            name, off = (op.srcbuf, op.srcoff) if which == "src" else (op.dstbuf, op.dstoff)
+        def chunks(ev: Event, which: str, name: str, off: int) -> Any:
+            cnt = ev.transfer.cnt
             buf = bufs.get(name)
             if buf is None:
-                raise InvalidBufferError(f"rank {me}: {op.name()} uses buffer {name!r} but no "
+                raise InvalidBufferError(f"rank {me}: {ev.name()} uses buffer {name!r} but no "
                                          f"{'input' if name == 'i' else 'output'} tensor was "
                                          "given")
-            if off < 0 or off + op.cnt > real[name]:
+            if off < 0 or off + cnt > real[name]:
                 raise UnrunnableProgramError(
-                    f"{op.name()}: {which} {name}[{off}..{off + op.cnt}) is outside the "
+                    f"{ev.name()}: {which} {name}[{off}..{off + cnt}) is outside the "
                     f"{real[name]} chunks of buffer {name!r}")
-            return buf[off * S: (off + op.cnt) * S]
+            return buf[off * S: (off + cnt) * S]
 
         levels = [_Level() for _ in range(sched.levels)]
-        send_peer = {key: p[0] for key, p in sched.peers.items()}
-        recv_peer = {key: p[1] for key, p in sched.peers.items()}
         for o in mine:
-            key = (o.rank, o.tb)
-            src = chunks(o, "src") if o.type in ("s", "rrs", "rrc", "rrcs", "cpy", "re") else None
-            dst = chunks(o, "dst") if o.type in ("r", "rcs", "rrc", "rrcs", "cpy", "re") else None
+            ev, t = o.step, o.step.transfer
+            uses = OPERANDS[t.type]
+            # A fused re (§10) reads several sources: a list of them.
+            srcs = [chunks(ev, "src", t.srcbuf, off) for off in t.srcoffs] if "src" in uses \
+                else [None]
+            src = srcs if t.type == "re" else srcs[0]
+            dst = chunks(ev, "dst", t.dstbuf, t.dstoff) if "dst" in uses else None
             tmp = None
-            if o.type in RECV_OPS:
-                tmp = torch.empty(o.cnt * S, dtype=dtype, device=device)
+            if t.type in RECV_OPS:
+                tmp = torch.empty(t.cnt * S, dtype=dtype, device=device)
                 levels[o.level].recvs.append(
-                    (o.message_in, global_rank(dist, group, recv_peer[key]), tmp))
-            if o.type == "s":
-                peer = global_rank(dist, group, send_peer[key])
+                    (ev.received.index, global_rank(dist, group, ev.recv), tmp))
+            if t.type == "s":
+                peer = global_rank(dist, group, ev.send)
                 if sched.aligned:
-                    levels[o.level].sends.append((o.message_out, peer, src, None))
+                    levels[o.level].sends.append((ev.index, peer, src, None))
                 else:   # buffered: snapshot the value, the memory may change before delivery
-                    snap = torch.empty(o.cnt * S, dtype=dtype, device=device)
-                    levels[o.level].sends.append((o.message_out, peer, snap, src))
-            elif o.type in _FORWARDING:
+                    snap = torch.empty(t.cnt * S, dtype=dtype, device=device)
+                    levels[o.level].sends.append((ev.index, peer, snap, src))
+            elif t.type in _FORWARDING:
                 levels[o.send_level].sends.append(
-                    (o.message_out, global_rank(dist, group, send_peer[key]), tmp, None))
-            if o.type != "s":
-                levels[o.level].steps.append((o, src, dst, tmp))
+                    (ev.index, global_rank(dist, group, ev.send), tmp, None))
+            if t.type != "s":
+                levels[o.level].steps.append((t.type, src, dst, tmp))
         for level in levels:
             level.sends.sort(key=lambda x: x[0])
             level.recvs.sort(key=lambda x: x[0])
@@ -614,8 +509,7 @@ class PreparedProgram:
                     pending_descriptions += descriptions[receives:]
                     wait_all(works[:receives], descriptions[:receives], deadline=deadline,
                              nccl=self.nccl, rank=self.rank, step=t, where="level")
-            for op, src, dst, tmp in level.steps:
-                kind = op.type
+            for kind, src, dst, tmp in level.steps:
                 if kind in ("r", "rcs"):
                     dst.copy_(tmp)
                 elif kind in ("rrs", "rrc", "rrcs"):
@@ -626,8 +520,12 @@ class PreparedProgram:
                     if src.data_ptr() != dst.data_ptr():
                         dst.copy_(src.clone() if _overlap(src, dst) else src)
                 elif kind == "re":
-                    reduce(dst, src.clone() if _overlap(src, dst) and
-                           src.data_ptr() != dst.data_ptr() else src)
+                    # A fused chain (§10) reads all its sources before DST changes.
+                    fused = len(src) > 1
+                    src = [x.clone() if _overlap(x, dst) and (
+                        fused or x.data_ptr() != dst.data_ptr()) else x for x in src]
+                    for x in src:
+                        reduce(dst, x)
         if pending_sends:
             wait_all(pending_sends, pending_descriptions, deadline=deadline, nccl=self.nccl,
                      rank=self.rank, step=len(self._levels), where="level")
@@ -637,24 +535,9 @@ class PreparedProgram:
 
 
 def program_layouts(program: Program) -> tuple[str, ...]:
-    """The calls a program may run for: ``"in-place"``, ``"out-of-place"`` (§4.2, §12.8).
-
-    msccl (no ``outofplace`` attribute): exactly what ``inplace`` says, alltoall always out of
-    place; rccl and msccl-executor: in place if ``inplace``, out of place if ``outofplace``.
-    """
-    if program.outofplace is None:
-        if program_kind(program) == "alltoall" or not program.inplace:
-            return ("out-of-place",)
-        return ("in-place",)
-    return tuple(name for name, flag in (("in-place", program.inplace),
-                                         ("out-of-place", program.outofplace)) if flag)
-
-
-def _operands(op: _Op) -> list[str]:
-    uses = {"s": ("src",), "r": ("dst",), "rcs": ("dst",), "rrs": ("src",),
-            "rrc": ("src", "dst"), "rrcs": ("src", "dst"), "cpy": ("src", "dst"),
-            "re": ("src", "dst")}[op.type]
-    return [op.srcbuf if u == "src" else op.dstbuf for u in uses]
+    """The calls a program may run for: ``"in-place"``, ``"out-of-place"`` (§4.2, §12.8), as
+    msccl reads a file without ``outofplace``, as rccl and msccl-executor read one with it."""
+    return layouts(program, "msccl" if program.outofplace is None else "rccl")
 
 
 def _overlap(a, b) -> bool:

@@ -11,6 +11,7 @@ result, so a failure names the case.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -114,7 +115,7 @@ def _tampered(program: Program) -> Program:
                 if st.type == "r" and st.dstbuf == "o":
                     wrong = (st.dstoff + 1) % gpu.o_chunks
                     steps = list(tb.steps)
-                    steps[s] = XmlStep(st.s, "r", st.srcbuf, st.srcoff, "o", wrong, st.cnt)
+                    steps[s] = dataclasses.replace(st, dstoff=wrong)
                     tbs = list(gpu.threadblocks)
                     tbs[t] = ThreadBlock(tb.id, tb.send, tb.recv, tb.chan, tuple(steps))
                     gpus[g] = GpuProgram(gpu.id, gpu.i_chunks, gpu.o_chunks, gpu.s_chunks,
