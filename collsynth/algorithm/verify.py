@@ -1,36 +1,6 @@
 """Replay an algorithm and prove it implements its collective on its topology.
 
-The replay tracks, for every (rank, chunk), the *set of contributions* the rank's buffer holds:
-for a non-combining chunk the single token of the whole chunk; for a combining chunk the ranks
-whose contributions have been added in. It checks, step by step:
-
-* every step lasts a whole number of rounds >= 1;
-* every send uses a link that exists, from a rank that holds a value of that chunk;
-* per link, at most ``bandwidth * rounds`` sends; per bandwidth group, at most ``limit * rounds``;
-* a reduce only on a combining collective, and never adds a contribution the receiver already
-  has (no contribution is counted twice), also among several reduces arriving in one step;
-* a copy is the only send into that (rank, chunk) in its step;
-* optionally, at most ``extra_memory`` scratch chunks per rank at any time;
-
-and at the end, that every rank in a chunk's postcondition holds its complete value, each
-contribution exactly once. Nothing a solver returns leaves collsynth without passing this.
-
-Two implementations check exactly these rules:
-
-* the *replay* walks the sends one by one with Python sets; it is the reference, gives the most
-  detailed messages, and is the only one that checks ``extra_memory``;
-* the *vectorised* replay works on numpy arrays (see
-  :class:`~collsynth.algorithm.arrays.SendBlock`): link and bandwidth-group loads are counted per
-  step with ``bincount`` and one sparse product (a link -> group incidence matrix built once);
-  the (rank, chunk) state is a boolean "holds" matrix plus, for combining collectives, a bitset
-  of contributions (``ceil(ranks / 64)`` ``uint64`` words per (chunk, rank)). Chunks never
-  interact once the loads are checked, so the state is replayed a batch of chunks at a time,
-  which bounds memory (a few hundred MB) whatever the number of chunks. A 1024-rank algorithm
-  with millions of sends verifies in seconds.
-
-:func:`find_problems` and :func:`verify` use the vectorised replay for large algorithms (more
-than 20,000 sends, or any step stored as a ``SendBlock``) unless ``extra_memory`` is given, and the
-reference replay otherwise.
+The details (formats, conventions, rules) are in docs/verification.md.
 """
 
 from __future__ import annotations

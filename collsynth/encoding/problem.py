@@ -1,43 +1,6 @@
 """The synthesis problem for a non-combining collective, described independently of any solver.
 
-This is the *time-expanded path encoding*. For an instance (``S`` steps, ``R`` rounds, the
-collective already split into chunks) there is one 0-1 variable per candidate send
-``send[c, s, d, t]``: chunk ``c`` crosses link ``s -> d`` in step ``t`` (``1 <= t <= S``), and one
-integer ``rounds[t]`` in ``[1, R - S + 1]`` per step. The constraints, one family each:
-
-1. **Correctness: hold before you send.** ``send[c, s, d, t]`` needs ``s`` to hold ``c`` at the end
-   of step ``t - 1``: ``s`` is in ``pre(c)``, or ``s`` received ``c`` in a step before ``t``
-   (``send[c, s, d, t] <= sum of send[c, *, s, t']`` over ``t' < t``).
-2. **Correctness: every rank that needs a chunk receives it exactly once**; every other rank at
-   most once. (Receiving twice is never useful for a non-combining chunk: sound pruning.)
-3. **Bandwidth per link and step:** ``sum_c send[c, s, d, t] <= b(s, d) * rounds[t]``.
-4. **Bandwidth per group and step:** the same over each bandwidth group's links with its limit.
-5. **Rounds:** ``sum_t rounds[t] == R``.
-6. **Memory (optional):** at the end of every step, each rank holds at most ``extra_memory`` chunks
-   outside its pre- and postcondition.
-
-Sound pruning applied while building the candidates (they never remove a solution up to
-equivalence): a rank cannot hold a chunk before its shortest-path distance from the chunk's
-sources; no send into a rank that starts with the chunk; no send into a rank that neither needs
-the chunk nor can reach, in the steps left, a rank that needs it (without a memory limit such a
-send is useless and can be deleted from any solution).
-
-Redundant constraints that help solvers prove unsatisfiability (cuts):
-
-7. **Arrival cuts:** the chunks rank ``d`` needs that are ``k`` or more hops away arrive in steps
-   ``k..S``, so their number is at most ``in_capacity(d) * (rounds[k] + ... + rounds[S])``.
-8. **Symmetry breaking:** pieces of one split chunk are interchangeable; for each such pair
-   ``c1 < c2`` the first needing rank receives ``c1`` no later than ``c2``.
-9. **Sends per chunk:** a chunk is sent at least ``max(ranks needing it, hops to the farthest)``
-   times (one receive per needing rank; a path of that many links to the farthest one).
-
-Optionally (``orbit`` given), the search is restricted to schedules invariant under a topology
-automorphism: ``send[c, s, d, t] == send[pi(c), pi(s), pi(d), t]``. This is sound for
-satisfiable answers only (a symmetric schedule is a schedule) and is used as a fast first try.
-
-The description is plain data; :mod:`collsynth.encoding.cpsat` and :mod:`collsynth.encoding.z3`
-translate it for a solver, and :func:`decode` turns a solver's chosen sends into an
-:class:`~collsynth.algorithm.Algorithm` (which the caller verifies).
+The details (formats, conventions, rules) are in docs/encoding.md.
 """
 
 from __future__ import annotations

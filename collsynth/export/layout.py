@@ -1,46 +1,7 @@
 """Where every chunk of a collective starts and ends in MSCCL's buffers.
 
-An algorithm talks about *chunks* (see :mod:`collsynth.collective.standard` for their numbering);
-an MSCCL program talks about *buffer slots* ``i[k]``, ``o[k]``, ``s[k]`` in units of
-``nchunksperloop``-ths of the reference buffer (``docs/msccl-xml.md`` §8.1,
-§8.2 and §12.7). A :class:`Layout` connects the two: for every (rank, chunk) of the precondition the
-slot the chunk's value starts in, and for every (rank, chunk) of the postcondition the slot its
-final value must end in.
-
-With ``n`` ranks and ``C = chunk_factor`` (chunk ``c = b*C + p`` is piece ``p`` of base chunk
-``b``), out of place:
-
-=================  ===============  ==========================  ==============================
-collective         nchunksperloop   starts (rank: slot)         ends (rank: slot)
-=================  ===============  ==========================  ==============================
-allgather          n*C              b: ``i[p]``                 every rank: ``o[c]``
-alltoall           n*C              src: ``i[dst*C + p]``       dst: ``o[src*C + p]``
-                                    (``b = src*n + dst``)
-allreduce          C                every rank: ``i[c]``        every rank: ``o[c]``
-reduce_scatter     n*C              every rank: ``i[c]``        b: ``o[p]``
-broadcast          C                root: ``i[c]``              every rank: ``o[c]``
-reduce             C                every rank: ``i[c]``        root: ``o[c]``
-gather (rccl)      C                b: ``i[p]``                 root: ``o[c]``
-scatter (rccl)     C                root: ``i[c]``              b: ``o[p]``
-gather (msccl)     n*C (custom)     b: ``i[p]``                 root: ``o[c]``
-scatter (msccl)    n*C (custom)     root: ``i[c]``              b: ``o[p]``
-custom             #chunks          holders: ``i[c]``           needers: ``o[c]``
-=================  ===============  ==========================  ==============================
-
-These are exactly the postconditions of §12.7 (allgather ``o[q*C + i] = x(q,
-i)``; reduce_scatter ``o[j] = sum_q x(q, r*C + j)``; alltoall ``o[src*C + i] = x(src, dst*C +
-i)``; gather/scatter with ``K = C`` chunks per rank). msccl has no gather or scatter; they are
-written as ``custom`` with msccl-tools' chunk numbering but with ``i_chunks = o_chunks =
-nchunksperloop`` (what msccl's size check demands for ``custom``; msccl-tools' own ``ncclize``
-declares allgather-like sizes there, which msccl rejects). A collective that is not standard
-(a custom collective file, or ``multiroot_*``) is ``custom``, msccl only: chunk ``c`` lives at
-index ``c`` of ``i`` on every rank that starts with it and at index ``c`` of ``o`` on every rank
-that needs it; ``nchunksperloop`` is the number of chunks.
-
-**In place** (§8.2) the input and the output alias. A layout for in-place calls names
-every slot by the buffer msccl-tools writes: the larger of the two (``o`` for allgather and
-gather, ``i`` for reduce_scatter and scatter), and ``i`` when both have the same size. So an
-in-place allgather starts rank ``b``'s chunk at ``o[b*C + p]`` and declares ``i_chunks = 0``.
+The details (formats, conventions, rules) are in docs/export.md; section numbers (§) refer to
+docs/msccl-xml.md.
 
 Examples
 --------

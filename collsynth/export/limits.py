@@ -1,18 +1,7 @@
 """Each runtime's documented limits on one MSCCL program, and which of them a program exceeds.
 
-The figures are those of ``docs/msccl-xml.md`` (§2, §6, §7, §10 and §14.1); each
-:class:`Limit` names its constant, the largest value the runtime accepts (inclusive) and, in one
-line, where it comes from and what happens beyond it.
-
-Limits are evaluated on :class:`LimitFigures`: per rank, the largest value of every limited
-quantity and where it occurs. Figures come from a lowered program
-(:func:`collsynth.export.stats.program_stats`, exact) or, before anything is lowered, from the
-algorithm's sends (:func:`estimate_figures`: threadblocks and channels exactly, steps and
-elements as lower bounds, computed with numpy in a few passes over the sends), so an algorithm
-far beyond a runtime's limits is refused in seconds instead of after minutes of lowering.
-:func:`find_limit_violations` and :func:`estimate_limits` return one :class:`LimitViolation`
-per exceeded limit, naming the worst place, the allowed and the actual value and by how much
-it is exceeded.
+The details (formats, conventions, rules) are in docs/export.md; section numbers (§) refer to
+docs/msccl-xml.md.
 
 Examples
 --------

@@ -1,56 +1,7 @@
 """Lower a verified :class:`~collsynth.algorithm.Algorithm` to an MSCCL :class:`Program`.
 
-The rules the result follows are those of ``docs/msccl-xml.md``; section numbers (§) below
-refer to it.
-
-**Placement.** Chunks start where :mod:`collsynth.export.layout` says (input buffer, or the aliased
-output slot in place) and final values end at their output slot. A value a rank holds only in
-transit (a relay, or a partial sum it forwards) lives in a *scratch* slot; a scratch slot is freed
-after the last algorithm step that touches its value and reused by later values, so ``s_chunks``
-is the most transit values a rank holds at once (plus one receive buffer per reducing
-threadblock for runtimes without fused ops). In place, a value whose final slot still holds the
-input of another chunk when the value arrives (that input is sent later) is assembled in scratch
-and copied home at the end.
-
-**Sends.** Every algorithm send is a send step (``s``) on the sender and a receive on the receiver:
-``r`` for a copy (into the receiver's slot for that chunk). For a reduce, the local operand is
-the receiver's own contribution the first time (still in ``i``, which out of place is never
-written) and its accumulator afterwards: where the runtime has fused ops, ``rrc`` with
-``srcbuf/srcoff`` = that *local* operand (§7.2) and ``dst`` = the accumulator; on rccl,
-``r`` into the accumulator then ``re`` adding the own contribution the first time, ``r`` into a
-scratch buffer then ``re`` into the accumulator afterwards. No receive-copy-send fusion is done.
-With one instance, consecutive messages of a connection in one step whose slots are
-consecutive on both sides become one step with ``cnt > 1`` (at most 71: ``cnt < 72``, §7.1; a
-longer run becomes several steps).
-
-**Threadblocks.** One connection is (peer, direction, channel); chunk ``c`` travels on channel
-``c % channels`` (or, with ``channel_by="peer"``, the pair ``s -> d`` on ``((d - s) mod n) %
-channels``, which spreads a rank's many peers over channels). Per rank and channel the send-to-p and receive-from-p streams share one
-threadblock, and the remaining send-only and receive-only streams are paired with each other, so a
-rank has ``max(#send peers, #receive peers)`` threadblocks per channel, plus one for local copies
-when it has any. Steps of a threadblock follow the algorithm's steps; within a step, sends whose
-value is overwritten in the same step come first, then sends and receives alternate (so two
-threadblocks exchanging many chunks never both wait on a full FIFO). Sends and receives on a
-connection are in the same order on both sides.
-
-**Dependencies** (§9). Every pair of accesses to the same slot of a rank from different
-threadblocks, at least one a write, is ordered as the algorithm orders them: a read waits for the
-write it reads, a write waits for the reads of the value it replaces and for the previous write.
-Dependencies already implied (by program order or transitively through earlier dependencies) are
-dropped; several remaining ones become ``nop`` steps, one dependency each, before the step, which
-keeps the first (§9.2).
-
-**Instances** ``K``: every chunk is split ``K`` ways (slot ``x`` becomes slots ``x*K .. x*K+K-1``)
-and the schedule is replicated ``K`` times, instance ``k`` on its own channels, so the copies run in
-parallel. **Channels**: ``nchannels`` is the number of channels actually used.
-
-**Limits** (:mod:`collsynth.export.limits`). Before anything is built, the limits the program
-will certainly exceed are computed from the sends (threadblocks and channels exactly, steps and
-elements per rank as lower bounds), so an algorithm far beyond a runtime's limits is refused in
-seconds; the lowered program is then checked exactly. Either way the :class:`ExportError` names
-every exceeded limit, its worst place and by how much. Lowering is linear in the number of
-sends up to sorting (10-30 us per send), so an algorithm that fits the limits lowers in
-seconds to tens of seconds even on 1024 ranks with a million sends.
+The details (formats, conventions, rules) are in docs/export.md; section numbers (§) refer to
+docs/msccl-xml.md.
 
 Examples
 --------

@@ -1,35 +1,6 @@
 """Start ``N`` local processes in one torch.distributed group and run a function on each.
 
-:func:`launch` is for tests, the ``collsynth run`` command and benchmarks on one machine. Every
-process initialises the default process group (``gloo`` by default) from a ``FileStore`` in a
-fresh temporary directory (``init="file"``) or a TCP store on ``127.0.0.1`` at a free port
-(``init="tcp"``; the port is found by binding port 0), calls ``fn(rank, world_size, *args)``
-and sends the return value back. The parent collects every rank's result or error and always
-cleans up: when a rank fails, the others get ``grace_s`` seconds to report (their waits on the
-failed rank usually fail at once) and are then terminated; when the whole launch exceeds
-``timeout_s``, every straggler is terminated. A failure raises :class:`LaunchError`, whose
-message names each failed rank and what it raised.
-
-Processes are forked on Linux for gloo (fast: no re-import of torch; ``fn`` may be any callable)
-and spawned otherwise (``fn`` and ``args`` must then be picklable, i.e. module-level). A forked
-rank runs torch with one thread: OpenMP (libgomp) is not fork-safe, and a child that starts
-threads after its parent used them hangs; for several threads per rank choose
-``start_method="forkserver"`` (torch is preloaded once in the fork server) or ``"spawn"``. NCCL
-always spawns, one GPU per rank (``torch.cuda.set_device(rank)``), and needs
-``torch.cuda.device_count() >= world_size``. Results must be picklable plain values.
-
-gloo picks its network interface from the host name; set ``GLOO_SOCKET_IFNAME=lo`` in the
-environment if that name does not resolve to a local address.
-
-Example (not a doctest: spawned processes must import ``hello`` from a module)::
-
-    def hello(rank, world_size):
-        import torch, torch.distributed as dist
-        x = torch.tensor([rank])
-        dist.all_reduce(x)
-        return int(x)
-
-    launch(hello, 2)            # [1, 1]
+The details (formats, conventions, rules) are in docs/executor.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,7 @@
 """Interpret an MSCCL XML program (:class:`~collsynth.export.Program`) with torch.distributed.
 
-torch has no threadblocks, so the program is first scheduled *globally*, the same way on every
-rank (it is a pure function of the program):
-
-1. **Simulate** every rank with :mod:`collsynth.export.semantics`, as the checker does
-   (``docs/msccl-xml.md`` §9-§11): a topological order of the program's happens-before. A
-   program that stalls deadlocks on the real runtimes too and is refused
-   (:class:`UnrunnableProgramError`), as are unreceived messages and send/receive pairs of
-   different ``cnt``.
-2. **Levels.** Every step gets a level, the batch it runs in. In a level a rank first posts
-   its messages (sends of ``s`` steps read memory now; ``rcs``/``rrs``/``rrcs`` forward in the
-   next level what they received), waits for its receives, then applies the level's steps in
-   the global order (``r``, ``rrc``, ``cpy``, ``re``...). Levels respect program order,
-   dependencies and messages (a send reads after the writes before it: one level later), and
-   are then *aligned* so that every message is sent and received in the same level. Aligned
-   batches are what NCCL needs (sends and receives of a batch are matched together); a program
-   that cannot be aligned still runs on gloo, whose sends are buffered (its sends are
-   snapshotted and messages carry unique tags), and is refused on NCCL.
-
-Buffers and sizes (§8): the input ``i``, output ``o`` and a scratch ``s`` of ``s_chunks``
-chunks; chunk ``k`` of a buffer is elements ``[k*S, (k+1)*S)``. The tensors are torch's (see
-:mod:`collsynth.runtime.executor`): ``m`` elements per block, ``K`` chunks per block
-(``nchunksperloop``, or ``nchunksperloop / ngpus`` for allgather, reduce_scatter, alltoall).
-When ``m`` is not a multiple of ``K`` the blocks are copied into zero-padded buffers of
-``K * ceil(m / K)`` elements per block and the output copied back, so every size works (at the
-price of those copies); ``coll="custom"`` programs (one block of ``nchunksperloop`` chunks whose
-meaning the XML does not say) need a multiple of ``nchunksperloop`` elements. In place is
-recognised from the tensors and must be the aliasing of §8.2 (torch's in-place views);
-the program must declare the layout of the call (msccl: ``inplace`` exactly, alltoall out of
-place only; rccl: ``inplace``/``outofplace``). A rank with one tensor (a broadcast's or a
-gather's non-root) in a program made only for in-place calls gets the other buffer as its
-alias. The XML carries no root
-and no operator: rooted programs hard-code their root, the operator comes from the call
-(``sum``, ``prod``, ``min``, ``max``; no ``avg``, which the runtimes never run as MSCCL).
+The details (formats, conventions, rules) are in docs/executor.md; section numbers (§) refer to
+docs/msccl-xml.md.
 """
 
 from __future__ import annotations

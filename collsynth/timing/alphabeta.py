@@ -1,23 +1,6 @@
 """The alpha-beta cost model: one latency per step plus one transfer time per byte.
 
-An algorithm with ``S`` steps and ``R / C`` rounds per chunk (see
-:mod:`collsynth.algorithm.model`) moving base chunks of ``B`` bytes costs::
-
-    time_us = S * alpha_us + (R / C) * B * beta_us_per_byte
-
-* ``alpha_us`` is the latency of one step, in microseconds (:attr:`Topology.alpha_us`).
-* ``beta_us_per_byte`` is the time one *bandwidth unit* takes to move one byte, in microseconds.
-  A topology's ``unit_gbps`` is worth ``unit_gbps * 10**9`` bytes per second, that is
-  ``unit_gbps * 10**3`` bytes per microsecond, so ``beta_us_per_byte = 1 / (unit_gbps * 1e3)``.
-* One round moves one split chunk (``B / C`` bytes) over every bandwidth unit of a link, so
-  ``R`` rounds last ``R * (B / C) * beta``: the model charges ``rounds_per_chunk * B * beta``.
-
-Everything here is a pure function over plain values (numbers, an :class:`AlphaBeta`, an
-:class:`~collsynth.algorithm.Algorithm`), so fuller timing models can reuse and extend it.
-Times are floats; the crossover size is an exact :class:`~fractions.Fraction`.
-
-Buffer sizes follow the nccl-tests convention (:func:`base_chunk_bytes` gives the base chunk of
-each standard collective).
+The details (formats, conventions, rules) are in docs/timing.md.
 
 Examples
 --------

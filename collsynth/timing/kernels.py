@@ -1,54 +1,6 @@
 """Kernel predictors from device figures: reductions and copies (gamma), GEMMs, embedding bags.
 
-Every predictor is a roofline: ``time_us = launch_us + max(compute, memory)`` where a
-memory-bound kernel moves its bytes at the device's DRAM bandwidth (or its last-level cache
-bandwidth for the part served by the cache). Units: bytes, GB/s (10**9 bytes/s, i.e. ``10**3``
-bytes per microsecond), TFLOP/s (``10**6`` flop per microsecond), microseconds.
-
-**Reduction and copy** (:func:`reduce_time_us`, :func:`copy_time_us`). Reducing two buffers of
-``B`` bytes reads ``2B`` and writes ``B``; copying reads ``B`` and writes ``B``::
-
-    reduce: time_us = launch_us + 3 B / (bw_gbps * 1e3)
-    copy:   time_us = launch_us + 2 B / (bw_gbps * 1e3)
-
-``bw`` is the DRAM bandwidth, or the cache's when the whole working set (reads + writes) fits in
-the last-level cache (``where="auto"``). The slope of the reduction is the cost model's
-``gamma`` (:func:`reduce_gamma_us_per_byte`): microseconds per *reduced* (output) byte,
-``3 / (dram_gbps * 1e3)``; inside a collective the reduction is fused into the communication
-kernel, so no launch is charged there.
-
-**GEMM** (:func:`gemm_time_us`), ``C[m, n] = A[m, k] @ B[k, n]``: ``2 m n k`` flops; at least
-``(m k + k n + m n) * dtype_bytes`` bytes (each operand read once, ``C`` written once)::
-
-    time_us = launch_us + max(2 m n k / (peak_tflops * 1e6), bytes / (dram_gbps * 1e3))
-
-**Embedding bag** (:func:`embedding_bag_forward_time_us`, :func:`embedding_bag_backward_time_us`),
-``lookups`` row reads of ``dim`` elements pooled into ``bags`` output rows, from a table of
-``rows x dim`` elements. Indices are drawn uniformly, so a looked-up row is in the last-level cache
-with probability::
-
-    hit_rate = min(1, cache_bytes / table_bytes),   table_bytes = rows * dim * dtype_bytes
-
-Row traffic ``R = lookups * dim * dtype_bytes`` is served ``hit_rate`` from the cache and
-``1 - hit_rate`` from DRAM::
-
-    forward:  dram  = R (1 - h) + lookups * index_bytes + bags * dim * dtype_bytes (output)
-              cache = R h
-    backward: (fused SGD update: read the output gradient, then read-modify-write each row)
-              dram  = 2 R (1 - h) + lookups * index_bytes + bags * dim * dtype_bytes (gradient)
-              cache = 2 R h
-    time_us = launch_us + dram / (dram_gbps * 1e3) + cache / (cache_gbps * 1e3)
-
-(The cache is write-back: a write to a resident row stays in it. Index sorting and
-de-duplication in the backward pass are not modelled.)
-
-**Devices** (:data:`DEVICES`): HBM bandwidth, L2 and last-level cache, cache bandwidth, peak
-dense TFLOP/s per dtype, launch overhead; each figure with its source in ``Device.sources``.
-``"mi250"`` is *one GCD* (half an MI250 package: collsynth's MI250 topology has a rank per GCD).
-
->>> d = DEVICES["a100-80gb"]
->>> round(reduce_time_us(2 * 10**9, d, where="dram") - d.launch_us, 3)   # 6 GB at 2039 GB/s
-2942.619
+The details (formats, conventions, rules) are in docs/timing.md.
 """
 
 from __future__ import annotations

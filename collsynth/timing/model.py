@@ -1,41 +1,6 @@
 """The closed-form cost model, symbolic in the buffer size, with exact crossovers.
 
-An algorithm with steps ``t = 1..S``, step ``t`` lasting ``r_t`` rounds, every base chunk split
-into ``C`` pieces, run on a buffer of ``size_bytes`` (nccl-tests convention: ``k`` base chunks per
-buffer, :func:`~collsynth.timing.alphabeta.base_chunk_bytes`) costs::
-
-    time_us = sum_t alpha_t  +  sum_t r_t * (size_bytes / (k * C)) * beta_t
-                             +  gamma * sum_t m_t * (size_bytes / (k * C))
-
-* ``alpha_t`` (us) and ``beta_t`` (us per byte per bandwidth unit) are the figures of the
-  **slowest link class step t uses**: the largest ``alpha`` and the largest ``beta`` among the
-  classes of the links that carry a send in step ``t``. A k-synchronous schedule waits for every
-  step, so its critical path crosses every step, and within a step it runs through the slowest
-  link the step uses. A step without sends is charged the default class.
-* ``gamma`` (us per byte) is the time one rank takes to reduce one byte (read two operands, write
-  the result; :func:`collsynth.timing.kernels.reduce_gamma_us_per_byte`). The **reduced bytes on
-  the critical path** are, per step, those of its busiest reducer: ``m_t`` is the largest number
-  of reducing sends (``Send.reduce``) any one rank receives in step ``t``, each one piece of
-  ``size_bytes / (k * C)`` bytes combined into the receiver's buffer. Ranks reduce in parallel,
-  steps one after the other, and the reduction is charged on top of the transfer (no overlap), so
-  the term is an upper estimate. Non-combining collectives have ``m_t = 0``.
-
-On a topology whose links all belong to one class this is the alpha-beta model of
-:mod:`collsynth.timing.alphabeta` (``S * alpha + (R / C) * chunk_bytes * beta``) plus the gamma
-term.
-
-**Link classes.** A plain topology has one class, ``"link"``, with ``alpha = topology.alpha_us``
-and ``beta = 1 / (unit_gbps * 1e3)``. A composed multi-node topology
-(:func:`collsynth.topology.compose.compose_nodes`, recognised by ``metadata["network"]``) has two:
-``"intra-node"`` (the node's links, the node's figures) and ``"network"`` (links between nodes)
-with ``alpha = network_alpha_us`` (default :data:`NETWORK_ALPHA_US`, NCCL's per-hop network
-latency of its ring LL protocol, the same kind of figure the built-in nodes use for their own
-links) and ``beta`` from the NIC's declared GB/s per unit when the composition had to round it.
-
-The time is built as a :mod:`sympy` expression in :data:`SIZE` (``size_bytes``) with exact
-rational coefficients (floats are read as their shortest decimal: ``0.7`` is ``7/10``), so the
-size at which two algorithms (or an algorithm and an NCCL baseline) cost the same is solved exactly:
-:func:`crossover` returns a :class:`~fractions.Fraction` of bytes.
+The details (formats, conventions, rules) are in docs/timing.md.
 
 Examples
 --------

@@ -1,44 +1,6 @@
 """Step-by-step simulation of an algorithm on its topology: per-link latency, bandwidth, contention.
 
-Where the closed form (:mod:`collsynth.timing.model`) charges each step the *rounds* the schedule
-declares, the simulation charges what the step's sends actually load onto the links::
-
-    step_us = alpha_step + max( max over links   bytes(link)  * beta(link)  / units(link),
-                                max over groups  bytes(group) * beta(group) / limit(group) )
-              + gamma * reduced_bytes_of_the_busiest_reducer
-    time_us = sum of step_us
-
-* ``bytes(link)``: the pieces the step sends over ``src -> dst``, each ``base chunk / chunks``
-  bytes (the nccl-tests buffer convention, :func:`~collsynth.timing.alphabeta.base_chunk_bytes`).
-* ``beta(link)``: microseconds per byte of one bandwidth unit of the link's class
-  (:class:`~collsynth.timing.model.CostModel`), so ``units(link) / beta(link)`` is the link's
-  bandwidth in bytes per microsecond.
-* A bandwidth group (a NIC, a switch port) carries the bytes of every send it covers at
-  ``limit / beta`` bytes per microsecond, ``beta`` the slowest among the classes of its links:
-  this is the contention between links that share a resource.
-* ``alpha_step``: the largest latency among the links the step uses (each link has its class's
-  alpha); a step without sends costs the default class's alpha.
-* The reduction term is the closed form's (``m_t`` pieces on the busiest reducer).
-
-**Agreement with the closed form.** A verified step of ``r`` rounds never loads a link with more
-than ``r * units`` pieces or a group with more than ``r * limit``, so the simulation is never
-slower than the closed form, step by step. The two are equal exactly when every step is *tight*:
-its rounds equal its heaviest load measured in rounds (``max(pieces / units)`` over links and
-groups, see :func:`step_load_rounds`) -- as on a topology whose links all have one unit (ring,
-fully connected) with one round per piece sent on the busiest link. With 1- and 2-unit links
-(DGX-1) a step that sends one piece over only 2-unit links is charged a whole round by the
-closed form (rounds are integers) but half a round here.
-
->>> from collsynth.algorithm import Algorithm, Send, Step, verify
->>> from collsynth.collective import allgather
->>> from collsynth.topology import Topology
->>> ring = Topology("ring4", ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0)),
-...                 unit_gbps=10.0, alpha_us=2.0)
->>> steps = tuple(Step(1, tuple(Send((r - t) % 4, r, (r + 1) % 4) for r in range(4)))
-...               for t in range(3))
->>> run = simulate(verify(Algorithm("ring", ring, allgather(4), steps)), 4_000_000)
->>> round(run.total_us, 6), run.steps[0].bottleneck
-(306.0, 'link 0->1')
+The details (formats, conventions, rules) are in docs/timing.md.
 """
 
 from __future__ import annotations

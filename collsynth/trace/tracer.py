@@ -1,39 +1,6 @@
 """The tracer: wraps torch.distributed's collectives and writes one record per call.
 
-:func:`tracing` replaces, for the duration of a ``with`` block, the functions listed in
-:data:`TRACED_FUNCTIONS` on the ``torch.distributed`` module and on
-``torch.distributed.distributed_c10d`` (which torch's own code calls: DDP's communication hooks,
-``send_object_list``...) by wrappers that describe each call (:mod:`collsynth.trace.records`
-gives the record), call the original and append the record to this rank's file. The originals
-are put back when the block ends, also when it ends by an exception.
-
-What the wrappers do not see
-----------------------------
-* Names imported before tracing started (``from torch.distributed import all_reduce``): the
-  importing module holds the original function. Call through ``torch.distributed.all_reduce``
-  (or ``dist.all_reduce``) to be traced.
-* Collectives issued from C++: DistributedDataParallel's gradient allreduce (the reducer calls
-  the process group directly), its parameter-shape check at construction
-  (``_verify_params_across_processes``, an allgather) and its bucket-order broadcast after the
-  first iteration. Gradient buckets become visible with a communication hook that calls the
-  Python collectives: :func:`trace_ddp` registers one (the same averaging allreduce as DDP's
-  default), or ``tracing(..., ddp=True)`` registers it on every DDP model's first forward.
-  DDP's broadcast of parameters and buffers goes through ``torch.distributed._broadcast_coalesced``,
-  which is wrapped: it is written as one ``broadcast`` record of the tensors' total size
-  (``function`` ``"_broadcast_coalesced"``), though C++ sends it as one broadcast per
-  ``buffer_size`` bytes per dtype (one, for a model below 250 MiB in one dtype).
-* torch's functional collectives (``torch.distributed._functional_collectives``: DTensor, FSDP2,
-  code compiled by ``torch.compile``) call C++ operators, not these functions.
-* Collectives a torch function issues inside a traced call are part of that call:
-  ``broadcast_object_list``'s two broadcasts are summed into its record (``raw.inner``).
-* ``isend``/``irecv`` are wrapped on ``torch.distributed`` only (not in ``distributed_c10d``,
-  whose ``batch_isend_irecv`` compares them by identity); ``P2POp`` objects built while tracing
-  keep the original functions, so they work after tracing ends.
-
-Threads are fine (records are appended under a lock; nesting is tracked per thread). A process
-forked from a traced one writes nothing. Records are written in batches of 512 to a temporary
-file (``.rank-NNNNN.jsonl.*.tmp``), renamed when tracing ends: a process that dies leaves the
-temporary file, which :func:`~collsynth.trace.records.read_trace` ignores.
+The details (formats, conventions, rules) are in docs/trace.md.
 """
 
 from __future__ import annotations

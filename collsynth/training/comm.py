@@ -1,57 +1,6 @@
 """What a collective over a group of devices costs: NCCL's baseline, or the best planned algorithm.
 
-The simulator asks a :class:`CommModel` one question,
-``time_us(collective, group, size_bytes)``:
-
-* ``collective``: ``"allreduce"``, ``"allgather"``, ``"reduce_scatter"`` (nccl-tests size
-  convention, :func:`collsynth.timing.alphabeta.base_chunk_bytes`), or ``"send"`` (a
-  point-to-point message; ``group = (src, dst)``);
-* ``group``: the topology ranks taking part (order does not matter; a group of one costs 0);
-* ``size_bytes``: the buffer.
-
-**The group's topology.** A collective over a group runs on the *induced sub-topology*
-(:func:`induced_topology`): the group's ranks, the links among them, and every bandwidth group
-restricted to them. Sub-rank ``i`` is the ``i``-th smallest rank of the group. A group that is
-the whole topology uses it as is. On a composed multi-node topology
-(:func:`~collsynth.topology.compose.compose_nodes`) a group with the same number of ranks on
-each of ``k >= 2`` nodes keeps a network description (``k`` nodes of that many ranks), so NCCL's
-inter-node rings and the network link class of :func:`collsynth.timing.model.cost_model` still
-apply; other groups are treated as one node. Concurrent collectives are timed each as if alone
-(no contention between groups).
-
-**Point-to-point** (:func:`p2p_time_us`): ``alpha + size_bytes * beta / units`` over the link
-``src -> dst``, with ``alpha`` and ``beta`` (per unit) of the link's class
-(:func:`~collsynth.timing.model.cost_model`) and ``units`` the link's bandwidth capped by any
-bandwidth group over it. Without a direct link, the message is forwarded (cut-through) along a
-path of fewest hops with the widest bottleneck: one ``alpha`` per hop plus the bytes at the
-bottleneck.
-
-**NCCL** (:class:`NcclComm`): the fastest of NCCL's ring/tree choices and protocols by NCCL's
-own tuning model (:mod:`collsynth.timing.nccl`) on the group's topology.
-
-**Planned** (:class:`PlannedComm`): the fastest of, per (collective, group, size),
-
-1. NCCL as above;
-2. the collsynth algorithms supplied (``algorithms=``; one whose topology has the same links,
-   groups and figures as the group's topology is used for it) and, for groups of at most
-   ``max_synthesis_ranks`` ranks that lie in one node (or have one rank per node), the Pareto
-   front synthesized on the group's topology (allgather, reduce-scatter: ``pareto_front``;
-   allreduce: the reduce-scatter + allgather composition and the direct front), each priced with
-   the closed-form cost model (:func:`collsynth.timing.model.symbolic_time`: per step the alpha
-   of its slowest link class plus rounds x piece bytes x beta; reductions free, as in NCCL's
-   model); fronts are cached per (collective, topology signature) and each search is capped by
-   ``synthesis_time_s``;
-3. on a multi-node group with ``c >= 2`` ranks on each of ``k >= 2`` nodes, the *hierarchical*
-   composition of the above on its node parts (``c`` ranks) and cross parts (the ``k`` ranks
-   with the same position in their node)::
-
-       allreduce(S)      = reduce_scatter_node(S) + allreduce_cross(S / c) + allgather_node(S)
-       allgather(S)      = allgather_cross(S / c) + allgather_node(S)
-       reduce_scatter(S) = reduce_scatter_node(S) + reduce_scatter_cross(S / c)
-
-   each phase the slowest of its parts (they run in parallel).
-
-Larger groups with nothing supplied fall back to NCCL.
+The details (formats, conventions, rules) are in docs/training.md.
 
 Examples
 --------

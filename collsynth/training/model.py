@@ -1,51 +1,6 @@
 """Models as lists of layers, each layer as the GEMMs and tensor-parallel collectives it runs.
 
-A layer is described for a *local* batch (the samples one device processes at a time) and a
-tensor-parallel degree ``t``: :meth:`Layer.forward_ops` and :meth:`Layer.backward_ops` return
-the kernels one device of the tensor group runs, in order. Two kinds of operation:
-
-* :class:`Gemm`: ``count`` independent products ``C[m, n] = A[m, k] @ B[k, n]`` in one kernel,
-  priced by the roofline of :func:`collsynth.timing.kernels.gemm_time_us`::
-
-      time_us = launch_us + count * (gemm_time_us(m, n, k) - launch_us)
-
-  (one launch; ``count`` times the compute or memory time of one product -- a batched GEMM).
-  The backward of a forward GEMM ``(m, n, k)`` is two GEMMs: the gradient of ``A``,
-  ``dA = dC @ B^T`` of shape ``(m, k, n)``, and the gradient of ``B``, ``dB = A^T @ dC`` of shape
-  ``(k, n, m)``. Every layer computes both, the first layer of the model included (its input is
-  treated like any activation), so every layer costs three GEMMs per weight GEMM.
-* :class:`TensorComm`: a collective over the tensor group (only when ``t > 1``), ``elements``
-  elements of the buffer in the nccl-tests size convention (allreduce: the buffer; allgather:
-  the output buffer).
-
-Only the GEMMs are modelled: element-wise kernels (activation functions, softmax, layer norm,
-bias adds), the loss and the optimizer step are not.
-
-**Tensor (horizontal) parallelism, Megatron-LM style** (Shoeybi et al., 2019). With ``t > 1``
-a :class:`Linear` layer takes one of three roles (:func:`collsynth.training.strategy.tensor_roles`
-pairs consecutive Linear layers of a pipeline stage):
-
-=================  ====================================  ======================================
-role               forward (per device)                  backward (per device)
-=================  ====================================  ======================================
-``column``         ``Y_j = X @ W[:, j]``:                ``dX = dY_j @ W[:, j]^T`` (partial),
-                   GEMM ``(m, out/t, in)``;              GEMM ``(m, in, out/t)``;
-                   output stays sharded                  ``dW_j``: GEMM ``(in, out/t, m)``;
-                                                         **allreduce** ``dX`` (``m * in``)
-``row``            ``Y = sum_j X_j @ W[j, :]``:          ``dX_j``: GEMM ``(m, in/t, out)``,
-                   GEMM ``(m, out, in/t)``;              ``dW_j``: GEMM ``(in/t, out, m)``;
-                   **allreduce** ``Y`` (``m * out``)     no communication
-``column+gather``  as ``column``, then **allgather**     as ``column``
-                   ``Y`` (output buffer ``m * out``)
-=================  ====================================  ======================================
-
-so a (column, row) pair costs one allreduce of its output in the forward pass and one allreduce
-of its input gradient in the backward pass (Megatron's ``g`` and ``f`` operators), and a lone
-Linear layer one allgather forward and one allreduce backward. A :class:`TransformerBlock` is
-split the Megatron way: QKV and the first FFN GEMM by columns (by heads for attention), the
-output projection and the second FFN GEMM by rows: two allreduces of ``tokens * hidden``
-elements forward (after the output projection and after the second FFN GEMM) and two backward
-(the input gradients of the QKV and first FFN GEMMs).
+The details (formats, conventions, rules) are in docs/training.md.
 
 Examples
 --------

@@ -1,54 +1,6 @@
 """Simulate one training step of a model under a parallel strategy on a topology.
 
-Inputs: the layers (:mod:`collsynth.training.model`), the global batch ``B`` (samples), a
-:class:`~collsynth.training.strategy.ParallelStrategy` (``d``, ``t``, ``p``, ``m``, placement),
-a topology, a :class:`~collsynth.training.comm.CommModel` (default
-:class:`~collsynth.training.comm.NcclComm`), a device (:func:`collsynth.timing.kernels.get_device`)
-and a dtype (activations, weights and gradients alike).
-
-**Work per device.** Each replica processes ``B / d`` samples as ``m`` microbatches of
-``B_m = B / (d m)`` samples. The layers are split into ``p`` contiguous stages balanced by
-compute (:func:`~collsynth.training.strategy.partition_stages` on each layer's forward +
-backward GEMM time at ``B_m`` samples, split ``t`` ways). A stage's forward of one microbatch runs, in layer
-order, each layer's forward operations (:meth:`~collsynth.training.model.Layer.forward_ops`),
-its backward the layers in reverse order with their backward operations. GEMMs are timed by the
-kernel roofline; tensor-parallel collectives (``t > 1``) block the compute stream of every
-member, start when the last member is ready and last ``comm.time_us(collective, tensor group,
-elements * dtype bytes)``.
-
-**GPipe schedule.** Every device runs the forwards of microbatches ``0 .. m-1``, then the
-backwards of ``m-1 .. 0``. The forward of microbatch ``i`` on stage ``s > 0`` waits for stage
-``s - 1``'s activation of ``i``; the backward of ``i`` on stage ``s < p - 1`` for stage
-``s + 1``'s gradient of ``i``. Stage ``s`` sends (tensor rank ``j`` to tensor rank ``j`` of the
-next or previous stage, same replica) the whole activation at the stage boundary,
-``B_m * elements per sample * dtype bytes``, as a point-to-point message
-(``comm.time_us("send", (src, dst), bytes)``: ``alpha + bytes * beta`` over the link,
-:func:`~collsynth.training.comm.p2p_time_us`). Sends are asynchronous: they do not block the
-sender's compute, but one device's sends go one after the other. With equal stages of forward
-time ``f`` and backward time ``b`` per microbatch and sends of ``c <= min(f, b)``::
-
-    step_time_us = (m + p - 1) * (f + b) + 2 (p - 1) c  [+ stage 0's gradient allreduce]
-
-the GPipe formula, ``(m + p - 1)`` stage times (``p - 1`` of them the bubble); stage 0
-finishes last, so its gradient allreduce (below) ends the step.
-
-**Data parallelism.** After its last backward, every stage allreduces its gradients over its
-data group (the ``d`` devices with the same stage and tensor rank): one fused buffer of the
-stage's weights per device (``sum of weight_elements(t) * dtype bytes``), blocking, when the
-last member is ready (``overlap_gradients=False``, the default). With
-``overlap_gradients=True`` each layer's gradient is allreduced on its own stream as soon as the
-layer's backward of the last microbatch is done, one layer after another, overlapping the rest
-of the backward pass. Collectives and sends of different groups do not contend (each is timed
-as if alone); the optimizer step is not modelled.
-
-**Results.** ``step_time_us`` is when the last device finishes anything; throughput is
-``B / step_time`` samples per second; the *speedup* is the compute time of the same model and
-batch on one device (every layer's forward and backward GEMMs at ``B`` samples, no
-communication, :func:`single_device_time_us`) over the step time. Every device gets a timeline
-of :class:`Event` values on streams ``compute`` (GEMMs, blocking collectives, ``idle`` gaps),
-``send``, ``recv`` and ``gradients`` (overlapped allreduces);
-:func:`~collsynth.training.chrome_trace.write_chrome_trace` writes them for ``chrome://tracing``
-or Perfetto.
+The details (formats, conventions, rules) are in docs/training.md.
 
 Examples
 --------
