@@ -70,7 +70,8 @@ EXIT_USAGE = 2
 #: No algorithm exists: the solver proved the instance unsatisfiable, or the collective cannot be
 #: implemented on the topology at all.
 EXIT_UNSATISFIABLE = 3
-#: The time limit was reached (or Ctrl-C pressed during a search) before anything was found.
+#: The time limit was reached before anything was found, or Ctrl-C stopped a search (what it
+#: found is printed and written; exit 0 instead when the result was already complete).
 EXIT_TIMEOUT = 4
 #: Ctrl-C outside a search.
 EXIT_INTERRUPTED = 130
@@ -80,7 +81,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_ERROR: "error (bad input, wrong algorithm, unwritable output)",
     EXIT_USAGE: "usage error",
     EXIT_UNSATISFIABLE: "no algorithm exists (unsatisfiable or unimplementable)",
-    EXIT_TIMEOUT: "time limit reached (or interrupted) with nothing found",
+    EXIT_TIMEOUT: "time limit reached with nothing found, or search interrupted",
     EXIT_INTERRUPTED: "interrupted outside a search",
 }
 
@@ -503,7 +504,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         else:
             result = solve_least_steps(topology, collective, chunks=args.chunks,
                                        max_steps=args.max_steps, options=options)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside the solver (the strategies return INTERRUPTED in it)
         if args.json:
             _out("[]")
         else:
@@ -534,6 +535,8 @@ def _print_single(result: SynthesisResult, path: Path | None, args: argparse.Nam
         what = ("no algorithm with at most {} steps".format(instance.steps)
                 if args.mode == "least-steps" else "no algorithm exists for this instance")
         _out(f"unsat: {instance.label()} {timing}: {what}")
+    elif result.status is Status.INTERRUPTED:
+        _out(f"interrupted: {instance.label()} {timing}: no algorithm found before Ctrl-C")
     else:
         detail = f"; {result.detail}" if result.status is Status.UNKNOWN and result.detail else ""
         _out(f"{result.status.value}: {instance.label()} {timing}: no algorithm found within the "
@@ -554,8 +557,9 @@ def _solve_pareto(args: argparse.Namespace, topology: Topology, collective: Coll
             front.append((result, None))
             # Written as soon as found, so a later Ctrl-C or crash keeps it.
             front[-1] = (result, _save(result, destination, args, topology, collective))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # while writing; in the search, pareto_front ends and logs it
         interrupted = True
+    interrupted = interrupted or log.interrupted
     if args.json:
         _out(json.dumps([_result_json(r, p) for r, p in front], indent=1))
     else:
@@ -569,9 +573,11 @@ def _solve_pareto(args: argparse.Namespace, topology: Topology, collective: Coll
         else:
             _out("no algorithm found")
         _out(_completeness(log, interrupted, args.time_limit))
+    if interrupted:  # what was found is printed and written, but the front may be incomplete
+        return EXIT_TIMEOUT
     if front:
         return EXIT_OK
-    if interrupted or not log.complete:
+    if not log.complete:
         return EXIT_TIMEOUT
     return EXIT_UNSATISFIABLE
 

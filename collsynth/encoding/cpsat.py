@@ -116,6 +116,10 @@ class CpSatBackend:
         params.random_seed = self.seed
         params.use_feasibility_jump = True
         params.log_search_progress = False
+        # Ctrl-C is ours (run_interruptibly calls StopSearch). CP-SAT's own handler would reset
+        # SIGINT to "kill the process" after every solve and abort on a signal that reaches
+        # another thread: Ctrl-C then lost every result found so far.
+        params.catch_sigint_signal = False
 
         def work() -> Outcome:
             code = solver.Solve(model)

@@ -23,7 +23,7 @@ from typing import Iterator
 from collsynth.algorithm.model import Instance
 from collsynth.bounds import compute_bounds
 from collsynth.collective.model import Collective
-from collsynth.encoding.backend import Status
+from collsynth.encoding.backend import SolveInterrupted, Status
 from collsynth.errors import InvalidInstanceError
 from collsynth.encoding import get_backend
 from collsynth.synthesis.instance import check_inputs, solve_checked, supports_minimize
@@ -43,7 +43,8 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     solving; then tries ``S, S + 1, ...`` until one is satisfiable.
 
     Returns the satisfiable result, or the last result (``TIMEOUT``/``UNKNOWN``/``UNSAT`` when
-    ``max_steps`` was reached). ``detail`` says why fewer steps are impossible.
+    ``max_steps`` was reached, ``INTERRUPTED`` on Ctrl-C). ``detail`` says why fewer steps are
+    impossible.
 
     >>> from collsynth.topology import get_topology
     >>> from collsynth.collective import allgather
@@ -62,8 +63,11 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     result: SynthesisResult | None = None
     steps = start
     while steps <= limit:
-        result = solve_checked(topology, collective, Instance(steps=steps, chunks=chunks),
-                               options, deadline, options.instance_time_limit)
+        try:
+            result = solve_checked(topology, collective, Instance(steps=steps, chunks=chunks),
+                                   options, deadline, options.instance_time_limit)
+        except SolveInterrupted as exc:  # Ctrl-C: what this instance had (SAT is the answer)
+            result = exc.partial
         if result.status is Status.SAT:
             return _with_detail(result, reason)
         if result.status is not Status.UNSAT:
@@ -79,11 +83,13 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
 
 @dataclass
 class SweepLog:
-    """Every instance a sweep tried, in order, and whether the front it gave is complete."""
+    """Every instance a sweep tried, in order, and whether the front it gave is complete
+    (``interrupted``: Ctrl-C ended it)."""
 
     attempts: list[SynthesisResult] = field(default_factory=list)
     complete: bool = True
     stopped_by: str = ""
+    interrupted: bool = False
 
 
 def default_max_chunks(bounds_rounds: Fraction) -> int:
@@ -105,7 +111,9 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
 
     Every yielded algorithm is verified, and dominated ones are never yielded. Instances that
     time out are recorded in ``log`` and make ``log.complete`` false: a point found after them
-    is then the best found, not a proven optimum.
+    is then the best found, not a proven optimum. Ctrl-C (:class:`KeyboardInterrupt`) during the
+    search ends it normally: the best point found at the step count being searched, if it
+    improves on the last one, is yielded, and ``log.interrupted`` is set.
 
     >>> from collsynth.topology import get_topology
     >>> from collsynth.collective import allgather
@@ -114,6 +122,40 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     """
     check_inputs(topology, collective)
     log = log if log is not None else SweepLog()
+    state = _SweepState()
+    try:
+        for found in _pareto_front(topology, collective, max_chunks, max_steps, options, log,
+                                   state):
+            yield found
+    except KeyboardInterrupt as exc:
+        # Raised inside the search (never at our yield: Ctrl-C there reaches the consumer).
+        log.complete, log.interrupted, log.stopped_by = False, True, "interrupted"
+        held = getattr(exc, "partial", None)
+        candidates = [r for r in (held, state.pending) if isinstance(r, SynthesisResult)
+                      and r.found]
+        candidates += [p for s, p in state.known.items() if s >= state.steps]
+        best = state.best
+        for point in sorted(candidates, key=lambda r: (r.instance.steps, r.rounds_per_chunk)):
+            if best is None or point.rounds_per_chunk < best:
+                best = point.rounds_per_chunk
+                yield point
+
+
+@dataclass
+class _SweepState:
+    """Where a sweep is, so that Ctrl-C can hand over what it found: the step count searched,
+    the best rounds per chunk yielded, a point found at this step count not yet yielded, and the
+    points known before the search."""
+
+    steps: int = 0
+    best: Fraction | None = None
+    pending: SynthesisResult | None = None
+    known: dict[int, SynthesisResult] = field(default_factory=dict)
+
+
+def _pareto_front(topology: Topology, collective: Collective, max_chunks: int | None,
+                  max_steps: int | None, options: SolveOptions, log: SweepLog,
+                  state: _SweepState) -> Iterator[SynthesisResult]:
     deadline = Deadline(options.time_limit)
     bounds = compute_bounds(topology, collective)
     bound = bounds.rounds_per_chunk
@@ -123,7 +165,7 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
         raise InvalidInstanceError(f"max_chunks = {max_chunks}; expected >= 1")
     # Points known before the search (allreduce: the reduce-scatter + allgather front); the search
     # at S then only looks for something better than the known point at S.
-    known: dict[int, SynthesisResult] = {}
+    known = state.known
     if _is_allreduce_like(collective):
         from collsynth.synthesis.allreduce import composed_allreduce_front, is_standard_allreduce
         from collsynth.synthesis.combining import supports_direct_combining
@@ -132,15 +174,18 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
             for point in composed_allreduce_front(topology, collective, max_chunks=max_chunks,
                                                   max_steps=max_steps, options=options, log=log):
                 known[point.instance.steps] = point
+            if log.interrupted:
+                raise KeyboardInterrupt  # the composed sweep was stopped: hand over its points
         if not supports_direct_combining(get_backend(options.backend)):
             log.complete = False
             log.stopped_by = "direct allreduce search needs the cpsat backend; composed front only"
             yield from sorted(known.values(), key=lambda r: r.instance.steps)
             return
-    search = _StepSearch(topology, collective, bound, max_chunks, options, deadline, log)
+    search = _StepSearch(topology, collective, bound, max_chunks, options, deadline, log, state)
     best: Fraction | None = None
     steps = bounds.steps
     while max_steps is None or steps <= max_steps:
+        state.steps, state.best, state.pending = steps, best, None
         if best is not None and best <= bound:
             log.stopped_by = "reached the rounds-per-chunk lower bound"
             return
@@ -156,6 +201,7 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
             found = known[steps]
         if found is not None:
             best = found.rounds_per_chunk
+            state.best, state.pending = best, None
             yield found
         if deadline.expired():
             log.complete, log.stopped_by = False, "time limit"
@@ -174,7 +220,9 @@ class _StepSearch:
     earlier attempts proved (largest unsatisfiable rounds per (steps, chunks)) kept across calls."""
 
     def __init__(self, topology: Topology, collective: Collective, bound: Fraction,
-                 max_chunks: int, options: SolveOptions, deadline: Deadline, log: SweepLog):
+                 max_chunks: int, options: SolveOptions, deadline: Deadline, log: SweepLog,
+                 state: _SweepState):
+        self.state = state
         self.topology, self.collective, self.bound = topology, collective, bound
         self.max_chunks, self.options, self.deadline, self.log = max_chunks, options, deadline, log
         self.unsat_rounds: dict[tuple[int, int], int] = defaultdict(lambda: -1)
@@ -197,9 +245,14 @@ class _StepSearch:
 
     def _solve(self, steps: int, rounds: int, chunks: int, *, minimize: bool,
                limit: float | None = None) -> SynthesisResult:
-        result = solve_checked(self.topology, self.collective,
-                               Instance(steps=steps, rounds=rounds, chunks=chunks), self.options,
-                               self.deadline, limit or self.per_instance, minimize_rounds=minimize)
+        try:
+            result = solve_checked(self.topology, self.collective,
+                                   Instance(steps=steps, rounds=rounds, chunks=chunks),
+                                   self.options, self.deadline, limit or self.per_instance,
+                                   minimize_rounds=minimize)
+        except SolveInterrupted as exc:
+            self.log.attempts.append(exc.partial)
+            raise
         self.log.attempts.append(result)
         if result.status is Status.UNSAT:
             self._record_unsat(steps, rounds, chunks)
@@ -236,7 +289,7 @@ class _StepSearch:
             else:
                 self.log.complete = False
             if found is None or result.rounds_per_chunk < found.rounds_per_chunk:
-                found = result
+                found = self.state.pending = result
             if found.rounds_per_chunk <= self.bound:
                 break
         return found
