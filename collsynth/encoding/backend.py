@@ -101,13 +101,16 @@ def run_interruptibly(work: Callable[[], T], stop: Callable[[], None]) -> T:
             done.set()
 
     thread = threading.Thread(target=target, name="collsynth-solver", daemon=True)
-    thread.start()
     try:
+        thread.start()
         while not done.wait(0.05):
             pass
     except KeyboardInterrupt:
+        # Asked again while waiting, in case the first request came before the solver started
+        # (a second Ctrl-C here ends the wait with a plain KeyboardInterrupt).
         stop()
-        done.wait()  # a second Ctrl-C here ends the wait with a plain KeyboardInterrupt
+        while not done.wait(0.5):
+            stop()
         raise SolveInterrupted(result[0] if result else None) from None
     if error:
         raise error[0]

@@ -46,7 +46,8 @@ def solve_instance(topology: Topology, collective: Collective, instance: Instanc
     """Synthesize an algorithm for ``collective`` on ``topology`` with exactly ``instance.steps``
     steps, ``instance.total_rounds`` rounds and ``instance.chunks`` chunks per base chunk.
 
-    The returned algorithm, if any, has been replayed and verified.
+    The returned algorithm, if any, has been replayed and verified. Ctrl-C stops the solver: the
+    result is then ``INTERRUPTED`` (or ``SAT`` if it already held a schedule).
 
     Examples
     --------
@@ -64,7 +65,11 @@ def solve_instance(topology: Topology, collective: Collective, instance: Instanc
         When the backend crashes or returns a schedule that fails verification.
     """
     check_inputs(topology, collective)
-    return solve_checked(topology, collective, instance, options, Deadline(options.time_limit))
+    try:
+        return solve_checked(topology, collective, instance, options,
+                             Deadline(options.time_limit))
+    except SolveInterrupted as exc:  # Ctrl-C: a schedule the solver held, else INTERRUPTED
+        return exc.partial
 
 
 def solve_checked(topology: Topology, collective: Collective, instance: Instance,
