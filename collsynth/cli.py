@@ -36,7 +36,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from collsynth.cli_args import non_negative_int, positive_int, seconds
+from collsynth.cli_args import non_negative_int, parse_size, positive_int, seconds
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.algorithm.show import format_algorithm
@@ -140,6 +140,10 @@ def _build_parser() -> _Parser:
         epilog="exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()),
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--memory-limit", type=parse_size, metavar="BYTES",
+                        help="most memory a command may use (e.g. 8GiB; default: the "
+                             "COLLSYNTH_MEMORY_LIMIT variable, else what the machine has): "
+                             "larger requests are refused up front")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     topologies = commands.add_parser("topologies", help="list the built-in topologies",
@@ -618,6 +622,16 @@ def _error_message(exc: BaseException) -> str:
     return str(exc)
 
 
+def _out_of_memory() -> int:
+    """One line for a :class:`MemoryError` (the budget named is the one in force)."""
+    from collsynth.limits import format_bytes, memory_budget_bytes
+
+    budget, source = memory_budget_bytes()
+    where = f": {source} is {format_bytes(budget)}" if budget is not None else ""
+    _err(f"{PROG}: error: out of memory{where} (raise --memory-limit or ask for less)")
+    return EXIT_ERROR
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code.
 
@@ -631,7 +645,13 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:  # --help, --version
             return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None
                                                                 else EXIT_USAGE)
-        return args.handler(args)
+        from collsynth.limits import memory_ceiling
+
+        with memory_ceiling(args.memory_limit):
+            try:
+                return args.handler(args)
+            except MemoryError:  # beyond what the up-front estimates foresaw
+                return _out_of_memory()
     except _UsageError as exc:
         _err(f"{exc.prog}: error: {_one_line(str(exc))}")
         return EXIT_USAGE
