@@ -610,6 +610,10 @@ def _exit_code(exc: BaseException) -> int:
         return EXIT_USAGE
     if isinstance(exc, UnimplementableError):
         return EXIT_UNSATISFIABLE
+    from collsynth.limits import TimeLimitReached
+
+    if isinstance(exc, TimeLimitReached):
+        return EXIT_TIMEOUT
     return EXIT_ERROR
 
 

@@ -16,9 +16,9 @@ import os
 import re
 from typing import Iterator
 
-from collsynth.errors import InputTooLargeError
+from collsynth.errors import CollsynthError, InputTooLargeError
 
-__all__ = ["MEMORY_LIMIT_ENV", "ResourceLimitError", "memory_limit_bytes",
+__all__ = ["MEMORY_LIMIT_ENV", "ResourceLimitError", "TimeLimitReached", "memory_limit_bytes",
            "available_memory_bytes", "memory_budget_bytes", "check_memory", "memory_ceiling",
            "format_bytes", "parse_bytes"]
 
@@ -36,6 +36,10 @@ _CEILING: contextvars.ContextVar[int | None] = contextvars.ContextVar("collsynth
 
 class ResourceLimitError(InputTooLargeError):
     """A request refused up front: it needs more memory (or time) than it may use."""
+
+
+class TimeLimitReached(CollsynthError):
+    """An engine without partial results ran out of its time limit (the CLI's exit 4)."""
 
 
 def parse_bytes(text: str, *, what: str = MEMORY_LIMIT_ENV) -> int:
