@@ -111,7 +111,9 @@ class CpSatBackend:
 
         solver = cp_model.CpSolver()
         params = solver.parameters
-        params.max_time_in_seconds = max(0.01, float(time_limit))
+        # The limit covers building the model too.
+        params.max_time_in_seconds = max(0.01, float(time_limit)
+                                         - (time.perf_counter() - started))
         params.num_workers = self.num_workers
         params.random_seed = self.seed
         params.use_feasibility_jump = True

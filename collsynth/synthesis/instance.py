@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 from collsynth.algorithm.model import Instance
 from collsynth.algorithm.transform import invert_dual
@@ -74,8 +75,12 @@ def solve_instance(topology: Topology, collective: Collective, instance: Instanc
 
 def solve_checked(topology: Topology, collective: Collective, instance: Instance,
                   options: SolveOptions, deadline: Deadline,
-                  limit: float | None = None, *, minimize_rounds: bool = False) -> SynthesisResult:
+                  limit: float | None = None, *, minimize_rounds: bool = False,
+                  record: Callable[[SynthesisResult], None] | None = None) -> SynthesisResult:
     """:func:`solve_instance` for inputs already checked, within ``deadline`` (and ``limit``).
+
+    ``record`` is called with the result before ``options.on_result`` reports it, so that a
+    strategy holds every result the user has seen when Ctrl-C comes.
 
     With ``minimize_rounds`` (backends that support it), ``instance.rounds`` is an upper bound
     and the result's instance has the fewest rounds found; ``detail`` starts with ``optimal``
@@ -112,9 +117,13 @@ def solve_checked(topology: Topology, collective: Collective, instance: Instance
                                      time.perf_counter() - started, backend.name, "interrupted")
         elif dual_of is not None:
             result = _from_dual(result, topology, dual_of, started)
+        if record is not None:
+            record(result)
         if options.on_result is not None:
             options.on_result(result)
         raise SolveInterrupted(result) from None
+    if record is not None:
+        record(result)
     if options.on_result is not None:
         options.on_result(result)
     return result
@@ -165,7 +174,8 @@ def _solve_noncombining(topology: Topology, split: Collective, instance: Instanc
         else:
             problem = build_problem(topology, split, current)
             solving = (problem, "full")
-            outcome = _call(backend, problem, minimize, remaining)
+            outcome = _call(backend, problem, minimize,
+                            budget - (time.perf_counter() - started))  # encoding counts
             solving = None
             if outcome.status is Status.SAT:
                 return _decoded(problem, outcome, "full", instance, backend, started)

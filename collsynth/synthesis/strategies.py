@@ -14,6 +14,7 @@ Facts the searches rely on (each follows from the model in :mod:`collsynth.algor
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -249,7 +250,7 @@ class _StepSearch:
             result = solve_checked(self.topology, self.collective,
                                    Instance(steps=steps, rounds=rounds, chunks=chunks),
                                    self.options, self.deadline, limit or self.per_instance,
-                                   minimize_rounds=minimize)
+                                   minimize_rounds=minimize, record=self._keep)
         except SolveInterrupted as exc:
             self.log.attempts.append(exc.partial)
             raise
@@ -259,6 +260,13 @@ class _StepSearch:
         elif result.status is not Status.SAT:
             self.log.complete = False
         return result
+
+    def _keep(self, result: SynthesisResult) -> None:
+        """Hold the best point found at the step count being searched until it is yielded (Ctrl-C
+        then hands it over); called before progress shows the result."""
+        pending = self.state.pending
+        if result.found and (pending is None or result.rounds_per_chunk < pending.rounds_per_chunk):
+            self.state.pending = result
 
     def _record_unsat(self, steps: int, rounds: int, chunks: int) -> None:
         self.unsat_rounds[(steps, chunks)] = max(self.unsat_rounds[(steps, chunks)], rounds)
@@ -289,7 +297,7 @@ class _StepSearch:
             else:
                 self.log.complete = False
             if found is None or result.rounds_per_chunk < found.rounds_per_chunk:
-                found = self.state.pending = result
+                found = result
             if found.rounds_per_chunk <= self.bound:
                 break
         return found
@@ -315,19 +323,24 @@ class _StepSearch:
 
 
 def _candidates(steps: int, bound: Fraction, best: Fraction | None,
-                max_chunks: int) -> list[tuple[int, int]]:
-    """Every (R, C) to try at ``steps``, in increasing R/C (then fewer chunks first)."""
-    out = []
+                max_chunks: int) -> Iterator[tuple[int, int]]:
+    """Every (R, C) to try at ``steps``, in increasing R/C (then fewer chunks first), generated
+    lazily: with a large ``max_chunks`` and no best yet the list would hold billions of pairs
+    (``--max-chunks 1000`` on the z3 backend never reached its first solve)."""
+    # Without a best yet, rounds per chunk up to one step per chunk "per rank" suffices for
+    # every collective collsynth synthesizes; cap the sequence so it stays finite.
+    ceiling = best if best is not None else Fraction(steps + 64 * max_chunks, 1)
+    heap = []
     for chunks in range(1, max_chunks + 1):
         rounds = max(steps, math.ceil(bound * chunks))
-        # Without a best yet, rounds per chunk up to one step per chunk "per rank" suffices for
-        # every collective collsynth synthesizes; cap the list so it stays finite.
-        ceiling = best if best is not None else Fraction(steps + 64 * max_chunks, 1)
-        while Fraction(rounds, chunks) < ceiling:
-            out.append((rounds, chunks))
-            rounds += 1
-    out.sort(key=lambda rc: (Fraction(rc[0], rc[1]), rc[1]))
-    return out
+        if Fraction(rounds, chunks) < ceiling:
+            heap.append((Fraction(rounds, chunks), chunks, rounds))
+    heapq.heapify(heap)
+    while heap:
+        ratio, chunks, rounds = heapq.heappop(heap)
+        yield rounds, chunks
+        if Fraction(rounds + 1, chunks) < ceiling:
+            heapq.heappush(heap, (Fraction(rounds + 1, chunks), chunks, rounds + 1))
 
 
 def _known_unsat(unsat_rounds: dict[tuple[int, int], int], steps: int, rounds: int, chunks: int,
