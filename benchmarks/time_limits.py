@@ -37,8 +37,9 @@ def _cases(limit: float) -> dict[str, Callable[[], str]]:
 
     dgx1 = resolve_topology("dgx1")
     hub16 = resolve_topology("hub:16")
-    a100x4 = resolve_topology("dgx-a100", nodes=4)
-    a100x32 = resolve_topology("dgx-a100", nodes=32)
+    a100x64 = resolve_topology("dgx-a100", nodes=64)
+    a100x72 = resolve_topology("dgx-a100", nodes=72)
+    a100x96 = resolve_topology("dgx-a100", nodes=96)
 
     def pareto(backend: str) -> Callable[[], str]:
         def run() -> str:
@@ -53,9 +54,9 @@ def _cases(limit: float) -> dict[str, Callable[[], str]]:
         return solve_least_steps(hub16, standard_collective("allgather", 16),
                                  options=SolveOptions(time_limit=limit)).status.value
 
-    def instance() -> str:  # 29/20 < 3/2 at 2 steps: unsatisfiable, and hard to prove
+    def instance() -> str:  # 88/60 < 3/2 at 2 steps: unsatisfiable, and hard to prove
         return solve_instance(dgx1, standard_collective("allgather", 8),
-                              Instance(steps=2, rounds=29, chunks=20),
+                              Instance(steps=2, rounds=88, chunks=60),
                               options=SolveOptions(time_limit=limit)).status.value
 
     def large(topology, collective: str, engine: str) -> Callable[[], str]:
@@ -76,9 +77,9 @@ def _cases(limit: float) -> dict[str, Callable[[], str]]:
         "least-steps-cpsat": least_steps,
         "instance-cpsat": instance,
         "exact": large(dgx1, "allgather", "exact"),
-        "trees-256": large(a100x32, "allgather", "trees"),
-        "alltoall-32": large(a100x4, "alltoall", "alltoall"),
-        "hierarchical-32": large(a100x4, "allgather", "hierarchical"),
+        "trees-576": large(a100x72, "allgather", "trees"),
+        "alltoall-512": large(a100x64, "alltoall", "alltoall"),
+        "hierarchical-768": large(a100x96, "allgather", "hierarchical"),
     }
 
 
