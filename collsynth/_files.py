@@ -31,9 +31,18 @@ def read_bytes_bounded(path: str | os.PathLike[str], max_bytes: int, *, what: st
             raise InputTooLargeError(f"{name}: {size} bytes is more than the {max_bytes} {what}")
 
     try:
-        refuse(p.stat().st_size)
+        size = p.stat().st_size
+        refuse(size)
         with p.open("rb") as handle:
-            data = handle.read(max_bytes + 1)
+            # read(max_bytes + 1) would allocate max_bytes at once (1 GiB for an algorithm file),
+            # which a memory ceiling refuses: read what stat says, then more only if it grew
+            # (or is not a regular file, whose size stat does not know).
+            blocks = [handle.read(min(size, max_bytes) + 1)]
+            total = len(blocks[0])
+            while blocks[-1] and size < total <= max_bytes:
+                blocks.append(handle.read(min(1 << 20, max_bytes + 1 - total)))
+                total += len(blocks[-1])
+            data = b"".join(blocks)
     except FileNotFoundError as exc:
         raise FileFormatError(name, "no such file") from exc
     except IsADirectoryError as exc:

@@ -37,7 +37,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from collsynth.cli_args import add_figure_arguments, non_negative_int, positive_int, seconds
+from collsynth.cli_args import (add_figure_arguments, non_negative_int, parse_size, positive_int,
+                                seconds)
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.algorithm.show import format_algorithm
@@ -71,7 +72,8 @@ EXIT_USAGE = 2
 #: No algorithm exists: the solver proved the instance unsatisfiable, or the collective cannot be
 #: implemented on the topology at all.
 EXIT_UNSATISFIABLE = 3
-#: The time limit was reached (or Ctrl-C pressed during a search) before anything was found.
+#: The time limit was reached before anything was found, or Ctrl-C stopped a search (what it
+#: found is printed and written; exit 0 instead when the result was already complete).
 EXIT_TIMEOUT = 4
 #: Ctrl-C outside a search.
 EXIT_INTERRUPTED = 130
@@ -81,7 +83,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_ERROR: "error (bad input, wrong algorithm, unwritable output)",
     EXIT_USAGE: "usage error",
     EXIT_UNSATISFIABLE: "no algorithm exists (unsatisfiable or unimplementable)",
-    EXIT_TIMEOUT: "time limit reached (or interrupted) with nothing found",
+    EXIT_TIMEOUT: "time limit reached with nothing found, or search interrupted",
     EXIT_INTERRUPTED: "interrupted outside a search",
 }
 
@@ -140,6 +142,10 @@ def _build_parser() -> _Parser:
         epilog="exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()),
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--memory-limit", type=parse_size, metavar="BYTES",
+                        help="most memory a command may use (e.g. 8GiB; default: the "
+                             "COLLSYNTH_MEMORY_LIMIT variable, else what the machine has): "
+                             "larger requests are refused up front")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     topologies = commands.add_parser("topologies", help="list the built-in topologies",
@@ -518,7 +524,7 @@ def _cmd_solve(args: argparse.Namespace) -> int:
         else:
             result = solve_least_steps(topology, collective, chunks=args.chunks,
                                        max_steps=args.max_steps, options=options)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside the solver (the strategies return INTERRUPTED in it)
         if args.json:
             _out("[]")
         else:
@@ -549,6 +555,8 @@ def _print_single(result: SynthesisResult, path: Path | None, args: argparse.Nam
         what = ("no algorithm with at most {} steps".format(instance.steps)
                 if args.mode == "least-steps" else "no algorithm exists for this instance")
         _out(f"unsat: {instance.label()} {timing}: {what}")
+    elif result.status is Status.INTERRUPTED:
+        _out(f"interrupted: {instance.label()} {timing}: no algorithm found before Ctrl-C")
     else:
         detail = f"; {result.detail}" if result.status is Status.UNKNOWN and result.detail else ""
         _out(f"{result.status.value}: {instance.label()} {timing}: no algorithm found within the "
@@ -569,8 +577,9 @@ def _solve_pareto(args: argparse.Namespace, topology: Topology, collective: Coll
             front.append((result, None))
             # Written as soon as found, so a later Ctrl-C or crash keeps it.
             front[-1] = (result, _save(result, destination, args, topology, collective))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # while writing; in the search, pareto_front ends and logs it
         interrupted = True
+    interrupted = interrupted or log.interrupted
     if args.json:
         _out(json.dumps([_result_json(r, p) for r, p in front], indent=1))
     else:
@@ -584,9 +593,11 @@ def _solve_pareto(args: argparse.Namespace, topology: Topology, collective: Coll
         else:
             _out("no algorithm found")
         _out(_completeness(log, interrupted, args.time_limit))
+    if interrupted:  # what was found is printed and written, but the front may be incomplete
+        return EXIT_TIMEOUT
     if front:
         return EXIT_OK
-    if interrupted or not log.complete:
+    if not log.complete:
         return EXIT_TIMEOUT
     return EXIT_UNSATISFIABLE
 
@@ -615,6 +626,10 @@ def _exit_code(exc: BaseException) -> int:
         return EXIT_USAGE
     if isinstance(exc, UnimplementableError):
         return EXIT_UNSATISFIABLE
+    from collsynth.limits import TimeLimitReached
+
+    if isinstance(exc, TimeLimitReached):
+        return EXIT_TIMEOUT
     return EXIT_ERROR
 
 
@@ -625,6 +640,16 @@ def _error_message(exc: BaseException) -> str:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"
     return str(exc)
+
+
+def _out_of_memory() -> int:
+    """One line for a :class:`MemoryError` (the budget named is the one in force)."""
+    from collsynth.limits import format_bytes, memory_budget_bytes
+
+    budget, source = memory_budget_bytes()
+    where = f": {source} is {format_bytes(budget)}" if budget is not None else ""
+    _err(f"{PROG}: error: out of memory{where} (raise --memory-limit or ask for less)")
+    return EXIT_ERROR
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -640,7 +665,13 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as exc:  # --help, --version
             return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None
                                                                 else EXIT_USAGE)
-        return args.handler(args)
+        from collsynth.limits import memory_ceiling
+
+        with memory_ceiling(args.memory_limit):
+            try:
+                return args.handler(args)
+            except MemoryError:  # beyond what the up-front estimates foresaw
+                return _out_of_memory()
     except _UsageError as exc:
         _err(f"{exc.prog}: error: {_one_line(str(exc))}")
         return EXIT_USAGE

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from collsynth.cli_args import parse_size, positive_int, seconds
 
@@ -54,8 +55,11 @@ def add_bandwidth_optimal_parser(modes, problem: argparse.ArgumentParser) -> Non
 
 def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     from collsynth.cli import EXIT_OK, _problem
+    from collsynth.limits import TimeLimitReached
     from collsynth.synthesis.large import solve_large
 
+    started = time.perf_counter()
+    _refuse_what_cannot_fit(args)
     topology, collective = _problem(args)
     if args.output:  # before the search, not after it
         from collsynth._output import check_output_file
@@ -63,8 +67,12 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
         check_output_file(args.output, label=f"-o {args.output}")
     progress = None if (args.quiet or args.json) else (
         lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    left = args.time_limit - (time.perf_counter() - started)  # building the topology counts
+    if left <= 0:
+        raise TimeLimitReached(f"time limit of {args.time_limit:g} s reached while building the "
+                               "topology; nothing found (raise --time-limit)")
     result = solve_large(topology, collective, engine=args.engine, stages=args.stages,
-                         size_bytes=args.size, time_limit_s=args.time_limit, progress=progress)
+                         size_bytes=args.size, time_limit_s=left, progress=progress)
     if args.output:
         from collsynth.algorithm.fileformat import save_algorithm
 
@@ -93,6 +101,22 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     if args.output:
         print(f"wrote {args.output}")
     return EXIT_OK
+
+
+def _refuse_what_cannot_fit(args: argparse.Namespace) -> None:
+    """With ``--nodes``, refuse a standard collective whose fewest sends cannot fit, before
+    composing the system (minutes and gigabytes at thousands of ranks)."""
+    if not args.nodes or args.engine not in ("auto", "trees"):
+        return
+    from collsynth.collective.standard import STANDARD_COLLECTIVES
+    from collsynth.resolve import resolve_topology
+    from collsynth.synthesis.bandwidth_optimal.engine import check_request_fits
+
+    name = args.collective.strip().lower()
+    if name not in STANDARD_COLLECTIVES:
+        return
+    ranks = resolve_topology(args.topology).num_ranks * args.nodes
+    check_request_fits(ranks, name, stages=args.stages, time_limit_s=args.time_limit)
 
 
 def _predictions(result, size_bytes: int | None = None) -> list[dict]:

@@ -21,7 +21,9 @@ by their NICs, node by node). Synthesized fronts are cached in ``--cache DIR`` (
 ``$XDG_CACHE_HOME/collsynth`` or ``~/.cache/collsynth``).
 
 Exit status: 0 the plan was written; 1 an error (unreadable trace, unknown topology, a trace with
-more ranks than the topology, an XML that fails the check: nothing is written); 2 usage.
+more ranks than the topology, an XML that fails the check: nothing is written); 2 usage; 130
+Ctrl-C: no plan is written (``PLAN_DIR`` is left as it was), and the fronts synthesized before it
+stay in the cache, so the next run resumes from them (a search cut short is never cached).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ __all__ = ["add_plan_parser", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
 
 #: Seconds of synthesis per (collective, group) problem by default.
 DEFAULT_SYNTH_TIME_LIMIT = 30.0
-_EXIT_OK, _EXIT_ERROR = 0, 1
+_EXIT_OK, _EXIT_ERROR, _EXIT_INTERRUPTED = 0, 1, 130
 
 
 def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -112,6 +114,7 @@ def run_plan(args: argparse.Namespace) -> int:
             parser.error(f"--max-group-ranks {args.max_group_ranks}: expected at least 2")
     progress = None if args.quiet or args.json else \
         (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+    cache = None
     try:
         from collsynth.plan.writer import check_plan_directory
 
@@ -141,6 +144,14 @@ def run_plan(args: argparse.Namespace) -> int:
         plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
                          progress=progress)
         target = write_plan(plan, args.output)
+    except KeyboardInterrupt:
+        kept = ("nothing was synthesized yet" if cache is None else
+                "nothing is kept (--no-cache)" if cache.directory is None else
+                f"the fronts synthesized so far are kept in the cache {cache.directory} for the "
+                "next run")
+        print(f"collsynth: interrupted: no plan written ({args.output} left as it was); {kept}",
+              file=sys.stderr, flush=True)
+        return _EXIT_INTERRUPTED
     except (CollsynthError, OSError) as exc:
         detail = exc.strerror + (f": {exc.filename}" if exc.filename else "") \
             if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -343,7 +343,7 @@ def test_interrupted_sweep_keeps_what_was_found(capsys, monkeypatch, tmp_path):
 
     monkeypatch.setattr(cli, "pareto_front", sweep)
     code, out, _ = run_cli(capsys, "solve", "pareto", "ring:4", "allgather", "-o", tmp_path)
-    assert code == EXIT_OK
+    assert code == EXIT_TIMEOUT  # interrupted: the front may be incomplete
     assert "interrupted" in out.splitlines()[-1]
     [written] = list(tmp_path.iterdir())
     assert written.name == "allgather-ring_4-s2-r3-c2.json"

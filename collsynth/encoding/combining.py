@@ -191,35 +191,39 @@ def solve_combining_cpsat(topology: Topology, collective: Collective, instance: 
     solver.parameters.num_workers = num_workers
     solver.parameters.random_seed = seed
     solver.parameters.use_feasibility_jump = True
+    solver.parameters.catch_sigint_signal = False  # Ctrl-C is ours: see encoding/cpsat.py
 
-    def work() -> Outcome:
+    def work() -> tuple[Outcome, Algorithm | None]:
         code = solver.Solve(model)
         seconds = time.perf_counter() - started
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return Outcome(Status.SAT, seconds=seconds, stats={"optimal": code == cp_model.OPTIMAL})
+            outcome = Outcome(Status.SAT, seconds=seconds,
+                              stats={"optimal": code == cp_model.OPTIMAL})
+            return outcome, decoded()
         if code == cp_model.INFEASIBLE:
             return Outcome(Status.UNSAT, seconds=seconds,
-                           detail="no algorithm whose copies carry complete values")
+                           detail="no algorithm whose copies carry complete values"), None
         if code == cp_model.MODEL_INVALID:
             raise SolverError(f"CP-SAT rejected the combining model: {model.Validate()}")
         return Outcome(Status.TIMEOUT if seconds >= time_limit * 0.95 else Status.UNKNOWN,
-                       seconds=seconds)
+                       seconds=seconds), None
 
-    outcome = run_interruptibly(work, solver.StopSearch)
-    if outcome.status is not Status.SAT:
-        return outcome, None
-    per_step: list[list[Send]] = [[] for _ in range(S)]
-    for (a, s, d, t), v in red.items():
-        if solver.BooleanValue(v):
-            per_step[t - 1].append(Send(a, s, d, reduce=True))
-    for (a, s, d, t), v in cpy.items():
-        if solver.BooleanValue(v):
-            per_step[t - 1].append(Send(a, s, d, reduce=False))
-    values = [r if isinstance(r, int) else int(solver.Value(r)) for r in rounds]
-    algorithm = Algorithm(
-        name=f"{collective.name}-{topology.name}-s{S}-r{sum(values)}-c{instance.chunks}",
-        topology=topology, collective=collective,
-        steps=tuple(Step(v, tuple(sorted(x))) for v, x in zip(values, per_step)),
-        provenance={"backend": "cpsat", "search": "direct combining", "instance": instance.label()})
-    return outcome, algorithm
+    def decoded() -> Algorithm:
+        per_step: list[list[Send]] = [[] for _ in range(S)]
+        for (a, s, d, t), v in red.items():
+            if solver.BooleanValue(v):
+                per_step[t - 1].append(Send(a, s, d, reduce=True))
+        for (a, s, d, t), v in cpy.items():
+            if solver.BooleanValue(v):
+                per_step[t - 1].append(Send(a, s, d, reduce=False))
+        values = [r if isinstance(r, int) else int(solver.Value(r)) for r in rounds]
+        return Algorithm(
+            name=f"{collective.name}-{topology.name}-s{S}-r{sum(values)}-c{instance.chunks}",
+            topology=topology, collective=collective,
+            steps=tuple(Step(v, tuple(sorted(x))) for v, x in zip(values, per_step)),
+            provenance={"backend": "cpsat", "search": "direct combining",
+                        "instance": instance.label()})
 
+    # Decoded on the solver's thread, so that a schedule held when Ctrl-C stopped the search
+    # reaches the caller in SolveInterrupted.partial.
+    return run_interruptibly(work, solver.StopSearch)

@@ -111,11 +111,17 @@ class CpSatBackend:
 
         solver = cp_model.CpSolver()
         params = solver.parameters
-        params.max_time_in_seconds = max(0.01, float(time_limit))
+        # The limit covers building the model too.
+        params.max_time_in_seconds = max(0.01, float(time_limit)
+                                         - (time.perf_counter() - started))
         params.num_workers = self.num_workers
         params.random_seed = self.seed
         params.use_feasibility_jump = True
         params.log_search_progress = False
+        # Ctrl-C is ours (run_interruptibly calls StopSearch). CP-SAT's own handler would reset
+        # SIGINT to "kill the process" after every solve and abort on a signal that reaches
+        # another thread: Ctrl-C then lost every result found so far.
+        params.catch_sigint_signal = False
 
         def work() -> Outcome:
             code = solver.Solve(model)

@@ -57,7 +57,6 @@ class Z3Backend:
         x = [z3.Bool(f"send_{s.chunk}_from_{s.src}_to_{s.dst}_at_{s.step}", ctx)
              for s in problem.sends]
         solver = z3.SolverFor("QF_FD", ctx=ctx)
-        solver.set("timeout", max(1, int(time_limit * 1000)))
         try:
             solver.set("sat.pb.solver", self.pb_solver)
         except z3.Z3Exception:  # older z3: keep its default compilation
@@ -129,6 +128,13 @@ class Z3Backend:
             solver.add(x[i] == x[j])
         for i in problem.orbit_zero:
             solver.add(z3.Not(x[i]))
+
+        # The limit covers building the constraints too (z3's timeout only bounds check()).
+        left = time_limit - (time.perf_counter() - started)
+        if left <= 0:
+            return Outcome(Status.TIMEOUT, seconds=time.perf_counter() - started,
+                           detail="time limit reached while encoding")
+        solver.set("timeout", max(1, int(left * 1000)))
 
         def work() -> Outcome:
             answer = solver.check()

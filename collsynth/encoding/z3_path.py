@@ -44,7 +44,6 @@ class Z3PathBackend:
             return Outcome(Status.UNKNOWN, detail="z3-path does not do symmetric search")
         ctx = z3.Context()
         solver = z3.SolverFor("QF_LIA", ctx=ctx)
-        solver.set("timeout", max(1, int(time_limit * 1000)))
         S, collective = problem.num_steps, problem.collective
         never = S + 1
         # Candidate links and arrival steps per (chunk, receiver), from the pruned problem.
@@ -115,6 +114,13 @@ class Z3PathBackend:
             members = [((c, d), v) for (s, d) in covered for c, v in per_link.get((s, d), ())]
             for t in range(1, S + 1):
                 solver.add(arriving(members, t) <= group.limit * rounds[t - 1])
+
+        # The limit covers building the constraints too (z3's timeout only bounds check()).
+        left = time_limit - (time.perf_counter() - started)
+        if left <= 0:
+            return Outcome(Status.TIMEOUT, seconds=time.perf_counter() - started,
+                           detail="time limit reached while encoding")
+        solver.set("timeout", max(1, int(left * 1000)))
 
         def work() -> Outcome:
             answer = solver.check()

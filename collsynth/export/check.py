@@ -478,6 +478,7 @@ def _step_rules(rt: Runtime, r: int, tb: ThreadBlock, pos: int, st, declared: di
         return executable
     if not 0 <= st.cnt < rt.max_count:
         add("limit", f"{where}: cnt={st.cnt} is outside 0..{rt.max_count - 1}", line)
+        executable = False  # the runtime refuses it; executing cnt=10**23 chunks would not end
     elif st.cnt == 0:
         add("limit", f"{where}: cnt=0 moves nothing (and msccl writes before an array for "
                      "send/recv steps); use cnt >= 1", line)
@@ -992,10 +993,14 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
     if static.executable and names:
         threadblocks = sum(len(t) for t in static.tbs.values())
         real_in, real_out = buffer_chunks(program.coll, program.ngpus, program.nchunksperloop)
-        chunks = sum(real_in + real_out + max(g.s_chunks, 0) for g in static.gpus.values())
+        # Every one of the ngpus ranks gets its buffers in the execution, not only those with a
+        # <gpu> element: a file claiming 100000 GPUs is refused here, before allocating.
+        chunks = program.ngpus * (real_in + real_out) + sum(
+            max(g.s_chunks, 0) for g in static.gpus.values())
         if threadblocks > MAX_CHECKED_THREADBLOCKS or chunks > MAX_CHECKED_CHUNKS:
             raise InputTooLargeError(
-                f"{threadblocks} thread blocks and {chunks} chunks; the checker executes at most "
+                f"{threadblocks} thread blocks and {chunks} chunks (ngpus={program.ngpus}, "
+                f"nchunksperloop={program.nchunksperloop}); the checker executes at most "
                 f"{MAX_CHECKED_THREADBLOCKS} and {MAX_CHECKED_CHUNKS}")
         per_layout: dict[str, list[Problem]] = {}
         for name in names:

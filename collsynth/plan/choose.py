@@ -243,6 +243,8 @@ def _pareto(topology: Topology, collective: Collective, options: SynthOptions
                   for r in pareto_front(topology, collective, max_chunks=options.max_chunks,
                                         max_steps=options.max_steps, options=solve, log=log)
                   if r.algorithm is not None)
+    if log.interrupted:  # Ctrl-C: stop the whole plan, and never cache a front cut short
+        raise KeyboardInterrupt
     return found, log.complete, log.stopped_by
 
 
@@ -252,6 +254,8 @@ def _bandwidth_optimal(topology: Topology, collective: Collective, options: Synt
     of the same trees (fewest steps): the envelope gives small sizes to the second."""
     solve_bandwidth_optimal = _bandwidth_optimal_solver()
     result = solve_bandwidth_optimal(topology, collective, time_limit_s=options.time_limit_s)
+    if getattr(result, "interrupted", False):  # Ctrl-C during the packing: as for _pareto
+        raise KeyboardInterrupt
     algorithm = getattr(result, "algorithm", None)
     if algorithm is None:
         return (), False, "the bandwidth-optimal engine found nothing"

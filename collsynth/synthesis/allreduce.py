@@ -41,10 +41,13 @@ def composed_allreduce_front(topology: Topology, collective: Collective, *, max_
     rs_log, ag_log = SweepLog(), SweepLog()
     rs = list(pareto_front(topology, reduce_scatter(n), max_chunks=part_chunks,
                            max_steps=part_steps, options=options, log=rs_log))
-    ag = list(pareto_front(topology, allgather(n), max_chunks=part_chunks, max_steps=part_steps,
-                           options=options, log=ag_log))
+    ag = [] if rs_log.interrupted else list(pareto_front(
+        topology, allgather(n), max_chunks=part_chunks, max_steps=part_steps, options=options,
+        log=ag_log))
     log.attempts.extend(rs_log.attempts + ag_log.attempts)
     log.complete = log.complete and rs_log.complete and ag_log.complete
+    if rs_log.interrupted or ag_log.interrupted:  # Ctrl-C: the caller stops too
+        log.complete, log.interrupted, log.stopped_by = False, True, "interrupted"
     combined: list[SynthesisResult] = []
     for first in rs:
         for second in ag:

@@ -8,7 +8,7 @@ import time
 from collsynth.algorithm.model import Instance
 from collsynth.algorithm.verify import find_problems
 from collsynth.collective.model import Collective
-from collsynth.encoding.backend import Status
+from collsynth.encoding.backend import SolveInterrupted, Status
 from collsynth.encoding.combining import solve_combining_cpsat
 from collsynth.errors import SolverError
 from collsynth.synthesis.result import SolveOptions, SynthesisResult
@@ -29,9 +29,23 @@ def solve_combining(topology: Topology, split: Collective, instance: Instance, b
     if not supports_direct_combining(backend):
         return SynthesisResult(instance, Status.UNKNOWN, None, time.perf_counter() - started,
                                backend.name, "the direct combining encoding needs the cpsat backend")
-    outcome, algorithm = solve_combining_cpsat(
-        topology, split, instance, time_limit=budget - (time.perf_counter() - started),
-        num_workers=getattr(backend, "num_workers", 4), minimize_rounds=minimize_rounds)
+    try:
+        outcome, algorithm = solve_combining_cpsat(
+            topology, split, instance, time_limit=budget - (time.perf_counter() - started),
+            num_workers=getattr(backend, "num_workers", 4), minimize_rounds=minimize_rounds)
+    except SolveInterrupted as exc:  # keep a schedule the solver held when Ctrl-C stopped it
+        outcome, algorithm = exc.partial if isinstance(exc.partial, tuple) else (None, None)
+        if algorithm is None:
+            raise SolveInterrupted(SynthesisResult(
+                instance, Status.INTERRUPTED, None, time.perf_counter() - started, backend.name,
+                "interrupted")) from None
+        result = _result(instance, outcome, algorithm, backend, started)
+        raise SolveInterrupted(result) from None
+    return _result(instance, outcome, algorithm, backend, started)
+
+
+def _result(instance: Instance, outcome, algorithm, backend, started: float) -> SynthesisResult:
+    """Verify the solver's schedule (a failure is a solver bug) and describe the outcome."""
     if algorithm is not None:
         problems = find_problems(algorithm)
         if problems:

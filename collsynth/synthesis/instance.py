@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 from collsynth.algorithm.model import Algorithm, Instance, Step
 from collsynth.algorithm.transform import invert_dual
@@ -17,7 +18,7 @@ from collsynth.bounds import check_implementable
 from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
 from collsynth.collective.model import Collective
 from collsynth.encoding import get_backend
-from collsynth.encoding.backend import Outcome, Status
+from collsynth.encoding.backend import Outcome, SolveInterrupted, Status
 from collsynth.encoding.problem import build_problem, decode
 from collsynth.graph.symmetry import find_automorphism
 from collsynth.errors import InvalidCollectiveError, SolverError
@@ -46,7 +47,8 @@ def solve_instance(topology: Topology, collective: Collective, instance: Instanc
     """Synthesize an algorithm for ``collective`` on ``topology`` with exactly ``instance.steps``
     steps, ``instance.total_rounds`` rounds and ``instance.chunks`` chunks per base chunk.
 
-    The returned algorithm, if any, has been replayed and verified.
+    The returned algorithm, if any, has been replayed and verified. Ctrl-C stops the solver: the
+    result is then ``INTERRUPTED`` (or ``SAT`` if it already held a schedule).
 
     Examples
     --------
@@ -64,13 +66,21 @@ def solve_instance(topology: Topology, collective: Collective, instance: Instanc
         When the backend crashes or returns a schedule that fails verification.
     """
     check_inputs(topology, collective)
-    return solve_checked(topology, collective, instance, options, Deadline(options.time_limit))
+    try:
+        return solve_checked(topology, collective, instance, options,
+                             Deadline(options.time_limit))
+    except SolveInterrupted as exc:  # Ctrl-C: a schedule the solver held, else INTERRUPTED
+        return exc.partial
 
 
 def solve_checked(topology: Topology, collective: Collective, instance: Instance,
                   options: SolveOptions, deadline: Deadline,
-                  limit: float | None = None, *, minimize_rounds: bool = False) -> SynthesisResult:
+                  limit: float | None = None, *, minimize_rounds: bool = False,
+                  record: Callable[[SynthesisResult], None] | None = None) -> SynthesisResult:
     """:func:`solve_instance` for inputs already checked, within ``deadline`` (and ``limit``).
+
+    ``record`` is called with the result before ``options.on_result`` reports it, so that a
+    strategy holds every result the user has seen when Ctrl-C comes.
 
     With ``minimize_rounds`` (backends that support it), ``instance.rounds`` is an upper bound
     and the result's instance has the fewest rounds found; ``detail`` starts with ``optimal``
@@ -80,24 +90,40 @@ def solve_checked(topology: Topology, collective: Collective, instance: Instance
     budget = deadline.remaining() if limit is None else min(limit, deadline.remaining())
     backend = get_backend(options.backend)
     split = collective.split(instance.chunks)
-    if budget <= 0:
-        result = SynthesisResult(instance, Status.TIMEOUT, None, 0.0, backend.name, "no time left")
-    elif not collective.combining:
-        result = _solve_noncombining(topology, split, instance, backend, options, budget, started,
-                                     minimize_rounds)
-    elif has_non_combining_dual(collective):
-        dual = _solve_noncombining(topology.reversed(), non_combining_dual(split), instance,
-                                   backend, options, budget, started, minimize_rounds)
-        algorithm = None
-        if dual.algorithm is not None:
-            algorithm = invert_dual(_without_dead_ends(dual.algorithm), topology, split)
-        result = SynthesisResult(dual.instance, dual.status, algorithm,
-                                 time.perf_counter() - started, backend.name, dual.detail)
-    else:
-        from collsynth.synthesis.combining import solve_combining
+    dual_of = None
+    try:
+        if budget <= 0:
+            result = SynthesisResult(instance, Status.TIMEOUT, None, 0.0, backend.name,
+                                     "no time left")
+        elif not collective.combining:
+            result = _solve_noncombining(topology, split, instance, backend, options, budget,
+                                         started, minimize_rounds)
+        elif has_non_combining_dual(collective):
+            dual_of = split
+            result = _from_dual(_solve_noncombining(
+                topology.reversed(), non_combining_dual(split), instance, backend, options,
+                budget, started, minimize_rounds), topology, split, started)
+        else:
+            from collsynth.synthesis.combining import solve_combining
 
-        result = solve_combining(topology, split, instance, backend, options, budget, started,
-                                 minimize_rounds)
+            result = solve_combining(topology, split, instance, backend, options, budget,
+                                     started, minimize_rounds)
+    except KeyboardInterrupt as exc:
+        # Ctrl-C: report what this instance had (a verified schedule the solver held, else
+        # INTERRUPTED) and let the strategy above decide what to keep.
+        result = getattr(exc, "partial", None)
+        if not isinstance(result, SynthesisResult):
+            result = SynthesisResult(instance, Status.INTERRUPTED, None,
+                                     time.perf_counter() - started, backend.name, "interrupted")
+        elif dual_of is not None:
+            result = _from_dual(result, topology, dual_of, started)
+        if record is not None:
+            record(result)
+        if options.on_result is not None:
+            options.on_result(result)
+        raise SolveInterrupted(result) from None
+    if record is not None:
+        record(result)
     if options.on_result is not None:
         options.on_result(result)
     return result
@@ -129,6 +155,16 @@ def _without_dead_ends(dual: Algorithm) -> Algorithm:
                      dual.provenance)
 
 
+def _from_dual(dual: SynthesisResult, topology: Topology, split: Collective,
+               started: float) -> SynthesisResult:
+    """The result of a combining instance from that of its dual on the reversed topology."""
+    algorithm = None
+    if dual.algorithm is not None:
+        algorithm = invert_dual(_without_dead_ends(dual.algorithm), topology, split)
+    return SynthesisResult(dual.instance, dual.status, algorithm, time.perf_counter() - started,
+                           dual.backend, dual.detail)
+
+
 def supports_minimize(backend) -> bool:
     """True when the backend can minimise total rounds in one call."""
     return getattr(backend, "name", "") == "cpsat"
@@ -142,26 +178,45 @@ def _solve_noncombining(topology: Topology, split: Collective, instance: Instanc
     minimize = minimize_rounds and supports_minimize(backend)
     fallback: tuple[object, object, str] | None = None  # (problem, outcome, kind) already SAT
     current = instance
-    if options.symmetry:
-        automorphism = find_automorphism(topology, split)
-        if automorphism is not None:
-            problem = build_problem(topology, split, current, automorphism=automorphism)
+    solving: tuple[object, str] | None = None  # (problem, kind) in the solver now
+    try:
+        if options.symmetry:
+            automorphism = find_automorphism(topology, split)
+            if automorphism is not None:
+                problem = build_problem(topology, split, current, automorphism=automorphism)
+                solving = (problem, "symmetric")
+                outcome = _call(backend, problem, minimize,
+                                (budget - (time.perf_counter() - started)) * _SYMMETRIC_SHARE)
+                solving = None
+                if outcome.status is Status.SAT:
+                    if not minimize:
+                        return _decoded(problem, outcome, "symmetric", instance, backend, started)
+                    fallback = (problem, outcome, "symmetric")
+                    current = Instance(steps=instance.steps, rounds=sum(outcome.rounds),
+                                       chunks=instance.chunks, extra_memory=instance.extra_memory)
+        remaining = budget - (time.perf_counter() - started)
+        if remaining <= 0:
+            outcome = Outcome(Status.TIMEOUT, detail="time limit reached")
+        else:
+            problem = build_problem(topology, split, current)
+            solving = (problem, "full")
             outcome = _call(backend, problem, minimize,
-                            (budget - (time.perf_counter() - started)) * _SYMMETRIC_SHARE)
+                            budget - (time.perf_counter() - started))  # encoding counts
+            solving = None
             if outcome.status is Status.SAT:
-                if not minimize:
-                    return _decoded(problem, outcome, "symmetric", instance, backend, started)
-                fallback = (problem, outcome, "symmetric")
-                current = Instance(steps=instance.steps, rounds=sum(outcome.rounds),
-                                   chunks=instance.chunks, extra_memory=instance.extra_memory)
-    remaining = budget - (time.perf_counter() - started)
-    if remaining <= 0:
-        outcome = Outcome(Status.TIMEOUT, detail="time limit reached")
-    else:
-        problem = build_problem(topology, split, current)
-        outcome = _call(backend, problem, minimize, remaining)
-        if outcome.status is Status.SAT:
-            return _decoded(problem, outcome, "full", instance, backend, started)
+                return _decoded(problem, outcome, "full", instance, backend, started)
+    except KeyboardInterrupt as exc:  # in the solver (SolveInterrupted) or while encoding
+        held = getattr(exc, "partial", None)
+        if solving is not None and isinstance(held, Outcome) and held.status is Status.SAT:
+            # A minimising search stopped early still holds a schedule, at most the fallback's
+            # rounds (the search was bounded by them).
+            result = _decoded(solving[0], held, solving[1], instance, backend, started)
+        elif fallback is not None:
+            result = _decoded(*fallback, instance, backend, started)
+        else:
+            result = SynthesisResult(instance, Status.INTERRUPTED, None,
+                                     time.perf_counter() - started, backend.name, "interrupted")
+        raise SolveInterrupted(result) from None
     if fallback is not None:
         return _decoded(*fallback, instance, backend, started)
     return SynthesisResult(instance, outcome.status, None, time.perf_counter() - started,

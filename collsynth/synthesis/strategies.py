@@ -14,6 +14,7 @@ Facts the searches rely on (each follows from the model in :mod:`collsynth.algor
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Iterator
 from collsynth.algorithm.model import Instance
 from collsynth.bounds import compute_bounds
 from collsynth.collective.model import Collective
-from collsynth.encoding.backend import Status
+from collsynth.encoding.backend import SolveInterrupted, Status
 from collsynth.errors import InvalidInstanceError
 from collsynth.encoding import get_backend
 from collsynth.synthesis.instance import check_inputs, solve_checked, supports_minimize
@@ -43,7 +44,8 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     solving; then tries ``S, S + 1, ...`` until one is satisfiable.
 
     Returns the satisfiable result, or the last result (``TIMEOUT``/``UNKNOWN``/``UNSAT`` when
-    ``max_steps`` was reached). ``detail`` says why fewer steps are impossible.
+    ``max_steps`` was reached, ``INTERRUPTED`` on Ctrl-C). ``detail`` says why fewer steps are
+    impossible.
 
     >>> from collsynth.topology import get_topology
     >>> from collsynth.collective import allgather
@@ -63,8 +65,11 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     result: SynthesisResult | None = None
     steps = start
     while steps <= limit:
-        result = solve_checked(topology, collective, Instance(steps=steps, chunks=chunks),
-                               options, deadline, options.instance_time_limit)
+        try:
+            result = solve_checked(topology, collective, Instance(steps=steps, chunks=chunks),
+                                   options, deadline, options.instance_time_limit)
+        except SolveInterrupted as exc:  # Ctrl-C: what this instance had (SAT is the answer)
+            result = exc.partial
         if result.status is Status.SAT:
             return _with_detail(result, reason)
         if result.status is not Status.UNSAT:
@@ -90,11 +95,13 @@ def _check_something_to_send(topology: Topology, collective: Collective, steps_b
 
 @dataclass
 class SweepLog:
-    """Every instance a sweep tried, in order, and whether the front it gave is complete."""
+    """Every instance a sweep tried, in order, and whether the front it gave is complete
+    (``interrupted``: Ctrl-C ended it)."""
 
     attempts: list[SynthesisResult] = field(default_factory=list)
     complete: bool = True
     stopped_by: str = ""
+    interrupted: bool = False
 
 
 def default_max_chunks(bounds_rounds: Fraction) -> int:
@@ -116,7 +123,9 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
 
     Every yielded algorithm is verified, and dominated ones are never yielded. Instances that
     time out are recorded in ``log`` and make ``log.complete`` false: a point found after them
-    is then the best found, not a proven optimum.
+    is then the best found, not a proven optimum. Ctrl-C (:class:`KeyboardInterrupt`) during the
+    search ends it normally: the best point found at the step count being searched, if it
+    improves on the last one, is yielded, and ``log.interrupted`` is set.
 
     >>> from collsynth.topology import get_topology
     >>> from collsynth.collective import allgather
@@ -125,6 +134,40 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     """
     check_inputs(topology, collective)
     log = log if log is not None else SweepLog()
+    state = _SweepState()
+    try:
+        for found in _pareto_front(topology, collective, max_chunks, max_steps, options, log,
+                                   state):
+            yield found
+    except KeyboardInterrupt as exc:
+        # Raised inside the search (never at our yield: Ctrl-C there reaches the consumer).
+        log.complete, log.interrupted, log.stopped_by = False, True, "interrupted"
+        held = getattr(exc, "partial", None)
+        candidates = [r for r in (held, state.pending) if isinstance(r, SynthesisResult)
+                      and r.found]
+        candidates += [p for s, p in state.known.items() if s >= state.steps]
+        best = state.best
+        for point in sorted(candidates, key=lambda r: (r.instance.steps, r.rounds_per_chunk)):
+            if best is None or point.rounds_per_chunk < best:
+                best = point.rounds_per_chunk
+                yield point
+
+
+@dataclass
+class _SweepState:
+    """Where a sweep is, so that Ctrl-C can hand over what it found: the step count searched,
+    the best rounds per chunk yielded, a point found at this step count not yet yielded, and the
+    points known before the search."""
+
+    steps: int = 0
+    best: Fraction | None = None
+    pending: SynthesisResult | None = None
+    known: dict[int, SynthesisResult] = field(default_factory=dict)
+
+
+def _pareto_front(topology: Topology, collective: Collective, max_chunks: int | None,
+                  max_steps: int | None, options: SolveOptions, log: SweepLog,
+                  state: _SweepState) -> Iterator[SynthesisResult]:
     deadline = Deadline(options.time_limit)
     bounds = compute_bounds(topology, collective)
     _check_something_to_send(topology, collective, bounds.steps)
@@ -135,7 +178,7 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
         raise InvalidInstanceError(f"max_chunks = {max_chunks}; expected >= 1")
     # Points known before the search (allreduce: the reduce-scatter + allgather front); the search
     # at S then only looks for something better than the known point at S.
-    known: dict[int, SynthesisResult] = {}
+    known = state.known
     if _is_allreduce_like(collective):
         from collsynth.collective.standard import is_standard_allreduce
         from collsynth.synthesis.allreduce import composed_allreduce_front
@@ -145,15 +188,18 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
             for point in composed_allreduce_front(topology, collective, max_chunks=max_chunks,
                                                   max_steps=max_steps, options=options, log=log):
                 known[point.instance.steps] = point
+            if log.interrupted:
+                raise KeyboardInterrupt  # the composed sweep was stopped: hand over its points
         if not supports_direct_combining(get_backend(options.backend)):
             log.complete = False
             log.stopped_by = "direct allreduce search needs the cpsat backend; composed front only"
             yield from sorted(known.values(), key=lambda r: r.instance.steps)
             return
-    search = _StepSearch(topology, collective, bound, max_chunks, options, deadline, log)
+    search = _StepSearch(topology, collective, bound, max_chunks, options, deadline, log, state)
     best: Fraction | None = None
     steps = bounds.steps
     while max_steps is None or steps <= max_steps:
+        state.steps, state.best, state.pending = steps, best, None
         if best is not None and best <= bound:
             log.stopped_by = "reached the rounds-per-chunk lower bound"
             return
@@ -173,6 +219,7 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
             log.complete = False
         if found is not None:
             best = found.rounds_per_chunk
+            state.best, state.pending = best, None
             yield found
         if deadline.expired():
             log.complete, log.stopped_by = False, "time limit"
@@ -191,7 +238,9 @@ class _StepSearch:
     earlier attempts proved (largest unsatisfiable rounds per (steps, chunks)) kept across calls."""
 
     def __init__(self, topology: Topology, collective: Collective, bound: Fraction,
-                 max_chunks: int, options: SolveOptions, deadline: Deadline, log: SweepLog):
+                 max_chunks: int, options: SolveOptions, deadline: Deadline, log: SweepLog,
+                 state: _SweepState):
+        self.state = state
         self.topology, self.collective, self.bound = topology, collective, bound
         self.max_chunks, self.options, self.deadline, self.log = max_chunks, options, deadline, log
         self.unsat_rounds: dict[tuple[int, int], int] = defaultdict(lambda: -1)
@@ -216,15 +265,27 @@ class _StepSearch:
 
     def _solve(self, steps: int, rounds: int, chunks: int, *, minimize: bool,
                limit: float | None = None) -> SynthesisResult:
-        result = solve_checked(self.topology, self.collective,
-                               Instance(steps=steps, rounds=rounds, chunks=chunks), self.options,
-                               self.deadline, limit or self.per_instance, minimize_rounds=minimize)
+        try:
+            result = solve_checked(self.topology, self.collective,
+                                   Instance(steps=steps, rounds=rounds, chunks=chunks),
+                                   self.options, self.deadline, limit or self.per_instance,
+                                   minimize_rounds=minimize, record=self._keep)
+        except SolveInterrupted as exc:
+            self.log.attempts.append(exc.partial)
+            raise
         self.log.attempts.append(result)
         if result.status is Status.UNSAT:
             self._record_unsat(steps, rounds, chunks)
         elif result.status is not Status.SAT:
             self.undecided_steps.add(steps)
         return result
+
+    def _keep(self, result: SynthesisResult) -> None:
+        """Hold the best point found at the step count being searched until it is yielded (Ctrl-C
+        then hands it over); called before progress shows the result."""
+        pending = self.state.pending
+        if result.found and (pending is None or result.rounds_per_chunk < pending.rounds_per_chunk):
+            self.state.pending = result
 
     def _record_unsat(self, steps: int, rounds: int, chunks: int) -> None:
         self.unsat_rounds[(steps, chunks)] = max(self.unsat_rounds[(steps, chunks)], rounds)
@@ -281,19 +342,24 @@ class _StepSearch:
 
 
 def _candidates(steps: int, bound: Fraction, best: Fraction | None,
-                max_chunks: int) -> list[tuple[int, int]]:
-    """Every (R, C) to try at ``steps``, in increasing R/C (then fewer chunks first)."""
-    out = []
+                max_chunks: int) -> Iterator[tuple[int, int]]:
+    """Every (R, C) to try at ``steps``, in increasing R/C (then fewer chunks first), generated
+    lazily: with a large ``max_chunks`` and no best yet the list would hold billions of pairs
+    (``--max-chunks 1000`` on the z3 backend never reached its first solve)."""
+    # Without a best yet, rounds per chunk up to one step per chunk "per rank" suffices for
+    # every collective collsynth synthesizes; cap the sequence so it stays finite.
+    ceiling = best if best is not None else Fraction(steps + 64 * max_chunks, 1)
+    heap = []
     for chunks in range(1, max_chunks + 1):
         rounds = max(steps, math.ceil(bound * chunks))
-        # Without a best yet, rounds per chunk up to one step per chunk "per rank" suffices for
-        # every collective collsynth synthesizes; cap the list so it stays finite.
-        ceiling = best if best is not None else Fraction(steps + 64 * max_chunks, 1)
-        while Fraction(rounds, chunks) < ceiling:
-            out.append((rounds, chunks))
-            rounds += 1
-    out.sort(key=lambda rc: (Fraction(rc[0], rc[1]), rc[1]))
-    return out
+        if Fraction(rounds, chunks) < ceiling:
+            heap.append((Fraction(rounds, chunks), chunks, rounds))
+    heapq.heapify(heap)
+    while heap:
+        ratio, chunks, rounds = heapq.heappop(heap)
+        yield rounds, chunks
+        if Fraction(rounds + 1, chunks) < ceiling:
+            heapq.heappush(heap, (Fraction(rounds + 1, chunks), chunks, rounds + 1))
 
 
 def _known_unsat(unsat_rounds: dict[tuple[int, int], int], steps: int, rounds: int, chunks: int,

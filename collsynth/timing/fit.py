@@ -105,6 +105,10 @@ FIGURE_FORMATS = (".png", ".svg")
 _STEEPNESS_BOUNDS = (0.05, 12.0)
 _REFINED = 20  # knee pairs refined by least squares
 _KNEE_CANDIDATES = 48  # sizes tried as knees (all of them in sweeps of up to 48 sizes)
+#: Most points the piecewise fit works on: sweeps with more distinct sizes are averaged in
+#: equal log-size bins first (the grid search holds 1152 x points floats several times: a log of
+#: 65536 distinct sizes took 3.9 GB and a minute; nccl-tests sweeps have about 30).
+_MAX_FIT_POINTS = 1024
 
 
 @dataclass(frozen=True)
@@ -394,6 +398,19 @@ def _best_pairs(x: np.ndarray, y_t: np.ndarray, y_b: np.ndarray, bounds: tuple[f
     return result
 
 
+def _binned(x: np.ndarray, y: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` (``x`` increasing) as is when at most ``most`` points, else the means of ``x``
+    and ``y`` over ``most`` equal-width bins of ``x`` (empty bins dropped)."""
+    if len(x) <= most:
+        return x, y
+    edges = np.linspace(x[0], x[-1], most + 1)
+    which = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, most - 1)
+    counts = np.bincount(which, minlength=most)
+    keep = counts > 0
+    return ((np.bincount(which, weights=x, minlength=most)[keep] / counts[keep]),
+            (np.bincount(which, weights=y, minlength=most)[keep] / counts[keep]))
+
+
 def fit_piecewise(log: BenchmarkLog) -> PiecewiseFit:
     """Fit the piecewise bus-bandwidth curve to ``log`` (see the module docstring).
 
@@ -407,8 +424,7 @@ def fit_piecewise(log: BenchmarkLog) -> PiecewiseFit:
     sweep = _sweep(log)
     factor = log.busbw_factor
     log_factor = math.log(factor)
-    x = np.log2(sweep.sizes)
-    y_t = sweep.log_times
+    x, y_t = _binned(np.log2(sweep.sizes), sweep.log_times, _MAX_FIT_POINTS)
     y_b = log_factor + x * _LN2 - y_t - _LN1E3
     margin = math.log(4.0)
     t_bounds = (float(y_t.min()) - margin, float(y_t.max()) + margin)

@@ -28,6 +28,7 @@ from collsynth.collective.standard import allgather, reduce_scatter
 from collsynth.errors import CollsynthError, InvalidCollectiveError, InvalidInstanceError
 from collsynth.collective.standard import is_standard_allreduce
 from collsynth.graph.fabric import UnsupportedFabricError
+from collsynth.limits import ResourceLimitError, TimeLimitReached, check_memory
 from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, pack_trees
 from collsynth.synthesis.bandwidth_optimal.pipeline import (
     default_stages,
@@ -37,9 +38,17 @@ from collsynth.synthesis.bandwidth_optimal.pipeline import (
 from collsynth.bounds.throughput import optimal_throughput, roots_of
 from collsynth.topology.model import Topology
 
-__all__ = ["BandwidthOptimalResult", "solve_bandwidth_optimal"]
+__all__ = ["BandwidthOptimalResult", "solve_bandwidth_optimal", "check_request_fits"]
 
 _log = logging.getLogger(__name__)
+
+#: Peak memory per send of building and verifying a schedule, rounded up: 16.8M sends (2048
+#: ranks) peaked at 2.0 GB of which about 0.3 GB is the process before any work.
+BYTES_PER_SEND = 128
+#: Seconds per send of building and verifying a schedule: 16.8M sends took 16.3 s + 7.3 s on a
+#: 2-core machine; a request whose fewest sends cannot be built in its time limit at half that
+#: rate is refused up front.
+SECONDS_PER_SEND = 0.7e-6
 
 #: Largest topology on which the linear-program bound of collsynth.bounds is also computed when
 #: the fabric's cut bound does not meet the packing (shared NICs): it is tighter, and exact.
@@ -153,6 +162,14 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
                                    "engine chooses the pieces")
     if stages is not None and (not isinstance(stages, int) or stages < 1):
         raise InvalidInstanceError(f"stages = {stages!r}; expected a positive integer")
+    deadline = started + time_limit_s
+    # Every chunk reaches the other n - 1 ranks once per piece: refuse before any work what
+    # cannot fit (allreduce builds two such halves).
+    n = topology.num_ranks
+    chunks = 2 * n if is_standard_allreduce(collective) else collective.num_chunks
+    _check_fits(chunks * (n - 1) * (stages or 1),
+                deadline, f"{collective.describe()} on {topology.name}"
+                + (f" with {stages} stages" if stages else ""))
     say = progress or (lambda line: None)
     timings: dict[str, float] = {}
     if is_standard_allreduce(collective):
@@ -164,7 +181,8 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         say("building the dual on the reversed topology")
         dual = solve_bandwidth_optimal(topology.reversed(), non_combining_dual(collective),
                                        stages=stages, size_bytes=size_bytes,
-                                       time_limit_s=time_limit_s, progress=progress)
+                                       time_limit_s=time_limit_s - (time.perf_counter() - started),
+                                       progress=progress)
         tick = time.perf_counter()
         algorithm = invert_dual(dual.algorithm, topology, collective.split(dual.algorithm.chunks))
         timings = dict(dual.timings, invert=time.perf_counter() - tick)
@@ -183,10 +201,12 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         bound = rounds_per_chunk_lower_bound(topology, collective)
     timings["bound"] = time.perf_counter() - tick
     say(f"optimal throughput: {bound} rounds per chunk ({timings['bound']:.2f} s)")
+    _check_time(deadline, time_limit_s, "computing the optimal throughput")
 
     tick = time.perf_counter()
     packing = pack_trees(topology, sorted(roots), target=bound,
-                         options=PackingOptions(time_limit_s=time_limit_s, progress=progress))
+                         options=PackingOptions(time_limit_s=max(0.0, deadline - tick),
+                                                progress=progress))
     timings["packing"] = time.perf_counter() - tick
     steady = packing.steady_state_rounds_per_chunk
     say(f"trees: {steady} rounds per chunk in the steady state, {packing.pieces_per_root} "
@@ -199,10 +219,15 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
 
     tick = time.perf_counter()
     count = stages or _stages(topology, collective, packing, len(roots), size_bytes)
+    _check_fits(count * packing.pieces_per_root * collective.num_chunks
+                * (topology.num_ranks - 1), deadline,
+                f"the schedule of {collective.describe()} on {topology.name} ({count} stages of "
+                f"{packing.pieces_per_root} pieces per root)")
     algorithm = pipelined_algorithm(topology, collective, packing, count)
     timings["schedule"] = time.perf_counter() - tick
     say(f"schedule: {algorithm.num_steps} steps, {algorithm.num_sends} sends "
         f"({timings['schedule']:.2f} s)")
+    _check_time(deadline, time_limit_s, "building the schedule")
     tick = time.perf_counter()
     verify(algorithm)
     timings["verify"] = time.perf_counter() - tick
@@ -210,6 +235,38 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     return BandwidthOptimalResult(
         algorithm, algorithm.rounds_per_chunk, steady, bound, steady == bound, count,
         packing.pieces_per_root, packing.depth, time.perf_counter() - started, timings)
+
+
+def check_request_fits(num_ranks: int, collective: str, *, stages: int | None,
+                       time_limit_s: float) -> None:
+    """Refuse, before the topology and collective are even built (both grow as ranks squared),
+    a request whose fewest sends cannot fit in memory or be built in ``time_limit_s``.
+
+    Raises
+    ------
+    ResourceLimitError
+        With the figures.
+    """
+    chunks = {"broadcast": 1, "reduce": 1, "allreduce": 2 * num_ranks}.get(collective, num_ranks)
+    _check_fits(chunks * (num_ranks - 1) * (stages or 1), time.perf_counter() + time_limit_s,
+                f"{collective} on {num_ranks} ranks" + (f" with {stages} stages" if stages else ""))
+
+
+def _check_fits(sends: int, deadline: float, what: str) -> None:
+    """Refuse up front a schedule of ``sends`` sends that cannot fit in memory or in the time
+    left before ``deadline`` (:data:`BYTES_PER_SEND`, :data:`SECONDS_PER_SEND`)."""
+    check_memory(sends * BYTES_PER_SEND, f"{what}: {sends} sends")
+    left = deadline - time.perf_counter()
+    if sends * SECONDS_PER_SEND > left:
+        raise ResourceLimitError(
+            f"{what}: {sends} sends take about {sends * SECONDS_PER_SEND:.0f} s or more to build "
+            f"and verify; the time limit leaves {max(left, 0.0):.0f} s")
+
+
+def _check_time(deadline: float, time_limit_s: float, doing: str) -> None:
+    if time.perf_counter() > deadline:
+        raise TimeLimitReached(f"time limit of {time_limit_s:g} s reached while {doing}; "
+                               "nothing found (raise --time-limit)")
 
 
 def _stages(topology, collective, packing, num_roots, size_bytes) -> int:
@@ -232,10 +289,12 @@ def _allreduce(topology, collective, stages, size_bytes, time_limit_s, say,
     n = topology.num_ranks
     say("allreduce = reduce-scatter + allgather")
     # Each half moves the whole buffer in n parts: sized as a reduce-scatter / allgather of it.
+    # The halves share the time limit: the second gets what the first leaves.
     rs = solve_bandwidth_optimal(topology, reduce_scatter(n), stages=stages, size_bytes=size_bytes,
-                                 time_limit_s=time_limit_s, progress=say)
+                                 time_limit_s=time_limit_s / 2, progress=say)
     ag = solve_bandwidth_optimal(topology, allgather(n), stages=stages, size_bytes=size_bytes,
-                                 time_limit_s=time_limit_s, progress=say)
+                                 time_limit_s=time_limit_s - (time.perf_counter() - started),
+                                 progress=say)
     tick = time.perf_counter()
     a, b = rs.algorithm, ag.algorithm
     common = math.lcm(a.chunks, b.chunks)
