@@ -22,8 +22,10 @@ from fractions import Fraction
 from typing import Iterator
 
 from collsynth.algorithm.model import Instance
+from collsynth.algorithm.transform import refine, sequence
 from collsynth.bounds import compute_bounds
 from collsynth.collective.model import Collective
+from collsynth.collective.standard import allgather, is_standard_allreduce, reduce_scatter
 from collsynth.encoding.backend import SolveInterrupted, Status
 from collsynth.errors import InvalidInstanceError
 from collsynth.encoding import get_backend
@@ -31,7 +33,8 @@ from collsynth.synthesis.instance import check_inputs, solve_checked, supports_m
 from collsynth.synthesis.result import Deadline, SolveOptions, SynthesisResult
 from collsynth.topology.model import Topology
 
-__all__ = ["solve_least_steps", "pareto_front", "prune_dominated", "SweepLog", "default_max_chunks"]
+__all__ = ["solve_least_steps", "pareto_front", "prune_dominated", "SweepLog", "default_max_chunks",
+           "composed_allreduce_front"]
 
 
 def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int = 1,
@@ -180,8 +183,6 @@ def _pareto_front(topology: Topology, collective: Collective, max_chunks: int | 
     # at S then only looks for something better than the known point at S.
     known = state.known
     if _is_allreduce_like(collective):
-        from collsynth.collective.standard import is_standard_allreduce
-        from collsynth.synthesis.allreduce import composed_allreduce_front
         from collsynth.synthesis.combining import supports_direct_combining
 
         if is_standard_allreduce(collective):
@@ -392,3 +393,54 @@ def _is_allreduce_like(collective: Collective) -> bool:
 def _with_detail(result: SynthesisResult, detail: str) -> SynthesisResult:
     return SynthesisResult(result.instance, result.status, result.algorithm, result.seconds,
                            result.backend, detail)
+
+
+# -- allreduce as reduce-scatter + allgather --------------------------------------------------
+
+
+def composed_allreduce_front(topology: Topology, collective: Collective, *, max_chunks: int,
+                             max_steps: int | None, options: SolveOptions,
+                             log) -> list[SynthesisResult]:
+    """The Pareto front of reduce-scatter + allgather compositions with at most ``max_chunks``
+    allreduce chunks (verified algorithms).
+
+    A reduce-scatter at ``(S1, R1, C1)`` and an allgather at ``(S2, R2, C2)`` on ``n`` ranks,
+    both refined to ``L = lcm(C1, C2)`` chunks per part and run one after the other, form an
+    allreduce with ``n * L`` chunks, ``S1 + S2`` steps and ``(R1/C1 + R2/C2) / n`` rounds per
+    chunk (one allreduce chunk is a whole buffer; one part chunk is ``1/n`` of it).
+    """
+    n = topology.num_ranks
+    part_chunks = max_chunks // n
+    if part_chunks < 1:
+        return []
+    part_steps = None if max_steps is None else max_steps - 1
+    rs_log, ag_log = SweepLog(), SweepLog()
+    rs = list(pareto_front(topology, reduce_scatter(n), max_chunks=part_chunks,
+                           max_steps=part_steps, options=options, log=rs_log))
+    ag = [] if rs_log.interrupted else list(pareto_front(
+        topology, allgather(n), max_chunks=part_chunks, max_steps=part_steps, options=options,
+        log=ag_log))
+    log.attempts.extend(rs_log.attempts + ag_log.attempts)
+    log.complete = log.complete and rs_log.complete and ag_log.complete
+    if rs_log.interrupted or ag_log.interrupted:  # Ctrl-C: the caller stops too
+        log.complete, log.interrupted, log.stopped_by = False, True, "interrupted"
+    combined: list[SynthesisResult] = []
+    for first in rs:
+        for second in ag:
+            a, b = first.algorithm, second.algorithm
+            common = math.lcm(a.chunks, b.chunks)
+            if n * common > max_chunks:
+                continue
+            steps = a.num_steps + b.num_steps
+            if max_steps is not None and steps > max_steps:
+                continue
+            whole = collective.split(n * common)
+            algorithm = sequence(refine(a, common // a.chunks), refine(b, common // b.chunks), whole,
+                                 name=f"allreduce-{topology.name}-rs{a.num_steps}+ag{b.num_steps}"
+                                      f"-c{n * common}")
+            instance = Instance(steps=algorithm.num_steps, rounds=algorithm.num_rounds,
+                                chunks=algorithm.chunks)
+            combined.append(SynthesisResult(instance, Status.SAT, algorithm,
+                                            first.seconds + second.seconds, first.backend,
+                                            "reduce-scatter + allgather"))
+    return prune_dominated(combined)

@@ -492,7 +492,7 @@ class PlannedComm:
     def _synthesized(self, key: str, sub: "Topology") -> list["Algorithm"]:
         from collsynth.collective import standard_collective
         from collsynth.synthesis import SolveOptions, SweepLog, pareto_front
-        from collsynth.synthesis.allreduce import composed_allreduce_front
+        from collsynth.synthesis.strategies import composed_allreduce_front
 
         n = sub.num_ranks
         options = SolveOptions(time_limit=self.synthesis_time_s)

@@ -173,12 +173,15 @@ def _timing_out(real, undecided):
     from collsynth.synthesis.result import SynthesisResult
 
     def solve(topology, collective, instance, options, deadline, limit=None, *,
-              minimize_rounds=False):
+              minimize_rounds=False, record=None):
         key = (instance.steps, instance.rounds, instance.chunks, minimize_rounds)
         if key in undecided:
-            return SynthesisResult(instance, Status.TIMEOUT, None, 0.0, "test", "forced timeout")
+            result = SynthesisResult(instance, Status.TIMEOUT, None, 0.0, "test", "forced timeout")
+            if record is not None:
+                record(result)
+            return result
         return real(topology, collective, instance, options, deadline, limit,
-                    minimize_rounds=minimize_rounds)
+                    minimize_rounds=minimize_rounds, record=record)
     return solve
 
 
