@@ -63,7 +63,7 @@ def _cases(limit: float) -> dict[str, Callable[[], str]]:
         def run() -> str:
             try:
                 result = solve_large(topology, standard_collective(collective, topology.num_ranks),
-                                     engine=engine, time_limit_s=limit)
+                                     engine=engine, time_limit=limit)
             except TimeLimitReached:
                 return "time limit"
             except InputTooLargeError:

@@ -72,7 +72,7 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
         raise TimeLimitReached(f"time limit of {args.time_limit:g} s reached while building the "
                                "topology; nothing found (raise --time-limit)")
     result = solve_large(topology, collective, engine=args.engine, stages=args.stages,
-                         size_bytes=args.size, time_limit_s=left, progress=progress)
+                         size_bytes=args.size, time_limit=left, progress=progress)
     if args.output:
         from collsynth.algorithm.fileformat import save_algorithm
 
@@ -116,7 +116,7 @@ def _refuse_what_cannot_fit(args: argparse.Namespace) -> None:
     if name not in STANDARD_COLLECTIVES:
         return
     ranks = resolve_topology(args.topology).num_ranks * args.nodes
-    check_request_fits(ranks, name, stages=args.stages, time_limit_s=args.time_limit)
+    check_request_fits(ranks, name, stages=args.stages, time_limit=args.time_limit)
 
 
 def _predictions(result, size_bytes: int | None = None) -> list[dict]:

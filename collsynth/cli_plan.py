@@ -137,7 +137,7 @@ def run_plan(args: argparse.Namespace) -> int:
         cache = FrontCache(None if args.no_cache else (args.cache or default_cache_directory()))
         options = PlanOptions(
             runtime=args.runtime,
-            synth=SynthOptions(time_limit_s=args.synth_time_limit,
+            synth=SynthOptions(time_limit=args.synth_time_limit,
                                max_group_ranks=args.max_group_ranks, backend=args.backend),
             calibration=calibration, calibration_file=args.calibration, device=args.device,
             cache=cache, all_ranges=args.all_ranges)

@@ -445,7 +445,7 @@ def test_no_engine_beats_the_bounds_on_standard_collectives(topology, name, root
     assert _smt_search(topology, collective, backends, (1, 2) if n <= 3 else (1,)) > 0
     if _tree_shaped(collective):
         result = solve_bandwidth_optimal(topology, collective, stages=2,
-                                         time_limit_s=_SOLVER_LIMIT_S)
+                                         time_limit=_SOLVER_LIMIT_S)
         _assert_within_bounds(result.algorithm, bounds)
         if bounds.composed_rounds_per_chunk is not None:  # a reduce-scatter then an allgather
             assert result.algorithm.rounds_per_chunk >= bounds.composed_rounds_per_chunk

@@ -120,13 +120,13 @@ def test_cli_memory_limit_must_be_a_size(capsys):
 def test_a_thousand_node_system_is_refused_before_it_is_built():
     # 8192 ranks: every one of 8192 chunks to 8191 other ranks = 67100672 sends.
     with pytest.raises(ResourceLimitError, match="67100672 sends"):
-        check_request_fits(8192, "allgather", stages=None, time_limit_s=10)
+        check_request_fits(8192, "allgather", stages=None, time_limit=10)
 
 
 def test_the_tree_engine_reports_its_time_limit():
     hub = get_topology("hub:16")  # 16 x 15 = 240 sends fit; the bound alone takes longer
     with pytest.raises(TimeLimitReached, match="time limit"):
-        solve_bandwidth_optimal(hub, standard_collective("allgather", 16), time_limit_s=1e-3)
+        solve_bandwidth_optimal(hub, standard_collective("allgather", 16), time_limit=1e-3)
 
 
 def test_cli_time_limit_reached_exit_4(capsys):

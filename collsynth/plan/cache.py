@@ -60,7 +60,7 @@ class CachedFront:
 
     algorithms: tuple[Algorithm, ...]
     complete: bool
-    time_limit_s: float | None
+    time_limit: float | None
     detail: str = ""
 
 
@@ -77,7 +77,7 @@ class FrontCache:
     >>> cache.get(ring, allgather(4), engine="pareto", options={}) is None
     True
     >>> cache.put(ring, allgather(4), front, engine="pareto", options={}, complete=True,
-    ...           time_limit_s=30.0)
+    ...           time_limit=30.0)
     >>> hit = cache.get(ring, allgather(4), engine="pareto", options={})
     >>> [a.num_steps for a in hit.algorithms], hit.complete
     ([2], True)
@@ -99,10 +99,10 @@ class FrontCache:
         return self.directory / "fronts" / topology_fingerprint(topology)[:32] / leaf
 
     def get(self, topology: Topology, collective: Collective, *, engine: str,
-            options: Mapping[str, Any], time_limit_s: float | None = None) -> CachedFront | None:
+            options: Mapping[str, Any], time_limit: float | None = None) -> CachedFront | None:
         """The cached front of this key re-homed on ``topology`` (verified), or ``None`` on a
         miss: nothing stored, an unreadable entry, or an incomplete search made with less time
-        than ``time_limit_s``."""
+        than ``time_limit``."""
         folder = self.entry_directory(topology, collective, engine=engine, options=options)
         if folder is None:
             return None
@@ -115,10 +115,10 @@ class FrontCache:
                 raise ValueError("unknown manifest format")
             complete = bool(manifest["complete"])
             stored_limit = manifest.get("time_limit_s")
-            if not complete and time_limit_s is not None and (
-                    stored_limit is None or float(stored_limit) < time_limit_s):
+            if not complete and time_limit is not None and (
+                    stored_limit is None or float(stored_limit) < time_limit):
                 _log.info("cache %s: incomplete search with %s s; searching again with %s s",
-                          folder, stored_limit, time_limit_s)
+                          folder, stored_limit, time_limit)
                 return None
             algorithms = []
             for name in manifest["files"]:
@@ -135,7 +135,7 @@ class FrontCache:
 
     def put(self, topology: Topology, collective: Collective, algorithms: Sequence[Algorithm],
             *, engine: str, options: Mapping[str, Any], complete: bool,
-            time_limit_s: float | None, detail: str = "") -> None:
+            time_limit: float | None, detail: str = "") -> None:
         """Store a front (each algorithm verified before it is written). Failures to write are
         logged, not raised: a cache is an optimisation."""
         folder = self.entry_directory(topology, collective, engine=engine, options=options)
@@ -152,7 +152,7 @@ class FrontCache:
                         "fingerprint": topology_fingerprint(topology),
                         "topology": topology.name, "collective": collective.describe(),
                         "engine": engine, "options": dict(options), "complete": complete,
-                        "time_limit_s": time_limit_s, "detail": detail, "files": files}
+                        "time_limit_s": time_limit, "detail": detail, "files": files}
             write_text_atomic(folder / "manifest.json",
                               json.dumps(manifest, indent=1, default=str) + "\n")
         except (OSError, CollsynthError) as exc:

@@ -115,7 +115,7 @@ class SynthOptions:
 
     Parameters
     ----------
-    time_limit_s:
+    time_limit:
         Seconds for one synthesis problem (one collective on one group).
     max_group_ranks:
         Largest group synthesized with the Pareto sweep; larger ones use the bandwidth-optimal
@@ -126,16 +126,16 @@ class SynthOptions:
         Limits of the Pareto sweep (``None``: its defaults).
     """
 
-    time_limit_s: float = 30.0
+    time_limit: float = 30.0
     max_group_ranks: int = 16
     backend: str = "auto"
     max_chunks: int | None = None
     max_steps: int | None = None
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.time_limit_s, (int, float)) and self.time_limit_s > 0
-                and math.isfinite(self.time_limit_s)):
-            raise InvalidInstanceError(f"time_limit_s = {self.time_limit_s!r}; expected > 0")
+        if not (isinstance(self.time_limit, (int, float)) and self.time_limit > 0
+                and math.isfinite(self.time_limit)):
+            raise InvalidInstanceError(f"time_limit = {self.time_limit!r}; expected > 0")
         if not isinstance(self.max_group_ranks, int) or self.max_group_ranks < 2:
             raise InvalidInstanceError(f"max_group_ranks = {self.max_group_ranks!r}; expected "
                                        "an integer >= 2")
@@ -183,7 +183,7 @@ def synthesize_front(topology: Topology, collective: Collective, *, options: Syn
                                 f"{options.max_group_ranks} the Pareto sweep is run for, and the "
                                 "bandwidth-optimal engine is not installed")
     hit = cache.get(topology, collective, engine=engine, options=keyed,
-                    time_limit_s=options.time_limit_s)
+                    time_limit=options.time_limit)
     if hit is not None:
         state = "complete" if hit.complete else "incomplete"
         return FrontOutcome(hit.algorithms, engine, hit.complete, True,
@@ -196,7 +196,7 @@ def synthesize_front(topology: Topology, collective: Collective, *, options: Syn
             algorithms, complete, detail = _bandwidth_optimal(topology, collective, options)
     except UnimplementableError as exc:
         cache.put(topology, collective, (), engine=engine, options=keyed, complete=True,
-                  time_limit_s=options.time_limit_s, detail=f"unimplementable: {exc}")
+                  time_limit=options.time_limit, detail=f"unimplementable: {exc}")
         return FrontOutcome((), engine, True, False, f"not synthesized: unimplementable on the "
                                                      f"group's links: {exc}")
     except InvalidCollectiveError as exc:  # a collective the engine does not handle
@@ -206,7 +206,7 @@ def synthesize_front(topology: Topology, collective: Collective, *, options: Syn
                      exc)
         return FrontOutcome((), engine, False, False, f"synthesis failed: {exc}")
     cache.put(topology, collective, algorithms, engine=engine, options=keyed, complete=complete,
-              time_limit_s=options.time_limit_s, detail=detail)
+              time_limit=options.time_limit, detail=detail)
     state = "complete" if complete else "incomplete"
     return FrontOutcome(algorithms, engine, complete, False,
                         f"{engine}: {len(algorithms)} algorithm(s) synthesized ({state} search"
@@ -238,7 +238,7 @@ def _pareto(topology: Topology, collective: Collective, options: SynthOptions
     from collsynth.synthesis import SolveOptions, SweepLog, pareto_front
 
     log = SweepLog()
-    solve = SolveOptions(backend=options.backend, time_limit=options.time_limit_s)
+    solve = SolveOptions(backend=options.backend, time_limit=options.time_limit)
     found = tuple(_named(r.algorithm, collective, "pareto")
                   for r in pareto_front(topology, collective, max_chunks=options.max_chunks,
                                         max_steps=options.max_steps, options=solve, log=log)
@@ -253,7 +253,7 @@ def _bandwidth_optimal(topology: Topology, collective: Collective, options: Synt
     """The engine's pipelined schedule and, when it has several stages, the one-stage schedule
     of the same trees (fewest steps): the envelope gives small sizes to the second."""
     solve_bandwidth_optimal = _bandwidth_optimal_solver()
-    result = solve_bandwidth_optimal(topology, collective, time_limit_s=options.time_limit_s)
+    result = solve_bandwidth_optimal(topology, collective, time_limit=options.time_limit)
     if getattr(result, "interrupted", False):  # Ctrl-C during the packing: as for _pareto
         raise KeyboardInterrupt
     algorithm = getattr(result, "algorithm", None)
@@ -262,7 +262,7 @@ def _bandwidth_optimal(topology: Topology, collective: Collective, options: Synt
     found = [_named(algorithm, collective, "bandwidth-optimal")]
     if getattr(result, "stages", 1) > 1:
         short = solve_bandwidth_optimal(topology, collective, stages=1,
-                                        time_limit_s=options.time_limit_s)
+                                        time_limit=options.time_limit)
         found.append(_named(short.algorithm, collective, "bandwidth-optimal"))
     rpc = getattr(result, "rounds_per_chunk", None)
     optimal = bool(getattr(result, "optimal", True))  # a packing cut short is searched again

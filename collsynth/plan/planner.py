@@ -338,7 +338,7 @@ class Plan:
     ranks: tuple[RankSteps, ...]
     xml_files: tuple[XmlFile, ...]
     notes: tuple[str, ...]
-    synth_time_limit_s: float
+    synth_time_limit: float
 
     def totals(self) -> dict[str, float]:
         """Predicted totals over the modelled calls of every entry (us), counted once per group."""
@@ -423,7 +423,7 @@ def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = Pla
     ranks = _rank_steps(run, {(_key_of(e)): e for e in entries})
     return Plan(run.directory, run.world_size, topology.name, nodes, runtime,
                 options.calibration_file, options.device, tuple(entries), tuple(not_planned),
-                tuple(ranks), tuple(xml_files), tuple(notes), options.synth.time_limit_s)
+                tuple(ranks), tuple(xml_files), tuple(notes), options.synth.time_limit)
 
 
 _Key = tuple  # (collective, group, root)

@@ -97,7 +97,7 @@ def render_report(plan: Plan, *, environment: Sequence[EnvVar], environment_note
             "- timing: closed-form alpha-beta model"
             + (f", calibrated by `{plan.calibration_file}`" if plan.calibration_file else "")
             + (f", reductions charged for {plan.device}" if plan.device else ""),
-            f"- synthesis: at most {plan.synth_time_limit_s:g} s per problem",
+            f"- synthesis: at most {plan.synth_time_limit:g} s per problem",
             f"- XML files: {len(plan.xml_files)} (each passed `collsynth check` for "
             f"{plan.runtime})", ""]
     out += ["## Summary", "",

@@ -132,7 +132,7 @@ def plan_to_json(plan: Plan, *, environment: Any = (), environment_notes: Any = 
         "runtime": plan.runtime,
         "calibration": plan.calibration_file,
         "device": plan.device,
-        "synth_time_limit_s": plan.synth_time_limit_s,
+        "synth_time_limit_s": plan.synth_time_limit,
         "environment": [{"name": v.name, "value": v.value, "why": v.why, "source": v.source}
                         for v in environment],
         "environment_notes": list(environment_notes),

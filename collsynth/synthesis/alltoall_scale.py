@@ -467,7 +467,7 @@ def _routed(capacity: _Capacity, max_pieces: int):
     return best
 
 
-def solve_alltoall_at_scale(topology: Topology, *, time_limit_s: float | None = None,
+def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = None,
                             max_chunks: int = DEFAULT_MAX_CHUNKS,
                             exact_bound: bool | None = None,
                             node_algorithm: Algorithm | None = None) -> AlltoallScaleResult:
@@ -479,7 +479,7 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit_s: float | None = 
     topology:
         Any topology; the direct schedule needs a link between every pair of ranks, the
         hierarchical one a composed topology (:func:`~collsynth.topology.compose_nodes`).
-    time_limit_s:
+    time_limit:
         Seconds for synthesising the node alltoall of the hierarchical schedule (default
         :data:`~collsynth.synthesis.hierarchical.DEFAULT_NODE_TIME_S`). The direct schedule and
         the bound take no solver time.
@@ -516,7 +516,7 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit_s: float | None = 
     if not isinstance(max_chunks, int) or isinstance(max_chunks, bool) or max_chunks < 1:
         raise InvalidInstanceError(f"max_chunks = {max_chunks!r}; expected a positive integer")
     total = topology.num_ranks
-    node_time = DEFAULT_NODE_TIME_S if time_limit_s is None else time_limit_s
+    node_time = DEFAULT_NODE_TIME_S if time_limit is None else time_limit
     cut = alltoall_cut_bound(topology)
     exact = None
     if exact_bound or (exact_bound is None and total <= EXACT_BOUND_RANKS):

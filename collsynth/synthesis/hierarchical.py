@@ -318,7 +318,7 @@ def _node_steps(algorithm: Algorithm) -> list[_Arrays]:
     return [_send_arrays(step.sends) for step in algorithm.steps]
 
 
-def _solve_node(node: Topology, collective: Collective, time_limit_s: float) -> Algorithm:
+def _solve_node(node: Topology, collective: Collective, time_limit: float) -> Algorithm:
     """The bandwidth-best point of the node's Pareto front (fewest rounds per chunk, then
     fewest steps)."""
     if node.num_ranks == 1:  # nothing moves inside a one-rank node
@@ -326,12 +326,12 @@ def _solve_node(node: Topology, collective: Collective, time_limit_s: float) -> 
     from collsynth.synthesis.result import SolveOptions
     from collsynth.synthesis.strategies import pareto_front
 
-    options = SolveOptions(time_limit=time_limit_s)
+    options = SolveOptions(time_limit=time_limit)
     front = [r for r in pareto_front(node, collective, options=options) if r.found]
     if not front:
         raise SolverError(
             f"no {collective.describe()} algorithm was found for one node ({node.name}) within "
-            f"{time_limit_s} s; raise time_limit_s or pass node_algorithm")
+            f"{time_limit} s; raise time_limit or pass node_algorithm")
     best = min(front, key=lambda r: (r.rounds_per_chunk, r.instance.steps))
     _log.info("node %s: %s at %s", node.name, collective.describe(), best.instance.label())
     return best.algorithm
@@ -682,9 +682,9 @@ def _check_network(topology: Topology, layout: NetworkLayout, family: str) -> No
 
 
 def _node_algorithm(layout: NetworkLayout, expected: Collective, family: str, given,
-                    time_limit_s: float) -> Algorithm:
+                    time_limit: float) -> Algorithm:
     if given is None:
-        return _solve_node(layout.node, expected, time_limit_s)
+        return _solve_node(layout.node, expected, time_limit)
     return _check_node_algorithm(given, layout.node, expected, family)
 
 
@@ -702,7 +702,7 @@ def _best(candidates, capacity: _Capacity):
 
 def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: int | None = None,
                            node_algorithm: Algorithm | Mapping[str, Algorithm] | None = None,
-                           time_limit_s: float = DEFAULT_NODE_TIME_S,
+                           time_limit: float = DEFAULT_NODE_TIME_S,
                            batches: int | None = None,
                            parts: int | None = None) -> HierarchicalResult:
     """A verified hierarchical algorithm for ``collective_name`` on a composed topology.
@@ -725,7 +725,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
         ``root % n``), any chunk count. For allreduce a mapping with keys ``"reduce_scatter"``
         and/or ``"allgather"``. Re-verified on one node of ``topology`` with each step re-priced
         to the fewest rounds it needs there. Default: synthesised (bandwidth-best Pareto point).
-    time_limit_s:
+    time_limit:
         Seconds for synthesising each node algorithm.
     batches, parts:
         Pipelining (see :attr:`HierarchicalResult.pipeline`); default: the best of 1, 2, 4, ...
@@ -747,7 +747,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
         For a root out of range, a root given to an unrooted collective, or a node algorithm
         for the wrong collective.
     SolverError
-        When no node algorithm is found within ``time_limit_s``.
+        When no node algorithm is found within ``time_limit``.
     InputTooLargeError
         When the algorithm would have more than :data:`~collsynth.collective.model.MAX_CHUNKS`
         chunks.
@@ -793,9 +793,9 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
             raise InvalidCollectiveError(f"node_algorithm for allreduce: unknown key(s) {unknown}; "
                                          "expected 'reduce_scatter' and/or 'allgather'")
         rs_node = _node_algorithm(layout, reduce_scatter(n), "reduce_scatter",
-                                  given.get("reduce_scatter"), time_limit_s)
+                                  given.get("reduce_scatter"), time_limit)
         ag_node = _node_algorithm(layout, allgather(n), "allgather", given.get("allgather"),
-                                  time_limit_s)
+                                  time_limit)
         pieces = math.lcm(rs_node.chunks, ag_node.chunks)
         _check_size(total * pieces, family)
         rs_node = refine(rs_node, pieces // rs_node.chunks)
@@ -824,7 +824,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
             expected = (broadcast if family == "broadcast" else reduce)(n, root % n)
         else:
             expected = {"allgather": allgather, "reduce_scatter": reduce_scatter}[family](n)
-        node = _node_algorithm(layout, expected, family, node_algorithm, time_limit_s)
+        node = _node_algorithm(layout, expected, family, node_algorithm, time_limit)
         pieces = node.chunks
         node_steps = _node_steps(node)
         nodes_used = (node,)

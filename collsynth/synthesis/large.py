@@ -74,7 +74,7 @@ def choose_engine(topology: Topology, collective: Collective) -> str:
 
 def solve_large(topology: Topology, collective: Collective, *, engine: str = "auto",
                 stages: int | None = None, size_bytes: int | None = None,
-                time_limit_s: float = 600.0,
+                time_limit: float = 600.0,
                 progress: Callable[[str], None] | None = None) -> BandwidthOptimalResult:
     """A verified algorithm from ``engine`` (``"auto"``: :func:`choose_engine`).
 
@@ -93,18 +93,18 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     started = time.perf_counter()
     if chosen == "trees":
         return solve_bandwidth_optimal(topology, collective, stages=stages, size_bytes=size_bytes,
-                                       time_limit_s=time_limit_s, progress=progress)
+                                       time_limit=time_limit, progress=progress)
     if chosen == "exact":
         from collsynth.bounds import compute_bounds
         from collsynth.synthesis import SolveOptions, pareto_front
 
         front = list(pareto_front(topology, collective,
-                                  options=SolveOptions(time_limit=time_limit_s)))
+                                  options=SolveOptions(time_limit=time_limit)))
         if not front:
             from collsynth.errors import SolverError
 
             raise SolverError(f"the exact engine found no algorithm for {collective.describe()} "
-                              f"on {topology.name} in {time_limit_s:g} s")
+                              f"on {topology.name} in {time_limit:g} s")
         algorithm = front[-1].algorithm
         bounds = compute_bounds(topology, collective)
         bound = bounds.composed_rounds_per_chunk or bounds.rounds_per_chunk
@@ -112,13 +112,13 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     if chosen == "alltoall":
         from collsynth.synthesis.alltoall_scale import solve_alltoall_at_scale
 
-        result = solve_alltoall_at_scale(topology, time_limit_s=time_limit_s)
+        result = solve_alltoall_at_scale(topology, time_limit=time_limit)
         return _wrap(result.algorithm, result.lower_bound, "alltoall", started)
     from collsynth.synthesis.hierarchical import hierarchical_algorithm
 
     root = collective.roots[0] if collective.roots else None
     result = hierarchical_algorithm(topology, collective.name, root=root,
-                                    time_limit_s=min(time_limit_s, 60.0))
+                                    time_limit=min(time_limit, 60.0))
     return _wrap(result.algorithm, _lower_bound(topology, collective), "hierarchical", started)
 
 

@@ -40,7 +40,7 @@ def slow():
 def options(front_cache) -> Callable[..., PlanOptions]:
     """PlanOptions with the session cache and quick synthesis, overridable by keyword."""
     def make(**changes) -> PlanOptions:
-        synth = changes.pop("synth", SynthOptions(time_limit_s=20, max_chunks=2))
+        synth = changes.pop("synth", SynthOptions(time_limit=20, max_chunks=2))
         return PlanOptions(synth=synth, cache=front_cache, **changes)
     return make
 

@@ -208,12 +208,12 @@ def test_cache_ignores_broken_and_short_entries(tmp_path):
     options = {"backend": "auto"}
     front = tuple(synthesize_front(ring, allgather(4), options=SynthOptions()).algorithms)
     cache.put(ring, allgather(4), front, engine="pareto", options=options, complete=False,
-              time_limit_s=5.0)
+              time_limit=5.0)
     assert cache.get(ring, allgather(4), engine="pareto", options=options,
-                     time_limit_s=5.0) is not None
+                     time_limit=5.0) is not None
     # An incomplete search made with less time than asked for is searched again.
     assert cache.get(ring, allgather(4), engine="pareto", options=options,
-                     time_limit_s=50.0) is None
+                     time_limit=50.0) is None
     folder = cache.entry_directory(ring, allgather(4), engine="pareto", options=options)
     (folder / "algorithm-0.json").write_text("{ not json")
     assert cache.get(ring, allgather(4), engine="pareto", options=options) is None

@@ -89,7 +89,7 @@ def test_splitting_blocks_reaches_a_fractional_bound():
 @pytest.mark.parametrize("name", ["ring4x2", "dgx1x2"])
 def test_hierarchical_when_nodes_are_not_fully_connected(name):
     topology = _topology(name)
-    result = solve_alltoall_at_scale(topology, time_limit_s=NODE_TIME_S)
+    result = solve_alltoall_at_scale(topology, time_limit=NODE_TIME_S)
     assert result.schedule == "hierarchical"
     assert [c[0] for c in result.candidates] == ["hierarchical"]  # no direct links everywhere
     assert find_problems(result.algorithm) == []
@@ -103,7 +103,7 @@ def test_hierarchical_beats_direct_around_a_thin_link():
     # beats sending direct, which the node's exact alltoall finds.
     node = Topology("thin", ((0, 1, 4), (1, 0, 4), (4, 4, 0)))
     topology = compose_nodes(node, 2, nic_units=4)
-    result = solve_alltoall_at_scale(topology, time_limit_s=NODE_TIME_S)
+    result = solve_alltoall_at_scale(topology, time_limit=NODE_TIME_S)
     by_name = {c[0]: c[1] for c in result.candidates}
     assert set(by_name) == {"direct", "hierarchical"}
     assert result.schedule == "hierarchical"
@@ -172,7 +172,7 @@ def _composed(draw):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topology=_composed())
 def test_random_composed_topologies_verify_and_never_beat_the_lp_bound(topology):
-    result = solve_alltoall_at_scale(topology, time_limit_s=NODE_TIME_S)
+    result = solve_alltoall_at_scale(topology, time_limit=NODE_TIME_S)
     assert find_problems(result.algorithm) == []
     assert result.exact_bound is not None
     assert result.cut_bound.rounds_per_chunk <= result.exact_bound <= result.rounds_per_chunk

@@ -146,7 +146,7 @@ def test_rooted_collectives_verify_and_respect_the_bound(name):
     topology = resolve_topology("fully-connected:4", nodes=2, nic_units=1)
     for root in (0, 5):
         collective = standard_collective(name, 8, root=root)
-        result = solve_bandwidth_optimal(topology, collective, time_limit_s=20)
+        result = solve_bandwidth_optimal(topology, collective, time_limit=20)
         assert find_problems(result.algorithm) == []
         assert result.steady_state_rounds_per_chunk >= result.lower_bound == Fraction(1, 4)
 
@@ -198,7 +198,7 @@ def random_systems(draw):
 @given(random_systems(), st.sampled_from(["allgather", "reduce_scatter", "broadcast"]))
 def test_random_systems_always_verify_and_never_beat_the_bound(topology, name):
     collective = standard_collective(name, topology.num_ranks)
-    result = solve_bandwidth_optimal(topology, collective, stages=2, time_limit_s=20)
+    result = solve_bandwidth_optimal(topology, collective, stages=2, time_limit=20)
     assert find_problems(result.algorithm) == []
     exact = rounds_per_chunk_lower_bound(topology, collective)
     assert result.lower_bound == exact
@@ -268,6 +268,6 @@ def test_single_root_seeds_use_only_existing_links():
         for root in (0, 5):
             result = solve_bandwidth_optimal(topology, standard_collective("broadcast", 8,
                                                                            root=root),
-                                             stages=2, time_limit_s=20)
+                                             stages=2, time_limit=20)
             assert find_problems(result.algorithm) == []
             assert result.steady_state_rounds_per_chunk >= result.lower_bound

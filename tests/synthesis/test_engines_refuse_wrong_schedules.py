@@ -123,14 +123,14 @@ def _corrupt_prices(monkeypatch, fault: str) -> None:
 def test_hierarchical_engine_refuses_a_wrong_plan(monkeypatch, family, fault):
     _corrupt_prices(monkeypatch, fault)
     with pytest.raises(VerificationError):
-        hierarchical_algorithm(TWO_LINES, family, time_limit_s=NODE_TIME_S)
+        hierarchical_algorithm(TWO_LINES, family, time_limit=NODE_TIME_S)
 
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_alltoall_engine_refuses_a_wrong_hierarchical_schedule(monkeypatch, fault):
     _corrupt_prices(monkeypatch, fault)
     with pytest.raises(VerificationError):
-        solve_alltoall_at_scale(TWO_LINES, time_limit_s=NODE_TIME_S)
+        solve_alltoall_at_scale(TWO_LINES, time_limit=NODE_TIME_S)
 
 
 def test_alltoall_engine_refuses_a_wrong_direct_schedule(monkeypatch):
@@ -156,7 +156,7 @@ def test_alltoall_engine_refuses_a_wrong_schedule_through_solve_large(monkeypatc
     _corrupt_prices(monkeypatch, "drop")
     with pytest.raises(VerificationError):
         solve_large(TWO_LINES, standard_collective("alltoall", 6), engine="alltoall",
-                    time_limit_s=NODE_TIME_S)
+                    time_limit=NODE_TIME_S)
 
 
 # -- the exact (SMT) engine ------------------------------------------------------------------------

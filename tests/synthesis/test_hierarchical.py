@@ -75,7 +75,7 @@ def test_every_collective_verifies_and_respects_the_bounds(name, family, root):
     topology = _topology(name)
     if root == "last":
         root = topology.num_ranks - 1
-    result = hierarchical_algorithm(topology, family, root=root, time_limit_s=NODE_TIME_S)
+    result = hierarchical_algorithm(topology, family, root=root, time_limit=NODE_TIME_S)
     _check(result, topology, family, root)
     assert result.node_algorithms
     for node_algorithm in result.node_algorithms:
@@ -86,7 +86,7 @@ def test_allgather_follows_the_standard_chunk_numbering():
     # Chunk c (its pieces c*C .. c*C + C - 1) starts on rank c only; the inter-node sends carry
     # rank g's pieces from rank g to its peers, never another rank's.
     topology = _topology("ring4x2")
-    algorithm = hierarchical_algorithm(topology, "allgather", time_limit_s=NODE_TIME_S).algorithm
+    algorithm = hierarchical_algorithm(topology, "allgather", time_limit=NODE_TIME_S).algorithm
     pieces = algorithm.chunks
     first = algorithm.steps[0].sends
     between_nodes = [s for s in first if s.src // 4 != s.dst // 4]
@@ -100,7 +100,7 @@ def test_every_pipeline_depth_verifies(batches):
     for family in ("allgather", "reduce_scatter", "broadcast", "reduce"):
         root = 5 if family in ("broadcast", "reduce") else None
         result = hierarchical_algorithm(topology, family, root=root, batches=batches,
-                                        time_limit_s=NODE_TIME_S)
+                                        time_limit=NODE_TIME_S)
         _check(result, topology, family, root)
         assert result.pipeline[0][0] == batches
 
@@ -108,9 +108,9 @@ def test_every_pipeline_depth_verifies(batches):
 def test_pipelining_beats_one_batch_on_eight_nodes():
     topology = compose_nodes(get_topology("dgx-a100"), 8)
     one = hierarchical_algorithm(topology, "allgather", batches=1, parts=1,
-                                 time_limit_s=NODE_TIME_S)
+                                 time_limit=NODE_TIME_S)
     assert one.pipeline == ((1, 1),) and one.steps == 2  # NIC step, then the node allgathers
-    best = hierarchical_algorithm(topology, "allgather", time_limit_s=NODE_TIME_S)
+    best = hierarchical_algorithm(topology, "allgather", time_limit=NODE_TIME_S)
     assert find_problems(best.algorithm) == []
     assert best.rounds_per_chunk < one.rounds_per_chunk
     assert best.algorithm.chunks == one.algorithm.chunks * best.pipeline[0][1]
@@ -214,5 +214,5 @@ def _composed(draw):
        root_seed=st.integers(0, 1000))
 def test_random_composed_topologies_always_verify(topology, family, root_seed):
     root = root_seed % topology.num_ranks if family in ("broadcast", "reduce") else None
-    result = hierarchical_algorithm(topology, family, root=root, time_limit_s=NODE_TIME_S)
+    result = hierarchical_algorithm(topology, family, root=root, time_limit=NODE_TIME_S)
     _check(result, topology, family, root)

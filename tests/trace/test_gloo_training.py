@@ -208,7 +208,7 @@ def test_the_traced_loop_plans_and_every_xml_passes_the_check(run, tmp_path, run
     _, trace, _ = run
     # 4 fully connected GPUs with physical figures (the planner's timing model needs them).
     topology = resolve_topology(str(Path(__file__).parents[1] / "plan" / "data" / "fc4-fast.json"))
-    options = PlanOptions(runtime=runtime, synth=SynthOptions(time_limit_s=20))
+    options = PlanOptions(runtime=runtime, synth=SynthOptions(time_limit=20))
     plan = make_plan(trace.directory, topology, options=options)
     out = write_plan(plan, tmp_path / "plan", plots=False)
     written = json.loads((out / "plan.json").read_text())

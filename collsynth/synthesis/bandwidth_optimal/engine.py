@@ -120,7 +120,7 @@ class BandwidthOptimalResult:
 
 def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
                             stages: int | None = None, size_bytes: int | None = None,
-                            time_limit_s: float = 600.0,
+                            time_limit: float = 600.0,
                             progress: Callable[[str], None] | None = None
                             ) -> BandwidthOptimalResult:
     """A verified, pipelined tree schedule with the optimal throughput.
@@ -136,7 +136,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         (more stages: closer to the steady state, more steps).
     size_bytes:
         The buffer size (nccl-tests convention) to choose the stages for.
-    time_limit_s:
+    time_limit:
         Seconds for the tree packing's column generation; on expiry the best packing found is
         used (``optimal`` then says whether it still reached the bound).
     progress:
@@ -162,7 +162,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
                                    "engine chooses the pieces")
     if stages is not None and (not isinstance(stages, int) or stages < 1):
         raise InvalidInstanceError(f"stages = {stages!r}; expected a positive integer")
-    deadline = started + time_limit_s
+    deadline = started + time_limit
     # Every chunk reaches the other n - 1 ranks once per piece: refuse before any work what
     # cannot fit (allreduce builds two such halves).
     n = topology.num_ranks
@@ -173,7 +173,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     say = progress or (lambda line: None)
     timings: dict[str, float] = {}
     if is_standard_allreduce(collective):
-        return _allreduce(topology, collective, stages, size_bytes, time_limit_s, say, started)
+        return _allreduce(topology, collective, stages, size_bytes, time_limit, say, started)
     if collective.combining:
         if not has_non_combining_dual(collective):
             raise InvalidCollectiveError(f"{collective.describe()}: the tree engine handles "
@@ -181,7 +181,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         say("building the dual on the reversed topology")
         dual = solve_bandwidth_optimal(topology.reversed(), non_combining_dual(collective),
                                        stages=stages, size_bytes=size_bytes,
-                                       time_limit_s=time_limit_s - (time.perf_counter() - started),
+                                       time_limit=time_limit - (time.perf_counter() - started),
                                        progress=progress)
         tick = time.perf_counter()
         algorithm = invert_dual(dual.algorithm, topology, collective.split(dual.algorithm.chunks))
@@ -201,11 +201,11 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         bound = rounds_per_chunk_lower_bound(topology, collective)
     timings["bound"] = time.perf_counter() - tick
     say(f"optimal throughput: {bound} rounds per chunk ({timings['bound']:.2f} s)")
-    _check_time(deadline, time_limit_s, "computing the optimal throughput")
+    _check_time(deadline, time_limit, "computing the optimal throughput")
 
     tick = time.perf_counter()
     packing = pack_trees(topology, sorted(roots), target=bound,
-                         options=PackingOptions(time_limit_s=max(0.0, deadline - tick),
+                         options=PackingOptions(time_limit=max(0.0, deadline - tick),
                                                 progress=progress))
     timings["packing"] = time.perf_counter() - tick
     steady = packing.steady_state_rounds_per_chunk
@@ -227,7 +227,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     timings["schedule"] = time.perf_counter() - tick
     say(f"schedule: {algorithm.num_steps} steps, {algorithm.num_sends} sends "
         f"({timings['schedule']:.2f} s)")
-    _check_time(deadline, time_limit_s, "building the schedule")
+    _check_time(deadline, time_limit, "building the schedule")
     tick = time.perf_counter()
     verify(algorithm)
     timings["verify"] = time.perf_counter() - tick
@@ -238,9 +238,9 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
 
 
 def check_request_fits(num_ranks: int, collective: str, *, stages: int | None,
-                       time_limit_s: float) -> None:
+                       time_limit: float) -> None:
     """Refuse, before the topology and collective are even built (both grow as ranks squared),
-    a request whose fewest sends cannot fit in memory or be built in ``time_limit_s``.
+    a request whose fewest sends cannot fit in memory or be built in ``time_limit``.
 
     Raises
     ------
@@ -248,7 +248,7 @@ def check_request_fits(num_ranks: int, collective: str, *, stages: int | None,
         With the figures.
     """
     chunks = {"broadcast": 1, "reduce": 1, "allreduce": 2 * num_ranks}.get(collective, num_ranks)
-    _check_fits(chunks * (num_ranks - 1) * (stages or 1), time.perf_counter() + time_limit_s,
+    _check_fits(chunks * (num_ranks - 1) * (stages or 1), time.perf_counter() + time_limit,
                 f"{collective} on {num_ranks} ranks" + (f" with {stages} stages" if stages else ""))
 
 
@@ -263,9 +263,9 @@ def _check_fits(sends: int, deadline: float, what: str) -> None:
             f"and verify; the time limit leaves {max(left, 0.0):.0f} s")
 
 
-def _check_time(deadline: float, time_limit_s: float, doing: str) -> None:
+def _check_time(deadline: float, time_limit: float, doing: str) -> None:
     if time.perf_counter() > deadline:
-        raise TimeLimitReached(f"time limit of {time_limit_s:g} s reached while {doing}; "
+        raise TimeLimitReached(f"time limit of {time_limit:g} s reached while {doing}; "
                                "nothing found (raise --time-limit)")
 
 
@@ -284,16 +284,16 @@ def _stages(topology, collective, packing, num_roots, size_bytes) -> int:
                            alpha_us=model.alpha_us, beta_us_per_byte=model.beta_us_per_byte)
 
 
-def _allreduce(topology, collective, stages, size_bytes, time_limit_s, say,
+def _allreduce(topology, collective, stages, size_bytes, time_limit, say,
                started) -> BandwidthOptimalResult:
     n = topology.num_ranks
     say("allreduce = reduce-scatter + allgather")
     # Each half moves the whole buffer in n parts: sized as a reduce-scatter / allgather of it.
     # The halves share the time limit: the second gets what the first leaves.
     rs = solve_bandwidth_optimal(topology, reduce_scatter(n), stages=stages, size_bytes=size_bytes,
-                                 time_limit_s=time_limit_s / 2, progress=say)
+                                 time_limit=time_limit / 2, progress=say)
     ag = solve_bandwidth_optimal(topology, allgather(n), stages=stages, size_bytes=size_bytes,
-                                 time_limit_s=time_limit_s - (time.perf_counter() - started),
+                                 time_limit=time_limit - (time.perf_counter() - started),
                                  progress=say)
     tick = time.perf_counter()
     a, b = rs.algorithm, ag.algorithm

@@ -57,12 +57,12 @@ _INTEGER_SECONDS = 15.0
 class PackingOptions:
     """Knobs of :func:`pack_trees` (keyword-only).
 
-    ``time_limit_s`` bounds the column generation (the best packing so far is kept);
+    ``time_limit`` bounds the column generation (the best packing so far is kept);
     ``max_trees_per_root`` bounds ``k``, the pieces per root per pipeline stage (default: as
     many as keep one stage within about four million sends, between 16 and 4096).
     """
 
-    time_limit_s: float = 300.0
+    time_limit: float = 300.0
     max_iterations: int = 500
     max_trees_per_root: int | None = None
     progress: Callable[[str], None] | None = None
@@ -258,7 +258,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         if best_bound >= value - 1e-9 * max(1.0, value):
             break  # the program is solved: no tree can lower R
         if iterations >= options.max_iterations or \
-                time.perf_counter() - started > options.time_limit_s:
+                time.perf_counter() - started > options.time_limit:
             _log.info("column generation stopped after %d iterations at %.6f", iterations, value)
             break
         trial = y if centre is None else smoothing * centre + (1 - smoothing) * y
