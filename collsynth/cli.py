@@ -35,8 +35,21 @@ import os
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
+from collsynth.cli_args import (  # noqa: F401 (re-exported: the exit codes are cli's API)
+    EXIT_CODES,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNSATISFIABLE,
+    EXIT_USAGE,
+    PROG,
+    Parser as _Parser,
+    UsageError as _UsageError,
+    problem_from_args as _problem,
+)
 from collsynth.cli_args import (add_figure_arguments, non_negative_int, parse_size, positive_int,
                                 seconds)
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
@@ -45,7 +58,6 @@ from collsynth.algorithm.show import format_algorithm
 from collsynth.bounds import Bounds, compute_bounds
 from collsynth.collective.model import Collective
 from collsynth.errors import CollsynthError, UnimplementableError
-from collsynth.resolve import resolve_collective, resolve_topology
 from collsynth.synthesis import (
     SolveOptions,
     Status,
@@ -61,48 +73,7 @@ from collsynth.topology.model import Topology
 __all__ = ["main", "run", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE", "EXIT_UNSATISFIABLE",
            "EXIT_TIMEOUT", "EXIT_INTERRUPTED", "EXIT_CODES"]
 
-PROG = "collsynth"
-
-#: Success: the command did what was asked (for ``solve``: an algorithm was found).
-EXIT_OK = 0
-#: An error: bad input (unknown name, malformed file, ...), a wrong algorithm, an unwritable path.
-EXIT_ERROR = 1
-#: Bad command-line usage (unknown flag, missing argument, malformed value).
-EXIT_USAGE = 2
-#: No algorithm exists: the solver proved the instance unsatisfiable, or the collective cannot be
-#: implemented on the topology at all.
-EXIT_UNSATISFIABLE = 3
-#: The time limit was reached before anything was found, or Ctrl-C stopped a search (what it
-#: found is printed and written; exit 0 instead when the result was already complete).
-EXIT_TIMEOUT = 4
-#: Ctrl-C outside a search.
-EXIT_INTERRUPTED = 130
-
-EXIT_CODES: dict[int, str] = {
-    EXIT_OK: "ok / algorithm found",
-    EXIT_ERROR: "error (bad input, wrong algorithm, unwritable output)",
-    EXIT_USAGE: "usage error",
-    EXIT_UNSATISFIABLE: "no algorithm exists (unsatisfiable or unimplementable)",
-    EXIT_TIMEOUT: "time limit reached with nothing found, or search interrupted",
-    EXIT_INTERRUPTED: "interrupted outside a search",
-}
-
 DEFAULT_TIME_LIMIT = 300.0
-
-
-class _UsageError(Exception):
-    """A command line that cannot be run; ``prog`` is the (sub)command it was given to."""
-
-    def __init__(self, message: str, *, prog: str = PROG) -> None:
-        self.prog = prog
-        super().__init__(message)
-
-
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line and reach :func:`main` as an exception."""
-
-    def error(self, message: str) -> NoReturn:
-        raise _UsageError(f"{message} (see '{self.prog} --help')", prog=self.prog)
 
 
 # -- argument types ---------------------------------------------------------------------------
@@ -344,26 +315,6 @@ def _cmd_topologies(args: argparse.Namespace) -> int:
     for line in _table(("name", "ranks", "description"), table, left=(0, 2)):
         _out(line)
     return EXIT_OK
-
-
-def _problem(args: argparse.Namespace) -> tuple[Topology, Collective]:
-    topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
-                                oversubscription=getattr(args, "oversubscription", 1),
-                                unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
-    root = roots = None
-    if args.root is not None:
-        n = topology.num_ranks
-        outside = [r for r in args.root if not 0 <= r < n]
-        if outside:  # a usage error, as --root -1 (the parser's) and check's and run's are
-            prog = " ".join(filter(None, (PROG, args.command, getattr(args, "mode", None))))
-            raise _UsageError(f"--root {outside[0]} is not a rank 0..{n - 1} of {topology.name} "
-                              f"(see '{prog} --help')", prog=prog)
-        if len(args.root) == 1:
-            root = args.root[0]
-        else:
-            roots = args.root
-    collective = resolve_collective(args.collective, topology.num_ranks, root=root, roots=roots)
-    return topology, collective
 
 
 def _cmd_bounds(args: argparse.Namespace) -> int:

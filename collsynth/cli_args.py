@@ -1,8 +1,8 @@
-"""Argument types shared by every ``collsynth`` subcommand: one set of rules for numbers,
-durations and sizes, so ``--size`` means the same in ``run`` as in ``time``.
+"""What every ``collsynth`` subcommand shares: exit codes, the one-line parser, the
+TOPOLOGY COLLECTIVE arguments, and one set of rules for numbers, durations and sizes.
 
-Each raises :class:`argparse.ArgumentTypeError` with a one-line message; the parsers turn it into
-a usage error (exit 2).
+The argument types raise :class:`argparse.ArgumentTypeError` with a one-line message; the parsers
+turn it into a usage error (exit 2).
 """
 
 from __future__ import annotations
@@ -11,9 +11,80 @@ import argparse
 import math
 import re
 from fractions import Fraction
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from collsynth.collective.model import Collective
+    from collsynth.topology.model import Topology
 
 __all__ = ["positive_int", "non_negative_int", "seconds", "positive_number", "parse_size",
            "add_figure_arguments", "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS"]
+
+
+
+PROG = "collsynth"
+
+#: Success: the command did what was asked (for ``solve``: an algorithm was found).
+EXIT_OK = 0
+#: An error: bad input (unknown name, malformed file, ...), a wrong algorithm, an unwritable path.
+EXIT_ERROR = 1
+#: Bad command-line usage (unknown flag, missing argument, malformed value).
+EXIT_USAGE = 2
+#: No algorithm exists: the solver proved the instance unsatisfiable, or the collective cannot be
+#: implemented on the topology at all.
+EXIT_UNSATISFIABLE = 3
+#: The time limit was reached before anything was found, or Ctrl-C stopped a search (what it
+#: found is printed and written; exit 0 instead when the result was already complete).
+EXIT_TIMEOUT = 4
+#: Ctrl-C outside a search.
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "ok / algorithm found",
+    EXIT_ERROR: "error (bad input, wrong algorithm, unwritable output)",
+    EXIT_USAGE: "usage error",
+    EXIT_UNSATISFIABLE: "no algorithm exists (unsatisfiable or unimplementable)",
+    EXIT_TIMEOUT: "time limit reached with nothing found, or search interrupted",
+    EXIT_INTERRUPTED: "interrupted outside a search",
+}
+
+
+class UsageError(Exception):
+    """A command line that cannot be run; ``prog`` is the (sub)command it was given to."""
+
+    def __init__(self, message: str, *, prog: str = PROG) -> None:
+        self.prog = prog
+        super().__init__(message)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and reach :func:`main` as an exception."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')", prog=self.prog)
+
+
+def problem_from_args(args: argparse.Namespace) -> tuple["Topology", "Collective"]:
+    """The topology and collective a command names (``TOPOLOGY COLLECTIVE [--root R]``)."""
+    from collsynth.resolve import resolve_collective, resolve_topology
+
+    topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
+                                oversubscription=getattr(args, "oversubscription", 1),
+                                unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
+    root = roots = None
+    if args.root is not None:
+        n = topology.num_ranks
+        outside = [r for r in args.root if not 0 <= r < n]
+        if outside:  # a usage error, as --root -1 (the parser's) and check's and run's are
+            prog = " ".join(filter(None, (PROG, args.command, getattr(args, "mode", None))))
+            raise UsageError(f"--root {outside[0]} is not a rank 0..{n - 1} of {topology.name} "
+                              f"(see '{prog} --help')", prog=prog)
+        if len(args.root) == 1:
+            root = args.root[0]
+        else:
+            roots = args.root
+    collective = resolve_collective(args.collective, topology.num_ranks, root=root, roots=roots)
+    return topology, collective
 
 
 def _whole(text: str, minimum: int) -> int:

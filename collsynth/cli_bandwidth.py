@@ -54,7 +54,7 @@ def add_bandwidth_optimal_parser(modes, problem: argparse.ArgumentParser) -> Non
 
 
 def run_bandwidth_optimal(args: argparse.Namespace) -> int:
-    from collsynth.cli import EXIT_OK, _problem
+    from collsynth.cli_args import EXIT_OK, problem_from_args as _problem
     from collsynth.limits import TimeLimitReached
     from collsynth.synthesis.large import solve_large
 
