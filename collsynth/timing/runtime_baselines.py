@@ -23,6 +23,7 @@ Channel ``c`` carries chunk ``c`` of every rank's part (``nchunksperloop = n x c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from collsynth.collective.kinds import canonical_name
@@ -30,9 +31,11 @@ from collsynth.errors import InvalidInstanceError, UnknownNameError
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collsynth.timing.runtime_constants import RuntimeConstants
     from collsynth.topology.model import Topology
 
-__all__ = ["RING_COLLECTIVES", "ring_program", "runtime_rings", "baseline_name"]
+__all__ = ["RING_COLLECTIVES", "ring_program", "runtime_rings", "baseline_name", "TimedRow",
+           "baseline_rows", "program_rows"]
 
 RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 
@@ -134,3 +137,73 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
     return Program(name=name or f"ring-{key}", proto=protocol, nchannels=channels,
                    nchunksperloop=total, ngpus=n, coll=key, inplace=0, gpus=tuple(gpus),
                    outofplace=1, min_bytes=0)
+
+
+# -- pricing programs and the runtime's ring together ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimedRow:
+    """One (program or baseline, size): ``name``, nccl-tests ``size_bytes``, ``time_us``,
+    ``algbw_gbps``, ``busbw_gbps``; ``kind`` is ``"program"`` or ``"baseline"``; ``protocol``
+    the protocol it ran with."""
+
+    name: str
+    size_bytes: int
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    kind: str
+    protocol: str
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "size_bytes": self.size_bytes, "time_us": self.time_us,
+                "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
+                "kind": self.kind, "protocol": self.protocol}
+
+
+def _protocols_of(runtime: str) -> tuple[str, ...]:
+    # RCCL leaves LL128 off by default on most AMD GPUs; NCCL offers all three.
+    return ("LL", "Simple") if runtime == "rccl" else ("LL", "LL128", "Simple")
+
+
+def baseline_rows(collective: str, topology: "Topology", sizes: Sequence[int],
+                  constants: "RuntimeConstants", *, channels: int | None = None
+                  ) -> list[TimedRow]:
+    """The runtime's own ring of ``collective`` at each size, simulated with ``constants``:
+    its rings (``channels``, else the constants', else all found), its protocol at each size
+    (``constants.default_protocols``, else the fastest predicted)."""
+    from collsynth.timing.runtime_model import prepare_program, simulate_program
+
+    rings = runtime_rings(topology, channels if channels is not None else constants.channels)
+    name = baseline_name(constants.runtime)
+    prepared: dict = {}
+
+    def timed(protocol: str, size: int):
+        if protocol not in prepared:
+            prepared[protocol] = prepare_program(
+                ring_program(collective, rings, protocol=protocol, name=name), topology)
+        return simulate_program(prepared[protocol], None, size, constants)
+
+    rows = []
+    for size in sizes:
+        chosen = constants.default_protocol(size)
+        options = (chosen,) if chosen is not None else _protocols_of(constants.runtime)
+        best = min((timed(p, size) for p in options), key=lambda t: t.time_us)
+        rows.append(TimedRow(name, int(size), best.time_us, best.algbw_gbps, best.busbw_gbps,
+                             "baseline", best.breakdown["protocol"]))
+    return rows
+
+
+def program_rows(name: str, program: Program, topology: "Topology", sizes: Sequence[int],
+                 constants: "RuntimeConstants") -> list[TimedRow]:
+    """``program`` simulated at each size (prepared once)."""
+    from collsynth.timing.runtime_model import prepare_program, simulate_program
+
+    prepared = prepare_program(program, topology)
+    rows = []
+    for size in sizes:
+        t = simulate_program(prepared, None, size, constants)
+        rows.append(TimedRow(name, int(size), t.time_us, t.algbw_gbps, t.busbw_gbps,
+                             "program", t.breakdown["protocol"]))
+    return rows

@@ -89,6 +89,9 @@ class RuntimeConstants:
         The protocol the runtime's own algorithms use, by size: ``((max_bytes, protocol), ...)``
         ascending, the last ``max_bytes`` may be ``None`` (no limit). Empty: the fastest
         predicted.
+    channels:
+        How many channels (rings) the runtime's own algorithms use on the machine measured
+        (``None``: as many as :func:`collsynth.timing.nccl.ring_channels` finds).
     source:
         Where the figures come from (free text, kept in the file).
     """
@@ -106,6 +109,7 @@ class RuntimeConstants:
     fifo_slots: int = NCCL_STEPS
     gamma_us_per_byte: float = 0.0
     default_protocols: tuple[tuple[int | None, str], ...] = ()
+    channels: int | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -190,6 +194,10 @@ def _validate(c: RuntimeConstants) -> None:
         raise InvalidInstanceError(f"runtime constants: fifo_slots = {c.fifo_slots!r}; expected "
                                    "a whole number >= 1")
     _number(c.gamma_us_per_byte, "gamma_us_per_byte")
+    if c.channels is not None and (isinstance(c.channels, bool) or not isinstance(c.channels, int)
+                                   or c.channels < 1):
+        raise InvalidInstanceError(f"runtime constants: channels = {c.channels!r}; expected a "
+                                   "whole number >= 1 or null")
     previous = -1
     for index, entry in enumerate(c.default_protocols):
         if not (isinstance(entry, tuple) and len(entry) == 2) or entry[1] not in PROTOCOLS or not (
@@ -260,7 +268,7 @@ def constants_to_dict(c: RuntimeConstants) -> dict[str, Any]:
         "slice_slots": dict(c.slice_slots), "fifo_slots": c.fifo_slots,
         "gamma_us_per_byte": c.gamma_us_per_byte,
         "default_protocols": [list(entry) for entry in c.default_protocols],
-        "source": c.source,
+        "channels": c.channels, "source": c.source,
     }
 
 
@@ -290,7 +298,7 @@ def constants_from_dict(data: Any, *, label: str = "runtime constants") -> Runti
                 for k, v in dict(data[key]).items():
                     merged.setdefault(k, {}).update(dict(v))
                 changes[key] = merged
-        for key in ("fifo_slots", "gamma_us_per_byte", "source"):
+        for key in ("fifo_slots", "gamma_us_per_byte", "channels", "source"):
             if key in data:
                 changes[key] = data[key]
         if "default_protocols" in data:

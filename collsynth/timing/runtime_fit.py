@@ -199,7 +199,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
                                   partial), [times[i] for i in test])
     switch = [(sizes[i - 1], used[i - 1]) for i in range(1, len(used)) if used[i] != used[i - 1]]
     fitted = fitted.replace(
-        default_protocols=tuple(switch) + ((None, used[-1]),),
+        default_protocols=tuple(switch) + ((None, used[-1]),), channels=len(ring_set),
         source=(f"fitted on {len(rows)} measured sizes of {runtime}'s own {collective} ring "
                 f"({len(ring_set)} channel(s)) on {topology.name}: "
                 + ", ".join(f"{k} = {v:.4g}" for k, v in parameters.items())
