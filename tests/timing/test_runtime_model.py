@@ -285,3 +285,33 @@ def test_sharing_is_what_makes_two_connections_slower():
                          constants(base=4.0, hop=1.0),
                          options=SimulationOptions(share_links=False))
     assert t.time_us == pytest.approx(15.0)
+
+
+def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
+    # A curve made by the model itself with known figures (base 20 us, hops x 2, a 3 GB/s
+    # Simple ceiling) is fitted back: the fitting procedure recovers them.
+    n = 4
+    links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
+    ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=25.0, alpha_us=1.0)
+    base = default_constants("nccl")
+    truth = base.replace(
+        base_latency_us={p: 20.0 for p in PROTOCOLS},
+        hop_latency_us={k: {p: 2 * v for p, v in row.items()}
+                        for k, row in base.hop_latency_us.items()},
+        ceiling_gbps={"intra": {"LL": None, "LL128": None, "Simple": 3.0},
+                      "network": dict(base.ceiling_gbps["network"])})
+    p = ring_program("allgather", [(0, 1, 2, 3)], protocol="Simple")
+    sizes = [4096, 65536, 2**20, 2**24, 2**28]
+    csv_path = tmp_path / "curve.csv"
+    csv_path.write_text("size_bytes,time_us,algbw_gbps\n" + "".join(
+        f"{s},{simulate_program(p, ring4, s, truth).time_us},0\n" for s in sizes))
+    out = tmp_path / "rt.json"
+    assert main(["calibrate-runtime", str(csv_path), "--topology", "ring:4,unit_gbps=25",
+                 "--runtime", "nccl", "--channels", "1", "-o", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["gmae"] < 0.01
+    fitted = load_runtime_constants(out)
+    assert fitted.ceiling("intra", "Simple") == pytest.approx(3.0, rel=0.02)
+    assert fitted.base_latency("Simple") + 3 * fitted.hop_latency("intra", "Simple") == \
+        pytest.approx(20.0 + 3 * 6.8, rel=0.05)
+    assert fitted.channels == 1
