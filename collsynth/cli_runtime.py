@@ -10,8 +10,8 @@
                    [--collective allgather] [--channels N] -o RT.json [--json]
 
 ``time`` with the program model (:mod:`collsynth.timing.runtime_model`) simulates each program
-and the runtime's own ring (``nccl-ring`` / ``rccl-ring``, :mod:`collsynth.timing.runtime_baselines`)
-with the same constants. An XML file needs ``--topology`` (its ranks are the topology's ranks in
+and the runtime's own ring (``nccl-ring`` / ``rccl-ring``,
+:mod:`collsynth.timing.runtime_baselines`) with the same constants. An XML file needs ``--topology`` (its ranks are the topology's ranks in
 order); an algorithm file carries its topology and is priced after lowering exactly as
 ``collsynth export --runtime R`` writes it (the runtime's own channel count, ``Simple``).
 The program model is used when a file is XML, when ``--topology`` or a runtime-constants
@@ -114,7 +114,8 @@ def _export_runtime(runtime: str) -> str:
     return runtime if runtime in ("rccl", "msccl-executor") else "msccl"
 
 
-def _programs(args: argparse.Namespace, topology: Any, constants: Any) -> list[tuple[str, Any, Any]]:
+def _programs(args: argparse.Namespace, topology: Any, constants: Any
+              ) -> list[tuple[str, Any, Any]]:
     """(name, program, topology) per file."""
     from collsynth.export.pipeline import export_programs
     from collsynth.export.xml_reader import read_program
@@ -164,8 +165,8 @@ def run_program_time(args: argparse.Namespace) -> int:
     collectives = {canonical_name(p.coll) for _, p, _ in programs}
     ranks = {p.ngpus for _, p, _ in programs}
     if len(collectives) > 1 or len(ranks) > 1:
-        raise CollsynthError("the programs are of different collectives or rank counts: "
-                             + ", ".join(f"{n} ({p.coll}, {p.ngpus} ranks)" for n, p, _ in programs))
+        listed = ", ".join(f"{n} ({p.coll}, {p.ngpus} ranks)" for n, p, _ in programs)
+        raise CollsynthError(f"the programs are of different collectives or rank counts: {listed}")
     sizes = args.sizes
     rows = []
     for name, program, where in programs:

@@ -168,6 +168,10 @@ def run_time(args: argparse.Namespace) -> int:
         return run_program_time(args)
     if getattr(args, "nodes", None) is not None:
         raise CollsynthError("--nodes goes with --topology (the program model)")
+    for path in args.files:
+        if path.lower().endswith(".xml"):
+            raise CollsynthError(f"{path}: the closed form prices algorithm files; an MSCCL XML "
+                                 "program needs the program model (--topology T)")
     algorithms, calibration = _load(args.files, args.calibration, unit_gbps=args.unit_gbps,
                                     alpha_us=args.alpha_us)
     comparison = compare(algorithms, calibration=calibration, device=args.device)
