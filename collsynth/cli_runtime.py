@@ -11,9 +11,10 @@
 
 ``time`` with the program model (:mod:`collsynth.timing.runtime_model`) simulates each program
 and the runtime's own ring (``nccl-ring`` / ``rccl-ring``,
-:mod:`collsynth.timing.runtime_baselines`) with the same constants. An XML file needs ``--topology`` (its ranks are the topology's ranks in
-order); an algorithm file carries its topology and is priced after lowering exactly as
-``collsynth export --runtime R`` writes it (the runtime's own channel count, ``Simple``).
+:mod:`collsynth.timing.runtime_baselines`) with the same constants. An XML file needs
+``--topology`` (its ranks are the topology's ranks in order); an algorithm file carries its
+topology and is priced after lowering exactly as ``collsynth export --runtime R`` writes it by
+default (one channel, ``Simple``; R is rccl or msccl-executor for those runtimes, else msccl).
 The program model is used when a file is XML, when ``--topology`` or a runtime-constants
 ``--calibration`` is given, or with ``--model program``; otherwise ``time`` keeps the closed
 form (:mod:`collsynth.cli_time`). Constants: the ``--calibration`` file
