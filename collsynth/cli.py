@@ -242,6 +242,10 @@ def _build_parser() -> _Parser:
 
     add_calibrate_parser(commands)
 
+    from collsynth.cli_runtime import add_calibrate_runtime_parser
+
+    add_calibrate_runtime_parser(commands)
+
     from collsynth.cli_run import add_run_parser
 
     add_run_parser(commands)

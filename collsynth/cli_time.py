@@ -4,10 +4,15 @@
 
     collsynth time ALGO.json [ALGO2.json ...] --sizes 1KB,1MB,1GB [--calibration FILE]
                    [--device NAME] [--json]
+    collsynth time FILE.xml|ALGO.json ... --topology T [--nodes K] [--calibration RT.json]
+                   [--runtime R] [--model program|closed-form] [--sizes ...] [--json]
     collsynth plot ALGO.json [ALGO2.json ...] [--sizes 1KB:1GB] [--metric time|busbw]
                    [--calibration FILE] [--device NAME] -o PATH.png|PATH.svg
 
-Every algorithm is timed with the closed form of :mod:`collsynth.timing.model` on its own
+With XML files, ``--topology``, a runtime-constants calibration or ``--model program``, ``time``
+simulates the programs as the runtime executes them, against the runtime's own ring
+(:mod:`collsynth.cli_runtime`, :mod:`collsynth.timing.runtime_model`). Otherwise every algorithm
+is timed with the closed form of :mod:`collsynth.timing.model` on its own
 topology; NCCL's ring and tree (:mod:`collsynth.timing.nccl`) are timed on the same topology.
 ``time`` prints, per size, each algorithm and NCCL's best ring and best tree (the protocol
 named), with algbw and busbw (nccl-tests definitions), the fastest marked, and then the exact
@@ -156,8 +161,17 @@ def _envelope(comparison: Comparison, lo: int, hi: int):
 
 def run_time(args: argparse.Namespace) -> int:
     """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
+    from collsynth.cli_runtime import run_program_time, wants_program_model
     from collsynth.timing.nccl import algbw_gbps, busbw_gbps
 
+    if wants_program_model(args):
+        return run_program_time(args)
+    if getattr(args, "nodes", None) is not None:
+        raise CollsynthError("--nodes goes with --topology (the program model)")
+    for path in args.files:
+        if path.lower().endswith(".xml"):
+            raise CollsynthError(f"{path}: the closed form prices algorithm files; an MSCCL XML "
+                                 "program needs the program model (--topology T)")
     algorithms, calibration = _load(args.files, args.calibration, unit_gbps=args.unit_gbps,
                                     alpha_us=args.alpha_us)
     comparison = compare(algorithms, calibration=calibration, device=args.device)
@@ -279,8 +293,9 @@ def _range_type(text: str) -> tuple[int, int]:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="ALGO.json",
-                        help="algorithm files (same collective and topology)")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="algorithm files (ALGO.json; same collective and topology), or, "
+                             "for time, MSCCL XML programs (FILE.xml, with --topology)")
     parser.add_argument("--calibration", metavar="FILE",
                         help="calibration file (collsynth calibrate): measured figures per step "
                              "and per unit, and the measured line of the collective")
@@ -303,6 +318,9 @@ def add_time_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--sizes", type=_sizes_type, default=parse_sizes("1KB,1MB,1GB"),
                         metavar="S1,S2,...", help="buffer sizes (default 1KB,1MB,1GB)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    from collsynth.cli_runtime import add_time_program_arguments
+
+    add_time_program_arguments(parser)
     parser.set_defaults(handler=run_time, time_parser=parser)
     return parser
 

@@ -1,0 +1,433 @@
+"""How long a runtime takes to run an MSCCL program: a program-level simulation.
+
+Where :mod:`collsynth.timing.model` prices an algorithm's steps in closed form, this module
+runs the *program* the runtime executes (an XML file, or an algorithm after lowering) the way
+the runtime does (``docs/runtime-model.md`` gives the model and its sources):
+
+* :class:`~collsynth.export.semantics.Scheduler` executes the thread blocks once, in a
+  happens-before order, and names for each transfer what it waited for: the previous transfer
+  of its thread block, the transfers that published its dependencies and, for a receive, the
+  matching send. That graph does not depend on the size; :func:`prepare_program` builds it once.
+* At a size, every transfer moves ``cnt x chunk`` data bytes (``chunk`` = the nccl-tests buffer
+  / its chunks, ``docs/msccl-xml.md`` §8.1). A thread block runs its transfers in order. A send
+  streams its bytes into its connection (peer pair x channel) at the connection's rate; they
+  arrive one hop latency later. A receive may start once the first *slice* arrived (the
+  protocol's pipelining grain), and ends when the last one did; a forwarding step (``rcs``,
+  ``rrs``, ``rrcs``) passes the data on as it arrives, so it ends no earlier than one slice
+  after its input. Reductions and local copies cost ``gamma`` per byte.
+* A connection's rate is the least of its ceiling (per link class and protocol), its FIFO
+  window over the round trip (``fifo_slots`` slots in flight per two hop latencies) and its
+  share of every link and bandwidth group (a NIC, a switch port) it crosses. Shares are fair
+  shares of each resource among the transfers crossing it at the same time, found by a fixed
+  point: each pass times the program with the current rates, measures each resource's load over
+  each transfer's lifetime, and scales the rates of transfers through an overloaded resource by
+  capacity / load, until the rates settle.
+* Every call pays the runtime's base latency once: ``time = base + makespan``.
+
+On a uniform case it is the alpha-beta closed form: a k-step ring program whose chunks fit in
+one slice costs ``base + k (alpha + chunk * beta)``.
+
+>>> from collsynth.timing.runtime_baselines import ring_program
+>>> from collsynth.timing.runtime_constants import default_constants
+>>> from collsynth.topology import get_topology
+>>> from collsynth.topology.builtins import with_figures
+>>> ring4 = with_figures(get_topology("ring:4"), unit_gbps=10.0, alpha_us=2.0)
+>>> program = ring_program("allgather", [(0, 1, 2, 3)], protocol="Simple")
+>>> c = default_constants("nccl")
+>>> t = simulate_program(program, ring4, 4000, c)
+>>> round(t.time_us - c.base_latency("Simple"), 6)  # 3 hops of 3.4 us + 1000 B at 10 GB/s
+10.5
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from numbers import Real
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+
+from collsynth.errors import CollsynthError, InvalidInstanceError, InvalidTopologyError
+from collsynth.export.program import Program
+from collsynth.export.semantics import Scheduler
+from collsynth.timing.runtime_constants import PROTOCOL_EFFICIENCY, RuntimeConstants
+
+if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
+    from collsynth.topology.model import Topology
+
+__all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_program",
+           "simulate_sizes", "SimulationOptions"]
+
+# Transfer kinds: what a step does with its bytes.
+_SEND, _RECV, _FORWARD, _LOCAL = 0, 1, 2, 3
+_KIND = {"s": _SEND, "r": _RECV, "rrc": _RECV, "rcs": _FORWARD, "rrs": _FORWARD,
+         "rrcs": _FORWARD, "cpy": _LOCAL, "re": _LOCAL}
+_REDUCES = frozenset({"rrc", "rrs", "rrcs", "re"})
+
+
+@dataclass(frozen=True)
+class SimulationOptions:
+    """Knobs of the simulation itself (not of the runtime).
+
+    ``share_links``: charge fair shares of links and groups (``False`` gives every connection
+    the whole of every resource it crosses: for experiments only). ``max_passes`` and
+    ``tolerance``: the fixed point's limits (passes; relative change of any rate).
+    """
+
+    share_links: bool = True
+    max_passes: int = 12
+    tolerance: float = 1e-4
+
+
+@dataclass(frozen=True)
+class ProgramTime:
+    """One simulated call: ``time_us`` (base latency included), nccl-tests ``algbw_gbps`` and
+    ``busbw_gbps``, and a ``breakdown`` (``base_us``, ``makespan_us``, ``protocol``,
+    ``iterations``, ``passes``, ``busiest`` resource and its ``busiest_utilization``)."""
+
+    size_bytes: float
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    breakdown: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PreparedProgram:
+    """A program executed once on a topology: the size-independent timing graph.
+
+    Per transfer (index = the scheduler's event order, a topological order): ``kind``, ``cnt``,
+    ``prev`` (the thread block's previous transfer or -1), ``deps`` (transfers whose publishes
+    it waited for), ``match`` (the send a receive takes, or -1), ``sends`` (True for send-type
+    steps), ``link_class`` (0 inside a node, 1 between nodes; -1 when it sends nothing),
+    ``work`` (data passes over its bytes a reduction or copy makes; 0 for none). ``members``
+    pairs (transfer, resource) for every link or group a send crosses; ``capacity_gbps`` and
+    ``resource_names`` describe the resources.
+    """
+
+    program: Program
+    topology: "Topology"
+    kind: list[int]
+    cnt: list[int]
+    prev: list[int]
+    deps: list[tuple[int, ...]]
+    match: list[int]
+    sends: np.ndarray
+    link_class: np.ndarray
+    work: np.ndarray
+    members: np.ndarray           # shape (M, 2): transfer, resource
+    capacity_gbps: np.ndarray
+    resource_names: list[str]
+    buffer_chunks: int
+    busbw_factor: float
+
+    @property
+    def num_transfers(self) -> int:
+        return len(self.kind)
+
+
+def _buffer_chunks(program: Program) -> int:
+    """Chunks of the buffer the nccl-tests size counts (the larger of input and output)."""
+    from collsynth.export.check import buffer_chunks
+
+    return max(buffer_chunks(program.coll, program.ngpus, program.nchunksperloop))
+
+
+def _busbw_factor(coll: str, n: int) -> float:
+    from collsynth.collective.kinds import collective_kind
+
+    try:
+        return float(collective_kind(coll).busbw(n))
+    except CollsynthError:
+        return 1.0
+
+
+def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
+    """Execute ``program`` once on ``topology`` and keep its timing graph.
+
+    Ranks of the program are the topology's ranks, in order.
+
+    Raises
+    ------
+    InvalidInstanceError
+        The program's rank count differs from the topology's, a rank sends to a rank it has
+        no link to, or the program deadlocks (the first reason is named).
+    InvalidTopologyError
+        The topology has no ``unit_gbps``.
+    """
+    n = topology.num_ranks
+    if program.ngpus != n:
+        raise InvalidInstanceError(
+            f"program {program.name!r} has {program.ngpus} ranks but topology "
+            f"{topology.name!r} has {n}; its ranks map to the topology's in order")
+    if topology.unit_gbps is None:
+        raise InvalidTopologyError(
+            f"topology {topology.name!r} has no unit_gbps (GB/s per bandwidth unit); the "
+            "program model needs it (give --unit-gbps)")
+    if program.nchunksperloop < 1:
+        raise InvalidInstanceError(f"program {program.name!r}: nchunksperloop must be >= 1")
+    tbs = {g.id: {tb.id: tb for tb in g.threadblocks} for g in program.gpus}
+    events: list = []
+    scheduler = Scheduler(tbs)
+    scheduler.run(lambda event, _payload: events.append(event))
+    if scheduler.blocked():
+        reasons = scheduler.explain_deadlock()
+        detail = reasons[0][0] if reasons else "some thread blocks never finish"
+        raise InvalidInstanceError(f"program {program.name!r} deadlocks: {detail}")
+    layout = topology.layout
+    per_node = layout.ranks_per_node if layout is not None and layout.multi_node else None
+    links = topology.links
+    unit = float(topology.unit_gbps)
+    groups_of: dict[tuple[int, int], list[int]] = {}
+    names: list[str] = []
+    capacity: list[float] = []
+    resource_of: dict[Any, int] = {}
+    group_list = topology.effective_groups
+    for index, (_, covered) in enumerate(group_list):
+        for link in covered:
+            groups_of.setdefault(link, []).append(index)
+
+    def resource(key: Any, name: str, gbps: float) -> int:
+        found = resource_of.get(key)
+        if found is None:
+            found = resource_of[key] = len(names)
+            names.append(name)
+            capacity.append(gbps)
+        return found
+
+    total = len(events)
+    kind = [0] * total
+    cnt = [0] * total
+    prev = [-1] * total
+    deps: list[tuple[int, ...]] = [()] * total
+    match = [-1] * total
+    sends = np.zeros(total, dtype=bool)
+    link_class = np.full(total, -1, dtype=np.int8)
+    work = np.zeros(total)
+    members: list[tuple[int, int]] = []
+    pair_resources: dict[tuple[int, int], list[int]] = {}
+    for e in events:
+        i = e.index
+        t = e.transfer
+        op = t.type
+        kind[i] = _KIND[op]
+        cnt[i] = t.cnt
+        prev[i] = -1 if e.previous is None else e.previous
+        deps[i] = e.after_deps
+        if e.received is not None:
+            match[i] = e.received.index
+        if op in _REDUCES:
+            work[i] = len(t.srcoffs) if op == "re" else 1.0
+        elif op == "cpy":
+            work[i] = 1.0
+        if kind[i] in (_SEND, _FORWARD):
+            a, b = e.rank, e.send
+            sends[i] = True
+            if not (0 <= b < n) or not links[a][b]:
+                raise InvalidInstanceError(
+                    f"{e.name()} sends to rank {b}, but topology {topology.name!r} has no link "
+                    f"{a}->{b}")
+            link_class[i] = 1 if per_node is not None and a // per_node != b // per_node else 0
+            found = pair_resources.get((a, b))
+            if found is None:
+                found = [resource(("link", a, b), f"link {a}->{b}", links[a][b] * unit)]
+                for g in groups_of.get((a, b), ()):
+                    group = group_list[g][0]
+                    found.append(resource(("group", g), f"group {group.name or g!r}",
+                                          group.limit * unit))
+                pair_resources[(a, b)] = found
+            members.extend((i, r) for r in found)
+    return PreparedProgram(
+        program=program, topology=topology, kind=kind, cnt=cnt, prev=prev, deps=deps,
+        match=match, sends=sends, link_class=link_class, work=work,
+        members=np.array(members, dtype=np.int64).reshape(-1, 2),
+        capacity_gbps=np.array(capacity, dtype=float), resource_names=names,
+        buffer_chunks=_buffer_chunks(program), busbw_factor=_busbw_factor(program.coll, n))
+
+
+def _pass(prep: PreparedProgram, own: list[float], tail: list[float], first: list[float],
+          alpha: list[float]) -> tuple[list[float], list[float]]:
+    """One timing pass in event order: start and finish (us) of every transfer."""
+    kind, prev, deps, match = prep.kind, prep.prev, prep.deps, prep.match
+    total = len(kind)
+    start = [0.0] * total
+    finish = [0.0] * total
+    arrive = [0.0] * total   # first slice at the receiver
+    for i in range(total):
+        p = prev[i]
+        s = finish[p] if p >= 0 else 0.0
+        for d in deps[i]:
+            if finish[d] > s:
+                s = finish[d]
+        m = match[i]
+        f = s + own[i]
+        if m >= 0:
+            if arrive[m] > s:
+                s = arrive[m]
+                f = s + own[i]
+            last = finish[m] + alpha[m] + tail[i]
+            if last > f:
+                f = last
+        start[i] = s
+        finish[i] = f
+        if alpha[i] >= 0.0:
+            arrive[i] = s + first[i] + alpha[i]
+    return start, finish
+
+
+def _loads(starts: np.ndarray, finishes: np.ndarray, rates: np.ndarray, members: np.ndarray,
+           n_resources: int) -> np.ndarray:
+    """Per membership (transfer, resource): the resource's mean load (bytes/us) over the
+    transfer's lifetime, every transfer counted at its mean rate while it runs."""
+    e, q = members[:, 0], members[:, 1]
+    s, f, rho = starts[e], finishes[e], rates[e]
+    m = len(e)
+    times = np.concatenate([s, f])
+    groups = np.concatenate([q, q])
+    delta = np.concatenate([rho, -rho])
+    order = np.lexsort((times, groups))
+    t_sorted, g_sorted, d_sorted = times[order], groups[order], delta[order]
+    level = np.cumsum(d_sorted)                     # load after each point (0 between groups)
+    dt = np.diff(t_sorted, append=t_sorted[-1] if m else 0.0)
+    dt[np.append(g_sorted[1:] != g_sorted[:-1], True)] = 0.0
+    integral = np.concatenate([[0.0], np.cumsum(level * dt)])[:-1]
+    position = np.empty(2 * m, dtype=np.int64)
+    position[order] = np.arange(2 * m)
+    span = f - s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        load = (integral[position[m:]] - integral[position[:m]]) / span
+    return np.where(span > 0, load, 0.0)
+
+
+def simulate_program(program: "Program | PreparedProgram", topology: "Topology | None",
+                     size_bytes: Real, constants: RuntimeConstants, *,
+                     protocol: str | None = None,
+                     options: SimulationOptions = SimulationOptions()) -> ProgramTime:
+    """Simulate one call of ``program`` on ``topology`` for a ``size_bytes`` buffer.
+
+    Parameters
+    ----------
+    program:
+        A :class:`~collsynth.export.program.Program` or the :class:`PreparedProgram` of one
+        (reuse it across sizes; ``topology`` is then ignored).
+    size_bytes:
+        nccl-tests convention (the allgather's output buffer, the allreduce's buffer...).
+    constants:
+        The runtime's constants (:mod:`collsynth.timing.runtime_constants`).
+    protocol:
+        Override the program's ``proto``.
+
+    Raises
+    ------
+    InvalidInstanceError
+        A negative size, an unknown protocol, or what :func:`prepare_program` refuses.
+    """
+    prep = program if isinstance(program, PreparedProgram) else prepare_program(program,
+                                                                                  topology)
+    size = float(size_bytes)
+    if not size >= 0 or not math.isfinite(size):
+        raise InvalidInstanceError(f"size_bytes = {size_bytes!r}; expected a number >= 0")
+    proto = protocol or prep.program.proto
+    if proto not in PROTOCOL_EFFICIENCY:
+        raise InvalidInstanceError(f"program {prep.program.name!r}: protocol {proto!r}; "
+                                   f"expected one of {', '.join(PROTOCOL_EFFICIENCY)}")
+    base = constants.base_latency(proto)
+    makespan, breakdown = _simulate(prep, size, constants, proto, options)
+    time = base + makespan
+    algbw = size / (time * 1e3) if time > 0 else 0.0
+    breakdown = {"base_us": base, "makespan_us": makespan, "protocol": proto, **breakdown}
+    return ProgramTime(size, time, algbw, algbw * prep.busbw_factor, breakdown)
+
+
+def simulate_sizes(program: "Program | PreparedProgram", topology: "Topology | None",
+                   sizes: Sequence[Real], constants: RuntimeConstants, *,
+                   protocol: str | None = None,
+                   options: SimulationOptions = SimulationOptions()) -> list[ProgramTime]:
+    """:func:`simulate_program` at every size, preparing the program once."""
+    prep = program if isinstance(program, PreparedProgram) else prepare_program(program,
+                                                                                  topology)
+    return [simulate_program(prep, None, s, constants, protocol=protocol, options=options)
+            for s in sizes]
+
+
+def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: str,
+              options: SimulationOptions) -> tuple[float, dict[str, Any]]:
+    total = prep.num_transfers
+    if total == 0:
+        return 0.0, {"iterations": 0, "passes": 0, "busiest": "", "busiest_utilization": 0.0}
+    chunk = size / prep.buffer_chunks
+    iteration = min(chunk, c.iteration_bytes(proto)) if chunk > 0 else 0.0
+    iterations = math.ceil(chunk / iteration) if iteration > 0 else 0
+    efficiency = PROTOCOL_EFFICIENCY[proto]
+    cnt = np.array(prep.cnt, dtype=float)
+    data = cnt * chunk                                   # data bytes per transfer
+    grain = np.minimum(cnt * iteration, c.slice_bytes(proto))  # the pipelining slice
+    gamma = c.gamma_us_per_byte
+    sends = prep.sends
+    cls = prep.link_class
+    hop = np.array([c.hop_latency("intra", proto), c.hop_latency("network", proto)])
+    ceiling = np.array([c.ceiling("intra", proto), c.ceiling("network", proto)]) * 1e3
+    alpha = np.where(sends, hop[np.maximum(cls, 0)], -1.0)
+    # A connection's own cap (bytes/us): its ceiling, and its FIFO window over a round trip.
+    cap = np.where(sends, ceiling[np.maximum(cls, 0)], np.inf)
+    with np.errstate(divide="ignore"):
+        window = np.where(sends & (alpha > 0), c.window_bytes(proto) / (2 * alpha), np.inf)
+    cap = np.minimum(cap, window)
+    members = prep.members
+    resource_cap = prep.capacity_gbps * 1e3 * efficiency   # data bytes/us per resource
+    if len(members):
+        own_cap = np.full(total, np.inf)
+        np.minimum.at(own_cap, members[:, 0], resource_cap[members[:, 1]])
+        cap = np.minimum(cap, own_cap)
+    rate = np.where(sends, cap, np.inf)
+    reduce_work = prep.work * gamma
+    receives = np.array(prep.match) >= 0
+    passes = 0
+    start = finish = None
+    previous_makespan: float | None = None
+    while True:
+        passes += 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            send_time = np.where(sends, data / rate, 0.0)
+            send_tail = np.where(sends, grain / rate, 0.0)
+        own = np.maximum(send_time, reduce_work * data)
+        tail = np.where(receives, send_tail + reduce_work * grain, 0.0)
+        first = np.where(sends, send_tail, 0.0)
+        s_list, f_list = _pass(prep, own.tolist(), tail.tolist(), first.tolist(),
+                               alpha.tolist())
+        start, finish = np.array(s_list), np.array(f_list)
+        if not options.share_links or not len(members) or passes >= options.max_passes:
+            break
+        span = finish - start
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean_rate = np.where(sends & (span > 0), data / span, 0.0)
+        load = _loads(start, finish, mean_rate, members, len(resource_cap))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(load > 0, resource_cap[members[:, 1]] / load, np.inf)
+        factor = np.full(total, np.inf)
+        np.minimum.at(factor, members[:, 0], ratio)
+        # Scale toward the fair share: down where a resource is overloaded, back up (never
+        # beyond the connection's own cap) where the load left room.
+        new_rate = np.where(sends & np.isfinite(factor), np.minimum(cap, rate * factor), rate)
+        old = rate[sends]
+        change = np.abs(new_rate[sends] - old) / np.where(old > 0, old, 1.0)
+        rate = new_rate
+        # Done when no rate moves, or when the makespan no longer does (rates of transfers
+        # off the critical path may keep drifting without changing the answer).
+        span_now = float(finish.max())
+        if not np.any(change > options.tolerance) or (
+                previous_makespan is not None
+                and abs(span_now - previous_makespan) <= options.tolerance * span_now):
+            break
+        previous_makespan = span_now
+    makespan = float(finish.max()) if total else 0.0
+    busiest, utilization = "", 0.0
+    if len(members) and makespan > 0:
+        wire = np.zeros(len(resource_cap))
+        np.add.at(wire, members[:, 1], data[members[:, 0]])
+        used = wire / (resource_cap * makespan)
+        top = int(np.argmax(used))
+        busiest, utilization = prep.resource_names[top], float(used[top])
+    return makespan, {"iterations": iterations, "passes": passes, "busiest": busiest,
+                      "busiest_utilization": utilization}

@@ -1,0 +1,317 @@
+"""The program model: hand-computed times of small programs, the runtime's ring as a program,
+the constants file, and the MI250 calibration.
+
+Every expected time below is worked out by hand from the model's definition
+(docs/runtime-model.md): base latency once per call, a hop latency per transfer on the path,
+bytes over the connection's rate (its ceiling, its FIFO window, its share of each link).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from collsynth.cli import main
+from collsynth.errors import CollsynthError, FileFormatError, InvalidInstanceError
+from collsynth.export.check import check_program
+from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
+from collsynth.timing.runtime_baselines import baseline_rows, ring_program
+from collsynth.timing.runtime_constants import (PROTOCOLS, constants_from_dict,
+                                                constants_to_dict, default_constants,
+                                                load_runtime_constants, save_runtime_constants)
+from collsynth.timing.runtime_model import (SimulationOptions, prepare_program,
+                                            simulate_program)
+from collsynth.topology.model import Topology
+
+ROOT = Path(__file__).resolve().parents[2]
+MI250_CSV = ROOT / "data" / "measurements" / "mi250-16gcd-x2" / "rccl_all_gather_outofplace.csv"
+
+
+def constants(*, base=4.0, hop=2.0, ceiling=None, slot=None, fifo=8, chunk_slots=4,
+              slice_slots=2, gamma=0.0):
+    """NCCL's defaults with the figures a test needs, the same for every protocol and class."""
+    c = default_constants("nccl")
+    return c.replace(
+        base_latency_us={p: base for p in PROTOCOLS},
+        hop_latency_us={k: {p: hop for p in PROTOCOLS} for k in ("intra", "network")},
+        ceiling_gbps={k: {p: ceiling for p in PROTOCOLS} for k in ("intra", "network")},
+        slot_bytes=dict(c.slot_bytes) if slot is None else {p: slot for p in PROTOCOLS},
+        chunk_slots={p: chunk_slots for p in PROTOCOLS},
+        slice_slots={p: slice_slots for p in PROTOCOLS}, fifo_slots=fifo,
+        gamma_us_per_byte=gamma)
+
+
+def line(n: int, gbps: float, units: int = 1) -> Topology:
+    """Ranks 0 -> 1 -> ... -> n-1, ``units`` links per hop of ``gbps`` each."""
+    links = [[units if b == a + 1 else 0 for b in range(n)] for a in range(n)]
+    return Topology(f"line{n}", tuple(map(tuple, links)), unit_gbps=gbps, alpha_us=1.0)
+
+
+def program(ngpus: int, tbs: dict[int, list[tuple[int, int, int, list[str]]]],
+            nchannels: int = 1, proto: str = "Simple") -> Program:
+    """A custom program of one chunk: ``tbs[rank] = [(send, recv, chan, ops), ...]``."""
+    gpus = []
+    for rank in range(ngpus):
+        blocks = []
+        for tid, (send, recv, chan, ops) in enumerate(tbs.get(rank, [])):
+            steps = tuple(XmlStep(s, op, "i", 0, "o", 0, 1) for s, op in enumerate(ops))
+            blocks.append(ThreadBlock(tid, send, recv, chan, steps))
+        gpus.append(GpuProgram(rank, 1, 1, 0, tuple(blocks)))
+    return Program("test", proto, nchannels, 1, ngpus, "custom", 0, tuple(gpus))
+
+
+# -- hand-computed cases ------------------------------------------------------------------------
+
+
+def test_ring_reduces_to_the_alpha_beta_closed_form():
+    # ring:5 of 10 GB/s links (10_000 bytes/us), alpha 2 us, base 7 us; a 50_000-byte
+    # allgather moves 10_000-byte chunks, smaller than a slice: no pipelining benefit.
+    # Closed form: base + (n - 1) * (alpha + chunk * beta) = 7 + 4 * (2 + 1) = 19 us.
+    n = 5
+    links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
+    ring5 = Topology("ring5", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
+    p = ring_program("allgather", [tuple(range(n))], protocol="Simple")
+    t = simulate_program(p, ring5, 50_000, constants(base=7.0, hop=2.0))
+    assert t.time_us == pytest.approx(19.0, rel=1e-12)
+    assert t.algbw_gbps == pytest.approx(50_000 / 19.0 / 1e3)
+    assert t.busbw_gbps == pytest.approx(t.algbw_gbps * 4 / 5)
+
+
+def test_a_send_costs_base_plus_hop_plus_bytes_over_the_ceiling():
+    # 50_000 bytes through a 5 GB/s connection ceiling (the 100 GB/s link is not the limit):
+    # 4 + 1.5 + 50_000 / 5_000 = 15.5 us.
+    p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    t = simulate_program(p, line(2, 100.0), 50_000, constants(base=4.0, hop=1.5, ceiling=5.0))
+    assert t.time_us == pytest.approx(15.5, rel=1e-12)
+
+
+def two_channel_send() -> Program:
+    return program(2, {0: [(1, -1, 0, ["s"]), (1, -1, 1, ["s"])],
+                       1: [(-1, 0, 0, ["r"]), (-1, 0, 1, ["r"])]}, nchannels=2)
+
+
+def test_two_connections_sharing_one_link_take_twice_as_long():
+    # One 10 GB/s link, no ceiling: one connection moves 100_000 bytes in 10 us, two at the
+    # same time share the link and need 20 us.
+    topo, c = line(2, 10.0), constants(base=4.0, hop=1.0)
+    one = simulate_program(program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]}), topo,
+                           100_000, c)
+    two = simulate_program(two_channel_send(), topo, 100_000, c)
+    assert one.time_us - 5.0 == pytest.approx(10.0, rel=1e-9)
+    assert two.time_us - 5.0 == pytest.approx(20.0, rel=1e-6)
+
+
+def test_connections_under_their_ceiling_do_not_slow_each_other():
+    # Two connections of at most 4 GB/s each fit a 10 GB/s link together: 100_000 / 4_000 = 25.
+    t = simulate_program(two_channel_send(), line(2, 10.0), 100_000,
+                         constants(base=4.0, hop=1.0, ceiling=4.0))
+    assert t.time_us == pytest.approx(4.0 + 1.0 + 25.0, rel=1e-6)
+
+
+def test_a_group_shared_by_two_links_halves_each():
+    # Ranks 0 and 1 both send 100_000 bytes to rank 2 over their own 10 GB/s links, through a
+    # group (a switch port) of 10 GB/s: 20 us of transfer, as one link carrying both.
+    from collsynth.topology.model import BandwidthGroup
+
+    links = ((0, 0, 1), (0, 0, 1), (0, 0, 0))
+    port = BandwidthGroup(frozenset({0, 1}), frozenset({2}), 1, "port")
+    topo = Topology("fan-in", links, groups=(port,), unit_gbps=10.0, alpha_us=1.0)
+    p = program(3, {0: [(2, -1, 0, ["s"])], 1: [(2, -1, 0, ["s"])],
+                    2: [(-1, 0, 0, ["r"]), (-1, 1, 0, ["r"])]})
+    t = simulate_program(p, topo, 100_000, constants(base=4.0, hop=1.0))
+    assert t.time_us == pytest.approx(4.0 + 1.0 + 20.0, rel=1e-6)
+
+
+def test_a_forwarding_rank_pipelines_slices():
+    # 0 -> 1 -> 2 with rank 1 forwarding (rcs). Slices of 1000 bytes (slot 1000 B, one slot per
+    # slice), an 8000-byte chunk, 10 GB/s links (0.1 us a slice), alpha 2 us, a FIFO deep enough
+    # not to bind. The last slice leaves rank 0 at 0.8 us, reaches rank 1 at 2.8, is forwarded
+    # in 0.1 us and reaches rank 2 2 us later: 4.9 us, against 2 * (2 + 0.8) = 5.6 for store
+    # and forward.
+    p = program(3, {0: [(1, -1, 0, ["s"])], 1: [(2, 0, 0, ["rcs"])], 2: [(-1, 1, 0, ["r"])]})
+    c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=1, fifo=64)
+    t = simulate_program(p, line(3, 10.0), 8000, c)
+    assert t.time_us == pytest.approx(4.0 + 4.9, rel=1e-9)
+    # One slice as large as the chunk: store and forward.
+    whole = c.replace(slice_slots={p_: 8 for p_ in PROTOCOLS})
+    assert simulate_program(p, line(3, 10.0), 8000, whole).time_us == pytest.approx(4.0 + 5.6)
+
+
+def test_the_fifo_window_bounds_a_connection_over_a_long_hop():
+    # 8 slots of 1000 bytes in flight per round trip of 2 x 2 us: at most 2000 bytes/us, so
+    # 8000 bytes take 4 us although the link carries 10_000 bytes/us.
+    p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=1, fifo=8)
+    assert simulate_program(p, line(2, 10.0), 8000, c).time_us == pytest.approx(4.0 + 2.0 + 4.0)
+
+
+def test_reductions_cost_gamma_per_byte():
+    # A local re of 1000 bytes at 0.01 us/byte: 10 us after the base.
+    p = program(1, {0: [(-1, -1, 0, ["re"])]})
+    t = simulate_program(p, line(1, 10.0), 1000, constants(base=4.0, gamma=0.01))
+    assert t.time_us == pytest.approx(14.0)
+
+
+def test_no_time_below_the_base_latency():
+    p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    c = constants(base=30.0, hop=0.0)
+    assert simulate_program(p, line(2, 10.0), 0, c).time_us == pytest.approx(30.0)
+    for size in (1, 10**3, 10**6):
+        assert simulate_program(p, line(2, 10.0), size, c).time_us > 30.0
+
+
+# -- the runtime's ring as a program ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("coll", ["allgather", "reduce_scatter", "allreduce"])
+def test_ring_programs_compute_their_collective(coll):
+    # Checked by the checker's symbolic execution (its postcondition), not by the simulator.
+    p = ring_program(coll, [(0, 1, 2, 3, 4), (0, 4, 3, 2, 1)])
+    report = check_program(p, runtime="msccl", collective=coll)
+    assert [x for x in report.problems if x.kind == "postcondition"] == []
+
+
+def test_baseline_picks_the_recorded_protocol_by_size():
+    n = 4
+    links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
+    ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
+    c = constants().replace(default_protocols=((1000, "LL"), (None, "Simple")), channels=1)
+    rows = baseline_rows("allgather", ring4, [1000, 10**6], c)
+    assert [r.protocol for r in rows] == ["LL", "Simple"]
+    assert rows[0].name == "nccl-ring"
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+def test_rank_count_mismatch_is_refused():
+    p = program(3, {})
+    with pytest.raises(InvalidInstanceError, match="3 ranks but topology 'line2' has 2"):
+        prepare_program(p, line(2, 10.0))
+
+
+def test_a_send_without_a_link_is_refused():
+    p = program(2, {1: [(0, -1, 0, ["s"])], 0: [(-1, 1, 0, ["r"])]})  # line2 has no 1 -> 0
+    with pytest.raises(InvalidInstanceError, match="no link 1->0"):
+        prepare_program(p, line(2, 10.0))
+
+
+def test_a_deadlock_is_refused():
+    p = program(2, {0: [(1, 1, 0, ["r", "s"])], 1: [(0, 0, 0, ["r", "s"])]})
+    topo = Topology("pair", ((0, 1), (1, 0)), unit_gbps=10.0, alpha_us=1.0)
+    with pytest.raises(InvalidInstanceError, match="deadlocks"):
+        prepare_program(p, topo)
+
+
+def test_constants_file_round_trip_and_bad_file(tmp_path):
+    c = default_constants("rccl").replace(channels=2, default_protocols=((1024, "LL"),
+                                                                         (None, "Simple")))
+    assert constants_from_dict(json.loads(json.dumps(constants_to_dict(c)))) == c
+    path = tmp_path / "rt.json"
+    save_runtime_constants(c, path)
+    assert load_runtime_constants(path) == c
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "collsynth-runtime-constants", "runtime": "rccl",
+                               "hop_latency_us": {"intra": {"LL": -1}}}))
+    with pytest.raises(CollsynthError, match=r"hop_latency_us\['intra'\]\['LL'\] = -1"):
+        load_runtime_constants(bad)
+    with pytest.raises(FileFormatError, match="collsynth-runtime-constants"):
+        constants_from_dict({"format": "other"})
+
+
+def _xml(tmp_path: Path) -> Path:
+    from collsynth.export.xml_writer import write_program
+
+    path = tmp_path / "ring4.xml"
+    path.write_text(write_program(ring_program("allgather", [(0, 1, 2, 3)]), "msccl"))
+    return path
+
+
+def test_cli_xml_needs_a_topology(tmp_path, capsys):
+    assert main(["time", str(_xml(tmp_path))]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs --topology" in err
+
+
+def test_cli_xml_rank_mismatch(tmp_path, capsys):
+    assert main(["time", str(_xml(tmp_path)), "--topology", "dgx1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "4 ranks but topology 'DGX1' has 8" in err
+
+
+def test_cli_time_json_rows(tmp_path, capsys):
+    args = ["time", str(_xml(tmp_path)), "--topology", "ring:4,unit_gbps=10,alpha_us=1",
+            "--sizes", "4KB,4MB", "--json"]
+    assert main(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {(r["name"], r["size_bytes"]) for r in rows} == {
+        ("ring4.xml", 4000), ("ring4.xml", 4000000), ("nccl-ring", 4000), ("nccl-ring", 4000000)}
+    for r in rows:
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / r["time_us"] / 1e3)
+
+
+# -- the MI250 target ---------------------------------------------------------------------------
+
+
+def test_mi250_rccl_ring_held_out_error():
+    # Fit on every other measured size, predict every size: GMAE well under 10% (the benchmark
+    # benchmarks/runtime_model.py prints the exact in-sample and held-out figures).
+    from collsynth.topology import get_topology
+    from collsynth.topology.compose import compose_nodes
+    from collsynth.timing.runtime_fit import fit_runtime, predict_ring, protocol_split, read_curve
+
+    rows = read_curve(MI250_CSV)
+    topo = compose_nodes(get_topology("mi250-16gcd"), 2)
+    protocols = protocol_split([t for _, t in rows])
+    train = [i for i in range(len(rows)) if i % 2 == 0]
+    fit = fit_runtime([rows[i] for i in train], topo, runtime="rccl", channels=2,
+                      protocols=[protocols[i] for i in train], held_out=False)
+    prepared = {p: prepare_program(ring_program("allgather", fit.rings, protocol=p), topo)
+                for p in set(protocols)}
+    predicted = predict_ring(prepared, [s for s, _ in rows], protocols, fit.constants)
+    logs = [abs(math.log(p / t)) for p, (_, t) in zip(predicted, rows)]
+    gmae = math.exp(sum(logs) / len(logs)) - 1
+    assert gmae <= 0.10
+    base = fit.constants.base_latency("LL")
+    assert min(predicted) >= base
+
+
+def test_sharing_is_what_makes_two_connections_slower():
+    # The same case without sharing (an experiment switch): both take the whole link.
+    t = simulate_program(two_channel_send(), line(2, 10.0), 100_000,
+                         constants(base=4.0, hop=1.0),
+                         options=SimulationOptions(share_links=False))
+    assert t.time_us == pytest.approx(15.0)
+
+
+def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
+    # A curve made by the model itself with known figures (base 20 us, hops x 2, a 3 GB/s
+    # Simple ceiling) is fitted back: the fitting procedure recovers them.
+    n = 4
+    links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
+    ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=25.0, alpha_us=1.0)
+    base = default_constants("nccl")
+    truth = base.replace(
+        base_latency_us={p: 20.0 for p in PROTOCOLS},
+        hop_latency_us={k: {p: 2 * v for p, v in row.items()}
+                        for k, row in base.hop_latency_us.items()},
+        ceiling_gbps={"intra": {"LL": None, "LL128": None, "Simple": 3.0},
+                      "network": dict(base.ceiling_gbps["network"])})
+    p = ring_program("allgather", [(0, 1, 2, 3)], protocol="Simple")
+    sizes = [4096, 65536, 2**20, 2**24, 2**28]
+    csv_path = tmp_path / "curve.csv"
+    csv_path.write_text("size_bytes,time_us,algbw_gbps\n" + "".join(
+        f"{s},{simulate_program(p, ring4, s, truth).time_us},0\n" for s in sizes))
+    out = tmp_path / "rt.json"
+    assert main(["calibrate-runtime", str(csv_path), "--topology", "ring:4,unit_gbps=25",
+                 "--runtime", "nccl", "--channels", "1", "-o", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["gmae"] < 0.01
+    fitted = load_runtime_constants(out)
+    assert fitted.ceiling("intra", "Simple") == pytest.approx(3.0, rel=0.02)
+    assert fitted.base_latency("Simple") + 3 * fitted.hop_latency("intra", "Simple") == \
+        pytest.approx(20.0 + 3 * 6.8, rel=0.05)
+    assert fitted.channels == 1
