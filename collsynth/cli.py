@@ -35,7 +35,7 @@ import os
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from collsynth.cli_args import (  # noqa: F401 (re-exported: the exit codes are cli's API)
     EXIT_CODES,
@@ -49,6 +49,7 @@ from collsynth.cli_args import (  # noqa: F401 (re-exported: the exit codes are 
     Parser as _Parser,
     UsageError as _UsageError,
     problem_from_args as _problem,
+    table as _table,
 )
 from collsynth.cli_args import (add_figure_arguments, non_negative_int, parse_size, positive_int,
                                 seconds)
@@ -275,18 +276,6 @@ def _err(text: str) -> None:
 
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: Sequence[int] = ()
-           ) -> list[str]:
-    """Columns separated by `` | ``, numbers right-aligned, columns in ``left`` left-aligned."""
-    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        return " | ".join(c.ljust(w) if i in left else c.rjust(w)
-                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return [line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows]
 
 
 def _describe_problem(topology: Topology, collective: Collective) -> str:

@@ -11,14 +11,15 @@ import argparse
 import math
 import re
 from fractions import Fraction
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
 if TYPE_CHECKING:
     from collsynth.collective.model import Collective
     from collsynth.topology.model import Topology
 
 __all__ = ["positive_int", "non_negative_int", "seconds", "positive_number", "parse_size",
-           "add_figure_arguments", "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS"]
+           "add_figure_arguments", "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size",
+           "table", "problem_from_args", "Parser", "UsageError", "PROG", "EXIT_CODES"]
 
 
 
@@ -191,3 +192,35 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+def format_size(size: Fraction | int | float) -> str:
+    """A size in the largest unit that divides it exactly (decimal first), else in bytes.
+
+    >>> format_size(1000), format_size(1048576), format_size(420000), format_size(1500)
+    ('1 KB', '1 MiB', '420 KB', '1.5 KB')
+    """
+    exact = Fraction(size) if not isinstance(size, float) else Fraction(repr(size))
+    if exact.denominator != 1:
+        return f"{float(exact):.6g} B"
+    value = int(exact)
+    for unit, scale in sorted(BINARY_UNITS.items(), key=lambda kv: -kv[1]):
+        if value >= scale and value % scale == 0:
+            return f"{value // scale} {unit}"
+    for unit in ("TB", "GB", "MB", "KB"):
+        scale = DECIMAL_UNITS[unit]
+        if value >= scale and (value * 1000) % scale == 0:
+            shown = Fraction(value, scale)
+            text = str(shown.numerator) if shown.denominator == 1 else f"{float(shown):g}"
+            return f"{text} {unit}"
+    return f"{value} B"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: Sequence[int] = ()
+           ) -> list[str]:
+    """Columns separated by `` | ``, numbers right-aligned, columns in ``left`` left-aligned."""
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(c.ljust(w) if i in left else c.rjust(w)
+                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows]

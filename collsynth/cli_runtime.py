@@ -182,7 +182,7 @@ def run_program_time(args: argparse.Namespace) -> int:
     if args.json:
         _out(json.dumps([r.as_dict() for r in rows], indent=1))
         return 0
-    from collsynth.cli_time import _table, format_size
+    from collsynth.cli_args import format_size, table as _table
 
     _out(f"{collective} on {programs[0][2].name} ({programs[0][1].ngpus} ranks): program model, "
          f"{constants.runtime} constants" + (f" ({args.calibration})" if args.calibration else

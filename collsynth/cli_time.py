@@ -46,7 +46,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
-from collsynth.cli_args import BINARY_UNITS, DECIMAL_UNITS, add_figure_arguments, parse_size
+from collsynth.cli_args import add_figure_arguments, format_size, parse_size, table as _table
 from collsynth.errors import CollsynthError
 from collsynth.timing.compare import Comparison, compare
 
@@ -88,43 +88,11 @@ def parse_size_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def format_size(size: Fraction | int | float) -> str:
-    """A size in the largest unit that divides it exactly (decimal first), else in bytes.
-
-    >>> format_size(1000), format_size(1048576), format_size(420000), format_size(1500)
-    ('1 KB', '1 MiB', '420 KB', '1.5 KB')
-    """
-    exact = Fraction(size) if not isinstance(size, float) else Fraction(repr(size))
-    if exact.denominator != 1:
-        return f"{float(exact):.6g} B"
-    value = int(exact)
-    for unit, scale in sorted(BINARY_UNITS.items(), key=lambda kv: -kv[1]):
-        if value >= scale and value % scale == 0:
-            return f"{value // scale} {unit}"
-    for unit in ("TB", "GB", "MB", "KB"):
-        scale = DECIMAL_UNITS[unit]
-        if value >= scale and (value * 1000) % scale == 0:
-            shown = Fraction(value, scale)
-            text = str(shown.numerator) if shown.denominator == 1 else f"{float(shown):g}"
-            return f"{text} {unit}"
-    return f"{value} B"
-
-
 # -- output -----------------------------------------------------------------------------------
 
 
 def _out(text: str = "") -> None:
     print(text, file=sys.stdout, flush=True)
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: Sequence[int]) -> list[str]:
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        return " | ".join(c.ljust(w) if i in left else c.rjust(w)
-                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return [line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows]
 
 
 def _exact_text(value: Fraction) -> str:
