@@ -203,13 +203,16 @@ def program_traffic(program: "Program") -> list[StepTraffic]:
     n, loop = program.ngpus, program.nchunksperloop
     block = loop // n if n > 0 and loop > n and loop % n == 0 else 1
     by_level: dict[int, tuple[list[int], list[int], list[int]]] = {}
-    for message, op in enumerate(sched.messages):
-        peer = sched.peers[(op.rank, op.tb)][0]
-        receiver = sched.receivers[message]
-        src, dst, colour = by_level.setdefault(op.send_level, ([], [], []))
-        src.extend([op.rank] * op.cnt)
-        dst.extend([peer] * op.cnt)
-        colour.extend(k // block for k in range(receiver.dstoff, receiver.dstoff + op.cnt))
+    for op in sched.ops:   # every message, seen from its receive
+        sent = op.step.received
+        if sent is None:
+            continue
+        sender = sched.ops[sent.index]
+        cnt, dstoff = sent.transfer.cnt, op.step.transfer.dstoff
+        src, dst, colour = by_level.setdefault(sender.send_level, ([], [], []))
+        src.extend([sent.rank] * cnt)
+        dst.extend([op.step.rank] * cnt)
+        colour.extend(k // block for k in range(dstoff, dstoff + cnt))
     levels = sorted(by_level)
     return [StepTraffic(position, None, np.asarray(by_level[level][0], dtype=np.int64),
                         np.asarray(by_level[level][1], dtype=np.int64),

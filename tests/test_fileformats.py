@@ -167,7 +167,7 @@ def test_resolve_collective_refuses_roots_for_files():
 #: (id, loader, input, error type, message fragment, CLI argv, CLI exit code)
 BAD_INPUTS = [
     ("unknown-topology", resolve_topology, "dgx7", UnknownNameError,
-     "unknown topology 'dgx7'; valid names: dgx-a100, dgx-h100, dgx1",
+     "unknown topology 'dgx7'; valid names: dgx-a100, dgx-b200, dgx-h100, dgx-h200, dgx1",
      ["bounds", "dgx7", "allgather"], EXIT_ERROR),
     ("unknown-collective", lambda spec: resolve_collective(spec, 8), "allgathr", UnknownNameError,
      "unknown collective 'allgathr'; valid names: allgather, allreduce, alltoall",
