@@ -35,8 +35,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
+from collsynth._parse import shown
 from collsynth.errors import FileFormatError
 from collsynth.topology.importers._common import (
+    MAX_LINKS_PER_GPU,
     MAX_NVLINKS_PER_GPU,
     check_gpu_count,
     check_input_size,
@@ -211,9 +213,16 @@ def _nv_counts(matrix: _Matrix, source: str) -> list[list[int]]:
                     source, f"row {ga}, column {gb}: cell {cell!r}, expected {expected}")
             match = _NV_CELL.match(cell)
             if match:
-                count = int(match.group(1))
+                # Compared as text first: no int() of thousands of digits.
+                digits = match.group(1).lstrip("0") or "0"
+                count = int(digits) if len(digits) <= 20 else MAX_LINKS_PER_GPU + 1
                 if count < 1:
                     raise FileFormatError(source, f"row {ga}, column {gb}: {cell} names no link")
+                if count > MAX_LINKS_PER_GPU:
+                    raise FileFormatError(
+                        source, f"row {ga}, column {gb}: {shown(cell)} is more than the "
+                                f"{MAX_LINKS_PER_GPU} links an import accepts between two GPUs "
+                                f"(a GPU has at most {MAX_NVLINKS_PER_GPU})")
                 counts[a][b] = count
     for a in range(n):
         for b in range(a):

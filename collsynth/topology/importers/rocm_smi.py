@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from collsynth._parse import shown
 from collsynth.errors import FileFormatError
 from collsynth.topology.importers._common import (
     check_gpu_count,
@@ -130,11 +131,13 @@ def _numbers(table: _Table, source: str) -> list[list[int]]:
         values = []
         for b, cell in enumerate(row):
             try:
+                if len(cell) > 10:  # weights and hops are small; no int() of 5000 digits
+                    raise ValueError(cell)
                 values.append(int(cell))
             except ValueError:
                 raise FileFormatError(
                     source, f"the {table.title!r} table (line {table.line}): row {table.columns[a]}, "
-                            f"column {table.columns[b]} is {cell!r}, expected a whole number") from None
+                            f"column {table.columns[b]} is {shown(cell)}, expected a whole number") from None
         result.append(values)
     return result
 
@@ -144,7 +147,7 @@ def _numa(lines: list[str], n: int) -> tuple[list[str | None], list[str | None]]
     affinity: list[str | None] = [None] * n
     for line in lines:
         match = _NUMA_LINE.match(line)
-        if match and int(match.group(1)) < n:
+        if match and len(match.group(1)) <= 10 and int(match.group(1)) < n:
             target = node if match.group(2) == "Node" else affinity
             target[int(match.group(1))] = match.group(3) or None
     return node, affinity
