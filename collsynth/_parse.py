@@ -103,14 +103,6 @@ _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _TOO_MANY_DIGITS = b"0" * (MAX_NUMBER_CHARS + 1)
 
 
-def _refuse_long_numbers(data: bytes, source: str) -> None:
-    at = data.translate(_DIGITS_TO_ZERO).find(_TOO_MANY_DIGITS)
-    if at >= 0:
-        raise FileFormatError(source, f"{_where(data, at)}: a number of more than "
-                                      f"{MAX_NUMBER_CHARS} digits; numbers have at most "
-                                      f"{MAX_NUMBER_CHARS}")
-
-
 def _refuse_constant(name: str) -> Any:
     raise _Refused(f"{name} is not a number JSON allows (write a finite number or null)")
 
@@ -122,10 +114,13 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json(data: bytes | str, source: str) -> Any:
+def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> Any:
     """Parse JSON text of ``source`` refusing what Python's ``json`` lets through: ``NaN`` and
     ``Infinity``, floats that overflow to infinity (``1e999``), numbers of more than
     :data:`MAX_NUMBER_CHARS` digits, and nesting beyond Python's recursion limit.
+
+    ``line``, for one line of a JSON-lines file, is that line's number: messages then start
+    with ``line N:`` and give the column only.
 
     Raises
     ------
@@ -139,27 +134,34 @@ def parse_json(data: bytes | str, source: str) -> Any:
     ...
     collsynth.errors.FileFormatError: x.json: NaN is not a number JSON allows (write a finite number or null)
     """
+    prefix = "" if line is None else f"line {line}: "
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    _refuse_long_numbers(raw, source)
+    at = raw.translate(_DIGITS_TO_ZERO).find(_TOO_MANY_DIGITS)
+    if at >= 0:
+        where = _where(raw, at) if line is None else f"column {at + 1}"
+        raise FileFormatError(source, f"{prefix}{where}: a number of more than "
+                                      f"{MAX_NUMBER_CHARS} digits; numbers have at most "
+                                      f"{MAX_NUMBER_CHARS}")
     if isinstance(data, str):
         text = data
     else:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise FileFormatError(source, f"not UTF-8 text ({exc.reason} at byte "
+            raise FileFormatError(source, f"{prefix}not UTF-8 text ({exc.reason} at byte "
                                           f"{exc.start})") from exc
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
-        raise FileFormatError(source, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
-                                      f"{exc.msg}") from exc
+        where = f"column {exc.colno}" if line is not None else \
+            f"line {exc.lineno} column {exc.colno}"
+        raise FileFormatError(source, f"{prefix}malformed JSON at {where}: {exc.msg}") from exc
     except _Refused as exc:
-        raise FileFormatError(source, str(exc)) from exc
+        raise FileFormatError(source, f"{prefix}{exc}") from exc
     except RecursionError as exc:
-        raise FileFormatError(source, "JSON nested too deeply") from exc
+        raise FileFormatError(source, f"{prefix}JSON nested too deeply") from exc
     except ValueError as exc:  # int() of a long number, should the scan above ever miss one
-        raise FileFormatError(source, f"unreadable number: {exc}") from exc
+        raise FileFormatError(source, f"{prefix}unreadable number: {exc}") from exc
 
 
 def read_json(path: str | os.PathLike[str], *, max_bytes: int, what: str = "accepted") -> Any:

@@ -137,7 +137,7 @@ def test_bad_calibration(tmp_path: Path, path: list, value: object, message: str
 def test_bad_calibration_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     file = tmp_path / "c.json"
     file.write_text('{\n "format": "collsynth-calibration",\n "version": 1,\n "topology": }\n')
-    with pytest.raises(FileFormatError, match=r"c\.json: line 4: malformed JSON at column 14"):
+    with pytest.raises(FileFormatError, match=r"c\.json: malformed JSON at line 4 column 14"):
         load_calibration(file)
     file.write_bytes(b'{"format": "\xff"}')
     with pytest.raises(FileFormatError, match="not UTF-8"):

@@ -66,7 +66,7 @@ BAD_LOGS = {
     "log_no_collective.txt": r": cannot tell which collective was measured",
     "log_no_ranks_all_reduce.txt": r": cannot tell the number of ranks",
     "log_param_missing_cell.txt": r": line 8: a COMMS-RES row with 8 cells; the header has 9",
-    "log_json_truncated.json": r": line \d+: malformed JSON at column \d+",
+    "log_json_truncated.json": r": malformed JSON at line \d+ column \d+",
     "log_json_bad_time.json": r": line \d+: results\[3\]\.in_place\.time: 'fast': expected a "
                               r"finite number",
 }
