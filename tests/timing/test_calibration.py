@@ -121,6 +121,12 @@ BAD_CALIBRATIONS = [
                                         r"number of bytes"),
     (["entries", 1, "gmae"], -0.1, r"entries\[1\]\.gmae: -0\.1; expected a number >= 0"),
     (["entries", 1, "gmae"], KeyError, r"entries\[1\]\.gmae: None; expected a finite number"),
+    (["entries", 0, "alpha_us"], 1e300, r"entries\[0\]\.alpha_us: 1e\+300; expected at most "
+                                        r"3\.6e\+09"),
+    (["entries", 1, "knee_bytes"], 10 ** 30, r"entries\[1\]\.knee_bytes: 10{30}; expected at "
+                                             r"most 1\.1259e\+15"),
+    (["entries", 0, "collective"], "all\x00reduce", r"entries\[0\]\.collective = "
+                                                    r"'all\\x00reduce': a control character"),
 ]
 
 

@@ -118,9 +118,12 @@ def _int(element: etree._Element, attribute: str, source: str, *, minimum: int =
     if value is None:
         return None
     text = value.strip()
+    if len(text) > MAX_NUMBER_CHARS:  # int() of thousands of digits raises, or takes long
+        raise FileFormatError(
+            source, f"line {element.sourceline}: <{_tag(element)} {attribute}={shown(value)}>: "
+                    f"a number of {len(text)} characters; numbers have at most "
+                    f"{MAX_NUMBER_CHARS}")
     try:
-        if len(text) > MAX_NUMBER_CHARS:  # int() of thousands of digits raises, or takes long
-            raise ValueError(text)
         number = int(text, 0) if text.lower().startswith("0x") else int(text)
     except ValueError:
         number = None
@@ -290,8 +293,7 @@ def import_nccl_xml(data: str | bytes, *, name: str | None = None,
             if not target:
                 raise FileFormatError(source, f"line {link.sourceline}: <{kind}> has no target")
             count = _int(link, "count", source, minimum=1, maximum=MAX_LINKS_PER_GPU,
-                         what=" links, more than a GPU has (a file of a real machine says at "
-                              "most 18)")
+                         what=" links, the most an import accepts (a GPU has at most 18)")
             if count is None:
                 raise FileFormatError(source, f"line {link.sourceline}: <{kind}> has no count")
             tclass = (link.get("tclass") or "").lower()
