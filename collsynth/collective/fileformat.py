@@ -182,10 +182,10 @@ def collective_from_json(obj: Any, *, source: str = "<collective>") -> Collectiv
                                       f"{_type_name(obj)}")
     fmt = obj.get("format", FORMAT_NAME)
     if fmt != FORMAT_NAME:
-        raise FileFormatError(source, f"field 'format' is {fmt!r}, expected {FORMAT_NAME!r}")
+        raise FileFormatError(source, f"field 'format' is {shown(fmt)}, expected {FORMAT_NAME!r}")
     version = obj.get("version", FORMAT_VERSION)
     if version != FORMAT_VERSION or isinstance(version, bool):
-        raise FileFormatError(source, f"unknown version {version!r}; this collsynth reads "
+        raise FileFormatError(source, f"unknown version {shown(version)}; this collsynth reads "
                                       f"version {FORMAT_VERSION}")
     unknown = sorted(set(obj) - _TOP_FIELDS)
     if unknown:

@@ -79,7 +79,14 @@ from typing import Any, Mapping, Sequence
 
 from collsynth._atomic import write_text_atomic
 from collsynth._files import read_bytes_bounded
-from collsynth._parse import MAX_SIZE_BYTES, MAX_TIME_US, clean_name, clean_text, parse_json
+from collsynth._parse import (
+    MAX_SIZE_BYTES,
+    MAX_TIME_US,
+    clean_name,
+    clean_text,
+    parse_json,
+    shown,
+)
 from collsynth.errors import (
     FileFormatError,
     InvalidInstanceError,
@@ -384,18 +391,19 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
     if not isinstance(obj, dict):
         raise FileFormatError(source, "expected a JSON object")
     if obj.get("format") != FORMAT_NAME:
-        raise FileFormatError(source, f"format: {obj.get('format')!r}; expected {FORMAT_NAME!r} "
+        raise FileFormatError(source, f"format: {shown(obj.get('format'))}; expected "
+                                      f"{FORMAT_NAME!r} "
                                       "(is this a calibration file?)")
     version = obj.get("version")
     if isinstance(version, bool) or version != FORMAT_VERSION:
-        raise FileFormatError(source, f"version: {version!r}; this collsynth reads version "
+        raise FileFormatError(source, f"version: {shown(version)}; this collsynth reads version "
                                       f"{FORMAT_VERSION}")
     unknown = sorted(set(obj) - {"format", "version", "topology", "entries"})
     if unknown:
         raise FileFormatError(source, f"unknown field(s) {', '.join(map(repr, unknown))}")
     topology = obj.get("topology")
     if not isinstance(topology, str) or not topology.strip():
-        raise FileFormatError(source, f"topology: {topology!r}; expected a name")
+        raise FileFormatError(source, f"topology: {shown(topology)}; expected a name")
     clean_name(topology, "topology", source=source)
     raw = obj.get("entries")
     if not isinstance(raw, list):
@@ -410,7 +418,7 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
             raise FileFormatError(source, f"{where}: expected an object")
         model = item.get("model")
         if model not in MODELS:
-            raise FileFormatError(source, f"{where}.model: {model!r}; expected one of "
+            raise FileFormatError(source, f"{where}.model: {shown(model)}; expected one of "
                                           f"{', '.join(map(repr, MODELS))}")
         unknown = sorted(set(item) - set(_ENTRY_KEYS) - set(_PARAMS[model]))
         if unknown:

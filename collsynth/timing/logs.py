@@ -102,7 +102,6 @@ from collsynth._parse import (
     bounded_float,
     bounded_int,
     clean_name,
-    float_from_text,
     int_from_text,
     parse_json,
     shown,
@@ -353,7 +352,7 @@ def _number(cell: str, what: str, name: str, line: int, *, optional: bool = Fals
     except ValueError:
         raise FileFormatError(name, f"line {line}: {what} {shown(cell)} is not a number") from None
     if not math.isfinite(value):
-        raise FileFormatError(name, f"line {line}: {what} {cell!r} is not a finite number")
+        raise FileFormatError(name, f"line {line}: {what} {shown(cell)} is not a finite number")
     if hi is not None:
         bounded_float(value, f"line {line}: {what}", source=name, hi=hi)
     return value
@@ -362,7 +361,7 @@ def _number(cell: str, what: str, name: str, line: int, *, optional: bool = Fals
 def _time(cell: str, name: str, line: int) -> float:
     value = _number(cell, "time", name, line)
     if value is None or value <= 0:
-        raise FileFormatError(name, f"line {line}: time {cell!r}: expected microseconds > 0")
+        raise FileFormatError(name, f"line {line}: time {shown(cell)}: expected microseconds > 0")
     return bounded_float(value, f"line {line}: time", source=name, hi=MAX_TIME_US,
                          why="microseconds: one call of more than an hour is not a measurement")
 
@@ -447,7 +446,9 @@ def _finish(name: str, source: str, collective: str, ranks: int | None,
 _NTHREAD = re.compile(r"#\s*nThreads?\s+(\d+)\s+nGpus\s+(\d+)")
 _RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\b")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
-_PERF_NAME = re.compile(r"([A-Za-z][A-Za-z0-9_]*?)_perf(?:_mpi)?\b")
+# The look-behinds let a match start only where a word does: without them every letter of a long
+# word starts a scan to its end, quadratic time on a line of one long word.
+_PERF_NAME = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*?)_perf(?:_mpi)?\b")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIME_HEADERS = ("time", "cputime")
 
@@ -550,7 +551,7 @@ def _nccl_row(cells: list[str], layout: _Layout, name: str, number: int
         op = named["redop"]
     if "root" in named:
         if not _INT.match(named["root"]):
-            raise FileFormatError(name, f"line {number}: root {named['root']!r} is not a rank")
+            raise FileFormatError(name, f"line {number}: root {shown(named['root'])} is not a rank")
         root = int_from_text(named["root"], f"line {number}: root", source=name, lo=-1,
                              hi=_MAX_RANKS - 1)
     result = []
@@ -577,7 +578,8 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
         raise FileFormatError(name, "JSON without a 'results' list: not nccl-tests JSON output")
     version = doc.get("version")
     if version not in _JSON_VERSIONS:
-        raise FileFormatError(name, f"version: nccl-tests JSON version {version!r}; this reader "
+        raise FileFormatError(name, f"version: nccl-tests JSON version {shown(version)}; this "
+                                    f"reader "
                                     f"knows versions {', '.join(map(str, _JSON_VERSIONS))}")
     results = doc["results"]
     if not isinstance(results, list):
@@ -665,7 +667,7 @@ def _json_int(obj: dict, key: str, name: str, at: str, *, optional: bool = False
 def _json_str(obj: dict, key: str, name: str, at: str) -> str | None:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
-        raise FileFormatError(name, f"{at}.{key}: {value!r}: expected a string")
+        raise FileFormatError(name, f"{at}.{key}: {shown(value)}: expected a string")
     return value
 
 
@@ -693,7 +695,7 @@ def _json_ranks(config: Any) -> int | None:
 
 # -- PARAM comms ----------------------------------------------------------------------------------
 
-_PARAM_ROW = re.compile(r"COMMS-RES(?:-(?P<tag>[A-Za-z][\w.-]*?))?(?=\s)(?P<rest>.*)$")
+_PARAM_ROW = re.compile(r"(?<![\w.-])COMMS-RES(?:-(?P<tag>[A-Za-z][\w.-]*?))?(?=\s)(?P<rest>.*)$")
 _PARAM_LABEL = re.compile(r"total-pair-size \(B\)|total-size \(B\)|size \(B\)|\S+")
 _WORLD_SIZE = re.compile(r"world_size['\"]?\s*[:=]\s*(\d+)")
 _COLLECTIVE_ARG = re.compile(r"(?:--collectives?[=\s]+|\bcollective\s*=\s*)([A-Za-z_]+)")

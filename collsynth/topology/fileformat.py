@@ -37,6 +37,7 @@ from collsynth._parse import (
     clean_text,
     free_form,
     read_json,
+    shown,
 )
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
@@ -85,10 +86,10 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
         raise FileFormatError(source, "expected a JSON object at the top level")
     fmt = obj.get("format", FORMAT_NAME)
     if fmt != FORMAT_NAME:
-        raise FileFormatError(source, f"field 'format' is {fmt!r}, expected {FORMAT_NAME!r}")
+        raise FileFormatError(source, f"field 'format' is {shown(fmt)}, expected {FORMAT_NAME!r}")
     version = obj.get("version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
-        raise FileFormatError(source, f"unknown version {version!r}; this collsynth reads "
+        raise FileFormatError(source, f"unknown version {shown(version)}; this collsynth reads "
                                       f"version {FORMAT_VERSION}")
     name = clean_name(_field(obj, "name", str, source), "name", source=source)
     links = _field(obj, "links", list, source)
@@ -100,7 +101,7 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
             raise FileFormatError(source, f"links[{i}] is {type(row).__name__}, expected a list")
         for j, bw in enumerate(row):
             if not isinstance(bw, int) or isinstance(bw, bool):
-                raise FileFormatError(source, f"links[{i}][{j}] = {bw!r}; expected an integer "
+                raise FileFormatError(source, f"links[{i}][{j}] = {shown(bw)}; expected an integer "
                                               "number of bandwidth units")
             if bw > MAX_LINK_UNITS:  # negative ones are refused by Topology, with their reason
                 bounded_int(bw, f"links[{i}][{j}]", source=source, hi=MAX_LINK_UNITS,
@@ -111,7 +112,8 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
             raise FileFormatError(source, f"groups[{k}] must be an object")
         limit = g.get("limit")
         if not isinstance(limit, int) or isinstance(limit, bool):
-            raise FileFormatError(source, f"groups[{k}].limit = {limit!r}; expected an integer")
+            raise FileFormatError(source, f"groups[{k}].limit = {shown(limit)}; expected an "
+                                          "integer")
         # A group can at most carry what all of its links carry together.
         bounded_int(limit, f"groups[{k}].limit", source=source, lo=None,
                     hi=MAX_LINK_UNITS * MAX_RANKS, why="bandwidth units per group")

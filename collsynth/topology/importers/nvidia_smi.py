@@ -182,7 +182,7 @@ def _parse(text: str, source: str) -> _Matrix:
             if cell != "X" and cell not in _PATH_CELLS and not _NV_CELL.match(cell):
                 raise FileFormatError(
                     source, f"line {index + 1}: row {label}, column {column}: unknown cell "
-                            f"{cell!r}; expected X, NV#, {', '.join(_PATH_CELLS)}")
+                            f"{shown(cell)}; expected X, NV#, {', '.join(_PATH_CELLS)}")
         cells[label] = tuple(row)
         affinity[label] = _affinity(fields[1 + width:], names, "\t" in line)
     missing = [g for g in gpus if g not in cells]
@@ -210,7 +210,7 @@ def _nv_counts(matrix: _Matrix, source: str) -> list[list[int]]:
             if (cell == "X") != (a == b):
                 expected = "X (self)" if a == b else "a link type, not X"
                 raise FileFormatError(
-                    source, f"row {ga}, column {gb}: cell {cell!r}, expected {expected}")
+                    source, f"row {ga}, column {gb}: cell {shown(cell)}, expected {expected}")
             match = _NV_CELL.match(cell)
             if match:
                 # Compared as text first: no int() of thousands of digits.
