@@ -58,7 +58,6 @@ def _banner(line: str) -> str | None:
     Written without a regex: the obvious one backtracks in cubic time on a line of thousands of
     ``=``.
 
-
     >>> _banner("====== Weight between two GPUs ======"), _banner("== x =="), _banner("=" * 6)
     ('Weight between two GPUs', None, '')
     """
