@@ -25,7 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from collsynth.algorithm import Algorithm, Send, Step
@@ -349,8 +349,24 @@ def _solve(path: Path, out: Path) -> list[str]:
 # -- one test per reader -------------------------------------------------------------------------
 
 
+def _with(good: dict, path: tuple, literal: str) -> str:
+    """``good`` as JSON text with the value at ``path`` replaced by ``literal`` (an example that
+    always runs, whatever hypothesis draws)."""
+    obj = copy.deepcopy(good)
+    target = obj
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = _SENTINEL
+    return json.dumps(obj).replace(json.dumps(_SENTINEL), literal, 1)
+
+
 @SETTINGS
 @given(data=hostile_json(_topology()))
+@example(data=_with(_topology(), ("links", 0, 1), str(2 ** 63)))
+@example(data=_with(_topology(), ("links", 0, 1), "9" * 5000))
+@example(data=_with(_topology(), ("unit_gbps",), "Infinity"))
+@example(data=_with(_topology(), ("name",), '"a\\u0000b"'))
+@example(data=_with(_topology(), ("links", 0, 1), '"' + "x" * 100_000 + '"'))
 def test_topology_json(data: str) -> None:
     _refused_cleanly(data, "topo.json", _topology_file, _solve)
 
@@ -389,12 +405,15 @@ def test_nvidia_smi(data: str) -> None:
 
 @SETTINGS
 @given(data=hostile_text(ROCM_SMI))
+@example(data="=" * 200_000 + "x\n" + ROCM_SMI)
 def test_rocm_smi(data: str) -> None:
     _refused_cleanly(data, "topo.txt", _topology_file, _solve)
 
 
 @SETTINGS
 @given(data=hostile_xml(NCCL_XML))
+@example(data=NCCL_XML.replace('count="12"', 'count="1000000000000"'))
+@example(data=NCCL_XML.replace('count="12"', 'count="1e20"'))
 def test_nccl_xml(data: str) -> None:
     _refused_cleanly(data, "topo.xml", _topology_file, _solve)
 
@@ -405,6 +424,9 @@ def _calibrate(path: Path, out: Path) -> list[str]:
 
 @SETTINGS
 @given(data=hostile_text(NCCL_TESTS_TEXT))
+@example(data=NCCL_TESTS_TEXT.replace("10.00   0.00", "1e308   0.00", 1))
+@example(data=NCCL_TESTS_TEXT.replace("    1024     256", "1" + "0" * 29 + " 256", 1))
+@example(data=NCCL_TESTS_TEXT.replace("88.45", "x" * 200_000, 1))
 def test_nccl_tests_log(data: str) -> None:
     _refused_cleanly(data, "all_reduce_perf.txt", load_log, _calibrate)
 
@@ -421,13 +443,21 @@ def test_nccl_tests_json_log(data: str) -> None:
     _refused_cleanly(data, "all_reduce.json", load_log, _calibrate)
 
 
+def _plan(path: Path, out: Path) -> list[str]:
+    return ["plan", str(path), "--topology", "dgx1", "-o", str(out)]
+
+
 @SETTINGS
 @given(line=st.sampled_from([0, 1]), data=st.data())
 def test_trace(line: int, data: st.DataObject) -> None:
     lines = [json.dumps(_HEADER), json.dumps(_CALL)]
     lines[line] = data.draw(hostile_json([_HEADER, _CALL][line])).replace("\n", " ")
-    _refused_cleanly("\n".join(lines) + "\n", "rank-00000.jsonl", read_trace,
-                     lambda p, out: ["plan", str(p), "--topology", "dgx1", "-o", str(out)])
+    _refused_cleanly("\n".join(lines) + "\n", "rank-00000.jsonl", read_trace, _plan)
+
+
+def test_trace_bytes_beyond_a_petabyte() -> None:
+    lines = [json.dumps(_HEADER), _with(_CALL, ("bytes",), str(10 ** 30))]
+    _refused_cleanly("\n".join(lines) + "\n", "rank-00000.jsonl", read_trace, _plan)
 
 
 @SETTINGS
