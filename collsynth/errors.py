@@ -52,12 +52,29 @@ class InputTooLargeError(CollsynthError, ValueError):
 
 
 class FileFormatError(CollsynthError, ValueError):
-    """A file that cannot be read: names the file, the field (or line) and what was expected."""
+    """A file that cannot be read: names the file, the field (or line) and what was expected.
+
+    A value quoted from a hostile file can be megabytes long: words of the message longer than
+    100 characters are shortened, and the message to at most 600 characters.
+    """
 
     def __init__(self, path: object, message: str) -> None:
         self.path = str(path)
-        self.detail = message
-        super().__init__(f"{self.path}: {message}")
+        self.detail = _shorten(str(message))
+        super().__init__(f"{self.path}: {self.detail}")
+
+
+def _shorten(text: str, word: int = 100, total: int = 600) -> str:
+    """``text`` with every run of more than ``word`` non-blank characters cut in its middle, then
+    cut to ``total`` characters (keeping its end, which says what was expected)."""
+    if len(text) <= word:
+        return text
+    parts = text.split(" ")
+    text = " ".join(p if len(p) <= word else f"{p[:50]}...[{len(p)} characters]...{p[-10:]}"
+                    for p in parts)
+    if len(text) > total:
+        text = f"{text[:total - 150]} ... {text[-140:]}"
+    return text
 
 
 class VerificationError(CollsynthError):

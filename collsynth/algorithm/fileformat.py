@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from collsynth._parse import clean_name, free_form
 from collsynth.algorithm.arrays import SendBlock, sends_as_arrays
 from collsynth.algorithm.model import Algorithm, Send, Step
 from collsynth.algorithm.verify import verify
@@ -64,6 +65,7 @@ from collsynth.collective.fileformat import (
     got,
     jsonable,
 )
+from collsynth.collective.model import MAX_CHUNKS
 from collsynth.collective.standard import check_standard_conditions
 from collsynth.errors import FileFormatError, InvalidCollectiveError, VerificationError
 from collsynth.topology.fileformat import read_json_file, topology_from_json, topology_to_json
@@ -209,10 +211,12 @@ def algorithm_from_json(obj: Any, *, source: str = "<algorithm>") -> Algorithm:
     name = obj["name"]
     if not isinstance(name, str):
         raise FileFormatError(source, f"field 'name': expected a string, got {got(name)}")
+    clean_name(name, "field 'name'", source=source)
     provenance = obj.get("provenance", {})
     if not isinstance(provenance, dict):
         raise FileFormatError(source, f"field 'provenance': expected an object, got "
                                       f"{got(provenance)}")
+    free_form(provenance, "provenance", source=source)
 
     topology = topology_from_json(obj["topology"], source=f"{source}: topology")
     collective = collective_from_json(obj["collective"], source=f"{source}: collective",
@@ -246,6 +250,9 @@ def algorithm_from_json(obj: Any, *, source: str = "<algorithm>") -> Algorithm:
         if not _is_int(rounds) or rounds < 1:
             raise FileFormatError(source, f"{where}.rounds: expected a positive integer, got "
                                           f"{got(rounds)}")
+        if rounds > MAX_CHUNKS:  # a link carries each chunk at most once a step
+            raise FileFormatError(source, f"{where}.rounds = {rounds}: more than the {MAX_CHUNKS} "
+                                          "rounds a step of collsynth's largest collective needs")
         sends = raw.get("sends")
         if not isinstance(sends, list):
             raise FileFormatError(source, f"{where}.sends: expected a list of [chunk, src, dst], "
@@ -301,9 +308,10 @@ def _check_instance(raw: Any, algorithm: Algorithm, source: str) -> int | None:
             raise FileFormatError(source, f"instance.rounds_per_chunk = {text} but rounds / chunks "
                                           f"= {algorithm.rounds_per_chunk}")
     extra_memory = raw.get("extra_memory")
-    if extra_memory is not None and (not _is_int(extra_memory) or extra_memory < 0):
-        raise FileFormatError(source, f"instance.extra_memory: expected a non-negative integer or "
-                                      f"null, got {got(extra_memory)}")
+    if extra_memory is not None and (not _is_int(extra_memory)
+                                     or not 0 <= extra_memory <= MAX_CHUNKS):
+        raise FileFormatError(source, f"instance.extra_memory: expected an integer from 0 to "
+                                      f"{MAX_CHUNKS} (chunks) or null, got {got(extra_memory)}")
     return extra_memory
 
 

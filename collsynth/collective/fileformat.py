@@ -57,6 +57,7 @@ import os
 import re
 from typing import Any
 
+from collsynth._parse import clean_name, clean_text, free_form, shown
 from collsynth.collective.model import MAX_CHUNKS, Collective
 from collsynth.collective.standard import check_standard_conditions
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
@@ -89,8 +90,8 @@ def got(value: Any) -> str:
     kind (``a list``) or shortened."""
     try:
         text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError, RecursionError):
+        text = shown(value)
     if len(text) <= 40:
         return text
     return _type_name(value) if isinstance(value, (list, dict)) else text[:37] + "..."
@@ -189,10 +190,10 @@ def collective_from_json(obj: Any, *, source: str = "<collective>",
                                       f"{_type_name(obj)}")
     fmt = obj.get("format", FORMAT_NAME)
     if fmt != FORMAT_NAME:
-        raise FileFormatError(source, f"field 'format' is {fmt!r}, expected {FORMAT_NAME!r}")
+        raise FileFormatError(source, f"field 'format' is {shown(fmt)}, expected {FORMAT_NAME!r}")
     version = obj.get("version", FORMAT_VERSION)
     if version != FORMAT_VERSION or isinstance(version, bool):
-        raise FileFormatError(source, f"unknown version {version!r}; this collsynth reads "
+        raise FileFormatError(source, f"unknown version {shown(version)}; this collsynth reads "
                                       f"version {FORMAT_VERSION}")
     unknown = sorted(set(obj) - _TOP_FIELDS)
     if unknown:
@@ -209,17 +210,22 @@ def collective_from_json(obj: Any, *, source: str = "<collective>",
             raise FileFormatError(source, f"field {key!r}: expected {expected}, got {got(value)}")
         return value
 
-    name = field("name", lambda v: isinstance(v, str) and v.strip() != "", "a non-empty string")
+    name = clean_name(field("name", lambda v: isinstance(v, str) and v.strip() != "",
+                            "a non-empty string"), "field 'name'", source=source)
     num_ranks = field("num_ranks", lambda v: _is_int(v) and v >= 1, "a positive integer")
     if num_ranks > MAX_RANKS:
         raise InputTooLargeError(f"{source}: num_ranks = {num_ranks} is more than the {MAX_RANKS} "
                                  "ranks collsynth accepts")
     combining = field("combining", lambda v: isinstance(v, bool), "true or false", False)
-    chunk_factor = field("chunk_factor", lambda v: _is_int(v) and v >= 1, "a positive integer", 1)
+    # Each chunk of the file is one piece: there are at least chunk_factor of them.
+    chunk_factor = field("chunk_factor", lambda v: _is_int(v) and 1 <= v <= MAX_CHUNKS,
+                         f"an integer from 1 to {MAX_CHUNKS}", 1)
     roots_raw = field("roots", lambda v: isinstance(v, list), "a list of ranks", [])
     _ranks(roots_raw, source, "roots", num_ranks)  # order matters (multi-root chunk numbering)
-    metadata = field("metadata", lambda v: isinstance(v, dict), "an object", {})
-    description = field("description", lambda v: isinstance(v, str), "a string", "")
+    metadata = free_form(field("metadata", lambda v: isinstance(v, dict), "an object", {}),
+                         "metadata", source=source)
+    description = clean_text(field("description", lambda v: isinstance(v, str), "a string", ""),
+                             "field 'description'", source=source)
     chunks = field("chunks", lambda v: isinstance(v, list), "a list of {\"pre\": [...], "
                    "\"post\": [...]} objects")
     if len(chunks) > MAX_CHUNKS:

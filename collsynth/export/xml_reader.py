@@ -79,6 +79,8 @@ _ANY_REQUIRED = {
 }
 
 _DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)")
+#: 2^63: the runtimes read integers with strtol into a 64-bit long.
+_LONG_LIMIT = 1 << 63
 _DECLARATION = re.compile(r"<!\s*(DOCTYPE|ENTITY)", re.IGNORECASE)
 _POSITION_SUFFIX = re.compile(r",\s*line \d+, column \d+\s*$")
 # One token of the raw text: a comment, a processing instruction, a <!...> declaration, a tag
@@ -160,23 +162,29 @@ def _parse(data: bytes) -> etree._Element:
 
 
 def _strtol(text: str) -> int:
-    """C's ``strtol(text, NULL, 0)`` (without overflow): what the runtimes read."""
+    """C's ``strtol(text, NULL, 0)`` for a 64-bit ``long``: what the runtimes read. Like C, a
+    value beyond the range reads as ``LONG_MAX`` (``LONG_MIN`` when negative)."""
     m = re.match(r"\s*([+-]?)(0[xX](?=[0-9a-fA-F])|0)?", text)
     sign, prefix = m.group(1), m.group(2) or ""
     rest = text[m.end():]
     if prefix.lower() == "0x":
-        digits = re.match(r"[0-9a-fA-F]*", rest).group(0)
-        value = int(digits, 16)
+        base, digits = 16, re.match(r"[0-9a-fA-F]*", rest).group(0)
     elif prefix == "0":
-        digits = re.match(r"[0-7]*", rest).group(0)
-        value = int(digits, 8) if digits else 0
+        base, digits = 8, re.match(r"[0-7]*", rest).group(0)
     else:
-        digits = re.match(r"[0-9]*", rest).group(0)
-        value = int(digits) if digits else 0
-    return -value if sign == "-" else value
+        base, digits = 10, re.match(r"[0-9]*", rest).group(0)
+    digits = digits.lstrip("0")
+    # 22 octal digits exceed 2^63 already: a longer string saturates without an int() of it.
+    value = int(digits, base) if digits and len(digits) <= 22 else (0 if not digits else 1 << 64)
+    if sign == "-":
+        return max(-value, -_LONG_LIMIT)
+    return min(value, _LONG_LIMIT - 1)
 
 
 def _int_problem(raw: str, value: int) -> str:
+    if _DECIMAL.fullmatch(raw):
+        return (f"is beyond the 64-bit range of the runtimes' reader (strtol reads it as "
+                f"{value}); write a number from {-_LONG_LIMIT} to {_LONG_LIMIT - 1}")
     if re.fullmatch(r"\s*[+-]?0[0-9]+", raw):
         return (f"has a leading 0: the runtimes' reader (strtol base 0) reads it as octal "
                 f"{value}; write plain decimal")
@@ -215,10 +223,12 @@ class _Builder:
         raw = el.get(attr)
         if raw is None:
             return default
-        if _DECIMAL.fullmatch(raw):
+        # At most 20 characters before int(): no conversion of thousands of digits.
+        if _DECIMAL.fullmatch(raw) and len(raw) <= 20 and -_LONG_LIMIT <= int(raw) < _LONG_LIMIT:
             return int(raw)
         value = _strtol(raw)
-        message = f'<{el.tag}> {attr}="{raw}" {_int_problem(raw, value)}'
+        written = raw if len(raw) <= 40 else f"{raw[:30]}...({len(raw)} characters)"
+        message = f'<{el.tag}> {attr}="{written}" {_int_problem(raw, value)}'
         if self.runtime is None:
             self._fail(message, el.sourceline)
         else:

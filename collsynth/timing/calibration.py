@@ -79,6 +79,14 @@ from typing import Any, Mapping, Sequence
 
 from collsynth._atomic import write_text_atomic
 from collsynth._files import read_bytes_bounded
+from collsynth._parse import (
+    MAX_SIZE_BYTES,
+    MAX_TIME_US,
+    clean_name,
+    clean_text,
+    parse_json,
+    shown,
+)
 from collsynth.errors import (
     FileFormatError,
     InvalidInstanceError,
@@ -383,18 +391,20 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
     if not isinstance(obj, dict):
         raise FileFormatError(source, "expected a JSON object")
     if obj.get("format") != FORMAT_NAME:
-        raise FileFormatError(source, f"format: {obj.get('format')!r}; expected {FORMAT_NAME!r} "
+        raise FileFormatError(source, f"format: {shown(obj.get('format'))}; expected "
+                                      f"{FORMAT_NAME!r} "
                                       "(is this a calibration file?)")
     version = obj.get("version")
     if isinstance(version, bool) or version != FORMAT_VERSION:
-        raise FileFormatError(source, f"version: {version!r}; this collsynth reads version "
+        raise FileFormatError(source, f"version: {shown(version)}; this collsynth reads version "
                                       f"{FORMAT_VERSION}")
     unknown = sorted(set(obj) - {"format", "version", "topology", "entries"})
     if unknown:
         raise FileFormatError(source, f"unknown field(s) {', '.join(map(repr, unknown))}")
     topology = obj.get("topology")
     if not isinstance(topology, str) or not topology.strip():
-        raise FileFormatError(source, f"topology: {topology!r}; expected a name")
+        raise FileFormatError(source, f"topology: {shown(topology)}; expected a name")
+    clean_name(topology, "topology", source=source)
     raw = obj.get("entries")
     if not isinstance(raw, list):
         raise FileFormatError(source, "entries: expected a list")
@@ -408,7 +418,7 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
             raise FileFormatError(source, f"{where}: expected an object")
         model = item.get("model")
         if model not in MODELS:
-            raise FileFormatError(source, f"{where}.model: {model!r}; expected one of "
+            raise FileFormatError(source, f"{where}.model: {shown(model)}; expected one of "
                                           f"{', '.join(map(repr, MODELS))}")
         unknown = sorted(set(item) - set(_ENTRY_KEYS) - set(_PARAMS[model]))
         if unknown:
@@ -420,6 +430,14 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
         problem = _entry_problem(entry)
         if problem is not None:
             raise FileFormatError(source, f"{where}{problem[0]}: {problem[1]}")
+        clean_text(entry.file, f"{where}.file", source=source)
+        clean_name(entry.collective, f"{where}.collective", source=source)
+        for key, value in params.items():  # what a log can have measured (see logs.py)
+            limit = MAX_TIME_US if key.endswith("_us") else \
+                MAX_SIZE_BYTES if key.endswith("_bytes") else None
+            if limit is not None and value > limit:
+                raise FileFormatError(source, f"{where}.{key}: {value!r}; expected at most "
+                                              f"{limit:g}")
         entries.append(CalibrationEntry(entry.file, entry.collective, entry.ranks, model,
                                         params, gmae=entry.gmae, gmae_rows=entry.gmae_rows))
     return Calibration(topology, tuple(entries))
@@ -500,13 +518,4 @@ def load_calibration(path: str | os.PathLike[str]) -> Calibration:
         A file larger than :data:`MAX_CALIBRATION_BYTES`.
     """
     data = read_bytes_bounded(path, MAX_CALIBRATION_BYTES, what="a calibration file may have")
-    try:
-        obj = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise FileFormatError(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(path, f"line {exc.lineno}: malformed JSON at column {exc.colno}: "
-                                    f"{exc.msg}") from exc
-    except RecursionError as exc:
-        raise FileFormatError(path, "JSON nested too deeply") from exc
-    return calibration_from_json(obj, source=str(path))
+    return calibration_from_json(parse_json(data, str(path)), source=str(path))

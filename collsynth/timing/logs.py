@@ -86,7 +86,6 @@ BenchmarkRow(size_bytes=1024, count=256, dtype='float', op='sum', root=-1, time_
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -96,6 +95,18 @@ from typing import Any, Sequence
 
 from collsynth.collective.kinds import KINDS, canonical_name
 from collsynth._files import read_bytes_bounded
+from collsynth._parse import (
+    MAX_GBPS,
+    MAX_NUMBER_CHARS,
+    MAX_SIZE_BYTES,
+    MAX_TIME_US,
+    bounded_float,
+    bounded_int,
+    clean_name,
+    int_from_text,
+    parse_json,
+    shown,
+)
 from collsynth.errors import FileFormatError
 
 __all__ = [
@@ -281,6 +292,9 @@ def parse_log(text: str, *, name: str = "<log>", collective: str | None = None,
         raise FileFormatError(name, f"ranks = {ranks!r}: expected a whole number >= 1")
     if not text.strip():
         raise FileFormatError(name, "the file is empty")
+    if "\0" in text:
+        line = text.count("\n", 0, text.index("\0")) + 1
+        raise FileFormatError(name, f"line {line}: a NUL character; a benchmark log is text")
     if text.lstrip().startswith("{"):
         return _parse_json(text, name, collective, ranks)
     if "COMMS-RES" in text:
@@ -305,32 +319,44 @@ def _strip_tags(line: str) -> str:
     return line
 
 
-def _number(cell: str, what: str, name: str, line: int, *, optional: bool = False
-            ) -> float | None:
-    """A finite float from a cell; ``None`` for N/A when ``optional``."""
+def _number(cell: str, what: str, name: str, line: int, *, optional: bool = False,
+            hi: float | None = None) -> float | None:
+    """A finite float from a cell, at most ``hi``; ``None`` for N/A when ``optional``."""
     if optional and cell.strip().lower() in _NA:
         return None
     try:
+        if len(cell) > MAX_NUMBER_CHARS:
+            raise ValueError(cell)
         value = float(cell)
     except ValueError:
-        raise FileFormatError(name, f"line {line}: {what} {cell!r} is not a number") from None
+        raise FileFormatError(name, f"line {line}: {what} {shown(cell)} is not a number") from None
     if not math.isfinite(value):
-        raise FileFormatError(name, f"line {line}: {what} {cell!r} is not a finite number")
+        raise FileFormatError(name, f"line {line}: {what} {shown(cell)} is not a finite number")
+    if hi is not None:
+        bounded_float(value, f"line {line}: {what}", source=name, hi=hi)
     return value
 
 
 def _time(cell: str, name: str, line: int) -> float:
     value = _number(cell, "time", name, line)
     if value is None or value <= 0:
-        raise FileFormatError(name, f"line {line}: time {cell!r}: expected microseconds > 0")
-    return value
+        raise FileFormatError(name, f"line {line}: time {shown(cell)}: expected microseconds > 0")
+    return bounded_float(value, f"line {line}: time", source=name, hi=MAX_TIME_US,
+                         why="microseconds: one call of more than an hour is not a measurement")
 
 
-def _size(cell: str, name: str, line: int) -> int:
-    if not _INT.match(cell) or int(cell) < 0:
-        raise FileFormatError(name, f"line {line}: size {cell!r}: expected a whole number of "
-                                    "bytes >= 0")
-    return int(cell)
+def _size(cell: str, name: str, line: int, what: str = "size") -> int:
+    if not _INT.match(cell) or cell.startswith("-"):
+        raise FileFormatError(name, f"line {line}: {what} {shown(cell)}: expected a whole number "
+                                    "of bytes >= 0" if what == "size" else
+                              f"line {line}: {what} {shown(cell)}: expected a whole number >= 0")
+    return int_from_text(cell, f"line {line}: {what}", source=name, hi=MAX_SIZE_BYTES,
+                         why="more than 1 PiB in one call")
+
+
+def _count(text: str, what: str, name: str, line: int, hi: int) -> int:
+    """A whole number of a header line (ranks, threads, GPUs), from 0 to ``hi``."""
+    return int_from_text(text, f"line {line}: {what}", source=name, hi=hi)
 
 
 def _collective_from_name(name: str) -> str | None:
@@ -341,7 +367,7 @@ def _collective_from_name(name: str) -> str | None:
 def _resolve_collective(name: str, override: str | None, found: str | None) -> str:
     for candidate in (override, found, _collective_from_name(name)):
         if candidate:
-            return canonical_collective(candidate)
+            return clean_name(canonical_collective(candidate), "the collective", source=name)
     raise FileFormatError(name, "cannot tell which collective was measured: the log names no "
                                 "NAME_perf binary or collective and neither does the file name; "
                                 "pass the collective (e.g. --collective allreduce)")
@@ -399,7 +425,9 @@ def _finish(name: str, source: str, collective: str, ranks: int | None,
 _NTHREAD = re.compile(r"#\s*nThreads?\s+(\d+)\s+nGpus\s+(\d+)")
 _RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\b")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
-_PERF_NAME = re.compile(r"([A-Za-z][A-Za-z0-9_]*?)_perf(?:_mpi)?\b")
+# The look-behinds let a match start only where a word does: without them every letter of a long
+# word starts a scan to its end, quadratic time on a line of one long word.
+_PERF_NAME = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*?)_perf(?:_mpi)?\b")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIME_HEADERS = ("time", "cputime")
 
@@ -443,9 +471,10 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
         if line.startswith("#"):
             body = line.lstrip("#").strip()
             if (m := _NTHREAD.match(line)) is not None:
-                per_process = int(m.group(1)) * int(m.group(2))
+                per_process = (_count(m.group(1), "nThread", name, number, _MAX_RANKS)
+                               * _count(m.group(2), "nGpus", name, number, _MAX_RANKS))
             elif (m := _RANK_LINE.match(line)) is not None:
-                rank_ids.add(int(m.group(1)))
+                rank_ids.add(_count(m.group(1), "Rank", name, number, _MAX_RANKS - 1))
             elif (m := _STARTING.match(line)) is not None:
                 starting = m.group(1)
             elif (header := _Layout.from_header(body.split())) is not None:
@@ -481,7 +510,7 @@ def _nccl_row(cells: list[str], layout: _Layout, name: str, number: int
     if len(cells) >= 2 and _TIMESTAMP.match(cells[-2]):
         cells = cells[:-2]
     size = _size(cells[0], name, number)
-    count = _size(cells[1], name, number)
+    count = _size(cells[1], name, number, "count")
     halves = 2
     if not 0 <= len(cells) - 3 - halves * layout.width <= len(layout.optional):
         raise FileFormatError(name, f"line {number}: a result row with {len(cells)} cells; "
@@ -501,15 +530,16 @@ def _nccl_row(cells: list[str], layout: _Layout, name: str, number: int
         op = named["redop"]
     if "root" in named:
         if not _INT.match(named["root"]):
-            raise FileFormatError(name, f"line {number}: root {named['root']!r} is not a rank")
-        root = int(named["root"])
+            raise FileFormatError(name, f"line {number}: root {shown(named['root'])} is not a rank")
+        root = int_from_text(named["root"], f"line {number}: root", source=name, lo=-1,
+                             hi=_MAX_RANKS - 1)
     result = []
     start = len(cells) - halves * layout.width
     for half in range(halves):
         base = start + half * layout.width
         time_us = _time(cells[base], name, number)
-        algbw = _number(cells[base + 1], "algbw", name, number, optional=True)
-        busbw = _number(cells[base + 2], "busbw", name, number, optional=True)
+        algbw = _number(cells[base + 1], "algbw", name, number, optional=True, hi=MAX_GBPS)
+        busbw = _number(cells[base + 2], "busbw", name, number, optional=True, hi=MAX_GBPS)
         errors = _number(cells[base + 3], "error", name, number, optional=True)
         result.append(BenchmarkRow(size, count, dtype, op, root, time_us, algbw, busbw,
                                    half == 1, errors, number))
@@ -522,18 +552,13 @@ _JSON_VERSIONS = (1, 2)
 
 
 def _parse_json(text: str, name: str, collective: str | None, ranks: int | None) -> BenchmarkLog:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(name, f"line {exc.lineno}: malformed JSON at column {exc.colno}: "
-                                    f"{exc.msg}") from exc
-    except RecursionError as exc:
-        raise FileFormatError(name, "JSON nested too deeply") from exc
+    doc = parse_json(text, name)
     if not isinstance(doc, dict) or "results" not in doc:
         raise FileFormatError(name, "JSON without a 'results' list: not nccl-tests JSON output")
     version = doc.get("version")
     if version not in _JSON_VERSIONS:
-        raise FileFormatError(name, f"version: nccl-tests JSON version {version!r}; this reader "
+        raise FileFormatError(name, f"version: nccl-tests JSON version {shown(version)}; this "
+                                    f"reader "
                                     f"knows versions {', '.join(map(str, _JSON_VERSIONS))}")
     results = doc["results"]
     if not isinstance(results, list):
@@ -557,8 +582,8 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
         root = None
         if root_text is not None and root_text.strip():
             if not _INT.match(root_text.strip()):
-                raise FileFormatError(name, f"{at}.root: {root_text!r} is not a rank")
-            root = int(root_text.strip())
+                raise FileFormatError(name, f"{at}.root: {shown(root_text)} is not a rank")
+            root = int_from_text(root_text, f"{at}.root", source=name, lo=-1, hi=_MAX_RANKS - 1)
         if op is not None and op.strip().lower() in ("", "none"):
             op = None
         halves = [(key, entry.get(key)) for key in ("out_of_place", "in_place")]
@@ -576,8 +601,10 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
             time_us = _json_float(half, time_key, name, f"{at}.{key}")
             if time_us is None or time_us <= 0:
                 raise FileFormatError(name, f"{at}.{key}.{time_key}: expected microseconds > 0")
-            algbw = _json_float(half, "alg_bw", name, f"{at}.{key}", optional=True)
-            busbw = _json_float(half, "bus_bw", name, f"{at}.{key}", optional=True)
+            bounded_float(time_us, f"{at}.{key}.{time_key}", source=name, hi=MAX_TIME_US,
+                          why="microseconds: one call of more than an hour is not a measurement")
+            algbw = _json_float(half, "alg_bw", name, f"{at}.{key}", optional=True, hi=MAX_GBPS)
+            busbw = _json_float(half, "bus_bw", name, f"{at}.{key}", optional=True, hi=MAX_GBPS)
             errors = _json_float(half, "nwrong", name, f"{at}.{key}", optional=True)
             rows.append(BenchmarkRow(size, count, dtype, op, root, time_us, algbw, busbw,
                                      key == "in_place", errors, line))
@@ -611,27 +638,28 @@ def _json_int(obj: dict, key: str, name: str, at: str, *, optional: bool = False
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise FileFormatError(name, f"{at}.{key}: {value!r}: expected a whole number >= 0")
-    return value
+        raise FileFormatError(name, f"{at}.{key}: {shown(value)}: expected a whole number >= 0")
+    return bounded_int(value, f"{at}.{key}", source=name, hi=MAX_SIZE_BYTES,
+                       why="more than 1 PiB in one call")
 
 
 def _json_str(obj: dict, key: str, name: str, at: str) -> str | None:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
-        raise FileFormatError(name, f"{at}.{key}: {value!r}: expected a string")
+        raise FileFormatError(name, f"{at}.{key}: {shown(value)}: expected a string")
     return value
 
 
-def _json_float(obj: dict, key: str, name: str, at: str, *, optional: bool = False
-                ) -> float | None:
+def _json_float(obj: dict, key: str, name: str, at: str, *, optional: bool = False,
+                hi: float | None = None) -> float | None:
     value = obj.get(key)
     if value is None or (isinstance(value, str) and value.lower() in _NA):
         if optional:
             return None
         raise FileFormatError(name, f"{at}.{key}: missing; expected a number")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise FileFormatError(name, f"{at}.{key}: {value!r}: expected a finite number")
-    return float(value)
+        raise FileFormatError(name, f"{at}.{key}: {shown(value)}: expected a finite number")
+    return bounded_float(value, f"{at}.{key}", source=name, hi=hi)
 
 
 def _json_ranks(config: Any) -> int | None:
@@ -646,7 +674,7 @@ def _json_ranks(config: Any) -> int | None:
 
 # -- PARAM comms ----------------------------------------------------------------------------------
 
-_PARAM_ROW = re.compile(r"COMMS-RES(?:-(?P<tag>[A-Za-z][\w.-]*?))?(?=\s)(?P<rest>.*)$")
+_PARAM_ROW = re.compile(r"(?<![\w.-])COMMS-RES(?:-(?P<tag>[A-Za-z][\w.-]*?))?(?=\s)(?P<rest>.*)$")
 _PARAM_LABEL = re.compile(r"total-pair-size \(B\)|total-size \(B\)|size \(B\)|\S+")
 _WORLD_SIZE = re.compile(r"world_size['\"]?\s*[:=]\s*(\d+)")
 _COLLECTIVE_ARG = re.compile(r"(?:--collectives?[=\s]+|\bcollective\s*=\s*)([A-Za-z_]+)")
@@ -687,7 +715,7 @@ def _parse_param(text: str, name: str, collective: str | None, ranks: int | None
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _strip_tags(raw)
         if world is None and (m := _WORLD_SIZE.search(line)) is not None:
-            world = int(m.group(1))
+            world = _count(m.group(1), "world_size", name, number, _MAX_RANKS)
         if found is None and (m := _COLLECTIVE_ARG.search(line)) is not None:
             found = m.group(1)
         m = _PARAM_ROW.search(line)
@@ -719,12 +747,12 @@ def _parse_param(text: str, name: str, collective: str | None, ranks: int | None
         if size == 0:
             zero += 1
             continue
-        count = _size(named["count"], name, number) if "count" in named else None
+        count = _size(named["count"], name, number, "count") if "count" in named else None
         dtype = tag.split("-", 1)[1] if "-" in tag else None
         time_us = _time(named["p50"], name, number)
-        algbw = (_number(named["algbw"], "algBW", name, number, optional=True)
+        algbw = (_number(named["algbw"], "algBW", name, number, optional=True, hi=MAX_GBPS)
                  if "algbw" in named else None)
-        busbw = (_number(named["busbw"], "busBW", name, number, optional=True)
+        busbw = (_number(named["busbw"], "busBW", name, number, optional=True, hi=MAX_GBPS)
                  if "busbw" in named else None)
         rows.append(BenchmarkRow(size, count, dtype, None, None, time_us, algbw, busbw, False,
                                  None, number))

@@ -24,10 +24,21 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-from collsynth._files import read_bytes_bounded
+from collsynth._parse import (
+    MAX_GBPS,
+    MAX_LINK_UNITS,
+    MAX_TIME_US,
+    MIN_GBPS,
+    bounded_float,
+    bounded_int,
+    clean_name,
+    clean_text,
+    free_form,
+    read_json,
+    shown,
+)
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
 
@@ -41,23 +52,12 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
 def read_json_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES) -> Any:
-    """Read and parse a JSON file, refusing files larger than ``max_bytes``.
+    """Read and parse a JSON file, refusing files larger than ``max_bytes``, ``NaN`` and
+    ``Infinity``, and numbers too long to be meant (see :func:`collsynth._parse.parse_json`).
 
     Raises :class:`FileFormatError` (naming the file, and the line and column for bad JSON).
     """
-    p = Path(path)
-    data = read_bytes_bounded(p, max_bytes, what="accepted")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FileFormatError(p, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(p, f"malformed JSON at line {exc.lineno} column {exc.colno}: "
-                                 f"{exc.msg}") from exc
-    except RecursionError as exc:
-        raise FileFormatError(p, "JSON nested too deeply") from exc
+    return read_json(path, max_bytes=max_bytes)
 
 
 def _field(obj: dict, key: str, kind: type | tuple, source: str, *, required: bool = True,
@@ -86,12 +86,12 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
         raise FileFormatError(source, "expected a JSON object at the top level")
     fmt = obj.get("format", FORMAT_NAME)
     if fmt != FORMAT_NAME:
-        raise FileFormatError(source, f"field 'format' is {fmt!r}, expected {FORMAT_NAME!r}")
+        raise FileFormatError(source, f"field 'format' is {shown(fmt)}, expected {FORMAT_NAME!r}")
     version = obj.get("version", FORMAT_VERSION)
     if version != FORMAT_VERSION:
-        raise FileFormatError(source, f"unknown version {version!r}; this collsynth reads "
+        raise FileFormatError(source, f"unknown version {shown(version)}; this collsynth reads "
                                       f"version {FORMAT_VERSION}")
-    name = _field(obj, "name", str, source)
+    name = clean_name(_field(obj, "name", str, source), "name", source=source)
     links = _field(obj, "links", list, source)
     if len(links) > MAX_RANKS:
         raise InputTooLargeError(f"{source}: {len(links)} ranks is more than the {MAX_RANKS} "
@@ -101,27 +101,39 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
             raise FileFormatError(source, f"links[{i}] is {type(row).__name__}, expected a list")
         for j, bw in enumerate(row):
             if not isinstance(bw, int) or isinstance(bw, bool):
-                raise FileFormatError(source, f"links[{i}][{j}] = {bw!r}; expected an integer "
+                raise FileFormatError(source, f"links[{i}][{j}] = {shown(bw)}; expected an integer "
                                               "number of bandwidth units")
+            if bw > MAX_LINK_UNITS:  # negative ones are refused by Topology, with their reason
+                bounded_int(bw, f"links[{i}][{j}]", source=source, hi=MAX_LINK_UNITS,
+                            why="bandwidth units per link")
     groups = []
     for k, g in enumerate(_field(obj, "groups", list, source, required=False, default=[])):
         if not isinstance(g, dict):
             raise FileFormatError(source, f"groups[{k}] must be an object")
         limit = g.get("limit")
         if not isinstance(limit, int) or isinstance(limit, bool):
-            raise FileFormatError(source, f"groups[{k}].limit = {limit!r}; expected an integer")
+            raise FileFormatError(source, f"groups[{k}].limit = {shown(limit)}; expected an "
+                                          "integer")
+        # A group can at most carry what all of its links carry together.
+        bounded_int(limit, f"groups[{k}].limit", source=source, lo=None,
+                    hi=MAX_LINK_UNITS * MAX_RANKS, why="bandwidth units per group")
         groups.append(BandwidthGroup(
             _rank_list(g.get("sources"), source, f"groups[{k}].sources"),
             _rank_list(g.get("destinations"), source, f"groups[{k}].destinations"),
-            limit, str(g.get("name", ""))))
+            limit, clean_name(g.get("name", ""), f"groups[{k}].name", source=source, empty=True)))
     unit = _field(obj, "unit_gbps", (int, float), source, required=False)
+    if unit is not None:
+        unit = bounded_float(unit, "unit_gbps", source=source, lo=MIN_GBPS, hi=MAX_GBPS)
     alpha = _field(obj, "alpha_us", (int, float), source, required=False)
-    metadata = _field(obj, "metadata", dict, source, required=False, default={})
+    if alpha is not None:
+        alpha = bounded_float(alpha, "alpha_us", source=source, above=0, hi=MAX_TIME_US)
+    metadata = free_form(_field(obj, "metadata", dict, source, required=False, default={}),
+                         "metadata", source=source)
+    description = clean_text(obj.get("description", ""), "description", source=source)
     try:
         return Topology(name=name, links=tuple(tuple(row) for row in links), groups=tuple(groups),
-                        unit_gbps=None if unit is None else float(unit),
-                        alpha_us=None if alpha is None else float(alpha),
-                        description=str(obj.get("description", "")), metadata=metadata)
+                        unit_gbps=unit, alpha_us=alpha, description=description,
+                        metadata=metadata)
     except CollsynthError as exc:
         raise FileFormatError(source, str(exc)) from exc
 

@@ -33,6 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from collsynth._parse import (
+    MAX_INT64,
+    MAX_SIZE_BYTES,
+    MAX_TIME_US,
+    clean_name,
+    clean_text,
+    free_form,
+    parse_json,
+    shown,
+)
 from collsynth.errors import FileFormatError, InputTooLargeError
 
 __all__ = [
@@ -318,23 +328,12 @@ def read_rank_file(path: str | os.PathLike[str]) -> RankTrace:
     return RankTrace(str(p), header, tuple(calls))
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+#: Latest ``started_unix`` a header may give: the year 5138 (10^11 s); later is not a clock.
+_MAX_UNIX_SECONDS = 1e11
 
 
 def _parse_line(line: bytes, path: Path, number: int) -> dict[str, Any]:
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FileFormatError(path, f"line {number}: not UTF-8 text ({exc.reason} at byte "
-                                    f"{exc.start})") from exc
-    try:
-        obj = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as exc:
-        raise FileFormatError(path, f"line {number}: malformed JSON at column {exc.colno}: "
-                                    f"{exc.msg}") from exc
-    except (ValueError, RecursionError) as exc:
-        raise FileFormatError(path, f"line {number}: malformed JSON: {exc}") from exc
+    obj = parse_json(line, str(path), line=number)
     if not isinstance(obj, dict):
         raise FileFormatError(path, f"line {number}: expected a JSON object, got "
                                     f"{type(obj).__name__}")
@@ -359,12 +358,17 @@ class _Fields:
         raise FileFormatError(self.path, f"line {self.number}: field {key!r}: {message}")
 
     def _bad(self, key: str, expected: str) -> None:
-        value = json.dumps(self.obj[key])
-        shown = value if len(value) <= 60 else value[:57] + "..."
-        self.fail(key, f"expected {expected}, got {shown}")
+        try:
+            value = json.dumps(self.obj[key])
+        except (ValueError, RecursionError):  # an integer of thousands of digits, deep lists
+            value = shown(self.obj[key])
+        written = value if len(value) <= 60 else value[:57] + "..."
+        self.fail(key, f"expected {expected}, got {written}")
 
     def get_int(self, key: str, *, minimum: int = 0, maximum: int | None = None,
-            null: bool = False) -> int | None:
+            null: bool = False, cap: int = MAX_INT64, why: str = "") -> int | None:
+        """An integer from ``minimum`` to ``maximum``; above ``cap`` (a plausibility bound, not
+        part of the format) it is refused saying ``why``."""
         value = self.obj[key]
         if value is None and null:
             return None
@@ -372,10 +376,14 @@ class _Fields:
                 (maximum is not None and value > maximum):
             upper = f" and <= {maximum}" if maximum is not None else ""
             self._bad(key, f"an integer >= {minimum}{upper}" + (" or null" if null else ""))
+        if value > cap:
+            self.fail(key, f"{shown(value)} is more than {cap}" + (f" ({why})" if why else ""))
         return value
 
-    def get_str(self, key: str, *, null: bool = False, choices: tuple[str, ...] | None = None
-            ) -> str | None:
+    def get_str(self, key: str, *, null: bool = False, choices: tuple[str, ...] | None = None,
+            text: bool = False) -> str | None:
+        """A string of at most 4096 characters: a name (no control characters), or free
+        ``text`` (TAB and newlines allowed)."""
         value = self.obj[key]
         if value is None and null:
             return None
@@ -384,7 +392,10 @@ class _Fields:
             expected = f"one of {', '.join(choices)}" if choices else \
                 f"a string of at most {_MAX_TEXT} characters"
             self._bad(key, expected + (" or null" if null else ""))
-        return value
+        where = f"line {self.number}: field {key!r}"
+        if text:
+            return clean_text(value, where, source=str(self.path), max_chars=_MAX_TEXT)
+        return clean_name(value, where, source=str(self.path), max_chars=_MAX_TEXT, empty=True)
 
     def get_bool(self, key: str, *, null: bool = False) -> bool | None:
         value = self.obj[key]
@@ -394,13 +405,17 @@ class _Fields:
             self._bad(key, "true or false" + (" or null" if null else ""))
         return value
 
-    def get_number(self, key: str, *, null: bool = False) -> float | None:
+    def get_number(self, key: str, *, null: bool = False, cap: float,
+                   why: str = "") -> float | None:
+        """A finite number >= 0; above ``cap`` (a plausibility bound) refused saying ``why``."""
         value = self.obj[key]
         if value is None and null:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not math.isfinite(value) or value < 0:
+                (isinstance(value, float) and not math.isfinite(value)) or value < 0:
             self._bad(key, "a number >= 0" + (" or null" if null else ""))
+        if value > cap:
+            self.fail(key, f"{shown(value)} is more than {cap:g}" + (f" ({why})" if why else ""))
         return float(value)
 
 
@@ -420,10 +435,13 @@ def _header(obj: dict[str, Any], path: Path, number: int) -> TraceHeader:
         rank=rank, world_size=world_size, backend=f.get_str("backend"),
         byte_convention=f.get_str("byte_convention", choices=BYTE_CONVENTIONS),
         hostname=f.get_str("hostname"), pid=f.get_int("pid"),
-        torch_version=f.get_str("torch_version"), started_unix=f.get_number("started_unix"),
+        torch_version=f.get_str("torch_version"),
+        started_unix=f.get_number("started_unix", cap=_MAX_UNIX_SECONDS,
+                                  why="seconds since 1970: the year 5138"),
         record_durations=f.get_bool("record_durations"),
         cross_node_only=f.get_bool("cross_node_only"),
-        ranks_per_node=f.get_int("ranks_per_node", minimum=1, null=True))
+        ranks_per_node=f.get_int("ranks_per_node", minimum=1, null=True, cap=MAX_WORLD_SIZE,
+                                 why="the most ranks a trace may have"))
 
 
 def _call(obj: dict[str, Any], header: TraceHeader, path: Path, number: int) -> CallRecord:
@@ -446,12 +464,13 @@ def _call(obj: dict[str, Any], header: TraceHeader, path: Path, number: int) -> 
         f.fail("group", "a rank appears twice")
     if header.rank not in group:
         f.fail("group", f"rank {header.rank} (this file's) is not in the group {list(group)}")
-    group_size = f.get_int("group_size", minimum=1)
+    group_size = f.get_int("group_size", minimum=1, cap=MAX_WORLD_SIZE,
+                           why="the most ranks a trace may have")
     if group_size != len(group):
         f.fail("group_size", f"{group_size}, but the group has {len(group)} ranks")
     root = f.get_int("root", null=True)
     peer = f.get_int("peer", null=True)
-    error = f.get_str("error", null=True)
+    error = f.get_str("error", null=True, text=True)
     if error is None:     # a call that raised may have had any arguments
         _check_ends(f, kind, header.rank, group, root, peer)
     op = f.get_str("op", null=True)
@@ -461,12 +480,16 @@ def _call(obj: dict[str, Any], header: TraceHeader, path: Path, number: int) -> 
     raw = obj["raw"]
     if not isinstance(raw, dict):
         f._bad("raw", "an object")
+    free_form(raw, f"line {number}: field 'raw'", source=str(path))
     _check_raw(raw, f)
     return CallRecord(
         rank=header.rank, seq=f.get_int("seq"), kind=kind, function=function,
-        bytes=f.get_int("bytes"), dtype=f.get_str("dtype", null=True), op=op, group=group,
+        bytes=f.get_int("bytes", cap=MAX_SIZE_BYTES, why="1 PiB: more than any GPU holds"),
+        dtype=f.get_str("dtype", null=True), op=op, group=group,
         group_size=group_size, root=root, peer=peer, async_op=f.get_bool("async_op"),
-        site=f.get_str("site", null=True), duration_us=f.get_number("duration_us", null=True),
+        site=f.get_str("site", null=True, text=True),
+        duration_us=f.get_number("duration_us", null=True, cap=MAX_TIME_US,
+                                 why="microseconds: a call of more than an hour is a hang"),
         cross_node=f.get_bool("cross_node", null=True), batch=f.get_int("batch", null=True),
         error=error, raw=raw)
 

@@ -122,6 +122,12 @@ BAD_CALIBRATIONS = [
                                         r"number of bytes"),
     (["entries", 1, "gmae"], -0.1, r"entries\[1\]\.gmae: -0\.1; expected a number >= 0"),
     (["entries", 1, "gmae"], KeyError, r"entries\[1\]\.gmae: None; expected a finite number"),
+    (["entries", 0, "alpha_us"], 1e300, r"entries\[0\]\.alpha_us: 1e\+300; expected at most "
+                                        r"3\.6e\+09"),
+    (["entries", 1, "knee_bytes"], 10 ** 30, r"entries\[1\]\.knee_bytes: 10{30}; expected at "
+                                             r"most 1\.1259e\+15"),
+    (["entries", 0, "collective"], "all\x00reduce", r"entries\[0\]\.collective = "
+                                                    r"'all\\x00reduce': a control character"),
 ]
 
 
@@ -138,7 +144,7 @@ def test_bad_calibration(tmp_path: Path, path: list, value: object, message: str
 def test_bad_calibration_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     file = tmp_path / "c.json"
     file.write_text('{\n "format": "collsynth-calibration",\n "version": 1,\n "topology": }\n')
-    with pytest.raises(FileFormatError, match=r"c\.json: line 4: malformed JSON at column 14"):
+    with pytest.raises(FileFormatError, match=r"c\.json: malformed JSON at line 4 column 14"):
         load_calibration(file)
     file.write_bytes(b'{"format": "\xff"}')
     with pytest.raises(FileFormatError, match="not UTF-8"):

@@ -66,9 +66,16 @@ BAD_LOGS = {
     "log_no_collective.txt": r": cannot tell which collective was measured",
     "log_no_ranks_all_reduce.txt": r": cannot tell the number of ranks",
     "log_param_missing_cell.txt": r": line 8: a COMMS-RES row with 8 cells; the header has 9",
-    "log_json_truncated.json": r": line \d+: malformed JSON at column \d+",
+    "log_json_truncated.json": r": malformed JSON at line \d+ column \d+",
     "log_json_bad_time.json": r": line \d+: results\[3\]\.in_place\.time: 'fast': expected a "
                               r"finite number",
+    "log_json_infinity_time.json": r": Infinity is not a number JSON allows",
+    "log_time_1e308_all_reduce.txt": r": line 27: time = 1e\+308: expected a finite number <= "
+                                     r"3\.6e\+09 \(microseconds: one call of more than an hour",
+    "log_size_1e29_all_reduce.txt": r": line 27: size = 100000000000000000000000000000: expected "
+                                    r"a whole number from 0 to 1125899906842624",
+    "log_5000_digit_rank_all_reduce.txt": r": line 12: Rank: a number of 5000 characters; "
+                                          r"numbers have at most 100",
 }
 
 

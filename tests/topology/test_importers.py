@@ -403,6 +403,19 @@ BAD_CASES = {
     "nccl_xml_bad_count.xml": r"line 5: <nvlink count='twelve'>: expected a whole number >= 1",
     "nccl_xml_gpu_outside_pci.xml": r"line 3: <gpu> is not inside a <pci busid=\.\.\.> element",
     "nccl_xml_one_gpu.xml": r"only one GPU \(busid 0000:01:00\.0\)",
+    "nccl_xml_count_1e20.xml": r"line 5: <nvlink count='100000000000000000000'>: more than 36 "
+                               r"links, the most an import accepts",
+    "nccl_xml_10e12_nvlinks.xml": r"line 5: <nvlink count='1000000000000'>: more than 36 links",
+    "nccl_xml_links_add_up_to_54.xml": r"rank 0 \(0000:01:00\.0\): its <nvlink>/<xgmi> counts add "
+                                       r"up to 54 links, more than the 36 an import accepts",
+    "nccl_xml_5000_digit_rank.xml": r"line 9: <gpu rank='9{36}\.\.\.>: a number of 5000 "
+                                    r"characters; numbers have at most 100",
+    "nvidia_smi_nv_1e12.txt": r"row GPU0, column GPU1: 'NV1000000000000' is more than the 36 "
+                              r"links an import accepts between two GPUs",
+    "nvidia_smi_5000_digit_count.txt": r"row GPU0, column GPU1: 'NV1{34}\.\.\. is more than the "
+                                       r"36 links",
+    "rocm_smi_5000_digit_weight.txt": r"row GPU0, column GPU1 is '1{36}\.\.\., expected a whole "
+                                      r"number",
     "unknown_format.txt": r"not a recognised topology file: expected an NCCL/RCCL topology XML",
     "empty.txt": r"the file is empty",
 }

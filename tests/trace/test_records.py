@@ -103,10 +103,17 @@ BAD_FILES = {
     "trace_send_without_peer.jsonl": r": line 2: field 'peer': a send has a peer; got null",
     "trace_rank_beyond_world.jsonl": r": line 1: field 'rank': expected an integer >= 0 and "
                                      r"<= 3, got 4",
-    "trace_nan_duration.jsonl": r": line 2: malformed JSON: NaN is not a JSON number",
+    "trace_nan_duration.jsonl": r": line 2: NaN is not a number JSON allows",
     "trace_not_utf8.jsonl": r": line 2: not UTF-8 text",
     "trace_empty.jsonl": r": empty file; expected a header line first",
     "trace_not_an_object.jsonl": r": line 2: expected a JSON object, got list",
+    "trace_bytes_1e30.jsonl": r": line 3: field 'bytes': 1000000000000000000000000000000 is more "
+                              r"than 1125899906842624 \(1 PiB",
+    "trace_duration_1e308.jsonl": r": line 3: field 'duration_us': 1e\+308 is more than "
+                                  r"3\.6e\+09",
+    "trace_nul_in_function.jsonl": r": line 2: field 'function' = 'all_re\\x00duce': a control "
+                                   r"character \(NUL\)",
+    "trace_5000_digit_seq.jsonl": r": line 3: column 22: a number of more than 100 digits",
 }
 
 

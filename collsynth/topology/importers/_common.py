@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Mapping, Sequence
 
+from collsynth._parse import MAX_GBPS
 from collsynth.errors import FileFormatError, InputTooLargeError
 from collsynth.topology.model import BandwidthGroup, Topology
 
@@ -22,6 +23,7 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "MAX_IMPORTED_GPUS",
     "MAX_NVLINKS_PER_GPU",
+    "MAX_LINKS_PER_GPU",
     "check_input_size",
     "check_gpu_count",
     "switch_groups",
@@ -44,6 +46,11 @@ MAX_IMPORTED_GPUS = 1024
 #: The most NVLinks any NVIDIA GPU has (H100/H200 and B200: 18). A GPU whose NV# cells add up to
 #: more than this cannot be linked point-to-point: it must sit on NVSwitches.
 MAX_NVLINKS_PER_GPU = 18
+
+#: The most links an import accepts between two GPUs, or of one GPU in all (NVLink, XGMI, to
+#: NVSwitches): twice :data:`MAX_NVLINKS_PER_GPU`, room for one more hardware generation. A file
+#: claiming more (10^12 NVLinks) describes no machine.
+MAX_LINKS_PER_GPU = 2 * MAX_NVLINKS_PER_GPU
 
 
 def check_input_size(size: int, source: str, *, max_bytes: int = MAX_INPUT_BYTES) -> None:
@@ -211,14 +218,18 @@ def pcie_gbps(link_speed: str | None, link_width: str | None) -> float | None:
     True
     """
     match = _GTS.match(link_speed or "")
+    width_text = (link_width or "").strip()
+    if not match or len(width_text) > 20 or len(match.group(1)) > 20:  # no int() of 5000 digits
+        return None
     try:
-        width = int((link_width or "").strip())
+        width = int(width_text)
     except ValueError:
         return None
-    if not match or width < 1:
+    if width < 1:
         return None
     gts = float(match.group(1))
     if gts <= 0:
         return None
     efficiency = 0.8 if gts <= 5.0 else 128 / 130
-    return gts * width * efficiency / 8
+    gbps = gts * width * efficiency / 8
+    return gbps if gbps <= MAX_GBPS else None  # not a PCIe port: better unknown than absurd

@@ -45,8 +45,10 @@ from typing import Iterable
 
 from lxml import etree
 
+from collsynth._parse import MAX_NUMBER_CHARS, shown
 from collsynth.errors import FileFormatError
 from collsynth.topology.importers._common import (
+    MAX_LINKS_PER_GPU,
     check_gpu_count,
     check_input_size,
     components,
@@ -104,28 +106,46 @@ def _tag(element: etree._Element) -> str:
     return etree.QName(element).localname if isinstance(element.tag, str) else ""
 
 
-def _int(element: etree._Element, attribute: str, source: str, *, minimum: int = 0) -> int | None:
-    """The whole-number ``attribute`` of ``element``, or ``None`` when absent."""
+#: Largest value of a whole-number attribute: NCCL holds them (dev, rank, sm) in a C int.
+_MAX_ATTRIBUTE = (1 << 31) - 1
+
+
+def _int(element: etree._Element, attribute: str, source: str, *, minimum: int = 0,
+         maximum: int = _MAX_ATTRIBUTE, what: str = "") -> int | None:
+    """The whole-number ``attribute`` of ``element`` from ``minimum`` to ``maximum``, or ``None``
+    when absent. ``what`` says why ``maximum`` (for the message)."""
     value = element.get(attribute)
     if value is None:
         return None
+    text = value.strip()
+    if len(text) > MAX_NUMBER_CHARS:  # int() of thousands of digits raises, or takes long
+        raise FileFormatError(
+            source, f"line {element.sourceline}: <{_tag(element)} {attribute}={shown(value)}>: "
+                    f"a number of {len(text)} characters; numbers have at most "
+                    f"{MAX_NUMBER_CHARS}")
     try:
-        number = int(value.strip(), 0) if value.strip().lower().startswith("0x") else int(value)
+        number = int(text, 0) if text.lower().startswith("0x") else int(text)
     except ValueError:
         number = None
     if number is None or number < minimum:
         raise FileFormatError(
-            source, f"line {element.sourceline}: <{_tag(element)} {attribute}={value!r}>: expected "
-                    f"a whole number >= {minimum}")
+            source, f"line {element.sourceline}: <{_tag(element)} {attribute}={shown(value)}>: "
+                    f"expected a whole number >= {minimum}")
+    if number > maximum:
+        raise FileFormatError(
+            source, f"line {element.sourceline}: <{_tag(element)} {attribute}={shown(value)}>: "
+                    f"more than {maximum}{what}")
     return number
 
 
 def _lenient_int(value: str | None) -> int | None:
-    """A whole number for metadata only: ``None`` when absent or malformed."""
+    """A whole number for metadata only: ``None`` when absent, malformed or beyond 64 bits."""
+    text = (value or "").strip()
     try:
-        return int((value or "").strip())
+        number = int(text) if len(text) <= 20 else None
     except ValueError:
         return None
+    return number if number is not None and abs(number) < 1 << 63 else None
 
 
 def _busid(value: str | None) -> str:
@@ -272,7 +292,8 @@ def import_nccl_xml(data: str | bytes, *, name: str | None = None,
             target = _busid(link.get("target"))
             if not target:
                 raise FileFormatError(source, f"line {link.sourceline}: <{kind}> has no target")
-            count = _int(link, "count", source, minimum=1)
+            count = _int(link, "count", source, minimum=1, maximum=MAX_LINKS_PER_GPU,
+                         what=" links, the most an import accepts (a GPU has at most 18)")
             if count is None:
                 raise FileFormatError(source, f"line {link.sourceline}: <{kind}> has no count")
             tclass = (link.get("tclass") or "").lower()
@@ -362,6 +383,12 @@ def import_nccl_xml(data: str | bytes, *, name: str | None = None,
         if "xgmi" in kinds:
             interconnect, unit_gbps = "mixed", None
     per_gpu = [sum(p2p[a]) + switch_totals[a] for a in range(n)]
+    for a in range(n):
+        if per_gpu[a] > MAX_LINKS_PER_GPU:
+            raise FileFormatError(
+                source, f"rank {a} ({busids[a]}): its <nvlink>/<xgmi> counts add up to "
+                        f"{per_gpu[a]} links, more than the {MAX_LINKS_PER_GPU} an import accepts "
+                        "(a GPU has at most 18); not a real machine's dump")
     metadata.update(
         interconnect=interconnect, unit=unit, links_per_gpu=per_gpu,
         switches=sorted({s for counts in to_switch for s in counts}),

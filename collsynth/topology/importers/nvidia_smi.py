@@ -35,8 +35,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
+from collsynth._parse import shown
 from collsynth.errors import FileFormatError
 from collsynth.topology.importers._common import (
+    MAX_LINKS_PER_GPU,
     MAX_NVLINKS_PER_GPU,
     check_gpu_count,
     check_input_size,
@@ -180,7 +182,7 @@ def _parse(text: str, source: str) -> _Matrix:
             if cell != "X" and cell not in _PATH_CELLS and not _NV_CELL.match(cell):
                 raise FileFormatError(
                     source, f"line {index + 1}: row {label}, column {column}: unknown cell "
-                            f"{cell!r}; expected X, NV#, {', '.join(_PATH_CELLS)}")
+                            f"{shown(cell)}; expected X, NV#, {', '.join(_PATH_CELLS)}")
         cells[label] = tuple(row)
         affinity[label] = _affinity(fields[1 + width:], names, "\t" in line)
     missing = [g for g in gpus if g not in cells]
@@ -208,12 +210,19 @@ def _nv_counts(matrix: _Matrix, source: str) -> list[list[int]]:
             if (cell == "X") != (a == b):
                 expected = "X (self)" if a == b else "a link type, not X"
                 raise FileFormatError(
-                    source, f"row {ga}, column {gb}: cell {cell!r}, expected {expected}")
+                    source, f"row {ga}, column {gb}: cell {shown(cell)}, expected {expected}")
             match = _NV_CELL.match(cell)
             if match:
-                count = int(match.group(1))
+                # Compared as text first: no int() of thousands of digits.
+                digits = match.group(1).lstrip("0") or "0"
+                count = int(digits) if len(digits) <= 20 else MAX_LINKS_PER_GPU + 1
                 if count < 1:
                     raise FileFormatError(source, f"row {ga}, column {gb}: {cell} names no link")
+                if count > MAX_LINKS_PER_GPU:
+                    raise FileFormatError(
+                        source, f"row {ga}, column {gb}: {shown(cell)} is more than the "
+                                f"{MAX_LINKS_PER_GPU} links an import accepts between two GPUs "
+                                f"(a GPU has at most {MAX_NVLINKS_PER_GPU})")
                 counts[a][b] = count
     for a in range(n):
         for b in range(a):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from collsynth._parse import shown
 from collsynth.errors import FileFormatError
 from collsynth.topology.importers._common import (
     check_gpu_count,
@@ -37,10 +38,11 @@ from collsynth.topology.model import Topology
 
 __all__ = ["import_rocm_smi", "looks_like_rocm_smi"]
 
-_BANNER = re.compile(r"^\s*={3,}\s*(.*?)\s*={3,}\s*$")
 _GPU_LABEL = re.compile(r"^GPU(\d+)$")
+# Each optional bracket takes the blanks after it, so no two \s* meet: a regex whose \s* runs can
+# split a long blank run in many ways takes quadratic time on it.
 _NUMA_LINE = re.compile(
-    r"^\s*GPU\s*\[?\s*(\d+)\s*\]?\s*:\s*\(Topology\)\s*Numa\s+(Node|Affinity)\s*:\s*(\S*)\s*$")
+    r"^\s*GPU\s*(?:\[\s*)?(\d+)\s*(?:\]\s*)?:\s*\(Topology\)\s*Numa\s+(Node|Affinity)\s*:\s*(\S*)\s*$")
 _TABLES = {
     "Weight between two GPUs": "weight",
     "Hops between two GPUs": "hops",
@@ -50,6 +52,25 @@ _TABLES = {
 XGMI_HOP_WEIGHT = 15
 
 
+def _banner(line: str) -> str | None:
+    """The title of a banner line ``=== Title ===`` (3 or more ``=`` each side), else None.
+
+    Written without a regex: the obvious one backtracks in cubic time on a line of thousands of
+    ``=``.
+
+    >>> _banner("====== Weight between two GPUs ======"), _banner("== x =="), _banner("=" * 6)
+    ('Weight between two GPUs', None, '')
+    """
+    text = line.strip()
+    if not text.startswith("===") or not text.endswith("==="):
+        return None
+    if not text.strip("="):
+        return "" if len(text) >= 6 else None
+    head = len(text) - len(text.lstrip("="))
+    tail = len(text) - len(text.rstrip("="))
+    return text[head:len(text) - tail].strip()
+
+
 def looks_like_rocm_smi(text: str) -> bool:
     """True when ``text`` has a rocm-smi ``Weight``, ``Hops`` or ``Link Type between two GPUs``
     banner.
@@ -57,11 +78,7 @@ def looks_like_rocm_smi(text: str) -> bool:
     >>> looks_like_rocm_smi("==== Link Type between two GPUs ====\\n")
     True
     """
-    for line in text.splitlines():
-        match = _BANNER.match(line)
-        if match and match.group(1) in _TABLES:
-            return True
-    return False
+    return any(_banner(line) in _TABLES for line in text.splitlines())
 
 
 @dataclass
@@ -76,15 +93,15 @@ def _read_tables(lines: list[str], source: str) -> dict[str, _Table]:
     tables: dict[str, _Table] = {}
     current: _Table | None = None
     for index, line in enumerate(lines):
-        banner = _BANNER.match(line)
-        if banner:
-            key = _TABLES.get(banner.group(1))
+        banner = _banner(line)
+        if banner is not None:
+            key = _TABLES.get(banner)
             current = None
             if key is not None:
                 if key in tables:
                     raise FileFormatError(
-                        source, f"line {index + 1}: a second {banner.group(1)!r} table")
-                current = tables[key] = _Table(banner.group(1), index + 1)
+                        source, f"line {index + 1}: a second {banner!r} table")
+                current = tables[key] = _Table(banner, index + 1)
             continue
         if current is None:
             continue
@@ -97,7 +114,7 @@ def _read_tables(lines: list[str], source: str) -> dict[str, _Table]:
             if not all(_GPU_LABEL.match(t) for t in tokens):
                 raise FileFormatError(
                     source, f"line {index + 1}: expected the {current.title!r} header (GPU0 GPU1 "
-                            f"...), found {line.strip()!r}")
+                            f"...), found {shown(line.strip())}")
             current.columns = tuple(tokens)
             continue
         if not _GPU_LABEL.match(tokens[0]):
@@ -130,11 +147,14 @@ def _numbers(table: _Table, source: str) -> list[list[int]]:
         values = []
         for b, cell in enumerate(row):
             try:
+                if len(cell) > 10:  # weights and hops are small; no int() of 5000 digits
+                    raise ValueError(cell)
                 values.append(int(cell))
             except ValueError:
                 raise FileFormatError(
                     source, f"the {table.title!r} table (line {table.line}): row {table.columns[a]}, "
-                            f"column {table.columns[b]} is {cell!r}, expected a whole number") from None
+                            f"column {table.columns[b]} is {shown(cell)}, expected a whole "
+                            "number") from None
         result.append(values)
     return result
 
@@ -144,7 +164,7 @@ def _numa(lines: list[str], n: int) -> tuple[list[str | None], list[str | None]]
     affinity: list[str | None] = [None] * n
     for line in lines:
         match = _NUMA_LINE.match(line)
-        if match and int(match.group(1)) < n:
+        if match and len(match.group(1)) <= 10 and int(match.group(1)) < n:
             target = node if match.group(2) == "Node" else affinity
             target[int(match.group(1))] = match.group(3) or None
     return node, affinity
@@ -211,7 +231,7 @@ def import_rocm_smi(text: str, *, name: str | None = None,
             if table.rows[a][a] != "0":
                 raise FileFormatError(
                     source, f"the {table.title!r} table (line {table.line}): diagonal cell "
-                            f"{columns[a]},{columns[a]} is {table.rows[a][a]!r}, expected 0")
+                            f"{columns[a]},{columns[a]} is {shown(table.rows[a][a])}, expected 0")
 
     def direct(a: int, b: int) -> bool:
         xgmi = kinds[a][b] == "XGMI" if kinds is not None else weight[a][b] == XGMI_HOP_WEIGHT

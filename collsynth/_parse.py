@@ -1,0 +1,373 @@
+"""Bounds on the numbers, names and nesting of untrusted input, shared by every reader.
+
+Every file reader (topology, collective, algorithm and calibration JSON; the nvidia-smi, rocm-smi
+and NCCL XML importers; MSCCL XML; benchmark logs; traces) passes what it reads through these
+helpers before using it, so a hostile or broken file gets a one-line
+:class:`~collsynth.errors.FileFormatError` naming the file and the field, never an
+``OverflowError``, a ``ValueError`` from ``int()`` (more than 4300 digits), an infinity or NaN, or
+a NUL in a name. The plausible ranges are named below, each with the reason for its figure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import unicodedata
+from typing import Any
+
+from collsynth._files import read_bytes_bounded
+from collsynth.errors import FileFormatError
+
+__all__ = [
+    "MAX_NUMBER_CHARS",
+    "MAX_INT64",
+    "MAX_NAME_CHARS",
+    "MAX_JSON_DEPTH",
+    "MAX_LINK_UNITS",
+    "MAX_TIME_US",
+    "MAX_SIZE_BYTES",
+    "MAX_GBPS",
+    "MIN_GBPS",
+    "shown",
+    "parse_json",
+    "read_json",
+    "bounded_int",
+    "bounded_float",
+    "int_from_text",
+    "float_from_text",
+    "clean_name",
+    "clean_text",
+    "free_form",
+]
+
+#: Longest number literal read anywhere (JSON number, XML attribute, log cell), in characters.
+#: A 64-bit integer has 20 characters and a float written by ``repr`` at most 24; Python's
+#: ``int()`` refuses more than 4300 digits with a bare ``ValueError`` and converting a long one
+#: takes time quadratic in its length, so a longer literal is refused before conversion.
+MAX_NUMBER_CHARS = 100
+#: Largest integer a reader passes on: the signed 64-bit range that numpy arrays, CP-SAT
+#: coefficients and the runtimes' ``strtol`` hold. Fields have tighter bounds of their own.
+MAX_INT64 = (1 << 63) - 1
+#: Longest name (topology, collective, algorithm, GPU, NIC): names end up in file names, whose
+#: components hold 255 bytes on common file systems.
+MAX_NAME_CHARS = 255
+#: Deepest nesting of the free-form parts of a file (``metadata``, ``provenance``). Real files
+#: nest 4 levels; writing a structure back (``json.dumps``) fails near Python's recursion limit.
+MAX_JSON_DEPTH = 64
+#: Most bandwidth units of one link in a topology. Units are relative (one NVLink, one NIC, the
+#: slowest link); no machine spans a factor of 10^6 between its fastest and slowest link, and
+#: with 8192 ranks sums of units stay far inside the 64-bit integers of the solvers.
+MAX_LINK_UNITS = 1 << 20
+#: Longest time one collective call may take, in microseconds: one hour. A measured call that
+#: took longer is a hang or a typo (1e308 us would give an alpha of 1e154 us), not a figure to fit.
+MAX_TIME_US = 3600.0 * 1e6
+#: Largest message or buffer, in bytes: 2^50 (1 PiB), thousands of times the memory of any GPU
+#: (288 GB for a B300); larger sizes overflow the 64-bit byte counts of the timing models.
+MAX_SIZE_BYTES = 1 << 50
+#: Fastest bandwidth of one link or bandwidth unit, in GB/s: 10^6 (1 PB/s), a thousand times an
+#: NVLink 5 GPU's 900 GB/s. Beyond it the alpha-beta models lose every digit of beta.
+MAX_GBPS = 1e6
+#: Slowest bandwidth of one unit, in GB/s: 1 kB/s; slower figures are unit mistakes.
+MIN_GBPS = 1e-6
+
+
+class _Refused(Exception):
+    """Raised inside ``json.loads`` hooks; turned into a FileFormatError naming the file."""
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``value`` as it reads in an error message, kept short (a 5000-digit integer has no
+    ``repr`` in Python: it reads as ``an integer of about 5000 digits``).
+
+    >>> shown(10 ** 30), shown(10 ** 5000)
+    ('1000000000000000000000000000000', 'an integer of about 5000 digits')
+    >>> shown("a" * 100)
+    "'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa..."
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of about {round(value.bit_length() * math.log10(2))} digits"
+    if isinstance(value, (list, dict)):
+        return f"a list of {len(value)}" if isinstance(value, list) else "an object"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _where(data: bytes, offset: int) -> str:
+    line = data.count(b"\n", 0, offset) + 1
+    column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+    return f"line {line} column {column}"
+
+
+# Every digit maps to "0", so a run of digits is a run of "0"s that bytes.find sees at C speed
+# (a regex scan costs 5x more on a 1 GB algorithm file).
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_TOO_MANY_DIGITS = b"0" * (MAX_NUMBER_CHARS + 1)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a number JSON allows (write a finite number or null)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"the number {text[:30]} is beyond the range of a float")
+    return value
+
+
+def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> Any:
+    """Parse JSON text of ``source`` refusing what Python's ``json`` lets through: ``NaN`` and
+    ``Infinity``, floats that overflow to infinity (``1e999``), numbers of more than
+    :data:`MAX_NUMBER_CHARS` digits, and nesting beyond Python's recursion limit.
+
+    ``line``, for one line of a JSON-lines file, is that line's number: messages then start
+    with ``line N:`` and give the column only.
+
+    Raises
+    ------
+    FileFormatError
+        Not UTF-8, malformed JSON (with line and column), or one of the above.
+
+    >>> parse_json('{"a": [1, 2.5]}', "x.json")
+    {'a': [1, 2.5]}
+    >>> parse_json('{"a": NaN}', "x.json")
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.FileFormatError: x.json: NaN is not a number JSON allows (write a finite ...)
+    """
+    prefix = "" if line is None else f"line {line}: "
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    at = raw.translate(_DIGITS_TO_ZERO).find(_TOO_MANY_DIGITS)
+    if at >= 0:
+        where = _where(raw, at) if line is None else f"column {at + 1}"
+        raise FileFormatError(source, f"{prefix}{where}: a number of more than "
+                                      f"{MAX_NUMBER_CHARS} digits; numbers have at most "
+                                      f"{MAX_NUMBER_CHARS}")
+    if isinstance(data, str):
+        text = data
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FileFormatError(source, f"{prefix}not UTF-8 text ({exc.reason} at byte "
+                                          f"{exc.start})") from exc
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except json.JSONDecodeError as exc:
+        where = f"column {exc.colno}" if line is not None else \
+            f"line {exc.lineno} column {exc.colno}"
+        raise FileFormatError(source, f"{prefix}malformed JSON at {where}: {exc.msg}") from exc
+    except _Refused as exc:
+        raise FileFormatError(source, f"{prefix}{exc}") from exc
+    except RecursionError as exc:
+        raise FileFormatError(source, f"{prefix}JSON nested too deeply") from exc
+    except ValueError as exc:  # int() of a long number, should the scan above ever miss one
+        raise FileFormatError(source, f"{prefix}unreadable number: {exc}") from exc
+
+
+def read_json(path: str | os.PathLike[str], *, max_bytes: int, what: str = "accepted") -> Any:
+    """Read ``path`` (refused above ``max_bytes`` before reading) and :func:`parse_json` it.
+
+    ``what`` completes the size message: "N bytes is more than the M {what}".
+    """
+    return parse_json(read_bytes_bounded(path, max_bytes, what=what), str(path))
+
+
+def _range_text(lo: float | None, hi: float | None) -> str:
+    if lo is not None and hi is not None:
+        return f"from {lo:g} to {hi:g}" if isinstance(lo, float) or isinstance(hi, float) \
+            else f"from {lo} to {hi}"
+    if lo is not None:
+        return f">= {lo}"
+    return f"<= {hi}"
+
+
+def bounded_int(value: Any, field: str, *, source: str, lo: int | None = 0,
+                hi: int | None = MAX_INT64, why: str = "") -> int:
+    """``value`` when it is an integer (not a boolean) within ``[lo, hi]`` (``None``: no bound).
+
+    ``why`` is added to the message of a value out of range (e.g. ``"more NVLinks than a GPU
+    has"``).
+
+    Raises
+    ------
+    FileFormatError
+        ``source: field = VALUE: expected a whole number from LO to HI``.
+
+    >>> bounded_int(7, "steps", source="a.json", lo=1, hi=10)
+    7
+    >>> bounded_int(2 ** 63, "links[0][1]", source="t.json", hi=10 ** 6)
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.FileFormatError: t.json: links[0][1] = 9223372036854775808: expected a whole
+    number from 0 to 1000000
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FileFormatError(source, f"{field} = {shown(value)}: expected a whole number "
+                                      f"{_range_text(lo, hi)}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise FileFormatError(source, f"{field} = {shown(value)}: expected a whole number "
+                                      f"{_range_text(lo, hi)}" + (f" ({why})" if why else ""))
+    return value
+
+
+def bounded_float(value: Any, field: str, *, source: str, lo: float | None = None,
+                  hi: float | None = None, above: float | None = None, why: str = "") -> float:
+    """``value`` as a float when it is a finite number (an int or a float, not a boolean) within
+    ``[lo, hi]``, and above ``above`` when given (an open lower bound).
+
+    Compared before conversion, so an integer of 400 digits is refused rather than raising
+    ``OverflowError``.
+
+    >>> bounded_float(25, "unit_gbps", source="t.json", above=0, hi=1e6)
+    25.0
+    >>> bounded_float(float("inf"), "alpha_us", source="t.json", above=0, hi=3.6e9)
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.FileFormatError: t.json: alpha_us = inf: expected a finite number > 0 and
+    <= 3.6e+09
+    """
+    parts = ([f"> {above:g}"] if above is not None else []) + \
+        ([f">= {lo:g}"] if lo is not None else []) + ([f"<= {hi:g}"] if hi is not None else [])
+    expected = "a finite number" + (" " + " and ".join(parts) if parts else "")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and not math.isfinite(value)):
+        raise FileFormatError(source, f"{field} = {shown(value)}: expected {expected}")
+    if (above is not None and not value > above) or (lo is not None and value < lo) or \
+            (hi is not None and value > hi):
+        raise FileFormatError(source, f"{field} = {shown(value)}: expected {expected}"
+                                      + (f" ({why})" if why else ""))
+    return float(value)
+
+
+def int_from_text(text: str, field: str, *, source: str, lo: int | None = 0,
+                  hi: int | None = MAX_INT64, base: int = 10, why: str = "") -> int:
+    """The integer written as ``text`` (decimal, or ``base``; surrounding blanks ignored),
+    refusing a literal longer than :data:`MAX_NUMBER_CHARS` before converting it.
+
+    >>> int_from_text(" 12 ", "count", source="t.xml", hi=18)
+    12
+    >>> int_from_text("1e20", "count", source="t.xml")
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.FileFormatError: t.xml: count = '1e20': expected a whole number from 0 to ...
+    """
+    stripped = text.strip()
+    if len(stripped) > MAX_NUMBER_CHARS:
+        raise FileFormatError(source, f"{field}: a number of {len(stripped)} characters; numbers "
+                                      f"have at most {MAX_NUMBER_CHARS}")
+    try:
+        value = int(stripped, base)
+    except ValueError:
+        raise FileFormatError(source, f"{field} = {shown(text)}: expected a whole number "
+                                      f"{_range_text(lo, hi)}") from None
+    return bounded_int(value, field, source=source, lo=lo, hi=hi, why=why)
+
+
+def float_from_text(text: str, field: str, *, source: str, lo: float | None = None,
+                    hi: float | None = None, above: float | None = None, why: str = "") -> float:
+    """The finite number written as ``text``, within the bounds of :func:`bounded_float`,
+    refusing a literal longer than :data:`MAX_NUMBER_CHARS`.
+
+    >>> float_from_text("1e308", "time", source="log.txt", above=0, hi=MAX_TIME_US)
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.FileFormatError: log.txt: time = 1e+308: expected a finite number > 0 and
+    <= 3.6e+09
+    """
+    stripped = text.strip()
+    if len(stripped) > MAX_NUMBER_CHARS:
+        raise FileFormatError(source, f"{field}: a number of {len(stripped)} characters; numbers "
+                                      f"have at most {MAX_NUMBER_CHARS}")
+    try:
+        value = float(stripped)
+    except ValueError:
+        raise FileFormatError(source, f"{field} = {shown(text)}: expected a number") from None
+    return bounded_float(value, field, source=source, lo=lo, hi=hi, above=above, why=why)
+
+
+def _bad_character(text: str, allowed: str = "") -> str | None:
+    """The first control, format (bidirectional override, zero-width) or surrogate character of
+    ``text`` not in ``allowed``, described; else None."""
+    for index, ch in enumerate(text):
+        if unicodedata.category(ch) in ("Cc", "Cf", "Cs") and ch not in allowed:
+            name = "NUL" if ch == "\0" else f"U+{ord(ch):04X}"
+            return f"a control character ({name}) at position {index}"
+    return None
+
+
+def clean_name(value: Any, field: str, *, source: str, max_chars: int = MAX_NAME_CHARS,
+               empty: bool = False) -> str:
+    """``value`` when it is a string of at most ``max_chars`` characters without control,
+    format (bidirectional overrides, zero-width) or surrogate characters; not empty unless
+    ``empty``.
+
+    >>> clean_name("DGX1", "name", source="t.json")
+    'DGX1'
+    >>> clean_name("a\\x00b", "name", source="t.json")
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.FileFormatError: t.json: name = 'a\\x00b': a control character (NUL) at
+    position 1; names are printable text
+    """
+    if not isinstance(value, str):
+        raise FileFormatError(source, f"{field} = {shown(value)}: expected a string")
+    if not empty and not value.strip():
+        raise FileFormatError(source, f"{field} is empty; expected a name")
+    if len(value) > max_chars:
+        raise FileFormatError(source, f"{field}: a name of {len(value)} characters; names have at "
+                                      f"most {max_chars}")
+    bad = _bad_character(value)
+    if bad is not None:
+        raise FileFormatError(source, f"{field} = {shown(value)}: {bad}; names are printable "
+                                      "text")
+    return value
+
+
+def clean_text(value: Any, field: str, *, source: str, max_chars: int = 4096) -> str:
+    """``value`` when it is a string (a description, a site) of at most ``max_chars``
+    characters without NUL or other control characters but TAB and newlines.
+
+    >>> clean_text("8 GPUs\\n(V100)", "description", source="t.json")
+    '8 GPUs\\n(V100)'
+    """
+    if not isinstance(value, str):
+        raise FileFormatError(source, f"{field} = {shown(value)}: expected a string")
+    if len(value) > max_chars:
+        raise FileFormatError(source, f"{field}: a text of {len(value)} characters; at most "
+                                      f"{max_chars}")
+    bad = _bad_character(value, allowed="\t\n\r")
+    if bad is not None:
+        raise FileFormatError(source, f"{field} = {shown(value)}: {bad}")
+    return value
+
+
+def free_form(value: Any, field: str, *, source: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``value`` (a free-form part of a file: ``metadata``, ``provenance``) when it nests at
+    most ``max_depth`` levels and its strings are valid Unicode (no lone surrogate, which could
+    not be written back as UTF-8).
+
+    >>> free_form({"a": [1, {"b": None}]}, "metadata", source="t.json")
+    {'a': [1, {'b': None}]}
+    """
+    stack = [(value, 1, field)]
+    while stack:
+        item, depth, where = stack.pop()
+        if isinstance(item, str):
+            if any(0xD800 <= ord(ch) <= 0xDFFF for ch in item):
+                raise FileFormatError(source, f"{where}: a string with a lone surrogate "
+                                              "(\\udXXX); not valid Unicode")
+            continue
+        if not isinstance(item, (list, dict)):
+            continue
+        if depth > max_depth:
+            raise FileFormatError(source, f"{field}: nested more than {max_depth} levels deep")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                stack.append((key, depth, where))
+                stack.append((child, depth + 1, f"{where}.{key}" if isinstance(key, str)
+                              else where))
+        else:
+            stack.extend((child, depth + 1, f"{where}[{i}]") for i, child in enumerate(item))
+    return value
