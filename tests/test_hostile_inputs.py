@@ -325,6 +325,9 @@ def _refused_cleanly(data: str | bytes, file_name: str, load: Callable[[Path], o
                 f"a message of {len(message)} characters"
         else:
             return  # the mutation left a readable file: nothing more to check
+        # The output folder exists (the output policy refuses a missing one before reading the
+        # input): the error must then be about the input, and nothing may appear in the folder.
+        (root / "out").mkdir()
         command = argv(target, root / "out")
         before = _snapshot(root)
         err, out = io.StringIO(), io.StringIO()
