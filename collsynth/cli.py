@@ -12,6 +12,7 @@ Each subcommand turns its arguments into values, makes one library call and writ
     collsynth solve bandwidth-optimal TOPOLOGY COLLECTIVE [--nodes K] [--oversubscription X]
                                                  [--engine E] [--stages P] [--json]
     collsynth plan TRACE_DIR --topology NAME [--nodes K] [--calibration FILE] -o PLAN_DIR
+    collsynth bench FILE.xml|ALGO.json --ranks N --runtime R [--dry-run] [--sizes A:B] [-o DIR]
     collsynth trace summarize DIR [--json] [--merged]
     collsynth show FILE [--max-sends N]
     collsynth draw FILE -o OUT.png|OUT.svg [--steps A-B] [--topology T]
@@ -246,6 +247,10 @@ def _build_parser() -> _Parser:
     from collsynth.cli_runtime import add_calibrate_runtime_parser
 
     add_calibrate_runtime_parser(commands)
+
+    from collsynth.cli_bench import add_bench_parser
+
+    add_bench_parser(commands)
 
     from collsynth.cli_run import add_run_parser
 

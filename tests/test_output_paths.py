@@ -241,6 +241,8 @@ COMMANDS = {
     "plot": (["plot", "{algo}", "-o", "OUT"], ["collsynth.cli_time._load"]),
     "plan": (["plan", str(TRACE), "--topology", "fully-connected:4", "--no-cache", "-o", "OUT"],
              ["collsynth.plan.make_plan", "collsynth.resolve.resolve_topology"]),
+    "bench": (["bench", "{algo}", "--ranks", "4", "--runtime", "rccl", "--dry-run", "-o", "OUT"],
+              ["collsynth.plan.bench.prepare_bench"]),
 }
 #: The -o argument each command is given, and where the blocker goes (with --runtime all,
 #: -o out.xml writes out.msccl.xml, ...).
@@ -249,7 +251,7 @@ OUT_NAMES = {"export": ("out.xml", "out.xml"), "export-all": ("out.xml", "out.ms
              "bandwidth-optimal": ("out.json", "out.json"),
              "solve-instance": ("out.json", "out.json"), "solve-xml": ("out", "out"),
              "pareto-dir": ("out", "out"), "plot": ("out.png", "out.png"),
-             "plan": ("out", "out")}
+             "plan": ("out", "out"), "bench": ("out", "out")}
 SUFFIX = {command: Path(names[0]).suffix for command, names in OUT_NAMES.items()
           if Path(names[0]).suffix}
 

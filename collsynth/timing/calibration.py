@@ -1,30 +1,40 @@
 """Calibration files: the cost-model figures fitted to a machine's benchmark logs.
 
 A :class:`Calibration` holds, for one machine (``topology``: a name, as given to
-``collsynth calibrate --topology``), one entry per fitted log and model. It is saved as versioned
-JSON::
+``collsynth calibrate --topology``, and ``nodes``, its ``--nodes``), one entry per fitted log and
+model. It is saved as versioned JSON::
 
     {
       "format": "collsynth-calibration",
       "version": 1,
       "topology": "dgx-a100",
+      "nodes": 1,
       "entries": [
         {"file": "logs/all_reduce.txt", "collective": "allreduce", "ranks": 8,
-         "model": "alpha-beta",
+         "model": "alpha-beta", "runtime": "nccl", "runtime_version": "2.18.3+cuda12.2",
+         "channels": 24,
          "alpha_us": 35.2, "beta_us_per_byte": 7.5e-06, "algbw_gbps": 133.4,
          "busbw_gbps": 233.5, "latency_max_bytes": 32, "bandwidth_min_bytes": 1073741824,
-         "gmae": 0.141, "gmae_rows": 0.142},
+         "gmae": 0.141, "gmae_rows": 0.142, "gmae_heldout": 0.154},
         {"file": "logs/all_reduce.txt", "collective": "allreduce", "ranks": 8,
-         "model": "piecewise",
-         "alpha_us": 35.8, "busbw_gbps": 234.8, "knee_bytes": 131072,
-         "saturation_bytes": 4294967296, "sigmoid_low_gbps": 3.2, "sigmoid_high_gbps": 241.0,
-         "center_bytes": 1350000.0, "steepness": 0.48, "gmae": 0.025, "gmae_rows": 0.027}
+         "model": "piecewise", "runtime": "nccl", "runtime_version": "2.18.3+cuda12.2",
+         "channels": 24,
+         "alpha_us": 34.9, "busbw_gbps": 234.8, "min_bytes": 8, "latency_exponent": 0.004,
+         "knee_bytes": 131072, "saturation_bytes": 2147483648, "center_bytes": 1350000.0,
+         "steepness": 0.48, "gmae": 0.023, "gmae_rows": 0.024, "gmae_heldout": 0.040}
       ]
     }
 
 The figures are those of :mod:`collsynth.timing.fit` (:meth:`AlphaBetaFit.params
 <collsynth.timing.fit.AlphaBetaFit.params>`, :meth:`PiecewiseFit.params
-<collsynth.timing.fit.PiecewiseFit.params>`); ``gmae`` is a fraction; ``gmae_rows`` is optional.
+<collsynth.timing.fit.PiecewiseFit.params>`); ``gmae`` is a fraction; ``gmae_rows`` and
+``gmae_heldout`` (the error on the sizes a fit to every other size did not see) are optional.
+``runtime``, ``runtime_version`` and ``channels`` say what the log was measured with, when it
+said so or the caller did (:class:`~collsynth.timing.logs.BenchmarkLog`); each is optional.
+``nodes`` is optional (default 1). Files written before the piecewise curve was made continuous
+carry ``sigmoid_low_gbps`` and ``sigmoid_high_gbps`` and no ``min_bytes`` or
+``latency_exponent``; they are read (the first two are ignored; ``latency_exponent`` defaults
+to 0, a constant time below the knee, for which ``min_bytes`` does not matter).
 Collectives are stored under collsynth's names (``allreduce``, ``allgather``,
 ``reduce_scatter``, ``alltoall``...). Files are untrusted input: the size is bounded
 (:data:`MAX_CALIBRATION_BYTES`) and every field checked, errors naming the file and the field.
@@ -132,12 +142,17 @@ _PARAMS: dict[str, dict[str, tuple[bool, str]]] = {
     },
     "piecewise": {
         "alpha_us": (True, "pos"), "busbw_gbps": (True, "pos"), "knee_bytes": (True, "bytes"),
-        "saturation_bytes": (True, "bytes"), "sigmoid_low_gbps": (True, "pos"),
-        "sigmoid_high_gbps": (True, "pos"), "center_bytes": (True, "pos"),
-        "steepness": (True, "pos"),
+        "saturation_bytes": (True, "bytes"), "center_bytes": (True, "pos"),
+        "steepness": (True, "pos"), "min_bytes": (False, "bytes"),
+        "latency_exponent": (False, "nonneg"),
+        # Written before the curve was made continuous; read and ignored.
+        "sigmoid_low_gbps": (False, "pos"), "sigmoid_high_gbps": (False, "pos"),
     },
 }
-_ENTRY_KEYS = ("file", "collective", "ranks", "model", "gmae", "gmae_rows")
+_ENTRY_KEYS = ("file", "collective", "ranks", "model", "gmae", "gmae_rows", "gmae_heldout",
+               "runtime", "runtime_version", "channels")
+#: The most channels an entry may record (NCCL and RCCL have at most 64 today).
+_MAX_CHANNELS = 1024
 
 
 @dataclass(frozen=True)
@@ -156,8 +171,11 @@ class CalibrationEntry:
         ``"alpha-beta"`` or ``"piecewise"`` (:data:`collsynth.timing.fit.MODELS`).
     params:
         The model's figures (see the module docstring), e.g. ``alpha_us``, ``busbw_gbps``.
-    gmae, gmae_rows:
-        The fit's error over the sweep and over every row, as fractions (``gmae_rows`` optional).
+    gmae, gmae_rows, gmae_heldout:
+        The fit's error over the sweep, over every row, and on the sizes a fit to every other
+        size did not see, as fractions (``gmae_rows`` and ``gmae_heldout`` optional).
+    runtime, runtime_version, channels:
+        What the log was measured with (``"rccl"``, ``"2.18.3"``, 2), when known.
     """
 
     file: str
@@ -167,6 +185,10 @@ class CalibrationEntry:
     params: Mapping[str, float] = field(hash=False)
     gmae: float = 0.0
     gmae_rows: float | None = None
+    gmae_heldout: float | None = None
+    runtime: str | None = None
+    runtime_version: str | None = None
+    channels: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.collective, str) or not isinstance(self.params, Mapping):
@@ -199,10 +221,14 @@ class CalibrationEntry:
         """The entry as stored in a calibration file."""
         obj: dict[str, Any] = {"file": self.file, "collective": self.collective,
                                "ranks": self.ranks, "model": self.model}
+        for key in ("runtime", "runtime_version", "channels"):
+            if getattr(self, key) is not None:
+                obj[key] = getattr(self, key)
         obj.update(self.params)
         obj["gmae"] = self.gmae
-        if self.gmae_rows is not None:
-            obj["gmae_rows"] = self.gmae_rows
+        for key in ("gmae_rows", "gmae_heldout"):
+            if getattr(self, key) is not None:
+                obj[key] = getattr(self, key)
         return obj
 
 
@@ -216,14 +242,20 @@ class Calibration:
         The machine's name (a built-in topology name, a topology file, or free text).
     entries:
         One per fitted log and model.
+    nodes:
+        How many such machines the logs were measured on (``--nodes``), 1 by default.
     """
 
     topology: str
     entries: tuple[CalibrationEntry, ...]
+    nodes: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.entries, tuple):
             object.__setattr__(self, "entries", tuple(self.entries))
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
+            raise InvalidInstanceError(f"calibration nodes = {self.nodes!r}: expected a whole "
+                                       "number >= 1")
 
     def collectives(self) -> tuple[str, ...]:
         """The collectives with at least one entry, in file order."""
@@ -296,7 +328,8 @@ class Calibration:
                       topology.name)
         metadata = dict(topology.metadata)
         metadata["calibration"] = {
-            "calibration_topology": self.topology, "file": entry.file,
+            "calibration_topology": self.topology, "calibration_nodes": self.nodes,
+            "file": entry.file,
             "collective": entry.collective, "ranks": entry.ranks, "model": entry.model,
             "busbw_gbps": entry.busbw_gbps, "collective_alpha_us": entry.alpha_us,
             "egress_units": units, "ring_steps": steps, "gmae": entry.gmae,
@@ -360,15 +393,22 @@ def ring_steps(collective: str, ranks: int) -> int:
     return 2 * (n - 1) if canonical_collective(collective) == "allreduce" else n - 1
 
 
-def calibration_from_fits(topology: str, results: Sequence[LogFits]) -> Calibration:
-    """A calibration with both fits of every log, in order (alpha-beta, then piecewise)."""
+def calibration_from_fits(topology: str, results: Sequence[LogFits], *,
+                          nodes: int = 1) -> Calibration:
+    """A calibration with both fits of every log, in order (alpha-beta, then piecewise), and
+    what each log was measured with."""
     entries = []
     for item in results:
+        log = item.log
         for fit in item.fits:
             entries.append(CalibrationEntry(fit.file, fit.collective, fit.ranks, fit.model,
                                             fit.params(), gmae=fit.gmae,
-                                            gmae_rows=fit.gmae_rows))
-    return Calibration(topology, tuple(entries))
+                                            gmae_rows=fit.gmae_rows,
+                                            gmae_heldout=fit.gmae_heldout,
+                                            runtime=log.runtime,
+                                            runtime_version=log.runtime_version,
+                                            channels=log.channels))
+    return Calibration(topology, tuple(entries), nodes=nodes)
 
 
 # -- the file format ------------------------------------------------------------------------------
@@ -377,7 +417,7 @@ def calibration_from_fits(topology: str, results: Sequence[LogFits]) -> Calibrat
 def calibration_to_json(calibration: Calibration) -> dict[str, Any]:
     """The JSON object of a calibration file."""
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "topology": calibration.topology,
-            "entries": [e.to_json() for e in calibration.entries]}
+            "nodes": calibration.nodes, "entries": [e.to_json() for e in calibration.entries]}
 
 
 def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibration:
@@ -398,13 +438,16 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
     if isinstance(version, bool) or version != FORMAT_VERSION:
         raise FileFormatError(source, f"version: {shown(version)}; this collsynth reads version "
                                       f"{FORMAT_VERSION}")
-    unknown = sorted(set(obj) - {"format", "version", "topology", "entries"})
+    unknown = sorted(set(obj) - {"format", "version", "topology", "nodes", "entries"})
     if unknown:
         raise FileFormatError(source, f"unknown field(s) {', '.join(map(repr, unknown))}")
     topology = obj.get("topology")
     if not isinstance(topology, str) or not topology.strip():
         raise FileFormatError(source, f"topology: {shown(topology)}; expected a name")
     clean_name(topology, "topology", source=source)
+    nodes = obj.get("nodes", 1)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 1 << 20:
+        raise FileFormatError(source, f"nodes: {nodes!r}; expected a whole number >= 1")
     raw = obj.get("entries")
     if not isinstance(raw, list):
         raise FileFormatError(source, "entries: expected a list")
@@ -426,7 +469,9 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
                                           f"{', '.join(map(repr, unknown))} for model {model!r}")
         params = {k: v for k, v in item.items() if k in _PARAMS[model]}
         entry = _Unchecked(item.get("file"), item.get("collective"), item.get("ranks"), model,
-                           params, item.get("gmae"), item.get("gmae_rows"))
+                           params, item.get("gmae"), item.get("gmae_rows"),
+                           item.get("gmae_heldout"), item.get("runtime"),
+                           item.get("runtime_version"), item.get("channels"))
         problem = _entry_problem(entry)
         if problem is not None:
             raise FileFormatError(source, f"{where}{problem[0]}: {problem[1]}")
@@ -439,8 +484,11 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
                 raise FileFormatError(source, f"{where}.{key}: {value!r}; expected at most "
                                               f"{limit:g}")
         entries.append(CalibrationEntry(entry.file, entry.collective, entry.ranks, model,
-                                        params, gmae=entry.gmae, gmae_rows=entry.gmae_rows))
-    return Calibration(topology, tuple(entries))
+                                        params, gmae=entry.gmae, gmae_rows=entry.gmae_rows,
+                                        gmae_heldout=entry.gmae_heldout, runtime=entry.runtime,
+                                        runtime_version=entry.runtime_version,
+                                        channels=entry.channels))
+    return Calibration(topology, tuple(entries), nodes=nodes)
 
 
 @dataclass(frozen=True)
@@ -454,6 +502,10 @@ class _Unchecked:
     params: dict[str, Any]
     gmae: Any
     gmae_rows: Any
+    gmae_heldout: Any = None
+    runtime: Any = None
+    runtime_version: Any = None
+    channels: Any = None
 
 
 def _entry_problem(entry: CalibrationEntry | _Unchecked) -> tuple[str, str] | None:
@@ -480,10 +532,20 @@ def _entry_problem(entry: CalibrationEntry | _Unchecked) -> tuple[str, str] | No
     problem = _number_problem(entry.gmae, "nonneg")
     if problem:
         return ".gmae", problem
-    if entry.gmae_rows is not None:
-        problem = _number_problem(entry.gmae_rows, "nonneg")
-        if problem:
-            return ".gmae_rows", problem
+    for key in ("gmae_rows", "gmae_heldout"):
+        if getattr(entry, key) is not None:
+            problem = _number_problem(getattr(entry, key), "nonneg")
+            if problem:
+                return f".{key}", problem
+    for key in ("runtime", "runtime_version"):
+        value = getattr(entry, key)
+        if value is not None and (not isinstance(value, str) or not value.strip()
+                                  or len(value) > 200):
+            return f".{key}", f"{value!r}; expected a non-empty string (at most 200 characters)"
+    channels = entry.channels
+    if channels is not None and (isinstance(channels, bool) or not isinstance(channels, int)
+                                 or not 1 <= channels <= _MAX_CHANNELS):
+        return ".channels", f"{channels!r}; expected a whole number from 1 to {_MAX_CHANNELS}"
     return None
 
 

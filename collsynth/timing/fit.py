@@ -2,10 +2,13 @@
 
 Both fits work on the *sweep* of a :class:`~collsynth.timing.logs.BenchmarkLog`: one point per
 distinct size, whose time is the geometric mean of the rows of that size (nccl-tests measures
-every size twice, out of place and in place; a repeated run adds more rows). Each fit reports two
-errors (:func:`gmae`): ``gmae`` over the sweep's points, the figure the fits are judged by, and
+every size twice, out of place and in place; a repeated run adds more rows). Each fit reports
+three errors (:func:`gmae`): ``gmae`` over the sweep's points, the figure the fits are judged by;
 ``gmae_rows`` over every row, which also counts the scatter between the halves (an outlier half,
-like a 22 us out-of-place call between two 13 us ones, weighs there in full).
+like a 22 us out-of-place call between two 13 us ones, weighs there in full); and
+``gmae_heldout``, the error of the same model fitted to every other size of the sweep (the
+smallest, the third, ...) on the sizes it did not see, which says how well the model predicts
+between measured sizes rather than how closely it follows them (``None`` below three sizes).
 
 **The alpha-beta line** ``time_us = alpha_us + size_bytes * beta_us_per_byte`` (of the whole
 collective, sizes in the nccl-tests convention), fitted by regime rather than by one global
@@ -22,27 +25,35 @@ pipeline fills; its GMAE says by how much.
 
 **The piecewise bus-bandwidth model** of DLRM performance-model work (Lin et al., "Building a
 Performance Model for Deep Learning Recommendation Model Training on GPUs", 2022), with
-``x = log2(size)`` and ``busbw(size) = busbw_factor * size / (time * 1e3)``:
+``x = log2(size)`` and ``busbw(size) = busbw_factor * size / (time * 1e3)``, made continuous
+and monotone:
 
-* up to the linearity knee ``K`` (``knee_bytes``) the time is a constant overhead,
-  ``time = alpha_us`` (the bus bandwidth grows linearly with the size);
+* up to the linearity knee ``K`` (``knee_bytes``) the time is the latency regime: the constant
+  ``alpha_us`` up to the smallest size fitted (``min_bytes``), then a power law
+  ``alpha_us * (size / min_bytes) ** latency_exponent`` with ``0 <= latency_exponent <= 1/4``
+  (0 is the DLRM work's constant overhead; a small exponent follows the slow growth of the
+  latency protocols' time, at most 19% per doubling);
 * from the saturation size ``S`` (``saturation_bytes``) on, the bus bandwidth is its peak,
   ``busbw = busbw_gbps``;
-* in between, ``log10(busbw)`` is a sigmoid of ``x``: from ``log10(sigmoid_low_gbps)`` to
-  ``log10(sigmoid_high_gbps)``, centred at ``log2(center_bytes)`` with ``steepness`` per doubling.
-  As in that work the three pieces are fitted as pieces; they need not meet exactly at ``K`` and
-  ``S``.
+* in between, ``log(busbw)`` follows a sigmoid of ``x`` centred at ``log2(center_bytes)`` with
+  ``steepness`` per doubling, scaled so that it *starts at the latency piece's bus bandwidth at
+  K and ends at the peak at S*: the pieces meet, so the curve is continuous (the DLRM work
+  fitted three independent pieces, whose predicted time could drop at a knee as the size grew);
+* the time never decreases as the size grows: the latency piece and the peak cannot make it
+  decrease, and in between the fit keeps the bus bandwidth's growth below the size's
+  (``d log(busbw) / d log(size) < 1``) by construction (the rise of the sigmoid is a fraction
+  ``u <= 0.99`` of the most its steepest point allows).
 
-``K`` and ``S`` are found from the data. With them fixed the pieces share no parameter, so every
-pair of measured sizes is scored at once: the overhead is the mean log time below ``K``, the peak
-the mean log bandwidth from ``S``, and on a grid of centres and steepnesses the sigmoid is linear
-in its two ends (linear least squares over prefix sums). Sweeps of more than 48 sizes try 48 of
-them, evenly spread, as knees. The best pairs are then refined by
+``K`` and ``S`` are measured sizes, found from the data. Every pair is first scored with the
+pieces fitted independently (linear least squares over prefix sums: the latency piece a line
+in ``(x, log time)`` with its slope clipped to the bounds, the peak a mean, the sigmoid linear
+in its two ends on a grid of centres and steepnesses); sweeps of more than 48 sizes try 48 of
+them, evenly spread, as knees. The best pairs are then refined as one continuous curve by
 bounded least squares in log space (``scipy.optimize.least_squares`` with a soft-L1 loss, at a
 scale of 5%, then of 0.5%, close to the least absolute error that GMAE measures) and the one with
-the smallest GMAE is kept. Every figure is bounded (times and bandwidths within a factor of 4
-of the data, the centre within 8 doublings of the sweep, the steepness in ``[0.05, 12]`` per
-doubling), so a fit cannot run off to infinity or collapse to a step.
+the smallest GMAE is kept. Every figure is bounded (times within a factor of 4 of the data, the
+centre within 8 doublings of the sweep, the steepness in ``[0.05, 12]`` per doubling), so a fit
+cannot run off to infinity or collapse to a step.
 
 **GMAE**, the geometric-mean absolute error ``exp(mean(|log(predicted / measured)|)) - 1``, is a
 fraction: 0.05 means the predictions are off by 5% on (geometric) average. It is the same whether
@@ -61,8 +72,10 @@ A synthetic allreduce on 8 ranks: 20 us of overhead and 100 GB/s of bus bandwidt
 >>> round(line.alpha_us, 3), round(line.busbw_gbps, 1), line.gmae < 0.01
 (20.0, 100.0, True)
 >>> curve = fit_piecewise(log)
->>> 95 < curve.busbw_gbps <= 100, curve.gmae < 0.05
-(True, True)
+>>> 95 < curve.busbw_gbps <= 100, curve.gmae < 0.05, curve.gmae_heldout < 0.05
+(True, True, True)
+>>> bool(np.all(np.diff(curve.time_us(np.geomspace(1, 2 ** 34, 1000))) >= 0))
+True
 """
 
 from __future__ import annotations
@@ -103,7 +116,14 @@ MODELS = ("alpha-beta", "piecewise")
 FIGURE_FORMATS = (".png", ".svg")
 
 _STEEPNESS_BOUNDS = (0.05, 12.0)
-_REFINED = 20  # knee pairs refined by least squares
+#: The largest exponent of the latency piece: its time grows at most 2 ** 0.25 (19%) per doubling.
+_LATENCY_EXPONENT_MAX = 0.25
+#: The most the sigmoid may rise, as a fraction of the rise at which the bus bandwidth would grow
+#: as fast as the size at its steepest point: below 1, the time strictly increases between the
+#: knees (by at least 1% per doubling at the steepest point, far above rounding).
+_RISE_MAX = 0.99
+_REFINED = 12  # knee pairs refined by least squares
+_POLISHED = 4  # of which the best are refined closer to the least absolute error
 _KNEE_CANDIDATES = 48  # sizes tried as knees (all of them in sweeps of up to 48 sizes)
 #: Most points the piecewise fit works on: sweeps with more distinct sizes are averaged in
 #: equal log-size bins first (the grid search holds 1152 x points floats several times: a log of
@@ -138,7 +158,8 @@ class AlphaBetaFit:
     """``time_us = alpha_us + size_bytes * beta_us_per_byte``, fitted by regime (module docs).
 
     ``latency_max_bytes`` is the largest size of the latency regime, ``bandwidth_min_bytes`` the
-    smallest of the bandwidth regime.
+    smallest of the bandwidth regime. ``gmae``, ``gmae_rows`` and ``gmae_heldout`` are the
+    errors of the module docstring (fractions; ``gmae_heldout`` is ``None`` below three sizes).
     """
 
     file: str
@@ -152,6 +173,7 @@ class AlphaBetaFit:
     bandwidth_min_bytes: int
     gmae: float
     gmae_rows: float
+    gmae_heldout: float | None = None
     model: str = field(default="alpha-beta", init=False)
 
     def time_us(self, size_bytes: Any) -> Any:
@@ -168,12 +190,15 @@ class AlphaBetaFit:
 
 @dataclass(frozen=True)
 class PiecewiseFit:
-    """The piecewise bus-bandwidth curve (module docstring).
+    """The continuous, monotone piecewise bus-bandwidth curve (module docstring).
 
-    ``alpha_us`` is the constant time up to ``knee_bytes``, ``busbw_gbps`` the peak bus bandwidth
-    from ``saturation_bytes`` up. Between them ``log10(busbw)`` runs along a sigmoid from
-    ``log10(sigmoid_low_gbps)`` to ``log10(sigmoid_high_gbps)``, centred at ``center_bytes`` with
-    ``steepness`` per doubling of the size. ``factor`` is nccl-tests' ``busbw / algbw``.
+    ``alpha_us`` is the time up to ``min_bytes`` (the least the curve predicts: its base
+    latency); up to ``knee_bytes`` the time grows as ``(size / min_bytes) ** latency_exponent``;
+    ``busbw_gbps`` is the peak bus bandwidth from ``saturation_bytes`` up. Between the knees
+    ``log(busbw)`` follows a sigmoid centred at ``center_bytes`` with ``steepness`` per doubling,
+    from the latency piece's value at the knee to the peak at saturation. ``factor`` is
+    nccl-tests' ``busbw / algbw``. ``gmae``, ``gmae_rows`` and ``gmae_heldout`` are the errors of
+    the module docstring.
     """
 
     file: str
@@ -183,36 +208,33 @@ class PiecewiseFit:
     busbw_gbps: float
     knee_bytes: int
     saturation_bytes: int
-    sigmoid_low_gbps: float
-    sigmoid_high_gbps: float
     center_bytes: float
     steepness: float
     factor: float
     gmae: float
     gmae_rows: float
+    min_bytes: int = 1
+    latency_exponent: float = 0.0
+    gmae_heldout: float | None = None
     model: str = field(default="piecewise", init=False)
 
     def busbw_at(self, size_bytes: Any) -> Any:
         """Predicted bus bandwidth (GB/s) at ``size_bytes`` (a number or an array)."""
         sizes = np.asarray(size_bytes, dtype=float)
-        return np.exp(_piecewise_log_busbw(
-            np.log2(sizes), math.log2(self.knee_bytes), math.log2(self.saturation_bytes),
-            math.log(self.alpha_us), math.log(self.busbw_gbps), math.log(self.sigmoid_low_gbps),
-            math.log(self.sigmoid_high_gbps), math.log2(self.center_bytes), self.steepness,
-            math.log(self.factor)))
+        return self.factor * sizes / (self.time_us(sizes) * 1e3)
 
     def time_us(self, size_bytes: Any) -> Any:
         """Predicted microseconds at ``size_bytes`` (a number or an array)."""
         sizes = np.asarray(size_bytes, dtype=float)
-        return self.factor * sizes / (self.busbw_at(sizes) * 1e3)
+        return np.exp(_piecewise_log_time(np.log2(sizes), _Curve.of(self),
+                                          math.log(self.factor)))
 
     def params(self) -> dict[str, float | int]:
         """The fitted figures, as a calibration file stores them."""
         return {"alpha_us": self.alpha_us, "busbw_gbps": self.busbw_gbps,
+                "min_bytes": self.min_bytes, "latency_exponent": self.latency_exponent,
                 "knee_bytes": self.knee_bytes, "saturation_bytes": self.saturation_bytes,
-                "sigmoid_low_gbps": self.sigmoid_low_gbps,
-                "sigmoid_high_gbps": self.sigmoid_high_gbps, "center_bytes": self.center_bytes,
-                "steepness": self.steepness}
+                "center_bytes": self.center_bytes, "steepness": self.steepness}
 
 
 @dataclass(frozen=True)
@@ -256,6 +278,12 @@ class _Sweep:
     def times(self) -> np.ndarray:
         return np.exp(self.log_times)
 
+    def every_other(self, first: int) -> "_Sweep":
+        """The sizes ``first``, ``first + 2``, ... with their rows."""
+        sizes = self.sizes[first::2]
+        keep = np.isin(self.row_sizes, sizes)
+        return _Sweep(sizes, self.log_times[first::2], self.row_sizes[keep], self.row_times[keep])
+
 
 def _sweep(log: BenchmarkLog) -> _Sweep:
     """The sweep of ``log``; at least two distinct sizes."""
@@ -269,23 +297,30 @@ def _sweep(log: BenchmarkLog) -> _Sweep:
     return _Sweep(sizes, log_times, row_sizes, row_times)
 
 
-def _errors(fit: Any, sweep: _Sweep) -> tuple[float, float]:
-    """GMAE over the sweep's points and over every row."""
-    return (gmae(fit.time_us(sweep.sizes), sweep.times),
-            gmae(fit.time_us(sweep.row_sizes), sweep.row_times))
-
-
-def _with_errors(fit: Any, sweep: _Sweep) -> Any:
+def _with_errors(fit: Any, sweep: _Sweep, heldout: Any) -> Any:
+    """``fit`` with its errors on ``sweep``; ``heldout`` is the same model fitted to every other
+    size (``None`` below three sizes), scored on the sizes it did not see."""
     values = {k: getattr(fit, k) for k in fit.__dataclass_fields__ if k != "model"}
-    values["gmae"], values["gmae_rows"] = _errors(fit, sweep)
+    values["gmae"] = gmae(fit.time_us(sweep.sizes), sweep.times)
+    values["gmae_rows"] = gmae(fit.time_us(sweep.row_sizes), sweep.row_times)
+    if heldout is not None:
+        unseen = sweep.every_other(1)
+        values["gmae_heldout"] = gmae(heldout.time_us(unseen.sizes), unseen.times)
     return type(fit)(**values)
+
+
+def _heldout(sweep: _Sweep, fit: Any) -> Any:
+    """``fit`` (a function of a sweep) run on every other size, or ``None`` below three."""
+    return fit(sweep.every_other(0)) if len(sweep.sizes) >= 3 else None
 
 
 # -- alpha-beta -----------------------------------------------------------------------------------
 
 
-def fit_alpha_beta(log: BenchmarkLog, *, options: FitOptions | None = None) -> AlphaBetaFit:
-    """Fit the alpha-beta line to ``log`` by regime (see the module docstring).
+def fit_alpha_beta(log: BenchmarkLog, *, options: FitOptions | None = None,
+                   heldout: bool = True) -> AlphaBetaFit:
+    """Fit the alpha-beta line to ``log`` by regime (see the module docstring); with
+    ``heldout``, also fit every other size to score ``gmae_heldout``.
 
     Raises
     ------
@@ -294,6 +329,14 @@ def fit_alpha_beta(log: BenchmarkLog, *, options: FitOptions | None = None) -> A
     """
     options = options or FitOptions()
     sweep = _sweep(log)
+
+    def fit(part: _Sweep) -> AlphaBetaFit:
+        return _fit_alpha_beta(log, part, options)
+
+    return _with_errors(fit(sweep), sweep, _heldout(sweep, fit) if heldout else None)
+
+
+def _fit_alpha_beta(log: BenchmarkLog, sweep: _Sweep, options: FitOptions) -> AlphaBetaFit:
     sizes, times = sweep.sizes, sweep.times
     small = min(options.latency_sizes, max(1, len(sizes) // 2))
     large = min(options.bandwidth_sizes, max(1, len(sizes) - small))
@@ -302,10 +345,9 @@ def fit_alpha_beta(log: BenchmarkLog, *, options: FitOptions | None = None) -> A
     if beta <= 0:  # the sweep never leaves the latency regime: the time per byte at its end
         beta = float(np.median(times[-large:] / sizes[-large:]))
     algbw = 1.0 / (beta * 1e3)
-    fit = AlphaBetaFit(log.path, log.collective, log.ranks, alpha, beta, algbw,
-                       algbw * log.busbw_factor, int(sizes[small - 1]), int(sizes[-large]),
-                       0.0, 0.0)
-    return _with_errors(fit, sweep)
+    return AlphaBetaFit(log.path, log.collective, log.ranks, alpha, beta, algbw,
+                        algbw * log.busbw_factor, int(sizes[small - 1]), int(sizes[-large]),
+                        0.0, 0.0)
 
 
 # -- piecewise ------------------------------------------------------------------------------------
@@ -317,26 +359,94 @@ def _sigmoid(z: Any) -> Any:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def _piecewise_log_busbw(x: np.ndarray, xk: float, xs: float, log_alpha: float,
-                         log_peak: float, log_low: float, log_high: float, center: float,
-                         steepness: float, log_factor: float) -> np.ndarray:
-    """Natural log of the bus bandwidth (GB/s) at ``x = log2(size)`` (see the module docstring;
-    a sigmoid of ``log10(busbw)`` is one of ``ln(busbw)`` with the same centre and steepness)."""
-    flat = log_factor + x * _LN2 - log_alpha - _LN1E3  # busbw of a constant time alpha
-    middle = log_low + (log_high - log_low) * _sigmoid(steepness * (x - center))
-    return np.where(x <= xk, flat, np.where(x >= xs, log_peak, middle))
+def _log_sigmoid(z: Any) -> Any:
+    """``log(sigmoid(z))`` without overflow or underflow."""
+    return -np.logaddexp(0.0, -z)
+
+
+@dataclass(frozen=True)
+class _Curve:
+    """The piecewise curve in the fit's coordinates: ``x = log2(size)``, natural logs."""
+
+    x_min: float  # log2(min_bytes)
+    log_alpha: float
+    exponent: float  # latency_exponent
+    x_knee: float
+    x_saturation: float
+    log_peak: float
+    center: float  # log2(center_bytes)
+    steepness: float
+
+    @staticmethod
+    def of(fit: PiecewiseFit) -> "_Curve":
+        return _Curve(math.log2(fit.min_bytes), math.log(fit.alpha_us), fit.latency_exponent,
+                      math.log2(fit.knee_bytes), math.log2(fit.saturation_bytes),
+                      math.log(fit.busbw_gbps), math.log2(fit.center_bytes), fit.steepness)
+
+
+def _latency_log_time(x: Any, x_min: float, log_alpha: float, exponent: float) -> Any:
+    """Natural log of the latency piece's time: flat below ``x_min``, then a power law."""
+    return log_alpha + exponent * _LN2 * np.maximum(np.asarray(x, dtype=float) - x_min, 0.0)
+
+
+def _shape(x: Any, x_knee: float, x_sat: float, center: float, steepness: float) -> Any:
+    """The sigmoid ``steepness * (x - center)`` rescaled to 0 at ``x_knee`` and 1 at ``x_sat``.
+
+    Differences of sigmoids far in a tail are taken as ratios of logs, so that a steep curve or
+    a centre far from the knees neither underflows nor divides 0 by 0."""
+    z = steepness * (np.asarray(x, dtype=float) - center)
+    zk, zs = steepness * (x_knee - center), steepness * (x_sat - center)
+    if zk + zs <= 0:  # mostly in the lower tail: sigmoid(z) / sigmoid(zs) is well conditioned
+        lk, ls, lz = _log_sigmoid(zk), _log_sigmoid(zs), _log_sigmoid(z)
+        return (np.exp(lz - ls) - np.exp(lk - ls)) / -np.expm1(lk - ls)
+    # Mostly in the upper tail: the same with 1 - sigmoid(z) = sigmoid(-z).
+    lk, ls, lz = _log_sigmoid(-zk), _log_sigmoid(-zs), _log_sigmoid(-z)
+    return (1.0 - np.exp(lz - lk)) / -np.expm1(ls - lk)
+
+
+def _max_shape_slope(x_knee: float, x_sat: float, center: float, steepness: float) -> float:
+    """The largest derivative of :func:`_shape` over ``[x_knee, x_sat]`` (where the sigmoid is
+    steepest: at the centre, or at the knee nearest to it)."""
+    zk, zs = steepness * (x_knee - center), steepness * (x_sat - center)
+    z = min(max(0.0, zk), zs)
+    log_top = float(_log_sigmoid(z) + _log_sigmoid(-z))  # log(sigmoid(z) * (1 - sigmoid(z)))
+    if zk + zs <= 0:
+        lk, ls = float(_log_sigmoid(zk)), float(_log_sigmoid(zs))
+        return steepness * math.exp(log_top - ls) / -math.expm1(lk - ls)
+    lk, ls = float(_log_sigmoid(-zk)), float(_log_sigmoid(-zs))
+    return steepness * math.exp(log_top - lk) / -math.expm1(ls - lk)
+
+
+def _piecewise_log_time(x: np.ndarray, curve: _Curve, log_factor: float) -> np.ndarray:
+    """Natural log of the time (us) at ``x = log2(size)`` (see the module docstring; a sigmoid
+    of ``log10(busbw)`` is one of ``ln(busbw)`` with the same centre and steepness). The middle
+    runs from the latency piece's bus bandwidth at the knee to the peak, so the pieces meet; the
+    latency piece is computed as a time, so that it is exactly flat where it is flat."""
+    x = np.asarray(x, dtype=float)
+    bandwidth_time = log_factor + x * _LN2 - _LN1E3  # ln(time) = this - ln(busbw)
+    at_knee = float(log_factor + curve.x_knee * _LN2 - _LN1E3 - _latency_log_time(
+        curve.x_knee, curve.x_min, curve.log_alpha, curve.exponent))
+    between = np.clip(x, curve.x_knee, curve.x_saturation)
+    middle = at_knee + (curve.log_peak - at_knee) * _shape(
+        between, curve.x_knee, curve.x_saturation, curve.center, curve.steepness)
+    return np.where(x <= curve.x_knee,
+                    _latency_log_time(x, curve.x_min, curve.log_alpha, curve.exponent),
+                    bandwidth_time - np.where(x >= curve.x_saturation, curve.log_peak, middle))
 
 
 def _best_pairs(x: np.ndarray, y_t: np.ndarray, y_b: np.ndarray, bounds: tuple[float, float],
-                centers: tuple[float, float], count: int) -> list[tuple[int, int, np.ndarray]]:
-    """The ``count`` (knee, saturation) index pairs with the least squared log error, each with
-    the sigmoid (low, high, centre, steepness) that goes with it.
+                centers: tuple[float, float], count: int
+                ) -> list[tuple[int, int, np.ndarray, float]]:
+    """The ``count`` (knee, saturation) index pairs with the least squared log error when the
+    pieces are fitted independently, each with a start for the sigmoid (low, high, centre,
+    steepness) and the latency piece's slope in ``(x, ln time)``.
 
-    With the knees fixed the three pieces share no parameter, so the error splits: the flat
-    piece's best overhead is the mean log time below the knee, the peak the mean log bandwidth
-    above the saturation, and for a fixed centre and steepness the sigmoid is linear in its low
-    and high ends (linear least squares). A grid of centres and steepnesses, prefix sums over
-    the sizes, and every pair of knees are scored at once.
+    With the knees fixed independent pieces share no parameter, so the error splits: the
+    latency piece is a least-squares line in ``(x, ln time)`` whose slope is clipped to
+    ``[0, ln 2 * _LATENCY_EXPONENT_MAX]``, the peak the mean log bandwidth above the saturation,
+    and for a fixed centre and steepness the sigmoid is linear in its low and high ends (linear
+    least squares). A grid of centres and steepnesses, prefix sums over the sizes, and every
+    pair of knees are scored at once; the continuous curve is refined from the best.
     """
     n = len(x)
     lo_b, hi_b = bounds
@@ -345,9 +455,17 @@ def _best_pairs(x: np.ndarray, y_t: np.ndarray, y_b: np.ndarray, bounds: tuple[f
         return np.concatenate([np.zeros(values.shape[:-1] + (1,)), np.cumsum(values, axis=-1)],
                               axis=-1)
 
-    # Flat piece over points 0..i and peak over points j..n-1 (sum of squared deviations).
+    # Latency piece over points 0..i: a line with a clipped slope (sum of squared deviations).
     p1, pt, ptt = prefix(np.ones(n)), prefix(y_t), prefix(y_t ** 2)
-    flat = ptt[1:] - pt[1:] ** 2 / p1[1:]  # flat[i]: points 0..i
+    px, pxx, pxt = prefix(x), prefix(x * x), prefix(x * y_t)
+    cnt = p1[1:]
+    var_x = pxx[1:] - px[1:] ** 2 / cnt
+    cov = pxt[1:] - px[1:] * pt[1:] / cnt
+    var_t = ptt[1:] - pt[1:] ** 2 / cnt
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(var_x > 1e-12, cov / var_x, 0.0)
+    slope = np.clip(slope, 0.0, _LN2 * _LATENCY_EXPONENT_MAX)
+    flat = np.maximum(var_t - 2 * slope * cov + slope ** 2 * var_x, 0.0)  # flat[i]: points 0..i
     pb, pbb = prefix(y_b), prefix(y_b ** 2)
     tail_n = n - np.arange(n)
     peak = (pbb[n] - pbb[:n]) - (pb[n] - pb[:n]) ** 2 / tail_n  # peak[j]: points j..n-1
@@ -388,13 +506,12 @@ def _best_pairs(x: np.ndarray, y_t: np.ndarray, y_b: np.ndarray, bounds: tuple[f
         c = c_grid[best_grid[index] // len(k_grid)]
         k = k_grid[best_grid[index] % len(k_grid)]
         if few[index] or not np.isfinite(middle[index]):  # a neutral sigmoid between the ends
-            knee_bw = y_b[i]
-            start = np.array([knee_bw, y_b[j], 0.5 * (x[i] + x[j]), 1.0])
+            start = np.array([y_b[i], y_b[j], 0.5 * (x[i] + x[j]), 1.0])
         else:
             g_best = best_grid[index]
             lo_v, span_v = low[g_best, index], span[g_best, index]
             start = np.array([lo_v, lo_v + span_v, c, k])
-        result.append((i, j, start))
+        result.append((i, j, start, float(slope[i])))
     return result
 
 
@@ -411,63 +528,127 @@ def _binned(x: np.ndarray, y: np.ndarray, most: int) -> tuple[np.ndarray, np.nda
             (np.bincount(which, weights=y, minlength=most)[keep] / counts[keep]))
 
 
-def fit_piecewise(log: BenchmarkLog) -> PiecewiseFit:
-    """Fit the piecewise bus-bandwidth curve to ``log`` (see the module docstring).
+def fit_piecewise(log: BenchmarkLog, *, heldout: bool = True) -> PiecewiseFit:
+    """Fit the continuous, monotone piecewise bus-bandwidth curve to ``log`` (see the module
+    docstring); with ``heldout``, also fit every other size to score ``gmae_heldout`` (which
+    doubles the work).
 
     Raises
     ------
     FileFormatError
         When the log has fewer than two distinct sizes.
     """
-    from scipy.optimize import least_squares
-
     sweep = _sweep(log)
+
+    def fit(part: _Sweep) -> PiecewiseFit:
+        return _fit_piecewise(log, part)
+
+    return _with_errors(fit(sweep), sweep, _heldout(sweep, fit) if heldout else None)
+
+
+def _fit_piecewise(log: BenchmarkLog, sweep: _Sweep) -> PiecewiseFit:
     factor = log.busbw_factor
     log_factor = math.log(factor)
     x, y_t = _binned(np.log2(sweep.sizes), sweep.log_times, _MAX_FIT_POINTS)
+    x_min = float(x[0])
     y_b = log_factor + x * _LN2 - y_t - _LN1E3
     margin = math.log(4.0)
     t_bounds = (float(y_t.min()) - margin, float(y_t.max()) + margin)
     b_bounds = (float(y_b.min()) - margin, float(y_b.max()) + margin)
     c_bounds = (float(x[0]) - 8.0, float(x[-1]) + 8.0)
-    lower = np.array([t_bounds[0], b_bounds[0], b_bounds[0], b_bounds[0], c_bounds[0],
-                      _STEEPNESS_BOUNDS[0]])
-    upper = np.array([t_bounds[1], b_bounds[1], b_bounds[1], b_bounds[1], c_bounds[1],
+    # The refined figures: log alpha, latency exponent, u (the rise of the sigmoid as a fraction
+    # of the most that keeps the time from decreasing), centre, steepness.
+    lower = np.array([t_bounds[0], 0.0, -1.0, c_bounds[0], _STEEPNESS_BOUNDS[0]])
+    upper = np.array([t_bounds[1], _LATENCY_EXPONENT_MAX, _RISE_MAX, c_bounds[1],
                       _STEEPNESS_BOUNDS[1]])
 
-    def residuals(params: np.ndarray, xk: float, xs: float) -> np.ndarray:
-        return (y_b - _piecewise_log_busbw(x, xk, xs, *params, log_factor))
+    def curve(params: np.ndarray, xk: float, xs: float) -> _Curve:
+        log_alpha, exponent, u, center, steepness = (float(v) for v in params)
+        at_knee = (log_factor + xk * _LN2 - _LN1E3
+                   - _latency_log_time(xk, x_min, log_alpha, exponent))
+        # The middle's slope is (peak - at_knee) * shape'; the time does not decrease while that
+        # stays <= ln 2, so the rise is u * ln 2 / max(shape') with u <= _RISE_MAX < 1.
+        rise = u * _LN2 / _max_shape_slope(xk, xs, center, steepness)
+        return _Curve(x_min, log_alpha, exponent, xk, xs, float(at_knee) + rise, center,
+                      steepness)
 
-    winner: tuple[float, float, float, np.ndarray] | None = None
-    for i, j, sigmoid in _best_pairs(x, y_t, y_b, b_bounds, c_bounds, _REFINED):
+    def residuals_for(xk: float, xs: float) -> Any:
+        """The log errors of the curve with knees ``xk``, ``xs`` (what
+        :func:`_piecewise_log_time` computes, in bus bandwidth, with the pieces' points found
+        once per pair)."""
+        low, high = x <= xk, x >= xs
+        middle = ~(low | high)
+        x_mid, y_low, y_mid, y_high = x[middle], y_b[low], y_b[middle], y_b[high]
+        base_low = log_factor + x[low] * _LN2 - _LN1E3
+        rise_low = np.maximum(x[low] - x_min, 0.0) * _LN2
+        base_knee, rise_knee = log_factor + xk * _LN2 - _LN1E3, max(xk - x_min, 0.0) * _LN2
+        out = np.empty_like(x)
+
+        def residuals(params: np.ndarray) -> np.ndarray:
+            log_alpha, exponent, u, center, steepness = (float(v) for v in params)
+            at_knee = base_knee - log_alpha - exponent * rise_knee
+            peak = at_knee + u * _LN2 / _max_shape_slope(xk, xs, center, steepness)
+            out[low] = y_low - (base_low - log_alpha - exponent * rise_low)
+            out[high] = y_high - peak
+            if len(x_mid):
+                out[middle] = y_mid - (at_knee + (peak - at_knee)
+                                       * _shape(x_mid, xk, xs, center, steepness))
+            return out.copy()
+
+        return residuals
+
+    # Every pair is refined by least squares, then the best few closer to the least absolute
+    # (log) error, which is what GMAE measures.
+    refined: list[tuple[float, float, float, np.ndarray]] = []
+    for i, j, sigmoid, slope in _best_pairs(x, y_t, y_b, b_bounds, c_bounds, _REFINED):
         xk, xs = float(x[i]), float(x[j])
-        start = np.concatenate([[np.mean(y_t[:i + 1]), np.mean(y_b[j:])], sigmoid])
-        start = np.clip(start, lower, upper)
-        params = start
-        # Least squares, then closer to least absolute (log) error, which is what GMAE measures.
-        for f_scale in (0.05, 0.005):
-            try:
-                params = least_squares(residuals, params, args=(xk, xs), bounds=(lower, upper),
-                                       loss="soft_l1", f_scale=f_scale, max_nfev=200).x
-            except (ValueError, np.linalg.LinAlgError):  # pragma: no cover - keep what we have
-                break
-        error = float(np.mean(np.abs(residuals(params, xk, xs))))
+        log_alpha = float(np.mean(y_t[:i + 1]) - slope * (np.mean(x[:i + 1]) - x_min))
+        exponent = slope / _LN2
+        center, steepness = float(sigmoid[2]), float(sigmoid[3])
+        at_knee = float(log_factor + xk * _LN2 - _LN1E3
+                        - _latency_log_time(xk, x_min, log_alpha, exponent))
+        u = ((float(np.mean(y_b[j:])) - at_knee)
+             * _max_shape_slope(xk, xs, center, steepness) / _LN2)
+        params = np.clip([log_alpha, exponent, u, center, steepness], lower, upper)
+        residuals = residuals_for(xk, xs)
+        params = _least_squares(residuals, params, lower, upper, 0.05)
+        refined.append((float(np.mean(np.abs(residuals(params)))), xk, xs, params))
+    refined.sort(key=lambda item: item[0])
+    winner: tuple[float, _Curve] | None = None
+    for _, xk, xs, params in refined[:_POLISHED]:
+        residuals = residuals_for(xk, xs)
+        params = _least_squares(residuals, params, lower, upper, 0.005)
+        error = float(np.mean(np.abs(residuals(params))))
         if winner is None or error < winner[0]:
-            winner = (error, xk, xs, params)
+            winner = (error, curve(params, xk, xs))
     if winner is None:  # pragma: no cover - there is always a pair when there are two sizes
         raise FileFormatError(log.path, "no knee and saturation sizes to fit")
-    _, xk, xs, params = winner
-    log_alpha, log_peak, log_low, log_high, center, steepness = (float(v) for v in params)
-    fit = PiecewiseFit(log.path, log.collective, log.ranks, math.exp(log_alpha),
-                       math.exp(log_peak), int(round(2 ** xk)), int(round(2 ** xs)),
-                       math.exp(log_low), math.exp(log_high), float(2 ** center), steepness,
-                       factor, 0.0, 0.0)
-    return _with_errors(fit, sweep)
+    best = winner[1]
+    return PiecewiseFit(log.path, log.collective, log.ranks, math.exp(best.log_alpha),
+                        math.exp(best.log_peak), int(round(2 ** best.x_knee)),
+                        int(round(2 ** best.x_saturation)), float(2 ** best.center),
+                        best.steepness, factor, 0.0, 0.0, min_bytes=int(sweep.sizes[0]),
+                        latency_exponent=best.exponent)
 
 
-def fit_log(log: BenchmarkLog, *, options: FitOptions | None = None) -> LogFits:
-    """Both fits of ``log``."""
-    return LogFits(log, fit_alpha_beta(log, options=options), fit_piecewise(log))
+def _least_squares(residuals: Any, params: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                   f_scale: float) -> np.ndarray:
+    """Bounded soft-L1 least squares from ``params``; ``params`` again if scipy gives up."""
+    from scipy.optimize import least_squares
+
+    try:
+        return least_squares(residuals, params, bounds=(lower, upper),
+                             loss="soft_l1", f_scale=f_scale, max_nfev=50, ftol=1e-6,
+                             xtol=1e-6).x
+    except (ValueError, np.linalg.LinAlgError):  # pragma: no cover - keep what we have
+        return params
+
+
+def fit_log(log: BenchmarkLog, *, options: FitOptions | None = None,
+            heldout: bool = True) -> LogFits:
+    """Both fits of ``log`` (with their held-out errors unless ``heldout`` is false)."""
+    return LogFits(log, fit_alpha_beta(log, options=options, heldout=heldout),
+                   fit_piecewise(log, heldout=heldout))
 
 
 # -- plots ----------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Readers for collective benchmark logs: nccl-tests (text and JSON) and PARAM comms.
+"""Readers for collective benchmark logs: nccl-tests (text and JSON), PARAM comms and plain CSV.
 
 Every reader returns a :class:`BenchmarkLog`: the collective, the number of ranks and one
 :class:`BenchmarkRow` per measured (size, half) pair, in file order. Nothing is fitted here (see
@@ -60,6 +60,24 @@ Quantized (``COMMS-RES-QUANT``) and point-to-point rows are not collective sweep
 skipped. The number of ranks comes from the ``world_size`` PARAM prints with its MPI
 environment, else from ``busBW / algBW``; the collective from the row tag, a ``collective=NAME``
 line or ``--collective NAME``, else the file name.
+
+**Plain CSV** (a file named ``*.csv``, or whose first line that is not a ``#`` comment is a
+comma-separated header naming ``size_bytes``): one row per measurement, the columns
+``size_bytes`` (nccl-tests convention) and ``time_us`` required; ``count``, ``algbw_gbps``,
+``busbw_gbps`` and ``in_place`` (``true``/``false``/``1``/``0``) are read when present, and
+``collective`` and ``ranks`` columns, which must hold one value in every row, say what the file
+measured; other columns are ignored, and so are ``#`` comment lines. Without ``collective`` and
+``ranks`` columns the collective comes from the file name and the rank count from
+``busbw_gbps / algbw_gbps``, as for nccl-tests, else from ``--collective`` / ``--ranks``.
+
+**What the log was measured with.** Every format is searched for the runtime and its channel
+count (:attr:`BenchmarkLog.runtime`, :attr:`~BenchmarkLog.runtime_version`,
+:attr:`~BenchmarkLog.channels`): ``NCCL version 2.18.3+cuda12.2`` / ``RCCL version ...``
+banners (a JSON log's ``nccl_version`` code, e.g. ``22703`` for 2.27.3, reads as NCCL: an RCCL
+build reports the NCCL version it tracks there); the channel count from the runtime's ring lines
+``Channel 00/02 : 0 1 2 3`` (the number after the slash), else ``N coll channels``, else the
+largest ``nChannels N``, else ``NCCL_MAX_NCHANNELS=N`` (a cap the run was given). The options of
+:func:`load_log` override what the log says, as for the collective and the rank count.
 
 Errors
 ------
@@ -125,7 +143,7 @@ MAX_LOG_BYTES = 64 * 1024 * 1024
 #: The most ranks a log may claim (a sanity bound on header and JSON values).
 _MAX_RANKS = 1 << 20
 #: Values of :attr:`BenchmarkLog.source`.
-LOG_FORMATS = ("nccl-tests", "nccl-tests-json", "param-comms")
+LOG_FORMATS = ("nccl-tests", "nccl-tests-json", "param-comms", "csv")
 
 # Kinds a benchmark log may measure (collsynth.collective.kinds), their spellings in benchmark
 # names and file names, and nccl-tests' bus-bandwidth factors (busbw = algbw * factor).
@@ -199,6 +217,12 @@ class BenchmarkLog:
         Which reader read it: one of :data:`LOG_FORMATS`.
     zero_size_lines:
         Result lines of size 0 that were skipped.
+    runtime, runtime_version:
+        The runtime the log was measured with, lower case (``"nccl"``, ``"rccl"``, or what the
+        caller said: ``"msccl"``...), and its version (``"2.18.3+hip6.0"``), each ``None`` when
+        the log does not say (see the module docstring).
+    channels:
+        The runtime's channel count for the run, ``None`` when the log does not say.
     """
 
     path: str
@@ -207,6 +231,9 @@ class BenchmarkLog:
     rows: tuple[BenchmarkRow, ...]
     source: str
     zero_size_lines: int = 0
+    runtime: str | None = None
+    runtime_version: str | None = None
+    channels: int | None = None
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -252,15 +279,20 @@ def busbw_factor(collective: str, ranks: int) -> float:
 
 
 def load_log(path: str | os.PathLike[str], *, collective: str | None = None,
-             ranks: int | None = None, max_bytes: int = MAX_LOG_BYTES) -> BenchmarkLog:
+             ranks: int | None = None, runtime: str | None = None,
+             channels: int | None = None, max_bytes: int = MAX_LOG_BYTES) -> BenchmarkLog:
     """Read a benchmark log file, detecting its format (see the module docstring).
 
     Parameters
     ----------
     path:
-        The log: nccl-tests text or JSON output, or PARAM comms output.
+        The log: nccl-tests text or JSON output, PARAM comms output, or a plain CSV.
     collective, ranks:
         Override what the log says (or does not say) about the collective and the rank count.
+    runtime, channels:
+        Override what the log says (or does not say) about the runtime it was measured with
+        (``"rccl"``, ``"nccl 2.18.3"``, ``"rccl-2.18.3"``: a name and an optional version) and
+        its channel count.
     max_bytes:
         Refuse larger files before reading them.
 
@@ -280,26 +312,33 @@ def load_log(path: str | os.PathLike[str], *, collective: str | None = None,
         line = data.count(b"\n", 0, exc.start) + 1
         raise FileFormatError(path, f"line {line}: not UTF-8 text ({exc.reason} at byte "
                                     f"{exc.start})") from exc
-    return parse_log(text, name=str(path), collective=collective, ranks=ranks)
+    return parse_log(text, name=str(path), collective=collective, ranks=ranks, runtime=runtime,
+                     channels=channels)
 
 
 def parse_log(text: str, *, name: str = "<log>", collective: str | None = None,
-              ranks: int | None = None) -> BenchmarkLog:
+              ranks: int | None = None, runtime: str | None = None,
+              channels: int | None = None) -> BenchmarkLog:
     """Read the text of a benchmark log (see :func:`load_log`); ``name`` names it in errors and
     is searched for the collective's name as a last resort."""
     if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int)
                               or not 1 <= ranks <= _MAX_RANKS):
         raise FileFormatError(name, f"ranks = {ranks!r}: expected a whole number >= 1")
+    given = _given_runtime(name, runtime, channels)
     if not text.strip():
         raise FileFormatError(name, "the file is empty")
     if "\0" in text:
         line = text.count("\n", 0, text.index("\0")) + 1
         raise FileFormatError(name, f"line {line}: a NUL character; a benchmark log is text")
     if text.lstrip().startswith("{"):
-        return _parse_json(text, name, collective, ranks)
-    if "COMMS-RES" in text:
-        return _parse_param(text, name, collective, ranks)
-    return _parse_nccl_tests(text, name, collective, ranks)
+        log = _parse_json(text, name, collective, ranks)
+    elif "COMMS-RES" in text:
+        log = _parse_param(text, name, collective, ranks)
+    elif _is_csv(text, name):
+        log = _parse_csv(text, name, collective, ranks)
+    else:
+        log = _parse_nccl_tests(text, name, collective, ranks)
+    return _with_runtime(log, text, given)
 
 
 # -- shared helpers ----------------------------------------------------------------------------
@@ -763,3 +802,133 @@ def _parse_param(text: str, name: str, collective: str | None, ranks: int | None
                    "COMMS-RES result rows")
 
 
+
+
+# -- plain CSV ------------------------------------------------------------------------------------
+
+_CSV_REQUIRED = ("size_bytes", "time_us")
+_TRUE, _FALSE = ("true", "yes", "1", "in-place", "in_place"), ("false", "no", "0", "out-of-place",
+                                                              "out_of_place", "")
+
+
+def _content_lines(text: str) -> list[tuple[int, str]]:
+    """``(line number, line)`` of the lines that are neither blank nor ``#`` comments."""
+    return [(number, line) for number, line in enumerate(text.splitlines(), start=1)
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _is_csv(text: str, name: str) -> bool:
+    lines = _content_lines(text)
+    if not lines or "," not in lines[0][1]:
+        return False
+    return name.lower().endswith(".csv") or "size_bytes" in lines[0][1].lower()
+
+
+def _parse_csv(text: str, name: str, collective: str | None, ranks: int | None) -> BenchmarkLog:
+    import csv
+
+    lines = _content_lines(text)
+    header_line, header_text = lines[0]
+    header = [cell.strip().lower() for cell in next(csv.reader([header_text]))]
+    missing = [column for column in _CSV_REQUIRED if column not in header]
+    if missing:
+        raise FileFormatError(name, f"line {header_line}: a CSV without the column(s) "
+                                    f"{', '.join(missing)}; expected a header naming "
+                                    f"{' and '.join(_CSV_REQUIRED)} (others are ignored)")
+    column = {label: index for index, label in reversed(list(enumerate(header)))}
+    rows: list[BenchmarkRow] = []
+    zero = 0
+    said: dict[str, str] = {}
+    for number, line in lines[1:]:
+        cells = [cell.strip() for cell in next(csv.reader([line]))]
+        if len(cells) != len(header):
+            raise FileFormatError(name, f"line {number}: {len(cells)} cells; the header has "
+                                        f"{len(header)} ({', '.join(header)})")
+        named = dict(zip(header, cells))
+        for key in ("collective", "ranks"):
+            if key in column and named[key]:
+                if said.setdefault(key, named[key]) != named[key]:
+                    raise FileFormatError(name, f"line {number}: {key} {named[key]!r}, but "
+                                                f"earlier rows say {said[key]!r}: one log, one "
+                                                f"{key}")
+        size = _size(named["size_bytes"], name, number)
+        if size == 0:
+            zero += 1
+            continue
+        count = _size(named["count"], name, number) if named.get("count") else None
+        time_us = _time(named["time_us"], name, number)
+        algbw = (_number(named["algbw_gbps"], "algbw_gbps", name, number, optional=True)
+                 if named.get("algbw_gbps") else None)
+        busbw = (_number(named["busbw_gbps"], "busbw_gbps", name, number, optional=True)
+                 if named.get("busbw_gbps") else None)
+        in_place = named.get("in_place", "").lower()
+        if in_place not in _TRUE + _FALSE:
+            raise FileFormatError(name, f"line {number}: in_place {named['in_place']!r}: "
+                                        "expected true or false")
+        rows.append(BenchmarkRow(size, count, None, None, None, time_us, algbw, busbw,
+                                 in_place in _TRUE, None, number))
+    if ranks is None and "ranks" in said:
+        if not _INT.match(said["ranks"]) or int(said["ranks"]) < 1:
+            raise FileFormatError(name, f"ranks {said['ranks']!r}: expected a whole number >= 1")
+        ranks = int(said["ranks"])
+    coll = _resolve_collective(name, collective, said.get("collective"))
+    return _finish(name, "csv", coll, ranks, rows, zero, None,
+                   "CSV rows (lines like '1048576,546.3' under 'size_bytes,time_us')")
+
+
+# -- the runtime a log was measured with ----------------------------------------------------------
+
+_RUNTIME_BANNER = re.compile(r"(?<![\w-])(NCCL|RCCL) version\s*:?\s*v?(\d+\.\d+[\w.+~-]*)")
+_JSON_NCCL_VERSION = re.compile(r'"nccl_version"\s*:\s*(\d+)')
+_RING_LINE = re.compile(r"\bChannel\s+\d+/(\d+)\s*:\s+\d")
+_COLL_CHANNELS = re.compile(r"\b(\d+) coll channels\b")
+_N_CHANNELS = re.compile(r"\bnChannels\s*[=:]?\s*(\d+)")
+_MAX_CHANNELS = re.compile(r"\bNCCL_MAX_N?CHANNELS(?:\s*=\s*|\s+set by environment to\s+)(\d+)")
+_RUNTIME_OPTION = re.compile(r"^([A-Za-z][A-Za-z_-]*?)(?:[\s@/=-]*(\d[\w.+~-]*))?$")
+#: The most channels a log or a caller may claim (NCCL and RCCL have at most 64 today).
+_MAX_CHANNELS_CLAIMED = 1024
+
+
+def _given_runtime(name: str, runtime: str | None, channels: int | None
+                   ) -> tuple[str | None, str | None, int | None]:
+    """The caller's ``runtime`` (split into a name and a version) and ``channels``, checked."""
+    runtime_name = version = None
+    if runtime is not None:
+        match = _RUNTIME_OPTION.match(runtime.strip()) if isinstance(runtime, str) else None
+        if match is None:
+            raise FileFormatError(name, f"runtime = {runtime!r}: expected a name and an optional "
+                                        "version, like rccl, nccl 2.18.3 or rccl-2.18.3")
+        runtime_name, version = match.group(1).lower(), match.group(2)
+    if channels is not None and (isinstance(channels, bool) or not isinstance(channels, int)
+                                 or not 1 <= channels <= _MAX_CHANNELS_CLAIMED):
+        raise FileFormatError(name, f"channels = {channels!r}: expected a whole number from 1 "
+                                    f"to {_MAX_CHANNELS_CLAIMED}")
+    return runtime_name, version, channels
+
+
+def _with_runtime(log: BenchmarkLog, text: str,
+                  given: tuple[str | None, str | None, int | None]) -> BenchmarkLog:
+    """``log`` with the runtime and channel count the text says, overridden by ``given``."""
+    import dataclasses
+
+    runtime = version = None
+    if (m := _RUNTIME_BANNER.search(text)) is not None:
+        runtime, version = m.group(1).lower(), m.group(2)
+    elif (m := _JSON_NCCL_VERSION.search(text)) is not None and int(m.group(1)) >= 20000:
+        code = int(m.group(1))  # NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch
+        runtime, version = "nccl", f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    channels = None
+    for pattern in (_RING_LINE, _COLL_CHANNELS, _N_CHANNELS, _MAX_CHANNELS):
+        found = [int(m.group(1)) for m in pattern.finditer(text)
+                 if pattern is not _RING_LINE or "->" not in m.string[m.end():m.end() + 200]
+                 .split("\n", 1)[0]]
+        found = [n for n in found if 1 <= n <= _MAX_CHANNELS_CLAIMED]
+        if found:
+            channels = max(found)
+            break
+    given_name, given_version, given_channels = given
+    if given_name is not None:
+        runtime, version = given_name, given_version
+    if given_channels is not None:
+        channels = given_channels
+    return dataclasses.replace(log, runtime=runtime, runtime_version=version, channels=channels)

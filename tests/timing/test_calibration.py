@@ -84,9 +84,14 @@ def _valid() -> dict:
 
 
 def test_minimal_file_reads():
+    # _valid() is a file as written before the piecewise curve was made continuous: with the
+    # sigmoid's ends, without min_bytes, latency_exponent, nodes, runtime or held-out errors.
     calibration = calibration_from_json(_valid())
     assert [e.collective for e in calibration.entries] == ["allreduce", "allreduce"]
     assert calibration.entries[0].gmae_rows is None
+    assert calibration.nodes == 1
+    assert all(e.gmae_heldout is None and e.runtime is None and e.channels is None
+               for e in calibration.entries)
 
 
 def _edit(path: list, value: object) -> dict:
@@ -128,6 +133,16 @@ BAD_CALIBRATIONS = [
                                              r"most 1\.1259e\+15"),
     (["entries", 0, "collective"], "all\x00reduce", r"entries\[0\]\.collective = "
                                                     r"'all\\x00reduce': a control character"),
+    (["nodes"], 0, r"nodes: 0; expected a whole number >= 1"),
+    (["nodes"], "2", r"nodes: '2'; expected a whole number >= 1"),
+    (["entries", 1, "gmae_heldout"], -1, r"entries\[1\]\.gmae_heldout: -1; expected a number >= 0"),
+    (["entries", 1, "channels"], 0, r"entries\[1\]\.channels: 0; expected a whole number from 1"),
+    (["entries", 1, "channels"], 2.0, r"entries\[1\]\.channels: 2\.0; expected a whole number"),
+    (["entries", 1, "runtime"], "", r"entries\[1\]\.runtime: ''; expected a non-empty string"),
+    (["entries", 1, "runtime_version"], 2.18, r"entries\[1\]\.runtime_version: 2\.18; expected"),
+    (["entries", 1, "latency_exponent"], -0.1, r"entries\[1\]\.latency_exponent: -0\.1; expected "
+                                               r"a number >= 0"),
+    (["entries", 1, "min_bytes"], 0, r"entries\[1\]\.min_bytes: 0; expected a whole number"),
 ]
 
 
@@ -301,3 +316,40 @@ def test_main_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["calibrate", str(V100), "--topology", "dgx1", "-o", str(out),
                  "--plot", "x.gif"]) == 2
     assert math.isfinite(load_calibration(out).entries[0].alpha_us)
+
+
+MI250 = ROOT / "data" / "measurements" / "mi250-16gcd-x2" / "rccl_all_gather_outofplace.csv"
+
+
+def test_cli_csv_nodes_runtime_and_heldout(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """The MI250 CSV: its rank count, runtime and channels come from the options (its README
+    says RCCL 2.18.3 with NCCL_MAX_NCHANNELS=2 on 2 nodes of 16 GCDs)."""
+    out = tmp_path / "mi250.json"
+    assert _run(["calibrate", str(MI250), "--topology", "mi250-16gcd", "--nodes", "2",
+                 "--ranks", "32", "--runtime", "rccl-2.18.3", "--channels", "2", "-o", str(out),
+                 "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [o["model"] for o in printed] == ["alpha-beta", "piecewise"]
+    for obj in printed:
+        assert (obj["collective"], obj["ranks"], obj["runtime"], obj["runtime_version"],
+                obj["channels"]) == ("allgather", 32, "rccl", "2.18.3", 2)
+        assert 0 < obj["gmae"] and 0 < obj["gmae_heldout"] < 1
+    assert printed[1]["gmae"] <= 0.05 and printed[1]["min_bytes"] == 512
+    saved = load_calibration(out)
+    assert (saved.topology, saved.nodes) == ("mi250-16gcd", 2)
+    assert [e.to_json() for e in saved.entries] == printed
+    assert json.loads(out.read_text())["nodes"] == 2
+    # The table: runtime, channels and the held-out error beside the in-sample one.
+    assert _run(["calibrate", str(MI250), "--topology", "mi250-16gcd", "--nodes", "2",
+                 "--ranks", "32", "-o", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-2:] == ["gmae", "heldout"] and "runtime" in lines[0]
+    piecewise = next(line for line in lines if " piecewise " in line)
+    gmae_cell, heldout_cell = piecewise.split()[-2:]
+    assert gmae_cell == f"{100 * printed[1]['gmae']:.1f}%"
+    assert heldout_cell == f"{100 * printed[1]['gmae_heldout']:.1f}%"
+    assert piecewise.split()[3:5] == ["-", "-"]  # no runtime, no channels: the CSV does not say
+    assert "calibration for 'mi250-16gcd x 2 nodes'" in lines[-1]
+    assert load_calibration(out).entries[0].runtime is None
+    with pytest.raises(SystemExit):
+        _run(["calibrate", str(MI250), "--topology", "x", "--nodes", "0", "-o", str(out)])

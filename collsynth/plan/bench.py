@@ -1,0 +1,738 @@
+"""Benchmarks on GPUs: the nccl-tests (rccl-tests) runs that measure an MSCCL program against the
+runtime's own algorithms, run when the binaries are there, and a report of what was measured.
+
+``collsynth bench FILE.xml|ALGO.json --ranks N --runtime R [--dry-run]`` in library form::
+
+    setup = prepare_bench("allgather.json", BenchOptions(runtime="rccl", ranks=8))
+    write_scripts(setup, "bench/")        # xml/, run_default.sh, run_xml.sh, README.md
+    if not missing_binaries(setup):
+        result = run_bench(setup, "bench/")         # runs both scripts, reads logs/*.txt
+        write_results(setup, result, "bench/")      # calibration.json, report.md, plot.png
+
+Two runs of one nccl-tests binary (``all_gather_perf``...) over the same sizes:
+
+* **default**: the runtime's own algorithms, MSCCL off (rccl: ``RCCL_MSCCL_ENABLE=0``;
+  msccl-executor: ``NCCL_MSCCL_ENABLE=0``; msccl: no ``MSCCL_XML_FILES`` or ``MSCCL_CONFIG``);
+* **xml**: the program loaded the way the runtime reads it
+  (:func:`collsynth.plan.environment.runtime_environment`). An algorithm file is exported first
+  (:func:`collsynth.export.pipeline.export_programs`, the fewest channels that fit).
+
+Both runs set ``NCCL_DEBUG=INFO`` (with the ``INIT,GRAPH,ENV`` subsystems) so that their logs
+name the runtime's version and channel count, which the calibration records. The sizes double
+from the first multiple of the program's granule (the element count must be a multiple of its
+``nchunksperloop``, docs/msccl-xml.md §13) that is at least the smallest size asked for; a size
+outside the program's byte range, or a half of an nccl-tests row (in place / out of place) the
+program is not declared for, runs the runtime's own algorithm and is reported as such.
+
+Nothing is reported as measured that a log does not hold: a dry run writes the scripts and a
+README that says nothing was run; without the binaries :func:`run_bench` refuses to start. The
+default run's log is fitted (:mod:`collsynth.timing.fit`) into a calibration of the machine; an
+algorithm file's predicted times (collsynth's closed form and NCCL's ring/tree model, both on the
+figures that calibration gives, :func:`collsynth.timing.compare.compare`) go beside the measured
+ones, labelled as predictions. An XML file has no prediction here unless a ``predictor`` is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from collsynth.errors import CollsynthError, FileFormatError, UnknownNameError
+from collsynth.plan.environment import EnvVar, runtime_environment
+
+if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from collsynth.algorithm.model import Algorithm
+    from collsynth.timing.calibration import Calibration
+    from collsynth.timing.logs import BenchmarkLog
+
+__all__ = [
+    "BENCH_RUNTIMES",
+    "PERF_BINARIES",
+    "BenchError",
+    "BenchOptions",
+    "BenchProgram",
+    "BenchRun",
+    "BenchSetup",
+    "SizeResult",
+    "BenchResult",
+    "prepare_bench",
+    "write_scripts",
+    "missing_binaries",
+    "run_bench",
+    "read_results",
+    "write_results",
+    "bench_report",
+    "plot_bench",
+]
+
+#: Runtimes ``collsynth bench`` writes runs for.
+BENCH_RUNTIMES = ("msccl", "msccl-executor", "rccl")
+#: The nccl-tests (rccl-tests) binary that measures each collective.
+PERF_BINARIES = {
+    "allreduce": "all_reduce_perf", "allgather": "all_gather_perf",
+    "reduce_scatter": "reduce_scatter_perf", "alltoall": "alltoall_perf",
+    "broadcast": "broadcast_perf", "reduce": "reduce_perf", "gather": "gather_perf",
+    "scatter": "scatter_perf",
+}
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+# Collectives whose runtime byte count is the API count times the rank count (§4.4).
+_COUNT_TIMES_RANKS = ("allgather", "reduce_scatter", "alltoall")
+#: msccl's maxBytes when the attribute is absent (exclusive; docs/msccl-xml.md §4.4).
+MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
+_ELEMENT_BYTES = 4  # nccl-tests' -d float
+_DEBUG = (EnvVar("NCCL_DEBUG", "INFO", "the log then names the runtime's version and channels, "
+                 "which the calibration records", "NCCL's documented debug variable"),
+          EnvVar("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,ENV", "version banner, ring channels, "
+                 "environment settings", "NCCL's documented debug variable"))
+_SPEC = "docs/msccl-xml.md"
+_MSCCL_OFF = {
+    "rccl": (EnvVar("RCCL_MSCCL_ENABLE", "0", "MSCCL off: RCCL's own algorithms",
+                    f"{_SPEC} §13.2"),),
+    "msccl-executor": (EnvVar("NCCL_MSCCL_ENABLE", "0", "MSCCL off: NCCL's own algorithms",
+                              f"{_SPEC} §13.3"),),
+    "msccl": (),
+}
+# Variables that would load programs into the default run (unset there).
+_UNSET = {"msccl": ("MSCCL_XML_FILES", "MSCCL_CONFIG"), "rccl": ("MSCCL_ALGO_DIR",),
+          "msccl-executor": ("MSCCL_ALGO_DIR",)}
+
+
+class BenchError(CollsynthError):
+    """A benchmark that cannot be run, or whose run failed (the message says which and why)."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What to run.
+
+    Parameters
+    ----------
+    runtime:
+        ``"msccl"``, ``"msccl-executor"`` or ``"rccl"`` (:data:`BENCH_RUNTIMES`).
+    ranks:
+        GPUs (ranks) the collective runs on.
+    min_bytes, max_bytes:
+        The sizes to measure (nccl-tests convention): they double from the first size the
+        program can run that is at least ``min_bytes``, up to ``max_bytes``.
+    iters, warmup:
+        nccl-tests' ``-n`` and ``-w``.
+    launcher:
+        A command prefix that starts one process per rank, ``{ranks}`` replaced by the rank
+        count (``"mpirun -np {ranks}"``, ``"srun -n {ranks}"``); nccl-tests then drives one GPU
+        per process (``-g 1``). ``None``: one process drives every GPU (``-g N``), which
+        msccl-executor does not run MSCCL in (docs/msccl-xml.md §13.3), so it needs a launcher.
+    root:
+        The root rank of a rooted collective (nccl-tests' ``-r``).
+    channels:
+        ``--channels`` of the export of an algorithm file (``"auto"``: the fewest that fit).
+    topology, nodes:
+        The machine's name and node count, recorded in the calibration (an algorithm file's own
+        topology name when ``topology`` is ``None``).
+    timeout_s:
+        The longest one run may take.
+    """
+
+    runtime: str
+    ranks: int
+    min_bytes: int = 1024
+    max_bytes: int = 1 << 30
+    iters: int = 20
+    warmup: int = 5
+    launcher: str | None = None
+    root: int = 0
+    channels: int | str = "auto"
+    topology: str | None = None
+    nodes: int = 1
+    timeout_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.runtime not in BENCH_RUNTIMES:
+            raise UnknownNameError(f"bench runtime {self.runtime!r}: expected one of "
+                                   f"{', '.join(BENCH_RUNTIMES)}")
+        for name in ("ranks", "min_bytes", "max_bytes", "iters", "nodes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BenchError(f"bench {name} = {value!r}: expected a whole number >= 1")
+        if self.min_bytes > self.max_bytes:
+            raise BenchError(f"bench sizes {self.min_bytes}:{self.max_bytes}: the smallest "
+                             "is above the largest")
+        if not 0 <= self.root < self.ranks:
+            raise BenchError(f"bench root {self.root}: expected a rank from 0 to "
+                             f"{self.ranks - 1}")
+
+
+@dataclass(frozen=True)
+class BenchProgram:
+    """The program measured: its XML text and what the runtime selects it for."""
+
+    name: str
+    source: str
+    collective: str
+    ranks: int
+    nchunksperloop: int
+    nchannels: int
+    proto: str
+    halves: tuple[str, ...]  # "out-of-place" and/or "in-place": the calls it is declared for
+    min_bytes: int
+    max_bytes: int | None  # None: no upper bound
+    max_inclusive: bool
+    text: str
+    file_name: str
+    algorithm: "Algorithm | None" = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """One nccl-tests run: its label (``default`` or ``xml``), the command and environment."""
+
+    label: str
+    command: tuple[str, ...]
+    env: tuple[EnvVar, ...]
+    unset: tuple[str, ...]
+    script: str
+    log: str
+
+
+@dataclass(frozen=True)
+class BenchSetup:
+    """Everything a benchmark writes and runs; see :func:`prepare_bench`."""
+
+    program: BenchProgram
+    options: BenchOptions
+    binary: str
+    sizes: tuple[int, ...]
+    granule_bytes: int
+    runs: tuple[BenchRun, BenchRun]
+    notes: tuple[str, ...]
+
+    def runs_program(self, size_bytes: int) -> bool:
+        """Whether the runtime selects the program for a call of ``size_bytes``."""
+        return _selected(self.program, self.options, size_bytes)
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    """One size: the measured times (us) of both runs over the halves the program is declared
+    for (geometric mean), whether the runtime ran the program, and nccl-tests' ``#wrong``."""
+
+    size_bytes: int
+    default_us: float | None
+    xml_us: float | None
+    runs_program: bool
+    xml_wrong: float | None
+    default_busbw_gbps: float | None
+    xml_busbw_gbps: float | None
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What the logs hold, and what follows from them."""
+
+    default_log: "BenchmarkLog"
+    xml_log: "BenchmarkLog"
+    sizes: tuple[SizeResult, ...]
+    calibration: "Calibration"
+    predicted: Mapping[str, tuple[float, ...]]  # name -> us per size of ``sizes``
+    notes: tuple[str, ...]
+
+
+# -- the program ----------------------------------------------------------------------------------
+
+
+def _is_xml(path: Path) -> bool:
+    if path.suffix.lower() == ".xml":
+        return True
+    if path.suffix.lower() == ".json":
+        return False
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(256).lstrip()
+    except OSError as exc:
+        raise FileFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+    return head.startswith(b"<")
+
+
+def _program_from_xml(path: Path, options: BenchOptions) -> BenchProgram:
+    from collsynth.export.xml_reader import read_program, read_text, text_problems
+    from collsynth.timing.logs import canonical_collective
+
+    text = read_text(path)
+    problems = text_problems(text, options.runtime)
+    if problems:
+        raise BenchError(f"{path}: {options.runtime} would not read this XML as written: "
+                         f"{problems[0]}" + (f" (and {len(problems) - 1} more)"
+                                             if len(problems) > 1 else ""))
+    program = read_program(text, runtime=options.runtime, name=str(path))
+    collective = canonical_collective(program.coll)
+    return _bench_program(program, collective, str(path), text, options, None)
+
+
+def _program_from_algorithm(path: Path, options: BenchOptions) -> BenchProgram:
+    from collsynth.algorithm.fileformat import load_algorithm
+    from collsynth.export.pipeline import export_programs
+
+    algorithm = load_algorithm(path)
+    collective = algorithm.collective.name
+    if collective not in PERF_BINARIES:
+        raise BenchError(f"{path}: nccl-tests has no benchmark for {collective!r}")
+    # msccl's maxBytes is exclusive with a 128 MiB default: cover every size measured.
+    max_bytes = options.max_bytes if options.runtime == "msccl" else None
+    exported = export_programs(algorithm, [options.runtime], subject=str(path),
+                               channels=options.channels, max_bytes=max_bytes)
+    result = exported[options.runtime]
+    return _bench_program(result.program, collective, str(path), result.text, options, algorithm)
+
+
+def _bench_program(program: Any, collective: str, source: str, text: str,
+                   options: BenchOptions, algorithm: "Algorithm | None") -> BenchProgram:
+    from collsynth._output import safe_file_name
+
+    if collective not in PERF_BINARIES:
+        raise BenchError(f"{source}: a {program.coll!r} program; nccl-tests measures "
+                         f"{', '.join(PERF_BINARIES)}")
+    if program.ngpus != options.ranks:
+        raise BenchError(f"{source}: the program is for {program.ngpus} ranks (ngpus), not "
+                         f"--ranks {options.ranks}; the runtime selects it only on "
+                         f"{program.ngpus} ranks")
+    if options.runtime == "msccl":
+        halves = (("out-of-place", "in-place") if collective == "alltoall"
+                  else ("in-place",) if program.inplace else ("out-of-place",))
+        max_bytes = program.max_bytes if program.max_bytes is not None \
+            else MSCCL_DEFAULT_MAX_BYTES
+        inclusive = False
+    else:
+        halves = tuple(h for h, on in (("out-of-place", program.outofplace),
+                                       ("in-place", program.inplace)) if on)
+        max_bytes = program.max_bytes or None  # 0: no limit
+        inclusive = True
+    if not halves:
+        raise BenchError(f"{source}: the program is declared for neither in-place nor "
+                         "out-of-place calls")
+    name = safe_file_name(program.name or Path(source).stem, default="program")
+    return BenchProgram(program.name or Path(source).stem, source, collective, program.ngpus,
+                        program.nchunksperloop, program.nchannels, program.proto, halves,
+                        program.min_bytes or 0, max_bytes, inclusive, text, f"{name}.xml",
+                        algorithm)
+
+
+# -- the runs -------------------------------------------------------------------------------------
+
+
+def _granule(program: BenchProgram, runtime: str) -> int:
+    """Bytes every size must be a multiple of for the runtime to select the program (its
+    element count a multiple of ``nchunksperloop``: msccl and rccl count the larger buffer's
+    elements, msccl-executor the API's count, which for allgather, reduce-scatter and alltoall
+    is that divided by the rank count; docs/msccl-xml.md §13) and for nccl-tests to run it
+    unrounded (allgather, reduce-scatter and alltoall split the size over the ranks)."""
+    per_call = _ELEMENT_BYTES * program.nchunksperloop
+    if runtime == "msccl-executor" and program.collective in _COUNT_TIMES_RANKS:
+        per_call *= program.ranks
+    split = _ELEMENT_BYTES * (program.ranks if program.collective in _COUNT_TIMES_RANKS else 1)
+    return per_call * split // math.gcd(per_call, split)
+
+
+def _selected(program: BenchProgram, options: BenchOptions, size_bytes: int) -> bool:
+    if size_bytes % _granule(program, options.runtime):
+        return False
+    if size_bytes < program.min_bytes:
+        return False
+    if program.max_bytes is None:
+        return True
+    return size_bytes <= program.max_bytes if program.max_inclusive \
+        else size_bytes < program.max_bytes
+
+
+def prepare_bench(source: str | os.PathLike[str], options: BenchOptions) -> BenchSetup:
+    """Read (or export) the program of ``source`` and build both runs; nothing is written.
+
+    Raises
+    ------
+    BenchError
+        A program for another rank count, a collective nccl-tests does not measure, no size in
+        the range the program can run, msccl-executor without a launcher, an XML the runtime
+        would not read as written.
+    FileFormatError, ExportError, VerificationError
+        An unreadable file, an algorithm that cannot be exported for the runtime.
+    """
+    path = Path(source)
+    program = (_program_from_xml(path, options) if _is_xml(path)
+               else _program_from_algorithm(path, options))
+    if options.runtime == "msccl-executor" and options.launcher is None:
+        raise BenchError("msccl-executor runs MSCCL only with one GPU per process "
+                         "(docs/msccl-xml.md §13.3): give a launcher, e.g. --launcher "
+                         "'mpirun -np {ranks}'")
+    granule = _granule(program, options.runtime)
+    first = -(-options.min_bytes // granule) * granule
+    if first > options.max_bytes:
+        raise BenchError(f"no size from {options.min_bytes} to {options.max_bytes} bytes is a "
+                         f"multiple of {granule} bytes (the program's nchunksperloop "
+                         f"{program.nchunksperloop} x 4-byte floats"
+                         + (f" x {program.ranks} ranks" if granule % program.ranks == 0 else "")
+                         + "): raise the largest size")
+    sizes = []
+    size = first
+    while size <= options.max_bytes:
+        sizes.append(size)
+        size *= 2
+    binary = PERF_BINARIES[program.collective]
+    args = [binary, "-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", "2",
+            "-g", "1" if options.launcher else str(options.ranks), "-c", "1",
+            "-n", str(options.iters), "-w", str(options.warmup), "-d", "float"]
+    if program.collective in _ROOTED:
+        args += ["-r", str(options.root)]
+    prefix: list[str] = []
+    if options.launcher:
+        try:
+            prefix = shlex.split(options.launcher.replace("{ranks}", str(options.ranks)))
+        except ValueError as exc:
+            raise BenchError(f"launcher {options.launcher!r}: {exc}") from exc
+    command = tuple(prefix + args)
+    xml_env, notes = runtime_environment(
+        options.runtime, xml_dir="$PWD/xml", xml_paths=[f"$PWD/xml/{program.file_name}"],
+        collectives=[program.collective])
+    runs = (
+        BenchRun("default", command, _DEBUG + _MSCCL_OFF[options.runtime],
+                 _UNSET[options.runtime], "run_default.sh", "logs/default.txt"),
+        BenchRun("xml", command, _DEBUG + tuple(xml_env), (), "run_xml.sh", "logs/xml.txt"),
+    )
+    falls_back = [s for s in sizes if not _selected(program, options, s)]
+    extra = [f"The program is declared for {' and '.join(program.halves)} calls; nccl-tests "
+             "measures both halves of every size, and the other half runs the runtime's own "
+             "algorithm: only the declared halves are compared."]
+    if falls_back:
+        extra.append(f"{len(falls_back)} of the {len(sizes)} sizes are outside the program's "
+                     "byte range and run the runtime's own algorithm in the xml run too.")
+    if options.launcher:
+        extra.append("The scripts export the variables; a launcher that starts processes on "
+                     "other hosts must pass them on (mpirun -x NAME), and $PWD must be the same "
+                     "path there.")
+    return BenchSetup(program, options, binary, tuple(sizes), granule, runs,
+                      tuple(extra) + tuple(notes))
+
+
+def _script(setup: BenchSetup, run: BenchRun) -> str:
+    program = setup.program
+    lines = ["#!/usr/bin/env bash",
+             f"# collsynth bench: the {run.label} run of {program.name} "
+             f"({program.collective}, {program.ranks} ranks) on {setup.options.runtime}",
+             "# " + ("the runtime's own algorithms, MSCCL off" if run.label == "default"
+                     else f"the program xml/{program.file_name} loaded by the runtime"),
+             "set -euo pipefail", 'cd "$(dirname "$0")"', "mkdir -p logs"]
+    if run.unset:
+        lines.append("unset " + " ".join(run.unset))
+    for var in run.env:
+        lines.append(f"# {var.why} ({var.source})")
+        value = var.value.replace('"', '\\"')
+        lines.append(f'export {var.name}="{value}"')
+    command = " ".join(shlex.quote(part) for part in run.command)
+    lines.append(f"{command} 2>&1 | tee {run.log}")
+    return "\n".join(lines) + "\n"
+
+
+def _readme(setup: BenchSetup, *, dry_run: bool) -> str:
+    program, options = setup.program, setup.options
+    head = ("**Dry run: these commands were written, not run. Nothing was measured.**"
+            if dry_run else "The runs' logs are in `logs/`; `report.md` holds what they measured.")
+    lines = [f"# collsynth bench: {program.name} on {options.runtime}, {program.ranks} ranks",
+             "", head, "",
+             f"* program: `xml/{program.file_name}` from `{program.source}` "
+             f"({program.collective}, nchunksperloop {program.nchunksperloop}, "
+             f"{program.nchannels} channel(s), {program.proto})",
+             f"* sizes: {len(setup.sizes)}, {setup.sizes[0]} to {setup.sizes[-1]} bytes, "
+             f"doubling (multiples of {setup.granule_bytes} bytes, so that the runtime selects "
+             "the program)",
+             "* `run_default.sh`: the runtime's own algorithms; `run_xml.sh`: the program", "",
+             "Run both on the machine (nccl-tests or rccl-tests built against the runtime, "
+             f"`{setup.binary}` on PATH; `collsynth bench` there runs them itself), then "
+             "`collsynth bench ... --from-logs -o` this folder to read `logs/` into a report.",
+             ""]
+    lines += [f"* {note}" for note in setup.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_scripts(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
+                  dry_run: bool = False) -> list[Path]:
+    """Write ``xml/`` (the program), ``run_default.sh``, ``run_xml.sh``, ``README.md`` and
+    ``bench.json`` (the setup) into ``out_dir``; return the paths written."""
+    from collsynth._output import check_output_dir, write_text_atomic
+
+    folder = check_output_dir(out_dir, label=f"-o {out_dir}")
+    xml_dir = check_output_dir(folder / "xml", label=f"{folder / 'xml'}")
+    stray = sorted(p.name for p in xml_dir.iterdir() if p.name != setup.program.file_name)
+    if stray and setup.options.runtime != "msccl":
+        raise BenchError(f"{xml_dir}: holds {', '.join(stray[:3])}; the runtime parses every "
+                         "file of MSCCL_ALGO_DIR, so it must hold the program only: use a new "
+                         "-o folder")
+    written = [xml_dir / setup.program.file_name]
+    write_text_atomic(written[0], setup.program.text)
+    for run in setup.runs:
+        path = folder / run.script
+        write_text_atomic(path, _script(setup, run))
+        path.chmod(0o755)
+        written.append(path)
+    written.append(folder / "README.md")
+    write_text_atomic(written[-1], _readme(setup, dry_run=dry_run))
+    written.append(folder / "bench.json")
+    write_text_atomic(written[-1], json.dumps(_setup_json(setup, dry_run=dry_run), indent=1)
+                      + "\n")
+    return written
+
+
+def _setup_json(setup: BenchSetup, *, dry_run: bool) -> dict[str, Any]:
+    program, options = setup.program, setup.options
+    return {
+        "dry_run": dry_run, "measured": False, "runtime": options.runtime,
+        "ranks": program.ranks,
+        "program": {"name": program.name, "source": program.source, "xml": f"xml/"
+                    f"{program.file_name}", "collective": program.collective,
+                    "nchunksperloop": program.nchunksperloop, "channels": program.nchannels,
+                    "proto": program.proto, "halves": list(program.halves)},
+        "sizes": list(setup.sizes),
+        "runs": [{"label": r.label, "script": r.script, "log": r.log, "command": list(r.command),
+                  "env": {v.name: v.value for v in r.env}, "unset": list(r.unset)}
+                 for r in setup.runs],
+        "notes": list(setup.notes),
+    }
+
+
+def missing_binaries(setup: BenchSetup, *, path: str | None = None) -> list[str]:
+    """The programs the runs need that are not on ``PATH`` (or ``path``): the nccl-tests
+    binary and the launcher."""
+    needed = [setup.runs[0].command[0], setup.binary]
+    return [name for name in dict.fromkeys(needed) if shutil.which(name, path=path) is None]
+
+
+def run_bench(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
+              env: Mapping[str, str] | None = None,
+              predictor: Callable[[BenchSetup, "Calibration", Sequence[int]],
+                                  Mapping[str, Sequence[float]]] | None = None
+              ) -> BenchResult:
+    """Run both scripts written by :func:`write_scripts` in ``out_dir`` and read their logs.
+
+    ``env`` is the environment they start from (default: this process's). ``predictor``
+    returns predicted times (us) by name for the measured sizes; by default an algorithm file
+    is predicted with :func:`collsynth.timing.compare.compare` on the default run's
+    calibration, and an XML file is not predicted.
+
+    Raises
+    ------
+    BenchError
+        A binary not on PATH (nothing is run then), a run that failed or timed out (with the
+        end of its log), or a log without results.
+    """
+    base = dict(os.environ if env is None else env)
+    missing = missing_binaries(setup, path=base.get("PATH"))
+    if missing:
+        raise BenchError(f"{', '.join(missing)} not on PATH: nothing was run or measured")
+    folder = Path(out_dir)
+    for run in setup.runs:
+        try:
+            done = subprocess.run(["bash", str(folder / run.script)], env=base,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=setup.options.timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise BenchError(f"the {run.label} run ({run.script}) took more than "
+                             f"{setup.options.timeout_s:g} s; stopped") from exc
+        if done.returncode != 0:
+            tail = done.stdout.decode("utf-8", "replace").strip().splitlines()[-3:]
+            raise BenchError(f"the {run.label} run ({run.script}) failed with exit status "
+                             f"{done.returncode}: " + (" / ".join(tail) or "no output"))
+    return read_results(setup, out_dir, predictor=predictor)
+
+
+def read_results(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
+                 predictor: Callable[[BenchSetup, "Calibration", Sequence[int]],
+                                     Mapping[str, Sequence[float]]] | None = None
+                 ) -> BenchResult:
+    """Read the logs the runs left in ``out_dir/logs`` (see :func:`run_bench`)."""
+    from collsynth.timing.calibration import calibration_from_fits
+    from collsynth.timing.fit import fit_log
+    from collsynth.timing.logs import busbw_factor, load_log
+
+    folder = Path(out_dir)
+    program, options = setup.program, setup.options
+    logs = []
+    for run in setup.runs:
+        log = load_log(folder / run.log, collective=program.collective, ranks=program.ranks)
+        if log.runtime is None:  # the log does not say: the runtime the run was written for
+            log = dataclasses.replace(log, runtime=options.runtime)
+        logs.append(log)
+    default_log, xml_log = logs
+    wanted = {h == "in-place" for h in program.halves}
+    factor = busbw_factor(program.collective, program.ranks)
+
+    def per_size(log: "BenchmarkLog") -> dict[int, tuple[float, float | None]]:
+        times: dict[int, list[float]] = {}
+        wrong: dict[int, float | None] = {}
+        for row in log.rows:
+            if row.in_place in wanted:
+                times.setdefault(row.size_bytes, []).append(row.time_us)
+                if row.errors is not None:
+                    wrong[row.size_bytes] = (wrong.get(row.size_bytes) or 0.0) + row.errors
+                else:
+                    wrong.setdefault(row.size_bytes, None)
+        return {s: (v[0] if len(v) == 1 else math.exp(sum(map(math.log, v)) / len(v)), wrong[s])
+                for s, v in times.items()}
+
+    default, xml = per_size(default_log), per_size(xml_log)
+    sizes = sorted(set(default) | set(xml))
+
+    def busbw(size: int, time_us: float | None) -> float | None:
+        return None if time_us is None else factor * size / (time_us * 1e3)
+
+    results = tuple(SizeResult(
+        s, default.get(s, (None, None))[0], xml.get(s, (None, None))[0], setup.runs_program(s),
+        xml.get(s, (None, None))[1], busbw(s, default.get(s, (None, None))[0]),
+        busbw(s, xml.get(s, (None, None))[0])) for s in sizes)
+    notes = list(setup.notes)
+    if set(sizes) != set(setup.sizes):
+        notes.append(f"the logs hold {len(sizes)} sizes; the runs asked for {len(setup.sizes)}")
+    bad = [r.size_bytes for r in results if r.xml_wrong]
+    if bad:
+        notes.append(f"nccl-tests found wrong results with the program at {len(bad)} size(s) "
+                     f"(#wrong > 0), first {bad[0]} bytes: its times are not a valid benchmark")
+    topology = options.topology or (program.algorithm.topology.name if program.algorithm
+                                    else f"{program.ranks}-rank machine")
+    calibration = calibration_from_fits(topology, [fit_log(default_log)], nodes=options.nodes)
+    predicted: dict[str, tuple[float, ...]] = {}
+    predict = predictor or (_predict_algorithm if program.algorithm is not None else None)
+    if predict is None:
+        notes.append("no prediction: collsynth's closed form times algorithm files; give the "
+                     "algorithm file rather than its XML to see predicted times")
+    else:
+        try:
+            predicted = {name: tuple(float(t) for t in times)
+                         for name, times in predict(setup, calibration, sizes).items()}
+        except CollsynthError as exc:
+            notes.append(f"no prediction: {exc}")
+    return BenchResult(default_log, xml_log, results, calibration, predicted, tuple(notes))
+
+
+def _predict_algorithm(setup: BenchSetup, calibration: "Calibration",
+                       sizes: Sequence[int]) -> dict[str, list[float]]:
+    """The algorithm's closed form and NCCL's best ring/tree, on the calibrated figures."""
+    from collsynth.timing.compare import compare
+
+    algorithm = setup.program.algorithm
+    comparison = compare([algorithm], calibration=calibration)
+    name = comparison.algorithms[0]
+    nccl = [n for names in comparison.families.values() for n in names]
+    result = {f"{setup.program.name} (collsynth closed form)":
+              [comparison.time_us(name, s) for s in sizes]}
+    if nccl:
+        result["runtime default (NCCL's ring/tree model)"] = [
+            comparison.time_us(comparison.best_of(nccl, s), s) for s in sizes]
+    return result
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def _us(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4g}"
+
+
+def bench_report(setup: BenchSetup, result: BenchResult) -> str:
+    """The markdown report: what ran, then per size the measured times (us) of both runs, the
+    program's speed-up, and the predictions (labelled as such)."""
+    program, options = setup.program, setup.options
+    log = result.default_log
+    runtime = " ".join(x for x in (log.runtime, log.runtime_version) if x)
+    channels = f", {log.channels} channels" if log.channels else ""
+    lines = [f"# collsynth bench: {program.name} on {options.runtime}, {program.ranks} ranks", "",
+             f"Measured: `{setup.binary}` ({runtime or options.runtime}{channels} in the default "
+             f"run's log), {len(result.sizes)} sizes, the {' and '.join(program.halves)} "
+             "half of each. Times in microseconds; *predicted* columns are model figures, not "
+             "measurements.", "",
+             f"* program: `xml/{program.file_name}` from `{program.source}` "
+             f"({program.collective}, nchunksperloop {program.nchunksperloop}, "
+             f"{program.nchannels} channel(s), {program.proto})",
+             "* calibration of the default run: `calibration.json`"]
+    pieces = [e for e in result.calibration.entries if e.model == "piecewise"]
+    if pieces:
+        lines[-1] += (f" (piecewise GMAE {100 * pieces[0].gmae:.1f}%"
+                      + (f", held out {100 * pieces[0].gmae_heldout:.1f}%"
+                         if pieces[0].gmae_heldout is not None else "") + ")")
+    lines.append("")
+    names = list(result.predicted)
+    header = ["size (B)", "default", "xml", "runs the program", "speed-up"] + \
+             [f"predicted: {n}" for n in names]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "---:|" * len(header))
+    for index, row in enumerate(result.sizes):
+        speedup = ("—" if row.default_us is None or row.xml_us is None
+                   else f"{row.default_us / row.xml_us:.2f}x")
+        ran = "yes" if row.runs_program else "no (runtime's own)"
+        if row.xml_wrong:
+            ran += f", {row.xml_wrong:g} wrong"
+        cells = [str(row.size_bytes), _us(row.default_us), _us(row.xml_us), ran, speedup]
+        cells += [_us(result.predicted[n][index]) for n in names]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines += [f"* {note}" for note in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def plot_bench(setup: BenchSetup, result: BenchResult) -> Any:
+    """Measured (points) and predicted (lines) time against size, log-log; a
+    :class:`matplotlib.figure.Figure` drawn with the Agg canvas."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    ax = fig.subplots()
+    for label, attr, marker in (("default (measured)", "default_us", "o"),
+                                ("xml (measured)", "xml_us", "s")):
+        points = [(r.size_bytes, getattr(r, attr)) for r in result.sizes
+                  if getattr(r, attr) is not None]
+        if points:
+            ax.plot(*zip(*points), marker, label=label, markersize=5, linestyle="none")
+    sizes = [r.size_bytes for r in result.sizes]
+    for name, times in result.predicted.items():
+        ax.plot(sizes, times, "-", label=f"{name} (predicted)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("time (us)")
+    ax.set_title(f"{setup.program.name}: {setup.program.collective}, {setup.program.ranks} "
+                 f"ranks, {setup.options.runtime}", fontsize=9)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def write_results(setup: BenchSetup, result: BenchResult,
+                  out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write ``calibration.json``, ``report.md``, ``plot.png`` and ``bench.json`` (with the
+    measured figures) into ``out_dir``; return the paths written."""
+    from collsynth._output import write_bytes_atomic, write_text_atomic
+    from collsynth.timing.calibration import save_calibration
+    from collsynth.timing.fit import save_figure
+
+    folder = Path(out_dir)
+    written = [folder / "calibration.json", folder / "report.md", folder / "plot.png",
+               folder / "bench.json"]
+    save_calibration(result.calibration, written[0])
+    write_text_atomic(written[1], bench_report(setup, result))
+    buffer = io.BytesIO()
+    save_figure(plot_bench(setup, result), buffer, format="png")
+    write_bytes_atomic(written[2], buffer.getvalue())
+    obj = _setup_json(setup, dry_run=False)
+    log = result.default_log
+    obj.update({
+        "measured": True,
+        "runtime_measured": {"runtime": log.runtime, "runtime_version": log.runtime_version,
+                             "channels": log.channels},
+        "results": [dataclasses.asdict(r) for r in result.sizes],
+        "predicted": {k: list(v) for k, v in result.predicted.items()},
+        "notes": list(result.notes),
+    })
+    write_text_atomic(written[3], json.dumps(obj, indent=1) + "\n")
+    return written
