@@ -37,7 +37,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from collsynth.cli_args import add_figure_arguments, non_negative_int, positive_int, seconds
+from collsynth.cli_args import (
+    add_fabric_arguments,
+    add_figure_arguments,
+    non_negative_int,
+    positive_int,
+    seconds,
+)
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.algorithm.show import format_algorithm
@@ -117,16 +123,6 @@ def _ranks(text: str) -> list[int]:
     return ranks
 
 
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}") from None
-    if not value >= 1 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
-    return value
-
-
 # -- the parser ---------------------------------------------------------------------------------
 
 
@@ -161,9 +157,7 @@ def _build_parser() -> _Parser:
     problem.add_argument("--nic-units", type=positive_int, metavar="U",
                          help="with --nodes: NIC bandwidth in the topology's units (for topologies "
                               "whose file does not describe their NICs)")
-    problem.add_argument("--oversubscription", type=_ratio, default=1, metavar="X",
-                         help="with --nodes: node NIC bandwidth / its share of the network core "
-                              "(default 1: non-blocking)")
+    add_fabric_arguments(problem)
     add_figure_arguments(problem)
 
     bounds = commands.add_parser("bounds", parents=[problem],
@@ -343,6 +337,8 @@ def _cmd_topologies(args: argparse.Namespace) -> int:
 def _problem(args: argparse.Namespace) -> tuple[Topology, Collective]:
     topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
                                 oversubscription=getattr(args, "oversubscription", 1),
+                                fabric=getattr(args, "fabric", "switch"),
+                                nodes_per_leaf=getattr(args, "nodes_per_leaf", None),
                                 unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
     root = roots = None
     if args.root is not None:

@@ -212,6 +212,7 @@ def _composed_structure(topology: Topology) -> _Composed | None:
         return None
     everyone = frozenset(range(total))
     outside = [everyone - frozenset(range(k * n, (k + 1) * n)) for k in range(K)]
+    tiered = topology.layout is not None and topology.layout.fabric != "switch"
     intra: list[set] = [set() for _ in range(K)]
     egress: list[list] = [[] for _ in range(K)]
     ingress: list[list] = [[] for _ in range(K)]
@@ -228,6 +229,8 @@ def _composed_structure(topology: Topology) -> _Composed | None:
         elif len(dst_nodes) == 1 and g.sources == outside[next(iter(dst_nodes))]:
             k = next(iter(dst_nodes))
             ingress[k].append((frozenset(r - k * n for r in g.destinations), g.limit))
+        elif tiered and not (src_nodes & dst_nodes):
+            continue  # a leaf's or rail's group: leaving it out only loosens the bound
         else:
             return None
 
@@ -370,11 +373,64 @@ def alltoall_cut_bound(topology: Topology) -> CutBound:
     Fraction(3, 2)
     """
     structure = _composed_structure(topology)
-    if structure is not None:
-        bound = _composed_bound(structure)
-        if bound is not None:
-            return bound
-    return _generic_bound(topology)
+    bound = _composed_bound(structure) if structure is not None else None
+    if bound is None:
+        bound = _generic_bound(topology)
+    leaf = _leaf_bound(topology)
+    if leaf is not None and leaf.rounds_per_chunk > bound.rounds_per_chunk:
+        return leaf
+    return bound
+
+
+def _leaf_bound(topology: Topology) -> CutBound | None:
+    """The cut around each leaf switch of a leaf-spine fabric (only leaf 0 when the leaf shift
+    is a symmetry), out and in; ``None`` without leaves. Its capacity is covered by groups that
+    hold every link across the cut from some of the leaf's ranks (the leaf's uplink, the NICs),
+    the other ranks by their links: an upper bound, so the bound is sound."""
+    from collsynth.graph.symmetry import node_shift
+
+    layout = topology.layout
+    if layout is None or layout.fabric != "leaf-spine" or not layout.nodes_per_leaf \
+            or layout.nodes_per_leaf >= layout.nodes:
+        return None
+    total, width = topology.num_ranks, layout.nodes_per_leaf * layout.ranks_per_node
+    leaves = 1 if node_shift(topology) is not None else layout.nodes // layout.nodes_per_leaf
+    links = topology.link_array
+    best: CutBound | None = None
+    for leaf in range(leaves):
+        inside = frozenset(range(leaf * width, (leaf + 1) * width))
+        outside = frozenset(range(total)) - inside
+        blocks = width * (total - width)
+        mask = np.zeros(total, dtype=bool)
+        mask[list(inside)] = True
+        for direction in ("out", "in"):
+            if direction == "out":
+                per_rank = links[mask][:, ~mask].sum(axis=1)
+                covers = [(g.sources, g.limit) for g in topology.groups
+                          if len(g.sources) <= width and len(g.destinations) >= total - width
+                          and g.sources <= inside and outside <= g.destinations]
+            else:
+                per_rank = links[~mask][:, mask].sum(axis=0)
+                covers = [(g.destinations, g.limit) for g in topology.groups
+                          if len(g.destinations) <= width and len(g.sources) >= total - width
+                          and g.destinations <= inside and outside <= g.sources]
+            bandwidth = dict(zip(sorted(inside), per_rank.tolist()))
+            capacity, free = 0, set(inside)
+            # cheapest per rank first; a group whose ranks are partly taken is skipped
+            for ranks, limit in sorted(covers, key=lambda c: Fraction(c[1], len(c[0]))):
+                if ranks <= free and limit < sum(bandwidth[r] for r in ranks):
+                    capacity += limit
+                    free -= ranks
+            capacity += sum(bandwidth[r] for r in free)
+            if capacity <= 0:
+                continue
+            value = Fraction(blocks, capacity)
+            if best is None or value > best.rounds_per_chunk:
+                arrow = "-> the other ranks" if direction == "out" else "<- the other ranks"
+                best = CutBound(value, blocks, capacity,
+                                f"leaf {leaf} ({width} ranks) {arrow}: {blocks} blocks, at most "
+                                f"{capacity} chunks per round")
+    return best
 
 
 # -- schedules -----------------------------------------------------------------------------------

@@ -135,7 +135,10 @@ def parse_oversubscription(text: str) -> Fraction | dict[str, Fraction]:
             raise InvalidTopologyError(
                 f"oversubscription {text!r}: {part.strip()!r} is not a number; expected X or "
                 "TIER=X,... (for example 2, 3/2 or leaf=2,node=1)") from None
-        return oversubscription_ratio(value, f"oversubscription {text!r}")
+        if value < 1:
+            raise InvalidTopologyError(f"oversubscription {text!r}: {part.strip()!r} is below 1 "
+                                       "(1 = non-blocking, 2 = 2:1)")
+        return value
 
     if "=" not in text:
         return number(text)
