@@ -10,7 +10,8 @@ reached through the NICs:
   nodes) and *ingress* (all ranks of the other nodes -> the ranks sharing that NIC), each limited to
   the NIC's bandwidth;
 * with ``oversubscription > 1`` each node also gets an *uplink* group (the node's ranks -> all ranks
-  of the other nodes) limited to the node's total NIC bandwidth divided by the oversubscription.
+  of the other nodes) and a *downlink* group (the other way), each limited to the node's total NIC
+  bandwidth divided by the oversubscription.
 
 That is the ``switch`` fabric. ``fabric="leaf-spine"`` (nodes under leaf switches under spines) and
 ``fabric="rail"`` (NIC ``i`` of every node on rail switch ``i``) add one bandwidth group per leaf,
@@ -88,8 +89,8 @@ def compose_nodes(
         without NIC metadata gets one NIC per rank.
     oversubscription:
         Ratio of a node's NIC bandwidth to its share of the network core, at least 1. Above 1, each
-        node gets an uplink group limited to ``floor(total NIC units / oversubscription)`` (at
-        least 1). With another ``fabric``: the ratio of its main tier (leaf, rail), or a mapping
+        node gets an uplink and a downlink group limited to ``floor(total NIC units /
+        oversubscription)`` (at least 1). With another ``fabric``: the ratio of its main tier (leaf, rail), or a mapping
         ``{tier: ratio}`` (:func:`~collsynth.topology.tiers.fabric_spec`).
     fabric, nodes_per_leaf:
         ``"switch"`` (default), ``"leaf-spine"`` (with ``nodes_per_leaf``) or ``"rail"``; see
@@ -178,8 +179,11 @@ def compose_nodes(
                 groups.append(BandwidthGroup(mine, others, units, f"node {k} NIC {j} egress"))
                 groups.append(BandwidthGroup(others, mine, units, f"node {k} NIC {j} ingress"))
             if uplink is not None:
-                groups.append(BandwidthGroup(frozenset(range(base, base + n)), others, uplink,
+                mine = frozenset(range(base, base + n))
+                groups.append(BandwidthGroup(mine, others, uplink,
                                              f"node {k} uplink (oversubscription {oversub})"))
+                groups.append(BandwidthGroup(others, mine, uplink,
+                                             f"node {k} downlink (oversubscription {oversub})"))
         groups.extend(tier_groups(spec, nodes=nodes, ranks_per_node=n, nic_ranks=nic_ranks,
                                   units=units))
 
