@@ -122,6 +122,43 @@ def test_alltoall_bound_and_schedule_under_leaves():
     assert result.rounds_per_chunk == 192 and result.ratio == 1
 
 
+# -- the fabric's paths ---------------------------------------------------------------------------
+
+
+def _quads(ratio) -> Topology:
+    """Nodes of 4 GPUs with no links, two NICs each shared by two GPUs, on two rails."""
+    quad = Topology("quad", ((0,) * 4,) * 4, metadata={"nic": {"count": 2,
+                                                              "gpus": [[0, 1], [2, 3]]}})
+    return compose_nodes(quad, 3, nic_units=2, fabric="rail", oversubscription=ratio)
+
+
+@pytest.mark.parametrize("topology", [
+    _leafy(4), _leafy(4, node="ring:4"), _pairs(4, nodes=3), _quads(2),
+    compose_nodes(get_topology("ring:4"), 3, nic_units=1, oversubscription=2),
+], ids=["leaf-spine", "leaf-spine-rings", "rail", "rail-shared-nics", "switch"])
+def test_every_path_of_the_fabric_is_a_link(topology):
+    # Walking from rank s over switch vertices only (never through another rank) must reach
+    # exactly the ranks s has a link to: no route the topology does not have (a node's NIC back
+    # into the same node, a leaf's spine back into the same leaf), none missing.
+    fabric = build_fabric(topology)
+    n = fabric.num_ranks
+    out: dict[int, list[int]] = {}
+    for a, b in zip(fabric.src.tolist(), fabric.dst.tolist()):
+        out.setdefault(a, []).append(b)
+    for s in range(n):
+        reached, stack, seen = set(), [s], {s}
+        while stack:
+            for w in out.get(stack.pop(), ()):
+                if w in seen:
+                    continue
+                seen.add(w)
+                if w < n:
+                    reached.add(w)
+                else:
+                    stack.append(w)
+        assert reached == {d for d in range(n) if topology.bandwidth(s, d)}, s
+
+
 # -- rail ----------------------------------------------------------------------------------------
 
 
