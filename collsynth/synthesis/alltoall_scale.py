@@ -15,6 +15,10 @@ but on the fabrics GPUs are built from they do not need one:
   a ring), blocks between nodes still go direct over the NICs, and blocks within a node follow
   the node's exact alltoall (synthesised on one node), the NIC sends spread over its steps
   (:mod:`collsynth.synthesis.hierarchical`).
+* **rail**: on a rail fabric (:mod:`collsynth.topology.tiers`), where traffic between rails
+  goes up through possibly oversubscribed spines, a block moves first inside its source node to
+  the rank on its destination's rail, then crosses between the nodes on that rail (as NCCL's
+  PXN does), hop by hop or pipelined like the routed schedule below.
 * **routed**: when neither applies (a torus, a mesh, a hypercube, a trn2), every block is cut
   into pieces and each piece walks a shortest path, the next hop chosen among those that get
   closer by the piece's index (so the pieces of a block spread over the shortest paths). Sends
@@ -37,7 +41,9 @@ topology the cuts are the subsets ``T`` of one node (every subset for nodes of u
 :data:`EXHAUSTIVE_NODE_RANKS` ranks; else every single rank, every NIC's ranks and the whole
 node), in both directions, with ``C(T)`` split into the links inside the node and those
 between nodes, whose cover (``T``'s NICs, the node's uplink, or the other nodes' NICs) is
-evaluated in closed form, so the bound costs the same at 1024 ranks as at 16. On other
+evaluated in closed form, so the bound costs the same at 1024 ranks as at 16. Under leaf
+switches (:mod:`collsynth.topology.tiers`) each leaf is a cut too, covered by its uplinks or
+its NICs; a rail's groups are left out of the node cuts (which only loosens them). On other
 topologies the cuts are every single rank, both ways. Every value is an exact ``Fraction``,
 never above the exact linear-programming bound
 (:func:`~collsynth.bounds.rounds_per_chunk_lower_bound`), which is also computed for topologies
@@ -117,7 +123,7 @@ class AlltoallScaleResult:
     algorithm:
         The verified algorithm (``alltoall(N)`` split ``chunks`` ways).
     schedule:
-        ``"direct"``, ``"hierarchical"`` or ``"routed"``.
+        ``"direct"``, ``"rail"``, ``"hierarchical"`` or ``"routed"``.
     rounds_per_chunk:
         Its rounds per base chunk (one block), exact.
     lower_bound:
@@ -497,13 +503,33 @@ def _routed_paths(links: np.ndarray, pieces: int) -> list[tuple[np.ndarray, ...]
         at[live] = nxt
 
 
-def _routed(capacity: _Capacity, max_pieces: int):
+def _rail_paths(nodes: int, per_node: int, pieces: int) -> list[tuple[np.ndarray, ...]]:
+    """Hops of the rail schedule, as :func:`_routed_paths`: a block from rank ``(X, l)`` to
+    rank ``(Y, m)`` of another node first moves inside node ``X`` to ``(X, m)``, on the rail of
+    its destination (unless ``l == m``), then crosses between the nodes on that rail. Blocks
+    within a node go straight."""
+    n = nodes * per_node
+    src, dst = _all_pairs(n)
+    s, d = np.repeat(src, pieces), np.repeat(dst, pieces)
+    j = np.tile(np.arange(pieces, dtype=np.int64), len(src))
+    chunk = (s * n + d) * pieces + j
+    relay = (s // per_node) * per_node + d % per_node  # (X, m): same node as s, rail of d
+    first = np.where((relay == s) | (s // per_node == d // per_node), d, relay)
+    hops = [(chunk, j, s, first)]
+    later = np.flatnonzero(first != d)
+    if len(later):
+        hops.append((chunk[later], j[later], first[later], d[later]))
+    return hops
+
+
+def _routed(capacity: _Capacity, max_pieces: int, paths=None):
     """``(key, steps, step rounds, pieces)`` of the best routed schedule tried, ``key`` =
-    ``(rounds per chunk, steps, pieces)``."""
+    ``(rounds per chunk, steps, pieces)``; ``paths(pieces)`` gives the hops (default: shortest
+    paths, :func:`_routed_paths`)."""
     best = None
     pieces = 1
     while pieces <= max_pieces:
-        hops = _routed_paths(capacity.links, pieces)
+        hops = _routed_paths(capacity.links, pieces) if paths is None else paths(pieces)
         # hop by hop: step t = hop t
         groupings = [[(c, u, v, np.zeros(len(c), dtype=bool)) for c, _, u, v in hops]]
         if pieces > 1:  # pipelined: piece j's hop t in step j + t
@@ -521,6 +547,14 @@ def _routed(capacity: _Capacity, max_pieces: int):
                 best = (key, steps, rounds, pieces)
         pieces *= 2
     return best
+
+
+def _nodes_complete(links: np.ndarray, per_node: int) -> bool:
+    """True when every two ranks of a node have a link (the rail schedule's first hop)."""
+    n = len(links)
+    same = (np.arange(n)[:, None] // per_node) == (np.arange(n)[None, :] // per_node)
+    np.fill_diagonal(same, False)
+    return bool((links[same] > 0).all())
 
 
 def solve_alltoall_at_scale(topology: Topology, *, time_limit_s: float | None = None,
@@ -601,6 +635,17 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit_s: float | None = 
         value = Fraction(sum(step_rounds), pieces)
         candidates.append(("direct", value, len(steps), pieces))
         best = ((value, len(steps), pieces), "direct", steps, step_rounds, pieces)
+
+    layout = topology.layout
+    if layout is not None and layout.fabric == "rail" and layout.multi_node and \
+            (best is None or best[0][0] > bound) and _nodes_complete(links, layout.ranks_per_node):
+        # Between rails the spines may be oversubscribed: change rails inside the node first.
+        key, steps, step_rounds, pieces = _routed(
+            capacity, min(chunk_cap, 8),
+            lambda p: _rail_paths(layout.nodes, layout.ranks_per_node, p))
+        candidates.append(("rail", key[0], len(steps), pieces))
+        if best is None or key < best[0]:
+            best = (key, "rail", steps, step_rounds, pieces)
 
     if best is None or best[0][0] > bound:
         try:

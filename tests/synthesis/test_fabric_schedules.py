@@ -198,6 +198,22 @@ def test_rails_cost_nothing_when_the_node_can_change_rails():
     assert result.steady_state_rounds_per_chunk == 3 and result.optimal
 
 
+def test_alltoall_changes_rails_inside_the_node():
+    # 3 nodes of 4 ranks, 4-unit links inside a node, 2-unit NICs, 2:1 above the rails (a
+    # cross-rail share of 1 unit). A node's 4 x 8 blocks leave over 4 NICs x 2 units: 4 rounds.
+    fast = Topology("fast", tuple(tuple(0 if a == b else 4 for b in range(4)) for a in range(4)))
+    topology = compose_nodes(fast, 3, nic_units=2, fabric="rail", oversubscription=2)
+    result = solve_alltoall_at_scale(topology)
+    assert find_problems(result.algorithm) == []
+    assert result.lower_bound == 4
+    # Direct: each NIC sends 2 nodes x 3 ranks of other rails over its 1-unit share: 6 rounds.
+    # Rail: first each rank hands its node's rank on the destination's rail 2 + 1 blocks
+    # (4-unit links: 1 round) while same-rail blocks cross (2 over 2 units: 1 round), then every
+    # NIC sends the 3 x 2 relayed blocks over its own rail (2 units: 3 rounds): 1 + 3.
+    assert dict((name, value) for name, value, _, _ in result.candidates)["direct"] == 6
+    assert (result.schedule, result.rounds_per_chunk, result.ratio) == ("rail", 4, 1)
+
+
 def test_the_cli_takes_fabrics(capsys):
     code = main(["bounds", "fully-connected:4", "allgather", "--nodes", "6", "--nic-units", "1",
                  "--fabric", "leaf-spine", "--nodes-per-leaf", "2", "--oversubscription", "4"])
