@@ -85,7 +85,7 @@ def node_shift(topology: Topology) -> NodeShift | None:
     layout = topology.layout
     if layout is None or not layout.multi_node:
         return None
-    per_node, nodes, n = layout.ranks_per_node, layout.nodes, topology.num_ranks
+    per_node, nodes = layout.ranks_per_node, layout.nodes
     candidate = NodeShift(nodes, per_node, layout.nodes_per_leaf
                           if layout.fabric == "leaf-spine" else None)
     links = topology.link_array
