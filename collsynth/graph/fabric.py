@@ -23,7 +23,8 @@ is ``O(n**2)`` links: about a million for 1024 GPUs. The fabric expresses the sa
   first and last arcs capped by the leaf's groups;
 * *cross-rail* groups (sources = one NIC's ranks, destinations = the ranks of the other regions
   on other NICs' rails, or the mirror) split the network by rail: ``nic_out -> nic_in`` joins
-  the NICs of one rail in distinct regions, and every NIC reaches the others through
+  the NICs of one rail in distinct regions (through a rail switch vertex when each NIC serves
+  one rank: its only extra path leads a rank to itself), and every NIC reaches the others through
   ``nic_out -> cross_out -> spine_out(X) -> spine_in(Y) -> cross_in -> nic_in``, ``cross_out``
   and ``cross_in`` capped by the NIC's groups. (A same-rail pair may also take that path: it is
   only narrower than the direct one, so it changes no cut.)
@@ -381,10 +382,17 @@ def _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, po
                 raise UnsupportedFabricError(f"topology {name!r}: cross-rail group {label!r} is "
                                              "not the ranks of one NIC")
             caps[port] = min(caps.get(port, INFINITE), group.limit)
-    rails = {rail for _, _, rail, _ in ports_out} | {rail for _, _, rail, _ in ports_in}
+    rails = sorted({rail for _, _, rail, _ in ports_out} | {rail for _, _, rail, _ in ports_in})
     for rail in rails:
         outs = [(x, p) for x, p, r, _ in ports_out if r == rail]
         ins = [(y, p) for y, p, r, _ in ports_in if r == rail]
+        if len(rail) == np.dtype(np.int64).itemsize:
+            # One rank per NIC: a rail switch vertex, whose only extra path (a NIC back into
+            # its own node) leads a rank to itself.
+            switch = vertices.add(f"rail {int(np.frombuffer(rail, np.int64)[0])} switch")
+            arcs([p for _, p in outs], switch, INFINITE)
+            arcs(switch, [q for _, q in ins], INFINITE)
+            continue
         pairs = [(p, q) for x, p in outs for y, q in ins if x != y]
         if pairs:
             arcs([p for p, _ in pairs], [q for _, q in pairs], INFINITE)
