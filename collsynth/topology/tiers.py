@@ -29,6 +29,14 @@ whole, ``unit_gbps`` divided by it), as for a NIC slower than one unit.
 
 Examples
 --------
+Four 4-GPU rings, one 1-unit NIC per GPU, two nodes (8 NIC units) under each leaf, 2:1:
+
+>>> from collsynth.topology import compose_nodes, get_topology
+>>> system = compose_nodes(get_topology("ring:4"), 4, nic_units=1, fabric="leaf-spine",
+...                        nodes_per_leaf=2, oversubscription=2)
+>>> [(g.name, len(g.sources), len(g.destinations), g.limit) for g in system.groups
+...  if g.name.startswith("leaf 0")]
+[('leaf 0 uplink (oversubscription 2)', 8, 8, 4), ('leaf 0 downlink (oversubscription 2)', 8, 8, 4)]
 >>> spec = fabric_spec("leaf-spine", nodes=4, nodes_per_leaf=2, oversubscription=2)
 >>> spec.ratio("leaf"), spec.ratio("node")
 (Fraction(2, 1), Fraction(1, 1))
