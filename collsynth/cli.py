@@ -52,8 +52,8 @@ from collsynth.cli_args import (  # noqa: F401 (re-exported: the exit codes are 
     problem_from_args as _problem,
     table as _table,
 )
-from collsynth.cli_args import (add_figure_arguments, non_negative_int, parse_size, positive_int,
-                                seconds)
+from collsynth.cli_args import (add_fabric_arguments, add_figure_arguments, non_negative_int,
+                                parse_size, positive_int, seconds)
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.algorithm.show import format_algorithm
@@ -90,16 +90,6 @@ def _ranks(text: str) -> list[int]:
     if any(r < 0 for r in ranks):
         raise argparse.ArgumentTypeError(f"ranks are >= 0, got {text!r}")
     return ranks
-
-
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}") from None
-    if not value >= 1 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {text!r}")
-    return value
 
 
 # -- the parser ---------------------------------------------------------------------------------
@@ -140,9 +130,7 @@ def _build_parser() -> _Parser:
     problem.add_argument("--nic-units", type=positive_int, metavar="U",
                          help="with --nodes: NIC bandwidth in the topology's units (for topologies "
                               "whose file does not describe their NICs)")
-    problem.add_argument("--oversubscription", type=_ratio, default=1, metavar="X",
-                         help="with --nodes: node NIC bandwidth / its share of the network core "
-                              "(default 1: non-blocking)")
+    add_fabric_arguments(problem)
     add_figure_arguments(problem)
 
     bounds = commands.add_parser("bounds", parents=[problem],

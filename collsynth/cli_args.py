@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from collsynth.topology.model import Topology
 
 __all__ = ["positive_int", "non_negative_int", "seconds", "positive_number", "parse_size",
-           "add_figure_arguments", "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size",
-           "table", "problem_from_args", "Parser", "UsageError", "PROG", "EXIT_CODES"]
+           "add_figure_arguments", "add_fabric_arguments", "oversubscription", "MAX_SIZE_BYTES",
+           "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "problem_from_args", "Parser",
+           "UsageError", "PROG", "EXIT_CODES"]
 
 
 
@@ -71,6 +72,8 @@ def problem_from_args(args: argparse.Namespace) -> tuple["Topology", "Collective
 
     topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
                                 oversubscription=getattr(args, "oversubscription", 1),
+                                fabric=getattr(args, "fabric", "switch"),
+                                nodes_per_leaf=getattr(args, "nodes_per_leaf", None),
                                 unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
     root = roots = None
     if args.root is not None:
@@ -141,6 +144,36 @@ def add_figure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha-us", type=positive_number, metavar="US",
                         help="latency of one step in microseconds; replaces the topology's own "
                              "(also: NAME,alpha_us=US)")
+
+
+def oversubscription(text: str):
+    """A ratio >= 1 (``2``, ``1.5``, ``3/2``) or ratios per tier (``leaf=2,node=1``)."""
+    from collsynth.errors import InvalidTopologyError
+    from collsynth.topology.tiers import parse_oversubscription
+
+    try:
+        return parse_oversubscription(text)
+    except InvalidTopologyError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--oversubscription``, ``--fabric`` and ``--nodes-per-leaf``, for every command that
+    takes ``--nodes``: how the nodes' NICs are joined (:mod:`collsynth.topology.tiers`).
+    Handlers pass ``args.oversubscription``, ``args.fabric`` and ``args.nodes_per_leaf`` to
+    ``resolve_topology``."""
+    parser.add_argument("--fabric", choices=("switch", "leaf-spine", "rail"), default="switch",
+                        help="with --nodes: how the NICs are joined: one non-blocking switch "
+                             "(default), leaf switches under spines (with --nodes-per-leaf), or "
+                             "rails (NIC i of every node on rail switch i, rails joined above)")
+    parser.add_argument("--nodes-per-leaf", type=positive_int, metavar="P",
+                        help="with --fabric leaf-spine: nodes under each leaf switch (a divisor "
+                             "of --nodes)")
+    parser.add_argument("--oversubscription", type=oversubscription, default=1, metavar="X",
+                        help="with --nodes: bandwidth into a tier / bandwidth up from it (2 = "
+                             "2:1; default 1: non-blocking) for the fabric's main tier (switch: "
+                             "node, leaf-spine: leaf, rail: rail), or per tier: "
+                             "TIER=X[,TIER=X] (tiers: node, leaf, rail)")
 
 
 #: Case-sensitive units: decimal (KB = 1000) and binary (KiB = 1024); ambiguous ones are refused.

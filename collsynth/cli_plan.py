@@ -33,7 +33,7 @@ import json
 import sys
 from typing import Any
 
-from collsynth.cli_args import add_figure_arguments, positive_int, seconds
+from collsynth.cli_args import add_fabric_arguments, add_figure_arguments, positive_int, seconds
 from collsynth.errors import CollsynthError
 
 __all__ = ["add_plan_parser", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
@@ -63,6 +63,7 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--nic-units", type=positive_int, metavar="U",
                         help="with --nodes: NIC bandwidth in the topology's units (for "
                              "topologies whose file does not describe their NICs)")
+    add_fabric_arguments(parser)
     add_figure_arguments(parser)
     parser.add_argument("--calibration", metavar="FILE",
                         help="calibration file (collsynth calibrate): measured per-step alpha "
@@ -120,6 +121,8 @@ def run_plan(args: argparse.Namespace) -> int:
 
         check_plan_directory(args.output)  # before any planning
         topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
+                                    oversubscription=args.oversubscription, fabric=args.fabric,
+                                    nodes_per_leaf=args.nodes_per_leaf,
                                     unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
         calibration = None
         if args.calibration is not None:

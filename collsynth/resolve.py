@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from collsynth.collective.fileformat import load_collective
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import standard_collective, standard_names
-from collsynth.errors import FileFormatError, InvalidCollectiveError, UnknownNameError
+from collsynth.errors import (
+    FileFormatError,
+    InvalidCollectiveError,
+    InvalidTopologyError,
+    UnknownNameError,
+)
 from collsynth.topology.builtins import get_topology, with_figures
 from collsynth.topology.compose import compose_nodes
 from collsynth.topology.fileformat import load_topology
 from collsynth.topology.importers import import_topology_file
 from collsynth.topology.model import Topology
+from collsynth.topology.tiers import parse_oversubscription
 
 __all__ = ["resolve_topology", "resolve_collective", "looks_like_path"]
 
@@ -68,7 +74,9 @@ def _load_topology_file(path: Path) -> Topology:
 
 
 def resolve_topology(spec: str, *, nodes: int | None = None,
-                     nic_units: int | None = None, oversubscription: float = 1,
+                     nic_units: int | None = None,
+                     oversubscription: float | str | Mapping[str, float] = 1,
+                     fabric: str = "switch", nodes_per_leaf: int | None = None,
                      unit_gbps: float | None = None, alpha_us: float | None = None) -> Topology:
     """The topology a user named: a built-in, a family member, or a file.
 
@@ -84,7 +92,12 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
         (:func:`~collsynth.topology.compose.compose_nodes`).
     oversubscription:
         With ``nodes > 1``: ratio of a node's NIC bandwidth to its share of the network core
-        (1, the default, is non-blocking).
+        (1, the default, is non-blocking); with another ``fabric``, of its main tier (leaf,
+        rail). Per tier: a mapping or text like ``"leaf=2,node=1"``
+        (:mod:`collsynth.topology.tiers`).
+    fabric, nodes_per_leaf:
+        With ``nodes > 1``: ``"switch"`` (default), ``"leaf-spine"`` (``nodes_per_leaf`` nodes
+        under each leaf switch) or ``"rail"`` (NIC ``i`` of every node on rail switch ``i``).
     nic_units:
         Passed to ``compose_nodes``: the bandwidth of one NIC in the node's units, for nodes
         whose files do not describe their NICs.
@@ -102,7 +115,8 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
     InputTooLargeError
         A topology beyond ``MAX_RANKS`` ranks (``ring:1000000``), refused before it is built.
     InvalidTopologyError
-        A topology that breaks a rule, or that cannot be composed.
+        A topology that breaks a rule, or that cannot be composed; a fabric without
+        ``nodes > 1``.
 
     Examples
     --------
@@ -127,8 +141,14 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
             topology = _load_topology_file(Path(text))
     topology = with_figures(topology, unit_gbps=unit_gbps, alpha_us=alpha_us)
     if nodes is None or nodes == 1:
+        if fabric != "switch" or nodes_per_leaf is not None:
+            raise InvalidTopologyError(f"the {fabric!r} fabric joins nodes: give nodes > 1 "
+                                       "(--nodes K)")
         return topology
-    return compose_nodes(topology, nodes, nic_units=nic_units, oversubscription=oversubscription)
+    if isinstance(oversubscription, str):
+        oversubscription = parse_oversubscription(oversubscription)
+    return compose_nodes(topology, nodes, nic_units=nic_units, oversubscription=oversubscription,
+                         fabric=fabric, nodes_per_leaf=nodes_per_leaf)
 
 
 def resolve_collective(spec: str, num_ranks: int, *, root: int | None = None,

@@ -1115,7 +1115,7 @@ def _cut_capacity(topology: Topology, inside: np.ndarray, capacity=None) -> int:
 def _candidate_cuts(topology: Topology) -> list[np.ndarray]:
     """The sending sides of a minimum cut (by link bandwidth) separating rank 0 from each other
     rank in each direction, every single rank and every all-but-one set, and on a composed
-    topology node 0 and the rest.
+    topology node 0 (and under leaf switches leaf 0) and the rest.
 
     Above :data:`_FABRIC_FIRST_RANKS` ranks the ``2 (n - 1)`` maximum flows are too slow: the cuts
     are then every single rank and all-but-one set (only node 0's ranks on a composed topology,
@@ -1137,6 +1137,11 @@ def _candidate_cuts(topology: Topology) -> list[np.ndarray]:
         node[:shift.ranks_per_node] = True
         add(node)
         add(~node)
+        if shift.nodes_per_leaf:  # a whole leaf: its uplinks, when oversubscribed
+            leaf = np.zeros(n, dtype=bool)
+            leaf[:shift.nodes_per_leaf * shift.ranks_per_node] = True
+            add(leaf)
+            add(~leaf)
     if n > _FABRIC_FIRST_RANKS:
         if shift is not None:
             singles = range(shift.ranks_per_node)

@@ -11,7 +11,8 @@ Every chunk a rank of ``S`` needs from outside must cross into ``S`` once, and a
 ``R * capacity`` sends cross in ``R`` rounds, so no algorithm in collsynth's model does better:
 this is a lower bound. It is also the optimum of the rounds linear program of
 :func:`collsynth.bounds.rounds_per_chunk_lower_bound` on the topology (its fractional
-arborescence packing; the tests check both agree), and the tree-packing engine
+arborescence packing; the tests check both agree, oversubscribed leaves, rails and nodes
+included: their tiers are capped both ways), and the tree-packing engine
 (:mod:`collsynth.synthesis.bandwidth_optimal.packing`) reaches it in the steady state of its
 pipeline.
 

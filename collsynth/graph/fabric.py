@@ -14,9 +14,20 @@ is ``O(n**2)`` links: about a million for 1024 GPUs. The fabric expresses the sa
 * an *outbound* group (sources ``S``, destinations = every rank outside a region ``X`` holding
   ``S``: a NIC) becomes ``nic_out -> up(X)`` with arcs ``s -> nic_out`` of the NIC's limit; an
   outbound group whose sources are the whole region (an oversubscribed uplink) caps ``up(X)``;
-  inbound groups mirror this (``down(Y) -> nic_in -> d``); and ``up(X) -> down(Y)`` joins every
-  two distinct regions (no arc from a region back to itself: a rank reaches its own node only
-  over the node's links, as in the topology).
+  inbound groups mirror this (``down(Y) -> nic_in -> d``, a whole region's inbound group caps
+  ``down(Y)``); and ``up(X) -> down(Y)`` joins every two distinct regions (no arc from a region
+  back to itself: a rank reaches its own node only over the node's links, as in the topology);
+* *leaf* groups (sources = several whole regions, destinations = every rank outside them, or the
+  mirror; :mod:`collsynth.topology.tiers`) put regions under leaf vertices: ``up(X) -> down(Y)``
+  only within a leaf, and ``up(X) -> leaf_up(L) -> leaf_down(M) -> down(Y)`` between leaves, the
+  first and last arcs capped by the leaf's groups;
+* *cross-rail* groups (sources = one NIC's ranks, destinations = the ranks of the other regions
+  on other NICs' rails, or the mirror) split the network by rail: ``nic_out -> nic_in`` joins
+  the NICs of one rail in distinct regions (through a rail switch vertex when each NIC serves
+  one rank: its only extra path leads a rank to itself), and every NIC reaches the others through
+  ``nic_out -> cross_out -> spine_out(X) -> spine_in(Y) -> cross_in -> nic_in``, ``cross_out``
+  and ``cross_in`` capped by the NIC's groups. (A same-rail pair may also take that path: it is
+  only narrower than the direct one, so it changes no cut.)
 
 Every path of the fabric from rank ``s`` to rank ``d`` is one link ``s -> d`` of the topology and
 every arc capacity is a link bandwidth or a group limit, so a set of sends fits in ``R`` rounds
@@ -121,8 +132,7 @@ def build_fabric(topology: Topology) -> Fabric:
 
     stars_out: dict[int, list] = {}
     stars_in: dict[int, list] = {}
-    outbound: list = []
-    inbound: list = []
+    network: dict[str, list] = {}
     regions = _regions(topology)
     for index, group in enumerate(topology.groups):
         label = group.name or f"group {index}"
@@ -132,15 +142,14 @@ def build_fabric(topology: Topology) -> Fabric:
         if kind is None:
             raise UnsupportedFabricError(
                 f"topology {topology.name!r}: bandwidth group {label!r} is neither a port of one rank "
-                "(one source or one destination) nor a NIC or uplink of a node")
+                "(one source or one destination) nor a NIC, uplink, leaf or rail group of a node")
         if kind == "star-out":
             stars_out.setdefault(int(sources[0]), []).append((group, targets, label))
         elif kind == "star-in":
             stars_in.setdefault(int(targets[0]), []).append((group, sources, label))
-        elif kind == "outbound":
-            outbound.append((group, sources, label))
-        else:
-            inbound.append((group, targets, label))
+        else:  # the narrow side: the ranks of a NIC, a node or a leaf
+            narrow = sources if kind in ("outbound", "cross-out", "leaf-out") else targets
+            network.setdefault(kind, []).append((group, narrow, label))
 
     # Which port vertex each intra-region link leaves from and arrives at.
     leave = np.tile(np.arange(n, dtype=np.int64)[:, None], (1, n))
@@ -164,13 +173,13 @@ def build_fabric(topology: Topology) -> Fabric:
 
     src_idx, dst_idx = np.nonzero(links)
     inside = regions[src_idx] == regions[dst_idx]
-    if (~inside).any() and not outbound:
+    if (~inside).any() and not network.get("outbound"):
         raise UnsupportedFabricError(f"topology {topology.name!r}: links between nodes without NIC "
                                      "groups")
     s_in, d_in = src_idx[inside], dst_idx[inside]
     arcs(leave[s_in, d_in], arrive[s_in, d_in], links[s_in, d_in])
     if (~inside).any():
-        _network(topology, links, regions, outbound, inbound, vertices, arcs, src_idx[~inside],
+        _network(topology, links, regions, network, vertices, arcs, src_idx[~inside],
                  dst_idx[~inside])
 
     src = np.concatenate(arcs_src) if arcs_src else np.zeros(0, np.int64)
@@ -189,14 +198,26 @@ def _regions(topology: Topology) -> np.ndarray:
 
 def _classify(group, sources, targets, regions, n) -> str | None:
     if regions[0] >= 0:
+        per = int((regions == 0).sum())
+        num_regions = n // per
         src_regions = np.unique(regions[sources])
         dst_regions = np.unique(regions[targets])
-        if len(src_regions) == 1 and not np.isin(dst_regions, src_regions).any() and \
-                len(targets) == n - int((regions == src_regions[0]).sum()):
-            return "outbound"
-        if len(dst_regions) == 1 and not np.isin(src_regions, dst_regions).any() and \
-                len(sources) == n - int((regions == dst_regions[0]).sum()):
-            return "inbound"
+        disjoint = not np.isin(dst_regions, src_regions).any()
+        if len(src_regions) == 1 and disjoint:
+            if len(targets) == n - per:
+                return "outbound"
+            if _off_rail(sources, targets, per, num_regions):
+                return "cross-out"
+        if len(dst_regions) == 1 and disjoint:
+            if len(sources) == n - per:
+                return "inbound"
+            if _off_rail(targets, sources, per, num_regions):
+                return "cross-in"
+        if disjoint and len(sources) == len(src_regions) * per \
+                and len(targets) == len(dst_regions) * per and len(sources) + len(targets) == n:
+            # Whole regions to all the others: a leaf's uplink (or downlink), the leaf being the
+            # smaller side (with two leaves, leaf 0's uplink is leaf 1's downlink).
+            return "leaf-out" if len(sources) <= len(targets) else "leaf-in"
         within = len(src_regions) == 1 and len(dst_regions) == 1 and src_regions[0] == dst_regions[0]
         if not within:
             return None
@@ -207,28 +228,41 @@ def _classify(group, sources, targets, regions, n) -> str | None:
     return None
 
 
+def _off_rail(nic: np.ndarray, others: np.ndarray, per: int, num_regions: int) -> bool:
+    """True when ``others`` are exactly the ranks of the other regions whose local index is not
+    one of ``nic``'s (``nic`` within one region, ``others`` outside it: checked by the caller)."""
+    mine = np.unique(nic % per)
+    return len(mine) == len(nic) and len(others) == (num_regions - 1) * (per - len(mine)) \
+        and not np.isin(others % per, mine).any()
+
+
 def _overlap(sets: list[np.ndarray]) -> bool:
     joined = np.concatenate(sets)
     return len(np.unique(joined)) < len(joined)
 
 
-def _network(topology, links, regions, outbound, inbound, vertices, arcs, src_idx, dst_idx) -> None:
+def _network(topology, links, regions, groups, vertices, arcs, src_idx, dst_idx) -> None:
     """Ports and region arcs for the links between regions (see the module docstring)."""
     name = topology.name
     n = topology.num_ranks
     num_regions = int(regions.max()) + 1
+    per = n // num_regions
     expected = sum(int(c) * (n - int(c)) for c in np.bincount(regions, minlength=num_regions))
     if len(src_idx) != expected:
         raise UnsupportedFabricError(f"topology {name!r}: the links between nodes are not complete "
                                      f"({len(src_idx)} of {expected})")
-    up = [vertices.add(f"node {x} uplink") for x in range(num_regions)]
-    down = [vertices.add(f"node {x} downlink") for x in range(num_regions)]
     out_limit = np.zeros(n, np.int64)
     in_limit = np.zeros(n, np.int64)
     uplink_cap = np.full(num_regions, INFINITE, np.int64)
-    for group, sources, label in outbound:
+    downlink_cap = np.full(num_regions, INFINITE, np.int64)
+    nic_out: dict[bytes, int] = {}  # a NIC's sorted ranks -> its port vertex
+    nic_in: dict[bytes, int] = {}
+    # (region, port, rail: the NIC's local ranks, limit)
+    ports_out: list[tuple[int, int, bytes, int]] = []
+    ports_in: list[tuple[int, int, bytes, int]] = []
+    for group, sources, label in groups.get("outbound", ()):
         region = int(regions[sources[0]])
-        if len(sources) == int((regions == region).sum()) and len(sources) > 1:
+        if len(sources) == per and len(sources) > 1:
             uplink_cap[region] = min(uplink_cap[region], group.limit)
             continue
         if (out_limit[sources] > 0).any():
@@ -236,19 +270,21 @@ def _network(topology, links, regions, outbound, inbound, vertices, arcs, src_id
                                          "NICs")
         port = vertices.add(label)
         arcs(sources, port, group.limit)
-        arcs(port, up[region], group.limit)
+        nic_out[sources.tobytes()] = port
+        ports_out.append((region, port, np.sort(sources % per).tobytes(), group.limit))
         out_limit[sources] = group.limit
-    for group, targets, label in inbound:
+    for group, targets, label in groups.get("inbound", ()):
         region = int(regions[targets[0]])
-        if len(targets) == int((regions == region).sum()) and len(targets) > 1:
-            raise UnsupportedFabricError(f"topology {name!r}: {label!r} limits a whole node's "
-                                         "ingress; only uplinks (egress) are modelled")
+        if len(targets) == per and len(targets) > 1:
+            downlink_cap[region] = min(downlink_cap[region], group.limit)
+            continue
         if (in_limit[targets] > 0).any():
             raise UnsupportedFabricError(f"topology {name!r}: a rank of {label!r} is served by two "
                                          "NICs")
         port = vertices.add(label)
-        arcs(down[region], port, group.limit)
         arcs(port, targets, group.limit)
+        nic_in[targets.tobytes()] = port
+        ports_in.append((region, port, np.sort(targets % per).tobytes(), group.limit))
         in_limit[targets] = group.limit
     if (out_limit == 0).any() or (in_limit == 0).any():
         missing = int(np.flatnonzero((out_limit == 0) | (in_limit == 0))[0])
@@ -260,14 +296,128 @@ def _network(topology, links, regions, outbound, inbound, vertices, arcs, src_id
         raise UnsupportedFabricError(
             f"topology {name!r}: link {src_idx[i]}->{dst_idx[i]} is narrower than its NICs; the "
             "fabric assumes the NICs are the limit between nodes")
-    # Uplink caps: split up(X) into up(X) -> spine_out(X) of the uplink's capacity.
-    spine = []
+    if groups.get("cross-out") or groups.get("cross-in"):
+        if (uplink_cap < INFINITE).any() or (downlink_cap < INFINITE).any() \
+                or groups.get("leaf-out") or groups.get("leaf-in"):
+            raise UnsupportedFabricError(f"topology {name!r}: cross-rail groups together with node "
+                                         "or leaf uplinks are not modelled")
+        _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, ports_in)
+        return
+    up = [vertices.add(f"node {x} uplink") for x in range(num_regions)]
+    down = [vertices.add(f"node {x} downlink") for x in range(num_regions)]
+    for region, port, _, limit in ports_out:
+        arcs(port, up[region], limit)
+    for region, port, _, limit in ports_in:
+        arcs(down[region], port, limit)
+    # Node uplink caps: up(X) -> capped(X); node downlink caps: capped(Y) -> down(Y).
+    top_up, top_down = list(up), list(down)
     for x in range(num_regions):
         if uplink_cap[x] < INFINITE:
-            vertex = vertices.add(f"node {x} uplink (oversubscribed)")
-            arcs(up[x], vertex, uplink_cap[x])
-            spine.append(vertex)
+            top_up[x] = vertices.add(f"node {x} uplink (oversubscribed)")
+            arcs(up[x], top_up[x], uplink_cap[x])
+        if downlink_cap[x] < INFINITE:
+            top_down[x] = vertices.add(f"node {x} downlink (oversubscribed)")
+            arcs(top_down[x], down[x], downlink_cap[x])
+    leaf = _leaves(name, regions, groups, num_regions)
+    same = leaf[:, None] == leaf[None, :]
+    np.fill_diagonal(same, False)
+    x_idx, y_idx = np.nonzero(same)
+    arcs(np.asarray(top_up, np.int64)[x_idx], np.asarray(top_down, np.int64)[y_idx], INFINITE)
+    num_leaves = int(leaf.max()) + 1
+    if num_leaves == 1:
+        return
+    leaf_up = [vertices.add(f"leaf {m} uplink") for m in range(num_leaves)]
+    leaf_down = [vertices.add(f"leaf {m} downlink") for m in range(num_leaves)]
+    arcs(np.asarray(top_up, np.int64), np.asarray(leaf_up, np.int64)[leaf], INFINITE)
+    arcs(np.asarray(leaf_down, np.int64)[leaf], np.asarray(top_down, np.int64), INFINITE)
+    cap_up, cap_down = list(leaf_up), list(leaf_down)
+    for kind, caps, base, outward in (("leaf-out", cap_up, leaf_up, True),
+                                      ("leaf-in", cap_down, leaf_down, False)):
+        limits: dict[int, int] = {}
+        for group, ranks, label in groups.get(kind, ()):
+            m = int(leaf[regions[ranks[0]]])
+            limits[m] = min(limits.get(m, INFINITE), group.limit)
+        for m, limit in sorted(limits.items()):
+            caps[m] = vertices.add(f"leaf {m} {'uplink' if outward else 'downlink'} "
+                                   "(oversubscribed)")
+            arcs(*((base[m], caps[m]) if outward else (caps[m], base[m])), limit)
+    a_idx, b_idx = np.nonzero(~np.eye(num_leaves, dtype=bool))
+    arcs(np.asarray(cap_up, np.int64)[a_idx], np.asarray(cap_down, np.int64)[b_idx], INFINITE)
+
+
+def _leaves(name, regions, groups, num_regions) -> np.ndarray:
+    """The leaf of every region: the region sets of the leaf groups, which must not overlap;
+    one leaf for all when there are none."""
+    leaf = np.full(num_regions, -1, np.int64)
+    sets: dict[bytes, int] = {}
+    for kind in ("leaf-out", "leaf-in"):
+        for group, ranks, label in groups.get(kind, ()):
+            members = np.unique(regions[ranks])
+            key = members.tobytes()
+            if key in sets:
+                continue
+            if (leaf[members] >= 0).any():
+                raise UnsupportedFabricError(f"topology {name!r}: leaf group {label!r} overlaps "
+                                             "another leaf")
+            sets[key] = len(sets)
+            leaf[members] = sets[key]
+    if not sets:
+        return np.zeros(num_regions, np.int64)
+    if (leaf < 0).any():
+        raise UnsupportedFabricError(f"topology {name!r}: node {int(np.flatnonzero(leaf < 0)[0])} "
+                                     "is under no leaf while others are")
+    return leaf
+
+
+def _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, ports_in) -> None:
+    """Rail arcs (see the module docstring): same-rail NICs joined directly, every NIC through
+    its cross-rail caps and the spine."""
+    num_regions = int(regions.max()) + 1
+    cross_out: dict[int, int] = {}
+    cross_in: dict[int, int] = {}
+    for kind, ports, caps in (("cross-out", nic_out, cross_out), ("cross-in", nic_in, cross_in)):
+        for group, ranks, label in groups.get(kind, ()):
+            port = ports.get(np.sort(ranks).tobytes())
+            if port is None:
+                raise UnsupportedFabricError(f"topology {name!r}: cross-rail group {label!r} is "
+                                             "not the ranks of one NIC")
+            caps[port] = min(caps.get(port, INFINITE), group.limit)
+    rails = sorted({rail for _, _, rail, _ in ports_out} | {rail for _, _, rail, _ in ports_in})
+    for rail in rails:
+        outs = [(x, p) for x, p, r, _ in ports_out if r == rail]
+        ins = [(y, p) for y, p, r, _ in ports_in if r == rail]
+        if len(rail) == np.dtype(np.int64).itemsize:
+            # One rank per NIC: a rail switch vertex, whose only extra path (a NIC back into
+            # its own node) leads a rank to itself.
+            switch = vertices.add(f"rail {int(np.frombuffer(rail, np.int64)[0])} switch")
+            arcs([p for _, p in outs], switch, INFINITE)
+            arcs(switch, [q for _, q in ins], INFINITE)
+            continue
+        pairs = [(p, q) for x, p in outs for y, q in ins if x != y]
+        if pairs:
+            arcs([p for p, _ in pairs], [q for _, q in pairs], INFINITE)
+    # The direct same-rail arcs bypass the cross-rail caps: exact only when every region's NICs
+    # serve the same local ranks (identical nodes), so that a rail is the same set everywhere.
+    layouts = {frozenset(r for x, _, r, _ in ports if x == region)
+               for ports in (ports_out, ports_in) for region in range(num_regions)}
+    if len(layouts) != 1:
+        raise UnsupportedFabricError(f"topology {name!r}: the NICs of different nodes do not "
+                                     "serve the same local ranks; rails need identical nodes")
+    spine_out = [vertices.add(f"node {x} to spine") for x in range(num_regions)]
+    spine_in = [vertices.add(f"node {x} from spine") for x in range(num_regions)]
+    for x, port, _, _ in ports_out:
+        if port in cross_out:
+            capped = vertices.add(f"{vertices.labels[port - vertices.num_ranks]} (cross-rail)")
+            arcs(port, capped, cross_out[port])
+            arcs(capped, spine_out[x], INFINITE)
         else:
-            spine.append(up[x])
+            arcs(port, spine_out[x], INFINITE)
+    for y, port, _, _ in ports_in:
+        if port in cross_in:
+            capped = vertices.add(f"{vertices.labels[port - vertices.num_ranks]} (cross-rail)")
+            arcs(spine_in[y], capped, INFINITE)
+            arcs(capped, port, cross_in[port])
+        else:
+            arcs(spine_in[y], port, INFINITE)
     x_idx, y_idx = np.nonzero(~np.eye(num_regions, dtype=bool))
-    arcs(np.asarray(spine, np.int64)[x_idx], np.asarray(down, np.int64)[y_idx], INFINITE)
+    arcs(np.asarray(spine_out, np.int64)[x_idx], np.asarray(spine_in, np.int64)[y_idx], INFINITE)

@@ -21,23 +21,53 @@ __all__ = ["NodeShift", "node_shift", "candidate_permutations", "is_automorphism
 @dataclass(frozen=True)
 class NodeShift:
     """``K = nodes`` copies of ``ranks_per_node`` ranks; rank ``r`` of node ``k`` is
-    ``k * ranks_per_node + r``."""
+    ``k * ranks_per_node + r``.
+
+    Shifting by ``k`` nodes maps node 0 to node ``k``. With ``nodes_per_leaf = P`` (a leaf-spine
+    fabric, ``1 < P < K``) the nodes are ``(leaf, slot)`` pairs, ``node = leaf * P + slot``, and
+    shifting by ``k = (a, b)`` moves every node ``a`` leaves and ``b`` slots on, both cyclically:
+    the shift by one node alone would carry a node across a leaf boundary, which the leaves'
+    groups do not allow. Shifting by ``-k`` undoes shifting by ``k``; the ``K`` shifts form a
+    group that takes node 0 to every node exactly once.
+    """
 
     nodes: int
     ranks_per_node: int
+    nodes_per_leaf: int | None = None
 
     @property
     def num_ranks(self) -> int:
         return self.nodes * self.ranks_per_node
 
     def shift(self, ranks: np.ndarray, by_nodes: int | np.ndarray) -> np.ndarray:
-        """``ranks`` moved ``by_nodes`` nodes forward (modulo the node count)."""
-        return (np.asarray(ranks) + np.asarray(by_nodes) * self.ranks_per_node) % self.num_ranks
+        """``ranks`` moved ``by_nodes`` nodes forward (see the class docstring)."""
+        per, leaf = self.ranks_per_node, self.nodes_per_leaf
+        if leaf is None or leaf in (1, self.nodes):
+            return (np.asarray(ranks) + np.asarray(by_nodes) * per) % self.num_ranks
+        ranks, by_nodes = np.asarray(ranks), np.asarray(by_nodes)
+        sign = np.where(by_nodes < 0, -1, 1)
+        by_leaf, by_slot = np.divmod(np.abs(by_nodes) % self.nodes, leaf)
+        node, local = np.divmod(ranks, per)
+        at_leaf, at_slot = np.divmod(node, leaf)
+        moved = ((at_leaf + sign * by_leaf) % (self.nodes // leaf)) * leaf \
+            + (at_slot + sign * by_slot) % leaf
+        return moved * per + local
+
+    def permutation(self, by_nodes: int) -> np.ndarray:
+        """The rank permutation of one shift: ``perm[r]`` is where rank ``r`` goes."""
+        return self.shift(np.arange(self.num_ranks, dtype=np.int64), by_nodes)
+
+    @property
+    def generators(self) -> tuple[int, ...]:
+        """Shifts whose combinations make every shift: one node (and one leaf with leaves)."""
+        leaf = self.nodes_per_leaf
+        return (1,) if leaf is None or leaf in (1, self.nodes) else (1, leaf)
 
 
 def node_shift(topology: Topology) -> NodeShift | None:
     """The node shift ``rank -> rank + ranks_per_node (mod n)`` of ``topology`` if it is a
-    symmetry, else ``None`` (also for one node).
+    symmetry, else ``None`` (also for one node). On a leaf-spine fabric, the shifts by one node
+    within the leaves and by one leaf (:class:`NodeShift`).
 
     :func:`collsynth.topology.compose_nodes` builds identical nodes on a non-blocking network, so
     the shift maps links to links and groups to groups; the tree engine designs trees for node
@@ -45,24 +75,38 @@ def node_shift(topology: Topology) -> NodeShift | None:
 
     >>> from collsynth.topology import compose_nodes, get_topology
     >>> node_shift(compose_nodes(get_topology("ring:4"), 3, nic_units=1))
-    NodeShift(nodes=3, ranks_per_node=4)
+    NodeShift(nodes=3, ranks_per_node=4, nodes_per_leaf=None)
     >>> node_shift(get_topology("ring:4")) is None
     True
+    >>> node_shift(compose_nodes(get_topology("ring:4"), 4, nic_units=1, fabric="leaf-spine",
+    ...                          nodes_per_leaf=2, oversubscription=2))
+    NodeShift(nodes=4, ranks_per_node=4, nodes_per_leaf=2)
     """
     layout = topology.layout
     if layout is None or not layout.multi_node:
         return None
-    per_node, nodes, n = layout.ranks_per_node, layout.nodes, topology.num_ranks
+    per_node, nodes = layout.ranks_per_node, layout.nodes
+    candidate = NodeShift(nodes, per_node, layout.nodes_per_leaf
+                          if layout.fabric == "leaf-spine" else None)
     links = topology.link_array
-    if not np.array_equal(np.roll(links, (per_node, per_node), axis=(0, 1)), links):
-        return None
     keys = {_group_key(g.sources, g.destinations, g.limit) for g in topology.groups}
-    for group in topology.groups:
-        moved = _group_key(((s + per_node) % n for s in group.sources),
-                           ((d + per_node) % n for d in group.destinations), group.limit)
-        if moved not in keys:
+    for by in candidate.generators:
+        perm = candidate.permutation(by)
+        if by == 1 and candidate.generators == (1,):
+            same = np.array_equal(np.roll(links, (per_node, per_node), axis=(0, 1)), links)
+        else:
+            inverse = np.argsort(perm)
+            same = np.array_equal(links[np.ix_(inverse, inverse)], links)
+        if not same:
             return None
-    return NodeShift(nodes, per_node)
+        for group in topology.groups:
+            moved = _group_key((int(perm[s]) for s in group.sources),
+                               (int(perm[d]) for d in group.destinations), group.limit)
+            if moved not in keys:
+                return None
+    if candidate.nodes_per_leaf in (1, nodes):
+        candidate = NodeShift(nodes, per_node)
+    return candidate
 
 
 def _group_key(sources, destinations, limit) -> tuple:

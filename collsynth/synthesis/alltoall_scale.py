@@ -15,6 +15,10 @@ but on the fabrics GPUs are built from they do not need one:
   a ring), blocks between nodes still go direct over the NICs, and blocks within a node follow
   the node's exact alltoall (synthesised on one node), the NIC sends spread over its steps
   (:mod:`collsynth.synthesis.hierarchical`).
+* **rail**: on a rail fabric (:mod:`collsynth.topology.tiers`), where traffic between rails
+  goes up through possibly oversubscribed spines, a block moves first inside its source node to
+  the rank on its destination's rail, then crosses between the nodes on that rail (as NCCL's
+  PXN does), hop by hop or pipelined like the routed schedule below.
 * **routed**: when neither applies (a torus, a mesh, a hypercube, a trn2), every block is cut
   into pieces and each piece walks a shortest path, the next hop chosen among those that get
   closer by the piece's index (so the pieces of a block spread over the shortest paths). Sends
@@ -37,7 +41,9 @@ topology the cuts are the subsets ``T`` of one node (every subset for nodes of u
 :data:`EXHAUSTIVE_NODE_RANKS` ranks; else every single rank, every NIC's ranks and the whole
 node), in both directions, with ``C(T)`` split into the links inside the node and those
 between nodes, whose cover (``T``'s NICs, the node's uplink, or the other nodes' NICs) is
-evaluated in closed form, so the bound costs the same at 1024 ranks as at 16. On other
+evaluated in closed form, so the bound costs the same at 1024 ranks as at 16. Under leaf
+switches (:mod:`collsynth.topology.tiers`) each leaf is a cut too, covered by its uplinks or
+its NICs; a rail's groups are left out of the node cuts (which only loosens them). On other
 topologies the cuts are every single rank, both ways. Every value is an exact ``Fraction``,
 never above the exact linear-programming bound
 (:func:`~collsynth.bounds.rounds_per_chunk_lower_bound`), which is also computed for topologies
@@ -117,7 +123,7 @@ class AlltoallScaleResult:
     algorithm:
         The verified algorithm (``alltoall(N)`` split ``chunks`` ways).
     schedule:
-        ``"direct"``, ``"hierarchical"`` or ``"routed"``.
+        ``"direct"``, ``"rail"``, ``"hierarchical"`` or ``"routed"``.
     rounds_per_chunk:
         Its rounds per base chunk (one block), exact.
     lower_bound:
@@ -212,6 +218,7 @@ def _composed_structure(topology: Topology) -> _Composed | None:
         return None
     everyone = frozenset(range(total))
     outside = [everyone - frozenset(range(k * n, (k + 1) * n)) for k in range(K)]
+    tiered = topology.layout is not None and topology.layout.fabric != "switch"
     intra: list[set] = [set() for _ in range(K)]
     egress: list[list] = [[] for _ in range(K)]
     ingress: list[list] = [[] for _ in range(K)]
@@ -228,6 +235,8 @@ def _composed_structure(topology: Topology) -> _Composed | None:
         elif len(dst_nodes) == 1 and g.sources == outside[next(iter(dst_nodes))]:
             k = next(iter(dst_nodes))
             ingress[k].append((frozenset(r - k * n for r in g.destinations), g.limit))
+        elif tiered and not (src_nodes & dst_nodes):
+            continue  # a leaf's or rail's group: leaving it out only loosens the bound
         else:
             return None
 
@@ -370,11 +379,64 @@ def alltoall_cut_bound(topology: Topology) -> CutBound:
     Fraction(3, 2)
     """
     structure = _composed_structure(topology)
-    if structure is not None:
-        bound = _composed_bound(structure)
-        if bound is not None:
-            return bound
-    return _generic_bound(topology)
+    bound = _composed_bound(structure) if structure is not None else None
+    if bound is None:
+        bound = _generic_bound(topology)
+    leaf = _leaf_bound(topology)
+    if leaf is not None and leaf.rounds_per_chunk > bound.rounds_per_chunk:
+        return leaf
+    return bound
+
+
+def _leaf_bound(topology: Topology) -> CutBound | None:
+    """The cut around each leaf switch of a leaf-spine fabric (only leaf 0 when the leaf shift
+    is a symmetry), out and in; ``None`` without leaves. Its capacity is covered by groups that
+    hold every link across the cut from some of the leaf's ranks (the leaf's uplink, the NICs),
+    the other ranks by their links: an upper bound, so the bound is sound."""
+    from collsynth.graph.symmetry import node_shift
+
+    layout = topology.layout
+    if layout is None or layout.fabric != "leaf-spine" or not layout.nodes_per_leaf \
+            or layout.nodes_per_leaf >= layout.nodes:
+        return None
+    total, width = topology.num_ranks, layout.nodes_per_leaf * layout.ranks_per_node
+    leaves = 1 if node_shift(topology) is not None else layout.nodes // layout.nodes_per_leaf
+    links = topology.link_array
+    best: CutBound | None = None
+    for leaf in range(leaves):
+        inside = frozenset(range(leaf * width, (leaf + 1) * width))
+        outside = frozenset(range(total)) - inside
+        blocks = width * (total - width)
+        mask = np.zeros(total, dtype=bool)
+        mask[list(inside)] = True
+        for direction in ("out", "in"):
+            if direction == "out":
+                per_rank = links[mask][:, ~mask].sum(axis=1)
+                covers = [(g.sources, g.limit) for g in topology.groups
+                          if len(g.sources) <= width and len(g.destinations) >= total - width
+                          and g.sources <= inside and outside <= g.destinations]
+            else:
+                per_rank = links[~mask][:, mask].sum(axis=0)
+                covers = [(g.destinations, g.limit) for g in topology.groups
+                          if len(g.destinations) <= width and len(g.sources) >= total - width
+                          and g.destinations <= inside and outside <= g.sources]
+            bandwidth = dict(zip(sorted(inside), per_rank.tolist()))
+            capacity, free = 0, set(inside)
+            # cheapest per rank first; a group whose ranks are partly taken is skipped
+            for ranks, limit in sorted(covers, key=lambda c: Fraction(c[1], len(c[0]))):
+                if ranks <= free and limit < sum(bandwidth[r] for r in ranks):
+                    capacity += limit
+                    free -= ranks
+            capacity += sum(bandwidth[r] for r in free)
+            if capacity <= 0:
+                continue
+            value = Fraction(blocks, capacity)
+            if best is None or value > best.rounds_per_chunk:
+                arrow = "-> the other ranks" if direction == "out" else "<- the other ranks"
+                best = CutBound(value, blocks, capacity,
+                                f"leaf {leaf} ({width} ranks) {arrow}: {blocks} blocks, at most "
+                                f"{capacity} chunks per round")
+    return best
 
 
 # -- schedules -----------------------------------------------------------------------------------
@@ -441,13 +503,33 @@ def _routed_paths(links: np.ndarray, pieces: int) -> list[tuple[np.ndarray, ...]
         at[live] = nxt
 
 
-def _routed(capacity: _Capacity, max_pieces: int):
+def _rail_paths(nodes: int, per_node: int, pieces: int) -> list[tuple[np.ndarray, ...]]:
+    """Hops of the rail schedule, as :func:`_routed_paths`: a block from rank ``(X, l)`` to
+    rank ``(Y, m)`` of another node first moves inside node ``X`` to ``(X, m)``, on the rail of
+    its destination (unless ``l == m``), then crosses between the nodes on that rail. Blocks
+    within a node go straight."""
+    n = nodes * per_node
+    src, dst = _all_pairs(n)
+    s, d = np.repeat(src, pieces), np.repeat(dst, pieces)
+    j = np.tile(np.arange(pieces, dtype=np.int64), len(src))
+    chunk = (s * n + d) * pieces + j
+    relay = (s // per_node) * per_node + d % per_node  # (X, m): same node as s, rail of d
+    first = np.where((relay == s) | (s // per_node == d // per_node), d, relay)
+    hops = [(chunk, j, s, first)]
+    later = np.flatnonzero(first != d)
+    if len(later):
+        hops.append((chunk[later], j[later], first[later], d[later]))
+    return hops
+
+
+def _routed(capacity: _Capacity, max_pieces: int, paths=None):
     """``(key, steps, step rounds, pieces)`` of the best routed schedule tried, ``key`` =
-    ``(rounds per chunk, steps, pieces)``."""
+    ``(rounds per chunk, steps, pieces)``; ``paths(pieces)`` gives the hops (default: shortest
+    paths, :func:`_routed_paths`)."""
     best = None
     pieces = 1
     while pieces <= max_pieces:
-        hops = _routed_paths(capacity.links, pieces)
+        hops = _routed_paths(capacity.links, pieces) if paths is None else paths(pieces)
         # hop by hop: step t = hop t
         groupings = [[(c, u, v, np.zeros(len(c), dtype=bool)) for c, _, u, v in hops]]
         if pieces > 1:  # pipelined: piece j's hop t in step j + t
@@ -465,6 +547,14 @@ def _routed(capacity: _Capacity, max_pieces: int):
                 best = (key, steps, rounds, pieces)
         pieces *= 2
     return best
+
+
+def _nodes_complete(links: np.ndarray, per_node: int) -> bool:
+    """True when every two ranks of a node have a link (the rail schedule's first hop)."""
+    n = len(links)
+    same = (np.arange(n)[:, None] // per_node) == (np.arange(n)[None, :] // per_node)
+    np.fill_diagonal(same, False)
+    return bool((links[same] > 0).all())
 
 
 def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = None,
@@ -545,6 +635,17 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
         value = Fraction(sum(step_rounds), pieces)
         candidates.append(("direct", value, len(steps), pieces))
         best = ((value, len(steps), pieces), "direct", steps, step_rounds, pieces)
+
+    layout = topology.layout
+    if layout is not None and layout.fabric == "rail" and layout.multi_node and \
+            (best is None or best[0][0] > bound) and _nodes_complete(links, layout.ranks_per_node):
+        # Between rails the spines may be oversubscribed: change rails inside the node first.
+        key, steps, step_rounds, pieces = _routed(
+            capacity, min(chunk_cap, 8),
+            lambda p: _rail_paths(layout.nodes, layout.ranks_per_node, p))
+        candidates.append(("rail", key[0], len(steps), pieces))
+        if best is None or key < best[0]:
+            best = (key, "rail", steps, step_rounds, pieces)
 
     if best is None or best[0][0] > bound:
         try:

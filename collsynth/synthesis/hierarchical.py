@@ -17,7 +17,11 @@ Two ingredients:
   reduce-scatter and allreduce direct sends put on each NIC the same load as a ring, in one
   step instead of ``K - 1``. For broadcast and reduce the root's NIC then carries ``K - 1``
   copies where a chain or tree across the nodes would carry one: this baseline is up to
-  ``K - 1`` times slower than those in bandwidth, by construction.
+  ``K - 1`` times slower than those in bandwidth, by construction. On a leaf-spine or rail
+  fabric (:mod:`collsynth.topology.tiers`) the same sends are priced against the tiers' groups:
+  sends between ranks of one local index stay on one rail, so rails cost them nothing, but they
+  cross an oversubscribed leaf's uplink once per node of another leaf where the tree engine
+  crosses it once per leaf.
 
 How each collective is put together (``K`` nodes, node algorithm of ``m`` steps):
 

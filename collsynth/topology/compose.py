@@ -10,7 +10,12 @@ reached through the NICs:
   nodes) and *ingress* (all ranks of the other nodes -> the ranks sharing that NIC), each limited to
   the NIC's bandwidth;
 * with ``oversubscription > 1`` each node also gets an *uplink* group (the node's ranks -> all ranks
-  of the other nodes) limited to the node's total NIC bandwidth divided by the oversubscription.
+  of the other nodes) and a *downlink* group (the other way), each limited to the node's total NIC
+  bandwidth divided by the oversubscription.
+
+That is the ``switch`` fabric. ``fabric="leaf-spine"`` (nodes under leaf switches under spines) and
+``fabric="rail"`` (NIC ``i`` of every node on rail switch ``i``) add one bandwidth group per leaf,
+or per NIC, and direction for their tier's oversubscription (:mod:`collsynth.topology.tiers`).
 
 The NICs are described by ``node.metadata["nic"]`` (the built-in node files carry one)::
 
@@ -32,7 +37,8 @@ multiplied by ``q`` -- the smallest factor that keeps everything integral -- and
 divided by ``q``, so the physical figures are unchanged: a DGX-2 (NVLink unit 25 GB/s, 100 Gb/s NICs)
 composes to NVLink pairs of 12 units of 12.5 GB/s and NIC links of 1 unit. The factor is recorded in
 ``metadata["network"]["rescale"]``. Passing ``nic_units`` skips the conversion: the NIC is then
-worth exactly that many node units and nothing is rescaled.
+worth exactly that many node units and nothing is rescaled (unless a leaf's or rail's
+oversubscribed share is not whole: it is rescaled the same way).
 
 Latency. The composed topology keeps the node's ``alpha_us``; a separate inter-node latency is not
 modelled here.
@@ -47,6 +53,7 @@ from typing import Any, Mapping
 
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
+from collsynth.topology.tiers import fabric_spec, tier_groups, tier_scale
 
 __all__ = ["compose_nodes", "MAX_RESCALE"]
 
@@ -62,7 +69,9 @@ def compose_nodes(
     nodes: int,
     *,
     nic_units: int | None = None,
-    oversubscription: Fraction | float = 1,
+    oversubscription: Fraction | float | Mapping[str, Fraction | float] = 1,
+    fabric: str = "switch",
+    nodes_per_leaf: int | None = None,
     name: str | None = None,
 ) -> Topology:
     """``nodes`` copies of ``node`` joined by their NICs through a non-blocking network.
@@ -80,8 +89,12 @@ def compose_nodes(
         without NIC metadata gets one NIC per rank.
     oversubscription:
         Ratio of a node's NIC bandwidth to its share of the network core, at least 1. Above 1, each
-        node gets an uplink group limited to ``floor(total NIC units / oversubscription)`` (at
-        least 1).
+        node gets an uplink and a downlink group limited to ``floor(total NIC units /
+        oversubscription)`` (at least 1). With another ``fabric``: the ratio of its main tier (leaf, rail), or a mapping
+        ``{tier: ratio}`` (:func:`~collsynth.topology.tiers.fabric_spec`).
+    fabric, nodes_per_leaf:
+        ``"switch"`` (default), ``"leaf-spine"`` (with ``nodes_per_leaf``) or ``"rail"``; see
+        :mod:`collsynth.topology.tiers`.
     name:
         Name of the result; default ``f"{node.name}x{nodes}"``.
 
@@ -89,14 +102,15 @@ def compose_nodes(
     -------
     Topology
         ``nodes * node.num_ranks`` ranks; ``metadata["network"]`` records the NIC model used
-        (units per NIC, NIC layout, rescale factor, oversubscription).
+        (units per NIC, NIC layout, rescale factor, oversubscription) and the fabric (``fabric``:
+        kind, ``nodes_per_leaf``, every tier's ratio), read back by :attr:`Topology.layout`.
 
     Raises
     ------
     InvalidTopologyError
         When the node has no NIC metadata and ``nic_units`` is not given, when the metadata is
         malformed, when a NIC is too slow to express (less than ``1/MAX_RESCALE`` of a unit), or when
-        ``nodes``, ``nic_units`` or ``oversubscription`` is out of range.
+        ``nodes``, ``nic_units``, ``oversubscription`` or the fabric is out of range.
     InputTooLargeError
         When the result would have more than :data:`~collsynth.topology.model.MAX_RANKS` ranks
         (refused before anything is built).
@@ -129,9 +143,13 @@ def compose_nodes(
     if total > MAX_RANKS:
         raise InputTooLargeError(f"composing {nodes} x {node.name!r}: {total} ranks is more than the "
                                  f"{MAX_RANKS} collsynth accepts")
-    oversub = _oversubscription(oversubscription, node.name)
+    spec = fabric_spec(fabric, nodes=nodes, nodes_per_leaf=nodes_per_leaf,
+                       oversubscription=oversubscription, name=node.name)
+    oversub = spec.ratio("node")
     nic_ranks, nic_gbps = _nic_layout(node, nic_units)
     units, scale = _nic_units(node, nic_units, nic_gbps)
+    extra = tier_scale(spec, len(nic_ranks), units)  # a leaf or rail share must be whole units
+    units, scale = units * extra, scale * extra
 
     # Each row: [NIC links to earlier nodes] + [the node's own row] + [NIC links to later nodes].
     local = [[bw * scale for bw in row] for row in node.links]
@@ -161,8 +179,13 @@ def compose_nodes(
                 groups.append(BandwidthGroup(mine, others, units, f"node {k} NIC {j} egress"))
                 groups.append(BandwidthGroup(others, mine, units, f"node {k} NIC {j} ingress"))
             if uplink is not None:
-                groups.append(BandwidthGroup(frozenset(range(base, base + n)), others, uplink,
+                mine = frozenset(range(base, base + n))
+                groups.append(BandwidthGroup(mine, others, uplink,
                                              f"node {k} uplink (oversubscription {oversub})"))
+                groups.append(BandwidthGroup(others, mine, uplink,
+                                             f"node {k} downlink (oversubscription {oversub})"))
+        groups.extend(tier_groups(spec, nodes=nodes, ranks_per_node=n, nic_ranks=nic_ranks,
+                                  units=units))
 
     unit_gbps = None if node.unit_gbps is None else node.unit_gbps / scale
     network: dict[str, Any] = {
@@ -177,8 +200,11 @@ def compose_nodes(
         "nic_gbps_declared": nic_gbps,
         "rescale": scale,
         "oversubscription": str(oversub),
+        "fabric": spec.to_json(),
     }
     over = f", oversubscription {oversub}" if oversub > 1 else ""
+    if spec.kind != "switch":
+        over = f", fabric {spec.describe()}"
     description = (f"{nodes} x {node.name}: {n} ranks per node, {len(nic_ranks)} NIC(s) per node of "
                    f"{units} unit(s) each{over}")
     return Topology(
@@ -190,24 +216,6 @@ def compose_nodes(
         description=description,
         metadata={"network": network, "node_metadata": dict(node.metadata)},
     )
-
-
-def _oversubscription(value: object, node_name: str) -> Fraction:
-    """``value`` as an exact fraction >= 1 (floats are rounded to 6 decimal places' worth)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
-        raise InvalidTopologyError(f"composing {node_name!r}: oversubscription must be a number, "
-                                   f"got {value!r}")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidTopologyError(f"composing {node_name!r}: oversubscription must be finite, "
-                                       f"got {value!r}")
-        ratio = Fraction(value).limit_denominator(10**6)
-    else:
-        ratio = Fraction(value)
-    if ratio < 1:
-        raise InvalidTopologyError(f"composing {node_name!r}: oversubscription must be >= 1 "
-                                   f"(1 = non-blocking), got {value!r}")
-    return ratio
 
 
 def _nic_layout(

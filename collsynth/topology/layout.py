@@ -23,7 +23,10 @@ class NodeLayout:
     ``nic_gpus[i]`` are the local ranks NIC ``i`` serves; ``nic_units`` its bandwidth units per
     direction; ``nic_gbps`` those units in GB/s (``None`` without physical figures);
     ``nic_gbps_declared`` the NIC's own figure before rounding to units; ``network_alpha_us`` a
-    per-step latency between nodes when one was given; ``oversubscription`` >= 1 of the network.
+    per-step latency between nodes when one was given; ``oversubscription`` >= 1 of the network
+    (the node tier). ``fabric`` is ``"switch"``, ``"leaf-spine"`` (``nodes_per_leaf`` nodes per
+    leaf switch) or ``"rail"``; ``tiers`` gives every tier's ratio
+    (:mod:`collsynth.topology.tiers`).
     """
 
     nodes: int
@@ -35,6 +38,9 @@ class NodeLayout:
     network_alpha_us: float | None = None
     oversubscription: Fraction = Fraction(1)
     composed_from: str = ""
+    fabric: str = "switch"
+    nodes_per_leaf: int | None = None
+    tiers: tuple[tuple[str, Fraction], ...] = ()
 
     @property
     def num_ranks(self) -> int:
@@ -49,6 +55,21 @@ class NodeLayout:
 
     def local_rank(self, rank: int) -> int:
         return rank % self.ranks_per_node
+
+    def tier_oversubscription(self, tier: str) -> Fraction:
+        """The ratio of ``tier`` (``"node"``, ``"leaf"``, ``"rail"``); 1 when it has none."""
+        if tier == "node":
+            return self.oversubscription
+        return dict(self.tiers).get(tier, Fraction(1))
+
+    def leaf_of(self, node: int) -> int:
+        """The leaf switch of ``node`` (0 for every node unless the fabric is leaf-spine)."""
+        return node // self.nodes_per_leaf if self.nodes_per_leaf else 0
+
+    @property
+    def oversubscribed(self) -> bool:
+        """True when some tier above the NICs is narrower than the NICs."""
+        return self.oversubscription > 1 or any(x > 1 for _, x in self.tiers)
 
 
 def _whole(value: Any) -> bool:
@@ -95,6 +116,7 @@ def node_layout(metadata: Mapping | Any, *, name: str, num_ranks: int) -> NodeLa
         oversub = Fraction(str(network.get("oversubscription", 1)))
     except (ValueError, ZeroDivisionError):
         oversub = Fraction(1)
+    fabric, per_leaf, tiers = _fabric(network.get("fabric"), name, nodes)
     return NodeLayout(
         nodes=nodes, ranks_per_node=per_node, nic_gpus=nic_gpus,
         nic_units=units if _whole(units) else None,
@@ -102,4 +124,45 @@ def node_layout(metadata: Mapping | Any, *, name: str, num_ranks: int) -> NodeLa
         nic_gbps_declared=_number(network.get("nic_gbps_declared")),
         network_alpha_us=_number(network.get("alpha_us")),
         oversubscription=oversub,
-        composed_from=str(network.get("composed_from", "")))
+        composed_from=str(network.get("composed_from", "")),
+        fabric=fabric, nodes_per_leaf=per_leaf, tiers=tiers)
+
+
+_FABRICS = ("switch", "leaf-spine", "rail")
+
+
+def _fabric(raw: Any, name: str, nodes: int
+            ) -> tuple[str, int | None, tuple[tuple[str, Fraction], ...]]:
+    """``metadata["network"]["fabric"]`` read as (kind, nodes per leaf, tier ratios); a
+    topology without one is on one switch."""
+    if raw is None:
+        return "switch", None, ()
+
+    def bad(message: str) -> InvalidTopologyError:
+        return InvalidTopologyError(f"topology {name!r}: metadata['network']['fabric']: {message}")
+
+    if not isinstance(raw, Mapping):
+        raise bad(f"expected an object, got {type(raw).__name__}")
+    kind = raw.get("kind", "switch")
+    if kind not in _FABRICS:
+        raise bad(f"'kind' = {kind!r}; expected one of {', '.join(_FABRICS)}")
+    per_leaf = raw.get("nodes_per_leaf")
+    if kind == "leaf-spine":
+        if not _whole(per_leaf) or per_leaf < 1 or nodes % per_leaf:
+            raise bad(f"'nodes_per_leaf' = {per_leaf!r}; expected a whole number >= 1 dividing "
+                      f"the {nodes} nodes")
+    else:
+        per_leaf = None
+    ratios = raw.get("oversubscription", {})
+    if not isinstance(ratios, Mapping):
+        raise bad(f"'oversubscription' = {ratios!r}; expected an object of tier: ratio")
+    tiers = []
+    for tier, value in ratios.items():
+        try:
+            ratio = Fraction(str(value))
+        except (ValueError, ZeroDivisionError):
+            raise bad(f"'oversubscription'[{tier!r}] = {value!r}; expected a ratio >= 1") from None
+        if ratio < 1:
+            raise bad(f"'oversubscription'[{tier!r}] = {value!r}; expected a ratio >= 1")
+        tiers.append((str(tier), ratio))
+    return kind, per_leaf, tuple(tiers)

@@ -119,7 +119,11 @@ def test_oversubscription_group(a100x2):
     assert uplinks[0].sources == frozenset(range(8))
     assert uplinks[0].destinations == frozenset(range(8, 16))
     assert uplinks[0].limit == 2  # floor(8 NIC units / 3)
-    assert len(over.groups) == len(a100x2.groups) + 2
+    downlinks = [g for g in over.groups if "downlink" in g.name]
+    assert [(g.sources, g.destinations, g.limit) for g in downlinks] == [
+        (frozenset(range(8, 16)), frozenset(range(8)), 2),
+        (frozenset(range(8)), frozenset(range(8, 16)), 2)]
+    assert len(over.groups) == len(a100x2.groups) + 4
     # never below 1
     tight = compose_nodes(get_topology("ndv2"), 2, oversubscription=4.0)
     assert {g.limit for g in tight.groups if "uplink" in g.name} == {1}

@@ -308,22 +308,36 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
 def _hierarchical_trees(topology: Topology, shift: NodeShift, options: PackingOptions):
     """Starting trees on ``K`` nodes: the root's chunk crosses the network once per node, to the
     rank at the root's place there, and each node spreads it along the node's own best trees
-    (packed for the node alone). Optimal whenever the NICs are the bottleneck."""
+    (packed for the node alone). Optimal whenever the NICs are the bottleneck. Under leaf
+    switches, also trees that cross into each other leaf once (to the node at the root's slot
+    there, which passes it on to the rest of its leaf): the leaves' uplinks then carry the
+    fewest copies."""
     per, nodes = shift.ranks_per_node, shift.nodes
     node = network_layout(topology).node
     if per == 1:
         local = {0: [(np.array([-1]), 1)]}
     else:
-        local = pack_trees(node, list(range(per)), options=options).trees
+        try:
+            local = pack_trees(node, list(range(per)), options=options).trees
+        except SolverError:  # a node whose ranks only meet through the network: no local trees
+            return
     offsets = np.arange(nodes)[:, None] * per
+    # Which node each node hears the root's chunk from (node 0 holds the root).
+    feeders = [np.zeros(nodes, dtype=np.int64)]
+    leaf = shift.nodes_per_leaf
+    if leaf is not None and leaf not in (1, nodes):
+        at_leaf, at_slot = np.divmod(np.arange(nodes), leaf)
+        feeders.append(np.where(at_leaf == 0, 0, at_leaf * leaf))  # slot 0 of each leaf
+        feeders[-1][at_slot == 0] = 0
     for i, trees in local.items():
         for parent, _ in trees:
-            full = (offsets + np.where(parent < 0, 0, parent)[None, :]).ravel()
-            full = full.astype(np.int64)
-            for k in range(nodes):
-                full[k * per + i] = i  # the rank at the root's place in node k hears from the root
-            full[i] = -1
-            yield i, full
+            for feeder in feeders:
+                full = (offsets + np.where(parent < 0, 0, parent)[None, :]).ravel()
+                full = full.astype(np.int64)
+                # the rank at the root's place in node k hears from its feeder's
+                full[np.arange(nodes) * per + i] = feeder * per + i
+                full[i] = -1
+                yield i, full
 
 
 def _bfs_parent(links: np.ndarray, root: int, allowed: np.ndarray) -> np.ndarray | None:
