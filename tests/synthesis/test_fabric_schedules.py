@@ -117,7 +117,7 @@ def test_alltoall_bound_and_schedule_under_leaves():
     topology = _leafy(8, nodes=8, node="ring:4")
     bound = alltoall_cut_bound(topology)
     assert bound.rounds_per_chunk == 192 and "leaf" in bound.cut
-    result = solve_alltoall_at_scale(topology, time_limit_s=20)
+    result = solve_alltoall_at_scale(topology, time_limit=20)
     assert find_problems(result.algorithm) == []
     assert result.rounds_per_chunk == 192 and result.ratio == 1
 
