@@ -357,3 +357,37 @@ def test_large_allreduce_cut_bound_uses_node_cuts():
     fast = rounds_per_chunk_lower_bound(resolve_topology("dgx-a100", nodes=17),
                                         standard_collective("allreduce", 136))
     assert exact == fast == Fraction(1, 8)
+
+
+@pytest.mark.parametrize("name", ["ring:80", "line:70", "mesh:9x9", "torus:8x10", "star:70"])
+def test_checking_one_rank_per_orbit_gives_the_full_answer(name, monkeypatch):
+    """Above 64 ranks the arborescence bound checks one rank per symmetry orbit; checking every
+    rank (the threshold raised) must give the same bound."""
+    topology = get_topology(name)
+    collective = allgather(topology.num_ranks)
+    fast = rounds_per_chunk_lower_bound(topology, collective)
+    monkeypatch.setattr(bounds_module, "_SYMMETRY_CHECK_RANKS", 10 ** 6)
+    assert rounds_per_chunk_lower_bound(topology, collective) == fast
+
+
+def test_large_ring_and_torus_bounds_by_hand():
+    # ring:N: the farthest rank is N/2 hops away; each rank receives N-1 chunks over 2 links.
+    ring = get_topology("ring:1000")
+    assert compute_bounds(ring, allgather(1000)) == Bounds(steps=500, rounds_per_chunk=F(999, 2))
+    # torus:AxB: diameter A/2 + B/2; 4 incoming links per rank.
+    torus = get_topology("torus:16x16")
+    assert compute_bounds(torus, allgather(256)) == Bounds(steps=16, rounds_per_chunk=F(255, 4))
+
+
+def test_one_rank_per_orbit_still_finds_a_cut_away_from_rank_0(monkeypatch):
+    """Cliques of 60 and 20 ranks joined by one link: the 20-rank side needs 60 chunks over one
+    link (60 rounds per chunk, counted by hand), a cut that only a rank of that side finds."""
+    n, a = 80, 60
+    links = [[0] * n for _ in range(n)]
+    for u in range(n):
+        for v in range(n):
+            if u != v and (u < a) == (v < a):
+                links[u][v] = 1
+    links[0][a] = links[a][0] = 1
+    topology = Topology("dumbbell", links)
+    assert rounds_per_chunk_lower_bound(topology, allgather(n)) == 60

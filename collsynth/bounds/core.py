@@ -35,7 +35,7 @@ from collsynth.errors import (
 from collsynth.bounds.throughput import broadcast_shape, fabric_rounds
 from collsynth.graph.fabric import UnsupportedFabricError
 from collsynth.graph.arborescence import min_arborescence_cost
-from collsynth.graph.symmetry import candidate_permutations, node_shift
+from collsynth.graph.symmetry import candidate_permutations, node_shift, rank_orbits
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import Topology
 
@@ -1032,6 +1032,11 @@ def _spanning_roots(topology: Topology,
     return roots
 
 
+#: Above this many ranks the arborescence bound checks one rank per orbit of the topology's
+#: symmetries (below, all ranks: the search for symmetries would cost more than it saves).
+_SYMMETRY_CHECK_RANKS = 64
+
+
 def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction | None:
     """The rounds LP's optimum when every chunk must reach every rank from one root and links are
     the only limits, computed exactly with integer maximum flows; ``None`` if the capacities would
@@ -1055,6 +1060,8 @@ def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction 
     best = max(Fraction(total - int(chunks[v]), int(incoming[v])) for v in range(n)
                if total > chunks[v])
     root_list = np.flatnonzero(chunks)
+    representatives = np.unique(rank_orbits(topology, chunks), return_index=True)[1] \
+        if n > _SYMMETRY_CHECK_RANKS else np.arange(n)
     rows = np.concatenate([src, np.full(len(root_list), n)])
     cols = np.concatenate([dst, root_list])
     while True:
@@ -1064,7 +1071,7 @@ def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction 
             return None
         graph = sp.csr_matrix((capacities.astype(np.int32), (rows, cols)), shape=(n + 1, n + 1))
         improved = None
-        for v in range(n):
+        for v in representatives:   # one rank per orbit: a symmetry maps its cuts to the others'
             value, reached = _source_side(graph, n, v)
             if value >= q * total:
                 continue

@@ -187,3 +187,40 @@ def find_automorphism(topology: Topology, collective: Collective) -> tuple[int, 
         if order > best_order and is_automorphism(perm, topology, collective):
             best, best_order = perm, order
     return best
+
+
+def rank_orbits(topology: Topology, weights: np.ndarray | None = None) -> np.ndarray:
+    """An orbit label per rank under the candidate permutations that preserve every link (and
+    ``weights``, one integer per rank, when given); ranks with one label are interchangeable.
+
+    Only :func:`candidate_permutations` are tried, so two ranks may share an orbit yet get
+    different labels (never the reverse): a caller that checks one rank per label stays exact.
+
+    >>> from collsynth.topology import get_topology
+    >>> rank_orbits(get_topology("ring:6")).tolist()
+    [0, 0, 0, 0, 0, 0]
+    """
+    n = topology.num_ranks
+    src, dst = np.nonzero(topology.link_array)
+    bw = topology.link_array[src, dst]
+    keys = src * n + dst          # sorted: nonzero lists row by row
+    parent = np.arange(n)
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return int(x)
+
+    for perm in candidate_permutations(n):
+        if weights is not None and not np.array_equal(weights[perm], weights):
+            continue
+        mapped = perm[src] * n + perm[dst]
+        pos = np.minimum(np.searchsorted(keys, mapped), len(keys) - 1)
+        if not (np.array_equal(keys[pos], mapped) and np.array_equal(bw[pos], bw)):
+            continue
+        for a, b in zip(range(n), perm.tolist()):
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    return np.array([find(r) for r in range(n)], dtype=np.int64)
