@@ -59,6 +59,29 @@ def execute(path: Path) -> nbformat.NotebookNode:
     return notebook
 
 
+def shrink_images(notebook: nbformat.NotebookNode, *, colours: int = 256) -> None:
+    """Re-encode every PNG output with a palette of ``colours`` colours: plots are flat colours
+    and thin anti-aliased lines, so they look the same at about a third of the size."""
+    import base64
+    import io
+
+    from PIL import Image  # matplotlib's own dependency
+
+    for cell in notebook.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "image/png" not in data:
+                continue
+            raw = base64.b64decode(data["image/png"])
+            with Image.open(io.BytesIO(raw)) as image:
+                reduced = image.convert("RGB").quantize(colors=colours,
+                                                        method=Image.Quantize.FASTOCTREE)
+            out = io.BytesIO()
+            reduced.save(out, format="PNG", optimize=True)
+            if out.tell() < len(raw):
+                data["image/png"] = base64.b64encode(out.getvalue()).decode("ascii")
+
+
 def write_atomic(path: Path, notebook: nbformat.NotebookNode) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -93,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: FAILED: {first[-1] if first else type(exc).__name__}",
                   file=sys.stderr)
             continue
+        shrink_images(notebook)
         size_kb = len(nbformat.writes(notebook).encode()) / 1024
         if size_kb > args.max_kb:
             failed += 1
