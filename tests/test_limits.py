@@ -15,7 +15,7 @@ from collsynth import cli
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Instance
 from collsynth.collective import standard_collective
-from collsynth.errors import InputTooLargeError
+from collsynth.errors import FileFormatError, InputTooLargeError
 from collsynth.export.check import check_program
 from collsynth.export.xml_reader import read_program
 from collsynth.limits import (
@@ -144,10 +144,14 @@ def test_check_refuses_a_program_claiming_100000_gpus():
 
 
 def test_check_does_not_execute_a_count_beyond_the_runtime():
-    program = read_program(_AG2.format(n=2, big=2, cnt=10**23))
+    # Within 64 bits but far above the runtime's cnt limit: reported, never executed.
+    program = read_program(_AG2.format(n=2, big=2, cnt=10**12))
     report = check_program(program, runtime="msccl")
     assert not report.ok
-    assert any(p.kind == "limit" and f"cnt={10**23}" in p.message for p in report.problems)
+    assert any(p.kind == "limit" and f"cnt={10**12}" in p.message for p in report.problems)
+    # Beyond 64 bits the reader refuses it before anything is built.
+    with pytest.raises(FileFormatError, match="beyond the 64-bit range"):
+        read_program(_AG2.format(n=2, big=2, cnt=10**23))
 
 
 def test_run_refuses_buffers_beyond_the_ceiling(capsys, tmp_path):
