@@ -63,7 +63,7 @@ MAX_LINK_UNITS = 1 << 20
 #: took longer is a hang or a typo (1e308 us would give an alpha of 1e154 us), not a figure to fit.
 MAX_TIME_US = 3600.0 * 1e6
 #: Largest message or buffer, in bytes: 2^50 (1 PiB), thousands of times the memory of any GPU
-#: (288 GB for a B300); larger sizes overflow the 64-bit byte counts of the timing models.
+#: (288 GB for a B300); sums and products of such sizes stay inside 64-bit byte counts.
 MAX_SIZE_BYTES = 1 << 50
 #: Fastest bandwidth of one link or bandwidth unit, in GB/s: 10^6 (1 PB/s), a thousand times an
 #: NVLink 5 GPU's 900 GB/s. Beyond it the alpha-beta models lose every digit of beta.

@@ -20,6 +20,7 @@ import io
 import json
 import os
 import re
+import signal
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -51,7 +52,7 @@ SETTINGS = settings(max_examples=int(os.environ.get("COLLSYNTH_HOSTILE_EXAMPLES"
 
 #: Longest error message accepted after the file name: one line a person reads, not a dump of
 #: the input.
-MAX_MESSAGE_CHARS = 602
+MAX_MESSAGE_CHARS = 600
 
 # -- valid samples, one per reader ------------------------------------------------------------
 
@@ -296,6 +297,30 @@ def hostile_xml(draw, good: str) -> str:
 
 # -- the property --------------------------------------------------------------------------------
 
+#: Hard limit on one example, in seconds: hypothesis' deadline only judges an example once it has
+#: finished, and a backtracking regex may take hours.
+HARD_LIMIT_S = 20
+
+
+@contextlib.contextmanager
+def _within(seconds: float):
+    """Raise TimeoutError in the block after ``seconds`` (POSIX; no limit elsewhere)."""
+    if not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"an example took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 
 def _snapshot(folder: Path) -> set[tuple[str, int]]:
     return {(str(p.relative_to(folder)), p.stat().st_size if p.is_file() else -1)
@@ -303,11 +328,13 @@ def _snapshot(folder: Path) -> set[tuple[str, int]]:
 
 
 def _refused_cleanly(data: str | bytes, file_name: str, load: Callable[[Path], object],
-                     argv: Callable[[Path, Path], list[str]]) -> None:
+                     argv: Callable[[Path, Path], list[str]],
+                     use: Callable[[Path], list[str]] | None = None) -> None:
     """Write ``data`` as ``file_name``; reading it succeeds or raises a short CollsynthError
     naming the file; when it fails the CLI ``argv(path, out)`` exits 1 with one line on stderr
-    and the folder is unchanged."""
-    with tempfile.TemporaryDirectory() as folder:
+    and the folder is unchanged. When it succeeds, the cheap command ``use(path)`` runs to its
+    exit code (what was accepted must be usable: no OverflowError downstream)."""
+    with _within(HARD_LIMIT_S), tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         path = root / "in" / file_name
         path.parent.mkdir()
@@ -321,10 +348,14 @@ def _refused_cleanly(data: str | bytes, file_name: str, load: Callable[[Path], o
         except CollsynthError as exc:
             message = str(exc)
             assert str(target) in message, f"the message does not name the file: {message[:300]}"
-            assert len(message) - len(str(target)) <= MAX_MESSAGE_CHARS, \
-                f"a message of {len(message)} characters"
-        else:
-            return  # the mutation left a readable file: nothing more to check
+            detail = getattr(exc, "detail", message)  # what follows the file name
+            assert len(detail) <= MAX_MESSAGE_CHARS, f"a message of {len(detail)} characters"
+        else:  # the mutation left a readable file
+            if use is not None:
+                with contextlib.redirect_stderr(io.StringIO()), \
+                        contextlib.redirect_stdout(io.StringIO()):
+                    assert isinstance(main(use(target)), int)
+            return
         # The output folder exists (the output policy refuses a missing one before reading the
         # input): the error must then be about the input, and nothing may appear in the folder.
         (root / "out").mkdir()
@@ -349,6 +380,10 @@ def _solve(path: Path, out: Path) -> list[str]:
     return ["solve", "instance", str(path), "allgather", "--steps", "1", "-o", str(out)]
 
 
+def _bounds(path: Path) -> list[str]:
+    return ["bounds", str(path), "allgather"]
+
+
 # -- one test per reader -------------------------------------------------------------------------
 
 
@@ -371,22 +406,26 @@ def _with(good: dict, path: tuple, literal: str) -> str:
 @example(data=_with(_topology(), ("name",), '"a\\u0000b"'))
 @example(data=_with(_topology(), ("links", 0, 1), '"' + "x" * 100_000 + '"'))
 def test_topology_json(data: str) -> None:
-    _refused_cleanly(data, "topo.json", _topology_file, _solve)
+    _refused_cleanly(data, "topo.json", _topology_file, _solve, _bounds)
 
 
 @SETTINGS
 @given(data=hostile_json(collective_to_json(allgather(4))))
+@example(data=json.dumps({**collective_to_json(allgather(4)), "k" * 10_000: 1}))
+@example(data=_with(collective_to_json(allgather(4)), ("chunk_factor",), str(10 ** 30)))
 def test_collective_json(data: str) -> None:
     _refused_cleanly(data, "coll.json", load_collective,
                      lambda p, out: ["solve", "instance", "ring:4", str(p), "--steps", "1",
-                                     "-o", str(out)])
+                                     "-o", str(out)],
+                     lambda p: ["bounds", "ring:4", str(p)])
 
 
 @SETTINGS
 @given(data=hostile_json(algorithm_to_json(_bcast())))
 def test_algorithm_json(data: str) -> None:
     _refused_cleanly(data, "algo.json", load_algorithm,
-                     lambda p, out: ["export", str(p), "-o", str(out / "algo.xml")])
+                     lambda p, out: ["export", str(p), "-o", str(out / "algo.xml")],
+                     lambda p: ["show", str(p)])
 
 
 @SETTINGS
@@ -403,14 +442,14 @@ def test_calibration_json(data: str) -> None:
 @SETTINGS
 @given(data=hostile_text(NVIDIA_SMI))
 def test_nvidia_smi(data: str) -> None:
-    _refused_cleanly(data, "topo.txt", _topology_file, _solve)
+    _refused_cleanly(data, "topo.txt", _topology_file, _solve, _bounds)
 
 
 @SETTINGS
 @given(data=hostile_text(ROCM_SMI))
 @example(data="=" * 200_000 + "x\n" + ROCM_SMI)
 def test_rocm_smi(data: str) -> None:
-    _refused_cleanly(data, "topo.txt", _topology_file, _solve)
+    _refused_cleanly(data, "topo.txt", _topology_file, _solve, _bounds)
 
 
 @SETTINGS
@@ -418,7 +457,7 @@ def test_rocm_smi(data: str) -> None:
 @example(data=NCCL_XML.replace('count="12"', 'count="1000000000000"'))
 @example(data=NCCL_XML.replace('count="12"', 'count="1e20"'))
 def test_nccl_xml(data: str) -> None:
-    _refused_cleanly(data, "topo.xml", _topology_file, _solve)
+    _refused_cleanly(data, "topo.xml", _topology_file, _solve, _bounds)
 
 
 def _calibrate(path: Path, out: Path) -> list[str]:
@@ -455,7 +494,8 @@ def _plan(path: Path, out: Path) -> list[str]:
 def test_trace(line: int, data: st.DataObject) -> None:
     lines = [json.dumps(_HEADER), json.dumps(_CALL)]
     lines[line] = data.draw(hostile_json([_HEADER, _CALL][line])).replace("\n", " ")
-    _refused_cleanly("\n".join(lines) + "\n", "rank-00000.jsonl", read_trace, _plan)
+    _refused_cleanly("\n".join(lines) + "\n", "rank-00000.jsonl", read_trace, _plan,
+                     lambda p: ["trace", "summarize", str(p)])
 
 
 def test_trace_bytes_beyond_a_petabyte() -> None:
