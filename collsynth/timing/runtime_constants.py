@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from collsynth._files import read_bytes_bounded
+from collsynth._parse import parse_json
 from collsynth.errors import (CollsynthError, FileFormatError, InvalidInstanceError,
                               UnknownNameError)
 
@@ -311,9 +312,9 @@ def constants_from_dict(data: Any, *, label: str = "runtime constants") -> Runti
 def is_runtime_constants_file(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a JSON file with this module's ``format`` (False otherwise)."""
     try:
-        data = json.loads(read_bytes_bounded(path, _MAX_FILE_BYTES, what="a calibration file "
-                                             "may have").decode("utf-8"))
-    except (CollsynthError, OSError, ValueError, UnicodeDecodeError):
+        data = parse_json(read_bytes_bounded(path, _MAX_FILE_BYTES, what="a calibration file "
+                                             "may have"), str(path))
+    except (CollsynthError, OSError):
         return False
     return isinstance(data, Mapping) and data.get("format") == FORMAT
 
@@ -327,10 +328,7 @@ def load_runtime_constants(path: str | os.PathLike[str]) -> RuntimeConstants:
         Unreadable, not JSON, or not such a file.
     """
     raw = read_bytes_bounded(path, _MAX_FILE_BYTES, what="a runtime-constants file may have")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FileFormatError(path, f"not JSON ({' '.join(str(exc).split())})") from exc
+    data = parse_json(raw, str(path))   # NaN, Infinity, 1e999, deep nesting: refused
     return constants_from_dict(data, label=str(path))
 
 

@@ -315,3 +315,20 @@ def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
     assert fitted.base_latency("Simple") + 3 * fitted.hop_latency("intra", "Simple") == \
         pytest.approx(20.0 + 3 * 6.8, rel=0.05)
     assert fitted.channels == 1
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('{"format": "collsynth-runtime-constants", "version": 1, "base": NaN}', "NaN"),
+    ("[" * 100000, "nested too deeply"),
+])
+def test_runtime_constants_files_are_parsed_safely(tmp_path, text, fragment):
+    from collsynth.errors import FileFormatError
+    from collsynth.timing.runtime_constants import (is_runtime_constants_file,
+                                                    load_runtime_constants)
+
+    path = tmp_path / "rt.json"
+    path.write_text(text)
+    assert not is_runtime_constants_file(path)
+    with pytest.raises(FileFormatError, match=fragment) as caught:
+        load_runtime_constants(path)
+    assert str(path) in str(caught.value)
