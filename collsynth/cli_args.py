@@ -112,26 +112,24 @@ def non_negative_int(text: str) -> int:
     return _whole(text, 0)
 
 
-def seconds(text: str) -> float:
-    """A finite number of seconds > 0."""
+def _positive(text: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}") from None
     if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}")
     return value
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds > 0."""
+    return _positive(text, "seconds")
 
 
 def positive_number(text: str) -> float:
     """A finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
+    return _positive(text, "a number")
 
 
 def add_figure_arguments(parser: argparse.ArgumentParser) -> None:

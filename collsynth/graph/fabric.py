@@ -260,32 +260,27 @@ def _network(topology, links, regions, groups, vertices, arcs, src_idx, dst_idx)
     # (region, port, rail: the NIC's local ranks, limit)
     ports_out: list[tuple[int, int, bytes, int]] = []
     ports_in: list[tuple[int, int, bytes, int]] = []
-    for group, sources, label in groups.get("outbound", ()):
-        region = int(regions[sources[0]])
-        if len(sources) == per and len(sources) > 1:
-            uplink_cap[region] = min(uplink_cap[region], group.limit)
-            continue
-        if (out_limit[sources] > 0).any():
-            raise UnsupportedFabricError(f"topology {name!r}: a rank of {label!r} is served by two "
-                                         "NICs")
-        port = vertices.add(label)
-        arcs(sources, port, group.limit)
-        nic_out[sources.tobytes()] = port
-        ports_out.append((region, port, np.sort(sources % per).tobytes(), group.limit))
-        out_limit[sources] = group.limit
-    for group, targets, label in groups.get("inbound", ()):
-        region = int(regions[targets[0]])
-        if len(targets) == per and len(targets) > 1:
-            downlink_cap[region] = min(downlink_cap[region], group.limit)
-            continue
-        if (in_limit[targets] > 0).any():
-            raise UnsupportedFabricError(f"topology {name!r}: a rank of {label!r} is served by two "
-                                         "NICs")
-        port = vertices.add(label)
-        arcs(port, targets, group.limit)
-        nic_in[targets.tobytes()] = port
-        ports_in.append((region, port, np.sort(targets % per).tobytes(), group.limit))
-        in_limit[targets] = group.limit
+    # NIC ports, one direction at a time: outbound groups feed a port from their sources,
+    # inbound groups feed their targets from a port; node-wide groups are the node's uplink.
+    for kind, limit, node_cap, nics, ports in (
+            ("outbound", out_limit, uplink_cap, nic_out, ports_out),
+            ("inbound", in_limit, downlink_cap, nic_in, ports_in)):
+        for group, members, label in groups.get(kind, ()):
+            region = int(regions[members[0]])
+            if len(members) == per and len(members) > 1:
+                node_cap[region] = min(node_cap[region], group.limit)
+                continue
+            if (limit[members] > 0).any():
+                raise UnsupportedFabricError(f"topology {name!r}: a rank of {label!r} is served "
+                                             "by two NICs")
+            port = vertices.add(label)
+            if kind == "outbound":
+                arcs(members, port, group.limit)
+            else:
+                arcs(port, members, group.limit)
+            nics[members.tobytes()] = port
+            ports.append((region, port, np.sort(members % per).tobytes(), group.limit))
+            limit[members] = group.limit
     if (out_limit == 0).any() or (in_limit == 0).any():
         missing = int(np.flatnonzero((out_limit == 0) | (in_limit == 0))[0])
         raise UnsupportedFabricError(f"topology {name!r}: rank {missing} has links to other nodes "
