@@ -114,6 +114,7 @@ MAX_CHECKED_CHUNKS = 4_000_000
 
 # Reader and loader figures of §2 and §14.1 that runtimes.Runtime does not carry.
 _MAX_NODES = 4096           # nodes the reader stores for the loading rank
+_SHOWN_MISSING = 8          # ranks without a <gpu> named one by one; the rest counted
 _MAX_SUBS = 1024            # children of one node
 _MAX_DEPID = 127            # depid is stored in an int8
 _OFFSET_RANGE = (-32768, 32767)  # offsets are stored in an int16
@@ -327,9 +328,16 @@ def _static(program: Program, rt: Runtime) -> _Static:  # noqa: C901 - one rule 
             executable = False
             continue
         gpus[gpu.id] = gpu
-    for r in range(max(n, 0)):
-        if r not in gpus:
+    # ngpus comes from the file: count the missing ranks instead of walking range(ngpus), which
+    # a hostile ngpus (2**63) would make endless; name the first few.
+    missing = max(n, 0) - len(gpus)
+    if missing:
+        first = [r for r in range(min(max(n, 0), len(gpus) + _SHOWN_MISSING)) if r not in gpus]
+        for r in first[:_SHOWN_MISSING]:
             add("structure", f"rank {r} has no <gpu> element: it would run an empty program")
+        if missing > _SHOWN_MISSING:
+            add("structure", f"{missing - _SHOWN_MISSING} more of the ngpus={n} ranks have no "
+                             "<gpu> element")
 
     real_in, real_out = buffer_chunks(coll, n, big) if n >= 1 and big >= 1 else (0, 0)
     tbs: dict[int, dict[int, ThreadBlock]] = {}

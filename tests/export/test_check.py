@@ -438,3 +438,42 @@ def test_send_buffer_writes_are_warnings_unless_strict():
     assert lenient.ok and {w.kind for w in lenient.warnings} == {"send-buffer-write"}
     strict = check_program(program, runtime="msccl", strict=True)
     assert not strict.ok and {p.kind for p in strict.problems} == {"send-buffer-write"}
+
+
+def test_ngpus_from_the_file_does_not_drive_a_loop() -> None:
+    """A file claiming 2**62 ranks (one <gpu> given) is refused in moments: the missing ranks
+    are counted, not walked one by one (which never ended before)."""
+    import signal
+
+    from collsynth.errors import InputTooLargeError
+
+    big = 2 ** 62
+    text = (f'<algo name="x" proto="Simple" nchannels="1" nchunksperloop="{big}" ngpus="{big}" '
+            'coll="allgather" inplace="0"><gpu id="0" i_chunks="1" o_chunks="1" s_chunks="0">'
+            '<tb id="0" send="1" recv="-1" chan="0"><step s="0" type="s" srcbuf="i" srcoff="0" '
+            'dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/></tb></gpu></algo>')
+
+    def expire(signum, frame):
+        raise TimeoutError("check_program walked the claimed ranks")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, 20)
+    try:
+        with pytest.raises(InputTooLargeError, match="chunks"):
+            check_program(read_checked(text, "msccl")[0], runtime="msccl")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_missing_ranks_are_named_then_counted() -> None:
+    """Ranks without a <gpu>: the first few by number, the rest as a count (hand count: 12
+    claimed, 2 given, so 10 missing: 8 named and '2 more')."""
+    text = ('<algo name="x" proto="Simple" nchannels="1" nchunksperloop="12" ngpus="12" '
+            'coll="allgather" inplace="0">'
+            + "".join(f'<gpu id="{g}" i_chunks="1" o_chunks="12" s_chunks="0"></gpu>'
+                      for g in (0, 5)) + '</algo>')
+    report = check_program(read_checked(text, "msccl")[0], runtime="msccl")
+    named = [p.message for p in report.problems if "has no <gpu> element" in p.message]
+    assert [m.split()[1] for m in named] == ["1", "2", "3", "4", "6", "7", "8", "9"]
+    assert any(p.message.startswith("2 more of the ngpus=12 ranks") for p in report.problems)
