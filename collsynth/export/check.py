@@ -113,7 +113,7 @@ MAX_CHECKED_THREADBLOCKS = 16384
 MAX_CHECKED_CHUNKS = 4_000_000
 
 # Reader and loader figures of §2 and §14.1 that runtimes.Runtime does not carry.
-_MAX_NODES = 4096           # nodes the reader stores for the loading rank
+_MAX_NODES = 4096           # nodes the reader stores for the loading rank, inclusive (§2.5)
 _SHOWN_MISSING = 8          # ranks without a <gpu> named one by one; the rest counted
 _MAX_SUBS = 1024            # children of one node
 _MAX_DEPID = 127            # depid is stored in an int8
@@ -423,9 +423,9 @@ def _gpu_rules(program: Program, rt: Runtime, gpu: GpuProgram, real_in: int, rea
             executable = False
     nodes = 1 + len(program.gpus) + len(gpu.threadblocks) + sum(
         len(tb.steps) for tb in gpu.threadblocks)
-    if nodes >= _MAX_NODES:
+    if nodes > _MAX_NODES:
         add("limit", f"rank {r}: the reader would store {nodes} nodes (algo, gpus, this rank's "
-                     f"tbs and steps); it stores fewer than {_MAX_NODES}", gpu.line)
+                     f"tbs and steps); it stores at most {_MAX_NODES}", gpu.line)
 
     senders: Counter = Counter()
     receivers: Counter = Counter()

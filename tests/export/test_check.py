@@ -477,3 +477,21 @@ def test_missing_ranks_are_named_then_counted() -> None:
     named = [p.message for p in report.problems if "has no <gpu> element" in p.message]
     assert [m.split()[1] for m in named] == ["1", "2", "3", "4", "6", "7", "8", "9"]
     assert any(p.message.startswith("2 more of the ngpus=12 ranks") for p in report.problems)
+
+
+@pytest.mark.parametrize("steps, over", [(4077, False), (4078, True)])
+def test_reader_node_limit_is_inclusive(steps: int, over: bool) -> None:
+    """The reader keeps at most 4096 nodes for the loading rank (docs/msccl-xml.md §2.5): with
+    2 <gpu>s and 16 tbs, 1 + 2 + 16 + 4077 = 4096 fits and one more step does not (hand count)."""
+    per_tb = [255] * 15 + [steps - 255 * 15]
+    tbs = "".join(
+        f'<tb id="{t}" send="-1" recv="-1" chan="0">'
+        + "".join(f'<step s="{s}" type="nop" srcbuf="i" srcoff="0" dstbuf="i" dstoff="0" cnt="0" '
+                  'depid="-1" deps="-1" hasdep="0"/>' for s in range(count))
+        + "</tb>" for t, count in enumerate(per_tb))
+    text = ('<algo name="x" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" '
+            'coll="allgather" inplace="0">'
+            f'<gpu id="0" i_chunks="1" o_chunks="2" s_chunks="0">{tbs}</gpu>'
+            '<gpu id="1" i_chunks="1" o_chunks="2" s_chunks="0"></gpu></algo>')
+    report = check_program(read_checked(text, "msccl")[0], runtime="msccl")
+    assert any("the reader would store" in p.message for p in report.problems) == over
