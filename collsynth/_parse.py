@@ -14,6 +14,7 @@ import json
 import math
 import os
 import unicodedata
+from pathlib import Path
 from typing import Any
 
 from collsynth._files import read_bytes_bounded
@@ -323,6 +324,19 @@ def clean_name(value: Any, field: str, *, source: str, max_chars: int = MAX_NAME
         raise FileFormatError(source, f"{field} = {shown(value)}: {bad}; names are printable "
                                       "text")
     return value
+
+
+def name_from_file(path: str | os.PathLike[str], *, max_chars: int = MAX_NAME_CHARS) -> str:
+    """A printable name from a file's name (its stem): control, format and surrogate characters
+    become ``?`` and the result is cut to ``max_chars``. A user may name a file anything; the
+    name then travels into tables, JSON and XML attributes, so it is made safe, not refused.
+
+    >>> name_from_file("/tmp/node\x1b[2J.topo.txt")
+    'node?[2J.topo'
+    """
+    stem = Path(path).stem
+    safe = "".join("?" if unicodedata.category(ch) in ("Cc", "Cf", "Cs") else ch for ch in stem)
+    return safe[:max_chars] or "topology"
 
 
 def clean_text(value: Any, field: str, *, source: str, max_chars: int = 4096) -> str:

@@ -493,3 +493,14 @@ def test_direct_importers_name_their_source() -> None:
         import_rocm_smi("nothing here")
     with pytest.raises(FileFormatError, match=re.escape("machine.xml: malformed XML")):
         import_nccl_xml("<system>", source="machine.xml")
+
+
+def test_a_file_name_with_control_characters_gives_a_printable_name(tmp_path) -> None:
+    """The topology name comes from the file name when none is given; an escape sequence or a
+    bidirectional override in it must not reach tables and XML (each becomes '?')."""
+    source = _sample("nvidia_smi/dgx1_v100_msccl_tools.txt")
+    hostile = tmp_path / "dgx\x1b[2J\u202eevil.txt"
+    hostile.write_bytes(source.read_bytes())
+    topology = import_topology_file(hostile)
+    assert topology.name == "dgx?[2J?evil"
+    assert topology.num_ranks == 8

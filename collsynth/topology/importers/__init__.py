@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from collsynth._files import read_bytes_bounded
+from collsynth._parse import name_from_file
 from collsynth.errors import FileFormatError
 from collsynth.topology.importers._common import (
     MAX_IMPORTED_GPUS,
@@ -98,7 +99,7 @@ def import_topology_file(path: str | os.PathLike[str], *, name: str | None = Non
     p = Path(path)
     data = _read(p, MAX_INPUT_BYTES)
     kind = detect_format(data)
-    topo_name = name or p.stem
+    topo_name = name or name_from_file(p)
     if kind == "nccl-xml":
         return import_nccl_xml(data, name=topo_name, source=str(p), assume_pcie=assume_pcie)
     if kind is None:
