@@ -68,6 +68,8 @@ MSCCL_MAX_NUM_ALGOS = 4
 #: Bisection steps that place a boundary between two sampled sizes (log scale): 12 halvings of
 #: a x4 gap put it within 0.02% of the size where the two winners cross.
 _BOUNDARY_STEPS = 12
+#: Relative difference below which two predicted times are a tie (floating-point rounding).
+_TIE = 1e-9
 #: msccl's maxBytes default (exclusive) when the attribute is left out (docs/msccl-xml.md §4.2).
 _MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 
@@ -351,7 +353,10 @@ def tune_export(algorithm: "Algorithm", runtime: str, topology: "Topology | None
     table = _price_all(variants, prepared, requested, constants, options, untuned)
     say(f"priced {len(variants)} variant(s) of {len(built)} layout(s) at {len(requested)} "
         "size(s)")
-    best = [int(np.argmin(table[:, j])) for j in range(len(requested))]  # first on ties
+    # The first variant within rounding of the fastest: ties keep the untuned export, then the
+    # fewest channels and instances (the search order).
+    fastest = table.min(axis=0) * (1 + _TIE)
+    best = [int(np.flatnonzero(table[:, j] <= fastest[j])[0]) for j in range(len(requested))]
     groups = _group(best)
     if max_ranges is not None:
         groups = _merge(groups, table, max_ranges)
@@ -398,9 +403,10 @@ def _price_all(variants: Sequence[Variant], prepared: Sequence[PreparedProgram],
     Without link sharing a connection runs at its own cap, which sharing only lowers, and a
     transfer's finish only grows with its duration: so the unshared time (one pass of the
     simulator) is a lower bound of the shared one. Each size prices the untuned variant and
-    then the others in the order of their bounds, exactly, until the next bound is no better
-    than the fastest exact time found; the rest keep ``inf`` (they cannot win). This keeps the
-    answer exact and prices each variant's fixed point only where it is a contender.
+    then the others in the order of their bounds, exactly, until the next bound is worse than
+    the fastest exact time found (a tie is priced: the search order breaks it); the rest keep
+    ``inf`` (they cannot win). This keeps the answer exact and runs each variant's fixed point
+    only where it is a contender.
     """
     loose = SimulationOptions(share_links=False, max_passes=1, tolerance=options.tolerance)
     bound = np.array([[t.time_us for t in simulate_sizes(p, None, sizes, constants,
@@ -414,7 +420,7 @@ def _price_all(variants: Sequence[Variant], prepared: Sequence[PreparedProgram],
         options=options)]
     for j, size in enumerate(sizes):
         for v in np.argsort(bound[:, j], kind="stable"):
-            if bound[v, j] >= table[:, j].min():
+            if bound[v, j] > table[:, j].min() * (1 + _TIE):   # ties are priced too
                 break
             if np.isinf(table[v, j]):
                 table[v, j] = simulate_program(prepared[v], None, size, constants,
