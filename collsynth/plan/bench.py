@@ -26,10 +26,12 @@ program is not declared for, runs the runtime's own algorithm and is reported as
 
 Nothing is reported as measured that a log does not hold: a dry run writes the scripts and a
 README that says nothing was run; without the binaries :func:`run_bench` refuses to start. The
-default run's log is fitted (:mod:`collsynth.timing.fit`) into a calibration of the machine; an
-algorithm file's predicted times (collsynth's closed form and NCCL's ring/tree model, both on the
-figures that calibration gives, :func:`collsynth.timing.compare.compare`) go beside the measured
-ones, labelled as predictions. An XML file has no prediction here unless a ``predictor`` is given.
+default run's log is fitted (:mod:`collsynth.timing.fit`) into a calibration of the machine. The
+predicted times beside the measured ones (labelled as predictions) are, by default, the program
+model's (:func:`predict_program`): the program exactly as benchmarked and the runtime's own ring,
+simulated with the same runtime constants (fitted on the default run's curve), so measured and
+predicted compare against one yardstick. The closed form (:func:`predict_closed_form`) is the
+quick alternative for algorithm files (``predictor=``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ __all__ = [
     "write_results",
     "bench_report",
     "plot_bench",
+    "predict_program",
+    "predict_closed_form",
 ]
 
 #: Runtimes ``collsynth bench`` writes runs for.
@@ -519,9 +523,9 @@ def run_bench(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
     """Run both scripts written by :func:`write_scripts` in ``out_dir`` and read their logs.
 
     ``env`` is the environment they start from (default: this process's). ``predictor``
-    returns predicted times (us) by name for the measured sizes; by default an algorithm file
-    is predicted with :func:`collsynth.timing.compare.compare` on the default run's
-    calibration, and an XML file is not predicted.
+    returns predicted times (us) by name for the measured sizes; by default
+    :func:`predict_program` (the program model on the program as benchmarked, and the
+    runtime's ring, with constants fitted on the default run).
 
     Raises
     ------
@@ -604,25 +608,82 @@ def read_results(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
                                     else f"{program.ranks}-rank machine")
     calibration = calibration_from_fits(topology, [fit_log(default_log)], nodes=options.nodes)
     predicted: dict[str, tuple[float, ...]] = {}
-    predict = predictor or (_predict_algorithm if program.algorithm is not None else None)
-    if predict is None:
-        notes.append("no prediction: collsynth's closed form times algorithm files; give the "
-                     "algorithm file rather than its XML to see predicted times")
-    else:
-        try:
-            predicted = {name: tuple(float(t) for t in times)
-                         for name, times in predict(setup, calibration, sizes).items()}
-        except CollsynthError as exc:
-            notes.append(f"no prediction: {exc}")
+    predict = predictor or (lambda s, c, z: predict_program(s, c, z, default_log=default_log))
+    try:
+        predicted = {name: tuple(float(t) for t in times)
+                     for name, times in predict(setup, calibration, sizes).items()}
+    except CollsynthError as exc:
+        notes.append(f"no prediction: {exc}")
     return BenchResult(default_log, xml_log, results, calibration, predicted, tuple(notes))
 
 
-def _predict_algorithm(setup: BenchSetup, calibration: "Calibration",
-                       sizes: Sequence[int]) -> dict[str, list[float]]:
-    """The algorithm's closed form and NCCL's best ring/tree, on the calibrated figures."""
+def _bench_topology(setup: BenchSetup) -> Any:
+    """The machine the program is priced on: an algorithm file's own topology (it carries its
+    figures), else the bench's ``topology`` (with ``nodes``)."""
+    from collsynth.resolve import resolve_topology
+
+    if setup.program.algorithm is not None:
+        return setup.program.algorithm.topology
+    if setup.options.topology is None:
+        raise BenchError("an XML program is simulated on the bench's topology; give one "
+                         "(--topology)")
+    return resolve_topology(setup.options.topology,
+                            nodes=setup.options.nodes if setup.options.nodes > 1 else None)
+
+
+def predict_program(setup: BenchSetup, calibration: "Calibration", sizes: Sequence[int], *,
+                    default_log: "BenchmarkLog | None" = None) -> dict[str, list[float]]:
+    """The default predictor: the program *as benchmarked* (its XML) and the runtime's own ring
+    (:mod:`collsynth.timing.runtime_baselines`), both simulated by the program model with the
+    same constants: one yardstick for the measured-vs-predicted report.
+
+    The constants are fitted on the default run's measured curve when it has at least 4 sizes
+    (:func:`collsynth.timing.runtime_fit.fit_runtime`, the runtime's ring with the channel
+    count its log reports), else the runtime's documented defaults; each name says which.
+    ``calibration`` (the alpha-beta fit) is not used; it is the closed form's
+    (:func:`predict_closed_form`).
+
+    Raises
+    ------
+    CollsynthError
+        No topology with figures to simulate on, or a program the simulator refuses.
+    """
+    from collsynth.export.xml_reader import read_program
+    from collsynth.timing.runtime_baselines import RING_COLLECTIVES, baseline_rows
+    from collsynth.timing.runtime_constants import default_constants
+    from collsynth.timing.runtime_fit import fit_runtime
+    from collsynth.timing.runtime_model import prepare_program, simulate_program
+
+    program, options = setup.program, setup.options
+    topology = _bench_topology(setup)
+    constants, source = default_constants(options.runtime), "documented constants"
+    rows = sorted({r.size_bytes: r.time_us for r in (default_log.rows if default_log else ())
+                   if not r.in_place}.items())
+    if program.collective in RING_COLLECTIVES and len(rows) >= 4:
+        try:
+            constants = fit_runtime(rows, topology, program.collective, runtime=options.runtime,
+                                    channels=default_log.channels, held_out=False).constants
+            source = "constants fitted on the default run"
+        except CollsynthError:
+            pass  # the documented constants, as the name says
+    prepared = prepare_program(read_program(program.text, runtime=options.runtime), topology)
+    result = {f"{program.name} (program model, {source})":
+              [simulate_program(prepared, None, s, constants).time_us for s in sizes]}
+    if program.collective in RING_COLLECTIVES:
+        result[f"runtime default (its ring, program model, {source})"] = [
+            r.time_us for r in baseline_rows(program.collective, topology, sizes, constants)]
+    return result
+
+
+def predict_closed_form(setup: BenchSetup, calibration: "Calibration",
+                        sizes: Sequence[int]) -> dict[str, list[float]]:
+    """An algorithm file's closed form and NCCL's best ring/tree, on the calibrated figures
+    (the quick approximation; pass it as ``predictor=``)."""
     from collsynth.timing.compare import compare
 
     algorithm = setup.program.algorithm
+    if algorithm is None:
+        raise BenchError("the closed form times algorithm files, not XML programs")
     comparison = compare([algorithm], calibration=calibration)
     name = comparison.algorithms[0]
     nccl = [n for names in comparison.families.values() for n in names]
