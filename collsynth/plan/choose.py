@@ -260,7 +260,7 @@ def _bandwidth_optimal(topology: Topology, collective: Collective, options: Synt
     if algorithm is None:
         return (), False, "the bandwidth-optimal engine found nothing"
     found = [_named(algorithm, collective, "bandwidth-optimal")]
-    if getattr(result, "stages", 1) > 1:
+    if result.details.get("stages", 1) > 1:
         short = solve_bandwidth_optimal(topology, collective, stages=1,
                                         time_limit=options.time_limit)
         found.append(_named(short.algorithm, collective, "bandwidth-optimal"))

@@ -75,9 +75,10 @@ from collsynth.synthesis.hierarchical import (
     _solve_node,
     network_layout,
 )
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.model import Topology
 
-__all__ = ["CutBound", "AlltoallScaleResult", "alltoall_cut_bound", "solve_alltoall_at_scale",
+__all__ = ["CutBound", "alltoall_cut_bound", "solve_alltoall_at_scale",
            "EXHAUSTIVE_NODE_RANKS", "EXACT_BOUND_RANKS", "ROUTED_MAX_RANKS"]
 
 _log = logging.getLogger(__name__)
@@ -112,52 +113,6 @@ class CutBound:
     blocks: int
     capacity: int
     cut: str
-
-
-@dataclass(frozen=True)
-class AlltoallScaleResult:
-    """A verified alltoall for a large topology and how close it is to the lower bound.
-
-    Attributes
-    ----------
-    algorithm:
-        The verified algorithm (``alltoall(N)`` split ``chunks`` ways).
-    schedule:
-        ``"direct"``, ``"rail"``, ``"hierarchical"`` or ``"routed"``.
-    rounds_per_chunk:
-        Its rounds per base chunk (one block), exact.
-    lower_bound:
-        The best lower bound known: the cut bound, or the exact LP bound when computed.
-    cut_bound:
-        The best cut found (:func:`alltoall_cut_bound`).
-    exact_bound:
-        The LP bound (:func:`~collsynth.bounds.rounds_per_chunk_lower_bound`), or ``None`` when
-        not computed.
-    ratio:
-        ``rounds_per_chunk / lower_bound`` (1 means optimal).
-    seconds:
-        Wall time of the whole call, bounds and verification included.
-    candidates:
-        Every schedule priced: ``(schedule, rounds per chunk, steps, chunks)``.
-    """
-
-    algorithm: Algorithm
-    schedule: str
-    rounds_per_chunk: Fraction
-    lower_bound: Fraction
-    cut_bound: CutBound
-    exact_bound: Fraction | None
-    ratio: Fraction
-    seconds: float
-    candidates: tuple[tuple[str, Fraction, int, int], ...]
-
-    @property
-    def steps(self) -> int:
-        return self.algorithm.num_steps
-
-    @property
-    def chunks(self) -> int:
-        return self.algorithm.chunks
 
 
 # -- the cut bound -------------------------------------------------------------------------------
@@ -560,9 +515,12 @@ def _nodes_complete(links: np.ndarray, per_node: int) -> bool:
 def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = None,
                             max_chunks: int = DEFAULT_MAX_CHUNKS,
                             exact_bound: bool | None = None,
-                            node_algorithm: Algorithm | None = None) -> AlltoallScaleResult:
+                            node_algorithm: Algorithm | None = None) -> ScheduleResult:
     """A verified alltoall for a large topology, the best of the direct and hierarchical
     schedules (see the module docstring), with its ratio to a lower bound.
+
+    Returns a :class:`~collsynth.synthesis.result.ScheduleResult` of engine ``"alltoall"``
+    whose ``details`` hold ``schedule``, ``cut_bound``, ``exact_bound`` and ``candidates``.
 
     Parameters
     ----------
@@ -597,7 +555,7 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
     --------
     >>> from collsynth.topology import compose_nodes, get_topology
     >>> result = solve_alltoall_at_scale(compose_nodes(get_topology("ring:4"), 2, nic_units=1))
-    >>> result.schedule, result.rounds_per_chunk, result.lower_bound, result.ratio
+    >>> result.details["schedule"], result.rounds_per_chunk, result.lower_bound, result.ratio
     ('hierarchical', Fraction(4, 1), Fraction(4, 1), Fraction(1, 1))
     >>> solve_alltoall_at_scale(get_topology("hub:4")).rounds_per_chunk
     Fraction(3, 1)
@@ -681,10 +639,10 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
                        alltoall(total).split(pieces), steps, step_rounds,
                        {"strategy": f"alltoall at scale ({schedule})", "cut_bound": cut.cut})
     value = algorithm.rounds_per_chunk
-    ratio = value / bound if bound else Fraction(1)
     _log.info("alltoall on %s: %s, %s rounds per chunk, bound %s (%s)", topology.name, schedule,
               value, bound, cut.cut)
-    return AlltoallScaleResult(algorithm=algorithm, schedule=schedule, rounds_per_chunk=value,
-                               lower_bound=bound, cut_bound=cut, exact_bound=exact, ratio=ratio,
-                               seconds=time.perf_counter() - started,
-                               candidates=tuple(candidates))
+    return ScheduleResult(algorithm=algorithm, engine="alltoall", rounds_per_chunk=value,
+                          steady_state_rounds_per_chunk=value, lower_bound=bound,
+                          seconds=time.perf_counter() - started,
+                          details={"schedule": schedule, "cut_bound": cut, "exact_bound": exact,
+                                   "candidates": tuple(candidates)})

@@ -59,7 +59,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Sequence
 
@@ -87,13 +87,13 @@ from collsynth.errors import (
     VerificationError,
 )
 from collsynth.collective.kinds import canonical_name
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import BandwidthGroup, Topology
 
 __all__ = [
     "HIERARCHICAL_COLLECTIVES",
     "NetworkLayout",
-    "HierarchicalResult",
     "network_layout",
     "hierarchical_algorithm",
 ]
@@ -619,42 +619,6 @@ def _alltoall_plan(capacity: _Capacity, nodes: int, n: int, pieces: int,
 # -- the entry point -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HierarchicalResult:
-    """A verified hierarchical algorithm and what it costs.
-
-    Attributes
-    ----------
-    algorithm:
-        The verified algorithm on the composed topology.
-    rounds_per_chunk:
-        ``algorithm.rounds_per_chunk`` (exact).
-    steps:
-        ``algorithm.num_steps``.
-    seconds:
-        Wall time of the whole call, node synthesis and verification included.
-    node_algorithms:
-        The node algorithm(s) used, on the node topology (allreduce: reduce-scatter, allgather).
-    pipeline:
-        How the NIC sends were pipelined, one ``(batches, parts)`` pair per hierarchical phase
-        (allreduce: its reduce-scatter, then its allgather): each rank's data (broadcast,
-        reduce: the buffer) was cut into ``parts`` parts, and the (part, node) transfers over
-        the NICs were grouped into ``batches`` batches, one step apart. Empty for alltoall.
-    """
-
-    algorithm: Algorithm
-    rounds_per_chunk: Fraction
-    steps: int
-    seconds: float
-    node_algorithms: tuple[Algorithm, ...]
-    pipeline: tuple[tuple[int, int], ...] = field(default=())
-
-    @property
-    def chunks(self) -> int:
-        """Pieces per base chunk of the algorithm's collective."""
-        return self.algorithm.chunks
-
-
 def _family(name: str) -> str:
     key = canonical_name(str(name))
     if key not in HIERARCHICAL_COLLECTIVES:
@@ -708,7 +672,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
                            node_algorithm: Algorithm | Mapping[str, Algorithm] | None = None,
                            time_limit: float = DEFAULT_NODE_TIME_S,
                            batches: int | None = None,
-                           parts: int | None = None) -> HierarchicalResult:
+                           parts: int | None = None) -> ScheduleResult:
     """A verified hierarchical algorithm for ``collective_name`` on a composed topology.
 
     See the module docstring for how each collective is built.
@@ -732,13 +696,16 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
     time_limit:
         Seconds for synthesising each node algorithm.
     batches, parts:
-        Pipelining (see :attr:`HierarchicalResult.pipeline`); default: the best of 1, 2, 4, ...
+        Pipelining (see ``details["pipeline"]`` below); default: the best of 1, 2, 4, ...
         batches and (allgather, reduce-scatter, allreduce) 1, 2, 4 or 8 parts. Broadcast and
         reduce cut the buffer into as many parts as batches.
 
     Returns
     -------
-    HierarchicalResult
+    ScheduleResult
+        Of engine ``"hierarchical"``, without a lower bound; ``details`` hold
+        ``node_algorithms`` and ``pipeline`` (see
+        :class:`~collsynth.synthesis.result.ScheduleResult`).
 
     Raises
     ------
@@ -860,9 +827,11 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
         f"hierarchical-{family}-{topology.name}", topology, collective, steps, rounds,
         {"strategy": "hierarchical", "node_algorithms": [a.name for a in nodes_used],
          "pipeline": [list(x) for x in pipeline], "inter_node": "direct over the NICs"})
-    return HierarchicalResult(algorithm=algorithm, rounds_per_chunk=algorithm.rounds_per_chunk,
-                              steps=algorithm.num_steps, seconds=time.perf_counter() - started,
-                              node_algorithms=nodes_used, pipeline=pipeline)
+    return ScheduleResult(algorithm=algorithm, engine="hierarchical",
+                          rounds_per_chunk=algorithm.rounds_per_chunk,
+                          steady_state_rounds_per_chunk=algorithm.rounds_per_chunk,
+                          lower_bound=None, seconds=time.perf_counter() - started,
+                          details={"node_algorithms": nodes_used, "pipeline": pipeline})
 
 
 def _check_size(chunks: int, family: str) -> None:
