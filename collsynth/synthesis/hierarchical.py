@@ -1,56 +1,10 @@
 """Hierarchical algorithms on multi-node topologies: one node algorithm, copied, plus NIC sends.
 
 A baseline for the multi-node synthesis engines: whatever they return must match or beat it.
-It works on topologies built by :func:`~collsynth.topology.compose_nodes` (``K`` copies of one
-node of ``n`` ranks, ``rank = node * n + local``, every rank linked to every rank of every other
-node through its NIC), which record their layout in ``metadata["network"]``.
 
-Two ingredients:
-
-* a **node algorithm**: the exact engine (:func:`~collsynth.synthesis.pareto_front`) run on one
-  node (node 0's links and bandwidth groups, as they appear in the composed topology, so a
-  rescaled unit is taken into account), with a small time limit; the bandwidth-best point (fewest
-  rounds per chunk, then fewest steps) unless the caller passes one;
-* **inter-node sends direct over the NICs**, between ranks with the same local index. Direct
-  (each rank sends to every other node itself) rather than a ring across the nodes: in the
-  model every NIC reaches every other node through a non-blocking switch, so for allgather,
-  reduce-scatter and allreduce direct sends put on each NIC the same load as a ring, in one
-  step instead of ``K - 1``. For broadcast and reduce the root's NIC then carries ``K - 1``
-  copies where a chain or tree across the nodes would carry one: this baseline is up to
-  ``K - 1`` times slower than those in bandwidth, by construction. On a leaf-spine or rail
-  fabric (:mod:`collsynth.topology.tiers`) the same sends are priced against the tiers' groups:
-  sends between ranks of one local index stay on one rail, so rails cost them nothing, but they
-  cross an oversubscribed leaf's uplink once per node of another leaf where the tree engine
-  crosses it once per leaf.
-
-How each collective is put together (``K`` nodes, node algorithm of ``m`` steps):
-
-* **allgather**: the ranks with local index ``l`` run a direct allgather among themselves over
-  the NICs; then each node runs the node allgather once per source node ``k'``, local chunk
-  ``l`` standing for global chunk ``k' * n + l`` (collsynth's numbering: chunk ``c`` is rank
-  ``c``'s data). Pipelined: each rank's data is cut into ``P`` parts and the ``P (K - 1)``
-  (part, other node) transfers are split into ``B`` batches; the NIC sends of batch ``b`` go in
-  step ``b`` and the node allgathers of what arrived then run in steps ``b + 1 .. b + m``,
-  overlapping the next batch's NIC sends. A node spreads its own part ``q`` from the step of the
-  first batch sending part ``q``. ``P`` (1, 2, 4, 8) and ``B`` (1, 2, 4, ..., ``P (K - 1)``)
-  are chosen for the fewest rounds per chunk, every candidate priced exactly.
-* **reduce-scatter**: the time-reversal of that: node reduce-scatters of the partial sums meant
-  for each node ``k'``, then each rank adds its node's partial into rank ``k' * n + l`` over
-  the NICs (a reduce).
-* **allreduce**: reduce-scatter then allgather, both hierarchical, with a common chunk count
-  (allreduce piece ``g * C + j`` is piece ``j`` of rank ``g``'s part).
-* **broadcast** from ``root = k0 * n + l0``: the root sends to rank ``k * n + l0`` of every other
-  node, then every node runs the node broadcast from local rank ``l0`` (the root's node from
-  step 0). Pipelined: the buffer is cut into ``B`` parts (1, 2, 4 or 8, the best), part ``b``
-  crossing the network in step ``b``.
-* **reduce**: the time-reversal of broadcast: node reduces to local rank ``l0``, then every
-  ``k * n + l0`` adds its node's sum into the root.
-* **alltoall**: blocks between nodes go direct over the NICs; blocks within a node follow the
-  node alltoall, and the NIC sends are spread over its steps so that both run at once.
-
-Every algorithm is assembled as arrays of sends, priced exactly (each step lasts the fewest
-whole rounds its link and group loads allow), and verified with
-:func:`~collsynth.algorithm.verify` before it is returned.
+How each collective is put together from a node algorithm and NIC sends, and how it is
+pipelined: ``docs/large-systems.md``, section "The hierarchical baseline
+(collsynth.synthesis.hierarchical)".
 """
 
 from __future__ import annotations
