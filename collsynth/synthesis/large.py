@@ -1,22 +1,12 @@
 """The strategy layer for systems of any size: pick an engine by size and collective.
 
-=================  =========================================================================
-engine             when ``engine="auto"`` picks it
-=================  =========================================================================
-``exact``          up to :data:`EXACT_MAX_RANKS` ranks, and any collective the other engines
-                   do not handle (gather, scatter, custom): the SMT Pareto front
-                   (:func:`collsynth.synthesis.pareto_front`), its bandwidth-best point
-``trees``          larger allgather, reduce-scatter, broadcast, reduce, allreduce: optimal tree
-                   packing (:mod:`collsynth.synthesis.bandwidth_optimal`)
-``alltoall``       larger alltoall: direct / split / hierarchical schedules
-                   (:mod:`collsynth.synthesis.alltoall_scale`)
-``hierarchical``   only when named: node algorithm + NICs on a multi-node topology
-                   (:mod:`collsynth.synthesis.hierarchical`), the baseline ``trees`` beats
-=================  =========================================================================
-
-Every engine returns a verified algorithm in a :class:`~collsynth.synthesis.result.ScheduleResult`;
-:func:`solve_large` passes it on, with the lower bound it is measured against added where the
-engine computes none (hierarchical).
+``engine="auto"`` (:func:`choose_engine`) gives ``exact`` (the SMT Pareto front's bandwidth-best
+point) up to :data:`EXACT_MAX_RANKS` ranks and to the collectives no other engine handles,
+``trees`` (:mod:`collsynth.synthesis.bandwidth_optimal`) to larger allgather, reduce-scatter,
+broadcast, reduce and allreduce, ``alltoall`` (:mod:`collsynth.synthesis.alltoall_scale`) to larger
+alltoall; ``hierarchical`` (:mod:`collsynth.synthesis.hierarchical`) runs only when named. Every
+engine returns a verified algorithm in a :class:`~collsynth.synthesis.result.ScheduleResult`;
+:func:`solve_large` passes it on, adding the lower bound where the engine computes none.
 """
 
 from __future__ import annotations
