@@ -36,6 +36,7 @@ from collsynth.errors import (
     VerificationError,
 )
 from collsynth.synthesis import (
+    ScheduleResult,
     SolveOptions,
     Status,
     SweepLog,
@@ -64,6 +65,7 @@ __all__ = [
     "Status",
     "SweepLog",
     "SynthesisResult",
+    "ScheduleResult",
     "pareto_front",
     "solve_instance",
     "solve_least_steps",

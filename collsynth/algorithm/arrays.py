@@ -1,23 +1,6 @@
 """Sends stored as arrays: :class:`SendBlock`, for algorithms with millions of sends.
 
-A step of a 1024-rank algorithm can hold a million sends; as a tuple of :class:`Send` objects that
-is about 100 MB of Python objects per step and seconds to build. A :class:`SendBlock` holds the
-same sends in four numpy arrays of equal length (one entry per send, in order):
-
-* ``chunk`` -- the chunk sent (``int64``, or ``int32`` when given as ``int32``);
-* ``src``, ``dst`` -- the sending and receiving rank (``int32``);
-* ``reduce`` -- ``True`` for a reduce, ``False`` for a copy (``bool``).
-
-It is an immutable :class:`~collections.abc.Sequence` of :class:`Send` (indexing and iterating
-build ``Send`` objects on demand), so everything that reads ``step.sends`` keeps working; the
-verifier and the transforms read the arrays directly (:func:`sends_as_arrays`) and never build a
-``Send`` per send.
-
-Equality: two blocks are equal when their arrays are, and a block equals a tuple or list of
-``Send`` holding the same sends in the same order. The hash of a block is the hash of its array
-contents, so equal blocks hash alike; a block and an equal tuple do *not* hash alike (hashing a
-tuple of a million ``Send`` objects is what a block avoids), so do not mix the two
-representations as keys of one dictionary.
+The details: ``docs/verification.md``, section "collsynth.algorithm.arrays".
 """
 
 from __future__ import annotations

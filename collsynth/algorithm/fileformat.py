@@ -3,47 +3,8 @@
 An algorithm file is self-contained: it carries the topology and the (split) collective the sends
 refer to, so it can be verified, shown or exported without anything else.
 
-::
-
-    {
-      "format": "collsynth-algorithm",
-      "version": 1,
-      "name": "allgather-DGX1-s3-r7-c6",
-      "topology": {...},                  # a topology object (collsynth.topology.fileformat)
-      "collective": {...},                # a collective object (collsynth.collective.fileformat),
-                                          #   split: its chunk_factor is the instance's chunks
-      "instance": {"steps": 3, "rounds": 7, "chunks": 6, "rounds_per_chunk": "7/6"},
-                                          # optional "extra_memory": N, checked on load
-      "steps": [
-        {"rounds": 2, "sends": [[0, 0, 1], [5, 2, 3, 1], ...]},
-                                          # [chunk, src, dst], a 4th element 1 marks a reduce
-        ...
-      ],
-      "provenance": {"backend": "cpsat", ...}   # free-form: how the algorithm was made
-    }
-
-``instance`` repeats what the steps say (their number, their total rounds, the collective's chunk
-factor); a file where they disagree is refused, and so is a collective with a standard name
-but other conditions. Files are untrusted input: the size is bounded
-before parsing, every field is checked with its path in the message
-(``steps[3].sends[2]: expected [chunk, src, dst] with integers``), and the algorithm is replayed
-by :func:`~collsynth.algorithm.verify` before :func:`load_algorithm` returns it.
-:func:`save_algorithm` verifies before writing, so a wrong algorithm is never saved.
-
-Examples
---------
->>> from collsynth.algorithm import Algorithm, Send, Step
->>> from collsynth.collective import broadcast
->>> from collsynth.topology import get_topology
->>> bcast = Algorithm("bcast", get_topology("ring:3"), broadcast(3, 0),
-...                   (Step(1, (Send(0, 0, 1), Send(0, 0, 2))),))
->>> obj = algorithm_to_json(bcast)
->>> obj["instance"]
-{'steps': 1, 'rounds': 1, 'chunks': 1, 'rounds_per_chunk': '1'}
->>> obj["steps"]
-[{'rounds': 1, 'sends': [[0, 0, 1], [0, 0, 2]]}]
->>> algorithm_from_json(obj).steps == bcast.steps
-True
+The details: ``docs/file-formats.md``, section "Algorithm files
+(collsynth.algorithm.fileformat)".
 """
 
 from __future__ import annotations
@@ -188,6 +149,21 @@ def algorithm_from_json(obj: Any, *, source: str = "<algorithm>") -> Algorithm:
         When the embedded topology or collective is beyond collsynth's size limits.
     VerificationError
         When the algorithm does not implement its collective on its topology (naming ``source``).
+
+    Examples
+    --------
+    >>> from collsynth.algorithm import Algorithm, Send, Step
+    >>> from collsynth.collective import broadcast
+    >>> from collsynth.topology import get_topology
+    >>> bcast = Algorithm("bcast", get_topology("ring:3"), broadcast(3, 0),
+    ...                   (Step(1, (Send(0, 0, 1), Send(0, 0, 2))),))
+    >>> obj = algorithm_to_json(bcast)
+    >>> obj["instance"]
+    {'steps': 1, 'rounds': 1, 'chunks': 1, 'rounds_per_chunk': '1'}
+    >>> obj["steps"]
+    [{'rounds': 1, 'sends': [[0, 0, 1], [0, 0, 2]]}]
+    >>> algorithm_from_json(obj).steps == bcast.steps
+    True
     """
     if not isinstance(obj, dict):
         raise FileFormatError(source, f"expected a JSON object at the top level, got {got(obj)}")

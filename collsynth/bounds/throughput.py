@@ -1,28 +1,6 @@
 """The optimal throughput of broadcast-like collectives, exactly, from cuts of the fabric.
 
-For allgather (every rank's chunk to every other rank), broadcast (one root's chunk to all), and
-through their duals reduce-scatter and reduce, the fewest rounds per base chunk any pipelined
-schedule can approach is::
-
-    R* = max over vertex sets S of the fabric that hold a rank v:
-             (chunks whose root is outside S) / (capacity of the arcs entering S)
-
-Every chunk a rank of ``S`` needs from outside must cross into ``S`` once, and at most
-``R * capacity`` sends cross in ``R`` rounds, so no algorithm in collsynth's model does better:
-this is a lower bound. It is also the optimum of the rounds linear program of
-:func:`collsynth.bounds.rounds_per_chunk_lower_bound` on the topology (its fractional
-arborescence packing; the tests check both agree, oversubscribed leaves, rails and nodes
-included: their tiers are capped both ways), and the tree-packing engine
-(:mod:`collsynth.synthesis.bandwidth_optimal.packing`) reaches it in the steady state of its
-pipeline.
-
-It is computed in polynomial time with Dinkelbach's iteration, as in
-:func:`collsynth.bounds.core._arborescence_rounds` but on the sparse fabric: for the current ratio
-``p/q``, the minimum cut between a super-source (an arc of capacity ``q * chunks(r)`` into each
-root ``r``) and a rank ``v`` in the fabric with capacities ``p * cap`` is below ``q * total``
-exactly when some ``S`` containing ``v`` has a larger ratio, and the minimising ``S`` gives the
-next ratio. On a composed topology (``K`` identical nodes) shifting every rank by one node maps
-the fabric to itself, so testing the ranks of node 0 covers every ``v``.
+The details: ``docs/bounds.md``, section "collsynth.bounds.throughput".
 """
 
 from __future__ import annotations

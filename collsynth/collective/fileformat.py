@@ -5,49 +5,8 @@ A collective is a list of chunks; each chunk says which ranks hold it at the sta
 which ranks must hold it at the end (``post``). See :mod:`collsynth.collective.model` for what that
 means for a combining collective (``pre`` are the contributors, ``post`` need the sum).
 
-::
-
-    {
-      "format": "collsynth-collective",
-      "version": 1,
-      "name": "pairs",                  # a label; used in file names and listings
-      "description": "one line",        # optional
-      "num_ranks": 8,                   # must equal the topology's number of ranks
-      "combining": false,               # optional, default false
-      "chunk_factor": 1,                # optional, default 1 (pieces per base chunk)
-      "roots": [],                      # optional: root ranks, for labels only
-      "chunks": [                       # one object per chunk, numbered from 0
-        {"pre": [0], "post": [1, 2]},   # chunk 0 starts on rank 0; ranks 1 and 2 need it
-        ...
-      ],
-      "metadata": {...}                 # optional, free-form
-    }
-
-``format`` and ``version`` may be left out of a hand-written file (version 1 is assumed); a file of
-another format or version is refused. A rank in ``pre`` already has the chunk, so listing it in
-``post`` too costs nothing. ``examples/custom_collective_pairs.json`` is a complete example: on
-8 ranks, chunk ``i`` starts on rank ``i`` and is needed by ranks ``i ^ 1`` and ``i ^ 2`` (each rank
-exchanges with its two butterfly partners)::
-
-    collsynth solve pareto dgx1 examples/custom_collective_pairs.json
-
-A collective named like a standard one (``allgather``, ``Reduce-Scatter``...) must have that
-collective's conditions (split ``chunk_factor`` ways, with its own roots), or it is refused:
-the exporters, runtimes and timing models act on the name.
-
-Files are untrusted input: the file size is bounded before parsing, ``num_ranks`` and the number of
-chunks are refused above :data:`~collsynth.topology.model.MAX_RANKS` and
-:data:`~collsynth.collective.model.MAX_CHUNKS` before anything is built, and every field is checked,
-with errors naming the file and the field (``chunks[3].post[1]: rank 9 is not a rank 0..7``).
-
-Examples
---------
->>> from collsynth.collective import broadcast
->>> obj = collective_to_json(broadcast(4, root=2))
->>> obj["num_ranks"], obj["roots"], obj["chunks"]
-(4, [2], [{'pre': [2], 'post': [0, 1, 2, 3]}])
->>> collective_from_json(obj) == broadcast(4, root=2)
-True
+The details: ``docs/file-formats.md``, section "Collective files
+(collsynth.collective.fileformat)".
 """
 
 from __future__ import annotations
@@ -184,6 +143,15 @@ def collective_from_json(obj: Any, *, source: str = "<collective>",
     InputTooLargeError
         When ``num_ranks`` exceeds ``MAX_RANKS`` or the chunk list ``MAX_CHUNKS`` (refused before
         the chunks are read).
+
+    Examples
+    --------
+    >>> from collsynth.collective import broadcast
+    >>> obj = collective_to_json(broadcast(4, root=2))
+    >>> obj["num_ranks"], obj["roots"], obj["chunks"]
+    (4, [2], [{'pre': [2], 'post': [0, 1, 2, 3]}])
+    >>> collective_from_json(obj) == broadcast(4, root=2)
+    True
     """
     if not isinstance(obj, dict):
         raise FileFormatError(source, f"expected a JSON object at the top level, got "

@@ -1,23 +1,6 @@
 """The standard collectives, as pre/postconditions over (rank, chunk).
 
-Chunk numbering (the buffer layout the exporters rely on):
-
-* ``allgather(n)``: chunk ``r`` starts on rank ``r``; every rank needs every chunk.
-* ``alltoall(n)``: chunk ``src * n + dst`` starts on ``src`` and is needed by ``dst``.
-* ``broadcast(n, root)``: one chunk, from ``root`` to everyone.
-* ``scatter(n, root)``: chunk ``r`` starts on ``root`` and is needed by ``r``.
-* ``gather(n, root)``: chunk ``r`` starts on ``r`` and is needed by ``root``.
-* ``reduce(n, root)`` (combining): one chunk, every rank contributes, ``root`` needs the sum.
-* ``reduce_scatter(n)`` (combining): chunk ``r``: every rank contributes, rank ``r`` needs the sum.
-* ``allreduce(n)`` (combining): one chunk, every rank contributes, every rank needs the sum.
-* ``multiroot_broadcast(n, roots)``: chunk ``i`` starts on ``roots[i]``, everyone needs it.
-* ``multiroot_scatter(n, roots)``: chunk ``r * k + i`` (``k = len(roots)``) starts on ``roots[i]``
-  and is needed by ``r``.
-* ``multiroot_gather(n, roots)``: chunk ``r * k + i`` starts on ``r`` and is needed by ``roots[i]``.
-
-These are the base collectives (``chunk_factor == 1``); rounds per chunk are measured in units of
-one base chunk. They agree with msccl-tools' definitions except for the chunk numbering, so bounds
-and fronts are directly comparable.
+The details: ``docs/collectives.md``, section "collsynth.collective.standard".
 """
 
 from __future__ import annotations

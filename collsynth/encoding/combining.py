@@ -1,25 +1,6 @@
 """Direct encoding of combining collectives with several destinations per chunk (allreduce).
 
-Each chunk ``a`` (a buffer address) has contributors ``P(a)`` and destinations ``D(a)``. A rank's
-buffer at ``a`` holds a *set of contributions*; sends are per address and either
-
-* **reduce** ``red[a, s, d, t]``: ``d`` adds ``s``'s value into its own. The values added into one
-  rank in one step must be pairwise disjoint and disjoint from what it holds, so no contribution
-  is ever counted twice (the bug found in msccl-tools' composed allreduce); or
-* **copy** ``cpy[a, s, d, t]``: ``d``'s value becomes ``s``'s *complete* value (all of ``P(a)``).
-  A copy is the only send into ``(a, d)`` in its step.
-
-Constraint families (one comment each in the translation):
-
-1. ``has[a][r][u][t]``: after step ``t`` rank ``r`` holds ``u``'s contribution to ``a``; at ``t = 0``
-   exactly its own; it grows only by reduces and copies into ``r``.
-2. A sender holds something; a copy's sender is complete.
-3. Reduces into one (rank, address, step) are disjoint from each other and from the receiver.
-4. Bandwidth per link and per group, rounds per step as in the non-combining encoding.
-5. Every destination is complete after the last step.
-
-Class of algorithms searched: every algorithm whose copies carry complete values (partial values
-travel only by reduce). An UNSAT answer is relative to that class.
+The details: ``docs/encoding.md``, section "collsynth.encoding.combining".
 """
 
 from __future__ import annotations

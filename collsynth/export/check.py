@@ -1,32 +1,6 @@
 """Check an MSCCL program: the runtimes' rules, then a symbolic execution of every rank.
 
-:func:`check_program` answers "does this XML do what it says, on this runtime?" in two parts
-(``docs/msccl-xml.md`` §12):
-
-1. **Static rules** (:func:`static_problems`): what the runtime's loader refuses or silently
-   misreads (names, ranges, limits of §14.1, offsets of §7.3, the ``nop`` rule of §9.2, rccl's
-   missing fused ops) and what the execution relies on without checking (unique, symmetric
-   connections and ``chan < nchannels`` of §6.2; operand ranges inside the declared and the
-   real buffers of §8.1; dependencies that name existing steps which publish a flag).
-2. **Symbolic execution**, once per buffer layout the runtime may select (§12.8). Every chunk holds
-   a *multiset of contributions* ``x(q, j)`` (input chunk ``j`` of rank ``q``): a copy moves it, a
-   reduction adds two multisets, so a contribution counted twice shows up as a count of 2.
-   Thread blocks are loaded, connected and scheduled by :mod:`collsynth.export.semantics`
-   (the runtime's meaning of a program, shared with the executor); when no step can run, the
-   remaining steps are a deadlock.
-   Happens-before (program order, dependency flags, messages) is tracked with vector clocks, and
-   two accesses of one rank to one chunk from different thread blocks, one a write, that are not
-   ordered, are a race. The final output is compared with the collective's postcondition.
-
-A race-free program computes the same values under every schedule, so one schedule suffices for
-the postcondition; the race check is what makes that true.
-
-Sends are modelled as never blocking (unbounded FIFOs): the runtimes buffer a few messages per
-connection, so a program that needs more in flight can still hang where this check finds none.
-
-Problems are values (:class:`Problem`), never exceptions: a wrong program is an outcome. Only bad
-arguments (an unknown runtime or collective, a root that is not a rank) and input too large to
-execute (:data:`MAX_CHECKED_THREADBLOCKS`, :data:`MAX_CHECKED_CHUNKS`) raise.
+The details: ``docs/export.md``, section "collsynth.export.check".
 """
 
 from __future__ import annotations

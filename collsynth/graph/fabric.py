@@ -1,40 +1,6 @@
 """The *fabric*: a sparse graph with switch-port vertices that carries exactly a topology's limits.
 
-A :class:`~collsynth.topology.Topology` states a switch by giving every pair of ranks behind it a
-link and adding bandwidth groups (a rank's port into the switch, a NIC, a node's uplink). That
-is ``O(n**2)`` links: about a million for 1024 GPUs. The fabric expresses the same limits with
-``O(links inside nodes + NICs + nodes**2)`` arcs by turning each group into a vertex:
-
-* a *star egress* group (one source ``s``, limit ``L``) becomes a vertex ``out(s)`` and an arc
-  ``s -> out(s)`` of capacity ``L``; the links it covers leave from ``out(s)``;
-* a *star ingress* group (one destination ``d``) becomes ``in(d)`` and an arc ``in(d) -> d``;
-* the links between two ranks of one *region* (a node) become arcs ``A(s) -> B(d)`` of the link's
-  bandwidth, where ``A(s)`` is ``out(s)`` if a star egress group covers the link, else ``s``, and
-  likewise ``B(d)``;
-* an *outbound* group (sources ``S``, destinations = every rank outside a region ``X`` holding
-  ``S``: a NIC) becomes ``nic_out -> up(X)`` with arcs ``s -> nic_out`` of the NIC's limit; an
-  outbound group whose sources are the whole region (an oversubscribed uplink) caps ``up(X)``;
-  inbound groups mirror this (``down(Y) -> nic_in -> d``, a whole region's inbound group caps
-  ``down(Y)``); and ``up(X) -> down(Y)`` joins every two distinct regions (no arc from a region
-  back to itself: a rank reaches its own node only over the node's links, as in the topology);
-* *leaf* groups (sources = several whole regions, destinations = every rank outside them, or the
-  mirror; :mod:`collsynth.topology.tiers`) put regions under leaf vertices: ``up(X) -> down(Y)``
-  only within a leaf, and ``up(X) -> leaf_up(L) -> leaf_down(M) -> down(Y)`` between leaves, the
-  first and last arcs capped by the leaf's groups;
-* *cross-rail* groups (sources = one NIC's ranks, destinations = the ranks of the other regions
-  on other NICs' rails, or the mirror) split the network by rail: ``nic_out -> nic_in`` joins
-  the NICs of one rail in distinct regions (through a rail switch vertex when each NIC serves
-  one rank: its only extra path leads a rank to itself), and every NIC reaches the others through
-  ``nic_out -> cross_out -> spine_out(X) -> spine_in(Y) -> cross_in -> nic_in``, ``cross_out``
-  and ``cross_in`` capped by the NIC's groups. (A same-rail pair may also take that path: it is
-  only narrower than the direct one, so it changes no cut.)
-
-Every path of the fabric from rank ``s`` to rank ``d`` is one link ``s -> d`` of the topology and
-every arc capacity is a link bandwidth or a group limit, so a set of sends fits in ``R`` rounds
-exactly when its paths fit the fabric's capacities times ``R``. That requires the topology's
-limits to have this shape; :func:`build_fabric` checks it and raises
-:class:`UnsupportedFabricError` otherwise (the callers then fall back to the linear programs of
-:mod:`collsynth.bounds`). Capacities are in the topology's bandwidth units.
+The details: ``docs/large-systems.md``, section "collsynth.graph.fabric".
 """
 
 from __future__ import annotations

@@ -1,37 +1,7 @@
 """Benchmarks on GPUs: the nccl-tests (rccl-tests) runs that measure an MSCCL program against the
 runtime's own algorithms, run when the binaries are there, and a report of what was measured.
 
-``collsynth bench FILE.xml|ALGO.json --ranks N --runtime R [--dry-run]`` in library form::
-
-    setup = prepare_bench("allgather.json", BenchOptions(runtime="rccl", ranks=8))
-    write_scripts(setup, "bench/")        # xml/, run_default.sh, run_xml.sh, README.md
-    if not missing_binaries(setup):
-        result = run_bench(setup, "bench/")         # runs both scripts, reads logs/*.txt
-        write_results(setup, result, "bench/")      # calibration.json, report.md, plot.png
-
-Two runs of one nccl-tests binary (``all_gather_perf``...) over the same sizes:
-
-* **default**: the runtime's own algorithms, MSCCL off (rccl: ``RCCL_MSCCL_ENABLE=0``;
-  msccl-executor: ``NCCL_MSCCL_ENABLE=0``; msccl: no ``MSCCL_XML_FILES`` or ``MSCCL_CONFIG``);
-* **xml**: the program loaded the way the runtime reads it
-  (:func:`collsynth.plan.environment.runtime_environment`). An algorithm file is exported first
-  (:func:`collsynth.export.pipeline.export_programs`, the fewest channels that fit).
-
-Both runs set ``NCCL_DEBUG=INFO`` (with the ``INIT,GRAPH,ENV`` subsystems) so that their logs
-name the runtime's version and channel count, which the calibration records. The sizes double
-from the first multiple of the program's granule (the element count must be a multiple of its
-``nchunksperloop``, docs/msccl-xml.md §13) that is at least the smallest size asked for; a size
-outside the program's byte range, or a half of an nccl-tests row (in place / out of place) the
-program is not declared for, runs the runtime's own algorithm and is reported as such.
-
-Nothing is reported as measured that a log does not hold: a dry run writes the scripts and a
-README that says nothing was run; without the binaries :func:`run_bench` refuses to start. The
-default run's log is fitted (:mod:`collsynth.timing.fit`) into a calibration of the machine. The
-predicted times beside the measured ones (labelled as predictions) are, by default, the program
-model's (:func:`predict_program`): the program exactly as benchmarked and the runtime's own ring,
-simulated with the same runtime constants (fitted on the default run's curve), so measured and
-predicted compare against one yardstick. The closed form (:func:`predict_closed_form`) is the
-quick alternative for algorithm files (``predictor=``).
+The details: ``docs/plan.md``, section "collsynth.plan.bench".
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """A directory cache of synthesized fronts, keyed by topology and collective.
 
-Synthesis is the slow part of a plan, and the same (topology, collective) comes back in every
-plan of a machine. :class:`FrontCache` keeps, per key, the algorithms found and whether the search
-was complete::
-
-    CACHE/fronts/<fingerprint>/<collective>-<engine>-<options hash>/manifest.json
-                                                                   /algorithm-0.json ...
-
-* the fingerprint (:func:`~collsynth.plan.groups.topology_fingerprint`) hashes what synthesis
-  depends on: the links and bandwidth groups, not the name or the physical figures, so a
-  calibrated topology or a group of another name with the same links shares the entry;
-* the collective is its name, rank count and roots; the engine and its options (chunk and step
-  limits, backend) are hashed into the name;
-* algorithm files are collsynth algorithm files (:func:`~collsynth.algorithm.save_algorithm`),
-  verified again on load; an entry that fails to load is ignored (and logged), never trusted;
-* an incomplete search (stopped by its time limit) is reused only by a call with the same or a
-  smaller time limit; a larger one searches again.
-
-Every file is written atomically; the manifest last, so a reader never sees a half-written entry.
+The details: ``docs/plan.md``, section "collsynth.plan.cache".
 """
 
 from __future__ import annotations

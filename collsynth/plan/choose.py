@@ -1,21 +1,6 @@
 """Candidates and size ranges: which algorithm runs a collective on a group, size by size.
 
-For one collective on one group (its topology, :mod:`collsynth.plan.groups`) the candidates are
-
-* the **synthesized algorithms** (:func:`synthesize_front`): the Pareto front of steps vs rounds
-  per chunk (:func:`collsynth.synthesis.pareto_front`, time-limited) for groups of at most
-  ``max_group_ranks`` ranks, else the bandwidth-optimal engine when installed
-  (``collsynth.synthesis.bandwidth_optimal``); fronts are cached (:mod:`collsynth.plan.cache`);
-* the **NCCL baselines** (:mod:`collsynth.timing.nccl`): every (ring/tree, protocol) NCCL would
-  consider, NCCL taking the fastest at each size; or, when a calibration has a fit of this
-  collective on this many ranks, NCCL's measured line
-  (:meth:`~collsynth.timing.calibration.Calibration.alpha_beta_for`) instead.
-
-Every candidate's time is a line in the size (:class:`Line`, exact: the closed form of
-:mod:`collsynth.timing.model`). :func:`choose_ranges` takes their lower envelope
-(:func:`collsynth.timing.model.lower_envelope`) and turns it into whole-byte ranges
-``[min_bytes, max_bytes]`` (both inclusive, ``max_bytes`` ``None`` = unbounded) that cover every
-size once: consecutive ranges never overlap, and sizes where an NCCL line is fastest are NCCL's.
+The details: ``docs/plan.md``, section "collsynth.plan.choose".
 """
 
 from __future__ import annotations
@@ -260,7 +245,7 @@ def _bandwidth_optimal(topology: Topology, collective: Collective, options: Synt
     if algorithm is None:
         return (), False, "the bandwidth-optimal engine found nothing"
     found = [_named(algorithm, collective, "bandwidth-optimal")]
-    if getattr(result, "stages", 1) > 1:
+    if result.details.get("stages", 1) > 1:
         short = solve_bandwidth_optimal(topology, collective, stages=1,
                                         time_limit=options.time_limit)
         found.append(_named(short.algorithm, collective, "bandwidth-optimal"))

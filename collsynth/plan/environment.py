@@ -1,22 +1,6 @@
 """The environment variables each runtime needs to load a plan's XML files.
 
-Only what the runtimes' sources say, with the source of each statement:
-
-* **msccl** (microsoft/msccl, docs/msccl-xml.md §13.1): ``MSCCL_XML_FILES`` lists the files,
-  colon-separated, at most 4 (``MSCCL_MAX_NUM_ALGOS``); for **allreduce** MSCCL is disabled
-  unless ``NCCL_ALGO`` lists it (``NCCL_ALGO=MSCCL,RING,TREE``); other collectives are eligible
-  by default. ``NCCL_PROTO`` must leave the programs' protocol enabled.
-* **rccl** (ROCm/rccl, docs/msccl-xml.md §13.2): ``MSCCL_ALGO_DIR`` names the directory whose
-  every regular file is parsed (no extension filter; a file that fails to parse aborts the scan);
-  ``RCCL_MSCCL_ENABLE`` (default 1); ``RCCL_MSCCL_FORCE_ENABLE=1`` on machines whose RCCL
-  machine model does not enable MSCCL (only two built-in models do); ``MSCCL_SCHEDULER`` must not
-  name a loadable external scheduler, nor may ``libmsccl-scheduler.so`` be loadable.
-* **msccl-executor** (Azure/msccl-executor-nccl, ``src/misc/msccl/msccl_lifecycle.cc``): the same
-  internal scheduler as rccl's (its parser is rccl's, docs/msccl-xml.md §13.3): ``MSCCL_ALGO_DIR``
-  (every regular file or symlink of the directory is parsed), ``NCCL_MSCCL_ENABLE`` (declared
-  ``NCCL_PARAM(MscclEnabled, "MSCCL_ENABLE", 1)``, which NCCL reads as ``NCCL_MSCCL_ENABLE``,
-  default 1), ``MSCCL_SCHEDULER`` as for rccl; MSCCL is off when a process drives several GPUs
-  (``mscclInit``; the README: "only support single GPU per process mode").
+The details: ``docs/plan.md``, section "collsynth.plan.environment".
 """
 
 from __future__ import annotations

@@ -1,39 +1,6 @@
 """Make a plan: from a trace and a topology to the algorithm each traced collective should run.
 
-:func:`make_plan` reads the trace (:mod:`collsynth.plan.calls`), groups the calls by (collective,
-process group, root), and for each:
-
-1. takes the group's topology (:func:`~collsynth.plan.groups.topology_for_group`; a calibration
-   is applied to the whole topology first, so a group inherits the measured figures);
-2. gathers the candidates (:mod:`collsynth.plan.choose`): synthesized algorithms (cached) and NCCL's
-   ring/tree choices, or NCCL's measured line;
-3. leaves out the synthesized algorithms the runtime cannot express, and those whose
-   ``nchunksperloop`` no traced call's element count is a multiple of (the runtime would never
-   select them), then splits the sizes into non-overlapping ranges, each with its fastest
-   candidate (:func:`~collsynth.plan.choose.choose_ranges`);
-4. lowers each synthesized range that a traced call falls into to MSCCL XML for the runtime
-   (:func:`collsynth.export.lower.lower`, checked by
-   :func:`~collsynth.export.pipeline.check_exported`) with ``minBytes``/``maxBytes`` set to the range;
-5. predicts every traced call's time under NCCL and under the plan.
-
-What the runtimes can and cannot tell apart shapes the plan. An MSCCL runtime selects an
-algorithm by collective, rank count, in-place-ness and size only (docs/msccl-xml.md §4.4, §13):
-not by which ranks the communicator holds, and not by root (the XML has no root attribute). So:
-
-* all the groups of one collective and one size share one set of XML files: the group with the
-  most traced bytes is planned; another group whose topology has the same links and figures
-  gets the same plan; one whose topology differs is marked ``shared`` (its calls in the ranges
-  will run the first group's algorithm; their time is not modelled and is counted as NCCL's);
-* a rooted collective (broadcast, reduce) traced with several roots (in group numbering) for one
-  size stays on NCCL: one XML would run every root's calls with one root's schedule;
-* ``msccl`` loads at most 4 algorithms (``MSCCL_MAX_NUM_ALGOS``): the 4 with the largest predicted
-  saving are kept.
-
-Torch calls ``all_reduce``, ``broadcast`` and ``reduce`` in place and the other planned collectives
-out of place; rccl and msccl-executor files declare both layouts (the program is built correct in
-both), msccl files the torch layout. A call runs the plan's algorithm only when its element count
-is a multiple of the program's ``nchunksperloop`` (else the runtime falls back to NCCL): the
-prediction says so per call.
+The details: ``docs/plan.md``, section "collsynth.plan.planner".
 """
 
 from __future__ import annotations

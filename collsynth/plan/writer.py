@@ -1,22 +1,6 @@
 """Write a plan directory, all or nothing.
 
-::
-
-    PLAN_DIR/xml/*.xml        one MSCCL XML file per planned size range, for the plan's runtime
-    PLAN_DIR/plan.json        the machine-readable plan (:func:`plan_to_json`)
-    PLAN_DIR/report.md        the report (:func:`collsynth.plan.report.render_report`)
-    PLAN_DIR/plots/*.png      predicted time vs size per collective and group
-
-Everything is written into a temporary directory next to ``PLAN_DIR`` and renamed into place at
-the end, so a failure (an XML file that fails the check, a full disk, Ctrl-C) leaves no
-half-written plan: ``PLAN_DIR`` is either the new plan or what it was before. An existing
-``PLAN_DIR`` is replaced only when it is empty or a plan (it holds ``plan.json``); its parent
-folder must exist (:func:`check_plan_directory`, which the command line runs before planning).
-
-Each XML file is checked after it is written the way ``collsynth check`` checks a file: read back
-from disk as the runtime's reader reads it (:func:`collsynth.export.xml_reader.read_checked`) and
-executed symbolically (:func:`collsynth.export.check.check_program`, strict). One failure fails
-the whole plan.
+The details: ``docs/plan.md``, section "collsynth.plan.writer".
 """
 
 from __future__ import annotations

@@ -1,31 +1,6 @@
 """Prove a run against PyTorch's own collective, and time both.
 
-A :class:`Case` names what to run (an algorithm, or an MSCCL program with the collective it
-implements), on which inputs (elements per block, dtype, operator, in place or not, seed) and
-how often to time it. :func:`run_case` runs on every rank of a process group: it builds this
-rank's inputs deterministically from the seed, runs collsynth's executor
-(:func:`~collsynth.runtime.executor.run` or :func:`~collsynth.runtime.program.run_program`),
-runs the torch collective of the same name on the same inputs, compares, and optionally times
-both. :func:`run_cases` runs a table of cases in one group (what tests and ``collsynth run``
-use, so that processes are started once).
-
-Reference collectives: allgather ``all_gather_into_tensor``, reduce_scatter
-``reduce_scatter_tensor``, allreduce ``all_reduce``, alltoall ``all_to_all_single``, broadcast,
-reduce, gather, scatter. A custom collective has no torch counterpart: every rank's input is
-all-gathered and the expected output computed from the collective's pre/postconditions. ``avg``
-is checked as ``sum`` divided by the number of contributions (gloo has no ``AVG``).
-
-Tolerance: results must be equal for collectives that only move data, for integer dtypes and
-for ``min``/``max``; floating-point sums, products and averages may differ from torch's by
-rounding (the order of operations differs), and are accepted when
-``|got - want| <= tol + tol * |want|`` with ``tol = 4 * n * eps(dtype)`` (:func:`tolerance`;
-``n`` = ranks; fp32 ``eps = 2**-23``, bf16 ``2**-7``, fp16 ``2**-10``). Inputs are uniform in
-``[-1, 1)`` (``prod``: ``[0.5, 1.5)``); integers in ``[-8, 8)`` (``prod``: ``[1, 3)``).
-
-Timing: after ``warmup`` untimed runs, each of ``iters`` iterations is a barrier then one call
-(CUDA synchronised); an iteration's time is the slowest rank's. Bandwidths follow nccl-tests:
-``algbw = size / time`` with ``size`` the larger buffer of one rank (allgather: the output,
-reduce_scatter: the input...), and ``busbw = algbw * factor`` (:func:`busbw_factor`).
+The details: ``docs/executor.md``, section "collsynth.runtime.compare".
 """
 
 from __future__ import annotations

@@ -1,53 +1,9 @@
 """Alltoall on large multi-node topologies (hundreds to a thousand GPUs), with a cut lower bound.
 
-Alltoall chunk ``src * N + dst`` is the block ``src`` sends to ``dst``
-(:func:`~collsynth.collective.alltoall`); ``N * N`` blocks do not fit an exact solver at scale,
-but on the fabrics GPUs are built from they do not need one:
-
-* **direct**: every block goes straight from ``src`` to ``dst`` in one step. The step lasts the
-  fewest rounds its loads allow: the largest ``ceil(load / bandwidth)`` over links and
-  ``ceil(load / limit)`` over bandwidth groups. On a non-blocking switch fabric (every composed
-  topology, see :func:`~collsynth.topology.compose_nodes`) this meets the NIC cut bound below.
-  When a ratio ``load / limit`` is not whole, splitting every block into ``c`` pieces gives
-  ``ceil(c * load / limit) / c`` rounds per chunk, closer to it; the smallest ``c`` (up to
-  ``max_chunks``) reaching the best value is used.
-* **hierarchical**: when some ranks of a node have no direct link (a DGX-1's hybrid cube-mesh,
-  a ring), blocks between nodes still go direct over the NICs, and blocks within a node follow
-  the node's exact alltoall (synthesised on one node), the NIC sends spread over its steps
-  (:mod:`collsynth.synthesis.hierarchical`).
-* **rail**: on a rail fabric (:mod:`collsynth.topology.tiers`), where traffic between rails
-  goes up through possibly oversubscribed spines, a block moves first inside its source node to
-  the rank on its destination's rail, then crosses between the nodes on that rail (as NCCL's
-  PXN does), hop by hop or pipelined like the routed schedule below.
-* **routed**: when neither applies (a torus, a mesh, a hypercube, a trn2), every block is cut
-  into pieces and each piece walks a shortest path, the next hop chosen among those that get
-  closer by the piece's index (so the pieces of a block spread over the shortest paths). Sends
-  are grouped into steps either hop by hop (step ``t`` carries every piece's ``t``-th hop) or
-  pipelined (piece ``j``'s ``t``-th hop in step ``j + t``), each step priced as above; the best
-  of a few choices (up to :data:`ROUTED_MAX_RANKS` ranks) is kept. It is not optimal in general
-  (within 11% of the cut bound on ``torus:4x4`` and ``hypercube:4``, 6% on ``mesh:3x4``).
-
-The best of these (fewest rounds per chunk, then fewest steps, then fewest chunks) is built as
-arrays, verified, and returned with its ratio to a lower bound.
-
-**The cut bound.** For any set ``S`` of ranks, the ``|S| (N - |S|)`` blocks from ``S`` to the
-rest must cross from ``S``, so no algorithm takes fewer than ``blocks / C(S)`` rounds per
-chunk, where ``C(S)`` is at least the number of chunks that can cross in one round. ``C(S)``
-is bounded from above by covering the crossing links with bandwidth groups (each group
-carries at most its limit, each uncovered link at most its bandwidth), groups chosen greedily,
-tightest first; any such cover gives an upper bound on ``C(S)``, so the result is a sound lower
-bound whichever groups are chosen. The same holds for the blocks *into* ``S``. On a composed
-topology the cuts are the subsets ``T`` of one node (every subset for nodes of up to
-:data:`EXHAUSTIVE_NODE_RANKS` ranks; else every single rank, every NIC's ranks and the whole
-node), in both directions, with ``C(T)`` split into the links inside the node and those
-between nodes, whose cover (``T``'s NICs, the node's uplink, or the other nodes' NICs) is
-evaluated in closed form, so the bound costs the same at 1024 ranks as at 16. Under leaf
-switches (:mod:`collsynth.topology.tiers`) each leaf is a cut too, covered by its uplinks or
-its NICs; a rail's groups are left out of the node cuts (which only loosens them). On other
-topologies the cuts are every single rank, both ways. Every value is an exact ``Fraction``,
-never above the exact linear-programming bound
-(:func:`~collsynth.bounds.rounds_per_chunk_lower_bound`), which is also computed for topologies
-of up to :data:`EXACT_BOUND_RANKS` ranks.
+Four schedules (direct, hierarchical, rail, routed) are priced exactly; the best (fewest rounds
+per chunk, then fewest steps, then fewest chunks) is built as arrays, verified, and returned with
+its ratio to a lower bound. The schedules and the cut bound: ``docs/large-systems.md``, section
+"Alltoall at scale (collsynth.synthesis.alltoall_scale)".
 """
 
 from __future__ import annotations
@@ -75,9 +31,10 @@ from collsynth.synthesis.hierarchical import (
     _solve_node,
     network_layout,
 )
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.model import Topology
 
-__all__ = ["CutBound", "AlltoallScaleResult", "alltoall_cut_bound", "solve_alltoall_at_scale",
+__all__ = ["CutBound", "alltoall_cut_bound", "solve_alltoall_at_scale",
            "EXHAUSTIVE_NODE_RANKS", "EXACT_BOUND_RANKS", "ROUTED_MAX_RANKS"]
 
 _log = logging.getLogger(__name__)
@@ -112,52 +69,6 @@ class CutBound:
     blocks: int
     capacity: int
     cut: str
-
-
-@dataclass(frozen=True)
-class AlltoallScaleResult:
-    """A verified alltoall for a large topology and how close it is to the lower bound.
-
-    Attributes
-    ----------
-    algorithm:
-        The verified algorithm (``alltoall(N)`` split ``chunks`` ways).
-    schedule:
-        ``"direct"``, ``"rail"``, ``"hierarchical"`` or ``"routed"``.
-    rounds_per_chunk:
-        Its rounds per base chunk (one block), exact.
-    lower_bound:
-        The best lower bound known: the cut bound, or the exact LP bound when computed.
-    cut_bound:
-        The best cut found (:func:`alltoall_cut_bound`).
-    exact_bound:
-        The LP bound (:func:`~collsynth.bounds.rounds_per_chunk_lower_bound`), or ``None`` when
-        not computed.
-    ratio:
-        ``rounds_per_chunk / lower_bound`` (1 means optimal).
-    seconds:
-        Wall time of the whole call, bounds and verification included.
-    candidates:
-        Every schedule priced: ``(schedule, rounds per chunk, steps, chunks)``.
-    """
-
-    algorithm: Algorithm
-    schedule: str
-    rounds_per_chunk: Fraction
-    lower_bound: Fraction
-    cut_bound: CutBound
-    exact_bound: Fraction | None
-    ratio: Fraction
-    seconds: float
-    candidates: tuple[tuple[str, Fraction, int, int], ...]
-
-    @property
-    def steps(self) -> int:
-        return self.algorithm.num_steps
-
-    @property
-    def chunks(self) -> int:
-        return self.algorithm.chunks
 
 
 # -- the cut bound -------------------------------------------------------------------------------
@@ -560,9 +471,12 @@ def _nodes_complete(links: np.ndarray, per_node: int) -> bool:
 def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = None,
                             max_chunks: int = DEFAULT_MAX_CHUNKS,
                             exact_bound: bool | None = None,
-                            node_algorithm: Algorithm | None = None) -> AlltoallScaleResult:
+                            node_algorithm: Algorithm | None = None) -> ScheduleResult:
     """A verified alltoall for a large topology, the best of the direct and hierarchical
     schedules (see the module docstring), with its ratio to a lower bound.
+
+    Returns a :class:`~collsynth.synthesis.result.ScheduleResult` of engine ``"alltoall"``
+    whose ``details`` hold ``schedule``, ``cut_bound``, ``exact_bound`` and ``candidates``.
 
     Parameters
     ----------
@@ -597,7 +511,7 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
     --------
     >>> from collsynth.topology import compose_nodes, get_topology
     >>> result = solve_alltoall_at_scale(compose_nodes(get_topology("ring:4"), 2, nic_units=1))
-    >>> result.schedule, result.rounds_per_chunk, result.lower_bound, result.ratio
+    >>> result.details["schedule"], result.rounds_per_chunk, result.lower_bound, result.ratio
     ('hierarchical', Fraction(4, 1), Fraction(4, 1), Fraction(1, 1))
     >>> solve_alltoall_at_scale(get_topology("hub:4")).rounds_per_chunk
     Fraction(3, 1)
@@ -681,10 +595,10 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
                        alltoall(total).split(pieces), steps, step_rounds,
                        {"strategy": f"alltoall at scale ({schedule})", "cut_bound": cut.cut})
     value = algorithm.rounds_per_chunk
-    ratio = value / bound if bound else Fraction(1)
     _log.info("alltoall on %s: %s, %s rounds per chunk, bound %s (%s)", topology.name, schedule,
               value, bound, cut.cut)
-    return AlltoallScaleResult(algorithm=algorithm, schedule=schedule, rounds_per_chunk=value,
-                               lower_bound=bound, cut_bound=cut, exact_bound=exact, ratio=ratio,
-                               seconds=time.perf_counter() - started,
-                               candidates=tuple(candidates))
+    return ScheduleResult(algorithm=algorithm, engine="alltoall", rounds_per_chunk=value,
+                          steady_state_rounds_per_chunk=value, lower_bound=bound,
+                          seconds=time.perf_counter() - started,
+                          details={"schedule": schedule, "cut_bound": cut, "exact_bound": exact,
+                                   "candidates": tuple(candidates)})

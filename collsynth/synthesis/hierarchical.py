@@ -1,56 +1,10 @@
 """Hierarchical algorithms on multi-node topologies: one node algorithm, copied, plus NIC sends.
 
 A baseline for the multi-node synthesis engines: whatever they return must match or beat it.
-It works on topologies built by :func:`~collsynth.topology.compose_nodes` (``K`` copies of one
-node of ``n`` ranks, ``rank = node * n + local``, every rank linked to every rank of every other
-node through its NIC), which record their layout in ``metadata["network"]``.
 
-Two ingredients:
-
-* a **node algorithm**: the exact engine (:func:`~collsynth.synthesis.pareto_front`) run on one
-  node (node 0's links and bandwidth groups, as they appear in the composed topology, so a
-  rescaled unit is taken into account), with a small time limit; the bandwidth-best point (fewest
-  rounds per chunk, then fewest steps) unless the caller passes one;
-* **inter-node sends direct over the NICs**, between ranks with the same local index. Direct
-  (each rank sends to every other node itself) rather than a ring across the nodes: in the
-  model every NIC reaches every other node through a non-blocking switch, so for allgather,
-  reduce-scatter and allreduce direct sends put on each NIC the same load as a ring, in one
-  step instead of ``K - 1``. For broadcast and reduce the root's NIC then carries ``K - 1``
-  copies where a chain or tree across the nodes would carry one: this baseline is up to
-  ``K - 1`` times slower than those in bandwidth, by construction. On a leaf-spine or rail
-  fabric (:mod:`collsynth.topology.tiers`) the same sends are priced against the tiers' groups:
-  sends between ranks of one local index stay on one rail, so rails cost them nothing, but they
-  cross an oversubscribed leaf's uplink once per node of another leaf where the tree engine
-  crosses it once per leaf.
-
-How each collective is put together (``K`` nodes, node algorithm of ``m`` steps):
-
-* **allgather**: the ranks with local index ``l`` run a direct allgather among themselves over
-  the NICs; then each node runs the node allgather once per source node ``k'``, local chunk
-  ``l`` standing for global chunk ``k' * n + l`` (collsynth's numbering: chunk ``c`` is rank
-  ``c``'s data). Pipelined: each rank's data is cut into ``P`` parts and the ``P (K - 1)``
-  (part, other node) transfers are split into ``B`` batches; the NIC sends of batch ``b`` go in
-  step ``b`` and the node allgathers of what arrived then run in steps ``b + 1 .. b + m``,
-  overlapping the next batch's NIC sends. A node spreads its own part ``q`` from the step of the
-  first batch sending part ``q``. ``P`` (1, 2, 4, 8) and ``B`` (1, 2, 4, ..., ``P (K - 1)``)
-  are chosen for the fewest rounds per chunk, every candidate priced exactly.
-* **reduce-scatter**: the time-reversal of that: node reduce-scatters of the partial sums meant
-  for each node ``k'``, then each rank adds its node's partial into rank ``k' * n + l`` over
-  the NICs (a reduce).
-* **allreduce**: reduce-scatter then allgather, both hierarchical, with a common chunk count
-  (allreduce piece ``g * C + j`` is piece ``j`` of rank ``g``'s part).
-* **broadcast** from ``root = k0 * n + l0``: the root sends to rank ``k * n + l0`` of every other
-  node, then every node runs the node broadcast from local rank ``l0`` (the root's node from
-  step 0). Pipelined: the buffer is cut into ``B`` parts (1, 2, 4 or 8, the best), part ``b``
-  crossing the network in step ``b``.
-* **reduce**: the time-reversal of broadcast: node reduces to local rank ``l0``, then every
-  ``k * n + l0`` adds its node's sum into the root.
-* **alltoall**: blocks between nodes go direct over the NICs; blocks within a node follow the
-  node alltoall, and the NIC sends are spread over its steps so that both run at once.
-
-Every algorithm is assembled as arrays of sends, priced exactly (each step lasts the fewest
-whole rounds its link and group loads allow), and verified with
-:func:`~collsynth.algorithm.verify` before it is returned.
+How each collective is put together from a node algorithm and NIC sends, and how it is
+pipelined: ``docs/large-systems.md``, section "The hierarchical baseline
+(collsynth.synthesis.hierarchical)".
 """
 
 from __future__ import annotations
@@ -59,7 +13,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Sequence
 
@@ -87,13 +41,13 @@ from collsynth.errors import (
     VerificationError,
 )
 from collsynth.collective.kinds import canonical_name
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import BandwidthGroup, Topology
 
 __all__ = [
     "HIERARCHICAL_COLLECTIVES",
     "NetworkLayout",
-    "HierarchicalResult",
     "network_layout",
     "hierarchical_algorithm",
 ]
@@ -619,42 +573,6 @@ def _alltoall_plan(capacity: _Capacity, nodes: int, n: int, pieces: int,
 # -- the entry point -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HierarchicalResult:
-    """A verified hierarchical algorithm and what it costs.
-
-    Attributes
-    ----------
-    algorithm:
-        The verified algorithm on the composed topology.
-    rounds_per_chunk:
-        ``algorithm.rounds_per_chunk`` (exact).
-    steps:
-        ``algorithm.num_steps``.
-    seconds:
-        Wall time of the whole call, node synthesis and verification included.
-    node_algorithms:
-        The node algorithm(s) used, on the node topology (allreduce: reduce-scatter, allgather).
-    pipeline:
-        How the NIC sends were pipelined, one ``(batches, parts)`` pair per hierarchical phase
-        (allreduce: its reduce-scatter, then its allgather): each rank's data (broadcast,
-        reduce: the buffer) was cut into ``parts`` parts, and the (part, node) transfers over
-        the NICs were grouped into ``batches`` batches, one step apart. Empty for alltoall.
-    """
-
-    algorithm: Algorithm
-    rounds_per_chunk: Fraction
-    steps: int
-    seconds: float
-    node_algorithms: tuple[Algorithm, ...]
-    pipeline: tuple[tuple[int, int], ...] = field(default=())
-
-    @property
-    def chunks(self) -> int:
-        """Pieces per base chunk of the algorithm's collective."""
-        return self.algorithm.chunks
-
-
 def _family(name: str) -> str:
     key = canonical_name(str(name))
     if key not in HIERARCHICAL_COLLECTIVES:
@@ -708,7 +626,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
                            node_algorithm: Algorithm | Mapping[str, Algorithm] | None = None,
                            time_limit: float = DEFAULT_NODE_TIME_S,
                            batches: int | None = None,
-                           parts: int | None = None) -> HierarchicalResult:
+                           parts: int | None = None) -> ScheduleResult:
     """A verified hierarchical algorithm for ``collective_name`` on a composed topology.
 
     See the module docstring for how each collective is built.
@@ -732,13 +650,16 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
     time_limit:
         Seconds for synthesising each node algorithm.
     batches, parts:
-        Pipelining (see :attr:`HierarchicalResult.pipeline`); default: the best of 1, 2, 4, ...
+        Pipelining (see ``details["pipeline"]`` below); default: the best of 1, 2, 4, ...
         batches and (allgather, reduce-scatter, allreduce) 1, 2, 4 or 8 parts. Broadcast and
         reduce cut the buffer into as many parts as batches.
 
     Returns
     -------
-    HierarchicalResult
+    ScheduleResult
+        Of engine ``"hierarchical"``, without a lower bound; ``details`` hold
+        ``node_algorithms`` and ``pipeline`` (see
+        :class:`~collsynth.synthesis.result.ScheduleResult`).
 
     Raises
     ------
@@ -860,9 +781,11 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
         f"hierarchical-{family}-{topology.name}", topology, collective, steps, rounds,
         {"strategy": "hierarchical", "node_algorithms": [a.name for a in nodes_used],
          "pipeline": [list(x) for x in pipeline], "inter_node": "direct over the NICs"})
-    return HierarchicalResult(algorithm=algorithm, rounds_per_chunk=algorithm.rounds_per_chunk,
-                              steps=algorithm.num_steps, seconds=time.perf_counter() - started,
-                              node_algorithms=nodes_used, pipeline=pipeline)
+    return ScheduleResult(algorithm=algorithm, engine="hierarchical",
+                          rounds_per_chunk=algorithm.rounds_per_chunk,
+                          steady_state_rounds_per_chunk=algorithm.rounds_per_chunk,
+                          lower_bound=None, seconds=time.perf_counter() - started,
+                          details={"node_algorithms": nodes_used, "pipeline": pipeline})
 
 
 def _check_size(chunks: int, family: str) -> None:

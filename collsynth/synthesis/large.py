@@ -1,22 +1,12 @@
 """The strategy layer for systems of any size: pick an engine by size and collective.
 
-=================  =========================================================================
-engine             when ``engine="auto"`` picks it
-=================  =========================================================================
-``exact``          up to :data:`EXACT_MAX_RANKS` ranks, and any collective the other engines
-                   do not handle (gather, scatter, custom): the SMT Pareto front
-                   (:func:`collsynth.synthesis.pareto_front`), its bandwidth-best point
-``trees``          larger allgather, reduce-scatter, broadcast, reduce, allreduce: optimal tree
-                   packing (:mod:`collsynth.synthesis.bandwidth_optimal`)
-``alltoall``       larger alltoall: direct / split / hierarchical schedules
-                   (:mod:`collsynth.synthesis.alltoall_scale`)
-``hierarchical``   only when named: node algorithm + NICs on a multi-node topology
-                   (:mod:`collsynth.synthesis.hierarchical`), the baseline ``trees`` beats
-=================  =========================================================================
-
-Every engine returns a verified algorithm; :func:`solve_large` wraps it in a
-:class:`~collsynth.synthesis.bandwidth_optimal.engine.BandwidthOptimalResult` with the lower
-bound it is measured against.
+``engine="auto"`` (:func:`choose_engine`) gives ``exact`` (the SMT Pareto front's bandwidth-best
+point) up to :data:`EXACT_MAX_RANKS` ranks and to the collectives no other engine handles,
+``trees`` (:mod:`collsynth.synthesis.bandwidth_optimal`) to larger allgather, reduce-scatter,
+broadcast, reduce and allreduce, ``alltoall`` (:mod:`collsynth.synthesis.alltoall_scale`) to larger
+alltoall; ``hierarchical`` (:mod:`collsynth.synthesis.hierarchical`) runs only when named. Every
+engine returns a verified algorithm in a :class:`~collsynth.synthesis.result.ScheduleResult`;
+:func:`solve_large` passes it on, adding the lower bound where the engine computes none.
 """
 
 from __future__ import annotations
@@ -27,11 +17,9 @@ from typing import Callable
 
 from collsynth.collective.model import Collective
 from collsynth.errors import CollsynthError, UnknownNameError
-from collsynth.synthesis.bandwidth_optimal.engine import (
-    BandwidthOptimalResult,
-    solve_bandwidth_optimal,
-)
+from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
 from collsynth.bounds.throughput import broadcast_shape
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.model import Topology
 
 __all__ = ["ENGINES", "EXACT_MAX_RANKS", "choose_engine", "solve_large"]
@@ -75,7 +63,7 @@ def choose_engine(topology: Topology, collective: Collective) -> str:
 def solve_large(topology: Topology, collective: Collective, *, engine: str = "auto",
                 stages: int | None = None, size_bytes: int | None = None,
                 time_limit: float = 600.0,
-                progress: Callable[[str], None] | None = None) -> BandwidthOptimalResult:
+                progress: Callable[[str], None] | None = None) -> ScheduleResult:
     """A verified algorithm from ``engine`` (``"auto"``: :func:`choose_engine`).
 
     ``stages`` and ``size_bytes`` (the buffer the pipeline is tuned for) go to the tree engine.
@@ -106,20 +94,26 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
             raise SolverError(f"the exact engine found no algorithm for {collective.describe()} "
                               f"on {topology.name} in {time_limit:g} s")
         algorithm = front[-1].algorithm
+        tick = time.perf_counter()
         bounds = compute_bounds(topology, collective)
         bound = bounds.composed_rounds_per_chunk or bounds.rounds_per_chunk
-        return _wrap(algorithm, bound, "exact", started)
+        rpc = algorithm.rounds_per_chunk
+        now = time.perf_counter()
+        return ScheduleResult(algorithm, "exact", rpc, rpc, bound, now - started,
+                              {"pareto": tick - started, "bound": now - tick},
+                              {"pareto_points": len(front)})
     if chosen == "alltoall":
         from collsynth.synthesis.alltoall_scale import solve_alltoall_at_scale
 
-        result = solve_alltoall_at_scale(topology, time_limit=time_limit)
-        return _wrap(result.algorithm, result.lower_bound, "alltoall", started)
+        return solve_alltoall_at_scale(topology, time_limit=time_limit)
     from collsynth.synthesis.hierarchical import hierarchical_algorithm
 
     root = collective.roots[0] if collective.roots else None
     result = hierarchical_algorithm(topology, collective.name, root=root,
                                     time_limit=min(time_limit, 60.0))
-    return _wrap(result.algorithm, _lower_bound(topology, collective), "hierarchical", started)
+    tick = time.perf_counter()
+    bound = _lower_bound(topology, collective)
+    return result.with_lower_bound(bound, time.perf_counter() - tick)
 
 
 def _lower_bound(topology: Topology, collective: Collective) -> Fraction:
@@ -131,10 +125,3 @@ def _lower_bound(topology: Topology, collective: Collective) -> Fraction:
         from collsynth.bounds import rounds_per_chunk_lower_bound
 
         return rounds_per_chunk_lower_bound(topology, collective)
-
-
-def _wrap(algorithm, bound: Fraction, engine: str, started: float) -> BandwidthOptimalResult:
-    rpc = algorithm.rounds_per_chunk
-    return BandwidthOptimalResult(algorithm, rpc, rpc, bound, rpc == bound, 1, algorithm.chunks,
-                                  algorithm.num_steps, time.perf_counter() - started, {},
-                                  engine=engine)

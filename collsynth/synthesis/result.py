@@ -1,18 +1,25 @@
-"""What synthesis returns: one :class:`SynthesisResult` per instance tried, and the options."""
+"""What synthesis returns, and its options.
+
+:class:`SynthesisResult`: one per instance the exact engine tries. :class:`ScheduleResult`: the one
+verified schedule of a large-system engine (trees, alltoall, hierarchical; the exact engine's
+bandwidth-best point through :func:`~collsynth.synthesis.large.solve_large`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.encoding.backend import Backend, Status
 from collsynth.errors import InvalidInstanceError
 
-__all__ = ["Status", "SynthesisResult", "SolveOptions", "Deadline"]
+__all__ = ["Status", "SynthesisResult", "ScheduleResult", "SolveOptions", "Deadline"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,133 @@ class SynthesisResult:
         """``steps=3 rounds=7 chunks=6: sat (0.4 s, cpsat)``."""
         text = f"{self.instance.label()}: {self.status.value} ({self.seconds:.2f} s, {self.backend})"
         return f"{text} {self.detail}".rstrip()
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """A verified schedule from a large-system engine and how close it is to a lower bound.
+
+    Attributes
+    ----------
+    algorithm:
+        The verified schedule.
+    engine:
+        ``"trees"``, ``"alltoall"``, ``"hierarchical"`` or ``"exact"``.
+    rounds_per_chunk:
+        Its rounds per base chunk (exact), pipeline filling and draining included.
+    steady_state_rounds_per_chunk:
+        Rounds per base chunk once the pipeline is full: the limit of ``rounds_per_chunk`` as the
+        number of stages grows (trees); ``rounds_per_chunk`` for the other engines.
+    lower_bound:
+        No algorithm has fewer rounds per base chunk (tree allreduce: no reduce-scatter +
+        allgather algorithm); ``None`` when the engine computes none
+        (:func:`~collsynth.synthesis.hierarchical.hierarchical_algorithm` called on its own).
+    seconds:
+        Wall time of the whole call.
+    timings:
+        Seconds per phase (read-only; empty when the engine does not split its time).
+    details:
+        The engine's own figures (read-only):
+
+        * trees: ``stages`` (pipeline stages), ``pieces_per_root`` (pieces of each root's chunk
+          per stage), ``depth`` (deepest tree);
+        * alltoall: ``schedule`` (``"direct"``, ``"rail"``, ``"hierarchical"`` or
+          ``"routed"``), ``cut_bound`` (the best
+          :class:`~collsynth.synthesis.alltoall_scale.CutBound`), ``exact_bound`` (the LP bound,
+          or ``None`` when not computed), ``candidates`` (every schedule priced:
+          ``(schedule, rounds per chunk, steps, chunks)``);
+        * hierarchical: ``node_algorithms`` (on the node topology; allreduce: reduce-scatter,
+          allgather), ``pipeline`` (one ``(batches, parts)`` pair per hierarchical phase: each
+          rank's data, or for broadcast and reduce the buffer, cut into ``parts`` parts whose
+          (part, node) transfers over the NICs go in ``batches`` batches one step apart; empty
+          for alltoall);
+        * exact: ``pareto_points`` (size of the Pareto front the point was taken from).
+    """
+
+    algorithm: Algorithm
+    engine: str
+    rounds_per_chunk: Fraction
+    steady_state_rounds_per_chunk: Fraction
+    lower_bound: Fraction | None
+    seconds: float
+    timings: Mapping[str, float] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Copies behind read-only views: the result stays a value.
+        object.__setattr__(self, "timings", MappingProxyType(dict(self.timings)))
+        object.__setattr__(self, "details", MappingProxyType(dict(self.details)))
+
+    @property
+    def optimal(self) -> bool:
+        """``steady_state_rounds_per_chunk == lower_bound``: the throughput is proven optimal."""
+        return self.lower_bound is not None and \
+            self.steady_state_rounds_per_chunk == self.lower_bound
+
+    @property
+    def ratio(self) -> Fraction | None:
+        """``steady_state_rounds_per_chunk / lower_bound`` (1: optimal); ``None`` without a
+        bound."""
+        if self.lower_bound is None:
+            return None
+        if self.lower_bound == 0:  # one rank: nothing to move
+            return Fraction(1)
+        return self.steady_state_rounds_per_chunk / self.lower_bound
+
+    @property
+    def steps(self) -> int:
+        return self.algorithm.num_steps
+
+    @property
+    def chunks(self) -> int:
+        """Pieces per base chunk of the algorithm's collective."""
+        return self.algorithm.chunks
+
+    def with_lower_bound(self, bound: Fraction, seconds: float) -> ScheduleResult:
+        """This result measured against ``bound``, computed in ``seconds`` (added to the time)."""
+        return dataclasses.replace(self, lower_bound=bound, seconds=self.seconds + seconds,
+                                   timings=dict(self.timings, bound=seconds))
+
+    def to_json(self) -> dict:
+        """Plain JSON-able figures (fractions as strings, algorithms by name), ``details``
+        included at the top level."""
+        bound = None if self.lower_bound is None else str(self.lower_bound)
+        ratio = self.ratio
+        figures = {
+            "engine": self.engine,
+            "algorithm": self.algorithm.name,
+            "collective": self.algorithm.collective.describe(),
+            "topology": self.algorithm.topology.name,
+            "ranks": self.algorithm.topology.num_ranks,
+            "steps": self.algorithm.num_steps,
+            "rounds": self.algorithm.num_rounds,
+            "chunks": self.algorithm.chunks,
+            "sends": self.algorithm.num_sends,
+            "rounds_per_chunk": str(self.rounds_per_chunk),
+            "steady_state_rounds_per_chunk": str(self.steady_state_rounds_per_chunk),
+            "lower_bound": bound,
+            "optimal": self.optimal,
+            "ratio": None if ratio is None else str(ratio),
+            "seconds": round(self.seconds, 3),
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+        figures.update({key: _plain(value) for key, value in self.details.items()})
+        return figures
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON: fractions as strings, algorithms by name, dataclasses as objects."""
+    if isinstance(value, Fraction):
+        return str(value)
+    if isinstance(value, Algorithm):
+        return value.name
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
 
 
 @dataclass(frozen=True)

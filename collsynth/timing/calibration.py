@@ -2,79 +2,9 @@
 
 A :class:`Calibration` holds, for one machine (``topology``: a name, as given to
 ``collsynth calibrate --topology``, and ``nodes``, its ``--nodes``), one entry per fitted log and
-model. It is saved as versioned JSON::
+model, saved as versioned JSON.
 
-    {
-      "format": "collsynth-calibration",
-      "version": 1,
-      "topology": "dgx-a100",
-      "nodes": 1,
-      "entries": [
-        {"file": "logs/all_reduce.txt", "collective": "allreduce", "ranks": 8,
-         "model": "alpha-beta", "runtime": "nccl", "runtime_version": "2.18.3+cuda12.2",
-         "channels": 24,
-         "alpha_us": 35.2, "beta_us_per_byte": 7.5e-06, "algbw_gbps": 133.4,
-         "busbw_gbps": 233.5, "latency_max_bytes": 32, "bandwidth_min_bytes": 1073741824,
-         "gmae": 0.141, "gmae_rows": 0.142, "gmae_heldout": 0.154},
-        {"file": "logs/all_reduce.txt", "collective": "allreduce", "ranks": 8,
-         "model": "piecewise", "runtime": "nccl", "runtime_version": "2.18.3+cuda12.2",
-         "channels": 24,
-         "alpha_us": 34.9, "busbw_gbps": 234.8, "min_bytes": 8, "latency_exponent": 0.004,
-         "knee_bytes": 131072, "saturation_bytes": 2147483648, "center_bytes": 1350000.0,
-         "steepness": 0.48, "gmae": 0.023, "gmae_rows": 0.024, "gmae_heldout": 0.040}
-      ]
-    }
-
-The figures are those of :mod:`collsynth.timing.fit` (:meth:`AlphaBetaFit.params
-<collsynth.timing.fit.AlphaBetaFit.params>`, :meth:`PiecewiseFit.params
-<collsynth.timing.fit.PiecewiseFit.params>`); ``gmae`` is a fraction; ``gmae_rows`` and
-``gmae_heldout`` (the error on the sizes a fit to every other size did not see) are optional.
-``runtime``, ``runtime_version`` and ``channels`` say what the log was measured with, when it
-said so or the caller did (:class:`~collsynth.timing.logs.BenchmarkLog`); each is optional.
-``nodes`` is optional (default 1). Files written before the piecewise curve was made continuous
-carry ``sigmoid_low_gbps`` and ``sigmoid_high_gbps`` and no ``min_bytes`` or
-``latency_exponent``; they are read (the first two are ignored; ``latency_exponent`` defaults
-to 0, a constant time below the knee, for which ``min_bytes`` does not matter).
-Collectives are stored under collsynth's names (``allreduce``, ``allgather``,
-``reduce_scatter``, ``alltoall``...). Files are untrusted input: the size is bounded
-(:data:`MAX_CALIBRATION_BYTES`) and every field checked, errors naming the file and the field.
-
-Two ways to use a calibration
------------------------------
-* :meth:`Calibration.alpha_beta_for` gives the fitted line of a collective as measured
-  (NCCL's own algorithm): ``time_us = alpha_us + size_bytes * beta_us_per_byte`` for the WHOLE
-  collective, ``size_bytes`` in the nccl-tests convention. It is a baseline to compare against,
-  not a per-step / per-unit model.
-* :meth:`Calibration.apply` puts physical figures on a topology, for timing synthesized
-  algorithms with :func:`collsynth.timing.alphabeta.from_topology`:
-
-  - ``unit_gbps = busbw_gbps / egress_units``. nccl-tests' bus bandwidth is the rate at which
-    one rank pushes bytes into the network (the factor ``2(n-1)/n`` or ``(n-1)/n`` undoes the
-    algorithm), so it is spread over the bandwidth units one rank can send per round:
-    ``egress_units`` is the least, over the ranks, of a rank's outgoing link units capped by
-    any bandwidth group whose only source is that rank.
-  - ``alpha_us = fitted alpha_us / ring_steps``: the small-message time of the collective is
-    taken as the latency of the steps of NCCL's ring on the log's ranks, ``2(n-1)`` for
-    allreduce and ``n-1`` for the others.
-
-  The figures come from the entry whose rank count is the topology's, the allreduce one first
-  (its bus bandwidth is the usual yardstick), the alpha-beta fit before the piecewise one (its
-  ``alpha_us`` and ``busbw_gbps`` are the latency and bandwidth regimes; the piecewise fit's are
-  the overhead and the peak). A topology has one ``unit_gbps``: a multi-node log, whose bus
-  bandwidth is the network's, gives the inter-node figure, not the NVLink one.
-
-Examples
---------
->>> from collsynth.topology import get_topology
->>> entry = CalibrationEntry("ar.txt", "allreduce", 8, "alpha-beta",
-...                          {"alpha_us": 35.0, "beta_us_per_byte": 7.5e-06,
-...                           "busbw_gbps": 240.0}, gmae=0.1)
->>> calibration = Calibration("dgx1", (entry,))
->>> calibration.alpha_beta_for("all_reduce")
-AlphaBeta(alpha_us=35.0, beta_us_per_byte=7.5e-06)
->>> dgx1 = calibration.apply(get_topology("dgx1"))
->>> dgx1.unit_gbps, dgx1.alpha_us  # 240 GB/s over 6 NVLinks; 35 us over 14 ring steps
-(40.0, 2.5)
+The details: ``docs/timing.md``, section "Calibration files (collsynth.timing.calibration)".
 """
 
 from __future__ import annotations
@@ -244,6 +174,19 @@ class Calibration:
         One per fitted log and model.
     nodes:
         How many such machines the logs were measured on (``--nodes``), 1 by default.
+
+    Examples
+    --------
+    >>> from collsynth.topology import get_topology
+    >>> entry = CalibrationEntry("ar.txt", "allreduce", 8, "alpha-beta",
+    ...                          {"alpha_us": 35.0, "beta_us_per_byte": 7.5e-06,
+    ...                           "busbw_gbps": 240.0}, gmae=0.1)
+    >>> calibration = Calibration("dgx1", (entry,))
+    >>> calibration.alpha_beta_for("all_reduce")
+    AlphaBeta(alpha_us=35.0, beta_us_per_byte=7.5e-06)
+    >>> dgx1 = calibration.apply(get_topology("dgx1"))
+    >>> dgx1.unit_gbps, dgx1.alpha_us  # 240 GB/s over 6 NVLinks; 35 us over 14 ring steps
+    (40.0, 2.5)
     """
 
     topology: str

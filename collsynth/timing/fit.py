@@ -10,72 +10,7 @@ like a 22 us out-of-place call between two 13 us ones, weighs there in full); an
 smallest, the third, ...) on the sizes it did not see, which says how well the model predicts
 between measured sizes rather than how closely it follows them (``None`` below three sizes).
 
-**The alpha-beta line** ``time_us = alpha_us + size_bytes * beta_us_per_byte`` (of the whole
-collective, sizes in the nccl-tests convention), fitted by regime rather than by one global
-least-squares line, which the large sizes would dominate:
-
-* ``alpha_us``: the median time of the ``latency_sizes`` smallest sizes (the latency regime);
-* ``beta_us_per_byte``: the median of ``(time - alpha) / size`` over the ``bandwidth_sizes``
-  largest sizes (the bandwidth regime); ``algbw_gbps = 1 / (beta * 1e3)`` and
-  ``busbw_gbps = busbw_factor * algbw_gbps`` (nccl-tests' bus-bandwidth factor,
-  :func:`~collsynth.timing.logs.busbw_factor`).
-
-The line is close at both ends and misses near the knee, where NCCL changes protocol and the
-pipeline fills; its GMAE says by how much.
-
-**The piecewise bus-bandwidth model** of DLRM performance-model work (Lin et al., "Building a
-Performance Model for Deep Learning Recommendation Model Training on GPUs", 2022), with
-``x = log2(size)`` and ``busbw(size) = busbw_factor * size / (time * 1e3)``, made continuous
-and monotone:
-
-* up to the linearity knee ``K`` (``knee_bytes``) the time is the latency regime: the constant
-  ``alpha_us`` up to the smallest size fitted (``min_bytes``), then a power law
-  ``alpha_us * (size / min_bytes) ** latency_exponent`` with ``0 <= latency_exponent <= 1/4``
-  (0 is the DLRM work's constant overhead; a small exponent follows the slow growth of the
-  latency protocols' time, at most 19% per doubling);
-* from the saturation size ``S`` (``saturation_bytes``) on, the bus bandwidth is its peak,
-  ``busbw = busbw_gbps``;
-* in between, ``log(busbw)`` follows a sigmoid of ``x`` centred at ``log2(center_bytes)`` with
-  ``steepness`` per doubling, scaled so that it *starts at the latency piece's bus bandwidth at
-  K and ends at the peak at S*: the pieces meet, so the curve is continuous (the DLRM work
-  fitted three independent pieces, whose predicted time could drop at a knee as the size grew);
-* the time never decreases as the size grows: the latency piece and the peak cannot make it
-  decrease, and in between the fit keeps the bus bandwidth's growth below the size's
-  (``d log(busbw) / d log(size) < 1``) by construction (the rise of the sigmoid is a fraction
-  ``u <= 0.99`` of the most its steepest point allows).
-
-``K`` and ``S`` are measured sizes, found from the data. Every pair is first scored with the
-pieces fitted independently (linear least squares over prefix sums: the latency piece a line
-in ``(x, log time)`` with its slope clipped to the bounds, the peak a mean, the sigmoid linear
-in its two ends on a grid of centres and steepnesses); sweeps of more than 48 sizes try 48 of
-them, evenly spread, as knees. The best pairs are then refined as one continuous curve by
-bounded least squares in log space (``scipy.optimize.least_squares`` with a soft-L1 loss, at a
-scale of 5%, then of 0.5%, close to the least absolute error that GMAE measures) and the one with
-the smallest GMAE is kept. Every figure is bounded (times within a factor of 4 of the data, the
-centre within 8 doublings of the sweep, the steepness in ``[0.05, 12]`` per doubling), so a fit
-cannot run off to infinity or collapse to a step.
-
-**GMAE**, the geometric-mean absolute error ``exp(mean(|log(predicted / measured)|)) - 1``, is a
-fraction: 0.05 means the predictions are off by 5% on (geometric) average. It is the same whether
-times or bandwidths are compared.
-
-Examples
---------
-A synthetic allreduce on 8 ranks: 20 us of overhead and 100 GB/s of bus bandwidth.
-
->>> from collsynth.timing.logs import BenchmarkLog, BenchmarkRow
->>> sizes = [2 ** k for k in range(3, 31)]
->>> rows = tuple(BenchmarkRow(s, s // 4, "float", "sum", -1, 20.0 + 1.75 * s / 100e3, None,
-...                           None, False, None, i + 1) for i, s in enumerate(sizes))
->>> log = BenchmarkLog("synthetic", "allreduce", 8, rows, "nccl-tests")
->>> line = fit_alpha_beta(log)
->>> round(line.alpha_us, 3), round(line.busbw_gbps, 1), line.gmae < 0.01
-(20.0, 100.0, True)
->>> curve = fit_piecewise(log)
->>> 95 < curve.busbw_gbps <= 100, curve.gmae < 0.05, curve.gmae_heldout < 0.05
-(True, True, True)
->>> bool(np.all(np.diff(curve.time_us(np.geomspace(1, 2 ** 34, 1000))) >= 0))
-True
+The details: ``docs/timing.md``, section "Fitting logs (collsynth.timing.fit)".
 """
 
 from __future__ import annotations
@@ -537,6 +472,24 @@ def fit_piecewise(log: BenchmarkLog, *, heldout: bool = True) -> PiecewiseFit:
     ------
     FileFormatError
         When the log has fewer than two distinct sizes.
+
+    Examples
+    --------
+    A synthetic allreduce on 8 ranks: 20 us of overhead and 100 GB/s of bus bandwidth.
+
+    >>> from collsynth.timing.logs import BenchmarkLog, BenchmarkRow
+    >>> sizes = [2 ** k for k in range(3, 31)]
+    >>> rows = tuple(BenchmarkRow(s, s // 4, "float", "sum", -1, 20.0 + 1.75 * s / 100e3, None,
+    ...                           None, False, None, i + 1) for i, s in enumerate(sizes))
+    >>> log = BenchmarkLog("synthetic", "allreduce", 8, rows, "nccl-tests")
+    >>> line = fit_alpha_beta(log)
+    >>> round(line.alpha_us, 3), round(line.busbw_gbps, 1), line.gmae < 0.01
+    (20.0, 100.0, True)
+    >>> curve = fit_piecewise(log)
+    >>> 95 < curve.busbw_gbps <= 100, curve.gmae < 0.05, curve.gmae_heldout < 0.05
+    (True, True, True)
+    >>> bool(np.all(np.diff(curve.time_us(np.geomspace(1, 2 ** 34, 1000))) >= 0))
+    True
     """
     sweep = _sweep(log)
 

@@ -4,102 +4,7 @@ Every reader returns a :class:`BenchmarkLog`: the collective, the number of rank
 :class:`BenchmarkRow` per measured (size, half) pair, in file order. Nothing is fitted here (see
 :mod:`collsynth.timing.fit`); the rows are what the log says, in the log's own units.
 
-Formats
--------
-**nccl-tests text output** (``all_reduce_perf ...``), every layout seen in public logs:
-
-* the old table ``size count type redop time algbw busbw error time algbw busbw error`` (with an
-  empty ``redop`` cell for alltoall/allgather in some versions), the one without ``redop``, and the
-  newer one with ``redop root`` and ``#wrong`` columns; the per-iteration layout (8 cells per
-  half: the extra ``i_*`` cells are ignored) and a trailing timestamp are accepted;
-* each table row gives two :class:`BenchmarkRow`: out-of-place (``in_place=False``) then in-place;
-* ``N/A`` cells (``error`` with ``-c 0``) read as ``None``;
-* rows of size 0 are skipped and counted (:attr:`BenchmarkLog.zero_size_lines`);
-* lines may carry a launcher's tag: Open MPI's ``[1,0]<stdout>:`` or srun's ``0: ``;
-* ``NCCL INFO``/``NCCL WARN`` lines, command lines, ``NCCL version`` banners and other text between
-  the rows are skipped;
-* the number of ranks comes from the ``#  Rank N ...`` device lines, else from the ratio
-  ``busbw / algbw`` (nccl-tests' bus-bandwidth factor, :func:`busbw_factor`), else from the
-  ``# nThread T nGpus G`` line (``T * G``, one process);
-* the collective comes from ``# Collective test starting: NAME_perf``, else from the first
-  ``NAME_perf`` on any line (the command line), else from the file name.
-
-**nccl-tests JSON output**, written by newer nccl-tests builds when their output-file option
-names a ``.json`` file. The schema is the one the nccl-tests writer (``src/util.cu``,
-``JSON_FILE_VERSION 2``) emits::
-
-    {"version": 2, "args": ["./build/all_reduce_perf", ...], "nccl_version": 22703,
-     "config": {"nthreads": 1, "ngpus": 8, ..., "devices": [{"rank": 0, ...}, ...]},
-     "results": [{"size": 1024, "count": 256, "type": "float", "redop": "sum",
-                  "root": "    -1",
-                  "out_of_place": {"time": 16.4, "alg_bw": 0.06, "bus_bw": 0.11, "nwrong": 0},
-                  "in_place": {...}, "actual_iterations": 20, "experiment_name": "..."}, ...],
-     ...}
-
-``time`` is ``cpu_time`` when CPU time is reported, ``nwrong`` is ``null`` without data checks,
-``out_of_place`` is ``null`` in trace-replay runs, and a NaN is written as the string ``"nan"``.
-``devices`` holds one entry per process (the first rank of each), so the number of ranks is
-``nthreads * ngpus * len(devices)``. Version 1 files are read the same way (an assumption: only
-the version 2 writer was available to check against).
-
-**PARAM comms output** (``comms.py`` of facebookresearch/param): ``COMMS-RES`` lines, in any of
-the layouts its versions printed:
-
-* tab-separated rows under the header
-  ``\\tCOMMS-RES\\tsize (B)\\t num-elements\\t Latency(us):p50\\tp75\\t\\tp95\\t algBW(GB/s)\\t
-  busBW(GB/s)`` (older versions), also with ``min``/``max`` or an ``op[0]`` column; the same
-  without ``busBW`` is read too (an assumption: no public log in that layout was found);
-* ``COMMS-RES-<collective>`` rows with right-aligned columns ``size (B) nElementsPerRank
-  Latency(us):p50 p75 p95 Min Max AlgBW(GB/s) BusBW(GB/s) [TFlops]`` (newer versions; the
-  collective may be followed by ``-<dtype>``).
-
-The header line says which column is which; without one, rows of 6, 7 or 9 cells are read as
-the layouts above (no busBW; p50 p75 p95 algBW busBW; with min and max). The time of a row is the
-p50 latency. PARAM does not say whether a call was in place: rows have ``in_place=False``.
-Quantized (``COMMS-RES-QUANT``) and point-to-point rows are not collective sweeps and are
-skipped. The number of ranks comes from the ``world_size`` PARAM prints with its MPI
-environment, else from ``busBW / algBW``; the collective from the row tag, a ``collective=NAME``
-line or ``--collective NAME``, else the file name.
-
-**Plain CSV** (a file named ``*.csv``, or whose first line that is not a ``#`` comment is a
-comma-separated header naming ``size_bytes``): one row per measurement, the columns
-``size_bytes`` (nccl-tests convention) and ``time_us`` required; ``count``, ``algbw_gbps``,
-``busbw_gbps`` and ``in_place`` (``true``/``false``/``1``/``0``) are read when present, and
-``collective`` and ``ranks`` columns, which must hold one value in every row, say what the file
-measured; other columns are ignored, and so are ``#`` comment lines. Without ``collective`` and
-``ranks`` columns the collective comes from the file name and the rank count from
-``busbw_gbps / algbw_gbps``, as for nccl-tests, else from ``--collective`` / ``--ranks``.
-
-**What the log was measured with.** Every format is searched for the runtime and its channel
-count (:attr:`BenchmarkLog.runtime`, :attr:`~BenchmarkLog.runtime_version`,
-:attr:`~BenchmarkLog.channels`): ``NCCL version 2.18.3+cuda12.2`` / ``RCCL version ...``
-banners (a JSON log's ``nccl_version`` code, e.g. ``22703`` for 2.27.3, reads as NCCL: an RCCL
-build reports the NCCL version it tracks there); the channel count from the runtime's ring lines
-``Channel 00/02 : 0 1 2 3`` (the number after the slash), else ``N coll channels``, else the
-largest ``nChannels N``, else ``NCCL_MAX_NCHANNELS=N`` (a cap the run was given). The options of
-:func:`load_log` override what the log says, as for the collective and the rank count.
-
-Errors
-------
-Files are untrusted: the size is bounded (:data:`MAX_LOG_BYTES`) before reading, and a line that
-looks like a result row but cannot be read raises :class:`~collsynth.errors.FileFormatError`
-naming the file and the line number (``log.txt: line 37: ...``).
-
-Examples
---------
->>> text = '''# nThread 1 nGpus 4 minBytes 8 maxBytes 1024 step: 2(factor)
-... #  Rank  0 Group  0 Pid 1 on host device  0 [0x01] GPU
-... #  Rank  3 Group  0 Pid 1 on host device  3 [0x04] GPU
-... #       size   count  type  redop  root   time  algbw  busbw #wrong   time  algbw  busbw #wrong
-...            8       2 float    sum    -1  10.00   0.00   0.00      0  10.00   0.00   0.00      0
-...         1024     256 float    sum    -1  12.00   0.09   0.13      0  11.00   0.09   0.14      0
-... '''
->>> log = parse_log(text, name="all_reduce_perf.txt")
->>> log.collective, log.ranks, len(log.rows), log.source
-('allreduce', 4, 4, 'nccl-tests')
->>> log.rows[2]
-BenchmarkRow(size_bytes=1024, count=256, dtype='float', op='sum', root=-1, time_us=12.0,
-             algbw_gbps=0.09, busbw_gbps=0.13, in_place=False, errors=0.0, line=6)
+The details: ``docs/timing.md``, section "Benchmark log formats (collsynth.timing.logs)".
 """
 
 from __future__ import annotations
@@ -320,7 +225,24 @@ def parse_log(text: str, *, name: str = "<log>", collective: str | None = None,
               ranks: int | None = None, runtime: str | None = None,
               channels: int | None = None) -> BenchmarkLog:
     """Read the text of a benchmark log (see :func:`load_log`); ``name`` names it in errors and
-    is searched for the collective's name as a last resort."""
+    is searched for the collective's name as a last resort.
+
+    Examples
+    --------
+    >>> text = '''# nThread 1 nGpus 4 minBytes 8 maxBytes 1024 step: 2(factor)
+    ... #  Rank  0 Group  0 Pid 1 on host device  0 [0x01] GPU
+    ... #  Rank  3 Group  0 Pid 1 on host device  3 [0x04] GPU
+    ... #       size   count  type  redop  root   time  algbw  busbw #wrong   time  algbw  busbw #wrong
+    ...            8       2 float    sum    -1  10.00   0.00   0.00      0  10.00   0.00   0.00      0
+    ...         1024     256 float    sum    -1  12.00   0.09   0.13      0  11.00   0.09   0.14      0
+    ... '''
+    >>> log = parse_log(text, name="all_reduce_perf.txt")
+    >>> log.collective, log.ranks, len(log.rows), log.source
+    ('allreduce', 4, 4, 'nccl-tests')
+    >>> log.rows[2]
+    BenchmarkRow(size_bytes=1024, count=256, dtype='float', op='sum', root=-1, time_us=12.0,
+                 algbw_gbps=0.09, busbw_gbps=0.13, in_place=False, errors=0.0, line=6)
+    """
     if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int)
                               or not 1 <= ranks <= _MAX_RANKS):
         raise FileFormatError(name, f"ranks = {ranks!r}: expected a whole number >= 1")

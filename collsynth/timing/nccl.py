@@ -7,71 +7,7 @@ fastest::
 
     time_us = latency_us + size_bytes / (1000 * algbw_gbps)
 
-**Latency** (us). ``base[a][p]`` plus per-hop latencies ``hw[link][a][p]`` (NCCL's
-``ncclTunerConstantsDefaults``, NCCL 2.19 and later, as in docs/baselines.md):
-
-=====================  ======  =====  ======
-figure (us)            LL      LL128  Simple
-=====================  ======  =====  ======
-base, tree             6.8     14.0   8.4
-base, ring             6.6     14.0   8.4
-hop NVLink, tree       0.6     1.25   4.0
-hop NVLink, ring       0.6     1.9    3.4
-hop PCI, tree          1.0     1.9    4.0
-hop PCI, ring          1.0     2.5    5.7
-hop network, tree      5.0     8.5    14.0
-hop network, ring      2.7     4.0    14.0
-=====================  ======  =====  ======
-
-* ring, allreduce / allgather / reduce-scatter:
-  ``base + (nsteps - nInterSteps) * hop_intra + nInterSteps * hop_net`` with ``nsteps`` =
-  ``2(n-1)`` for allreduce, ``n-1`` for allgather and reduce-scatter, and ``nInterSteps`` the same
-  with the node count in place of ``n``;
-* ring, broadcast / reduce: ``base + n * hop`` (``hop`` is the network's on several nodes, and
-  the tree's Simple figure for Simple: NCCL's "chunk latency" for rings without shared channels);
-* tree (allreduce only): ``base + 2 * ((n / nodes - 1) * hop_intra + log2(nodes) * hop_net)``.
-
-**Bandwidth** (GB/s). ``busbw = channels x GB/s per channel`` where the channels are the directed
-rings NCCL's graph search would find. Here they are found on the topology itself
-(:func:`ring_channels`: directed Hamiltonian rings packed greedily into the link units and the
-bandwidth-group limits, one unit per hop each) and a channel runs at the GB/s of one unit of its
-slowest hop, so the baseline uses exactly the link figures the synthesized algorithms are timed
-with (not NCCL's internal per-NVLink figure, e.g. 20 GB/s on Volta). Then:
-
-=========  =============================================================================
-ring       LL x 0.5 (8-byte lines carry 4 bytes of data and a 4-byte flag: half the bandwidth;
-           docs/baselines.md), LL128 x 0.92 (120 of 128 bytes are data; NCCL's figure), Simple x 1;
-           ``algbw = busbw * n / nsteps``
-tree       x 0.92 for every protocol (docs/baselines.md: tree allreduce x0.92), then LL x 1/3.8 and
-           LL128 x 7/9 on one node or x 120/128 on several (NCCL's tuning.cc);
-           ``algbw = busbw * 0.5``
-=========  =============================================================================
-
-Not modelled (each only makes NCCL *faster* here, so a synthesized algorithm that beats this
-baseline is not flattered): the per-architecture caps (``llMaxBws``, ``perChMaxTreeBw``, LL128
-per-channel caps), NCCL's harsher LL factors in recent versions (1/3, 1/4 of the ring bandwidth),
-the size-dependent tree correction factors, the ring "plateau" latency factor on several nodes,
-network overhead terms, and the CollNet / NVLS / PAT algorithms. LL128 is offered on every
-topology (NCCL enables it by default only on some GPU generations; pass ``protocols=``).
-
-**nccl-tests figures.** ``algbw = size_bytes / time`` and ``busbw = algbw x factor`` with factor
-``2(n-1)/n`` for allreduce, ``(n-1)/n`` for reduce-scatter, allgather, alltoall, gather and
-scatter, ``1`` for broadcast and reduce (:func:`busbw_factor`).
-
-Examples
---------
-On the DGX-1 (6 directed NVLink rings of 25 GB/s = 150 GB/s bus bandwidth), an 8-rank allgather
-with ring/Simple: latency ``8.4 + 7 * 3.4 = 32.2`` us, ``algbw = 150 * 8 / 7`` GB/s:
-
->>> from collsynth.topology import get_topology
->>> setup = nccl_setup(get_topology("dgx1"))
->>> len(setup.rings), setup.bus_gbps
-(6, 150.0)
->>> simple = [c for c in nccl_choices(setup, "allgather") if c.name == "ring/Simple"][0]
->>> float(simple.latency_us), round(float(simple.algbw_gbps), 3)
-(32.2, 171.429)
->>> best_choice(nccl_choices(setup, "allgather"), 1000).name
-'ring/LL'
+The details: ``docs/timing.md``, section "NCCL's cost model (collsynth.timing.nccl)".
 """
 
 from __future__ import annotations
@@ -484,6 +420,21 @@ def nccl_choices(setup: "NcclSetup | Topology", collective: str, *,
     >>> from collsynth.topology import get_topology
     >>> [c.name for c in nccl_choices(get_topology("dgx1"), "allreduce")]
     ['ring/LL', 'ring/LL128', 'ring/Simple', 'tree/LL', 'tree/LL128', 'tree/Simple']
+
+    Examples
+    --------
+    On the DGX-1 (6 directed NVLink rings of 25 GB/s = 150 GB/s bus bandwidth), an 8-rank allgather
+    with ring/Simple: latency ``8.4 + 7 * 3.4 = 32.2`` us, ``algbw = 150 * 8 / 7`` GB/s:
+
+    >>> from collsynth.topology import get_topology
+    >>> setup = nccl_setup(get_topology("dgx1"))
+    >>> len(setup.rings), setup.bus_gbps
+    (6, 150.0)
+    >>> simple = [c for c in nccl_choices(setup, "allgather") if c.name == "ring/Simple"][0]
+    >>> float(simple.latency_us), round(float(simple.algbw_gbps), 3)
+    (32.2, 171.429)
+    >>> best_choice(nccl_choices(setup, "allgather"), 1000).name
+    'ring/LL'
     """
     if not isinstance(setup, NcclSetup):
         setup = nccl_setup(setup)

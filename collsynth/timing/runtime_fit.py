@@ -1,23 +1,6 @@
 """Calibrate a runtime's constants on its own measured curve, by simulating its own ring.
 
-The runtime's default algorithm on a machine is a program the simulator can run
-(:mod:`collsynth.timing.runtime_baselines`): its rings, with its channel count, on the machine's
-topology. :func:`fit_runtime` finds the few constants that make the simulated ring match a
-measured nccl-tests/rccl-tests curve, each with a physical meaning:
-
-* ``base_latency_us``: what every call pays (the same for every protocol; at least the
-  runtime's documented base, since one ring alone cannot separate it from the hops);
-* ``hop_scale``: one factor on the runtime's default per-hop latencies (their ratios between
-  protocols and link classes are kept, so a program with other hops is priced consistently);
-* the per-connection data ceiling (GB/s) of the link class that bounds the ring (the network on
-  several nodes, else the links inside a node), one per protocol the curve shows.
-
-The protocol the runtime used at each size is read off the curve: a runtime switches from LL to
-Simple where its time *drops* as the size grows (nothing else makes a larger call faster); with
-no drop, one protocol is fitted (``Simple``, or ``protocol=``). The fit minimises the robust sum of
-squared log errors (scipy's ``least_squares``, ``soft_l1``). Fitting and predicting the same ring
-is in-sample; :func:`fit_runtime` also reports a held-out error (fit on every other size, score on
-the rest).
+The details: ``docs/runtime-model.md``, section "collsynth.timing.runtime_fit".
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """Tune an algorithm's export: the fastest predicted layout per size range, as MSCCL programs.
 
-An algorithm can be lowered many ways (``docs/export.md``): on more channels (by chunk or by
-peer), in several instances, with the ``Simple``, ``LL`` or ``LL128`` protocol. Which is fastest
-depends on the size: at small sizes the latency (LL's lower per-hop cost, the fewest steps),
-at large ones the bandwidth (Simple's full-width lines, more connections where one connection's
-ceiling binds). :func:`tune_export` lowers every layout the runtime's limits allow exactly as
-``collsynth export`` does, checks each with the checker, prices each with the program model
-(:mod:`collsynth.timing.runtime_model`) at every requested size, and keeps per size range the
-fastest: consecutive sizes with the same winner form one range, and each range becomes an XML
-program with ``minBytes``/``maxBytes`` so that the runtime picks it for its sizes
-(``docs/msccl-xml.md`` §4.4). :func:`write_tuned` writes them.
-
->>> from collsynth.algorithm import Algorithm, Send, Step, verify
->>> from collsynth.collective import allgather
->>> from collsynth.topology import get_topology
->>> from collsynth.topology.builtins import with_figures
->>> ring = with_figures(get_topology("ring:4"), unit_gbps=10.0, alpha_us=1.0)
->>> steps = tuple(Step(1, tuple(Send((r - t) % 4, r, (r + 1) % 4) for r in range(4)))
-...               for t in range(3))
->>> algo = verify(Algorithm("ring", ring, allgather(4), steps))
->>> tuned = tune_export(algo, "msccl", sizes=[1024, 1 << 30])
->>> [(r.variant.protocol, r.time_us <= r.untuned_time_us) for r in tuned.rows]
-[('LL', True), ('Simple', True)]
+:func:`tune_export` lowers every layout the runtime's limits allow (channels and their policy,
+instances, protocol) exactly as ``collsynth export`` does, checks each, prices each with the
+program model at every requested size, and keeps per size range the fastest, written as programs
+with ``minBytes``/``maxBytes`` (:func:`write_tuned`). Details: docs/runtime-model.md, "Tuning".
 """
 
 from __future__ import annotations
@@ -271,6 +253,20 @@ def tune_export(algorithm: "Algorithm", runtime: str, topology: "Topology | None
         The table per size (the chosen variant and the untuned export's times) and one checked
         program per range. The untuned variant is always among those priced, so no size's
         fastest is slower than it.
+
+    Examples
+    --------
+    >>> from collsynth.algorithm import Algorithm, Send, Step, verify
+    >>> from collsynth.collective import allgather
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.topology.builtins import with_figures
+    >>> ring = with_figures(get_topology("ring:4"), unit_gbps=10.0, alpha_us=1.0)
+    >>> steps = tuple(Step(1, tuple(Send((r - t) % 4, r, (r + 1) % 4) for r in range(4)))
+    ...               for t in range(3))
+    >>> algo = verify(Algorithm("ring", ring, allgather(4), steps))
+    >>> tuned = tune_export(algo, "msccl", sizes=[1024, 1 << 30])
+    >>> [(r.variant.protocol, r.time_us <= r.untuned_time_us) for r in tuned.rows]
+    [('LL', True), ('Simple', True)]
 
     Raises
     ------

@@ -1,47 +1,8 @@
 """Multi-node topologies: ``K`` copies of one node joined by the GPUs' network interfaces.
 
-:func:`compose_nodes` numbers the ranks node by node: ``rank = node_index * n + local_rank`` for a
-node of ``n`` ranks. Inside each node the node's links and bandwidth groups are copied (rescaled
-only as described under *Units*). Between nodes the network is modelled as a non-blocking switch
-reached through the NICs:
-
-* every rank has a link to every rank of every *other* node, of bandwidth one NIC (in units);
-* each NIC adds two bandwidth groups: *egress* (the ranks sharing that NIC -> all ranks of the other
-  nodes) and *ingress* (all ranks of the other nodes -> the ranks sharing that NIC), each limited to
-  the NIC's bandwidth;
-* with ``oversubscription > 1`` each node also gets an *uplink* group (the node's ranks -> all ranks
-  of the other nodes) and a *downlink* group (the other way), each limited to the node's total NIC
-  bandwidth divided by the oversubscription.
-
-That is the ``switch`` fabric. ``fabric="leaf-spine"`` (nodes under leaf switches under spines) and
-``fabric="rail"`` (NIC ``i`` of every node on rail switch ``i``) add one bandwidth group per leaf,
-or per NIC, and direction for their tier's oversubscription (:mod:`collsynth.topology.tiers`).
-
-The NICs are described by ``node.metadata["nic"]`` (the built-in node files carry one)::
-
-    "nic": {
-      "count": 8,          # NICs per node that carry GPU traffic
-      "gbps": 25.0,        # GB/s (10**9 bytes/s) per NIC per direction (200 Gb/s HDR = 25 GB/s)
-      "per_gpu": true,     # NIC i serves local rank i (count must equal the node's ranks)
-      "gpus": [[0, 1], ...]  # or: the local ranks that share each NIC (one list per NIC)
-    }
-
-With neither ``per_gpu`` nor ``gpus`` the node's ranks are split into ``count`` equal contiguous
-blocks, one per NIC. Other keys (``model``, ``source``) are ignored.
-
-Units. Link bandwidths are integers, so the NIC bandwidth is expressed in the node's unit as a
-ratio ``p/q`` (``nic gbps / unit_gbps``, rounded to the nearest fraction whose denominator is at most
-:data:`MAX_RESCALE`). When ``q > 1`` (a NIC slower than one unit, e.g. a 12.5 GB/s NIC against a
-25 GB/s NVLink unit gives 1/2), *every* link bandwidth and group limit of the composed topology is
-multiplied by ``q`` -- the smallest factor that keeps everything integral -- and ``unit_gbps`` is
-divided by ``q``, so the physical figures are unchanged: a DGX-2 (NVLink unit 25 GB/s, 100 Gb/s NICs)
-composes to NVLink pairs of 12 units of 12.5 GB/s and NIC links of 1 unit. The factor is recorded in
-``metadata["network"]["rescale"]``. Passing ``nic_units`` skips the conversion: the NIC is then
-worth exactly that many node units and nothing is rescaled (unless a leaf's or rail's
-oversubscribed share is not whole: it is rescaled the same way).
-
-Latency. The composed topology keeps the node's ``alpha_us``; a separate inter-node latency is not
-modelled here.
+How ranks are numbered, the NIC links and bandwidth groups, the fabrics, the NIC description and
+the rescaling of units: ``docs/topologies.md``, section "Composing nodes
+(collsynth.topology.compose)".
 """
 
 from __future__ import annotations

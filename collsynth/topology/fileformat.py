@@ -1,23 +1,6 @@
 """The collsynth topology file format (JSON), version 1.
 
-::
-
-    {
-      "format": "collsynth-topology",
-      "version": 1,
-      "name": "DGX1",
-      "description": "one line",
-      "links": [[0, 2, ...], ...],          # links[src][dst], bandwidth units (chunks per round)
-      "groups": [                           # optional shared limits
-        {"name": "rank 0 egress", "sources": [0], "destinations": [1, 2], "limit": 1}
-      ],
-      "unit_gbps": 25.0,                    # optional: GB/s of one bandwidth unit
-      "alpha_us": 0.7,                      # optional: latency of one step, microseconds
-      "metadata": {...}                     # optional: free-form (sources of the figures, NICs...)
-    }
-
-Files are untrusted input: the size is bounded before parsing and every field is checked, with
-errors naming the file and the field.
+The details: ``docs/topologies.md``, section "collsynth.topology.fileformat".
 """
 
 from __future__ import annotations

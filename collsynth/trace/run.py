@@ -1,32 +1,6 @@
 """Run an unmodified script (or module) under the tracer: ``python -m collsynth.trace.run``.
 
-::
-
-    COLLSYNTH_TRACE_DIR=DIR python -m collsynth.trace.run SCRIPT.py [ARGS...]
-    COLLSYNTH_TRACE_DIR=DIR python -m collsynth.trace.run -m MODULE [ARGS...]
-    COLLSYNTH_TRACE_DIR=DIR torchrun --nproc-per-node N -m collsynth.trace.run SCRIPT.py [ARGS...]
-
-The script runs as ``__main__`` (``sys.argv`` is ``[SCRIPT.py, ARGS...]``, its directory first on
-``sys.path``, as with ``python SCRIPT.py``) inside :func:`collsynth.trace.tracing`; the rank files
-are written when it ends, also when it raises or calls ``sys.exit``. The exit status is the
-script's.
-
-Environment (read once, at start):
-
-``COLLSYNTH_TRACE_DIR``
-    Where the rank files go (required).
-``COLLSYNTH_TRACE_DURATIONS``
-    ``1`` to record each call's duration (default ``0``).
-``COLLSYNTH_TRACE_CROSS_NODE_ONLY``
-    ``1`` to write only calls that cross nodes (default ``0``).
-``COLLSYNTH_TRACE_RANKS_PER_NODE``
-    Ranks per node (default ``LOCAL_WORLD_SIZE``, which torchrun sets).
-``COLLSYNTH_TRACE_DDP``
-    ``0`` not to register the tracing communication hook on DistributedDataParallel models
-    (default ``1``: see :func:`collsynth.trace.trace_ddp`; a model that registers its own hook
-    keeps it, traced).
-
-Errors in these variables or a missing script end the run before it starts, with exit status 2.
+The details: ``docs/trace.md``, section "collsynth.trace.run".
 """
 
 from __future__ import annotations

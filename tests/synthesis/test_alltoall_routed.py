@@ -27,7 +27,7 @@ CASES = [
 @pytest.mark.parametrize("name, bisection", CASES)
 def test_routed_alltoall_is_valid_and_near_the_bisection(name, bisection):
     result = solve_alltoall_at_scale(get_topology(name))
-    assert result.schedule == "routed"
+    assert result.details["schedule"] == "routed"
     verify(result.algorithm)
     assert result.lower_bound == bisection
     assert result.rounds_per_chunk >= bisection

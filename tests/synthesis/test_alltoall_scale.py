@@ -67,12 +67,13 @@ def test_cut_bound_never_exceeds_the_lp_bound(name):
 def test_direct_meets_the_cut_bound_on_non_blocking_fabrics(name):
     topology = _topology(name)
     result = solve_alltoall_at_scale(topology)
-    assert result.schedule == "direct"
+    details = result.details
+    assert details["schedule"] == "direct"
     assert find_problems(result.algorithm) == []
     assert result.steps == 1
-    assert result.rounds_per_chunk == result.cut_bound.rounds_per_chunk == result.lower_bound
+    assert result.rounds_per_chunk == details["cut_bound"].rounds_per_chunk == result.lower_bound
     assert result.ratio == 1
-    assert result.exact_bound == _lp(topology)
+    assert details["exact_bound"] == _lp(topology)
 
 
 def test_splitting_blocks_reaches_a_fractional_bound():
@@ -90,11 +91,13 @@ def test_splitting_blocks_reaches_a_fractional_bound():
 def test_hierarchical_when_nodes_are_not_fully_connected(name):
     topology = _topology(name)
     result = solve_alltoall_at_scale(topology, time_limit=NODE_TIME_S)
-    assert result.schedule == "hierarchical"
-    assert [c[0] for c in result.candidates] == ["hierarchical"]  # no direct links everywhere
+    details = result.details
+    assert details["schedule"] == "hierarchical"
+    assert [c[0] for c in details["candidates"]] == ["hierarchical"]  # no direct links everywhere
     assert find_problems(result.algorithm) == []
-    assert result.rounds_per_chunk >= result.exact_bound >= result.cut_bound.rounds_per_chunk
-    assert result.lower_bound == result.exact_bound
+    cut = details["cut_bound"].rounds_per_chunk
+    assert result.rounds_per_chunk >= details["exact_bound"] >= cut
+    assert result.lower_bound == details["exact_bound"]
     assert result.ratio == result.rounds_per_chunk / result.lower_bound
 
 
@@ -104,11 +107,11 @@ def test_hierarchical_beats_direct_around_a_thin_link():
     node = Topology("thin", ((0, 1, 4), (1, 0, 4), (4, 4, 0)))
     topology = compose_nodes(node, 2, nic_units=4)
     result = solve_alltoall_at_scale(topology, time_limit=NODE_TIME_S)
-    by_name = {c[0]: c[1] for c in result.candidates}
+    by_name = {c[0]: c[1] for c in result.details["candidates"]}
     assert set(by_name) == {"direct", "hierarchical"}
-    assert result.schedule == "hierarchical"
+    assert result.details["schedule"] == "hierarchical"
     assert by_name["hierarchical"] < by_name["direct"]
-    assert result.rounds_per_chunk == by_name["hierarchical"] >= result.exact_bound
+    assert result.rounds_per_chunk == by_name["hierarchical"] >= result.details["exact_bound"]
     assert find_problems(result.algorithm) == []
 
 
@@ -116,9 +119,9 @@ def test_sixty_four_gpus_meet_the_nic_bound():
     # 8 DGX A100: a node's 8 x 56 blocks for the other nodes leave through 8 one-unit NICs.
     topology = compose_nodes(get_topology("dgx-a100"), 8)
     result = solve_alltoall_at_scale(topology)
-    assert result.schedule == "direct" and result.exact_bound is None
+    assert result.details["schedule"] == "direct" and result.details["exact_bound"] is None
     assert result.rounds_per_chunk == result.lower_bound == 56
-    assert "node 0" in result.cut_bound.cut
+    assert "node 0" in result.details["cut_bound"].cut
     assert find_problems(result.algorithm) == []
 
 
@@ -146,7 +149,7 @@ def test_the_composed_structure_is_recognised_only_when_exact():
 
 def test_inputs_are_checked():
     # a ring has neither all-pairs links nor nodes: routed up to ROUTED_MAX_RANKS, refused above
-    assert solve_alltoall_at_scale(get_topology("ring:4")).schedule == "routed"
+    assert solve_alltoall_at_scale(get_topology("ring:4")).details["schedule"] == "routed"
     with pytest.raises(InvalidTopologyError, match="every pair"):
         solve_alltoall_at_scale(get_topology("ring:300"))
     with pytest.raises(InvalidInstanceError, match="max_chunks"):
@@ -174,5 +177,7 @@ def _composed(draw):
 def test_random_composed_topologies_verify_and_never_beat_the_lp_bound(topology):
     result = solve_alltoall_at_scale(topology, time_limit=NODE_TIME_S)
     assert find_problems(result.algorithm) == []
-    assert result.exact_bound is not None
-    assert result.cut_bound.rounds_per_chunk <= result.exact_bound <= result.rounds_per_chunk
+    details = result.details
+    assert details["exact_bound"] is not None
+    cut = details["cut_bound"].rounds_per_chunk
+    assert cut <= details["exact_bound"] <= result.rounds_per_chunk

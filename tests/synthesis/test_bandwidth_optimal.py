@@ -138,7 +138,7 @@ def test_engine_reaches_the_bound(spec, nodes, nic, name):
     # (depth - 1) extra stages' worth of rounds.
     assert result.lower_bound <= result.rounds_per_chunk
     assert result.rounds_per_chunk <= result.steady_state_rounds_per_chunk * \
-        Fraction(result.stages + result.depth - 1, result.stages)
+        Fraction(result.details["stages"] + result.details["depth"] - 1, result.details["stages"])
 
 
 @pytest.mark.parametrize("name", ["broadcast", "reduce"])
@@ -252,7 +252,7 @@ def test_stages_follow_the_message_size():
     model = from_topology(topology)
     small = solve_bandwidth_optimal(topology, collective, size_bytes=64 << 10)
     large = solve_bandwidth_optimal(topology, collective, size_bytes=1 << 30)
-    assert small.stages == 1 < large.stages
+    assert small.details["stages"] == 1 < large.details["stages"]
     for size, mine, other in ((64 << 10, small, large), (1 << 30, large, small)):
         assert algorithm_time_us(mine.algorithm, size, model) <= \
             algorithm_time_us(other.algorithm, size, model)

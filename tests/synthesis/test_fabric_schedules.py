@@ -210,8 +210,8 @@ def test_alltoall_changes_rails_inside_the_node():
     # Rail: first each rank hands its node's rank on the destination's rail 2 + 1 blocks
     # (4-unit links: 1 round) while same-rail blocks cross (2 over 2 units: 1 round), then every
     # NIC sends the 3 x 2 relayed blocks over its own rail (2 units: 3 rounds): 1 + 3.
-    assert dict((name, value) for name, value, _, _ in result.candidates)["direct"] == 6
-    assert (result.schedule, result.rounds_per_chunk, result.ratio) == ("rail", 4, 1)
+    assert dict((name, value) for name, value, _, _ in result.details["candidates"])["direct"] == 6
+    assert (result.details["schedule"], result.rounds_per_chunk, result.ratio) == ("rail", 4, 1)
 
 
 def test_the_cli_takes_fabrics(capsys):

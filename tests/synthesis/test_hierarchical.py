@@ -77,8 +77,8 @@ def test_every_collective_verifies_and_respects_the_bounds(name, family, root):
         root = topology.num_ranks - 1
     result = hierarchical_algorithm(topology, family, root=root, time_limit=NODE_TIME_S)
     _check(result, topology, family, root)
-    assert result.node_algorithms
-    for node_algorithm in result.node_algorithms:
+    assert result.details["node_algorithms"]
+    for node_algorithm in result.details["node_algorithms"]:
         assert node_algorithm.topology.num_ranks == network_layout(topology).ranks_per_node
 
 
@@ -102,18 +102,19 @@ def test_every_pipeline_depth_verifies(batches):
         result = hierarchical_algorithm(topology, family, root=root, batches=batches,
                                         time_limit=NODE_TIME_S)
         _check(result, topology, family, root)
-        assert result.pipeline[0][0] == batches
+        assert result.details["pipeline"][0][0] == batches
 
 
 def test_pipelining_beats_one_batch_on_eight_nodes():
     topology = compose_nodes(get_topology("dgx-a100"), 8)
     one = hierarchical_algorithm(topology, "allgather", batches=1, parts=1,
                                  time_limit=NODE_TIME_S)
-    assert one.pipeline == ((1, 1),) and one.steps == 2  # NIC step, then the node allgathers
+    # One NIC step, then the node allgathers.
+    assert one.details["pipeline"] == ((1, 1),) and one.steps == 2
     best = hierarchical_algorithm(topology, "allgather", time_limit=NODE_TIME_S)
     assert find_problems(best.algorithm) == []
     assert best.rounds_per_chunk < one.rounds_per_chunk
-    assert best.algorithm.chunks == one.algorithm.chunks * best.pipeline[0][1]
+    assert best.algorithm.chunks == one.algorithm.chunks * best.details["pipeline"][0][1]
     # The NICs cut: a node must receive the 56 chunks of the other nodes through 8 one-unit NICs.
     assert best.rounds_per_chunk >= 7
 
@@ -128,7 +129,7 @@ def test_a_given_node_algorithm_is_used_and_repriced():
     node = Algorithm("swap", pair, allgather(2), (Step(3, (Send(0, 0, 1), Send(1, 1, 0))),))
     result = hierarchical_algorithm(topology, "allgather", node_algorithm=node)
     _check(result, topology, "allgather", None)
-    (used,) = result.node_algorithms
+    (used,) = result.details["node_algorithms"]
     assert used.name == "swap" and used.steps[0].rounds == 1  # re-priced: 1 round is enough
 
 

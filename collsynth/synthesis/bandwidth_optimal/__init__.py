@@ -10,16 +10,12 @@ tree packing per root, pipelined and verified schedules.
 * :mod:`.engine` -- :func:`solve_bandwidth_optimal`, all of it end to end.
 """
 
-from collsynth.synthesis.bandwidth_optimal.engine import (
-    BandwidthOptimalResult,
-    solve_bandwidth_optimal,
-)
+from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
 from collsynth.graph.fabric import Fabric, UnsupportedFabricError, build_fabric
 from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, TreePacking, pack_trees
 from collsynth.bounds.throughput import Throughput, optimal_throughput
 
 __all__ = [
-    "BandwidthOptimalResult",
     "solve_bandwidth_optimal",
     "Fabric",
     "UnsupportedFabricError",

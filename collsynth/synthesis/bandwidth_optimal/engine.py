@@ -15,11 +15,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
-from fractions import Fraction
 from typing import Callable
 
-from collsynth.algorithm.model import Algorithm
 from collsynth.algorithm.transform import invert_dual, refine, sequence
 from collsynth.algorithm.verify import verify
 from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
@@ -36,9 +33,10 @@ from collsynth.synthesis.bandwidth_optimal.pipeline import (
     stages_for_size,
 )
 from collsynth.bounds.throughput import optimal_throughput, roots_of
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.model import Topology
 
-__all__ = ["BandwidthOptimalResult", "solve_bandwidth_optimal", "check_request_fits"]
+__all__ = ["solve_bandwidth_optimal", "check_request_fits"]
 
 _log = logging.getLogger(__name__)
 
@@ -55,75 +53,16 @@ SECONDS_PER_SEND = 0.7e-6
 _LP_BOUND_MAX_RANKS = 32
 
 
-@dataclass(frozen=True)
-class BandwidthOptimalResult:
-    """What :func:`solve_bandwidth_optimal` returns.
-
-    Attributes
-    ----------
-    algorithm:
-        The verified schedule.
-    rounds_per_chunk:
-        Its rounds per base chunk (exact), pipeline filling and draining included.
-    steady_state_rounds_per_chunk:
-        Rounds per base chunk once the pipeline is full: the limit of ``rounds_per_chunk`` as
-        the number of stages grows.
-    lower_bound:
-        No algorithm has fewer rounds per base chunk (for allreduce: no reduce-scatter +
-        allgather algorithm).
-    optimal:
-        ``steady_state_rounds_per_chunk == lower_bound``: the schedule's throughput is proven
-        optimal.
-    stages, pieces_per_root, depth:
-        The pipeline's stages, pieces of each root's chunk per stage, deepest tree. Results of
-        the other engines (:func:`collsynth.synthesis.large.solve_large`) report 1, the chunk
-        factor and the step count.
-    seconds:
-        Wall time of the whole call; ``timings`` splits it (bound, packing, schedule, verify).
-    """
-
-    algorithm: Algorithm
-    rounds_per_chunk: Fraction
-    steady_state_rounds_per_chunk: Fraction
-    lower_bound: Fraction
-    optimal: bool
-    stages: int
-    pieces_per_root: int
-    depth: int
-    seconds: float
-    timings: dict
-    engine: str = "trees"
-
-    def to_json(self) -> dict:
-        """Plain JSON-able figures (fractions as strings)."""
-        return {
-            "engine": self.engine,
-            "algorithm": self.algorithm.name,
-            "collective": self.algorithm.collective.describe(),
-            "topology": self.algorithm.topology.name,
-            "ranks": self.algorithm.topology.num_ranks,
-            "steps": self.algorithm.num_steps,
-            "rounds": self.algorithm.num_rounds,
-            "chunks": self.algorithm.chunks,
-            "sends": self.algorithm.num_sends,
-            "rounds_per_chunk": str(self.rounds_per_chunk),
-            "steady_state_rounds_per_chunk": str(self.steady_state_rounds_per_chunk),
-            "lower_bound": str(self.lower_bound),
-            "optimal": self.optimal,
-            "stages": self.stages,
-            "pieces_per_root": self.pieces_per_root,
-            "depth": self.depth,
-            "seconds": round(self.seconds, 3),
-            "timings": {k: round(v, 3) for k, v in self.timings.items()},
-        }
-
-
 def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
                             stages: int | None = None, size_bytes: int | None = None,
                             time_limit: float = 600.0,
                             progress: Callable[[str], None] | None = None
-                            ) -> BandwidthOptimalResult:
+                            ) -> ScheduleResult:
     """A verified, pipelined tree schedule with the optimal throughput.
+
+    Returns a :class:`~collsynth.synthesis.result.ScheduleResult` of engine ``"trees"`` whose
+    ``details`` hold ``stages``, ``pieces_per_root`` and ``depth``; ``timings`` split its time
+    (bound, packing, schedule, verify).
 
     Parameters
     ----------
@@ -186,10 +125,8 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         tick = time.perf_counter()
         algorithm = invert_dual(dual.algorithm, topology, collective.split(dual.algorithm.chunks))
         timings = dict(dual.timings, invert=time.perf_counter() - tick)
-        return BandwidthOptimalResult(
-            algorithm, algorithm.rounds_per_chunk, dual.steady_state_rounds_per_chunk,
-            dual.lower_bound, dual.optimal, dual.stages, dual.pieces_per_root, dual.depth,
-            time.perf_counter() - started, timings)
+        return _result(algorithm, dual.steady_state_rounds_per_chunk, dual.lower_bound,
+                       started, timings, dual.details)
 
     roots = roots_of(collective)
     tick = time.perf_counter()
@@ -232,9 +169,14 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     verify(algorithm)
     timings["verify"] = time.perf_counter() - tick
     say(f"verified ({timings['verify']:.2f} s)")
-    return BandwidthOptimalResult(
-        algorithm, algorithm.rounds_per_chunk, steady, bound, steady == bound, count,
-        packing.pieces_per_root, packing.depth, time.perf_counter() - started, timings)
+    return _result(algorithm, steady, bound, started, timings,
+                   {"stages": count, "pieces_per_root": packing.pieces_per_root,
+                    "depth": packing.depth})
+
+
+def _result(algorithm, steady, bound, started, timings, details) -> ScheduleResult:
+    return ScheduleResult(algorithm, "trees", algorithm.rounds_per_chunk, steady, bound,
+                          time.perf_counter() - started, timings, details)
 
 
 def check_request_fits(num_ranks: int, collective: str, *, stages: int | None,
@@ -285,7 +227,7 @@ def _stages(topology, collective, packing, num_roots, size_bytes) -> int:
 
 
 def _allreduce(topology, collective, stages, size_bytes, time_limit, say,
-               started) -> BandwidthOptimalResult:
+               started) -> ScheduleResult:
     n = topology.num_ranks
     say("allreduce = reduce-scatter + allgather")
     # Each half moves the whole buffer in n parts: sized as a reduce-scatter / allgather of it.
@@ -307,7 +249,6 @@ def _allreduce(topology, collective, stages, size_bytes, time_limit, say,
     timings["compose"] = time.perf_counter() - tick
     steady = (rs.steady_state_rounds_per_chunk + ag.steady_state_rounds_per_chunk) / n
     bound = (rs.lower_bound + ag.lower_bound) / n
-    return BandwidthOptimalResult(
-        algorithm, algorithm.rounds_per_chunk, steady, bound, steady == bound,
-        max(rs.stages, ag.stages), max(rs.pieces_per_root, ag.pieces_per_root),
-        max(rs.depth, ag.depth), time.perf_counter() - started, timings)
+    return _result(algorithm, steady, bound, started, timings,
+                   {key: max(rs.details[key], ag.details[key])
+                    for key in ("stages", "pieces_per_root", "depth")})

@@ -1,27 +1,6 @@
 """Packing spanning trees per root: a linear program over trees, then integer multiplicities.
 
-**The linear program.** For every root ``r`` choose weights ``w[T] >= 0`` over spanning
-arborescences ``T`` rooted at ``r`` summing to 1 (each tree carries that share of ``r``'s chunk),
-and minimise ``R`` such that every link carries at most ``bandwidth * R`` and every bandwidth
-group at most ``limit * R``. By Edmonds' theorem on the arborescence polytope this equals the
-rounds linear program of :func:`collsynth.bounds.rounds_per_chunk_lower_bound`: its optimum is
-the best rounds per chunk of any pipelined tree schedule. There are exponentially many trees, so
-it is solved by *column generation*: HiGHS solves the program over the trees found so far; its
-dual prices give every link a cost (its price plus the prices of the groups that cover it), and a
-minimum-cost arborescence per root (:func:`~.arborescence.min_arborescence`) is the tree that
-lowers ``R`` most, added until none does or ``R`` meets the cut bound of :mod:`.throughput`.
-
-**Symmetry.** On ``K`` identical nodes (:mod:`.symmetry`) only the roots of node 0 get trees; the
-root in node ``k`` uses the same trees moved ``k`` nodes on. Every link then carries the same load
-as the others in its *class* (its orbit under the shift), so the program has one row per class
-of links and of groups, not per link: a few dozen rows for a 1024-GPU system. Links that a
-bandwidth group at least as narrow covers never bind and get no row.
-
-**Integer multiplicities.** A schedule sends whole pieces: each root's chunk is cut into ``k``
-pieces per pipeline stage and tree ``T`` carries ``m[T]`` of them (``sum m[T] = k``), taking
-``rho`` rounds per stage when every class's load fits ``rho * capacity``. A small integer program
-(HiGHS) over the generated trees finds the multiplicities with the least ``rho / k`` for a few
-``k`` (multiples of the denominator of the optimum).
+The details: ``docs/large-systems.md``, section "collsynth.synthesis.bandwidth_optimal.packing".
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Import a real machine's GPU topology from what its tools print or write.
 
-Three inputs are read, each into a :class:`~collsynth.topology.Topology` whose ranks are the
-machine's GPUs and whose bandwidth unit is one physical link (one NVLink or XGMI link) in one
-direction:
-
-* ``nvidia-smi topo -m`` output: :func:`import_nvidia_smi`;
-* ``rocm-smi --showtopo`` output: :func:`import_rocm_smi`;
-* the XML NCCL or RCCL writes with ``NCCL_TOPO_DUMP_FILE``: :func:`import_nccl_xml`.
-
-:func:`import_topology_file` reads a file and picks the importer from its content. All of them
-treat their input as untrusted: size-bounded, parsed without evaluating anything, and refused with
-a :class:`~collsynth.errors.FileFormatError` that names the file, the line or element, and what was
-expected. What each source cannot say (the GPU model, links hidden by ``topo -mp``) is left unknown
-or refused rather than guessed; ``metadata`` keeps what was read but not modelled (PCIe paths,
-NICs and the GPUs near them, NUMA affinity) and ``metadata["warnings"]`` what was dropped.
+The details: ``docs/topologies.md``, section "collsynth.topology.importers".
 """
 
 from __future__ import annotations

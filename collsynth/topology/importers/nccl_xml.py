@@ -5,36 +5,7 @@ The file is untrusted input. It is refused above 16 MiB, when it is not UTF-8, a
 the parser sees it, never expanded). It is parsed by lxml with entity resolution, DTD loading,
 network access and huge trees all off.
 
-What is read:
-
-* The root must be ``<system>``. A ``<graphs>`` root (an NCCL *graph* file, from
-  ``NCCL_GRAPH_DUMP_FILE``) is refused with a message that says so.
-* GPUs are ``<gpu>`` elements, each inside a ``<pci busid=...>`` element. Ranks are ordered by the
-  ``rank`` attribute when every GPU has a distinct one, else by ``dev``, else by document order
-  (``metadata["rank_order"]`` says which).
-* Links are the ``<nvlink>`` (NCCL) and ``<xgmi>`` (RCCL) children of a ``<gpu>``, with
-  ``target`` (a busid), ``count`` (number of links) and ``tclass`` (the target's PCI class):
-
-  - a target that is another GPU's busid is a point-to-point link: ``links[a][b] += count``
-    (made symmetric with the larger count, with a warning, if the two ends disagree);
-  - a target with ``tclass="0x068000"``, or a ``<pci>`` of that class, is an NVSwitch. GPUs on
-    NVSwitches are modelled as in ``nvidia-smi``'s NVSwitch case: GPUs a and b sharing switches get
-    ``sum over shared switches of min(count_a, count_b)`` units (12 on HGX A100, 18 on H100), and
-    each GPU gets an egress and an ingress group limited to its total switch link count;
-  - a target equal to the GPU's OWN busid (Azure NC A100 v4's current ``ncv4-topo.xml``) says
-    nothing about a peer: the link is dropped, with a warning in ``metadata["warnings"]``. The
-    bridge partner is not guessed;
-  - any other target (a CPU on POWER9, a GPU missing from the file) is dropped with a warning.
-
-* A file without ``<gpu>`` elements (the static skeletons given to ``NCCL_TOPO_FILE``) is refused.
-  So is a file whose GPUs have no usable link, since a PCIe-only machine and a hand-written file
-  that leaves the links out look the same; ``assume_pcie=True`` imports it as PCIe only (every
-  pair 1 unit, per-GPU egress/ingress groups of 1, ``unit_gbps`` from the GPUs' PCIe link speed).
-
-``unit_gbps`` is the per-direction GB/s of one link when the GPUs reveal their generation
-(NVIDIA ``sm`` 60/70/80/90/100, RCCL ``gcn`` gfx90a/gfx942), else ``None``. NICs (``<nic><net>``)
-go to ``metadata["nics"]`` with the ranks that share their PCIe switch tree (``near_ranks``) and
-their CPU socket (``numa_ranks``).
+The details: ``docs/topologies.md``, section "collsynth.topology.importers.nccl_xml".
 """
 
 from __future__ import annotations

@@ -6,26 +6,7 @@ trailing ``CPU Affinity`` / ``NUMA Affinity`` / ``GPU NUMA ID`` columns. Cells a
 old drivers). Columns may be TAB separated or space aligned, lines may end in CRLF, and lines
 before and after the matrix (a shell prompt, the legend, the ``NIC Legend:`` block) are ignored.
 
-How the GPU links are modelled (one bandwidth unit = one NVLink in one direction):
-
-* **NVSwitch** (``interconnect = "nvswitch"``): every GPU pair shows the same ``NV#``, there are
-  at least 3 GPUs, and either ``#`` times the number of peers is more than the
-  :data:`~collsynth.topology.importers._common.MAX_NVLINKS_PER_GPU` (18) links a GPU can have, or
-  ``#`` is a whole-GPU NVSwitch link count (8 on A800/H800, 12 on A100, 18 on H100/H200/B200). Then
-  ``#`` is the GPU's TOTAL link count, not a per-peer count: every pair is linked with ``#`` units
-  and each GPU gets an egress and an ingress group of limit ``#`` (like ``hub:N`` with limit ``#``).
-* **Point-to-point NVLink** (``interconnect = "nvlink"``, DGX-1, AC922, NVLink bridges): otherwise,
-  ``links[a][b] = #`` for every ``NV#`` cell, no groups. A GPU whose row adds up to more than 18
-  links while its ``NV#`` values differ is refused (neither model fits). Pairs without NVLink get
-  no link; when that leaves the GPUs disconnected, ``metadata["warnings"]`` says so.
-* **PCIe only** (``interconnect = "pcie"``): no ``NV#`` cell at all. Every pair is linked with 1
-  unit and each GPU gets egress/ingress groups of 1 (one PCIe x16 port per GPU). Exception:
-  ``topo -mp`` output (a legend without the ``NV#`` line) hides NVLink, so it is refused unless
-  ``assume_pcie=True``.
-
-``unit_gbps`` is set only when the caller names the GPU model (``gpu_model=``): the matrix does
-not say which GPU it is. NIC columns are not ranks; their names (resolved through the
-``NIC Legend:``) and their path to every GPU go to ``metadata["nics"]``.
+The details: ``docs/topologies.md``, section "collsynth.topology.importers.nvidia_smi".
 """
 
 from __future__ import annotations

@@ -6,19 +6,7 @@ GPUs``, ``Hops between two GPUs``, ``Link Type between two GPUs`` (``XGMI`` or `
 newer layout (``GPU[0]<TAB><TAB>: (Topology) Numa Node: 0``) and the older one (``GPU 0    : ...``)
 are read; other lines (a shell prompt, a ``WARNING:`` line, the log banners) are ignored.
 
-How the links are modelled (one bandwidth unit = one XGMI link in one direction):
-
-* A pair is **directly linked** when its link type is ``XGMI`` and its weight is 15 (one XGMI
-  hop; rocm-smi adds 15 per XGMI hop and 20 per PCIe segment). Without a Weight table, a hop
-  count of 1 decides, but rocm-smi reports 1 hop for ANY XGMI pair, linked or not (ROCm issue
-  5763), so the Weight table is preferred. Without a Link Type table, weight 15 means XGMI.
-  A direct pair gets 1 unit each way (the table does not say how many links the pair has); there
-  are no groups (``interconnect = "xgmi"``).
-* With no XGMI pair at all the GPUs are imported as PCIe only, as for ``nvidia-smi``: every pair
-  1 unit, per-GPU egress/ingress groups of 1 (``interconnect = "pcie"``).
-
-``unit_gbps`` stays unknown: the output does not name the GPU model. The three tables and the
-NUMA lines are kept in ``metadata``.
+The details: ``docs/topologies.md``, section "collsynth.topology.importers.rocm_smi".
 """
 
 from __future__ import annotations
