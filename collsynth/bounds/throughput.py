@@ -39,7 +39,7 @@ from collsynth.collective.duality import has_non_combining_dual, non_combining_d
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import allgather, is_standard_allreduce, reduce_scatter
 from collsynth.errors import InvalidCollectiveError, SolverError, UnimplementableError
-from collsynth.graph.fabric import INFINITE, Fabric, build_fabric
+from collsynth.graph.fabric import INFINITE, Fabric, build_fabric, composed_quotient
 from collsynth.graph.symmetry import node_shift
 from collsynth.topology.model import Topology
 
@@ -72,7 +72,8 @@ def broadcast_shape(collective: Collective) -> dict[int, int] | None:
     n = collective.num_ranks
     roots: dict[int, int] = {}
     for pre, post in zip(collective.precondition, collective.postcondition):
-        if len(pre) != 1 or len(pre | post) != n:
+        # len(post) == n (every rank) spares a union of n ranks per chunk.
+        if len(pre) != 1 or (len(post) != n and len(pre | post) != n):
             return None
         root = next(iter(pre))
         roots[root] = roots.get(root, 0) + 1
@@ -163,6 +164,15 @@ def _reached(graph: sp.csr_matrix, flow: sp.csr_matrix, source: int) -> np.ndarr
 def _check_reachable(fabric: Fabric, roots: dict[int, int]) -> None:
     graph = sp.csr_matrix((np.ones(fabric.num_arcs, np.int8), (fabric.src, fabric.dst)),
                           shape=(fabric.num_vertices, fabric.num_vertices))
+    # One root reaching every rank and reached by every rank covers all the roots (through it):
+    # two searches instead of one per root. Otherwise find the pair that fails, root by root.
+    first = next(iter(roots))
+    forward = breadth_first_order(graph, first, directed=True, return_predecessors=False)
+    backward = breadth_first_order(graph.T.tocsr(), first, directed=True,
+                                   return_predecessors=False)
+    if (np.count_nonzero(forward < fabric.num_ranks) == fabric.num_ranks
+            and np.count_nonzero(backward < fabric.num_ranks) == fabric.num_ranks):
+        return
     for root in roots:
         order = breadth_first_order(graph, root, directed=True, return_predecessors=False)
         reached = np.zeros(fabric.num_vertices, bool)
@@ -182,17 +192,26 @@ def node_representatives(topology: Topology) -> np.ndarray | None:
 
 def fabric_rounds(topology: Topology, roots: dict[int, int]) -> tuple[Fraction, tuple[int, ...]]:
     """:func:`tree_rounds` on the fabric of ``topology``, testing only node 0's ranks when every
-    rank roots the same number of chunks and the node shift is a symmetry.
+    rank roots the same number of chunks and the node shift is a symmetry; for a topology stored
+    sparsely, on its :func:`~collsynth.graph.fabric.composed_quotient` (a few nodes' size).
 
     Raises
     ------
     UnsupportedFabricError
         As :func:`~collsynth.graph.fabric.build_fabric`.
     """
+    uniform = len(roots) == topology.num_ranks and len(set(roots.values())) == 1
+    quotient = composed_quotient(topology) if uniform else None
+    if quotient is not None:
+        # The node permutations fixing node 0 fix its ranks and every rank's chunk count, so
+        # the cuts to node 0's ranks are those of the quotient (composed_quotient).
+        count = next(iter(roots.values()))
+        folded = {r: int(m) * count for r, m in enumerate(quotient.multiplicity)}
+        rounds, cut = tree_rounds(quotient.fabric, folded,
+                                  representatives=np.arange(quotient.ranks_per_node))
+        return rounds, tuple(quotient.unfold(np.asarray(cut, np.int64)).tolist())
     fabric = build_fabric(topology)
-    representatives = None
-    if len(roots) == topology.num_ranks and len(set(roots.values())) == 1:
-        representatives = node_representatives(topology)
+    representatives = node_representatives(topology) if uniform else None
     return tree_rounds(fabric, roots, representatives=representatives)
 
 
