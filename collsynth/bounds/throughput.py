@@ -28,6 +28,7 @@ the fabric to itself, so testing the ranks of node 0 covers every ``v``.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -115,24 +116,39 @@ def tree_rounds(fabric: Fabric, roots: dict[int, int], *,
     root_list = np.flatnonzero(chunks)
     rows = np.concatenate([fabric.src, np.full(len(root_list), total_vertices)])
     cols = np.concatenate([fabric.dst, root_list])
+    small = fabric.num_arcs + len(root_list) <= _SMALL_ARCS and total_vertices < _SMALL_VERTICES
     while True:
         p, q = best.numerator, best.denominator
-        # Arcs that are not limits (between regions) stay effectively infinite when clamped;
-        # any real capacity or chunk count must fit the 32-bit solver exactly.
-        arc_caps = np.where(fabric.cap >= INFINITE, 2 ** 31 - 1, p * fabric.cap)
-        capacities = np.concatenate([arc_caps, q * chunks[root_list]])
-        if q * total >= 2 ** 31 or (p * fabric.cap[fabric.cap < INFINITE]).max(initial=0) \
-                >= 2 ** 31:
-            raise SolverError("the throughput ratio is too large for the 32-bit maximum-flow "
-                              "solver")
-        graph = sp.csr_matrix((capacities.astype(np.int32), (rows, cols)),
-                              shape=(total_vertices + 1, total_vertices + 1))
+        if small:
+            # Exact integers of any size (a quotient's capacities are sums over many nodes).
+            huge = q * total + 1  # more than any cut that matters
+            arc_caps = [huge if c >= INFINITE else p * c for c in fabric.cap.tolist()]
+            capacities = arc_caps + [q * int(c) for c in chunks[root_list]]
+
+            def min_cut(v: int) -> tuple[int, np.ndarray]:
+                return _small_max_flow(total_vertices + 1, rows, cols, capacities,
+                                       total_vertices, v)
+        else:
+            # Arcs that are not limits (between regions) stay effectively infinite when clamped;
+            # any real capacity or chunk count must fit the 32-bit solver exactly.
+            arc_caps = np.where(fabric.cap >= INFINITE, 2 ** 31 - 1, p * fabric.cap)
+            if q * total >= 2 ** 31 or (p * fabric.cap[fabric.cap < INFINITE]).max(initial=0) \
+                    >= 2 ** 31:
+                raise SolverError("the throughput ratio is too large for the 32-bit maximum-flow "
+                                  "solver")
+            graph = sp.csr_matrix(
+                (np.concatenate([arc_caps, q * chunks[root_list]]).astype(np.int32),
+                 (rows, cols)), shape=(total_vertices + 1, total_vertices + 1))
+
+            def min_cut(v: int) -> tuple[int, np.ndarray]:
+                result = maximum_flow(graph, total_vertices, v)
+                return result.flow_value, _reached(graph, result.flow, total_vertices)
         improved, improved_cut = None, ()
         for v in candidates:
-            result = maximum_flow(graph, total_vertices, int(v))
-            if result.flow_value >= q * total:
+            value, reached = min_cut(int(v))
+            if value >= q * total:
                 continue
-            inside = ~_reached(graph, result.flow, total_vertices)[:total_vertices]
+            inside = ~reached[:total_vertices]
             needed = total - int(chunks[inside].sum())
             crossing = inside[fabric.dst] & ~inside[fabric.src]
             capacity = int(fabric.cap[crossing].sum())
@@ -148,6 +164,67 @@ def tree_rounds(fabric: Fabric, roots: dict[int, int], *,
             raise SolverError("the throughput iteration failed to improve; maximum flow is "
                               "inconsistent")
         best, best_cut = improved, improved_cut
+
+
+#: Up to this many arcs and vertices (a quotient, a small system) maximum flows run in exact
+#: Python integers; the vertices bound the depth of its recursive search.
+_SMALL_ARCS = 4096
+_SMALL_VERTICES = 512
+
+
+def _small_max_flow(num_vertices: int, src: np.ndarray, dst: np.ndarray, cap: list[int],
+                    source: int, sink: int) -> tuple[int, np.ndarray]:
+    """Dinic's maximum flow on a small graph, in Python integers (no 32-bit limit): the flow's
+    value and the vertices reachable from ``source`` in the residual graph (a minimum cut)."""
+    head: list[list[int]] = [[] for _ in range(num_vertices)]
+    to: list[int] = []
+    residual: list[int] = []
+    for a, b, c in zip(src.tolist(), dst.tolist(), cap):
+        head[a].append(len(to))
+        to.append(b)
+        residual.append(c)
+        head[b].append(len(to))
+        to.append(a)
+        residual.append(0)
+
+    def levels() -> list[int]:
+        level = [-1] * num_vertices
+        level[source] = 0
+        queue = deque([source])
+        while queue:
+            u = queue.popleft()
+            for e in head[u]:
+                if residual[e] > 0 and level[to[e]] < 0:
+                    level[to[e]] = level[u] + 1
+                    queue.append(to[e])
+        return level
+
+    def push(u: int, limit: int, level: list[int], cursor: list[int]) -> int:
+        if u == sink:
+            return limit
+        while cursor[u] < len(head[u]):
+            e = head[u][cursor[u]]
+            v = to[e]
+            if residual[e] > 0 and level[v] == level[u] + 1:
+                sent = push(v, min(limit, residual[e]), level, cursor)
+                if sent:
+                    residual[e] -= sent
+                    residual[e ^ 1] += sent
+                    return sent
+            cursor[u] += 1
+        return 0
+
+    value = 0
+    while True:
+        level = levels()
+        if level[sink] < 0:
+            return value, np.asarray(level) >= 0
+        cursor = [0] * num_vertices
+        while True:
+            sent = push(source, sum(residual[e] for e in head[source]), level, cursor)
+            if not sent:
+                break
+            value += sent
 
 
 def _reached(graph: sp.csr_matrix, flow: sp.csr_matrix, source: int) -> np.ndarray:
