@@ -32,8 +32,8 @@ from collsynth.errors import (
     UnimplementableError,
     UnknownNameError,
 )
-from collsynth.bounds.throughput import broadcast_shape, fabric_rounds
-from collsynth.graph.fabric import UnsupportedFabricError
+from collsynth.bounds.throughput import _small_max_flow, broadcast_shape, fabric_rounds
+from collsynth.graph.fabric import INFINITE, UnsupportedFabricError, composed_quotient
 from collsynth.graph.arborescence import min_arborescence_cost
 from collsynth.graph.symmetry import candidate_permutations, node_shift, rank_orbits
 from collsynth.topology.capacity import link_capacity
@@ -164,10 +164,99 @@ def _hops_from_sets(graph: sp.csr_matrix, sets: Sequence[frozenset[int]]) -> dic
     return result
 
 
+def _composed_distances(topology: Topology) -> np.ndarray | None:
+    """On a topology stored sparsely over several nodes, the hops between two ranks of one node
+    (by local rank, ``[src, dst]``); ranks of two nodes are one hop apart. ``None`` otherwise.
+
+    Every rank has a link to every rank of the other nodes, so between nodes it is one hop, and
+    within a node the node's own distance or two hops through another node, whichever is less.
+    """
+    composition = topology.composition
+    if composition is None or composition.nodes < 2:
+        return None
+    local = composition.local_links()
+    graph = sp.csr_matrix((local > 0).astype(np.float64))
+    hops = np.minimum(dijkstra(graph, unweighted=True), 2)
+    np.fill_diagonal(hops, 0)
+    return hops.astype(np.int64)
+
+
+#: A chunk whose sets name more rank pairs than this is not measured on the composed distances
+#: (the dense hop graph is used instead).
+_COMPOSED_PAIRS = 1 << 22
+
+
+def _composed_farthest(topology: Topology, collective: Collective
+                       ) -> tuple[int, int, int, int | frozenset[int]] | None:
+    """:func:`_farthest_copy` (non-combining) or :func:`_farthest_contribution` (combining) from
+    :func:`_composed_distances`, in ``O(ranks)`` per chunk for the standard collectives; the
+    last element is the chunk's precondition, or the contributor. ``None`` when it does not
+    apply. Every pair is reachable (one or two hops), so ``hops`` is never ``-1``."""
+    hops = _composed_distances(topology)
+    if hops is None:
+        return None
+    n, per = topology.num_ranks, len(hops)
+    off = hops + np.where(np.eye(per, dtype=bool), -1, 0)  # -1 on the diagonal: a rank itself
+    # Farthest rank from local rank a (any other rank) and to local rank b (from any other).
+    out_far = np.maximum(off.max(axis=1), 1)
+    in_far = np.maximum(off.max(axis=0), 1)
+    best = (0, -1, -1, frozenset() if not collective.combining else -1)
+    for chunk, (pre, post) in enumerate(zip(collective.precondition, collective.postcondition)):
+        if collective.combining:
+            if len(pre) == n:  # every contributor: the farthest one from each destination
+                targets = np.fromiter(post, np.int64, len(post))
+                far = in_far[targets % per]
+                worst = int(np.argmax(far))
+                pair = (int(far[worst]), chunk, int(targets[worst]), -1)
+            elif len(pre) * len(post) <= _COMPOSED_PAIRS:
+                pair = _pair_farthest(hops, per, sorted(pre), sorted(post), chunk, any_source=False)
+            else:
+                return None
+        else:
+            if len(pre) == 1 and len(post) == n:  # one root, every rank
+                root = next(iter(pre))
+                pair = (int(out_far[root % per]), chunk, -1, pre)
+            elif len(pre) == 1 and len(post) == 1:  # one rank to one rank
+                (a,), (b,) = pre, post
+                far = 0 if a == b else 1 if a // per != b // per else int(hops[a % per, b % per])
+                pair = (far, chunk, b, pre)
+            elif len(pre) * len(post) <= _COMPOSED_PAIRS:
+                pair = _pair_farthest(hops, per, sorted(pre), sorted(post - pre), chunk,
+                                      any_source=True)
+                pair = pair[:3] + (pre,)
+            else:
+                return None
+        if pair[0] > best[0]:
+            best = pair
+    return best
+
+
+def _pair_farthest(hops: np.ndarray, per: int, sources: list[int], targets: list[int],
+                   chunk: int, *, any_source: bool) -> tuple[int, int, int, int]:
+    """The farthest target from ``sources`` (its nearest one if ``any_source``, else every one
+    but itself) on the composed distances: ``(hops, chunk, target, source)``."""
+    if not sources or not targets:
+        return (0, chunk, -1, -1)
+    src, dst = np.asarray(sources, np.int64), np.asarray(targets, np.int64)
+    same = (src[:, None] // per) == (dst[None, :] // per)
+    dist = np.where(same, hops[(src % per)[:, None], (dst % per)[None, :]], 1)
+    if any_source:
+        nearest = dist.min(axis=0)
+        worst = int(np.argmax(nearest))
+        return (int(nearest[worst]), chunk, int(dst[worst]), -1)
+    dist = np.where(src[:, None] == dst[None, :], 0, dist)
+    flat = int(np.argmax(dist))
+    i, j = divmod(flat, len(dst))
+    return (int(dist[i, j]), chunk, int(dst[j]), int(src[i]))
+
+
 def _farthest_copy(topology: Topology, collective: Collective) -> tuple[int, int, int, frozenset[int]]:
     """For a non-combining collective: ``(hops, chunk, rank, sources)`` of the (rank, chunk) pair
     farthest from the chunk's precondition; ``hops`` is ``-1`` when a pair is unreachable (then
     the pair is that witness) and ``0`` when nothing has to move."""
+    composed = _composed_farthest(topology, collective)
+    if composed is not None:
+        return composed
     distances = _hops_from_sets(_hop_graph(topology), sorted(set(collective.precondition), key=sorted))
     best = (0, -1, -1, frozenset())
     for chunk, (pre, post) in enumerate(zip(collective.precondition, collective.postcondition)):
@@ -187,6 +276,9 @@ def _farthest_contribution(topology: Topology, collective: Collective) -> tuple[
     """For a combining collective: ``(hops, chunk, destination, contributor)`` maximising the hop
     distance from a contributor to a destination that needs its contribution; ``hops == -1`` for
     an unreachable pair."""
+    composed = _composed_farthest(topology, collective)
+    if composed is not None:
+        return composed
     graph = _hop_graph(topology)
     contributors = sorted(set().union(*collective.precondition))
     best = (0, -1, -1, -1)
@@ -1002,6 +1094,68 @@ def _fabric_rounds(topology: Topology, collective: Collective) -> Fraction | Non
         return None
 
 
+def _composed_rounds(topology: Topology, collective: Collective) -> Fraction | None:
+    """The total rounds bound that :func:`rounds_per_chunk_lower_bound` finds above
+    :data:`_FABRIC_FIRST_RANKS` ranks, from the sparse form of a composed topology (no dense
+    matrix): the fabric bound for broadcast-shaped collectives and their duals, and for an
+    allreduce the cut bound over the same cuts as :func:`_candidate_cuts`, each measured
+    exactly on the quotient fabric. ``None`` when it does not apply."""
+    if topology.composition is None or topology.composition.nodes < 2 \
+            or topology.num_ranks <= _FABRIC_FIRST_RANKS:
+        return None
+    try:
+        if _is_multi_destination_combining(collective):
+            return _composed_cut_rounds(topology, collective)
+        return _fabric_rounds(*_copy_problem(topology, collective))
+    except UnsupportedFabricError:
+        return None
+
+
+def _composed_cut_rounds(topology: Topology, collective: Collective) -> Fraction | None:
+    """:func:`_cut_rounds` for an allreduce (every chunk from every rank to every rank) on a
+    composed topology: each cut of :func:`_candidate_cuts` is crossed by every chunk, and its
+    capacity is the maximum flow across it in the quotient fabric (node permutations fixing
+    node 0 keep each of those cuts)."""
+    n = topology.num_ranks
+    if not all(len(pre) == n and len(post) == n
+               for pre, post in zip(collective.precondition, collective.postcondition)):
+        return None
+    quotient = composed_quotient(topology)
+    shift = node_shift(topology)
+    per = quotient.ranks_per_node
+    q_ranks = quotient.fabric.num_ranks
+    cuts = []
+    node = np.zeros(q_ranks, dtype=bool)
+    node[:per] = True
+    cuts += [node, ~node]
+    if shift is not None and shift.nodes_per_leaf:
+        leaf = np.zeros(q_ranks, dtype=bool)
+        leaf[:2 * per] = True  # node 0 and the other nodes of its leaf (classes 0 and 1)
+        cuts += [leaf, ~leaf]
+    for v in range(per):
+        single = np.zeros(q_ranks, dtype=bool)
+        single[v] = True
+        cuts += [single, ~single]
+    needed = collective.num_chunks
+    capacity = min(_quotient_cut(quotient.fabric, inside) for inside in cuts)
+    if capacity <= 0:
+        raise SolverError(f"a cut of {topology.name!r} with {n} ranks has no capacity")
+    return Fraction(needed, capacity)
+
+
+def _quotient_cut(fabric, inside: np.ndarray) -> int:
+    """The most chunks per round the ranks ``inside`` can send to the others on ``fabric``."""
+    v = fabric.num_vertices
+    source, sink = v, v + 1
+    huge = int(fabric.cap[fabric.cap < INFINITE].sum()) + 1
+    ranks = np.arange(fabric.num_ranks)
+    src = np.concatenate([fabric.src, np.full(inside.sum(), source), ranks[~inside]])
+    dst = np.concatenate([fabric.dst, ranks[inside], np.full((~inside).sum(), sink)])
+    cap = [huge if c >= INFINITE else c for c in fabric.cap.tolist()]
+    cap += [huge] * int(inside.sum() + (~inside).sum())
+    return _small_max_flow(v + 2, src, dst, cap, source, sink)[0]
+
+
 # -- arborescence packing (every chunk from one rank to all others, no bandwidth groups) ----------
 
 
@@ -1277,6 +1431,10 @@ def rounds_per_chunk_lower_bound(topology: Topology, collective: Collective, *,
     if method not in ("auto", "highs", "z3"):
         raise UnknownNameError(f"unknown bounds method {method!r}; valid: auto, highs, z3")
     check_implementable(topology, collective)
+    if method == "auto":
+        composed = _composed_rounds(topology, collective)
+        if composed is not None:
+            return composed / collective.chunk_factor
     if _is_multi_destination_combining(collective):
         total = _cut_rounds(topology, collective)
     else:

@@ -6,6 +6,7 @@ The details: ``docs/bounds.md``, section "collsynth.bounds.throughput".
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -17,7 +18,7 @@ from collsynth.collective.duality import has_non_combining_dual, non_combining_d
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import allgather, is_standard_allreduce, reduce_scatter
 from collsynth.errors import InvalidCollectiveError, SolverError, UnimplementableError
-from collsynth.graph.fabric import INFINITE, Fabric, build_fabric
+from collsynth.graph.fabric import INFINITE, Fabric, build_fabric, composed_quotient
 from collsynth.graph.symmetry import node_shift
 from collsynth.topology.model import Topology
 
@@ -50,7 +51,8 @@ def broadcast_shape(collective: Collective) -> dict[int, int] | None:
     n = collective.num_ranks
     roots: dict[int, int] = {}
     for pre, post in zip(collective.precondition, collective.postcondition):
-        if len(pre) != 1 or len(pre | post) != n:
+        # len(post) == n (every rank) spares a union of n ranks per chunk.
+        if len(pre) != 1 or (len(post) != n and len(pre | post) != n):
             return None
         root = next(iter(pre))
         roots[root] = roots.get(root, 0) + 1
@@ -92,24 +94,39 @@ def tree_rounds(fabric: Fabric, roots: dict[int, int], *,
     root_list = np.flatnonzero(chunks)
     rows = np.concatenate([fabric.src, np.full(len(root_list), total_vertices)])
     cols = np.concatenate([fabric.dst, root_list])
+    small = fabric.num_arcs + len(root_list) <= _SMALL_ARCS and total_vertices < _SMALL_VERTICES
     while True:
         p, q = best.numerator, best.denominator
-        # Arcs that are not limits (between regions) stay effectively infinite when clamped;
-        # any real capacity or chunk count must fit the 32-bit solver exactly.
-        arc_caps = np.where(fabric.cap >= INFINITE, 2 ** 31 - 1, p * fabric.cap)
-        capacities = np.concatenate([arc_caps, q * chunks[root_list]])
-        if q * total >= 2 ** 31 or (p * fabric.cap[fabric.cap < INFINITE]).max(initial=0) \
-                >= 2 ** 31:
-            raise SolverError("the throughput ratio is too large for the 32-bit maximum-flow "
-                              "solver")
-        graph = sp.csr_matrix((capacities.astype(np.int32), (rows, cols)),
-                              shape=(total_vertices + 1, total_vertices + 1))
+        if small:
+            # Exact integers of any size (a quotient's capacities are sums over many nodes).
+            huge = q * total + 1  # more than any cut that matters
+            arc_caps = [huge if c >= INFINITE else p * c for c in fabric.cap.tolist()]
+            capacities = arc_caps + [q * int(c) for c in chunks[root_list]]
+
+            def min_cut(v: int) -> tuple[int, np.ndarray]:
+                return _small_max_flow(total_vertices + 1, rows, cols, capacities,
+                                       total_vertices, v)
+        else:
+            # Arcs that are not limits (between regions) stay effectively infinite when clamped;
+            # any real capacity or chunk count must fit the 32-bit solver exactly.
+            arc_caps = np.where(fabric.cap >= INFINITE, 2 ** 31 - 1, p * fabric.cap)
+            if q * total >= 2 ** 31 or (p * fabric.cap[fabric.cap < INFINITE]).max(initial=0) \
+                    >= 2 ** 31:
+                raise SolverError("the throughput ratio is too large for the 32-bit maximum-flow "
+                                  "solver")
+            graph = sp.csr_matrix(
+                (np.concatenate([arc_caps, q * chunks[root_list]]).astype(np.int32),
+                 (rows, cols)), shape=(total_vertices + 1, total_vertices + 1))
+
+            def min_cut(v: int) -> tuple[int, np.ndarray]:
+                result = maximum_flow(graph, total_vertices, v)
+                return result.flow_value, _reached(graph, result.flow, total_vertices)
         improved, improved_cut = None, ()
         for v in candidates:
-            result = maximum_flow(graph, total_vertices, int(v))
-            if result.flow_value >= q * total:
+            value, reached = min_cut(int(v))
+            if value >= q * total:
                 continue
-            inside = ~_reached(graph, result.flow, total_vertices)[:total_vertices]
+            inside = ~reached[:total_vertices]
             needed = total - int(chunks[inside].sum())
             crossing = inside[fabric.dst] & ~inside[fabric.src]
             capacity = int(fabric.cap[crossing].sum())
@@ -127,6 +144,67 @@ def tree_rounds(fabric: Fabric, roots: dict[int, int], *,
         best, best_cut = improved, improved_cut
 
 
+#: Up to this many arcs and vertices (a quotient, a small system) maximum flows run in exact
+#: Python integers; the vertices bound the depth of its recursive search.
+_SMALL_ARCS = 4096
+_SMALL_VERTICES = 512
+
+
+def _small_max_flow(num_vertices: int, src: np.ndarray, dst: np.ndarray, cap: list[int],
+                    source: int, sink: int) -> tuple[int, np.ndarray]:
+    """Dinic's maximum flow on a small graph, in Python integers (no 32-bit limit): the flow's
+    value and the vertices reachable from ``source`` in the residual graph (a minimum cut)."""
+    head: list[list[int]] = [[] for _ in range(num_vertices)]
+    to: list[int] = []
+    residual: list[int] = []
+    for a, b, c in zip(src.tolist(), dst.tolist(), cap):
+        head[a].append(len(to))
+        to.append(b)
+        residual.append(c)
+        head[b].append(len(to))
+        to.append(a)
+        residual.append(0)
+
+    def levels() -> list[int]:
+        level = [-1] * num_vertices
+        level[source] = 0
+        queue = deque([source])
+        while queue:
+            u = queue.popleft()
+            for e in head[u]:
+                if residual[e] > 0 and level[to[e]] < 0:
+                    level[to[e]] = level[u] + 1
+                    queue.append(to[e])
+        return level
+
+    def push(u: int, limit: int, level: list[int], cursor: list[int]) -> int:
+        if u == sink:
+            return limit
+        while cursor[u] < len(head[u]):
+            e = head[u][cursor[u]]
+            v = to[e]
+            if residual[e] > 0 and level[v] == level[u] + 1:
+                sent = push(v, min(limit, residual[e]), level, cursor)
+                if sent:
+                    residual[e] -= sent
+                    residual[e ^ 1] += sent
+                    return sent
+            cursor[u] += 1
+        return 0
+
+    value = 0
+    while True:
+        level = levels()
+        if level[sink] < 0:
+            return value, np.asarray(level) >= 0
+        cursor = [0] * num_vertices
+        while True:
+            sent = push(source, sum(residual[e] for e in head[source]), level, cursor)
+            if not sent:
+                break
+            value += sent
+
+
 def _reached(graph: sp.csr_matrix, flow: sp.csr_matrix, source: int) -> np.ndarray:
     """Vertices reachable from ``source`` in the residual graph."""
     residual = (graph.astype(np.int64) - flow.astype(np.int64)).tocsr()
@@ -141,6 +219,15 @@ def _reached(graph: sp.csr_matrix, flow: sp.csr_matrix, source: int) -> np.ndarr
 def _check_reachable(fabric: Fabric, roots: dict[int, int]) -> None:
     graph = sp.csr_matrix((np.ones(fabric.num_arcs, np.int8), (fabric.src, fabric.dst)),
                           shape=(fabric.num_vertices, fabric.num_vertices))
+    # One root reaching every rank and reached by every rank covers all the roots (through it):
+    # two searches instead of one per root. Otherwise find the pair that fails, root by root.
+    first = next(iter(roots))
+    forward = breadth_first_order(graph, first, directed=True, return_predecessors=False)
+    backward = breadth_first_order(graph.T.tocsr(), first, directed=True,
+                                   return_predecessors=False)
+    if (np.count_nonzero(forward < fabric.num_ranks) == fabric.num_ranks
+            and np.count_nonzero(backward < fabric.num_ranks) == fabric.num_ranks):
+        return
     for root in roots:
         order = breadth_first_order(graph, root, directed=True, return_predecessors=False)
         reached = np.zeros(fabric.num_vertices, bool)
@@ -160,17 +247,26 @@ def node_representatives(topology: Topology) -> np.ndarray | None:
 
 def fabric_rounds(topology: Topology, roots: dict[int, int]) -> tuple[Fraction, tuple[int, ...]]:
     """:func:`tree_rounds` on the fabric of ``topology``, testing only node 0's ranks when every
-    rank roots the same number of chunks and the node shift is a symmetry.
+    rank roots the same number of chunks and the node shift is a symmetry; for a topology stored
+    sparsely, on its :func:`~collsynth.graph.fabric.composed_quotient` (a few nodes' size).
 
     Raises
     ------
     UnsupportedFabricError
         As :func:`~collsynth.graph.fabric.build_fabric`.
     """
+    uniform = len(roots) == topology.num_ranks and len(set(roots.values())) == 1
+    quotient = composed_quotient(topology) if uniform else None
+    if quotient is not None:
+        # The node permutations fixing node 0 fix its ranks and every rank's chunk count, so
+        # the cuts to node 0's ranks are those of the quotient (composed_quotient).
+        count = next(iter(roots.values()))
+        folded = {r: int(m) * count for r, m in enumerate(quotient.multiplicity)}
+        rounds, cut = tree_rounds(quotient.fabric, folded,
+                                  representatives=np.arange(quotient.ranks_per_node))
+        return rounds, tuple(quotient.unfold(np.asarray(cut, np.int64)).tolist())
     fabric = build_fabric(topology)
-    representatives = None
-    if len(roots) == topology.num_ranks and len(set(roots.values())) == 1:
-        representatives = node_representatives(topology)
+    representatives = node_representatives(topology) if uniform else None
     return tree_rounds(fabric, roots, representatives=representatives)
 
 

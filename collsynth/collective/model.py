@@ -88,8 +88,12 @@ class Collective:
             raise InvalidCollectiveError(
                 f"collective {self.name!r}: chunk_factor = {self.chunk_factor!r}; expected >= 1"
             )
+        checked: set[int] = set()  # ids of sets already checked: allgather shares one of n ranks
         for chunk, (pre, post) in enumerate(zip(self.precondition, self.postcondition)):
             for role, ranks in (("precondition", pre), ("postcondition", post)):
+                if id(ranks) in checked:
+                    continue
+                checked.add(id(ranks))
                 bad = sorted(r for r in ranks if not isinstance(r, int) or not 0 <= r < n)
                 if bad:
                     raise InvalidCollectiveError(

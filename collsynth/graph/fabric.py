@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from collsynth.errors import InvalidTopologyError
-from collsynth.topology.model import Topology
+from collsynth.topology.model import BandwidthGroup, Topology
 
-__all__ = ["Fabric", "UnsupportedFabricError", "build_fabric", "link_matrix", "INFINITE"]
+__all__ = ["Fabric", "UnsupportedFabricError", "build_fabric", "link_matrix", "INFINITE",
+           "Quotient", "composed_quotient"]
 
 #: Capacity of an arc that is not a limit (between regions). Larger than any cut of interest,
 #: small enough that scaled capacities stay within the 32-bit maximum-flow solver.
@@ -81,6 +82,9 @@ def build_fabric(topology: Topology) -> Fabric:
     >>> fabric.num_ranks, fabric.num_vertices, fabric.num_arcs
     (4, 16, 22)
     """
+    composition = topology.composition
+    if composition is not None and composition.nodes > 1:
+        return _composed_fabric(topology.name, composition)
     n = topology.num_ranks
     links = link_matrix(topology)
     vertices = _Vertices(n)
@@ -145,13 +149,201 @@ def build_fabric(topology: Topology) -> Fabric:
     s_in, d_in = src_idx[inside], dst_idx[inside]
     arcs(leave[s_in, d_in], arrive[s_in, d_in], links[s_in, d_in])
     if (~inside).any():
-        _network(topology, links, regions, network, vertices, arcs, src_idx[~inside],
-                 dst_idx[~inside])
+        _check_between(topology.name, links, regions, src_idx[~inside], dst_idx[~inside], network)
+        _network(topology.name, n, regions, network, vertices, arcs)
 
     src = np.concatenate(arcs_src) if arcs_src else np.zeros(0, np.int64)
     dst = np.concatenate(arcs_dst) if arcs_dst else np.zeros(0, np.int64)
     cap = np.concatenate(arcs_cap) if arcs_cap else np.zeros(0, np.int64)
     return Fabric(n, n + len(vertices.labels), src, dst, cap, tuple(vertices.labels), regions)
+
+
+@dataclass(frozen=True)
+class _Limit:
+    """A network group of a composition, as :func:`_network` reads one: its limit."""
+
+    limit: int
+
+
+def _composed_fabric(name: str, composition, classes: "_Classes | None" = None) -> Fabric:
+    """The fabric of a composed topology, from its node and layout (no ``n x n`` matrix): the
+    node's own fabric once per node, then the network of :func:`_network` fed with the groups
+    :class:`~collsynth.topology.compose.Composition` describes, classified as
+    :func:`_classify` would classify them. With ``classes``, the quotient of
+    :func:`composed_quotient`: one region per class of nodes, capacities times its size."""
+    per, nodes = composition.ranks_per_node, composition.nodes
+    spec = composition.spec
+    if classes is None:
+        leaf_size = spec.nodes_per_leaf if spec.nodes_per_leaf else nodes
+        classes = _Classes(np.ones(nodes, np.int64), np.arange(nodes) // leaf_size,
+                           np.ones(nodes // leaf_size, np.int64), None, None)
+    mult = classes.mult
+    regions_count = len(mult)
+    n = per * regions_count
+    local_groups = tuple(BandwidthGroup(g.sources, g.destinations, g.limit * composition.scale,
+                                        g.name or f"group {index}")
+                         for index, g in enumerate(composition.node.groups))
+    if composition.flipped:
+        local_groups = tuple(g.reversed() for g in local_groups)
+    node = Topology(composition.node.name, tuple(map(tuple, composition.local_links().tolist())),
+                    local_groups)
+    inner = build_fabric(node)
+    extra = inner.num_vertices - per
+    shift_rank = (np.arange(regions_count, dtype=np.int64) * per)[:, None]
+    shift_port = (n + np.arange(regions_count, dtype=np.int64) * extra)[:, None]
+
+    def tile(v: np.ndarray) -> np.ndarray:
+        return np.where(v[None, :] < per, v[None, :] + shift_rank, v[None, :] - per + shift_port)
+
+    vertices = _Vertices(n)
+    vertices.labels.extend(f"node {k}: {label}" for k in range(regions_count)
+                           for label in inner.labels)
+    inner_cap = np.where(inner.cap[None, :] >= INFINITE, INFINITE, inner.cap[None, :] * mult[:, None])
+    arcs_src = [tile(inner.src).ravel()]
+    arcs_dst = [tile(inner.dst).ravel()]
+    arcs_cap = [inner_cap.ravel()]
+
+    def arcs(src, dst, cap) -> None:
+        src, dst, cap = np.broadcast_arrays(np.atleast_1d(np.asarray(src, np.int64)),
+                                            np.atleast_1d(np.asarray(dst, np.int64)),
+                                            np.asarray(cap, np.int64))
+        arcs_src.append(src.copy())
+        arcs_dst.append(dst.copy())
+        arcs_cap.append(cap.copy())
+
+    # The groups of the network, each as (limit, narrow side, label) under its kind; egress and
+    # ingress swap names in the reversed topology.
+    out_word, in_word = ("ingress", "egress") if composition.flipped else ("egress", "ingress")
+    up_word, down_word = ("downlink", "uplink") if composition.flipped else ("uplink", "downlink")
+    network: dict[str, list] = {"outbound": [], "inbound": []}
+    every = np.arange(n, dtype=np.int64)
+    units, over = composition.units, composition.oversubscription
+    for k in range(regions_count):
+        base = k * per
+        for j, members in enumerate(composition.nic_ranks):
+            mine = base + np.sort(np.asarray(members, np.int64))
+            network["outbound"].append((_Limit(units * mult[k]), mine,
+                                        f"node {k} NIC {j} {out_word}"))
+            network["inbound"].append((_Limit(units * mult[k]), mine,
+                                       f"node {k} NIC {j} {in_word}"))
+        if composition.uplink is not None:
+            whole = every[base:base + per]
+            network["outbound"].append((_Limit(composition.uplink * mult[k]), whole,
+                                        f"node {k} {up_word} (oversubscription {over})"))
+            network["inbound"].append((_Limit(composition.uplink * mult[k]), whole,
+                                       f"node {k} {down_word} (oversubscription {over})"))
+    limits = composition.tier_limits()
+    if "leaf" in limits and nodes > spec.nodes_per_leaf:
+        ratio = spec.ratio("leaf")
+        up, down = (f"{up_word} (oversubscription {ratio})",
+                    f"{down_word} (oversubscription {ratio})")
+        if spec.nodes_per_leaf == 1:  # a leaf of one node: that node's uplink
+            for k in range(regions_count):
+                whole = every[k * per:(k + 1) * per]
+                network["outbound"].append((_Limit(limits["leaf"] * mult[k]), whole,
+                                            f"leaf {k} {up}"))
+                network["inbound"].append((_Limit(limits["leaf"] * mult[k]), whole,
+                                           f"leaf {k} {down}"))
+        else:
+            for m, size in enumerate(classes.leaf_mult):
+                mine = every[np.repeat(classes.leaf_of == m, per)]
+                network.setdefault("leaf-out", []).append(
+                    (_Limit(limits["leaf"] * size), mine, f"leaf {m} {up}"))
+                network.setdefault("leaf-in", []).append(
+                    (_Limit(limits["leaf"] * size), mine, f"leaf {m} {down}"))
+    if "rail" in limits:
+        ratio = spec.ratio("rail")
+        for j, members in enumerate(composition.nic_ranks):
+            for k in range(regions_count):
+                mine = k * per + np.sort(np.asarray(members, np.int64))
+                label = f"node {k} NIC {j} cross-rail"
+                network.setdefault("cross-out", []).append(
+                    (_Limit(limits["rail"] * mult[k]), mine,
+                     f"{label} {out_word} (oversubscription {ratio})"))
+                network.setdefault("cross-in", []).append(
+                    (_Limit(limits["rail"] * mult[k]), mine,
+                     f"{label} {in_word} (oversubscription {ratio})"))
+    regions = every // per
+    _network(name, n, regions, network, vertices, arcs, classes.self_ok, classes.leaf_self_ok)
+    return Fabric(n, n + len(vertices.labels), np.concatenate(arcs_src),
+                  np.concatenate(arcs_dst), np.concatenate(arcs_cap), tuple(vertices.labels),
+                  regions)
+
+
+@dataclass(frozen=True)
+class _Classes:
+    """Nodes grouped for a quotient: ``mult[c]`` nodes in class ``c``, under leaf class
+    ``leaf_of[c]`` of ``leaf_mult`` leaves; ``self_ok``/``leaf_self_ok`` as :func:`_network`."""
+
+    mult: np.ndarray
+    leaf_of: np.ndarray
+    leaf_mult: np.ndarray
+    self_ok: np.ndarray | None
+    leaf_self_ok: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class Quotient:
+    """The fabric of a composed topology folded by the node permutations that fix node 0.
+
+    ``fabric`` has one region per class of nodes (node 0 alone first); ``class_nodes[c]`` lists
+    the nodes of class ``c`` (its rank vertices stand for those nodes' ranks, its capacities are
+    their sums). A flow invariant under those permutations folds onto it and unfolds from it, so
+    maximum flows and minimum cuts between sets made of whole classes (node 0's ranks, node 0,
+    its leaf) are those of :func:`build_fabric`'s fabric, on a graph the size of a few nodes.
+    """
+
+    fabric: Fabric
+    class_nodes: tuple[np.ndarray, ...]
+    ranks_per_node: int
+
+    @property
+    def multiplicity(self) -> np.ndarray:
+        """Nodes per class, for each rank vertex of the quotient."""
+        sizes = np.array([len(c) for c in self.class_nodes], np.int64)
+        return np.repeat(sizes, self.ranks_per_node)
+
+    def unfold(self, ranks: np.ndarray) -> np.ndarray:
+        """The ranks of the topology that quotient ranks ``ranks`` stand for, sorted."""
+        per = self.ranks_per_node
+        parts = [self.class_nodes[r // per] * per + r % per for r in np.asarray(ranks).tolist()]
+        return np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+
+
+def composed_quotient(topology: Topology) -> Quotient | None:
+    """The :class:`Quotient` of a topology stored sparsely on more than one node, else ``None``.
+
+    The classes are the orbits of the nodes under the permutations fixing node 0 that preserve
+    the fabric: on one switch or rails, node 0 and the others; under leaves, node 0, the other
+    nodes of its leaf and the nodes of the other leaves.
+
+    Raises
+    ------
+    UnsupportedFabricError
+        As :func:`build_fabric`.
+    """
+    composition = topology.composition
+    if composition is None or composition.nodes < 2:
+        return None
+    nodes, spec = composition.nodes, composition.spec
+    per_leaf = spec.nodes_per_leaf if spec.kind == "leaf-spine" else None
+    everything = np.arange(nodes, dtype=np.int64)
+    # self_ok: the class holds two distinct nodes under one leaf, so its paths may return to it.
+    if per_leaf is None or per_leaf in (1, nodes):
+        members = (everything[:1], everything[1:])
+        leaf_of, leaf_mult, leaf_self = np.zeros(2, np.int64), np.ones(1, np.int64), None
+        self_ok = np.array([False, nodes - 1 >= 2])
+    else:  # node 0; the rest of its leaf; every node of the other leaves
+        members = (everything[:1], everything[1:per_leaf], everything[per_leaf:])
+        leaves = nodes // per_leaf
+        leaf_of = np.array([0, 0, 1], np.int64)
+        leaf_mult = np.array([1, leaves - 1], np.int64)
+        leaf_self = np.array([False, leaves - 1 >= 2])
+        self_ok = np.array([False, per_leaf - 1 >= 2, True])
+    mult = np.array([len(m) for m in members], np.int64)
+    classes = _Classes(mult, leaf_of, leaf_mult, self_ok, leaf_self)
+    fabric = _composed_fabric(topology.name, composition, classes)
+    return Quotient(fabric, members, composition.ranks_per_node)
 
 
 def _regions(topology: Topology) -> np.ndarray:
@@ -207,16 +399,37 @@ def _overlap(sets: list[np.ndarray]) -> bool:
     return len(np.unique(joined)) < len(joined)
 
 
-def _network(topology, links, regions, groups, vertices, arcs, src_idx, dst_idx) -> None:
-    """Ports and region arcs for the links between regions (see the module docstring)."""
-    name = topology.name
-    n = topology.num_ranks
+def _check_between(name, links, regions, src_idx, dst_idx, groups) -> None:
+    """The links between regions are complete and no narrower than the NICs that carry them."""
+    n = len(regions)
     num_regions = int(regions.max()) + 1
-    per = n // num_regions
     expected = sum(int(c) * (n - int(c)) for c in np.bincount(regions, minlength=num_regions))
     if len(src_idx) != expected:
         raise UnsupportedFabricError(f"topology {name!r}: the links between nodes are not complete "
                                      f"({len(src_idx)} of {expected})")
+    per = n // num_regions
+    out_limit = np.full(n, INFINITE, np.int64)
+    in_limit = np.full(n, INFINITE, np.int64)
+    for kind, limit in (("outbound", out_limit), ("inbound", in_limit)):
+        for group, members, _ in groups.get(kind, ()):
+            if not (len(members) == per and len(members) > 1):
+                limit[members] = np.minimum(limit[members], group.limit)
+    nic = np.minimum(out_limit[src_idx], in_limit[dst_idx])
+    narrow = (links[src_idx, dst_idx] < nic) & (nic < INFINITE)  # a missing NIC: _network says
+    if narrow.any():
+        i = int(np.flatnonzero(narrow)[0])
+        raise UnsupportedFabricError(
+            f"topology {name!r}: link {src_idx[i]}->{dst_idx[i]} is narrower than its NICs; the "
+            "fabric assumes the NICs are the limit between nodes")
+
+
+def _network(name, n, regions, groups, vertices, arcs, self_ok=None, leaf_self_ok=None) -> None:
+    """Ports and region arcs for the links between regions (see the module docstring).
+
+    ``self_ok[x]`` (a quotient, :func:`composed_quotient`): region ``x`` stands for several
+    nodes of one leaf, so its network paths may return to it; ``leaf_self_ok`` likewise."""
+    num_regions = int(regions.max()) + 1
+    per = n // num_regions
     out_limit = np.zeros(n, np.int64)
     in_limit = np.zeros(n, np.int64)
     uplink_cap = np.full(num_regions, INFINITE, np.int64)
@@ -251,18 +464,13 @@ def _network(topology, links, regions, groups, vertices, arcs, src_idx, dst_idx)
         missing = int(np.flatnonzero((out_limit == 0) | (in_limit == 0))[0])
         raise UnsupportedFabricError(f"topology {name!r}: rank {missing} has links to other nodes "
                                      "but no NIC group in each direction")
-    narrow = links[src_idx, dst_idx] < np.minimum(out_limit[src_idx], in_limit[dst_idx])
-    if narrow.any():
-        i = int(np.flatnonzero(narrow)[0])
-        raise UnsupportedFabricError(
-            f"topology {name!r}: link {src_idx[i]}->{dst_idx[i]} is narrower than its NICs; the "
-            "fabric assumes the NICs are the limit between nodes")
     if groups.get("cross-out") or groups.get("cross-in"):
         if (uplink_cap < INFINITE).any() or (downlink_cap < INFINITE).any() \
                 or groups.get("leaf-out") or groups.get("leaf-in"):
             raise UnsupportedFabricError(f"topology {name!r}: cross-rail groups together with node "
                                          "or leaf uplinks are not modelled")
-        _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, ports_in)
+        _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, ports_in,
+               self_ok)
         return
     up = [vertices.add(f"node {x} uplink") for x in range(num_regions)]
     down = [vertices.add(f"node {x} downlink") for x in range(num_regions)]
@@ -280,11 +488,13 @@ def _network(topology, links, regions, groups, vertices, arcs, src_idx, dst_idx)
             top_down[x] = vertices.add(f"node {x} downlink (oversubscribed)")
             arcs(top_down[x], down[x], downlink_cap[x])
     leaf = _leaves(name, regions, groups, num_regions)
-    same = leaf[:, None] == leaf[None, :]
-    np.fill_diagonal(same, False)
-    x_idx, y_idx = np.nonzero(same)
-    arcs(np.asarray(top_up, np.int64)[x_idx], np.asarray(top_down, np.int64)[y_idx], INFINITE)
     num_leaves = int(leaf.max()) + 1
+    top_up_array, top_down_array = np.asarray(top_up, np.int64), np.asarray(top_down, np.int64)
+    for m in range(num_leaves):
+        members = np.flatnonzero(leaf == m)
+        _all_but_self(vertices, arcs, top_up_array[members], top_down_array[members],
+                      f"leaf {m}" if num_leaves > 1 else "network",
+                      None if self_ok is None else self_ok[members])
     if num_leaves == 1:
         return
     leaf_up = [vertices.add(f"leaf {m} uplink") for m in range(num_leaves)]
@@ -302,8 +512,42 @@ def _network(topology, links, regions, groups, vertices, arcs, src_idx, dst_idx)
             caps[m] = vertices.add(f"leaf {m} {'uplink' if outward else 'downlink'} "
                                    "(oversubscribed)")
             arcs(*((base[m], caps[m]) if outward else (caps[m], base[m])), limit)
-    a_idx, b_idx = np.nonzero(~np.eye(num_leaves, dtype=bool))
-    arcs(np.asarray(cap_up, np.int64)[a_idx], np.asarray(cap_down, np.int64)[b_idx], INFINITE)
+    _all_but_self(vertices, arcs, np.asarray(cap_up, np.int64), np.asarray(cap_down, np.int64),
+                  "spine", leaf_self_ok)
+
+
+#: Up to this many regions, every pair gets its own arc; above, :func:`_all_but_self` chains.
+_DIRECT_PAIRS = 8
+
+
+def _all_but_self(vertices, arcs, outs: np.ndarray, ins: np.ndarray, label: str,
+                  self_ok: np.ndarray | None = None) -> None:
+    """Infinite paths from ``outs[i]`` to ``ins[j]`` for every ``i != j``, and no others (but
+    ``outs[i] -> ins[i]`` where ``self_ok[i]``).
+
+    ``m (m - 1)`` direct arcs for a few; above, ``O(m)``: a prefix chain ``P[i] -> P[i-1]``,
+    ``P[i] -> ins[i]`` entered from ``outs[i]`` at ``P[i-1]`` (reaching ``ins[j]``, ``j < i``)
+    and a suffix chain entered at ``S[i+1]`` (``j > i``). Every arc is infinite, so the flows
+    and cuts between the original vertices are those of the direct arcs.
+    """
+    m = len(outs)
+    if self_ok is not None and np.any(self_ok):
+        arcs(outs[self_ok], ins[self_ok], INFINITE)
+    if m <= _DIRECT_PAIRS:
+        a_idx, b_idx = np.nonzero(~np.eye(m, dtype=bool))
+        arcs(outs[a_idx], ins[b_idx], INFINITE)
+        return
+    first = vertices.num_ranks + len(vertices.labels)
+    vertices.labels.extend(f"{label} to regions below {i}" for i in range(m))
+    vertices.labels.extend(f"{label} to regions above {i}" for i in range(m))
+    prefix = first + np.arange(m, dtype=np.int64)
+    suffix = first + m + np.arange(m, dtype=np.int64)
+    arcs(prefix, ins, INFINITE)
+    arcs(suffix, ins, INFINITE)
+    arcs(prefix[1:], prefix[:-1], INFINITE)
+    arcs(suffix[:-1], suffix[1:], INFINITE)
+    arcs(outs[1:], prefix[:-1], INFINITE)
+    arcs(outs[:-1], suffix[1:], INFINITE)
 
 
 def _leaves(name, regions, groups, num_regions) -> np.ndarray:
@@ -330,7 +574,8 @@ def _leaves(name, regions, groups, num_regions) -> np.ndarray:
     return leaf
 
 
-def _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, ports_in) -> None:
+def _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, ports_in,
+           self_ok=None) -> None:
     """Rail arcs (see the module docstring): same-rail NICs joined directly, every NIC through
     its cross-rail caps and the spine."""
     num_regions = int(regions.max()) + 1
@@ -344,9 +589,14 @@ def _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, po
                                              "not the ranks of one NIC")
             caps[port] = min(caps.get(port, INFINITE), group.limit)
     rails = sorted({rail for _, _, rail, _ in ports_out} | {rail for _, _, rail, _ in ports_in})
+    outs_of: dict[bytes, list[tuple[int, int]]] = {rail: [] for rail in rails}
+    ins_of: dict[bytes, list[tuple[int, int]]] = {rail: [] for rail in rails}
+    for x, p, r, _ in ports_out:
+        outs_of[r].append((x, p))
+    for y, q, r, _ in ports_in:
+        ins_of[r].append((y, q))
     for rail in rails:
-        outs = [(x, p) for x, p, r, _ in ports_out if r == rail]
-        ins = [(y, p) for y, p, r, _ in ports_in if r == rail]
+        outs, ins = outs_of[rail], ins_of[rail]
         if len(rail) == np.dtype(np.int64).itemsize:
             # One rank per NIC: a rail switch vertex, whose only extra path (a NIC back into
             # its own node) leads a rank to itself.
@@ -354,13 +604,24 @@ def _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, po
             arcs([p for _, p in outs], switch, INFINITE)
             arcs(switch, [q for _, q in ins], INFINITE)
             continue
+        out_regions, in_regions = [x for x, _ in outs], [y for y, _ in ins]
+        if out_regions == in_regions and len(set(out_regions)) == len(out_regions):
+            # One port each way per region: the pairs of distinct regions, chained.
+            _all_but_self(vertices, arcs, np.asarray([p for _, p in outs], np.int64),
+                          np.asarray([q for _, q in ins], np.int64), "rail",
+                          None if self_ok is None else self_ok[out_regions])
+            continue
         pairs = [(p, q) for x, p in outs for y, q in ins if x != y]
         if pairs:
             arcs([p for p, _ in pairs], [q for _, q in pairs], INFINITE)
     # The direct same-rail arcs bypass the cross-rail caps: exact only when every region's NICs
     # serve the same local ranks (identical nodes), so that a rail is the same set everywhere.
-    layouts = {frozenset(r for x, _, r, _ in ports if x == region)
-               for ports in (ports_out, ports_in) for region in range(num_regions)}
+    per_region: dict[tuple[int, int], set[bytes]] = {}
+    for side, ports in enumerate((ports_out, ports_in)):
+        for x, _, r, _ in ports:
+            per_region.setdefault((side, x), set()).add(r)
+    layouts = {frozenset(per_region.get((side, region), ())) for side in (0, 1)
+               for region in range(num_regions)}
     if len(layouts) != 1:
         raise UnsupportedFabricError(f"topology {name!r}: the NICs of different nodes do not "
                                      "serve the same local ranks; rails need identical nodes")
@@ -380,5 +641,5 @@ def _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, po
             arcs(capped, port, cross_in[port])
         else:
             arcs(spine_in[y], port, INFINITE)
-    x_idx, y_idx = np.nonzero(~np.eye(num_regions, dtype=bool))
-    arcs(np.asarray(spine_out, np.int64)[x_idx], np.asarray(spine_in, np.int64)[y_idx], INFINITE)
+    _all_but_self(vertices, arcs, np.asarray(spine_out, np.int64), np.asarray(spine_in, np.int64),
+                  "spine", self_ok)

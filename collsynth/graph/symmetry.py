@@ -71,7 +71,8 @@ def node_shift(topology: Topology) -> NodeShift | None:
 
     :func:`collsynth.topology.compose_nodes` builds identical nodes on a non-blocking network, so
     the shift maps links to links and groups to groups; the tree engine designs trees for node
-    0's roots only and shifts them. It is checked on the links and groups, never assumed.
+    0's roots only and shifts them. It is checked on the links and groups, never assumed, except
+    for a topology stored sparsely (:attr:`Topology.composition`), which is made of those rules.
 
     >>> from collsynth.topology import compose_nodes, get_topology
     >>> node_shift(compose_nodes(get_topology("ring:4"), 3, nic_units=1))
@@ -88,6 +89,12 @@ def node_shift(topology: Topology) -> NodeShift | None:
     per_node, nodes = layout.ranks_per_node, layout.nodes
     candidate = NodeShift(nodes, per_node, layout.nodes_per_leaf
                           if layout.fabric == "leaf-spine" else None)
+    composition = topology.composition
+    if composition is not None and composition.nodes == nodes \
+            and composition.ranks_per_node == per_node:
+        # Stored sparsely, its links and groups are generated from one node and per-node,
+        # per-leaf and per-NIC rules, so every node shift (within leaves) maps them to themselves.
+        return NodeShift(nodes, per_node) if candidate.nodes_per_leaf in (1, nodes) else candidate
     links = topology.link_array
     keys = {_group_key(g.sources, g.destinations, g.limit) for g in topology.groups}
     for by in candidate.generators:

@@ -16,12 +16,13 @@ from collsynth.topology.families import (
     torus,
 )
 from collsynth.topology.fileformat import load_topology, save_topology, topology_from_json, topology_to_json
-from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
+from collsynth.topology.model import MAX_DENSE_RANKS, MAX_RANKS, BandwidthGroup, Topology
 
 __all__ = [
     "Topology",
     "BandwidthGroup",
     "MAX_RANKS",
+    "MAX_DENSE_RANKS",
     "get_topology",
     "list_topologies",
     "builtin_names",

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, replace
 from fractions import Fraction
+
+import numpy as np
 from typing import Any, Mapping
 
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
-from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
-from collsynth.topology.tiers import fabric_spec, tier_groups, tier_scale
+from collsynth.topology.model import MAX_RANKS, BandwidthGroup, SparseGroups, SparseLinks, Topology
+from collsynth.topology.tiers import FabricSpec, fabric_spec, tier_groups, tier_limits, tier_scale
 
-__all__ = ["compose_nodes", "MAX_RESCALE"]
+__all__ = ["compose_nodes", "Composition", "MAX_RESCALE"]
 
 _log = logging.getLogger(__name__)
 
@@ -112,41 +115,13 @@ def compose_nodes(
     extra = tier_scale(spec, len(nic_ranks), units)  # a leaf or rail share must be whole units
     units, scale = units * extra, scale * extra
 
-    # Each row: [NIC links to earlier nodes] + [the node's own row] + [NIC links to later nodes].
-    local = [[bw * scale for bw in row] for row in node.links]
-    links = []
-    for k in range(nodes):
-        left = [units] * (k * n)
-        right = [units] * ((nodes - k - 1) * n)
-        links.extend(tuple(left + local[r] + right) for r in range(n))
-
-    groups: list[BandwidthGroup] = []
-    for k in range(nodes):
-        base = k * n
-        for index, g in enumerate(node.groups):
-            groups.append(BandwidthGroup(
-                frozenset(base + s for s in g.sources),
-                frozenset(base + d for d in g.destinations),
-                g.limit * scale,
-                f"node {k}: {g.name or f'group {index}'}"))
-    if nodes > 1:
-        uplink = max(1, math.floor(units * len(nic_ranks) / oversub)) if oversub > 1 else None
-        for k in range(nodes):
-            base = k * n
-            # One frozenset per node, shared by all of that node's NIC groups.
-            others = frozenset(range(base)) | frozenset(range(base + n, total))
-            for j, members in enumerate(nic_ranks):
-                mine = frozenset(base + m for m in members)
-                groups.append(BandwidthGroup(mine, others, units, f"node {k} NIC {j} egress"))
-                groups.append(BandwidthGroup(others, mine, units, f"node {k} NIC {j} ingress"))
-            if uplink is not None:
-                mine = frozenset(range(base, base + n))
-                groups.append(BandwidthGroup(mine, others, uplink,
-                                             f"node {k} uplink (oversubscription {oversub})"))
-                groups.append(BandwidthGroup(others, mine, uplink,
-                                             f"node {k} downlink (oversubscription {oversub})"))
-        groups.extend(tier_groups(spec, nodes=nodes, ranks_per_node=n, nic_ranks=nic_ranks,
-                                  units=units))
+    oversub_uplink = None
+    if nodes > 1 and oversub > 1:
+        oversub_uplink = max(1, math.floor(units * len(nic_ranks) / oversub))
+    composition = Composition(
+        name=name if name is not None else f"{node.name}x{nodes}", node=node, nodes=nodes,
+        units=units, scale=scale, nic_ranks=nic_ranks, oversubscription=oversub,
+        uplink=oversub_uplink, spec=spec)
 
     unit_gbps = None if node.unit_gbps is None else node.unit_gbps / scale
     network: dict[str, Any] = {
@@ -170,13 +145,126 @@ def compose_nodes(
                    f"{units} unit(s) each{over}")
     return Topology(
         name=name if name is not None else f"{node.name}x{nodes}",
-        links=tuple(links),
-        groups=tuple(groups),
+        links=SparseLinks(composition),
+        groups=SparseGroups(composition),
         unit_gbps=unit_gbps,
         alpha_us=node.alpha_us,
         description=description,
         metadata={"network": network, "node_metadata": dict(node.metadata)},
     )
+
+
+@dataclass(frozen=True)
+class Composition:
+    """How :func:`compose_nodes` made a topology: the sparse form of its links and groups.
+
+    ``nodes`` copies of ``node`` (its bandwidths multiplied by ``scale``); between nodes every
+    rank has a link of ``units`` to every rank of every other node, NIC ``j`` (local ranks
+    ``nic_ranks[j]``) an egress and an ingress group of ``units``, each node an uplink and a
+    downlink group of ``uplink`` when the node tier is oversubscribed, and the fabric ``spec``
+    its leaf or rail groups (:func:`~collsynth.topology.tiers.tier_groups`). ``flipped``: the
+    reversed topology (links transposed, every group's sides swapped). Memory is the node's;
+    :meth:`link_array` and :meth:`groups` build the dense forms (``O(ranks**2)``) on request.
+    """
+
+    name: str
+    node: Topology
+    nodes: int
+    units: int
+    scale: int
+    nic_ranks: tuple[tuple[int, ...], ...]
+    oversubscription: Fraction
+    uplink: int | None
+    spec: FabricSpec
+    flipped: bool = False
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.node.num_ranks
+
+    @property
+    def num_ranks(self) -> int:
+        return self.nodes * self.node.num_ranks
+
+    def local_links(self) -> np.ndarray:
+        """The node's links in the composed units, ``[src, dst]`` (transposed when flipped)."""
+        local = self.node.link_array * self.scale
+        return local.T if self.flipped else local
+
+    @property
+    def num_links(self) -> int:
+        n, per = self.num_ranks, self.ranks_per_node
+        return self.nodes * int(np.count_nonzero(self.node.link_array)) + n * (n - per)
+
+    def tier_limits(self) -> dict[str, int]:
+        """The limit of each leaf or rail group (:func:`~collsynth.topology.tiers.tier_limits`)."""
+        return tier_limits(self.spec, len(self.nic_ranks), self.units)
+
+    @property
+    def num_groups(self) -> int:
+        count = self.nodes * len(self.node.groups)
+        if self.nodes > 1:
+            count += self.nodes * 2 * (len(self.nic_ranks) + (self.uplink is not None))
+            limits = self.tier_limits()
+            if "leaf" in limits and self.nodes > self.spec.nodes_per_leaf:
+                count += 2 * (self.nodes // self.spec.nodes_per_leaf)
+            if "rail" in limits:
+                count += 2 * len(self.nic_ranks) * self.nodes
+        return count
+
+    def row(self, src: int) -> tuple[int, ...]:
+        """``links[src]`` alone (``O(ranks)``)."""
+        per, n = self.ranks_per_node, self.num_ranks
+        row = np.full(n, self.units if self.nodes > 1 else 0, np.int64)
+        base = src - src % per
+        row[base:base + per] = self.local_links()[src % per]
+        return tuple(row.tolist())
+
+    def link_array(self) -> np.ndarray:
+        """The whole ``n x n`` link matrix."""
+        per, k = self.ranks_per_node, self.nodes
+        array = np.full((k, per, k, per), self.units if k > 1 else 0, np.int64)
+        diagonal = np.arange(k)
+        array[diagonal, :, diagonal, :] = self.local_links()
+        return array.reshape(k * per, k * per)
+
+    def groups(self) -> tuple[BandwidthGroup, ...]:
+        """Every bandwidth group, in the order :func:`compose_nodes` always listed them."""
+        n, nodes, total = self.ranks_per_node, self.nodes, self.num_ranks
+        groups: list[BandwidthGroup] = []
+        for k in range(nodes):
+            base = k * n
+            for index, g in enumerate(self.node.groups):
+                groups.append(BandwidthGroup(
+                    frozenset(base + s for s in g.sources),
+                    frozenset(base + d for d in g.destinations),
+                    g.limit * self.scale,
+                    f"node {k}: {g.name or f'group {index}'}"))
+        if nodes > 1:
+            oversub, units = self.oversubscription, self.units
+            for k in range(nodes):
+                base = k * n
+                # One frozenset per node, shared by all of that node's NIC groups.
+                others = frozenset(range(base)) | frozenset(range(base + n, total))
+                for j, members in enumerate(self.nic_ranks):
+                    mine = frozenset(base + m for m in members)
+                    groups.append(BandwidthGroup(mine, others, units, f"node {k} NIC {j} egress"))
+                    groups.append(BandwidthGroup(others, mine, units, f"node {k} NIC {j} ingress"))
+                if self.uplink is not None:
+                    mine = frozenset(range(base, base + n))
+                    groups.append(BandwidthGroup(mine, others, self.uplink,
+                                                 f"node {k} uplink (oversubscription {oversub})"))
+                    groups.append(BandwidthGroup(others, mine, self.uplink,
+                                                 f"node {k} downlink (oversubscription {oversub})"))
+            groups.extend(tier_groups(self.spec, nodes=nodes, ranks_per_node=n,
+                                      nic_ranks=self.nic_ranks, units=units))
+        if self.flipped:
+            return tuple(g.reversed() for g in groups)
+        return tuple(groups)
+
+    def reversed(self) -> "Composition":
+        """The composition of the reversed topology."""
+        return replace(self, name=f"reversed({self.name})", flipped=not self.flipped)
 
 
 def _nic_layout(

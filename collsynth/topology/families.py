@@ -19,7 +19,7 @@ import math
 from typing import Callable, Sequence
 
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
-from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
+from collsynth.topology.model import MAX_DENSE_RANKS, BandwidthGroup, Topology
 
 __all__ = ["ring", "line", "star", "fully_connected", "hub", "torus", "mesh", "hypercube",
            "FAMILIES", "SHAPED_FAMILIES", "parse_dimensions"]
@@ -28,8 +28,8 @@ __all__ = ["ring", "line", "star", "fully_connected", "hub", "torus", "mesh", "h
 def _check(n: int, family: str, minimum: int = 2) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < minimum:
         raise InvalidTopologyError(f"{family}:N needs N >= {minimum}, got {n!r}")
-    if n > MAX_RANKS:
-        raise InputTooLargeError(f"{family}:{n}: more than the {MAX_RANKS} ranks collsynth accepts")
+    if n > MAX_DENSE_RANKS:
+        raise InputTooLargeError(f"{family}:{n}: more than the {MAX_DENSE_RANKS} ranks collsynth accepts")
 
 
 def _matrix(n: int, linked: Callable[[int, int], bool]) -> tuple[tuple[int, ...], ...]:
@@ -79,7 +79,7 @@ def hub(n: int) -> Topology:
 
 
 def _check_dimensions(dims: Sequence[int], family: str) -> tuple[int, ...]:
-    """The dimensions as a tuple, each at least 2, their product within :data:`MAX_RANKS`."""
+    """The dimensions as a tuple, each at least 2, their product within :data:`MAX_DENSE_RANKS`."""
     label = f"{family}:{'x'.join(str(d) for d in dims)}"
     if not dims:
         raise InvalidTopologyError(f"{family}: give at least one dimension, e.g. {family}:4x4")
@@ -91,8 +91,8 @@ def _check_dimensions(dims: Sequence[int], family: str) -> tuple[int, ...]:
             raise InvalidTopologyError(
                 f"{label}: dimension {index} has size {size}; every dimension needs at least 2 "
                 "ranks (a dimension of size 1 adds nothing: leave it out)")
-    if math.prod(dims) > MAX_RANKS:
-        raise InputTooLargeError(f"{label}: {math.prod(dims)} ranks is more than the {MAX_RANKS} "
+    if math.prod(dims) > MAX_DENSE_RANKS:
+        raise InputTooLargeError(f"{label}: {math.prod(dims)} ranks is more than the {MAX_DENSE_RANKS} "
                                  "collsynth accepts")
     return tuple(dims)
 
@@ -161,8 +161,8 @@ def hypercube(d: int) -> Topology:
     """
     if not isinstance(d, int) or isinstance(d, bool) or d < 1:
         raise InvalidTopologyError(f"hypercube:D needs a dimension D >= 1, got {d!r}")
-    if d > MAX_RANKS.bit_length() - 1:
-        raise InputTooLargeError(f"hypercube:{d}: 2**{d} ranks is more than the {MAX_RANKS} "
+    if d > MAX_DENSE_RANKS.bit_length() - 1:
+        raise InputTooLargeError(f"hypercube:{d}: 2**{d} ranks is more than the {MAX_DENSE_RANKS} "
                                  "collsynth accepts")
     n = 1 << d
     rows = []
@@ -187,7 +187,7 @@ def parse_dimensions(text: str, family: str) -> tuple[int, ...]:
                                    f"whole-number sizes, e.g. {family}:4x4")
     # Bound the digits before int() so a huge size fails as too large, not as a slow parse.
     if any(len(p.strip()) > 9 for p in parts):
-        raise InputTooLargeError(f"{family}:{text}: more than the {MAX_RANKS} ranks collsynth "
+        raise InputTooLargeError(f"{family}:{text}: more than the {MAX_DENSE_RANKS} ranks collsynth "
                                  "accepts")
     return tuple(int(p) for p in parts)
 
@@ -198,7 +198,7 @@ def _parse_hypercube(text: str) -> Topology:
         raise InvalidTopologyError(f"topology hypercube:{text}: expected hypercube:D with D a whole "
                                    "number of dimensions, e.g. hypercube:3")
     if len(size) > 9:
-        raise InputTooLargeError(f"hypercube:{size}: more than the {MAX_RANKS} ranks collsynth "
+        raise InputTooLargeError(f"hypercube:{size}: more than the {MAX_DENSE_RANKS} ranks collsynth "
                                  "accepts")
     return hypercube(int(size))
 

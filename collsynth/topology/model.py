@@ -10,23 +10,31 @@ Conventions (stated here once, used everywhere in collsynth):
 * ``unit_gbps`` is what one bandwidth unit is worth in gigabytes per second (10**9 bytes/s), and
   ``alpha_us`` the latency of one step (one message over a link) in microseconds. Both are optional:
   synthesis only needs the integer units; the timing model needs the physical figures.
+* A composed topology keeps ``links`` and ``groups`` sparse (:class:`SparseLinks`,
+  :class:`SparseGroups`): built from the node and the fabric on first use, refused above
+  :data:`MAX_DENSE_RANKS` (docs/topology.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
 from collsynth.topology.layout import NodeLayout, node_layout
 
-__all__ = ["BandwidthGroup", "Topology", "MAX_RANKS"]
+__all__ = ["BandwidthGroup", "Topology", "MAX_RANKS", "MAX_DENSE_RANKS", "SparseLinks",
+           "SparseGroups"]
 
-#: The largest number of ranks collsynth accepts in a topology. Refused before any work is done.
-MAX_RANKS = 8192
+#: The largest number of ranks collsynth accepts in a topology (a composed one, stored sparsely).
+#: Refused before any work is done.
+MAX_RANKS = 65536
+#: The largest number of ranks whose link matrix and bandwidth groups are held densely: a topology
+#: given as a matrix, or a composed one whose ``links`` or ``groups`` an engine reads in full.
+MAX_DENSE_RANKS = 8192
 
 
 @dataclass(frozen=True)
@@ -96,57 +104,36 @@ class Topology:
 
     def __post_init__(self) -> None:
         links = self.links
-        if not isinstance(links, tuple) or not all(isinstance(row, tuple) for row in links):
+        sparse = isinstance(links, SparseLinks)
+        if not sparse and (not isinstance(links, tuple)
+                           or not all(isinstance(row, tuple) for row in links)):
             object.__setattr__(self, "links", _as_matrix(links, self.name))
             links = self.links
         n = len(links)
         if n == 0:
             raise InvalidTopologyError(f"topology {self.name!r}: the link matrix is empty")
-        if n > MAX_RANKS:
+        if sparse and n > MAX_RANKS:
             raise InputTooLargeError(
                 f"topology {self.name!r}: {n} ranks is more than the {MAX_RANKS} collsynth accepts"
             )
-        for src, row in enumerate(links):
-            if len(row) != n:
+        if not sparse and n > MAX_DENSE_RANKS:
+            raise InputTooLargeError(
+                f"topology {self.name!r}: {n} ranks is more than the {MAX_DENSE_RANKS} collsynth "
+                "accepts as a link matrix (a composed topology, stored sparsely, may have up to "
+                f"{MAX_RANKS})"
+            )
+        if not sparse:
+            _check_matrix(links, self.name)
+        if isinstance(self.groups, SparseGroups):
+            # Made by the composition itself, whose ranks are the links' (checked once here).
+            if self.groups.composition.num_ranks != n:
                 raise InvalidTopologyError(
-                    f"topology {self.name!r}: the link matrix is not square: row {src} has "
-                    f"{len(row)} entries, expected {n}"
-                )
-            for dst, bw in enumerate(row):
-                if not isinstance(bw, int) or isinstance(bw, bool):
-                    raise InvalidTopologyError(
-                        f"topology {self.name!r}: links[{src}][{dst}] = {bw!r} is not an integer "
-                        "number of bandwidth units"
-                    )
-                if bw < 0:
-                    raise InvalidTopologyError(
-                        f"topology {self.name!r}: links[{src}][{dst}] = {bw} is negative"
-                    )
-            if row[src] != 0:
-                raise InvalidTopologyError(
-                    f"topology {self.name!r}: self-link links[{src}][{src}] = {row[src]}; "
-                    "a rank cannot send to itself"
-                )
-        if not isinstance(self.groups, tuple):
-            object.__setattr__(self, "groups", tuple(self.groups))
-        for index, group in enumerate(self.groups):
-            label = group.name or f"#{index}"
-            for role, ranks in (("sources", group.sources), ("destinations", group.destinations)):
-                if not ranks:
-                    raise InvalidTopologyError(
-                        f"topology {self.name!r}: bandwidth group {label} has no {role}"
-                    )
-                bad = sorted(r for r in ranks if not isinstance(r, int) or not 0 <= r < n)
-                if bad:
-                    raise InvalidTopologyError(
-                        f"topology {self.name!r}: bandwidth group {label} names missing rank(s) "
-                        f"{bad} in its {role}; ranks are 0..{n - 1}"
-                    )
-            if not isinstance(group.limit, int) or group.limit < 1:
-                raise InvalidTopologyError(
-                    f"topology {self.name!r}: bandwidth group {label} has limit {group.limit!r}; "
-                    "expected a positive integer"
-                )
+                    f"topology {self.name!r}: its sparse groups have "
+                    f"{self.groups.composition.num_ranks} ranks, its links {n}")
+        else:
+            if not isinstance(self.groups, tuple):
+                object.__setattr__(self, "groups", tuple(self.groups))
+            _check_groups(self.groups, self.name, n)
         for attr in ("unit_gbps", "alpha_us"):
             value = getattr(self, attr)
             if value is not None and not (isinstance(value, (int, float)) and value > 0):
@@ -161,6 +148,17 @@ class Topology:
         """Number of ranks (GPUs)."""
         return len(self.links)
 
+    @property
+    def composition(self) -> Any:
+        """How a composed topology is made (its node, NICs and fabric:
+        :class:`~collsynth.topology.compose.Composition`) when its links and groups are stored
+        sparsely, else ``None``. Engines that can work from it never build the dense matrix."""
+        links, groups = self.links, self.groups
+        if isinstance(links, SparseLinks) and isinstance(groups, SparseGroups) \
+                and links.composition == groups.composition:
+            return links.composition
+        return None
+
     def bandwidth(self, src: int, dst: int) -> int:
         """Chunks per round from ``src`` to ``dst`` (0 when there is no link)."""
         return self.links[src][dst]
@@ -174,7 +172,10 @@ class Topology:
     @cached_property
     def link_array(self) -> np.ndarray:
         """``links`` as a read-only ``n x n`` int64 array (``[src, dst]``), built once."""
-        array = np.array(self.links, dtype=np.int64).reshape(self.num_ranks, self.num_ranks)
+        if isinstance(self.links, SparseLinks):
+            array = self.links.array()
+        else:
+            array = np.array(self.links, dtype=np.int64).reshape(self.num_ranks, self.num_ranks)
         array.flags.writeable = False
         return array
 
@@ -219,6 +220,18 @@ class Topology:
 
         Used to solve a combining collective through its non-combining dual.
         """
+        composition = self.composition
+        if composition is not None:
+            flipped = composition.reversed()
+            return Topology(
+                name=f"reversed({self.name})",
+                links=SparseLinks(flipped),
+                groups=SparseGroups(flipped),
+                unit_gbps=self.unit_gbps,
+                alpha_us=self.alpha_us,
+                description=f"{self.description} (links reversed)".strip(),
+                metadata=self.metadata,
+            )
         n = self.num_ranks
         transposed = tuple(tuple(self.links[src][dst] for src in range(n)) for dst in range(n))
         return Topology(
@@ -237,10 +250,118 @@ class Topology:
         return all(self.links[a][b] == self.links[b][a] for a in range(n) for b in range(a))
 
     def __repr__(self) -> str:
+        count = self.links.composition.num_links if isinstance(self.links, SparseLinks) \
+            else len(self.edges)
         return (
-            f"Topology(name={self.name!r}, num_ranks={self.num_ranks}, links={len(self.edges)}, "
+            f"Topology(name={self.name!r}, num_ranks={self.num_ranks}, links={count}, "
             f"groups={len(self.groups)})"
         )
+
+
+def _dense_refusal(composition: Any, what: str) -> InputTooLargeError:
+    n = composition.num_ranks
+    gigabytes = n * n * 8 / 1e9
+    return InputTooLargeError(
+        f"topology {composition.name!r}: {n} ranks: {what} would be dense ({n} x {n} entries, "
+        f"about {gigabytes:.1f} GB), and collsynth holds at most {MAX_DENSE_RANKS} ranks densely; "
+        "this engine needs it (the bounds work from the sparse form at any size)")
+
+
+class SparseLinks(Sequence):
+    """``links`` of a composed topology, computed from its composition when read.
+
+    ``links[src]`` is one row (a tuple, as for a dense matrix). Up to :data:`MAX_DENSE_RANKS`
+    ranks the whole matrix is built on first use and kept; above, single rows are computed on
+    demand and reading the whole matrix (iterating, :attr:`Topology.link_array`) raises
+    :class:`~collsynth.errors.InputTooLargeError` with its size.
+    """
+
+    __slots__ = ("composition", "_dense")
+
+    def __init__(self, composition: Any) -> None:
+        self.composition = composition
+        self._dense: tuple[tuple[int, ...], ...] | None = None
+
+    def dense(self) -> tuple[tuple[int, ...], ...]:
+        """The whole matrix (refused above :data:`MAX_DENSE_RANKS` ranks)."""
+        if self._dense is None:
+            if self.composition.num_ranks > MAX_DENSE_RANKS:
+                raise _dense_refusal(self.composition, "its link matrix")
+            self._dense = tuple(map(tuple, self.array().tolist()))
+        return self._dense
+
+    def array(self) -> np.ndarray:
+        """The matrix as an ``n x n`` int64 array (refused above :data:`MAX_DENSE_RANKS`)."""
+        if self.composition.num_ranks > MAX_DENSE_RANKS:
+            raise _dense_refusal(self.composition, "its link matrix")
+        return self.composition.link_array()
+
+    def __len__(self) -> int:
+        return self.composition.num_ranks
+
+    def __getitem__(self, index: Any) -> Any:
+        if self._dense is None and isinstance(index, int) \
+                and self.composition.num_ranks > MAX_DENSE_RANKS:
+            if not -len(self) <= index < len(self):
+                raise IndexError(index)
+            return self.composition.row(index % len(self))
+        return self.dense()[index]
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        return iter(self.dense())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SparseLinks) and other.composition == self.composition:
+            return True
+        if isinstance(other, (SparseLinks, tuple)):
+            return len(other) == len(self) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.composition)
+
+    def __repr__(self) -> str:
+        return f"SparseLinks({self.composition.name!r}, ranks={len(self)})"
+
+
+class SparseGroups(Sequence):
+    """``groups`` of a composed topology, built from its composition when read (refused above
+    :data:`MAX_DENSE_RANKS` ranks: every NIC's group names every rank of the other nodes)."""
+
+    __slots__ = ("composition", "_dense")
+
+    def __init__(self, composition: Any) -> None:
+        self.composition = composition
+        self._dense: tuple[BandwidthGroup, ...] | None = None
+
+    def dense(self) -> tuple[BandwidthGroup, ...]:
+        if self._dense is None:
+            if self.composition.num_ranks > MAX_DENSE_RANKS:
+                raise _dense_refusal(self.composition, "its bandwidth groups")
+            self._dense = self.composition.groups()
+        return self._dense
+
+    def __len__(self) -> int:
+        return self.composition.num_groups
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.dense()[index]
+
+    def __iter__(self) -> Iterator[BandwidthGroup]:
+        return iter(self.dense())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SparseGroups) and other.composition == self.composition:
+            return True
+        if isinstance(other, (SparseGroups, tuple)):
+            return len(other) == len(self) and tuple(self) == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.composition)
+
+    def __repr__(self) -> str:
+        return f"SparseGroups({self.composition.name!r}, groups={len(self)})"
 
 
 def _as_matrix(links: Iterable[Sequence[int]], name: str) -> tuple[tuple[int, ...], ...]:
@@ -260,3 +381,51 @@ def _as_matrix(links: Iterable[Sequence[int]], name: str) -> tuple[tuple[int, ..
             converted.append(value)
         matrix.append(tuple(converted))
     return tuple(matrix)
+
+
+def _check_matrix(links: tuple[tuple[int, ...], ...], name: str) -> None:
+    """A square matrix of non-negative integers with a zero diagonal."""
+    n = len(links)
+    for src, row in enumerate(links):
+        if len(row) != n:
+            raise InvalidTopologyError(
+                f"topology {name!r}: the link matrix is not square: row {src} has "
+                f"{len(row)} entries, expected {n}"
+            )
+        for dst, bw in enumerate(row):
+            if not isinstance(bw, int) or isinstance(bw, bool):
+                raise InvalidTopologyError(
+                    f"topology {name!r}: links[{src}][{dst}] = {bw!r} is not an integer "
+                    "number of bandwidth units"
+                )
+            if bw < 0:
+                raise InvalidTopologyError(
+                    f"topology {name!r}: links[{src}][{dst}] = {bw} is negative"
+                )
+        if row[src] != 0:
+            raise InvalidTopologyError(
+                f"topology {name!r}: self-link links[{src}][{src}] = {row[src]}; "
+                "a rank cannot send to itself"
+            )
+
+
+def _check_groups(groups: tuple[BandwidthGroup, ...], name: str, n: int) -> None:
+    """Every group names ranks ``0..n-1`` on both sides and has a positive whole limit."""
+    for index, group in enumerate(groups):
+        label = group.name or f"#{index}"
+        for role, ranks in (("sources", group.sources), ("destinations", group.destinations)):
+            if not ranks:
+                raise InvalidTopologyError(
+                    f"topology {name!r}: bandwidth group {label} has no {role}"
+                )
+            bad = sorted(r for r in ranks if not isinstance(r, int) or not 0 <= r < n)
+            if bad:
+                raise InvalidTopologyError(
+                    f"topology {name!r}: bandwidth group {label} names missing rank(s) "
+                    f"{bad} in its {role}; ranks are 0..{n - 1}"
+                )
+        if not isinstance(group.limit, int) or group.limit < 1:
+            raise InvalidTopologyError(
+                f"topology {name!r}: bandwidth group {label} has limit {group.limit!r}; "
+                "expected a positive integer"
+            )

@@ -56,7 +56,8 @@ from collsynth.errors import InvalidTopologyError
 from collsynth.topology.model import BandwidthGroup
 
 __all__ = ["FABRICS", "FABRIC_TIERS", "FabricSpec", "fabric_spec", "parse_oversubscription",
-           "oversubscription_ratio", "tier_scale", "tier_groups", "MAX_TIER_RESCALE"]
+           "oversubscription_ratio", "tier_scale", "tier_limits", "tier_groups",
+           "MAX_TIER_RESCALE"]
 
 _log = logging.getLogger(__name__)
 
@@ -244,14 +245,19 @@ def tier_scale(spec: FabricSpec, nic_count: int, units: int) -> int:
     return 1
 
 
+def tier_limits(spec: FabricSpec, nic_count: int, units: int) -> dict[str, int]:
+    """The limit of each ``"leaf"`` or ``"rail"`` group of ``spec`` (rounded, at least 1), for
+    the tiers that have groups at all (oversubscribed, and for rails more than one NIC)."""
+    return {tier: max(1, round(share)) for tier, share in _shares(spec, nic_count, units).items()}
+
+
 def tier_groups(spec: FabricSpec, *, nodes: int, ranks_per_node: int,
                 nic_ranks: Sequence[Sequence[int]], units: int) -> list[BandwidthGroup]:
     """The leaf or rail groups of ``spec`` (none for ``switch``; the node tier is
     :func:`~collsynth.topology.compose.compose_nodes`'s), in units after rescaling."""
     n, total = ranks_per_node, nodes * ranks_per_node
     groups: list[BandwidthGroup] = []
-    shares = {tier: max(1, round(share)) for tier, share in
-              _shares(spec, len(nic_ranks), units).items()}
+    shares = tier_limits(spec, len(nic_ranks), units)
     if "leaf" in shares and nodes > spec.nodes_per_leaf:
         width = spec.nodes_per_leaf * n
         limit, ratio = shares["leaf"], spec.ratio("leaf")

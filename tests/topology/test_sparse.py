@@ -1,0 +1,94 @@
+"""Composed topologies stored sparsely: no dense matrix at scale, the same bounds as the dense form."""
+
+from fractions import Fraction
+
+import pytest
+
+from collsynth.bounds import compute_bounds
+from collsynth.bounds.throughput import fabric_rounds, tree_rounds
+from collsynth.collective import standard_collective
+from collsynth.errors import InputTooLargeError
+from collsynth.graph.fabric import build_fabric
+from collsynth.topology import MAX_DENSE_RANKS, Topology, compose_nodes, get_topology
+from collsynth.topology.model import SparseGroups, SparseLinks
+
+
+def _dense(t: Topology) -> Topology:
+    """The same topology given as a matrix and a tuple of groups (the pre-sparse form)."""
+    return Topology(t.name, tuple(t.links), tuple(t.groups), t.unit_gbps, t.alpha_us,
+                    t.description, t.metadata)
+
+
+def test_32768_gpus_are_held_sparsely_and_bounded_exactly():
+    big = compose_nodes(get_topology("dgx-h100"), 4096)
+    assert big.num_ranks == 32768
+    assert isinstance(big.links, SparseLinks) and isinstance(big.groups, SparseGroups)
+    bounds = compute_bounds(big, standard_collective("allgather", big.num_ranks))
+    # Node 0 needs the 32760 chunks of the other nodes through its 8 NICs of 2 units (50 GB/s
+    # against a 25 GB/s unit): 32760 / 16 rounds; a rank alone: 32767 / (18 NVLink + 2) less.
+    assert bounds.rounds_per_chunk == Fraction(32760, 16)
+    assert bounds.steps == 1  # every rank has a link to every rank of another node
+    assert big.links._dense is None and big.groups._dense is None  # nothing dense was built
+    with pytest.raises(InputTooLargeError, match="32768 ranks"):
+        big.link_array
+    with pytest.raises(InputTooLargeError, match=str(MAX_DENSE_RANKS)):
+        list(big.groups)
+    assert big.links[9][1:3] == (2, 2)  # one row alone is still readable
+    assert big.links[9][8:10] == (18, 0)
+
+
+def test_allreduce_at_32768_gpus():
+    big = compose_nodes(get_topology("dgx-h100"), 4096)
+    bounds = compute_bounds(big, standard_collective("allreduce", big.num_ranks))
+    # reduce-scatter and allgather each 32760/16 rounds per chunk (the node cut, both ways),
+    # over 32768 base chunks of the buffer.
+    assert bounds.composed_rounds_per_chunk == Fraction(2 * 32760, 16 * 32768)
+    assert bounds.composed_steps == 2
+
+
+def test_sparse_reads_as_the_dense_matrix():
+    small = compose_nodes(get_topology("ring:4"), 3, nic_units=1, fabric="rail",
+                          oversubscription=2)
+    dense = _dense(small)
+    assert small.links == dense.links and tuple(small.groups) == tuple(dense.groups)
+    assert small.reversed().links == dense.reversed().links
+    assert tuple(small.reversed().groups) == tuple(dense.reversed().groups)
+    assert repr(small) == repr(dense)
+
+
+SYSTEMS = [
+    ("switch", dict(nic_units=1)),
+    ("oversubscribed", dict(nic_units=2, oversubscription=3)),
+    ("leaf-spine", dict(nic_units=1, fabric="leaf-spine", nodes_per_leaf=11, oversubscription=2)),
+    ("rail", dict(nic_units=1, fabric="rail", oversubscription=4)),
+]
+
+
+@pytest.mark.parametrize("label, options", SYSTEMS, ids=[s[0] for s in SYSTEMS])
+def test_sparse_bounds_equal_dense_bounds(label, options):
+    # 33 nodes of 4: 132 ranks, above the size where the bounds switch to the fabric's cuts.
+    sparse = compose_nodes(get_topology("ring:4"), 33, **options)
+    dense = _dense(sparse)
+    for name in ("allgather", "reduce_scatter"):
+        collective = standard_collective(name, sparse.num_ranks)
+        assert compute_bounds(sparse, collective) == compute_bounds(dense, collective)
+
+
+@pytest.mark.parametrize("label, options", SYSTEMS, ids=[s[0] for s in SYSTEMS])
+def test_quotient_equals_every_rank_on_the_full_fabric(label, options):
+    sparse = compose_nodes(get_topology("ring:4"), 6,
+                           **dict(options, **({"nodes_per_leaf": 2} if label == "leaf-spine"
+                                              else {})))
+    roots = {r: 1 for r in range(sparse.num_ranks)}
+    for topology in (sparse, sparse.reversed()):
+        every_rank = tree_rounds(build_fabric(_dense(topology)), roots)[0]
+        assert fabric_rounds(topology, roots)[0] == every_rank
+
+
+def test_steps_through_another_node():
+    # Inside a 4-rank line the ends are 3 hops apart, but 2 through any rank of another node.
+    sparse = compose_nodes(get_topology("line:4"), 33, nic_units=1)
+    for name in ("allgather", "allreduce"):
+        collective = standard_collective(name, sparse.num_ranks)
+        assert compute_bounds(sparse, collective).steps == 2
+        assert compute_bounds(sparse, collective) == compute_bounds(_dense(sparse), collective)
