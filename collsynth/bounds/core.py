@@ -33,7 +33,8 @@ from collsynth.errors import (
     UnknownNameError,
 )
 from collsynth.bounds.throughput import _small_max_flow, broadcast_shape, fabric_rounds
-from collsynth.graph.fabric import INFINITE, UnsupportedFabricError, composed_quotient
+from collsynth.graph.fabric import (INFINITE, UnsupportedFabricError, build_fabric,
+                                    composed_quotient)
 from collsynth.graph.arborescence import min_arborescence_cost
 from collsynth.graph.symmetry import candidate_permutations, node_shift, rank_orbits
 from collsynth.topology.capacity import link_capacity
@@ -1329,12 +1330,22 @@ def _cut_rounds(topology: Topology, collective: Collective) -> Fraction:
     best = Fraction(0)
     n = topology.num_ranks
     capacity = link_capacity(topology)
+    # With bandwidth groups, the greedy lowering of _cut_capacity may overstate a cut; the
+    # maximum flow across it in the fabric (groups as vertices) is its exact capacity, and the
+    # same measure the composed path uses, so a system gives one bound however it is stored.
+    fabric = None
+    if topology.effective_groups:
+        try:
+            fabric = build_fabric(topology)
+        except UnsupportedFabricError:
+            fabric = None
     for inside in _candidate_cuts(topology):
         members = frozenset(np.flatnonzero(inside).tolist())
         needed = sum(1 for pre, post in zip(collective.precondition, collective.postcondition)
                      if pre & members and post - members)
         if needed:
-            crossing = _cut_capacity(topology, inside, capacity)
+            crossing = _cut_capacity(topology, inside, capacity) if fabric is None \
+                else _quotient_cut(fabric, inside)
             if crossing <= 0:  # excluded by check_implementable
                 raise SolverError(f"a cut of {topology.name!r} with {n} ranks has no capacity")
             best = max(best, Fraction(needed, crossing))

@@ -313,12 +313,19 @@ class SparseLinks(Sequence):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SparseLinks) and other.composition == self.composition:
             return True
-        if isinstance(other, (SparseLinks, tuple)):
-            return len(other) == len(self) and tuple(self) == tuple(other)
+        if isinstance(other, (SparseLinks, tuple, list)):
+            return len(other) == len(self) and tuple(self) == tuple(map(tuple, other))
         return NotImplemented
 
     def __hash__(self) -> int:
         return hash(self.composition)
+
+    # A dense matrix is a tuple of rows: concatenation behaves the same (a new tuple).
+    def __add__(self, other: Any) -> tuple:
+        return tuple(self) + tuple(other)
+
+    def __radd__(self, other: Any) -> tuple:
+        return tuple(other) + tuple(self)
 
     def __repr__(self) -> str:
         return f"SparseLinks({self.composition.name!r}, ranks={len(self)})"
@@ -353,12 +360,19 @@ class SparseGroups(Sequence):
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SparseGroups) and other.composition == self.composition:
             return True
-        if isinstance(other, (SparseGroups, tuple)):
+        if isinstance(other, (SparseGroups, tuple, list)):
             return len(other) == len(self) and tuple(self) == tuple(other)
         return NotImplemented
 
     def __hash__(self) -> int:
         return hash(self.composition)
+
+    # ``topology.groups + (extra,)`` works as on the tuple a dense topology holds.
+    def __add__(self, other: Any) -> tuple:
+        return tuple(self) + tuple(other)
+
+    def __radd__(self, other: Any) -> tuple:
+        return tuple(other) + tuple(self)
 
     def __repr__(self) -> str:
         return f"SparseGroups({self.composition.name!r}, groups={len(self)})"
