@@ -26,7 +26,7 @@ import sys
 import time
 from fractions import Fraction
 
-from collsynth.cli_run import parse_size
+from collsynth.cli.execute import parse_size
 from collsynth.collective import standard_collective
 from collsynth.runtime import Case, launch, run_cases
 from collsynth.synthesis import SolveOptions, pareto_front

@@ -45,7 +45,7 @@ if name.endswith("-bound"):
     bound = optimal_throughput(topology, collective).rounds_per_chunk
     out.update(rounds_per_chunk=str(bound), lower_bound=str(bound), steps=None, sends=None)
 else:
-    from collsynth.cli_bandwidth import _predictions
+    from collsynth.cli.solve_bandwidth import _predictions
     from collsynth.synthesis.large import solve_large
     collective = standard_collective(name, topology.num_ranks)
     result = solve_large(topology, collective)

@@ -223,13 +223,13 @@ def _forbid(monkeypatch, *targets: str) -> None:
 
 # (argv with OUT for the output path, work functions that must not run)
 COMMANDS = {
-    "export": (["export", "{algo}", "-o", "OUT"], ["collsynth.cli_export.load_algorithm"]),
+    "export": (["export", "{algo}", "-o", "OUT"], ["collsynth.cli.export.load_algorithm"]),
     "export-all": (["export", "{algo}", "--runtime", "all", "-o", "OUT"],
-                   ["collsynth.cli_export.load_algorithm"]),
+                   ["collsynth.cli.export.load_algorithm"]),
     "calibrate": (["calibrate", str(LOG), "--topology", "dgx1", "-o", "OUT"],
-                  ["collsynth.cli_calibrate.load_log"]),
+                  ["collsynth.cli.calibrate.load_log"]),
     "calibrate-plot": (["calibrate", str(LOG), "--topology", "dgx1", "-o", "{tmp}/c.json",
-                        "--plot", "OUT"], ["collsynth.cli_calibrate.load_log"]),
+                        "--plot", "OUT"], ["collsynth.cli.calibrate.load_log"]),
     "bandwidth-optimal": (["solve", "bandwidth-optimal", "ring:4", "allgather", "-o", "OUT"],
                           ["collsynth.synthesis.large.solve_large"]),
     "solve-instance": (["solve", "instance", "ring:4", "allgather", "--steps", "2", "-o", "OUT"],
@@ -238,7 +238,7 @@ COMMANDS = {
                   ["collsynth.cli.solve_instance"]),
     "pareto-dir": (["solve", "pareto", "ring:4", "allgather", "-o", "OUT"],
                    ["collsynth.cli.pareto_front"]),
-    "plot": (["plot", "{algo}", "-o", "OUT"], ["collsynth.cli_time._load"]),
+    "plot": (["plot", "{algo}", "-o", "OUT"], ["collsynth.cli.time._load"]),
     "plan": (["plan", str(TRACE), "--topology", "fully-connected:4", "--no-cache", "-o", "OUT"],
              ["collsynth.plan.make_plan", "collsynth.resolve.resolve_topology"]),
     "bench": (["bench", "{algo}", "--ranks", "4", "--runtime", "rccl", "--dry-run", "-o", "OUT"],

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from collsynth.cli_check import add_check_parser, infer_runtime, run_check
+from collsynth.cli.check import add_check_parser, infer_runtime, run_check
 from collsynth.export.check import PROBLEM_KINDS, CheckReport, Problem, check_program, layouts
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.export.xml_reader import read_checked, read_program

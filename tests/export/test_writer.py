@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from collsynth.algorithm import save_algorithm
-from collsynth.cli_export import add_export_parser
+from collsynth.cli.export import add_export_parser
 from collsynth.export.pipeline import export_algorithm
 from collsynth.errors import ExportError
 from collsynth.export.check import check_program

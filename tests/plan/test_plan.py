@@ -242,7 +242,7 @@ def test_replacing_plans(tmp_path, fc4_plan):
 def _run_plan_cli(argv):
     import argparse
 
-    from collsynth.cli_plan import add_plan_parser
+    from collsynth.cli.plan import add_plan_parser
 
     parser = argparse.ArgumentParser(prog="collsynth")
     add_plan_parser(parser.add_subparsers())

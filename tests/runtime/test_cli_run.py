@@ -14,7 +14,7 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
 
 from collsynth.algorithm import save_algorithm  # noqa: E402
 from collsynth.export.pipeline import export_algorithm  # noqa: E402
-from collsynth.cli_run import main, parse_size  # noqa: E402
+from collsynth.cli.execute import main, parse_size  # noqa: E402
 from collsynth.collective import standard_collective  # noqa: E402
 from collsynth.export import lower, write_program  # noqa: E402
 from collsynth.export.program import Program, ThreadBlock, XmlStep  # noqa: E402

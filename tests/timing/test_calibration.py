@@ -247,7 +247,7 @@ def test_egress_units_and_ring_steps():
 
 
 def _parser() -> argparse.ArgumentParser:
-    from collsynth.cli_calibrate import add_calibrate_parser
+    from collsynth.cli.calibrate import add_calibrate_parser
 
     parser = argparse.ArgumentParser(prog="collsynth")
     add_calibrate_parser(parser.add_subparsers(dest="command", required=True))

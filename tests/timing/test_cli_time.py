@@ -21,7 +21,7 @@ from collsynth import cli
 from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.algorithm.fileformat import save_algorithm
 from collsynth.timing.compare import compare
-from collsynth.cli_time import (
+from collsynth.cli.time import (
     format_size,
     parse_size,
     parse_size_range,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collsynth.cli_trace import add_trace_parser
+from collsynth.cli.trace import add_trace_parser
 from collsynth.trace import format_summary, read_trace, summarize
 from collsynth.trace.summary import SummaryRow, bucket_label, format_bytes, size_bucket
 

@@ -36,8 +36,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from collsynth.cli_args import non_negative_int, positive_int, seconds
-from collsynth.cli_args import parse_size as _shared_parse_size
+from collsynth.cli.common import non_negative_int, positive_int, seconds
+from collsynth.cli.common import parse_size as _shared_parse_size
 from collsynth.errors import CollsynthError
 from collsynth.limits import check_memory
 
@@ -49,7 +49,7 @@ MAX_RUN_BYTES = 16 * 2**30
 
 
 def parse_size(text: str) -> int:
-    """Bytes in ``text``, by the shared rules of :func:`collsynth.cli_args.parse_size`, at most
+    """Bytes in ``text``, by the shared rules of :func:`collsynth.cli.common.parse_size`, at most
     :data:`MAX_RUN_BYTES` (a local run allocates buffers of that size on every rank).
 
     >>> parse_size("4MiB"), parse_size("1KB"), parse_size("1.5 KiB"), parse_size("17")

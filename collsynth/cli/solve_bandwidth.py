@@ -19,7 +19,7 @@ import json
 import sys
 import time
 
-from collsynth.cli_args import parse_size, positive_int, seconds
+from collsynth.cli.common import parse_size, positive_int, seconds
 
 __all__ = ["add_bandwidth_optimal_parser", "PREDICTION_SIZES"]
 
@@ -54,7 +54,7 @@ def add_bandwidth_optimal_parser(modes, problem: argparse.ArgumentParser) -> Non
 
 
 def run_bandwidth_optimal(args: argparse.Namespace) -> int:
-    from collsynth.cli_args import EXIT_OK, problem_from_args as _problem
+    from collsynth.cli.common import EXIT_OK, problem_from_args as _problem
     from collsynth.limits import TimeLimitReached
     from collsynth.synthesis.large import solve_large
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from collsynth.cli_args import positive_int
+from collsynth.cli.common import positive_int
 from collsynth.draw import (FIGURE_SUFFIXES, DrawError, DrawOptions, check_output_path, draw_file,
                             file_kind, parse_step_range, save_drawing)
 from collsynth.resolve import resolve_topology

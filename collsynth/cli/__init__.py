@@ -38,7 +38,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli_args import (  # noqa: F401 (re-exported: the exit codes are cli's API)
+from collsynth.cli.common import (  # noqa: F401 (re-exported: the exit codes are cli's API)
     EXIT_CODES,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -52,7 +52,7 @@ from collsynth.cli_args import (  # noqa: F401 (re-exported: the exit codes are 
     problem_from_args as _problem,
     table as _table,
 )
-from collsynth.cli_args import (add_fabric_arguments, add_figure_arguments, non_negative_int,
+from collsynth.cli.common import (add_fabric_arguments, add_figure_arguments, non_negative_int,
                                 parse_size, positive_int, seconds)
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm, Instance
@@ -200,7 +200,7 @@ def _build_parser() -> _Parser:
                         help="most seconds for any one instance (default: max(10, time limit / 5))")
     pareto.set_defaults(handler=_cmd_solve)
 
-    from collsynth.cli_bandwidth import add_bandwidth_optimal_parser
+    from collsynth.cli.solve_bandwidth import add_bandwidth_optimal_parser
 
     add_bandwidth_optimal_parser(modes, problem)
 
@@ -217,40 +217,40 @@ def _build_parser() -> _Parser:
     verify.add_argument("file", metavar="FILE")
     verify.set_defaults(handler=_cmd_verify)
 
-    from collsynth.cli_check import add_check_parser
-    from collsynth.cli_export import add_export_parser
+    from collsynth.cli.check import add_check_parser
+    from collsynth.cli.export import add_export_parser
 
     add_export_parser(commands)
     add_check_parser(commands)
 
-    from collsynth.cli_time import add_plot_parser, add_time_parser
+    from collsynth.cli.time import add_plot_parser, add_time_parser
 
     add_time_parser(commands)
     add_plot_parser(commands)
 
-    from collsynth.cli_calibrate import add_calibrate_parser
+    from collsynth.cli.calibrate import add_calibrate_parser
 
     add_calibrate_parser(commands)
 
-    from collsynth.cli_runtime import add_calibrate_runtime_parser
+    from collsynth.cli.time_program import add_calibrate_runtime_parser
 
     add_calibrate_runtime_parser(commands)
 
-    from collsynth.cli_bench import add_bench_parser
+    from collsynth.cli.bench import add_bench_parser
 
     add_bench_parser(commands)
 
-    from collsynth.cli_run import add_run_parser
+    from collsynth.cli.execute import add_run_parser
 
     add_run_parser(commands)
 
-    from collsynth.cli_plan import add_plan_parser
-    from collsynth.cli_trace import add_trace_parser
+    from collsynth.cli.plan import add_plan_parser
+    from collsynth.cli.trace import add_trace_parser
 
     add_trace_parser(commands)
     add_plan_parser(commands)
 
-    from collsynth.cli_draw import add_draw_parser
+    from collsynth.cli.draw import add_draw_parser
 
     add_draw_parser(commands)
     return parser

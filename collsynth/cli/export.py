@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from collsynth.cli_args import positive_int
+from collsynth.cli.common import positive_int
 from collsynth._output import check_output_dir, check_output_file, path_in, write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.errors import CollsynthError, ExportError

@@ -11,7 +11,7 @@
 
 With XML files, ``--topology``, a runtime-constants calibration or ``--model program``, ``time``
 simulates the programs as the runtime executes them, against the runtime's own ring
-(:mod:`collsynth.cli_runtime`, :mod:`collsynth.timing.runtime_model`). Otherwise every algorithm
+(:mod:`collsynth.cli.time_program`, :mod:`collsynth.timing.runtime_model`). Otherwise every algorithm
 is timed with the closed form of :mod:`collsynth.timing.model` on its own
 topology; NCCL's ring and tree (:mod:`collsynth.timing.nccl`) are timed on the same topology.
 ``time`` prints, per size, each algorithm and NCCL's best ring and best tree (the protocol
@@ -46,7 +46,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
-from collsynth.cli_args import add_figure_arguments, format_size, parse_size, table as _table
+from collsynth.cli.common import add_figure_arguments, format_size, parse_size, table as _table
 from collsynth.errors import CollsynthError
 from collsynth.timing.compare import Comparison, compare
 
@@ -129,7 +129,7 @@ def _envelope(comparison: Comparison, lo: int, hi: int):
 
 def run_time(args: argparse.Namespace) -> int:
     """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
-    from collsynth.cli_runtime import run_program_time, wants_program_model
+    from collsynth.cli.time_program import run_program_time, wants_program_model
     from collsynth.timing.nccl import algbw_gbps, busbw_gbps
 
     if wants_program_model(args):
@@ -286,7 +286,7 @@ def add_time_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--sizes", type=_sizes_type, default=parse_sizes("1KB,1MB,1GB"),
                         metavar="S1,S2,...", help="buffer sizes (default 1KB,1MB,1GB)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    from collsynth.cli_runtime import add_time_program_arguments
+    from collsynth.cli.time_program import add_time_program_arguments
 
     add_time_program_arguments(parser)
     parser.set_defaults(handler=run_time, time_parser=parser)

@@ -31,13 +31,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli_args import non_negative_int, positive_int
+from collsynth.cli.common import non_negative_int, positive_int
 
 __all__ = ["add_bench_parser", "run_bench_command"]
 
 
 def _size_range(text: str) -> tuple[int, int]:
-    from collsynth.cli_args import parse_size
+    from collsynth.cli.common import parse_size
 
     parts = text.split(":")
     if len(parts) != 2:

@@ -33,7 +33,7 @@ import json
 import sys
 from typing import Any
 
-from collsynth.cli_args import add_fabric_arguments, add_figure_arguments, positive_int, seconds
+from collsynth.cli.common import add_fabric_arguments, add_figure_arguments, positive_int, seconds
 from collsynth.errors import CollsynthError
 
 __all__ = ["add_plan_parser", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]

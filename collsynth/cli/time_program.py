@@ -17,7 +17,7 @@ topology and is priced after lowering exactly as ``collsynth export --runtime R`
 default (one channel, ``Simple``; R is rccl or msccl-executor for those runtimes, else msccl).
 The program model is used when a file is XML, when ``--topology`` or a runtime-constants
 ``--calibration`` is given, or with ``--model program``; otherwise ``time`` keeps the closed
-form (:mod:`collsynth.cli_time`). Constants: the ``--calibration`` file
+form (:mod:`collsynth.cli.time`). Constants: the ``--calibration`` file
 (``collsynth calibrate-runtime``), else the runtime's documented defaults.
 
 ``calibrate-runtime`` fits the runtime's constants on a CSV of its own measured curve
@@ -182,7 +182,7 @@ def run_program_time(args: argparse.Namespace) -> int:
     if args.json:
         _out(json.dumps([r.as_dict() for r in rows], indent=1))
         return 0
-    from collsynth.cli_args import format_size, table as _table
+    from collsynth.cli.common import format_size, table as _table
 
     _out(f"{collective} on {programs[0][2].name} ({programs[0][1].ngpus} ranks): program model, "
          f"{constants.runtime} constants" + (f" ({args.calibration})" if args.calibration else
@@ -208,7 +208,7 @@ def run_program_time(args: argparse.Namespace) -> int:
 
 def add_calibrate_runtime_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``calibrate-runtime``; its handler is :func:`run_calibrate_runtime`."""
-    from collsynth.cli_args import add_figure_arguments, positive_int
+    from collsynth.cli.common import add_figure_arguments, positive_int
 
     parser = subparsers.add_parser(
         "calibrate-runtime", help="fit a runtime's constants on its measured ring",

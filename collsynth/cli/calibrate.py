@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli_args import positive_int
+from collsynth.cli.common import positive_int
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
