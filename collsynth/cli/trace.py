@@ -1,34 +1,21 @@
-"""``collsynth trace``: look at the traces :mod:`collsynth.trace` writes.
-
-::
-
-    collsynth trace summarize DIR [--json] [--merged]
-
-``summarize`` reads every ``DIR/rank-NNNNN.jsonl`` (checked: a bad file is an error naming the
-file, the line and the field; exit 1) and prints one row per rank, kind, group size and size
-bucket (powers of two of the nccl-tests bytes), with the number of calls, their total bytes and,
-when the trace has durations, their total time; then the same rows merged over the ranks (each
-figure the maximum over ranks, see :mod:`collsynth.trace.summary`). ``--merged`` prints only the
-merged rows; ``--json`` prints a JSON object instead of the table.
-
-To record a trace, see :mod:`collsynth.trace` (``python -m collsynth.trace.run SCRIPT.py``).
+"""``collsynth trace summarize``: calls, bytes and time of a trace (:mod:`collsynth.trace`) by
+rank, kind, group size and size bucket, then merged over the ranks (:mod:`collsynth.trace.summary`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from collsynth.errors import CollsynthError
+from collsynth.cli.common import EXIT_OK, out
 from collsynth.trace.records import read_trace
 from collsynth.trace.summary import MERGE_RULE, format_summary, summarize
 
-__all__ = ["add_trace_parser", "run_summarize"]
+__all__ = ["register", "run_summarize"]
 
 
-def add_trace_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``trace`` subcommand (with ``summarize``) to ``subparsers``; return it."""
+def register(subparsers) -> None:
+    """Add ``trace`` and its actions (``summarize``) to ``subparsers`` (from ``add_subparsers``)."""
     trace = subparsers.add_parser(
         "trace", help="summarize traces of a PyTorch program's collectives",
         description="Work with the traces collsynth.trace records (one JSON-lines file per "
@@ -46,33 +33,26 @@ def add_trace_parser(subparsers) -> argparse.ArgumentParser:
     summarize_parser.add_argument("--merged", action="store_true",
                                   help="only the rows merged over ranks")
     summarize_parser.set_defaults(handler=run_summarize)
-    return trace
 
 
 def run_summarize(args: argparse.Namespace) -> int:
-    """Run ``collsynth trace summarize``; return the exit code (0 ok, 1 bad trace)."""
-    try:
-        trace = read_trace(args.directory)
-    except (CollsynthError, OSError) as exc:
-        detail = exc.strerror + (f": {exc.filename}" if exc.filename else "") \
-            if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"collsynth: error: {' '.join(detail.split())}", file=sys.stderr, flush=True)
-        return 1
+    """Run ``collsynth trace summarize``; return 0 (a bad trace raises, naming the file, the line
+    and the field)."""
+    trace = read_trace(args.directory)
     rows = summarize(trace)
     if args.merged:
         rows = [row for row in rows if row.rank is None]
     if args.json:
-        print(json.dumps({"directory": trace.directory, "world_size": trace.world_size,
-                          "ranks": list(trace.rank_numbers),
-                          "missing_ranks": list(trace.missing_ranks),
-                          "byte_convention": trace.byte_convention, "merged": MERGE_RULE,
-                          "rows": [row.to_json() for row in rows]}, indent=2), flush=True)
-        return 0
+        out(json.dumps({"directory": trace.directory, "world_size": trace.world_size,
+                        "ranks": list(trace.rank_numbers),
+                        "missing_ranks": list(trace.missing_ranks),
+                        "byte_convention": trace.byte_convention, "merged": MERGE_RULE,
+                        "rows": [row.to_json() for row in rows]}, indent=2))
+        return EXIT_OK
     calls = sum(len(r.calls) for r in trace.ranks)
     missing = f"; missing ranks: {', '.join(map(str, trace.missing_ranks))}" \
         if trace.missing_ranks else ""
-    print(f"{trace.directory}: {len(trace.ranks)} of {trace.world_size} ranks, {calls} calls; "
-          f"bytes in the {trace.byte_convention} convention; rank 'all': {MERGE_RULE}"
-          f"{missing}", flush=True)
-    print(format_summary(rows) if rows else "(no calls)", flush=True)
-    return 0
+    out(f"{trace.directory}: {len(trace.ranks)} of {trace.world_size} ranks, {calls} calls; "
+        f"bytes in the {trace.byte_convention} convention; rank 'all': {MERGE_RULE}{missing}")
+    out(format_summary(rows) if rows else "(no calls)")
+    return EXIT_OK
