@@ -26,7 +26,7 @@ import sys
 import time
 from fractions import Fraction
 
-from collsynth.cli_run import parse_size
+from collsynth.cli.execute import parse_run_size
 from collsynth.collective import standard_collective
 from collsynth.runtime import Case, launch, run_cases
 from collsynth.synthesis import SolveOptions, pareto_front
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds per Pareto front")
     parser.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    sizes = [parse_run_size(s) for s in args.sizes.split(",")]
     rows = []
     for n in (int(r) for r in args.ranks.split(",")):
         cases, meta = [], []

@@ -45,13 +45,13 @@ if name.endswith("-bound"):
     bound = optimal_throughput(topology, collective).rounds_per_chunk
     out.update(rounds_per_chunk=str(bound), lower_bound=str(bound), steps=None, sends=None)
 else:
-    from collsynth.cli_bandwidth import _predictions
+    from collsynth.timing.compare import predicted_against_nccl
     from collsynth.synthesis.large import solve_large
     collective = standard_collective(name, topology.num_ranks)
     result = solve_large(topology, collective)
     seconds = time.perf_counter() - started
     out.update(result.to_json())
-    out["predicted_us"] = _predictions(result)
+    out["predicted_us"] = predicted_against_nccl(result.algorithm)
     out["library_seconds"] = seconds
 out.setdefault("library_seconds", time.perf_counter() - started)
 out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -281,7 +281,7 @@ def test_least_steps_unsat_exit_3(capsys, monkeypatch):
     def unsat(topology, collective, **kwargs):
         return SynthesisResult(Instance(steps=3), Status.UNSAT, None, 0.1, "cpsat")
 
-    monkeypatch.setattr(cli, "solve_least_steps", unsat)
+    monkeypatch.setattr(cli.solve, "solve_least_steps", unsat)
     code, out, _ = run_cli(capsys, "solve", "least-steps", "ring:4", "allgather",
                            "--max-steps", "3", "--json")
     assert code == EXIT_UNSATISFIABLE
@@ -341,7 +341,7 @@ def test_interrupted_sweep_keeps_what_was_found(capsys, monkeypatch, tmp_path):
         yield found
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "pareto_front", sweep)
+    monkeypatch.setattr(cli.solve, "pareto_front", sweep)
     code, out, _ = run_cli(capsys, "solve", "pareto", "ring:4", "allgather", "-o", tmp_path)
     assert code == EXIT_TIMEOUT  # interrupted: the front may be incomplete
     assert "interrupted" in out.splitlines()[-1]
@@ -355,7 +355,7 @@ def test_interrupted_sweep_with_nothing_found_exit_4(capsys, monkeypatch, tmp_pa
         raise KeyboardInterrupt
         yield  # a generator
 
-    monkeypatch.setattr(cli, "pareto_front", sweep)
+    monkeypatch.setattr(cli.solve, "pareto_front", sweep)
     code, out, _ = run_cli(capsys, "solve", "pareto", "ring:4", "allgather", "--json",
                            "-o", tmp_path)
     assert code == EXIT_TIMEOUT

@@ -56,8 +56,8 @@ def cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
 
 
 def is_cli(name: str) -> bool:
-    return name in ("collsynth.cli", "collsynth.__main__") or \
-        name.startswith(("collsynth.cli.", "collsynth.cli_"))
+    """The command line: the package ``collsynth.cli`` and ``python -m collsynth``."""
+    return name in ("collsynth.cli", "collsynth.__main__") or name.startswith("collsynth.cli.")
 
 
 def cli_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -81,8 +81,12 @@ def test_the_checks_catch_a_cycle_and_a_cli_import(tmp_path):
     (package / "__init__.py").write_text("")
     (package / "a.py").write_text("from collsynth import b\n")
     (package / "b.py").write_text("def f():\n    from collsynth.a import x\n")
-    (package / "c.py").write_text("from collsynth.cli_export import run\n")
-    (package / "cli_export.py").write_text("from collsynth import c\n")
+    (package / "c.py").write_text("from collsynth.cli.export import run\n")
+    (package / "d.py").write_text("def f():\n    import collsynth.cli\n")
+    (package / "cli").mkdir()
+    (package / "cli" / "__init__.py").write_text("from collsynth.cli import export\n")
+    (package / "cli" / "export.py").write_text("from collsynth import c\n")
     graph = import_graph(tmp_path)
     assert ("collsynth.a", "collsynth.b") in cycles(graph)
-    assert cli_imports(graph) == ["collsynth.c imports collsynth.cli_export"]
+    assert cli_imports(graph) == ["collsynth.c imports collsynth.cli.export",
+                                  "collsynth.d imports collsynth.cli"]

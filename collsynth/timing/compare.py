@@ -12,11 +12,15 @@ from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 from collsynth.errors import CollsynthError, UnknownNameError
+from collsynth.timing.alphabeta import algorithm_time_us, from_topology
 from collsynth.timing.kernels import reduce_gamma_us_per_byte
 from collsynth.timing.model import SIZE, _rational, as_fraction, cost_model, symbolic_time
-from collsynth.timing.nccl import nccl_choices, nccl_setup
+from collsynth.timing.nccl import best_choice, nccl_choices, nccl_setup
 
-__all__ = ["Comparison", "compare"]
+__all__ = ["Comparison", "compare", "predicted_against_nccl", "PREDICTION_SIZES"]
+
+#: Buffer sizes (bytes, nccl-tests convention) :func:`predicted_against_nccl` reports by default.
+PREDICTION_SIZES = (1 << 20, 64 << 20, 1 << 30)
 
 
 @dataclass(frozen=True)
@@ -138,3 +142,25 @@ def compare(algorithms: Sequence[Any], *, calibration: Any = None,
             f" ({device})" if device else " (pass --device to charge them)"))
     return Comparison(coll, first.collective.num_ranks, first.topology.name, tuple(names),
                       lines, families, tuple(notes), measured)
+
+
+def predicted_against_nccl(algorithm: Any, sizes_bytes: Sequence[int] = PREDICTION_SIZES
+                           ) -> list[dict[str, Any]]:
+    """Predicted microseconds of ``algorithm`` and of NCCL's best ring and best tree protocol
+    (alpha-beta model of its topology) at each size: ``{"bytes", "collsynth", "nccl_ring",
+    "nccl_tree"}`` per size (``None`` where NCCL has no such algorithm); ``[]`` when the topology
+    has no physical figures or NCCL has no model of the collective."""
+    try:
+        model = from_topology(algorithm.topology)
+        setup = nccl_setup(algorithm.topology)
+        choices = nccl_choices(setup, algorithm.collective.name)
+    except CollsynthError:
+        return []
+    rows = []
+    for size in sizes_bytes:
+        row = {"bytes": size, "collsynth": algorithm_time_us(algorithm, size, model)}
+        for kind in ("ring", "tree"):
+            mine = [c for c in choices if c.algorithm == kind]
+            row[f"nccl_{kind}"] = best_choice(mine, size).time_us(size) if mine else None
+        rows.append(row)
+    return rows

@@ -240,14 +240,7 @@ def test_replacing_plans(tmp_path, fc4_plan):
 
 
 def _run_plan_cli(argv):
-    import argparse
-
-    from collsynth.cli_plan import add_plan_parser
-
-    parser = argparse.ArgumentParser(prog="collsynth")
-    add_plan_parser(parser.add_subparsers())
-    args = parser.parse_args(["plan", *argv])
-    return args.handler(args)
+    return collsynth_main(["plan", *argv])
 
 
 def test_cli_writes_a_plan(tmp_path, capsys, front_cache):

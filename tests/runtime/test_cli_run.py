@@ -1,4 +1,4 @@
-"""``collsynth run``: exit codes, output, sizes; run in-process through :func:`main`."""
+"""``collsynth run``: exit codes, output, sizes; run in-process (``collsynth.cli.main``)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,18 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
 
 from collsynth.algorithm import save_algorithm  # noqa: E402
 from collsynth.export.pipeline import export_algorithm  # noqa: E402
-from collsynth.cli_run import main, parse_size  # noqa: E402
+from collsynth import cli  # noqa: E402
+from collsynth.cli.execute import parse_run_size as parse_size  # noqa: E402
 from collsynth.collective import standard_collective  # noqa: E402
 from collsynth.export import lower, write_program  # noqa: E402
 from collsynth.export.program import Program, ThreadBlock, XmlStep  # noqa: E402
 from collsynth.synthesis import solve_least_steps  # noqa: E402
 from collsynth.topology import get_topology  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    """``collsynth run ARGV``."""
+    return cli.main(["run", *argv])
 
 
 def _algorithm(name: str, n: int = 4, root: int | None = None):

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 
-import pytest
-
-from collsynth.cli_trace import add_trace_parser
+from collsynth.cli import main
 from collsynth.trace import format_summary, read_trace, summarize
 from collsynth.trace.summary import SummaryRow, bucket_label, format_bytes, size_bucket
 
@@ -100,15 +97,8 @@ def test_the_table_has_one_line_per_row(tmp_path):
     assert lines[-1].split()[0] == "all"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="collsynth")
-    add_trace_parser(parser.add_subparsers(dest="command", required=True))
-    return parser
-
-
 def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    args = _parser().parse_args(argv)
-    code = args.handler(args)
+    code = main(argv)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -147,7 +137,6 @@ def test_summarize_a_bad_trace_is_exit_1_naming_the_file_and_line(tmp_path, caps
 
 
 def test_summarize_needs_a_directory(capsys):
-    with pytest.raises(SystemExit) as exited:
-        _parser().parse_args(["trace", "summarize"])
-    assert exited.value.code == 2
-    assert "DIR" in capsys.readouterr().err
+    code, _, err = _cli(["trace", "summarize"], capsys)
+    assert code == 2
+    assert "DIR" in err

@@ -1,5 +1,6 @@
-"""What every ``collsynth`` subcommand shares: exit codes, the one-line parser, the
-TOPOLOGY COLLECTIVE arguments, and one set of rules for numbers, durations and sizes.
+"""What every ``collsynth`` command shares: exit codes, the one-line parser and the errors that
+reach :func:`collsynth.cli.main`, the TOPOLOGY COLLECTIVE arguments, one set of rules for numbers,
+durations and sizes, and the output helpers (``out``, ``err``, ``table``, ``format_size``).
 
 The argument types raise :class:`argparse.ArgumentTypeError` with a one-line message; the parsers
 turn it into a usage error (exit 2).
@@ -10,19 +11,21 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, NoReturn, Sequence
+
+from collsynth.errors import CollsynthError
 
 if TYPE_CHECKING:
     from collsynth.collective.model import Collective
     from collsynth.topology.model import Topology
 
 __all__ = ["positive_int", "non_negative_int", "seconds", "positive_number", "parse_size",
-           "add_figure_arguments", "add_fabric_arguments", "oversubscription", "MAX_SIZE_BYTES",
-           "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "problem_from_args", "Parser",
-           "UsageError", "PROG", "EXIT_CODES"]
-
-
+           "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
+           "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
+           "one_line", "problem_parser", "problem_from_args", "Parser", "UsageError",
+           "Interrupted", "DetailedError", "PROG", "EXIT_CODES"]
 
 PROG = "collsynth"
 
@@ -58,12 +61,86 @@ class UsageError(Exception):
         self.prog = prog
         super().__init__(message)
 
+    @classmethod
+    def of(cls, command: str, message: str) -> "UsageError":
+        """The error ``collsynth COMMAND``'s parser would give for ``message``."""
+        prog = f"{PROG} {command}"
+        return cls(f"{message} (see '{prog} --help')", prog=prog)
+
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and reach :func:`main` as an exception."""
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')", prog=self.prog)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with what the command leaves behind (``main`` prints
+    ``collsynth: interrupted: MESSAGE``, exit 130)."""
+
+
+class DetailedError(CollsynthError):
+    """An error that takes several lines to explain: ``main`` prints the message, then each of
+    ``details``, each as an error line (exit 1)."""
+
+    def __init__(self, message: str, details: Sequence[str] = ()) -> None:
+        self.details = tuple(details)
+        super().__init__(message)
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def out(text: str = "") -> None:
+    """A line of a command's result, on stdout."""
+    print(text, file=sys.stdout, flush=True)
+
+
+def err(text: str) -> None:
+    """A line of progress or of an error, on stderr."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of white space (newlines too) made one space."""
+    return " ".join(str(text).split())
+
+
+# -- arguments ----------------------------------------------------------------------------------
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        ranks = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a rank or ranks separated by commas (0 or 0,4), got {text!r}") from None
+    if any(r < 0 for r in ranks):
+        raise argparse.ArgumentTypeError(f"ranks are >= 0, got {text!r}")
+    return ranks
+
+
+def problem_parser() -> Parser:
+    """The parent parser of the commands that take ``TOPOLOGY COLLECTIVE`` (read back with
+    :func:`problem_from_args`)."""
+    problem = Parser(add_help=False)
+    problem.add_argument("topology", metavar="TOPOLOGY",
+                         help="built-in name (dgx1, ring:8, ...) or topology file (JSON, NCCL XML, "
+                              "nvidia-smi/rocm-smi output)")
+    problem.add_argument("collective", metavar="COLLECTIVE",
+                         help="standard collective (allgather, reduce_scatter, broadcast, ...) "
+                              "or a custom collective JSON file")
+    problem.add_argument("--root", type=_ranks, metavar="R",
+                         help="root rank of a rooted collective; several (0,4) for multiroot_*")
+    problem.add_argument("--nodes", type=positive_int, metavar="K",
+                         help="K copies of the topology joined by their NICs")
+    problem.add_argument("--nic-units", type=positive_int, metavar="U",
+                         help="with --nodes: NIC bandwidth in the topology's units (for topologies "
+                              "whose file does not describe their NICs)")
+    add_fabric_arguments(problem)
+    add_figure_arguments(problem)
+    return problem
 
 
 def problem_from_args(args: argparse.Namespace) -> tuple["Topology", "Collective"]:
@@ -130,6 +207,11 @@ def seconds(text: str) -> float:
 def positive_number(text: str) -> float:
     """A finite number > 0."""
     return _positive(text, "a number")
+
+
+def channels_or_auto(text: str) -> int | str:
+    """A channel count >= 1, or ``auto``."""
+    return "auto" if text == "auto" else positive_int(text)
 
 
 def add_figure_arguments(parser: argparse.ArgumentParser) -> None:
@@ -245,13 +327,21 @@ def format_size(size: Fraction | int | float) -> str:
     return f"{value} B"
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: Sequence[int] = ()
-           ) -> list[str]:
-    """Columns separated by `` | ``, numbers right-aligned, columns in ``left`` left-aligned."""
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: Sequence[int] = (),
+          separator: str = " | ", rule: bool = True) -> list[str]:
+    """Columns separated by ``separator``, numbers right-aligned, columns in ``left``
+    left-aligned; a rule under the headers if ``rule`` (drawn for the default separator).
+
+    >>> print("\\n".join(table(("name", "ranks"), [("ring", "4")], left=(0,))))
+    name | ranks
+    -----+------
+    ring |     4
+    """
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
-        return " | ".join(c.ljust(w) if i in left else c.rjust(w)
-                          for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return separator.join(c.ljust(w) if i in left else c.rjust(w)
+                              for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    return [line(headers), "-+-".join("-" * w for w in widths)] + [line(r) for r in rows]
+    ruler = ["-+-".join("-" * w for w in widths)] if rule else []
+    return [line(headers)] + ruler + [line(r) for r in rows]

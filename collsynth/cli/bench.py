@@ -1,44 +1,24 @@
 """``collsynth bench``: measure an MSCCL program against the runtime's own algorithms on GPUs.
 
-::
-
-    collsynth bench FILE.xml|ALGO.json --ranks N --runtime msccl|msccl-executor|rccl
-                    [--dry-run | --from-logs] [--sizes A:B] [-o DIR]
-                    [--launcher 'mpirun -np {ranks}']
-                    [--iters N] [--warmup N] [--root R] [--channels N|auto]
-                    [--topology NAME] [--nodes K] [--json]
-
-Writes into ``DIR`` (default ``bench-NAME``) the program (``xml/``; an algorithm file is exported
-first), ``run_default.sh`` (the runtime's own algorithms) and ``run_xml.sh`` (the program, with
-the environment the runtime reads it from), a ``README.md`` and ``bench.json``
-(:mod:`collsynth.plan.bench`). Unless ``--dry-run``, it then runs both when the nccl-tests
-(rccl-tests) binary is on PATH, reads their logs and writes ``calibration.json`` (the default
-run fitted), ``report.md`` (measured against predicted, per size) and ``plot.png``.
-
-It never reports a figure it did not measure: ``--dry-run`` writes the scripts only and says
-so; without the binary nothing is run and the exit status is 1. ``--from-logs`` reads the logs
-the scripts left in ``DIR/logs`` (run on another machine) instead of running them.
-
-Exit status: 0 written (and, without ``--dry-run``, measured); 1 an error (unreadable or
-unexportable program, a binary not on PATH, a failed run); 2 usage.
+Writes the nccl-tests (rccl-tests) scripts, runs them unless ``--dry-run``, and reports measured
+against predicted (:mod:`collsynth.plan.bench`); it never reports a figure it did not measure.
+Files written and exit status: docs/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli_args import non_negative_int, positive_int
+from collsynth.cli.common import (EXIT_OK, channels_or_auto, non_negative_int, out, parse_size,
+                                  positive_int)
 
-__all__ = ["add_bench_parser", "run_bench_command"]
+__all__ = ["register", "run_bench_command"]
 
 
 def _size_range(text: str) -> tuple[int, int]:
-    from collsynth.cli_args import parse_size
-
     parts = text.split(":")
     if len(parts) != 2:
         raise argparse.ArgumentTypeError(f"size range {text!r}: expected FROM:TO, like 1KiB:1GiB")
@@ -48,12 +28,8 @@ def _size_range(text: str) -> tuple[int, int]:
     return low, high
 
 
-def _channels(text: str) -> int | str:
-    return "auto" if text == "auto" else positive_int(text)
-
-
-def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``bench`` subcommand; its handler is :func:`run_bench_command`."""
+def register(subparsers: Any) -> None:
+    """Add ``bench`` to ``subparsers`` (from ``add_subparsers``)."""
     from collsynth.plan.bench import BENCH_RUNTIMES
 
     parser = subparsers.add_parser(
@@ -84,7 +60,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="nccl-tests -w (default 5)")
     parser.add_argument("--root", type=non_negative_int, default=0, metavar="R",
                         help="root rank of a rooted collective (default 0)")
-    parser.add_argument("--channels", type=_channels, default="auto", metavar="N|auto",
+    parser.add_argument("--channels", type=channels_or_auto, default="auto", metavar="N|auto",
                         help="channels of an algorithm file's export (default auto)")
     parser.add_argument("--topology", metavar="NAME",
                         help="the machine's name, recorded in the calibration")
@@ -92,11 +68,10 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="the machine's node count, recorded in the calibration")
     parser.add_argument("--json", action="store_true", help="print bench.json")
     parser.set_defaults(handler=run_bench_command)
-    return parser
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    """Handle ``collsynth bench``; errors reach ``main``, which prints them (exit 1)."""
+    """Handle ``collsynth bench``; errors reach ``main`` (exit 1)."""
     from collsynth.plan.bench import (
         BenchError,
         BenchOptions,
@@ -117,36 +92,33 @@ def run_bench_command(args: argparse.Namespace) -> int:
                            launcher=args.launcher, root=args.root, channels=args.channels,
                            topology=args.topology, nodes=args.nodes)
     setup = prepare_bench(args.program, options)
-    out = Path(args.output or f"bench-{Path(setup.program.file_name).stem}")
+    out_dir = Path(args.output or f"bench-{Path(setup.program.file_name).stem}")
     missing = [] if args.dry_run or args.from_logs else missing_binaries(setup)
-    written = write_scripts(setup, out, dry_run=args.dry_run or bool(missing))
-    scripts = " and ".join(str(out / run.script) for run in setup.runs)
+    written = write_scripts(setup, out_dir, dry_run=args.dry_run or bool(missing))
+    scripts = " and ".join(str(out_dir / run.script) for run in setup.runs)
     if args.dry_run:
-        _print(args, out, f"dry run: wrote {scripts} ({len(setup.sizes)} sizes, "
-                          f"{setup.sizes[0]} to {setup.sizes[-1]} bytes); nothing was run, "
-                          "nothing measured")
-        return 0
+        _print(args, out_dir, f"dry run: wrote {scripts} ({len(setup.sizes)} sizes, "
+                              f"{setup.sizes[0]} to {setup.sizes[-1]} bytes); nothing was run, "
+                              "nothing measured")
+        return EXIT_OK
     if missing:
         raise BenchError(f"{', '.join(missing)} not on PATH: wrote {scripts} but ran nothing "
                          "and measured nothing; run them where nccl-tests (rccl-tests) is "
                          "built, or pass --dry-run")
-    result = read_results(setup, out) if args.from_logs else run_bench(setup, out)
-    written = write_results(setup, result, out)
+    result = read_results(setup, out_dir) if args.from_logs else run_bench(setup, out_dir)
+    written = write_results(setup, result, out_dir)
     if not args.json:
-        print(f"{'size (B)':>12}  {'default us':>11}  {'xml us':>11}  program", file=sys.stdout)
+        out(f"{'size (B)':>12}  {'default us':>11}  {'xml us':>11}  program")
         for row in result.sizes:
             cells = [f"{row.size_bytes:>12}",
                      f"{row.default_us:>11.4g}" if row.default_us else f"{'-':>11}",
                      f"{row.xml_us:>11.4g}" if row.xml_us else f"{'-':>11}",
                      "yes" if row.runs_program else "no (runtime's own)"]
-            print("  ".join(cells), file=sys.stdout)
-    _print(args, out, "measured: wrote " + ", ".join(str(p) for p in written[:3]))
-    return 0
+            out("  ".join(cells))
+    _print(args, out_dir, "measured: wrote " + ", ".join(str(p) for p in written[:3]))
+    return EXIT_OK
 
 
-def _print(args: argparse.Namespace, out: Path, line: str) -> None:
-    if args.json:
-        print(json.dumps(json.loads((out / "bench.json").read_text()), indent=1),
-              file=sys.stdout, flush=True)
-    else:
-        print(line, file=sys.stdout, flush=True)
+def _print(args: argparse.Namespace, out_dir: Path, line: str) -> None:
+    out(json.dumps(json.loads((out_dir / "bench.json").read_text()), indent=1) if args.json
+        else line)

@@ -1,20 +1,8 @@
 """``collsynth check``: is an MSCCL XML program correct for a runtime?
 
-::
-
-    collsynth check FILE.xml [--runtime msccl|rccl|msccl-executor] [--coll NAME] [--root R]
-                             [--json]
-
-Reads the file as the runtime's own reader would (:mod:`collsynth.export.xml_reader`), checks its
-rules and executes it symbolically (:func:`collsynth.export.check.check_program`). Prints
-``FILE: correct allreduce for msccl (layouts: in-place)``, or every problem as
-``FILE:LINE: kind: message``, one per line. Exit status 0 only for a correct program, 1 for
-problems (or an unreadable file), 2 for usage errors.
-
-Without ``--runtime`` the runtime is inferred: rccl when the ``<algo>`` element carries
-``outofplace``/``minBytes``/``maxBytes`` or uses an rccl-only spelling (``reducescatter``,
-``gather``...), else msccl; the output says so. ``--coll`` names the collective of a
-``coll="custom"`` file (msccl-tools' conventions, see ``check_program``).
+Reads the file as the runtime's reader would (:mod:`collsynth.export.xml_reader`) and executes
+it symbolically (:func:`collsynth.export.check.check_program`); prints the verdict or every
+problem as ``FILE:LINE: kind: message``. Exit 0 only for a correct program, 1 for problems.
 """
 
 from __future__ import annotations
@@ -23,17 +11,16 @@ import argparse
 import dataclasses
 import json
 import re
-import sys
 from typing import Any
 
+from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out
 from collsynth.errors import CollsynthError, InvalidCollectiveError
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
 from collsynth.export.runtimes import runtime_names
 from collsynth.export.xml_reader import read_checked, read_text
 
-__all__ = ["add_check_parser", "run_check", "infer_runtime"]
+__all__ = ["register", "run_check", "infer_runtime"]
 
-_EXIT_OK, _EXIT_PROBLEMS, _EXIT_USAGE = 0, 1, 2
 _ALGO_TAG = re.compile(r"<algo\b[^>]*>", re.S)
 _RCCL_ONLY_COLLS = ("reducescatter", "gather", "scatter", "send", "recv", "alltoallv")
 
@@ -48,8 +35,8 @@ def _root(text: str) -> int:
     return value
 
 
-def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``check`` subcommand to ``subparsers``; its handler is :func:`run_check`."""
+def register(subparsers: Any) -> None:
+    """Add ``check`` to ``subparsers`` (from ``add_subparsers``)."""
     parser = subparsers.add_parser(
         "check", help="check an MSCCL XML program for a runtime",
         description="Check an MSCCL XML algorithm as a runtime reads and runs it: its reader "
@@ -69,7 +56,6 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "call) as problems")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=run_check)
-    return parser
 
 
 def infer_runtime(text: str) -> tuple[str, str]:
@@ -99,13 +85,8 @@ def _verdict(report: CheckReport) -> str:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """Handle ``collsynth check``; returns the exit status (0 correct, 1 problems, 2 usage)."""
-    out, err = sys.stdout, sys.stderr
-    try:
-        text = read_text(args.file)
-    except CollsynthError as exc:
-        print(f"{exc}", file=err)
-        return _EXIT_PROBLEMS
+    """Handle ``collsynth check``; return 0 (correct) or 1 (problems, printed)."""
+    text = read_text(args.file)
     inferred = None
     runtime = args.runtime
     if runtime is None:
@@ -117,32 +98,30 @@ def run_check(args: argparse.Namespace) -> int:
         try:
             report = check_program(program, runtime=runtime, collective=args.coll,
                                    root=args.root, strict=getattr(args, "strict", False))
-        except InvalidCollectiveError as exc:
-            print(f"collsynth check: error: {exc}", file=err)
-            return _EXIT_USAGE
-        except CollsynthError as exc:
-            print(f"{args.file}: {exc}", file=err)
-            return _EXIT_PROBLEMS
+        except InvalidCollectiveError as exc:  # --coll or --root does not fit the program
+            raise UsageError(str(exc), prog="collsynth check") from exc
+        except CollsynthError as exc:  # a program the symbolic execution cannot start on
+            raise CollsynthError(f"{args.file}: {exc}") from exc
         problems += report.problems
     algo_line = _algo_line(text)
     correct = report is not None and not problems
     if args.json:
-        print(json.dumps(_as_json(args.file, runtime, inferred, report, problems, algo_line),
-                         indent=1), file=out)
-        return _EXIT_OK if correct else _EXIT_PROBLEMS
+        out(json.dumps(_as_json(args.file, runtime, inferred, report, problems, algo_line),
+                       indent=1))
+        return EXIT_OK if correct else EXIT_ERROR
     for w in (report.warnings if report is not None else ()):
-        print(_format(args.file, w, algo_line).replace(f": {w.kind}:", f": warning: {w.kind}:", 1),
-              file=out)
+        out(_format(args.file, w, algo_line).replace(f": {w.kind}:", f": warning: {w.kind}:", 1))
     if correct:
         notes = [inferred] if inferred else []
         notes.append("layouts: " + ", ".join(report.layouts_checked))
-        print(f"{args.file}: {_verdict(report)} ({'; '.join(notes)})", file=out)
-        return _EXIT_OK
+        out(f"{args.file}: {_verdict(report)} ({'; '.join(notes)})")
+        return EXIT_OK
     for p in problems:
-        print(_format(args.file, p, algo_line), file=out)
-    print(f"{args.file}: {len(problems)} problem{'s' if len(problems) != 1 else ''} for "
-          f"{runtime}" + (f" ({inferred})" if inferred else ""), file=err)
-    return _EXIT_PROBLEMS
+        out(_format(args.file, p, algo_line))
+    # The program was read and checked: a wrong one is an answer (exit 1), not an error.
+    err(f"{args.file}: {len(problems)} problem{'s' if len(problems) != 1 else ''} for "
+        f"{runtime}" + (f" ({inferred})" if inferred else ""))
+    return EXIT_ERROR
 
 
 def _format(path: str, problem: Problem, algo_line: int | None) -> str:

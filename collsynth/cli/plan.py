@@ -1,51 +1,27 @@
 """``collsynth plan``: plan a traced training job's collectives and write the runtime's files.
 
-::
-
-    collsynth plan TRACE_DIR --topology NAME [--nodes K] [--unit-gbps GBPS] [--alpha-us US]
-                   [--calibration FILE] -o PLAN_DIR
-                   [--runtime msccl-executor|msccl|rccl] [--synth-time-limit SECONDS]
-                   [--max-group-ranks N] [--backend auto|cpsat|z3] [--device NAME]
-                   [--cache DIR | --no-cache] [--all-ranges] [--json] [-q]
-
-For each (collective, process group, size) of the trace (``collsynth.trace``'s directory of
-``rank-NNNNN.jsonl`` files) the fastest of the synthesized algorithms and NCCL's ring/tree is
-chosen under the timing model (:mod:`collsynth.plan`); ``PLAN_DIR`` receives the XML files for
-the runtime (``xml/``, each with ``minBytes``/``maxBytes`` set to the sizes it wins, ranges never
-overlapping, each checked as ``collsynth check`` checks a file), ``plan.json``, ``report.md``
-(predicted time per call and per step against NCCL, and the environment variables the runtime
-needs) and ``plots/``. The directory is written all or nothing.
-
-Global rank ``r`` of the trace is rank ``r`` of the topology (``--nodes K``: ``K`` copies joined
-by their NICs, node by node). Synthesized fronts are cached in ``--cache DIR`` (default
-``$XDG_CACHE_HOME/collsynth`` or ``~/.cache/collsynth``).
-
-Exit status: 0 the plan was written; 1 an error (unreadable trace, unknown topology, a trace with
-more ranks than the topology, an XML that fails the check: nothing is written); 2 usage; 130
-Ctrl-C: no plan is written (``PLAN_DIR`` is left as it was), and the fronts synthesized before it
-stay in the cache, so the next run resumes from them (a search cut short is never cached).
+For each (collective, process group, size) of the trace the fastest of the synthesized
+algorithms and NCCL's is chosen under the timing model (:mod:`collsynth.plan`); the plan
+directory is written all or nothing. What it holds, and Ctrl-C: docs/cli.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from collsynth.cli_args import add_fabric_arguments, add_figure_arguments, positive_int, seconds
-from collsynth.errors import CollsynthError
+from collsynth.cli.common import (EXIT_OK, Interrupted, UsageError, add_fabric_arguments,
+                                  add_figure_arguments, err, out, positive_int, seconds)
 
-__all__ = ["add_plan_parser", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
+__all__ = ["register", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
 
 #: Seconds of synthesis per (collective, group) problem by default.
 DEFAULT_SYNTH_TIME_LIMIT = 30.0
-_EXIT_OK, _EXIT_ERROR, _EXIT_INTERRUPTED = 0, 1, 130
 
 
-def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``plan`` subcommand to ``subparsers`` (from ``add_subparsers``); its handler is
-    :func:`run_plan`."""
+def register(subparsers: Any) -> None:
+    """Add ``plan`` to ``subparsers`` (from ``add_subparsers``)."""
     from collsynth.export.runtimes import runtime_names
 
     parser = subparsers.add_parser(
@@ -92,12 +68,11 @@ def add_plan_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true",
                         help="print plan.json's totals and files as JSON on stdout")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    parser.set_defaults(handler=run_plan, plan_parser=parser)
-    return parser
+    parser.set_defaults(handler=run_plan)
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    """Handle ``collsynth plan``: returns 0 when the plan was written, 1 on an error."""
+    """Handle ``collsynth plan``: return 0 when the plan was written (errors raise)."""
     from collsynth.plan import (
         FrontCache,
         PlanOptions,
@@ -110,11 +85,9 @@ def run_plan(args: argparse.Namespace) -> int:
     from collsynth.resolve import resolve_topology
 
     if args.max_group_ranks < 2:
-        parser = getattr(args, "plan_parser", None)
-        if parser is not None:
-            parser.error(f"--max-group-ranks {args.max_group_ranks}: expected at least 2")
-    progress = None if args.quiet or args.json else \
-        (lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+        raise UsageError.of("plan", f"--max-group-ranks {args.max_group_ranks}: expected at "
+                                    "least 2")
+    progress = None if args.quiet or args.json else (lambda line: err(f"  {line}"))
     cache = None
     try:
         from collsynth.plan.writer import check_plan_directory
@@ -147,29 +120,22 @@ def run_plan(args: argparse.Namespace) -> int:
         plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
                          progress=progress)
         target = write_plan(plan, args.output)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # main says so; here: what is kept for the next run
         kept = ("nothing was synthesized yet" if cache is None else
                 "nothing is kept (--no-cache)" if cache.directory is None else
                 f"the fronts synthesized so far are kept in the cache {cache.directory} for the "
                 "next run")
-        print(f"collsynth: interrupted: no plan written ({args.output} left as it was); {kept}",
-              file=sys.stderr, flush=True)
-        return _EXIT_INTERRUPTED
-    except (CollsynthError, OSError) as exc:
-        detail = exc.strerror + (f": {exc.filename}" if exc.filename else "") \
-            if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"collsynth: error: {' '.join(detail.split())}", file=sys.stderr, flush=True)
-        return _EXIT_ERROR
+        raise Interrupted(f"no plan written ({args.output} left as it was); {kept}") from exc
     totals = plan.totals()
     if args.json:
         obj = plan_to_json(plan)
-        print(json.dumps({"plan_dir": str(target), "totals": obj["totals"],
-                          "files": obj["files"]}, indent=1), flush=True)
-        return _EXIT_OK
+        out(json.dumps({"plan_dir": str(target), "totals": obj["totals"],
+                        "files": obj["files"]}, indent=1))
+        return EXIT_OK
     saving = totals["saving_us"]
     share = f" ({100 * saving / totals['nccl_us']:.1f}%)" if totals["nccl_us"] else ""
-    print(f"wrote {target}: {len(plan.xml_files)} XML file(s) for {plan.runtime}; predicted "
-          f"{totals['nccl_us']:.1f} us under NCCL, {totals['plan_us']:.1f} us with the plan, "
-          f"saving {saving:.1f} us{share} over {totals['calls']} call(s); see "
-          f"{target / 'report.md'}", flush=True)
-    return _EXIT_OK
+    out(f"wrote {target}: {len(plan.xml_files)} XML file(s) for {plan.runtime}; predicted "
+        f"{totals['nccl_us']:.1f} us under NCCL, {totals['plan_us']:.1f} us with the plan, "
+        f"saving {saving:.1f} us{share} over {totals['calls']} call(s); see "
+        f"{target / 'report.md'}")
+    return EXIT_OK

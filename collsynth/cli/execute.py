@@ -1,69 +1,45 @@
 """``collsynth run``: execute an algorithm (or MSCCL XML program) on local processes, prove it
-against torch.distributed's own collective, and time both.
+against torch.distributed's own collective on the same inputs, and time both.
 
-::
-
-    collsynth run ALGO.json|ALGO.xml [--ranks N] [--backend gloo|nccl] [--size 4MiB]
-                  [--iters K] [--warmup W] [--dtype float32|bfloat16|float16|int32|...]
-                  [--op sum|prod|min|max|avg] [--inplace] [--root R] [--timeout S] [--json]
-
-``N`` processes are started (:func:`collsynth.runtime.launch.launch`; gloo on the CPU, or nccl
-with one GPU per rank), each runs the algorithm with :mod:`collsynth.runtime.executor` (an
-``.xml`` file with :func:`collsynth.runtime.program.run_program`) on random inputs, runs the
-torch collective of the same name on the same inputs, and compares: exactly for integer dtypes
-and ``min``/``max``, within ``4 * ranks * eps(dtype)`` (absolute and relative) for
-floating-point sums, products and averages (:func:`collsynth.runtime.compare.tolerance`).
-Then both are timed over ``--iters`` iterations after ``--warmup`` untimed ones; the median,
-minimum and maximum (each iteration timed by its slowest rank) are printed with the nccl-tests
-bandwidths: ``algbw = size / time`` and ``busbw = algbw * factor`` (allreduce ``2(n-1)/n``;
-allgather, reduce_scatter, alltoall, gather, scatter ``(n-1)/n``; broadcast, reduce ``1``).
-
-``--size`` is nccl-tests' size: the larger buffer of one rank (allgather: the output; allreduce:
-the buffer), in bytes with an optional unit: ``B``, ``KB``/``MB``/``GB`` (powers of 1000),
-``KiB``/``MiB``/``GiB`` (powers of 1024). Sizes that do not divide evenly into chunks work
-(uneven pieces; padding for XML programs). The collective is the algorithm's; for XML the
-``coll`` attribute's, with the root of rooted programs inferred by the checker (or ``--root``).
-
-Exit status: 0 the result matches torch; 1 it does not, or a rank failed (the message names
-it); 2 usage errors. GPUs: ``--backend nccl`` needs ``torch.cuda.device_count() >= N``.
+Exit 0 when the result matches torch, 1 when it does not (the report says where). Sizes,
+tolerances and bandwidths: docs/cli.md. (Not ``run.py``: that name would hide the console entry
+point :func:`collsynth.cli.run`.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from collsynth.cli_args import non_negative_int, positive_int, seconds
-from collsynth.cli_args import parse_size as _shared_parse_size
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, DetailedError, UsageError,
+                                  non_negative_int, out, parse_size, positive_int, seconds)
 from collsynth.errors import CollsynthError
 from collsynth.limits import check_memory
 
-__all__ = ["add_run_parser", "run_run", "parse_size", "main", "MAX_RUN_BYTES"]
+__all__ = ["register", "run_run", "parse_run_size", "MAX_RUN_BYTES"]
 
-_EXIT_OK, _EXIT_WRONG, _EXIT_USAGE = 0, 1, 2
 #: Largest buffer a local run allocates per rank (bytes).
 MAX_RUN_BYTES = 16 * 2**30
 
 
-def parse_size(text: str) -> int:
-    """Bytes in ``text``, by the shared rules of :func:`collsynth.cli_args.parse_size`, at most
+def parse_run_size(text: str) -> int:
+    """Bytes in ``text``, by the shared rules of :func:`collsynth.cli.common.parse_size`, at most
     :data:`MAX_RUN_BYTES` (a local run allocates buffers of that size on every rank).
 
-    >>> parse_size("4MiB"), parse_size("1KB"), parse_size("1.5 KiB"), parse_size("17")
-    (4194304, 1000, 1536, 17)
+    >>> parse_run_size("4MiB"), parse_run_size("1KB"), parse_run_size("1.5 KiB")
+    (4194304, 1000, 1536)
     """
-    value = _shared_parse_size(text)
+    value = parse_size(text)
     if value > MAX_RUN_BYTES:
         raise argparse.ArgumentTypeError(
             f"size {text!r}: more than the {MAX_RUN_BYTES} bytes (16 GiB) a local run allocates")
     return value
 
 
-def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``run`` subcommand to ``subparsers``; its handler is :func:`run_run`."""
+def register(subparsers: Any) -> None:
+    """Add ``run`` to ``subparsers`` (from ``add_subparsers``)."""
     from collsynth.runtime.compare import DTYPES
     from collsynth.runtime._common import REDUCE_OPS
 
@@ -79,7 +55,7 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="processes to start (default: the file's number of ranks)")
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="gloo (CPU, default) or nccl (one GPU per rank)")
-    parser.add_argument("--size", type=parse_size, default=parse_size("4MiB"), metavar="SIZE",
+    parser.add_argument("--size", type=parse_run_size, default=4 * 2**20, metavar="SIZE",
                         help="bytes of the larger buffer of one rank, with a unit: B, KB, "
                              "KiB, MB, MiB, GB, GiB (default 4MiB)")
     parser.add_argument("--iters", type=non_negative_int, default=10, metavar="K",
@@ -99,21 +75,7 @@ def add_run_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "(default 60)")
     parser.add_argument("--seed", type=non_negative_int, default=0, help="input seed (default 0)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.set_defaults(handler=run_run, run_parser=parser)
-    return parser
-
-
-def _usage(args: argparse.Namespace, message: str) -> int:
-    parser = getattr(args, "run_parser", None)
-    if parser is not None:
-        parser.error(message)   # raises (collsynth's parser) or exits 2 (argparse's)
-    print(f"collsynth run: error: {message}", file=sys.stderr, flush=True)
-    return _EXIT_USAGE
-
-
-def _error(message: str) -> int:
-    print(f"collsynth: error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
-    return _EXIT_WRONG
+    parser.set_defaults(handler=run_run)
 
 
 def _load(path: str, root: int | None):
@@ -143,67 +105,56 @@ def _infer_root(program, root: int | None) -> int | None:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    """Run ``collsynth run`` from parsed arguments; return the exit code."""
+    """Run ``collsynth run``; return 0 when the result matches torch, 1 when it does not (the
+    report says where). Errors raise, a rank's failure too (after the report)."""
     from collsynth.runtime import compare
     from collsynth.runtime._common import check_op, torch_modules
     from collsynth.runtime.executor import collective_kind
     from collsynth.runtime.launch import launch
     from collsynth.runtime.program import program_kind
 
-    try:
-        algorithm, program, collective, root, file_ranks, label = _load(args.file, args.root)
-    except (CollsynthError, OSError) as exc:
-        text = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and \
-            exc.strerror else str(exc)
-        return _error(text)
+    algorithm, program, collective, root, file_ranks, label = _load(args.file, args.root)
     ranks = args.ranks if args.ranks is not None else file_ranks
     if ranks != file_ranks:
-        return _usage(args, f"--ranks {ranks}, but {args.file} is for {file_ranks} ranks")
+        raise UsageError.of("run", f"--ranks {ranks}, but {args.file} is for {file_ranks} ranks")
     if args.root is not None and args.root >= ranks:
-        return _usage(args, f"--root {args.root} is not a rank of {ranks}")
+        raise UsageError.of("run", f"--root {args.root} is not a rank of {ranks}")
     if algorithm is not None and args.root is not None:
-        return _usage(args, "--root is for XML programs; an algorithm file names its root")
+        raise UsageError.of("run", "--root is for XML programs; an algorithm file names its root")
     if program is not None:
         from collsynth.runtime.program import program_layouts
 
         layouts = program_layouts(program)
         call = "in-place" if args.inplace else "out-of-place"
         if call not in layouts:
-            return _usage(args, f"{args.file} is for {' and '.join(layouts) or 'no'} calls; "
-                                + ("drop --inplace" if args.inplace else "add --inplace"))
-    try:
-        if program is not None:
-            kind = program_kind(program)
-            combining = kind in ("allreduce", "reduce_scatter", "reduce", "custom")
-        else:
-            kind = collective_kind(algorithm.collective)
-            combining = algorithm.collective.combining
-    except CollsynthError as exc:  # the file's collective, not the command line, is wrong
-        return _error(str(exc))
+            raise UsageError.of("run", f"{args.file} is for {' and '.join(layouts) or 'no'} "
+                                       "calls; "
+                                       + ("drop --inplace" if args.inplace else "add --inplace"))
+    # The file's collective, not the command line, is wrong if these raise: exit 1.
+    if program is not None:
+        kind = program_kind(program)
+        combining = kind in ("allreduce", "reduce_scatter", "reduce", "custom")
+    else:
+        kind = collective_kind(algorithm.collective)
+        combining = algorithm.collective.combining
     try:
         dtype = compare.parse_dtype(args.dtype)
         check_op(args.op, dtype, allow_avg=program is None, combining=combining)
-    except CollsynthError as exc:
-        return _usage(args, str(exc))
-    try:
-        if program is not None:
-            root = _infer_root(program, root)
-        if kind == "custom" and algorithm is None:
-            raise CollsynthError("a coll=\"custom\" program's result cannot be checked without "
-                                 "its collective: run the algorithm file it came from")
-        if program is not None and kind in ("broadcast", "reduce", "gather", "scatter") and \
-                root is None:
-            raise CollsynthError(f"cannot tell the root of this {kind} program (the checker "
-                                 "finds none or several): pass --root")
-    except CollsynthError as exc:
-        return _error(str(exc))
+    except CollsynthError as exc:  # --dtype and --op that do not go together
+        raise UsageError.of("run", str(exc)) from exc
+    if program is not None:
+        root = _infer_root(program, root)
+    if kind == "custom" and algorithm is None:
+        raise CollsynthError("a coll=\"custom\" program's result cannot be checked without "
+                             "its collective: run the algorithm file it came from")
+    if program is not None and kind in ("broadcast", "reduce", "gather", "scatter") and \
+            root is None:
+        raise CollsynthError(f"cannot tell the root of this {kind} program (the checker "
+                             "finds none or several): pass --root")
     torch, _ = torch_modules()
     element = torch.empty((), dtype=dtype).element_size()
-    try:
-        check_memory(ranks * _rank_bytes(args.size, element),
-                     f"a run of {ranks} ranks with --size {args.size} bytes of {args.dtype}")
-    except CollsynthError as exc:
-        return _error(str(exc))
+    check_memory(ranks * _rank_bytes(args.size, element),
+                 f"a run of {ranks} ranks with --size {args.size} bytes of {args.dtype}")
     blocks = _size_blocks(kind, ranks, algorithm)
     block_elems = max(1, args.size // element // blocks)
     case = compare.Case(name=Path(args.file).name, block_elems=block_elems,
@@ -213,21 +164,14 @@ def run_run(args: argparse.Namespace) -> int:
                         timeout_s=args.timeout, root=root)
     per_call = args.timeout
     launch_timeout = 60.0 + per_call * (2 * (args.iters + args.warmup) + 4)
-    try:
-        results = launch(compare.run_cases, ranks, args=([case],), backend=args.backend,
-                         timeout_s=launch_timeout)
-    except CollsynthError as exc:
-        return _error(str(exc))
+    results = launch(compare.run_cases, ranks, args=([case],), backend=args.backend,
+                     timeout_s=launch_timeout)
     per_rank = [r[0] for r in results]
     report = _report(args, case, per_rank, label, kind, ranks, element)
-    if args.json:
-        print(json.dumps(report, indent=2), flush=True)
-    else:
-        print(_text(report), flush=True)
-    if report["errors"]:
-        for line in report["errors"]:
-            print(f"collsynth: error: {line}", file=sys.stderr, flush=True)
-    return _EXIT_OK if report["correct"] else _EXIT_WRONG
+    out(json.dumps(report, indent=2) if args.json else _text(report))
+    if report["errors"]:  # a rank failed: an error, one line per distinct failure
+        raise DetailedError(report["errors"][0], report["errors"][1:])
+    return EXIT_OK if report["correct"] else EXIT_ERROR
 
 
 #: Memory of one rank's process before any buffer (Python, torch, gloo), rounded up.
@@ -337,25 +281,3 @@ def _text(report: dict[str, Any]) -> str:
                          f"{_format_time(f['min_s']):>11} {_format_time(f['max_s']):>11} "
                          f"{f['algbw_GBps']:>11.4g} {f['busbw_GBps']:>11.4g}")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``collsynth run ARGS`` on its own (``argv`` without the word ``run``); the exit code.
-
-    Usage errors exit 2, like the full command line's.
-    """
-    parser = argparse.ArgumentParser(prog="collsynth")
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_run_parser(commands)
-    try:
-        args = parser.parse_args(["run", *(sys.argv[1:] if argv is None else argv)])
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
-    try:
-        return args.handler(args)
-    except SystemExit as exc:   # parser.error() from the handler
-        return exc.code if isinstance(exc.code, int) else _EXIT_USAGE
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,34 +1,26 @@
-"""``collsynth solve bandwidth-optimal``: the large-system engines from the command line.
+"""``collsynth solve bandwidth-optimal``: the large-system engines, for systems of any size.
 
-::
-
-    collsynth solve bandwidth-optimal TOPOLOGY COLLECTIVE [--nodes K] [--oversubscription X]
-        [--engine auto|trees|hierarchical|alltoall|exact] [--stages P] [--time-limit S]
-        [--size BYTES] [-o FILE.json] [--json] [-q]
-
-Prints the algorithm (steps, rounds, chunks, sends), its rounds per chunk, the steady-state
-rounds per chunk of its pipeline, the lower bound, whether it is proven optimal, the seconds taken,
-and, when the topology has physical figures, its predicted time next to NCCL's ring and tree at
-1 MiB, 64 MiB and 1 GiB (alpha-beta model, :mod:`collsynth.timing`).
+Prints the verified algorithm, its rounds per chunk (and its pipeline's steady state) against the
+lower bound, and, when the topology has physical figures, its predicted time next to NCCL's ring
+and tree (alpha-beta model, :mod:`collsynth.timing`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
-from collsynth.cli_args import parse_size, positive_int, seconds
+from collsynth.cli.common import (EXIT_OK, err, format_size, out, parse_size, positive_int,
+                                  problem_from_args, seconds)
+from collsynth.timing.compare import PREDICTION_SIZES, predicted_against_nccl
 
-__all__ = ["add_bandwidth_optimal_parser", "PREDICTION_SIZES"]
-
-#: Buffer sizes (bytes, nccl-tests convention) of the predicted-time columns.
-PREDICTION_SIZES = (1 << 20, 64 << 20, 1 << 30)
+__all__ = ["add_mode", "run_bandwidth_optimal"]
 
 
-def add_bandwidth_optimal_parser(modes, problem: argparse.ArgumentParser) -> None:
-    """Add ``bandwidth-optimal`` to the ``solve`` subcommands."""
+def add_mode(modes, problem: argparse.ArgumentParser) -> None:
+    """Add ``bandwidth-optimal`` to the ``solve`` modes; ``problem`` is the parent parser of
+    ``TOPOLOGY COLLECTIVE``."""
     parser = modes.add_parser(
         "bandwidth-optimal", parents=[problem],
         help="a schedule with the optimal throughput, for systems of any size",
@@ -54,19 +46,18 @@ def add_bandwidth_optimal_parser(modes, problem: argparse.ArgumentParser) -> Non
 
 
 def run_bandwidth_optimal(args: argparse.Namespace) -> int:
-    from collsynth.cli_args import EXIT_OK, problem_from_args as _problem
     from collsynth.limits import TimeLimitReached
     from collsynth.synthesis.large import solve_large
 
     started = time.perf_counter()
     _refuse_what_cannot_fit(args)
-    topology, collective = _problem(args)
+    topology, collective = problem_from_args(args)
     if args.output:  # before the search, not after it
         from collsynth._output import check_output_file
 
         check_output_file(args.output, label=f"-o {args.output}")
     progress = None if (args.quiet or args.json) else (
-        lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+        lambda line: err(f"  {line}"))
     left = args.time_limit - (time.perf_counter() - started)  # building the topology counts
     if left <= 0:
         raise TimeLimitReached(f"time limit of {args.time_limit:g} s reached while building the "
@@ -78,28 +69,29 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
 
         save_algorithm(result.algorithm, args.output)
     figures = result.to_json()
-    figures["predicted_us"] = _predictions(result, args.size)
+    sizes = sorted(set(PREDICTION_SIZES) | ({args.size} if args.size else set()))
+    figures["predicted_us"] = predicted_against_nccl(result.algorithm, sizes)
     if args.json:
-        print(json.dumps(figures, indent=2), flush=True)
+        out(json.dumps(figures, indent=2))
         return EXIT_OK
     algorithm = result.algorithm
-    print(f"{collective.describe()} on {topology.name} ({topology.num_ranks} ranks), engine "
-          f"{figures['engine']}")
-    print(f"algorithm: {algorithm.num_steps} steps, {algorithm.num_rounds} rounds, "
-          f"{algorithm.chunks} chunks, {algorithm.num_sends} sends (verified)")
-    print(f"rounds/chunk: {figures['rounds_per_chunk']}; steady state "
-          f"{figures['steady_state_rounds_per_chunk']}; lower bound {figures['lower_bound']}"
-          f" -> {'optimal' if figures['optimal'] else 'not proven optimal'}")
-    print(f"seconds: {figures['seconds']}")
+    out(f"{collective.describe()} on {topology.name} ({topology.num_ranks} ranks), engine "
+        f"{figures['engine']}")
+    out(f"algorithm: {algorithm.num_steps} steps, {algorithm.num_rounds} rounds, "
+        f"{algorithm.chunks} chunks, {algorithm.num_sends} sends (verified)")
+    out(f"rounds/chunk: {figures['rounds_per_chunk']}; steady state "
+        f"{figures['steady_state_rounds_per_chunk']}; lower bound {figures['lower_bound']}"
+        f" -> {'optimal' if figures['optimal'] else 'not proven optimal'}")
+    out(f"seconds: {figures['seconds']}")
     if figures["predicted_us"]:
-        print("predicted time (us)   collsynth   NCCL ring   NCCL tree")
+        out("predicted time (us)   collsynth   NCCL ring   NCCL tree")
         for row in figures["predicted_us"]:
             ring = "-" if row["nccl_ring"] is None else f"{row['nccl_ring']:.1f}"
             tree = "-" if row["nccl_tree"] is None else f"{row['nccl_tree']:.1f}"
-            print(f"{_size_label(row['bytes']):>18}   {row['collsynth']:>9.1f}   {ring:>9}   "
-                  f"{tree:>9}")
+            out(f"{format_size(row['bytes']):>18}   {row['collsynth']:>9.1f}   {ring:>9}   "
+                f"{tree:>9}")
     if args.output:
-        print(f"wrote {args.output}")
+        out(f"wrote {args.output}")
     return EXIT_OK
 
 
@@ -117,34 +109,3 @@ def _refuse_what_cannot_fit(args: argparse.Namespace) -> None:
         return
     ranks = resolve_topology(args.topology).num_ranks * args.nodes
     check_request_fits(ranks, name, stages=args.stages, time_limit=args.time_limit)
-
-
-def _predictions(result, size_bytes: int | None = None) -> list[dict]:
-    """Predicted microseconds of the result and of NCCL's best ring and tree protocol."""
-    from collsynth.errors import CollsynthError
-    from collsynth.timing.alphabeta import algorithm_time_us, from_topology
-    from collsynth.timing.nccl import best_choice, nccl_choices, nccl_setup
-
-    algorithm = result.algorithm
-    try:
-        model = from_topology(algorithm.topology)
-        setup = nccl_setup(algorithm.topology)
-        choices = nccl_choices(setup, algorithm.collective.name)
-    except CollsynthError:
-        return []
-    rows = []
-    sizes = sorted(set(PREDICTION_SIZES) | ({size_bytes} if size_bytes else set()))
-    for size in sizes:
-        row = {"bytes": size, "collsynth": algorithm_time_us(algorithm, size, model)}
-        for kind in ("ring", "tree"):
-            mine = [c for c in choices if c.algorithm == kind]
-            row[f"nccl_{kind}"] = best_choice(mine, size).time_us(size) if mine else None
-        rows.append(row)
-    return rows
-
-
-def _size_label(size: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= scale and size % scale == 0:
-            return f"{size // scale} {unit}"
-    return f"{size} B"

@@ -1,39 +1,9 @@
 """``collsynth time`` and ``collsynth plot``: predicted times of algorithms against NCCL's.
 
-::
-
-    collsynth time ALGO.json [ALGO2.json ...] --sizes 1KB,1MB,1GB [--calibration FILE]
-                   [--device NAME] [--json]
-    collsynth time FILE.xml|ALGO.json ... --topology T [--nodes K] [--calibration RT.json]
-                   [--runtime R] [--model program|closed-form] [--sizes ...] [--json]
-    collsynth plot ALGO.json [ALGO2.json ...] [--sizes 1KB:1GB] [--metric time|busbw]
-                   [--calibration FILE] [--device NAME] -o PATH.png|PATH.svg
-
-With XML files, ``--topology``, a runtime-constants calibration or ``--model program``, ``time``
-simulates the programs as the runtime executes them, against the runtime's own ring
-(:mod:`collsynth.cli_runtime`, :mod:`collsynth.timing.runtime_model`). Otherwise every algorithm
-is timed with the closed form of :mod:`collsynth.timing.model` on its own
-topology; NCCL's ring and tree (:mod:`collsynth.timing.nccl`) are timed on the same topology.
-``time`` prints, per size, each algorithm and NCCL's best ring and best tree (the protocol
-named), with algbw and busbw (nccl-tests definitions), the fastest marked, and then the exact
-sizes (bytes) where the fastest changes from the smallest size to the largest. ``plot`` draws the
-same lines on log-log axes.
-
-``--calibration FILE`` (``collsynth calibrate``) replaces the topology's per-step alpha and
-per-unit GB/s by the measured ones (``Calibration.apply``) for the algorithms and NCCL's channels,
-and adds the collective's measured line (``Calibration.alpha_beta_for``) as a ``measured`` row.
-``--unit-gbps`` and ``--alpha-us`` replace the figures the algorithms' topology was saved with (a
-family such as ``ring:8`` has none). ``--device`` charges combining collectives the device's reduction cost (gamma,
-:mod:`collsynth.timing.kernels`); by default reductions are free, as in NCCL's own model.
-
-Sizes (nccl-tests convention: the output buffer of an allgather, the buffer of an allreduce...)
-take a unit: ``B``; decimal ``kB``/``KB`` (1000), ``MB``, ``GB``, ``TB``; binary ``KiB`` (1024),
-``MiB``, ``GiB``, ``TiB``; a bare number is bytes. Units are case-sensitive and ambiguous ones are
-refused: ``1K``, ``1m``, ``1mb``, ``1Gb`` (bits or bytes? 1000 or 1024?). A space between number
-and unit is allowed (``"1 MB"``).
-
-Exit status: 0 done; 1 an error (unreadable file, algorithms of different collectives or
-topologies, missing figures); 2 usage (bad size, bad option).
+``time`` prices algorithm files with the closed form (:mod:`collsynth.timing.compare`) or, for XML
+programs, ``--topology`` or a runtime calibration, with the program model
+(:mod:`collsynth.cli.time_program`); ``plot`` draws the closed form on log-log axes. Sizes and
+calibrations: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -41,25 +11,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Sequence
 
-from collsynth.cli_args import add_figure_arguments, format_size, parse_size, table as _table
+from collsynth.cli.common import (EXIT_OK, UsageError, add_figure_arguments, format_size, out,
+                                  parse_size, table)
+from collsynth.cli.time_program import (add_time_program_arguments, run_program_time,
+                                        wants_program_model)
 from collsynth.errors import CollsynthError
 from collsynth.timing.compare import Comparison, compare
 
-__all__ = [
-    "add_time_parser",
-    "add_plot_parser",
-    "run_time",
-    "run_plot",
-    "parse_size",
-    "parse_sizes",
-    "parse_size_range",
-    "format_size",
-]
+__all__ = ["register", "run_time", "run_plot", "parse_sizes", "parse_size_range"]
+
 
 def parse_sizes(text: str) -> list[int]:
     """Comma-separated sizes, sorted, duplicates removed.
@@ -86,13 +50,6 @@ def parse_size_range(text: str) -> tuple[int, int]:
     if not lo < hi:
         raise argparse.ArgumentTypeError(f"size range {text!r}: FROM must be below TO")
     return lo, hi
-
-
-# -- output -----------------------------------------------------------------------------------
-
-
-def _out(text: str = "") -> None:
-    print(text, file=sys.stdout, flush=True)
 
 
 def _exact_text(value: Fraction) -> str:
@@ -129,7 +86,6 @@ def _envelope(comparison: Comparison, lo: int, hi: int):
 
 def run_time(args: argparse.Namespace) -> int:
     """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
-    from collsynth.cli_runtime import run_program_time, wants_program_model
     from collsynth.timing.nccl import algbw_gbps, busbw_gbps
 
     if wants_program_model(args):
@@ -160,7 +116,7 @@ def run_time(args: argparse.Namespace) -> int:
         best = comparison.best_of(list(comparison.lines), size)
         per_size.append((size, rows, best))
     if args.json:
-        _out(json.dumps({
+        out(json.dumps({
             "collective": coll, "num_ranks": n, "topology": comparison.topology,
             "notes": list(comparison.notes),
             "sizes": [{"size_bytes": size, "candidates": rows, "best": best,
@@ -171,29 +127,29 @@ def run_time(args: argparse.Namespace) -> int:
             "crossovers": [{"from": a, "to": b, "size_bytes": _exact_text(x),
                             "size_bytes_float": float(x)} for a, b, x in changes],
         }, indent=1))
-        return 0
-    _out(f"{coll} on {comparison.topology} ({n} ranks): closed-form model; NCCL's own tuning model")
+        return EXIT_OK
+    out(f"{coll} on {comparison.topology} ({n} ranks): closed-form model; NCCL's own tuning model")
     for note in comparison.notes:
-        _out(f"  {note}")
-    table = []
+        out(f"  {note}")
+    cells = []
     for size, rows, best in per_size:
         for index, row in enumerate(rows):
-            table.append((format_size(size) if index == 0 else "", row["name"],
+            cells.append((format_size(size) if index == 0 else "", row["name"],
                           f"{row['time_us']:.3f}", f"{row['algbw_gbps']:.3f}",
                           f"{row['busbw_gbps']:.3f}", "*" if row["name"] == best else ""))
-    for line in _table(("size", "candidate", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
-                        "best"), table, left=(0, 1, 5)):
-        _out(line)
-    _out("best: " + "; ".join(f"{format_size(size)} {best}" for size, _, best in per_size))
+    for line in table(("size", "candidate", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
+                       "best"), cells, left=(0, 1, 5)):
+        out(line)
+    out("best: " + "; ".join(f"{format_size(size)} {best}" for size, _, best in per_size))
     if changes:
-        _out(f"crossovers between consecutive winners ({format_size(sizes[0])} to "
+        out(f"crossovers between consecutive winners ({format_size(sizes[0])} to "
              f"{format_size(sizes[-1])}):")
         for a, b, x in changes:
-            _out(f"  {a} -> {b} at {_exact_text(x)} bytes ({format_size(x)})")
+            out(f"  {a} -> {b} at {_exact_text(x)} bytes ({format_size(x)})")
     else:
-        _out(f"no crossover: {envelope[0].name} is fastest from {format_size(sizes[0])} to "
+        out(f"no crossover: {envelope[0].name} is fastest from {format_size(sizes[0])} to "
              f"{format_size(sizes[-1])}")
-    return 0
+    return EXIT_OK
 
 
 def run_plot(args: argparse.Namespace) -> int:
@@ -202,7 +158,7 @@ def run_plot(args: argparse.Namespace) -> int:
 
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
-        args.plot_parser.error(f"-o {args.output}: expected a .png or .svg file")
+        raise UsageError.of("plot", f"-o {args.output}: expected a .png or .svg file")
     check_output_file(output, label=f"-o {args.output}")  # before any work
     algorithms, calibration = _load(args.files, args.calibration, unit_gbps=args.unit_gbps,
                                     alpha_us=args.alpha_us)
@@ -245,8 +201,8 @@ def run_plot(args: argparse.Namespace) -> int:
             fig.savefig(handle, format=output.suffix.lower().lstrip("."))
     finally:
         plt.close(fig)
-    _out(f"wrote {output}")
-    return 0
+    out(f"wrote {output}")
+    return EXIT_OK
 
 
 # -- parsers ------------------------------------------------------------------------------------
@@ -274,8 +230,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_figure_arguments(parser)
 
 
-def add_time_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``time`` subcommand to ``subparsers``; its handler is :func:`run_time`."""
+def register(subparsers: Any) -> None:
+    """Add ``time`` and ``plot`` to ``subparsers`` (from ``add_subparsers``)."""
     parser = subparsers.add_parser(
         "time", help="predicted times of algorithms and NCCL's ring/tree",
         description="Predict the time, algbw and busbw of algorithm files and of NCCL's ring "
@@ -286,15 +242,9 @@ def add_time_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--sizes", type=_sizes_type, default=parse_sizes("1KB,1MB,1GB"),
                         metavar="S1,S2,...", help="buffer sizes (default 1KB,1MB,1GB)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    from collsynth.cli_runtime import add_time_program_arguments
-
     add_time_program_arguments(parser)
-    parser.set_defaults(handler=run_time, time_parser=parser)
-    return parser
+    parser.set_defaults(handler=run_time)
 
-
-def add_plot_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``plot`` subcommand to ``subparsers``; its handler is :func:`run_plot`."""
     parser = subparsers.add_parser(
         "plot", help="log-log plot of algorithms against NCCL's ring/tree",
         description="Plot predicted time or bus bandwidth against buffer size for algorithm "
@@ -306,5 +256,4 @@ def add_plot_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="what to plot (default time)")
     parser.add_argument("-o", "--output", required=True, metavar="PATH",
                         help="image file: .png or .svg")
-    parser.set_defaults(handler=run_plot, plot_parser=parser)
-    return parser
+    parser.set_defaults(handler=run_plot)

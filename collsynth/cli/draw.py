@@ -1,28 +1,20 @@
-"""``collsynth draw``: a picture of a schedule, one panel per step.
+"""``collsynth draw``: a picture of a schedule, one panel per step (:mod:`collsynth.draw`).
 
-::
-
-    collsynth draw ALGO.json -o OUT.png|OUT.svg [--steps A-B] [--style auto|arrows|heatmap]
-                   [--aggregate] [--dpi N]
-    collsynth draw FILE.xml --topology T [--nodes K] -o OUT.png|OUT.svg [...]
-
-An algorithm file carries its topology; an MSCCL XML program does not, so it needs
-``--topology`` (its ranks in the program's order). The output path is checked before any work
-and written atomically (nothing is left behind on an error). See :mod:`collsynth.draw`.
+An algorithm file carries its topology; an MSCCL XML program needs ``--topology``. The output path
+is checked before any work and written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from collsynth.cli_args import positive_int
+from collsynth.cli.common import EXIT_OK, UsageError, out, positive_int
 from collsynth.draw import (FIGURE_SUFFIXES, DrawError, DrawOptions, check_output_path, draw_file,
                             file_kind, parse_step_range, save_drawing)
 from collsynth.resolve import resolve_topology
 
-__all__ = ["add_draw_parser", "run_draw"]
+__all__ = ["register", "run_draw"]
 
 
 def _steps(text: str) -> tuple[int, int]:
@@ -39,8 +31,8 @@ def _dpi(text: str) -> int:
     return value
 
 
-def add_draw_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``draw`` subcommand to ``subparsers``; its handler is :func:`run_draw`."""
+def register(subparsers: Any) -> None:
+    """Add ``draw`` to ``subparsers`` (from ``add_subparsers``)."""
     parser = subparsers.add_parser(
         "draw", help="draw a schedule step by step (PNG or SVG)",
         description="Draw an algorithm file or an MSCCL XML program, one panel per step on the "
@@ -62,30 +54,29 @@ def add_draw_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="heat maps: one matrix summed over the steps drawn")
     parser.add_argument("--dpi", type=_dpi, default=100, metavar="N",
                         help="PNG resolution (default 100)")
-    parser.set_defaults(handler=run_draw, draw_parser=parser)
-    return parser
+    parser.set_defaults(handler=run_draw)
 
 
 def run_draw(args: argparse.Namespace) -> int:
     """Run ``collsynth draw``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
-    parser = args.draw_parser
     if not str(args.output).lower().endswith(FIGURE_SUFFIXES):
-        parser.error(f"-o {args.output}: expected a .png or .svg file")
+        raise UsageError.of("draw", f"-o {args.output}: expected a .png or .svg file")
     if args.nodes is not None and args.topology is None:
-        parser.error("--nodes goes with --topology")
+        raise UsageError.of("draw", "--nodes goes with --topology")
     output = check_output_path(args.output)  # before any work
     kind = file_kind(args.file)
     if kind == "xml" and args.topology is None:
-        parser.error(f"{args.file} is an MSCCL XML program, which does not say its topology: "
-                     "give --topology (its ranks in the program's order)")
+        raise UsageError.of("draw", f"{args.file} is an MSCCL XML program, which does not say "
+                                    "its topology: give --topology (its ranks in the program's "
+                                    "order)")
     if kind == "json" and args.topology is not None:
-        parser.error(f"{args.file} is an algorithm file, which carries its topology: "
-                     "--topology is for XML programs")
+        raise UsageError.of("draw", f"{args.file} is an algorithm file, which carries its "
+                                    "topology: --topology is for XML programs")
     topology = None if args.topology is None else resolve_topology(args.topology,
                                                                     nodes=args.nodes)
     options = DrawOptions(steps=args.steps, style=args.style,
                           aggregate=True if args.aggregate else None)
     figure = draw_file(args.file, topology=topology, options=options)
     save_drawing(figure, output, dpi=args.dpi)
-    print(f"wrote {output}", file=sys.stdout, flush=True)
-    return 0
+    out(f"wrote {output}")
+    return EXIT_OK

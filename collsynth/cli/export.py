@@ -1,31 +1,8 @@
 """``collsynth export``: write an algorithm file as MSCCL XML, checked before it is written.
 
-::
-
-    collsynth export ALGO.json -o OUT.xml [--runtime msccl|rccl|msccl-executor|all]
-                     [--proto Simple|LL|LL128] [--channels N|auto] [--channel-by chunk|peer]
-                     [--instances K]
-                     [--min-bytes B] [--max-bytes B] [--inplace] [--outofplace] [--name NAME]
-
-The runtimes' limits are checked first, from the algorithm's sends
-(:func:`collsynth.export.limits.estimate_all`), then exactly on the lowered program; when some
-are exceeded nothing is written and every exceeded limit is reported, one line each, with the
-runtime, the limit, the worst place and by how much. The algorithm is verified, lowered
-(:func:`collsynth.export.lower.lower`), checked by
-:func:`collsynth.export.check.check_program` (static rules and a symbolic execution in every
-buffer layout the runtime may select it for) and only then written; a program that fails the
-check is never written. With ``--runtime all`` one file per runtime is written: ``-o`` is a
-directory (``DIR/ALGO.msccl.xml``, ...) or a name stem (``OUT.xml`` gives ``OUT.msccl.xml``,
-``OUT.rccl.xml``, ``OUT.msccl-executor.xml``); nothing is written unless every runtime succeeds.
-
-``--min-bytes``/``--max-bytes`` are the smallest and largest message (bytes, both inclusive) the
-runtime should pick the algorithm for. rccl and msccl-executor get ``maxBytes=B`` (inclusive
-there; without the option ``0``, which they read as unlimited); msccl gets ``maxBytes=B+1``
-(exclusive there; without the option the attribute is left out and msccl's default of 128 MiB
-applies, as it has no "unlimited").
-
-``--inplace`` exports for in-place calls, ``--outofplace`` (the default) for out-of-place calls;
-both at once (rccl, msccl-executor) declare both, and the program is built to be correct in both.
+The runtimes' limits are checked first (every exceeded one reported, one line each), then the
+program is lowered, checked (:func:`collsynth.export.check.check_program`) and only then written
+(:mod:`collsynth.export.pipeline`). Options and their runtime attributes: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -33,27 +10,27 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Sequence
 
-from collsynth.cli_args import positive_int
 from collsynth._output import check_output_dir, check_output_file, path_in, write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
-from collsynth.errors import CollsynthError, ExportError
+from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto, out,
+                                  positive_int)
+from collsynth.errors import ExportError
 from collsynth.export.limits import LimitViolation
 from collsynth.export.lower import PROTOCOLS
 from collsynth.export.pipeline import check_instances, export_programs
 from collsynth.export.runtimes import runtime_names
 from collsynth.export.stats import program_stats
 
-__all__ = ["add_export_parser", "run_export", "EXPORT_RUNTIMES"]
+__all__ = ["register", "run_export", "EXPORT_RUNTIMES"]
 
 _log = logging.getLogger(__name__)
 
 #: Values of ``--runtime``.
 EXPORT_RUNTIMES = (*runtime_names(), "all")
-# -- command line -------------------------------------------------------------------------------
+
 
 
 def _bytes(text: str) -> int:
@@ -67,8 +44,8 @@ def _bytes(text: str) -> int:
     return value
 
 
-def add_export_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``export`` subcommand to ``subparsers`` (from ``add_subparsers``); return it."""
+def register(subparsers) -> None:
+    """Add ``export`` to ``subparsers`` (from ``add_subparsers``)."""
     export = subparsers.add_parser(
         "export", help="write an algorithm as MSCCL XML (checked first)",
         description="Lower an algorithm file to MSCCL XML for msccl, rccl or msccl-executor, "
@@ -85,7 +62,7 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
     export.add_argument("--channel-by", choices=("chunk", "peer"), default="chunk",
                         help="spread over channels by chunk (default) or by peer (for ranks "
                              "with more than 32 peers)")
-    export.add_argument("--channels", type=_channels, default=1, metavar="N",
+    export.add_argument("--channels", type=channels_or_auto, default=1, metavar="N",
                         help="channels to spread connections over (default 1); 'auto': the "
                              "fewest of 1, 2, 4, ..., 32 (by chunk, then by peer) that meets "
                              "the runtime's limits")
@@ -106,8 +83,7 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
                              "for both (rccl, msccl-executor)")
     export.add_argument("--name", metavar="NAME",
                         help="the algorithm's name attribute (default: the algorithm's name)")
-    export.set_defaults(handler=run_export, export_parser=export)
-    return export
+    export.set_defaults(handler=run_export)
 
 
 def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict[str, Path]:
@@ -129,24 +105,12 @@ def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict
     return paths
 
 
-def _channels(text: str) -> int | str:
-    if text == "auto":
-        return text
-    return positive_int(text)
-
-
 def run_export(args: argparse.Namespace) -> int:
-    """Run ``collsynth export`` from parsed arguments; return the exit code (0 written, 1 error).
-
-    Inconsistent options are usage errors (exit 2, through the parser).
-    """
-    parser = getattr(args, "export_parser", None)
+    """Run ``collsynth export`` from parsed arguments; return 0 (every file written)."""
     if args.min_bytes is not None and args.max_bytes is not None and \
             args.max_bytes < args.min_bytes:
-        message = f"--max-bytes {args.max_bytes} is below --min-bytes {args.min_bytes}"
-        if parser is not None:
-            parser.error(message)
-        raise ExportError(message)
+        raise UsageError.of("export", f"--max-bytes {args.max_bytes} is below --min-bytes "
+                                      f"{args.min_bytes}")
     inplace = bool(args.inplace)
     outofplace = bool(args.outofplace) or not inplace
     runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
@@ -159,32 +123,26 @@ def run_export(args: argparse.Namespace) -> int:
             channel_by=args.channel_by, proto=args.proto, instances=args.instances,
             inplace=inplace, outofplace=outofplace, min_bytes=args.min_bytes,
             max_bytes=args.max_bytes, name=args.name)
-        for runtime, path in destinations.items():
-            done = exported[runtime]
-            write_text_atomic(path, done.text)
-            stats = program_stats(done.program)
-            spread = (f"{done.channels} channel(s) by {done.channel_by}, "
-                      if args.channels == "auto" else "")
-            print(f"wrote {path} ({runtime}, {len(done.text.splitlines())} lines; "
-                  f"{spread}{stats.summary()})", file=sys.stdout, flush=True)
-    except (CollsynthError, OSError) as exc:
-        violations = getattr(exc, "violations", None)
-        if violations:
-            _print_violations(args.file, violations)
-            return 1
-        detail = exc.strerror + (f": {exc.filename}" if exc.filename else "") \
-            if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"collsynth: error: {' '.join(detail.split())}", file=sys.stderr, flush=True)
-        return 1
-    return 0
+    except ExportError as exc:
+        if exc.violations:
+            raise _limits_exceeded(args.file, exc.violations) from exc
+        raise
+    for runtime, path in destinations.items():
+        done = exported[runtime]
+        write_text_atomic(path, done.text)
+        stats = program_stats(done.program)
+        spread = (f"{done.channels} channel(s) by {done.channel_by}, "
+                  if args.channels == "auto" else "")
+        out(f"wrote {path} ({runtime}, {len(done.text.splitlines())} lines; "
+            f"{spread}{stats.summary()})")
+    return EXIT_OK
 
 
-def _print_violations(algorithm_file: str, violations: Sequence[LimitViolation]) -> None:
+def _limits_exceeded(algorithm_file: str, violations: Sequence[LimitViolation]
+                     ) -> DetailedError:
     """One line saying what cannot be exported, then one line per exceeded limit."""
     runtimes = list(dict.fromkeys(v.runtime for v in violations))
     count = len(violations)
-    lines = [f"{algorithm_file}: not exported: {count} limit{'s' if count > 1 else ''} of "
-             f"{', '.join(runtimes)} exceeded; nothing written"]
-    lines += [f"{v.runtime}: {v}" for v in violations]
-    for line in lines:
-        print(f"collsynth: error: {' '.join(line.split())}", file=sys.stderr, flush=True)
+    return DetailedError(f"{algorithm_file}: not exported: {count} limit"
+                         f"{'s' if count > 1 else ''} of {', '.join(runtimes)} exceeded; "
+                         "nothing written", [f"{v.runtime}: {v}" for v in violations])
