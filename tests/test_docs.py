@@ -164,7 +164,7 @@ def _docstring_lines() -> dict[str, int]:
 
 
 def _pending(name: str) -> bool:
-    return name in _PENDING or name.startswith("collsynth/cli")
+    return name in _PENDING
 
 
 def test_module_docstrings_are_short():
