@@ -305,6 +305,33 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+def parse_sizes(text: str) -> list[int]:
+    """Comma-separated sizes, sorted, duplicates removed.
+
+    >>> parse_sizes("1GB,1KB,1MB")
+    [1000, 1000000, 1000000000]
+    """
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"sizes {text!r}: expected sizes separated by commas")
+    return sorted({parse_size(p) for p in parts})
+
+
+def parse_size_range(text: str) -> tuple[int, int]:
+    """``"FROM:TO"`` as two sizes in bytes, FROM < TO.
+
+    >>> parse_size_range("1KB:1GB")
+    (1000, 1000000000)
+    """
+    parts = text.split(":")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"size range {text!r}: expected FROM:TO, like 1KB:1GB")
+    lo, hi = parse_size(parts[0]), parse_size(parts[1])
+    if not lo < hi:
+        raise argparse.ArgumentTypeError(f"size range {text!r}: FROM must be below TO")
+    return lo, hi
+
+
 def format_size(size: Fraction | int | float) -> str:
     """A size in the largest unit that divides it exactly (decimal first), else in bytes.
 

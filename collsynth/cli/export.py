@@ -8,6 +8,7 @@ program is lowered, checked (:func:`collsynth.export.check.check_program`) and o
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 from pathlib import Path
@@ -15,14 +16,16 @@ from typing import Sequence
 
 from collsynth._output import check_output_dir, check_output_file, path_in, write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
-from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto, out,
-                                  positive_int)
+from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto,
+                                  format_size, out, parse_sizes, positive_int, table)
 from collsynth.errors import ExportError
 from collsynth.export.limits import LimitViolation
 from collsynth.export.lower import PROTOCOLS
 from collsynth.export.pipeline import check_instances, export_programs
 from collsynth.export.runtimes import runtime_names
 from collsynth.export.stats import program_stats
+from collsynth.timing.runtime_constants import load_runtime_constants
+from collsynth.timing.tune import tune_export, tune_sizes, write_tuned
 
 __all__ = ["register", "run_export", "EXPORT_RUNTIMES"]
 
@@ -57,16 +60,16 @@ def register(subparsers) -> None:
                              "file per runtime: STEM.msccl.xml, STEM.rccl.xml, ...)")
     export.add_argument("--runtime", choices=EXPORT_RUNTIMES, default="msccl",
                         help="target runtime (default msccl)")
-    export.add_argument("--proto", choices=PROTOCOLS, default="Simple",
+    export.add_argument("--proto", choices=PROTOCOLS, default=None,
                         help="NCCL protocol (default Simple)")
-    export.add_argument("--channel-by", choices=("chunk", "peer"), default="chunk",
+    export.add_argument("--channel-by", choices=("chunk", "peer"), default=None,
                         help="spread over channels by chunk (default) or by peer (for ranks "
                              "with more than 32 peers)")
-    export.add_argument("--channels", type=channels_or_auto, default=1, metavar="N",
+    export.add_argument("--channels", type=channels_or_auto, default=None, metavar="N",
                         help="channels to spread connections over (default 1); 'auto': the "
                              "fewest of 1, 2, 4, ..., 32 (by chunk, then by peer) that meets "
                              "the runtime's limits")
-    export.add_argument("--instances", type=positive_int, default=1, metavar="K",
+    export.add_argument("--instances", type=positive_int, default=None, metavar="K",
                         help="parallel copies of the schedule, each on 1/K of every chunk "
                              "(default 1)")
     export.add_argument("--min-bytes", type=_bytes, metavar="B",
@@ -83,6 +86,20 @@ def register(subparsers) -> None:
                              "for both (rccl, msccl-executor)")
     export.add_argument("--name", metavar="NAME",
                         help="the algorithm's name attribute (default: the algorithm's name)")
+    tune = export.add_argument_group(
+        "tuning", "--tune searches channels, channel policy, instances and protocol within the "
+                  "runtime's limits, prices every layout with the program model (predictions) "
+                  "and writes, per size range, the fastest as its own program with "
+                  "minBytes/maxBytes; -o is then a folder (docs/runtime-model.md, 'Tuning')")
+    tune.add_argument("--tune", action="store_true",
+                      help="tune the layout per size range (one runtime at a time)")
+    tune.add_argument("--sizes", type=parse_sizes, metavar="S1,S2,...",
+                      help="sizes the search prices (nccl-tests convention; default 1KiB to "
+                           "1GiB, x4 steps)")
+    tune.add_argument("--runtime-constants", metavar="FILE",
+                      help="runtime constants to price with (from collsynth calibrate-runtime; "
+                           "default the runtime's documented defaults)")
+    tune.add_argument("--json", action="store_true", help="with --tune: the table as JSON")
     export.set_defaults(handler=run_export)
 
 
@@ -105,8 +122,22 @@ def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict
     return paths
 
 
+_CHOSEN_BY_TUNING = (("channels", "--channels"), ("channel_by", "--channel-by"),
+                     ("instances", "--instances"), ("proto", "--proto"),
+                     ("min_bytes", "--min-bytes"), ("max_bytes", "--max-bytes"))
+
+
 def run_export(args: argparse.Namespace) -> int:
     """Run ``collsynth export`` from parsed arguments; return 0 (every file written)."""
+    if args.tune:
+        return _run_tuned(args)
+    for flag in ("sizes", "runtime_constants", "json"):
+        if getattr(args, flag):
+            raise UsageError.of("export", f"--{flag.replace('_', '-')} goes with --tune")
+    args.channels = 1 if args.channels is None else args.channels
+    args.channel_by = args.channel_by or "chunk"
+    args.instances = args.instances or 1
+    args.proto = args.proto or "Simple"
     if args.min_bytes is not None and args.max_bytes is not None and \
             args.max_bytes < args.min_bytes:
         raise UsageError.of("export", f"--max-bytes {args.max_bytes} is below --min-bytes "
@@ -135,6 +166,50 @@ def run_export(args: argparse.Namespace) -> int:
                   if args.channels == "auto" else "")
         out(f"wrote {path} ({runtime}, {len(done.text.splitlines())} lines; "
             f"{spread}{stats.summary()})")
+    return EXIT_OK
+
+
+def _run_tuned(args: argparse.Namespace) -> int:
+    """``export --tune``: search, print the table (predictions), write one program per range."""
+    given = [flag for attr, flag in _CHOSEN_BY_TUNING if getattr(args, attr) is not None]
+    if given:
+        raise UsageError.of("export", f"{', '.join(given)}: --tune chooses these itself")
+    if args.runtime == "all":
+        raise UsageError.of("export", "--tune: one runtime at a time (--runtime msccl, rccl "
+                                      "or msccl-executor)")
+    inplace = bool(args.inplace)
+    outofplace = bool(args.outofplace) or not inplace
+    folder = check_output_dir(args.output, label=f"-o {args.output}")
+    constants = load_runtime_constants(args.runtime_constants) \
+        if args.runtime_constants else None
+    algorithm = load_algorithm(args.file)
+    try:
+        tuned = tune_export(algorithm, args.runtime, sizes=args.sizes or tune_sizes(),
+                            constants=constants, inplace=inplace, outofplace=outofplace,
+                            name=args.name, progress=_log.info)
+    except ExportError as exc:
+        if exc.violations:
+            raise _limits_exceeded(args.file, exc.violations) from exc
+        raise
+    paths = write_tuned(tuned, folder)
+    if args.json:
+        out(json.dumps({"algorithm": tuned.algorithm, "runtime": tuned.runtime,
+                        "prediction": True, "constants": tuned.constants.source,
+                        "rows": [row.as_dict() for row in tuned.rows],
+                        "files": [{"path": str(p), "min_bytes": r.min_bytes,
+                                   "max_bytes": r.max_bytes, "variant": r.variant.label}
+                                  for p, r in zip(paths, tuned.ranges)]}, indent=2))
+        return EXIT_OK
+    out(f"{args.file}: {len(tuned.tried)} layouts priced for {args.runtime} with the program "
+        f"model (predictions, constants: {tuned.constants.source[:60]}...)")
+    headers = ["size", "layout", "time (us)", "algbw (GB/s)", "untuned (GB/s)", "speed-up"]
+    rows = [[format_size(r.size_bytes), r.variant.label, f"{r.time_us:.1f}",
+             f"{r.algbw_gbps:.2f}", f"{r.untuned_algbw_gbps:.2f}", f"{r.speedup:.2f}x"]
+            for r in tuned.rows]
+    out("\n".join(table(headers, rows, left=(1,))))
+    for path, r in zip(paths, tuned.ranges):
+        top = "unbounded" if r.max_bytes is None else f"{r.max_bytes} B"
+        out(f"wrote {path} ({r.variant.label}, {r.min_bytes} B .. {top})")
     return EXIT_OK
 
 

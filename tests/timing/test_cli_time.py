@@ -22,7 +22,7 @@ from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.algorithm.fileformat import save_algorithm
 from collsynth.timing.compare import compare
 from collsynth.cli.common import format_size, parse_size
-from collsynth.cli.time import parse_size_range, parse_sizes
+from collsynth.cli.common import parse_size_range, parse_sizes
 from collsynth.collective import allgather, broadcast
 from collsynth.timing import AlphaBeta
 from collsynth.topology.families import ring

@@ -193,3 +193,58 @@ def test_bad_input_is_refused(ring_allgather, tmp_path):
     blocker.write_text("")
     with pytest.raises(OutputPathError):
         write_tuned(tuned, blocker)
+
+
+# -- collsynth export --tune ----------------------------------------------------------------------
+
+
+def test_cli_export_tune_writes_checked_programs_per_range(ring_allgather, tmp_path, capsys):
+    """At 1 KB the latency decides (LL's 0.6 us hops against Simple's 3.4 us: LL), at 1 GB the
+    bandwidth (LL carries half the bytes per line: Simple): two ranges, each its own program,
+    each passing ``collsynth check``."""
+    from collsynth.algorithm.fileformat import save_algorithm
+    from collsynth.cli import main
+
+    algo_file = tmp_path / "ring.json"
+    save_algorithm(ring_allgather, algo_file)
+    out_dir = tmp_path / "tuned"
+    code = main(["export", str(algo_file), "--tune", "--sizes", "1KB,1GB", "-o", str(out_dir),
+                 "--json"])
+    assert code == 0
+    import json
+
+    report = json.loads(capsys.readouterr().out)
+    assert report["prediction"] is True
+    assert [row["protocol"] for row in report["rows"]] == ["LL", "Simple"]
+    files = sorted(out_dir.iterdir())
+    assert len(files) == len(report["files"]) == 2
+    for entry in report["files"]:
+        text = open(entry["path"]).read()
+        assert re.search(r'minBytes="\d+"', text) and re.search(r'maxBytes="\d+"', text)
+        assert main(["check", entry["path"], "--runtime", "msccl"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--channels", "2"], "--channels: --tune chooses these itself"),
+    (["--runtime", "all"], "one runtime at a time"),
+])
+def test_cli_export_tune_refuses_what_it_chooses(ring_allgather, tmp_path, capsys, extra, message):
+    from collsynth.algorithm.fileformat import save_algorithm
+    from collsynth.cli import main
+
+    algo_file = tmp_path / "ring.json"
+    save_algorithm(ring_allgather, algo_file)
+    assert main(["export", str(algo_file), "--tune", "-o", str(tmp_path / "t"), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
+
+
+def test_cli_sizes_without_tune_is_a_usage_error(ring_allgather, tmp_path, capsys):
+    from collsynth.algorithm.fileformat import save_algorithm
+    from collsynth.cli import main
+
+    algo_file = tmp_path / "ring.json"
+    save_algorithm(ring_allgather, algo_file)
+    assert main(["export", str(algo_file), "--sizes", "1KB", "-o", str(tmp_path / "x.xml")]) == 2
+    assert "--sizes goes with --tune" in capsys.readouterr().err
