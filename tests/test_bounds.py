@@ -391,3 +391,22 @@ def test_one_rank_per_orbit_still_finds_a_cut_away_from_rank_0(monkeypatch):
     links[0][a] = links[a][0] = 1
     topology = Topology("dumbbell", links)
     assert rounds_per_chunk_lower_bound(topology, allgather(n)) == 60
+
+
+def test_a_huge_rounds_lp_gives_way_to_the_fabric_cut_bound(monkeypatch, caplog):
+    """When the LP is beyond the automatic size, the fabric's cut bound stands in for it (with a
+    warning); on a system with a NIC per GPU the two agree, and method='highs' still solves
+    the LP."""
+    import logging
+
+    from collsynth.bounds import core
+    from collsynth.resolve import resolve_topology
+
+    system = resolve_topology("dgx-h100", nodes=2)
+    gather = standard_collective("allgather", 16)
+    exact = rounds_per_chunk_lower_bound(system, gather, method="highs")
+    monkeypatch.setattr(core, "_LP_AUTO_MAX_VARIABLES", 10)
+    with caplog.at_level(logging.WARNING, logger=core.logger.name):
+        assert rounds_per_chunk_lower_bound(system, gather) == exact
+    assert "fabric's cut bound" in caplog.text
+    assert rounds_per_chunk_lower_bound(system, gather, method="highs") == exact

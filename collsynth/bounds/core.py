@@ -1062,6 +1062,15 @@ def _copy_rounds(topology: Topology, collective: Collective, method: Method, lab
         return value
     if method == "z3":
         return _solve_z3(lp)
+    if method == "auto" and lp.a_ub.shape[1] > _LP_AUTO_MAX_VARIABLES:
+        value = _fabric_rounds(topology, collective)
+        if value is not None:
+            logger.warning("rounds bound of %s: the linear program has %d variables (the "
+                           "topology's symmetries do not reduce it); the fabric's cut bound %s "
+                           "is given instead, which can be below the LP where NICs are shared "
+                           "by several GPUs (method='highs' solves the LP)", label,
+                           lp.a_ub.shape[1], value)
+            return value
     value, status = _solve_highs(topology, lp)
     if status == _EXACT:
         return value
@@ -1073,6 +1082,11 @@ def _copy_rounds(topology: Topology, collective: Collective, method: Method, lab
     rounded = value.limit_denominator(10 ** 6)
     return rounded if rounded <= value else Fraction(math.floor(value * 10 ** 6), 10 ** 6)
 
+
+#: Above this many LP variables (after the symmetry reduction) ``method="auto"`` gives the
+#: fabric's cut bound when one exists: HiGHS takes minutes there (MI250 x 2: 150,073 variables,
+#: more than 5 minutes; every other built-in composed system below 6,000, under a second).
+_LP_AUTO_MAX_VARIABLES = 50_000
 
 #: Above this many ranks, broadcast-shaped collectives are bounded from the fabric's cuts first:
 #: their rounds linear program would not fit MAX_LP_VARIABLES anyway.
