@@ -4,8 +4,9 @@
 NCCL and under the plan), the environment variables the runtime needs, one section per
 (collective, group) with its candidates (and the yardstick that priced them), its size ranges and
 its calls per size bucket (predicted time per call, NCCL vs plan, and the saving), the predicted
-time per training step of each rank, and the calls that are not planned with the reason. :func:`draw_plot` draws one entry's
-candidates against the size on log-log axes, the ranges that run an XML shaded.
+time per training step of each rank, and the calls that are not planned with the reason.
+:func:`draw_plot` draws one entry's candidates against the size on log-log axes, the ranges that
+run an XML shaded.
 """
 
 from __future__ import annotations
