@@ -5,12 +5,13 @@ The details: ``docs/plan.md``, section "collsynth.plan.choose".
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import sympy
 
@@ -26,9 +27,10 @@ from collsynth.plan.cache import FrontCache
 from collsynth.timing.model import SIZE, as_fraction, cost_model, lower_envelope, symbolic_time
 from collsynth.topology.model import Topology
 
-__all__ = ["Line", "Candidate", "SizeRange", "SynthOptions", "FrontOutcome", "synthesize_front",
-           "nccl_candidates", "algorithm_candidates", "choose_ranges", "ENVELOPE_LIMIT_BYTES",
-           "NCCL"]
+__all__ = ["Line", "Sample", "Candidate", "SizeRange", "SynthOptions", "FrontOutcome",
+           "synthesize_front", "nccl_candidates", "algorithm_candidates", "choose_ranges",
+           "choose_sampled_ranges", "ENVELOPE_LIMIT_BYTES", "NCCL", "CLOSED_FORM",
+           "NCCL_TUNING_MODEL", "MEASURED", "PROGRAM_MODEL"]
 
 _log = logging.getLogger(__name__)
 
@@ -36,6 +38,17 @@ _log = logging.getLogger(__name__)
 NCCL = "nccl"
 #: Sizes are compared up to this many bytes (1 PiB); a range reaching it is unbounded.
 ENVELOPE_LIMIT_BYTES = 1 << 50
+#: Yardsticks: what priced a candidate. The closed form (:mod:`collsynth.timing.model`) prices a
+#: synthesized algorithm's steps; NCCL's tuning model (:mod:`collsynth.timing.nccl`) and a
+#: calibration's measured line price NCCL; the program model
+#: (:mod:`collsynth.timing.runtime_model`) prices both sides as the runtime runs them.
+CLOSED_FORM = "closed form"
+NCCL_TUNING_MODEL = "NCCL tuning model"
+MEASURED = "measured"
+PROGRAM_MODEL = "program model"
+#: Relative difference below which two sampled times tie (floating-point rounding): NCCL keeps
+#: a tied size.
+_TIE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -69,15 +82,60 @@ class Line:
 
 
 @dataclass(frozen=True)
+class Sample:
+    """A candidate's predicted ``time_us`` at ``size_bytes`` (program model), with the
+    ``protocol`` it ran and, for a synthesized program, its tuned layout (``variant``)."""
+
+    size_bytes: int
+    time_us: float
+    protocol: str = ""
+    variant: str = ""
+
+
+@dataclass(frozen=True)
 class Candidate:
     """One way to run the collective: ``source`` is ``"collsynth"`` (with its ``algorithm``) or
-    ``"nccl"`` (``name`` like ``"nccl ring/LL"`` or ``"nccl measured"``)."""
+    ``"nccl"`` (``name`` like ``"nccl ring/LL"``, ``"nccl measured"`` or ``"nccl-ring"``).
+
+    Its time is either a ``line`` (closed form, NCCL's tuning model or a measured line: exact at
+    every size) or ``samples`` (the program model at the plan's sizes, ascending; ``line`` is
+    ``None``). ``yardstick`` names what priced it (:data:`CLOSED_FORM`,
+    :data:`NCCL_TUNING_MODEL`, :data:`MEASURED` or :data:`PROGRAM_MODEL`).
+    """
 
     name: str
     source: str
-    line: Line
+    line: Line | None
     algorithm: Algorithm | None = dataclasses.field(default=None, compare=False)
     detail: str = ""
+    samples: tuple[Sample, ...] = ()
+    yardstick: str = CLOSED_FORM
+
+    def time_at(self, size_bytes: int) -> Fraction | float:
+        """Predicted microseconds at ``size_bytes``: the line's (exact), or the sample at that
+        size. Between samples (plots only: a plan samples every traced size) the time is
+        interpolated linearly; below the first it is the first's, above the last the last
+        segment is extended.
+
+        >>> c = Candidate("r", NCCL, None, samples=(Sample(1000, 10.0), Sample(3000, 20.0)))
+        >>> c.time_at(1000), c.time_at(2000), c.time_at(10), c.time_at(5000)
+        (10.0, 15.0, 10.0, 30.0)
+        """
+        if self.line is not None:
+            return self.line.at(size_bytes)
+        samples = self.samples
+        if not samples:
+            raise InvalidInstanceError(f"candidate {self.name!r} has neither a line nor samples")
+        sizes = [s.size_bytes for s in samples]
+        index = bisect.bisect_left(sizes, size_bytes)
+        if index < len(sizes) and sizes[index] == size_bytes:
+            return samples[index].time_us
+        if index == 0 or len(samples) == 1:
+            return samples[0].time_us if index == 0 else samples[-1].time_us
+        a, b = (samples[index - 1], samples[index]) if index < len(samples) else \
+            (samples[-2], samples[-1])
+        slope = (b.time_us - a.time_us) / (b.size_bytes - a.size_bytes)
+        return a.time_us + slope * (size_bytes - a.size_bytes)
 
 
 @dataclass(frozen=True)
@@ -255,6 +313,12 @@ def _bandwidth_optimal(topology: Topology, collective: Collective, options: Synt
             f"rounds/chunk {rpc}" if rpc is not None else "")
 
 
+def algorithm_detail(algorithm: Algorithm) -> str:
+    """``steps=.. rounds=.. chunks=.. rounds/chunk=..``: the report's description of it."""
+    return (f"steps={algorithm.num_steps} rounds={algorithm.num_rounds} "
+            f"chunks={algorithm.chunks} rounds/chunk={algorithm.rounds_per_chunk}")
+
+
 def algorithm_candidates(algorithms: Sequence[Algorithm], *, model: Any) -> list[Candidate]:
     """A candidate per algorithm, timed with ``model`` (a
     :class:`~collsynth.timing.model.CostModel`)."""
@@ -262,9 +326,7 @@ def algorithm_candidates(algorithms: Sequence[Algorithm], *, model: Any) -> list
     for algorithm in algorithms:
         line = Line.from_expr(symbolic_time(algorithm, model=model))
         result.append(Candidate(algorithm.name, "collsynth", line, algorithm,
-                                f"steps={algorithm.num_steps} rounds={algorithm.num_rounds} "
-                                f"chunks={algorithm.chunks} "
-                                f"rounds/chunk={algorithm.rounds_per_chunk}"))
+                                algorithm_detail(algorithm)))
     return result
 
 
@@ -291,7 +353,7 @@ def nccl_candidates(topology: Topology, collective: str, *, model: Any,
         measured = Line(Fraction(repr(float(line.alpha_us))),
                         Fraction(repr(float(line.beta_us_per_byte))))
         return ([Candidate("nccl measured", NCCL, measured,
-                           detail="NCCL as measured (calibration fit)")],
+                           detail="NCCL as measured (calibration fit)", yardstick=MEASURED)],
                 f"NCCL: the calibration's measured {collective} line on {n} ranks")
     try:
         setup = nccl_setup(topology, model=model)
@@ -303,7 +365,7 @@ def nccl_candidates(topology: Topology, collective: str, *, model: Any,
                     "its ring/tree tuning model (a calibration with a fit of it gives a baseline)")
     return ([Candidate(f"nccl {c.name}", NCCL, Line(Fraction(c.latency_us),
                                                      1 / (1000 * Fraction(c.algbw_gbps))),
-                       detail=f"NCCL {c.name}") for c in choices],
+                       detail=f"NCCL {c.name}", yardstick=NCCL_TUNING_MODEL) for c in choices],
             f"NCCL: {len(setup.rings)} ring channel(s), {setup.bus_gbps:g} GB/s bus bandwidth")
 
 
@@ -343,6 +405,78 @@ def choose_ranges(candidates: Sequence[Candidate], *,
                 lo = ranges[-1].max_bytes + 1  # type: ignore[operator]
             ranges.append(SizeRange(lo, hi, label))
     return _nccl_keeps_ties(ranges, names)
+
+
+def choose_sampled_ranges(candidates: Sequence[Candidate], *,
+                          price: Callable[[str, int], float] | None = None,
+                          steps: int = 8) -> tuple[SizeRange, ...]:
+    """Whole-byte ranges covering ``0..`` (unbounded) from candidates priced at sampled sizes.
+
+    At each sampled size the fastest candidate wins, NCCL's (one choice, :data:`NCCL`) on a tie
+    within rounding, so no size is given to a program predicted slower than NCCL there.
+    Consecutive sizes with the same winner form one range; the first range starts at 0, the
+    last is unbounded. The boundary between two ranges is where their winners cross, found by
+    ``steps`` bisection steps on log size with ``price(name, size_bytes)`` (the name of a
+    candidate; :data:`NCCL` for NCCL's fastest), or the geometric midpoint without ``price``.
+
+    >>> nccl = Candidate("ring", NCCL, None, samples=(Sample(1000, 9.0), Sample(4000, 12.0)))
+    >>> fast = Candidate("a", "collsynth", None, samples=(Sample(1000, 7.0), Sample(4000, 13.0)))
+    >>> choose_sampled_ranges([nccl, fast])
+    (SizeRange(min_bytes=0, max_bytes=1999, choice='a'), SizeRange(min_bytes=2000, max_bytes=None, choice='nccl'))
+    """
+    if not candidates:
+        return (SizeRange(0, None, NCCL),)
+    sizes = sorted({s.size_bytes for c in candidates for s in c.samples})
+    if not sizes:
+        raise InvalidInstanceError("choose_sampled_ranges: the candidates have no samples")
+    nccl = [c for c in candidates if c.source == NCCL]
+    ours = [c for c in candidates if c.source != NCCL]
+
+    def winner(size: int) -> str:
+        best_nccl = min((float(c.time_at(size)) for c in nccl), default=math.inf)
+        best, name = math.inf, NCCL
+        for c in ours:  # the first of equal times keeps the size (the candidates' order)
+            t = float(c.time_at(size))
+            if t < best:
+                best, name = t, c.name
+        return name if best < best_nccl * (1 - _TIE) else NCCL
+
+    labels = [winner(size) for size in sizes]
+    runs: list[tuple[str, int, int]] = []   # (label, first size, last size)
+    for size, label in zip(sizes, labels):
+        if runs and runs[-1][0] == label:
+            runs[-1] = (label, runs[-1][1], size)
+        else:
+            runs.append((label, size, size))
+
+    def second_wins(first: str, second: str, size: int) -> bool:
+        assert price is not None
+        a, b = price(first, size), price(second, size)
+        return b <= a * (1 + _TIE) if second == NCCL else b < a * (1 - _TIE)
+
+    ranges: list[SizeRange] = []
+    start = 0
+    for index, (label, _, last) in enumerate(runs):
+        if index + 1 == len(runs):
+            ranges.append(SizeRange(start, None, label))
+            break
+        nxt, hi = runs[index + 1][0], runs[index + 1][1]
+        lo = last
+        if price is None:
+            boundary = max(lo + 1, math.isqrt(lo * hi))
+        else:
+            for _ in range(steps):
+                if hi - lo <= 1:
+                    break
+                mid = min(hi - 1, max(lo + 1, math.isqrt(lo * hi)))
+                if second_wins(label, nxt, mid):
+                    hi = mid
+                else:
+                    lo = mid
+            boundary = hi
+        ranges.append(SizeRange(start, boundary - 1, label))
+        start = boundary
+    return tuple(ranges)
 
 
 def _nccl_keeps_ties(ranges: Sequence[SizeRange], candidates: dict[str, Candidate]

@@ -15,17 +15,25 @@ from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
 from collsynth.collective.standard import standard_collective
-from collsynth.errors import ExportError, InvalidTopologyError
+from collsynth.errors import (
+    CollsynthError,
+    ExportError,
+    InvalidInstanceError,
+    InvalidTopologyError,
+)
 from collsynth.plan.buckets import StepStructure, find_steps, size_bucket
 from collsynth.plan.cache import FrontCache
 from collsynth.plan.calls import TracedCall, TracedRun, load_calls
 from collsynth.plan.choose import (
+    CLOSED_FORM,
     NCCL,
+    PROGRAM_MODEL,
     Candidate,
     SizeRange,
     SynthOptions,
     algorithm_candidates,
     choose_ranges,
+    choose_sampled_ranges,
     nccl_candidates,
     synthesize_front,
     timing_model,
@@ -34,7 +42,8 @@ from collsynth.plan.groups import plan_signature, topology_for_group
 from collsynth.topology.model import Topology
 
 __all__ = ["PLANNED_KINDS", "PlanOptions", "XmlFile", "RangePlan", "BucketRow", "PlanEntry",
-           "NotPlanned", "RankSteps", "Plan", "make_plan", "plan_calls", "MSCCL_MAX_ALGORITHMS"]
+           "NotPlanned", "RankSteps", "Plan", "make_plan", "plan_calls", "MSCCL_MAX_ALGORITHMS",
+           "PLAN_MODELS"]
 
 _log = logging.getLogger(__name__)
 
@@ -44,6 +53,9 @@ _ROOTED = ("broadcast", "reduce")
 #: Collectives torch calls in place (same tensor in and out).
 _TORCH_INPLACE = ("allreduce", "broadcast", "reduce")
 _COMBINING = ("allreduce", "reduce", "reduce_scatter")
+#: How a plan prices candidates: ``"auto"`` (the program model wherever it applies, else the
+#: closed form) or ``"closed-form"`` (the quick path everywhere).
+PLAN_MODELS = ("auto", "closed-form")
 #: msccl's MSCCL_MAX_NUM_ALGOS (docs/msccl-xml.md §13.1).
 MSCCL_MAX_ALGORITHMS = 4
 #: msccl's default maxBytes when the attribute is left out (exclusive; docs/msccl-xml.md §4.2).
@@ -85,6 +97,16 @@ class PlanOptions:
         NCCL protocol of the XML programs.
     all_ranges:
         Export every range a synthesized algorithm wins, also those no traced call falls into.
+    model:
+        ``"auto"`` (default): where the topology has physical figures and the runtime's ring
+        runs the collective (allgather, reduce-scatter, allreduce), both sides are priced by
+        the program model (synthesized algorithms after tuned lowering, the runtime's ring),
+        else by the closed form; ``"closed-form"``: the closed form everywhere (docs/plan.md,
+        "Pricing").
+    runtime_constants:
+        The program model's :class:`~collsynth.timing.runtime_constants.RuntimeConstants` (a
+        ``collsynth calibrate-runtime`` file), or ``None``: the runtime's documented defaults;
+        ``runtime_constants_file`` names it in the plan.
     """
 
     runtime: str = "msccl-executor"
@@ -95,6 +117,14 @@ class PlanOptions:
     cache: FrontCache | None = None
     proto: str = "Simple"
     all_ranges: bool = False
+    model: str = "auto"
+    runtime_constants: Any = None
+    runtime_constants_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.model not in PLAN_MODELS:
+            raise InvalidInstanceError(f"plan model {self.model!r}; expected one of "
+                                       f"{', '.join(PLAN_MODELS)}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +140,8 @@ class XmlFile:
     nchunksperloop: int
     inplace: bool
     outofplace: bool
+    channels: int = 1
+    channel_by: str = "chunk"
 
 
 @dataclass(frozen=True)
@@ -119,7 +151,8 @@ class RangePlan:
     ``winner`` is the fastest candidate in the range; ``choice`` what the plan runs there (NCCL
     when the winner's XML was not exported: ``note`` says why). ``xml`` is the file of the range
     (the same file for every entry that shares it). ``max_bytes`` is inclusive (``None``:
-    unbounded).
+    unbounded). ``variant`` is the tuned layout of the range's program (program model) and
+    ``nchunksperloop`` that program's (``None``: no program).
     """
 
     min_bytes: int
@@ -128,6 +161,8 @@ class RangePlan:
     choice: str
     xml: str | None = None
     note: str = ""
+    variant: str = ""
+    nchunksperloop: int | None = None
 
     def contains(self, size_bytes: int) -> bool:
         return self.min_bytes <= size_bytes and (self.max_bytes is None
@@ -166,6 +201,8 @@ class PlanEntry:
     ``status``: ``"planned"`` (XML files run some of its calls), ``"nccl"`` (NCCL keeps every
     call: ``reason`` says why) or ``"shared"`` (its calls may run another group's XML, see the
     module docstring). ``group`` are global ranks; ``root`` is global (``None``: unrooted).
+    ``yardstick`` says what priced its candidates (``"program model"`` or ``"closed form"``,
+    :mod:`collsynth.plan.choose`) and ``yardstick_note`` why the closed form, when it is.
     """
 
     collective: str
@@ -182,6 +219,8 @@ class PlanEntry:
     nchunks: Mapping[str, int] = field(default_factory=dict, compare=False)
     runtime: str = "msccl-executor"
     excluded: Mapping[str, str] = field(default_factory=dict, compare=False)
+    yardstick: str = CLOSED_FORM
+    yardstick_note: str = ""
 
     @property
     def local_root(self) -> int | None:
@@ -193,13 +232,13 @@ class PlanEntry:
                 return c
         return None
 
-    def nccl_us(self, size_bytes: int) -> Fraction | None:
+    def nccl_us(self, size_bytes: int) -> Fraction | float | None:
         """NCCL's predicted time at ``size_bytes`` (its fastest choice), or ``None``."""
-        times = [c.line.at(size_bytes) for c in self.candidates if c.source == NCCL]
+        times = [c.time_at(size_bytes) for c in self.candidates if c.source == NCCL]
         return min(times) if times else None
 
     def predict(self, size_bytes: int, element_size: int | None = None
-                ) -> tuple[Fraction | None, Fraction | None, str, bool]:
+                ) -> tuple[Fraction | float | None, Fraction | float | None, str, bool]:
         """``(nccl_us, plan_us, choice, fallback)`` of one call of ``size_bytes`` bytes.
 
         ``choice`` is what runs it under the plan (an algorithm's name or ``"nccl"``);
@@ -215,11 +254,12 @@ class PlanEntry:
                 return nccl, nccl, NCCL, False
             candidate = self.candidate(r.choice)
             assert candidate is not None
-            if not _selectable(size_bytes, element_size, self.nchunks.get(r.choice),
-                               runtime=self.runtime, collective=self.collective,
-                               ranks=len(self.group)):
+            nchunks = r.nchunksperloop if r.nchunksperloop is not None else \
+                self.nchunks.get(r.choice)
+            if not _selectable(size_bytes, element_size, nchunks, runtime=self.runtime,
+                               collective=self.collective, ranks=len(self.group)):
                 return nccl, nccl, NCCL, True
-            return nccl, candidate.line.at(size_bytes), r.choice, False
+            return nccl, candidate.time_at(size_bytes), r.choice, False
         return nccl, nccl, NCCL, False
 
 
@@ -306,6 +346,8 @@ class Plan:
     xml_files: tuple[XmlFile, ...]
     notes: tuple[str, ...]
     synth_time_limit: float
+    model: str = "auto"
+    runtime_constants_file: str | None = None
 
     def totals(self) -> dict[str, float]:
         """Predicted totals over the modelled calls of every entry (us), counted once per group."""
@@ -382,15 +424,41 @@ def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = Pla
         from collsynth.timing.kernels import reduce_gamma_us_per_byte
 
         gamma = reduce_gamma_us_per_byte(options.device)
-        notes.append(f"reductions charged {gamma:.3g} us/byte ({options.device}) to synthesized "
-                     "algorithms; NCCL's model charges none")
+        notes.append(f"reductions charged {gamma:.3g} us/byte ({options.device}): by the "
+                     "closed form to synthesized algorithms only (NCCL's model charges none); "
+                     "by the program model to both sides")
+    constants = _plan_constants(runtime, options, gamma, notes)
 
     keyed, not_planned = _classify(run)
-    entries, xml_files = _plan_entries(keyed, run, machine, runtime, options, gamma, say)
+    entries, xml_files = _plan_entries(keyed, run, machine, runtime, options, gamma, constants,
+                                       say)
     ranks = _rank_steps(run, {(_key_of(e)): e for e in entries})
     return Plan(run.directory, run.world_size, topology.name, nodes, runtime,
                 options.calibration_file, options.device, tuple(entries), tuple(not_planned),
-                tuple(ranks), tuple(xml_files), tuple(notes), options.synth.time_limit)
+                tuple(ranks), tuple(xml_files), tuple(notes), options.synth.time_limit,
+                options.model, options.runtime_constants_file)
+
+
+def _plan_constants(runtime: str, options: PlanOptions, gamma: float, notes: list[str]) -> Any:
+    """The program model's constants: the plan's runtime-constants calibration, else the
+    runtime's documented defaults; a ``--device`` gamma where they charge no reduction."""
+    from collsynth.timing.runtime_constants import default_constants
+
+    if options.model == "closed-form":
+        return None
+    constants = options.runtime_constants
+    if constants is None:
+        constants = default_constants(runtime)
+        where = f"{runtime}'s documented defaults"
+    else:
+        where = f"the runtime constants of {options.runtime_constants_file or 'a calibration'}"
+    if gamma and not constants.gamma_us_per_byte:
+        constants = constants.replace(gamma_us_per_byte=gamma)
+    notes.append(f"program model: {where} (base latency "
+                 + ", ".join(f"{p} {constants.base_latency(p):g}" for p in ("LL", "LL128",
+                                                                            "Simple"))
+                 + " us); both sides of a program-model entry are priced with them")
+    return constants
 
 
 _Key = tuple  # (collective, group, root)
@@ -453,7 +521,7 @@ def _signature(topology: Topology) -> tuple[Any, ...]:
 
 
 def _plan_entries(keyed: dict[_Key, list[TracedCall]], run: TracedRun, machine: Topology,
-                  runtime: str, options: PlanOptions, gamma: float,
+                  runtime: str, options: PlanOptions, gamma: float, constants: Any,
                   say: Callable[[str], None]) -> tuple[list[PlanEntry], list[XmlFile]]:
     # Group the keys the runtime cannot tell apart: same collective, same number of ranks.
     by_runtime: dict[tuple[str, int], list[_Key]] = defaultdict(list)
@@ -478,15 +546,17 @@ def _plan_entries(keyed: dict[_Key, list[TracedCall]], run: TracedRun, machine: 
             sig = _signature(topologies[key])
             if sig not in plans:
                 plans[sig] = _plan_one(key, topologies[key], keyed, keys, topologies, runtime,
-                                       options, gamma, blocked, sig == owner_sig, say,
-                                       xml_files)
-            candidates, ranges, synthesis, nccl_note, nchunks, excluded = plans[sig]
+                                       options, gamma, constants, blocked, sig == owner_sig,
+                                       say, xml_files)
+            (candidates, ranges, synthesis, nccl_note, nchunks, excluded, yardstick,
+             yardstick_note) = plans[sig]
             owner_exports = any(r.xml is not None for r in plans[owner_sig][1])
             status, reason = _status(owner, sig != owner_sig and owner_exports, ranges,
                                      blocked, candidates, nccl_note, synthesis, excluded)
             entries.append(PlanEntry(collective, key[1], key[2], topologies[key].name, status,
                                      reason, tuple(candidates), ranges, (), synthesis,
-                                     nccl_note, nchunks, runtime, excluded))
+                                     nccl_note, nchunks, runtime, excluded, yardstick,
+                                     yardstick_note))
     _limit_msccl(entries, xml_files, keyed, runtime)
     entries = [dataclasses.replace(e, buckets=_buckets(e, keyed[_key_of(e)])) for e in entries]
     return entries, xml_files
@@ -521,18 +591,44 @@ def _status(owner: _Key, shared: bool, ranges: Sequence[RangePlan], blocked: str
 
 def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]],
               keys: Sequence[_Key], topologies: Mapping[_Key, Topology], runtime: str,
-              options: PlanOptions, gamma: float, blocked: str | None, own: bool,
+              options: PlanOptions, gamma: float, constants: Any, blocked: str | None, own: bool,
               say: Callable[[str], None], xml_files: list[XmlFile]
               ) -> tuple[list[Candidate], tuple[RangePlan, ...], str, str, dict[str, int],
-                         dict[str, str]]:
+                         dict[str, str], str, str]:
+    from collsynth.plan.yardstick import (PLAN_BOUNDARY_STEPS, Pricer, plan_layouts,
+                                          program_model_reason, runtime_candidate,
+                                          sample_sizes, tuned_candidate)
+
     collective_name, group, root = key
     n = len(group)
     local_root = None if root is None else group.index(root)
+    sig = _signature(topology)
+    sizes = [(c.size_bytes, c.element_size) for k in keys if _signature(topologies[k]) == sig
+             for c in keyed[k]]
     model = timing_model(topology, gamma_us_per_byte=gamma)
-    nccl, nccl_note = nccl_candidates(topology, collective_name, model=model,
-                                      calibration=options.calibration)
+    why_closed = ("the closed form was asked for" if constants is None
+                  else program_model_reason(topology, collective_name))
+    yardstick = CLOSED_FORM if why_closed is not None else PROGRAM_MODEL
+    samples: tuple[int, ...] = ()
+    pricer = None
+    if yardstick == PROGRAM_MODEL:
+        samples = sample_sizes(s for s, _ in sizes)
+        pricer = Pricer(collective_name, topology, constants)
+        ring = runtime_candidate(collective_name, topology, samples, constants,
+                                 cache=pricer.rings)
+        nccl = [ring]
+        nccl_note = (f"the runtime: {ring.name} ({ring.detail}), priced by the program model "
+                     "with the plan's runtime constants")
+        if options.calibration is not None and \
+                options.calibration.entries_for(collective_name, ranks=n):
+            nccl_note += ("; the calibration's measured NCCL line is not used (one yardstick: a "
+                          "runtime-constants calibration, collsynth calibrate-runtime, fits the "
+                          "program model to a measured curve)")
+    else:
+        nccl, nccl_note = nccl_candidates(topology, collective_name, model=model,
+                                          calibration=options.calibration)
     synthesis = ""
-    algorithms: list[Candidate] = []
+    found: tuple[Any, ...] = ()
     if blocked is not None:
         synthesis = "not synthesized: " + blocked
     elif not own:
@@ -546,79 +642,141 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
         outcome = synthesize_front(topology, collective, options=options.synth,
                                    cache=options.cache)
         synthesis = outcome.note
-        algorithms = algorithm_candidates(outcome.algorithms, model=model)
-    candidates = nccl + algorithms
-    sig = _signature(topology)
-    sizes = [(c.size_bytes, c.element_size) for k in keys if _signature(topologies[k]) == sig
-             for c in keyed[k]]
+        found = outcome.algorithms
     # Each algorithm is lowered once first: its nchunksperloop decides which calls the runtime
     # would give it, and one the runtime cannot express is left out rather than failing the plan.
     nchunks: dict[str, int] = {}
     excluded: dict[str, str] = {}
-    for c in algorithms:
+    probes: dict[str, XmlFile] = {}
+    for algorithm in found:
         try:
-            probe = _export(c.algorithm, c.name + ".xml", collective_name, n, local_root,
+            probe = _export(algorithm, algorithm.name + ".xml", collective_name, n, local_root,
                             runtime, options, 0, None)
         except ExportError as exc:
-            excluded[c.name] = f"cannot be exported for {runtime}: {exc}"
+            excluded[algorithm.name] = f"cannot be exported for {runtime}: {exc}"
             continue
-        nchunks[c.name] = probe.nchunksperloop
+        nchunks[algorithm.name] = probe.nchunksperloop
+        probes[algorithm.name] = probe
         if not options.all_ranges and not any(
                 _selectable(size, width, probe.nchunksperloop, runtime=runtime,
                             collective=collective_name, ranks=n) for size, width in sizes):
-            excluded[c.name] = (f"no traced call's element count is a multiple of its "
-                                f"nchunksperloop ({probe.nchunksperloop}): the runtime would "
-                                "never select it")
-    ranges = choose_ranges([c for c in candidates if c.name not in excluded])
+            excluded[algorithm.name] = (f"no traced call's element count is a multiple of its "
+                                        f"nchunksperloop ({probe.nchunksperloop}): the runtime "
+                                        "would never select it")
+    tuned: dict[str, Any] = {}
+    if yardstick == CLOSED_FORM:
+        algorithms = algorithm_candidates(found, model=model)
+        candidates = nccl + algorithms
+        ranges = choose_ranges([c for c in candidates if c.name not in excluded])
+    else:
+        assert pricer is not None
+        algorithms = []
+        for algorithm in found:
+            probe = probes.get(algorithm.name)
+            if probe is not None and algorithm.name not in excluded:
+                say(f"tuning {algorithm.name} for {runtime} on {topology.name}")
+                try:
+                    candidate, tuned[algorithm.name] = tuned_candidate(
+                        algorithm, runtime, topology, samples, constants,
+                        layouts=plan_layouts(probe.channels, probe.channel_by,
+                                             algorithm.num_sends),
+                        inplace=probe.inplace, outofplace=probe.outofplace)
+                except CollsynthError as exc:
+                    excluded[algorithm.name] = f"the program model cannot price it: {exc}"
+                else:
+                    pricer.add(algorithm.name, tuned[algorithm.name])
+                    algorithms.append(candidate)
+                    continue
+            # Left out: shown with its closed form (never chosen), labelled as such.
+            algorithms += algorithm_candidates([algorithm], model=model)
+        candidates = nccl + algorithms
+        ranges = choose_sampled_ranges([c for c in candidates if c.name not in excluded],
+                                       price=pricer, steps=PLAN_BOUNDARY_STEPS)
     planned: list[RangePlan] = []
     for r in ranges:
         planned += _export_range(r, candidates, sizes, collective_name, n, local_root, group,
-                                 runtime, options, own, xml_files, nchunks, say)
-    return candidates, tuple(planned), synthesis, nccl_note, nchunks, excluded
+                                 runtime, options, own, xml_files, nchunks, say,
+                                 tuned=tuned.get(r.choice), probe=probes.get(r.choice))
+    return (candidates, tuple(planned), synthesis, nccl_note, nchunks, excluded, yardstick,
+            why_closed or "")
 
 
 def _export_range(r: SizeRange, candidates: Sequence[Candidate],
                   sizes: Sequence[tuple[int, int | None]], collective: str, n: int,
                   local_root: int | None, group: Sequence[int], runtime: str,
                   options: PlanOptions, own: bool, xml_files: list[XmlFile],
-                  nchunks: dict[str, int], say: Callable[[str], None]) -> list[RangePlan]:
-    """The plan of one range of the envelope: one :class:`RangePlan`, or two when msccl's
-    ``maxBytes`` cannot reach the end of an unbounded range (the rest stays NCCL's)."""
+                  nchunks: dict[str, int], say: Callable[[str], None], *,
+                  tuned: Any = None, probe: XmlFile | None = None) -> list[RangePlan]:
+    """The plan of one range of the envelope: one :class:`RangePlan` per program (with a
+    ``tuned`` export, one per tuned sub-range it overlaps, each run by that sub-range's layout),
+    and one more when msccl's ``maxBytes`` cannot reach the end of the range (the rest stays
+    NCCL's)."""
     if r.choice == NCCL:
         return [RangePlan(r.min_bytes, r.max_bytes, NCCL, NCCL)]
     if not own:
         return [RangePlan(r.min_bytes, r.max_bytes, r.choice, NCCL,
                           note="another group of this collective and size owns the XML files")]
-    inside = [(s, d) for s, d in sizes if r.contains(s)]
+    if tuned is None:
+        return _export_piece(r.min_bytes, r.max_bytes, r.choice, None, candidates, sizes,
+                             collective, n, local_root, group, runtime, options, xml_files,
+                             nchunks, say)
+    result: list[RangePlan] = []
+    for t in tuned.ranges:
+        lo = max(r.min_bytes, t.min_bytes)
+        hi = t.max_bytes if r.max_bytes is None else (
+            r.max_bytes if t.max_bytes is None else min(r.max_bytes, t.max_bytes))
+        if hi is not None and hi < lo:
+            continue
+        result += _export_piece(lo, hi, r.choice, (t.variant, probe), candidates, sizes,
+                                collective, n, local_root, group, runtime, options, xml_files,
+                                nchunks, say)
+    end = result[-1].max_bytes if result else r.min_bytes - 1
+    if end is not None and (r.max_bytes is None or end < r.max_bytes):
+        # msccl: the tuned export stops at its last maxBytes (it cannot say "unlimited").
+        result.append(RangePlan(end + 1, r.max_bytes, r.choice, NCCL,
+                                note="above the largest size the msccl XML is given (maxBytes)"))
+    return result
+
+
+def _export_piece(lo: int, hi: int | None, choice: str, fixed: Any,
+                  candidates: Sequence[Candidate], sizes: Sequence[tuple[int, int | None]],
+                  collective: str, n: int, local_root: int | None, group: Sequence[int],
+                  runtime: str, options: PlanOptions, xml_files: list[XmlFile],
+                  nchunks: dict[str, int], say: Callable[[str], None]) -> list[RangePlan]:
+    """Sizes ``lo..hi`` run by ``choice``: its XML file (``fixed``: the tuned (variant, probe)
+    to lower with), or NCCL with a note when no traced call could run it."""
+    inside = [(s, d) for s, d in sizes if lo <= s and (hi is None or s <= hi)]
+    variant = "" if fixed is None else fixed[0].label
     if not inside and not options.all_ranges:
-        return [RangePlan(r.min_bytes, r.max_bytes, r.choice, NCCL,
+        return [RangePlan(lo, hi, choice, NCCL, variant=variant,
                           note="synthesized algorithms win only at sizes no traced call has")]
-    if r.max_bytes is not None and r.max_bytes < 1:
-        return [RangePlan(r.min_bytes, r.max_bytes, r.choice, NCCL, note="empty calls only")]
-    max_bytes = r.max_bytes
+    if hi is not None and hi < 1:
+        return [RangePlan(lo, hi, choice, NCCL, note="empty calls only", variant=variant)]
+    max_bytes = hi
     rest: list[RangePlan] = []
     if runtime == "msccl" and max_bytes is None:
         # msccl cannot say "unlimited" (and sizes its scratch buffer by maxBytes): the XML
         # stops at 128 MiB (msccl's default) or at the largest traced size above it.
         max_bytes = max([_MSCCL_DEFAULT_MAX_BYTES - 1] + [s for s, _ in inside])
-        rest = [RangePlan(max_bytes + 1, None, r.choice, NCCL,
+        rest = [RangePlan(max_bytes + 1, None, choice, NCCL,
                           note="above the largest size the msccl XML is given (maxBytes)")]
-    candidate = next(c for c in candidates if c.name == r.choice)
+    candidate = next(c for c in candidates if c.name == choice)
     algorithm = candidate.algorithm
     assert algorithm is not None
-    name = _xml_name(algorithm.name, group, r.min_bytes, max_bytes)
-    xml = _export(algorithm, name, collective, n, local_root, runtime, options, r.min_bytes,
-                  max_bytes)
+    name = _xml_name(algorithm.name, group, lo, max_bytes)
+    xml = _export(algorithm, name, collective, n, local_root, runtime, options, lo, max_bytes,
+                  fixed=fixed)
     if inside and not any(_selectable(s, d, xml.nchunksperloop, runtime=runtime,
                                       collective=collective, ranks=n) for s, d in inside):
-        return [RangePlan(r.min_bytes, r.max_bytes, r.choice, NCCL,
+        return [RangePlan(lo, hi, choice, NCCL, variant=variant,
                           note="no traced call in the range has an element count that is a "
                                "multiple of the program's nchunksperloop (the runtime would "
                                "fall back to NCCL)")]
     xml_files.append(xml)
-    nchunks[r.choice] = xml.nchunksperloop
+    nchunks.setdefault(choice, xml.nchunksperloop)
     say(f"exported {name}")
-    return [RangePlan(r.min_bytes, max_bytes, r.choice, r.choice, xml=name)] + rest
+    return [RangePlan(lo, max_bytes, choice, choice, xml=name, variant=variant,
+                      nchunksperloop=xml.nchunksperloop)] + rest
 
 
 def _xml_name(algorithm: str, group: Sequence[int], lo: int, hi: int | None) -> str:
@@ -632,10 +790,12 @@ def _xml_name(algorithm: str, group: Sequence[int], lo: int, hi: int | None) -> 
 
 
 def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int | None,
-            runtime: str, options: PlanOptions, min_bytes: int, max_bytes: int | None
-            ) -> XmlFile:
+            runtime: str, options: PlanOptions, min_bytes: int, max_bytes: int | None, *,
+            fixed: Any = None) -> XmlFile:
     """Lower, check and render one range's program (nothing is written here), on the fewest
-    channels (1, 2, 4, ..., 32; by chunk, then by peer) that meet the runtime's limits."""
+    channels (1, 2, 4, ..., 32; by chunk, then by peer) that meet the runtime's limits; or, with
+    ``fixed`` = (a tuned :class:`~collsynth.timing.tune.Variant`, the probe :class:`XmlFile`
+    whose layouts it was tuned with), exactly that variant."""
     from collsynth.export.pipeline import AUTO_CHANNELS, check_exported, check_text
     from collsynth.export.limits import estimate_limits, limit_error
     from collsynth.export.lower import lower
@@ -645,18 +805,26 @@ def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int 
     layouts = [(torch_inplace, not torch_inplace)]
     if runtime != "msccl":
         layouts.insert(0, (True, True))  # rccl / msccl-executor: declare both when possible
+    choices: Sequence[tuple[int, str]] = AUTO_CHANNELS
+    proto, instances = options.proto, 1
+    if fixed is not None:
+        variant, probe = fixed
+        layouts = [(probe.inplace, probe.outofplace)]
+        choices = [(variant.channels, variant.channel_by)]
+        proto, instances = variant.protocol, variant.instances
     error: ExportError | None = None
     for inplace, outofplace in layouts:
-        for channels, channel_by in AUTO_CHANNELS:
-            over = estimate_limits(algorithm, runtime, channels=channels, inplace=inplace,
-                                   outofplace=outofplace, channel_by=channel_by)
+        for channels, channel_by in choices:
+            over = estimate_limits(algorithm, runtime, channels=channels, instances=instances,
+                                   inplace=inplace, outofplace=outofplace,
+                                   channel_by=channel_by)
             if over:  # certainly over a limit: more channels may help
                 error = limit_error(over, f"the program on {channels} channel(s)",
                                     before_lowering=True)
                 continue
             try:
-                program = lower(algorithm, runtime=runtime, proto=options.proto,
-                                channels=channels, channel_by=channel_by, inplace=inplace,
+                program = lower(algorithm, runtime=runtime, proto=proto, channels=channels,
+                                channel_by=channel_by, instances=instances, inplace=inplace,
                                 outofplace=outofplace,
                                 min_bytes=min_bytes, max_bytes=max_bytes, name=name[:-4])
                 check_exported(program, runtime, algorithm)
@@ -668,7 +836,7 @@ def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int 
                     continue  # a limit: try more channels
                 break  # anything else: try the next layout
             return XmlFile(name, text, collective, n, local_root, program.nchunksperloop,
-                           inplace, outofplace)
+                           inplace, outofplace, channels, channel_by)
     assert error is not None
     raise ExportError(f"{name}: {error}") from error
 

@@ -2,10 +2,11 @@
 
 :func:`render_report` writes ``report.md``: the summary (predicted time of the traced calls under
 NCCL and under the plan), the environment variables the runtime needs, one section per
-(collective, group) with its candidates, its size ranges and its calls per size bucket (predicted
-time per call, NCCL vs plan, and the saving), the predicted time per training step of each rank,
-and the calls that are not planned with the reason. :func:`draw_plot` draws one entry's
-candidates against the size on log-log axes, the ranges that run an XML shaded.
+(collective, group) with its candidates (and the yardstick that priced them), its size ranges and
+its calls per size bucket (predicted time per call, NCCL vs plan, and the saving), the predicted
+time per training step of each rank, and the calls that are not planned with the reason.
+:func:`draw_plot` draws one entry's candidates against the size on log-log axes, the ranges that
+run an XML shaded.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from collsynth.plan.buckets import bucket_label
-from collsynth.plan.choose import NCCL
+from collsynth.plan.choose import CLOSED_FORM, NCCL, PROGRAM_MODEL
 from collsynth.plan.environment import EnvVar
 from collsynth.plan.planner import Plan, PlanEntry
 
@@ -94,9 +95,7 @@ def render_report(plan: Plan, *, environment: Sequence[EnvVar], environment_note
     out += [f"- trace: `{plan.trace_dir}` ({plan.world_size} ranks)",
             f"- topology: {plan.topology}{nodes}",
             f"- runtime: {plan.runtime}",
-            "- timing: closed-form alpha-beta model"
-            + (f", calibrated by `{plan.calibration_file}`" if plan.calibration_file else "")
-            + (f", reductions charged for {plan.device}" if plan.device else ""),
+            "- timing: " + _timing_line(plan),
             f"- synthesis: at most {plan.synth_time_limit:g} s per problem",
             f"- XML files: {len(plan.xml_files)} (each passed `collsynth check` for "
             f"{plan.runtime})", ""]
@@ -144,6 +143,24 @@ def render_report(plan: Plan, *, environment: Sequence[EnvVar], environment_note
     return "\n".join(out) + "\n"
 
 
+def _timing_line(plan: Plan) -> str:
+    """Which yardsticks priced the plan's entries."""
+    used = {e.yardstick for e in plan.entries if e.candidates}
+    parts = []
+    if PROGRAM_MODEL in used:
+        parts.append("program model (synthesized algorithms after tuned lowering and the "
+                     "runtime's ring, simulated with the same constants"
+                     + (f" from `{plan.runtime_constants_file}`" if plan.runtime_constants_file
+                        else ": the runtime's documented defaults") + ")")
+    if CLOSED_FORM in used or not parts:
+        parts.append("closed-form alpha-beta model"
+                     + (" where the program model does not apply" if parts else ""))
+    line = "; ".join(parts)
+    line += f"; calibrated by `{plan.calibration_file}`" if plan.calibration_file else ""
+    line += f"; reductions charged for {plan.device}" if plan.device else ""
+    return line + " (predictions, not measurements)"
+
+
 def _shell(value: str) -> str:
     return value if re.fullmatch(r"[A-Za-z0-9_./:,=+-]*", value) else "'" + value.replace(
         "'", "'\\''") + "'"
@@ -152,18 +169,40 @@ def _shell(value: str) -> str:
 def _entry_section(entry: PlanEntry, plot: str | None) -> list[str]:
     out = [f"### {_title(entry)}: {entry.status}", "",
            f"Topology: {entry.topology}. {entry.synthesis}. {entry.nccl_note}."]
+    out += ["", f"Priced by: {entry.yardstick}"
+            + (f" ({entry.yardstick_note})" if entry.yardstick_note else "") + "."]
     if entry.reason:
         out += ["", f"Reason: {entry.reason}."]
-    out += ["", "Candidates (time = intercept + slope x size):", ""]
-    out += _table(["candidate", "what", "intercept (us)", "us per MB", "left out"],
-                  [[c.name, c.detail, format_us(float(c.line.intercept_us)),
-                    format_us(float(c.line.slope_us_per_byte) * 1e6),
-                    entry.excluded.get(c.name, "")] for c in entry.candidates])
+    lines = [c for c in entry.candidates if c.line is not None]
+    sampled = [c for c in entry.candidates if c.line is None]
+    if lines:
+        out += ["", "Candidates (time = intercept + slope x size):", ""]
+        out += _table(["candidate", "what", "priced by", "intercept (us)", "us per MB",
+                       "left out"],
+                      [[c.name, c.detail, c.yardstick, format_us(float(c.line.intercept_us)),
+                        format_us(float(c.line.slope_us_per_byte) * 1e6),
+                        entry.excluded.get(c.name, "")] for c in lines if c.line is not None])
+    if sampled:
+        out += ["", "Candidates priced by the program model (predicted us per call; a "
+                    "synthesized program in its tuned layout at each size):", ""]
+        out += _table(["candidate", "what", "left out"],
+                      [[c.name, c.detail, entry.excluded.get(c.name, "")] for c in sampled])
+        sizes = sorted({s.size_bytes for c in sampled for s in c.samples})
+        rows = []
+        for size in sizes:
+            row = [format_bytes(size)]
+            for c in sampled:
+                hit = [s for s in c.samples if s.size_bytes == size]
+                row.append("-" if not hit else f"{format_us(hit[0].time_us)} "
+                           f"({hit[0].variant or hit[0].protocol})")
+            rows.append(row)
+        out += ["", *_table(["size"] + [c.name for c in sampled], rows)]
     out += ["", "Size ranges (bytes, inclusive):", ""]
-    out += _table(["from", "to", "fastest", "runs", "XML file"],
+    out += _table(["from", "to", "fastest", "runs", "layout", "XML file"],
                   [[str(r.min_bytes), "unbounded" if r.max_bytes is None else str(r.max_bytes),
                     r.winner, r.choice if not r.note else f"{r.choice} ({r.note})",
-                    f"`xml/{r.xml}`" if r.xml else "-"] for r in entry.ranges])
+                    r.variant or "-", f"`xml/{r.xml}`" if r.xml else "-"]
+                   for r in entry.ranges])
     out += ["", "Traced calls by size:", ""]
     rows = []
     for b in entry.buckets:
@@ -249,12 +288,12 @@ def _panel(axes: Any, entry: PlanEntry, members: Sequence[PlanEntry]) -> None:
     xs = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
     nccl = [c for c in entry.candidates if c.source == NCCL]
     if nccl:
-        axes.plot(xs, [min(float(c.line.at(int(x))) for c in nccl) for x in xs], color="black",
+        axes.plot(xs, [min(float(c.time_at(int(x))) for c in nccl) for x in xs], color="black",
                   linewidth=2, label="NCCL (best choice)" if len(nccl) > 1 else nccl[0].name)
     for c in entry.candidates:
         if c.source != NCCL:
             style = ":" if c.name in entry.excluded else "-"
-            axes.plot(xs, [float(c.line.at(int(x))) for x in xs], linewidth=1.2,
+            axes.plot(xs, [float(c.time_at(int(x))) for x in xs], linewidth=1.2,
                       linestyle=style, label=c.name + (" (not selectable)"
                                                        if c.name in entry.excluded else ""))
     for r in entry.ranges:
@@ -271,7 +310,7 @@ def _panel(axes: Any, entry: PlanEntry, members: Sequence[PlanEntry]) -> None:
         axis.set_major_locator(LogLocator(base=10, numticks=8))
         axis.set_minor_locator(NullLocator())
     axes.set_xlabel("size (bytes, nccl-tests convention)", fontsize=8)
-    axes.set_ylabel("predicted time (us)", fontsize=8)
+    axes.set_ylabel(f"predicted time (us, {entry.yardstick})", fontsize=8)
     groups = "; ".join(_group_label(m.group) for m in members[:3]) + (
         f" and {len(members) - 3} more" if len(members) > 3 else "")
     root = "" if entry.root is None else f", root {entry.root}"

@@ -55,18 +55,23 @@ def check_xml_file(path: str | os.PathLike[str], *, runtime: str, collective: st
 def _range_json(r: Any) -> dict[str, Any]:
     return {"min_bytes": r.min_bytes, "max_bytes": r.max_bytes, "fastest": r.winner,
             "choice": r.choice, "file": None if r.xml is None else f"xml/{r.xml}",
-            "note": r.note or None}
+            "note": r.note or None, "variant": r.variant or None,
+            "nchunksperloop": r.nchunksperloop}
 
 
 def _entry_json(entry: PlanEntry, plots: Mapping[str, str]) -> dict[str, Any]:
     candidates = []
     for c in entry.candidates:
+        line = c.line
         item: dict[str, Any] = {
-            "name": c.name, "source": c.source, "detail": c.detail,
-            "intercept_us": float(c.line.intercept_us),
-            "slope_us_per_byte": float(c.line.slope_us_per_byte),
-            "intercept_us_exact": str(c.line.intercept_us),
-            "slope_us_per_byte_exact": str(c.line.slope_us_per_byte),
+            "name": c.name, "source": c.source, "detail": c.detail, "yardstick": c.yardstick,
+            "intercept_us": None if line is None else float(line.intercept_us),
+            "slope_us_per_byte": None if line is None else float(line.slope_us_per_byte),
+            "intercept_us_exact": None if line is None else str(line.intercept_us),
+            "slope_us_per_byte_exact": None if line is None else str(line.slope_us_per_byte),
+            "samples": [{"size_bytes": s.size_bytes, "time_us": s.time_us,
+                         "protocol": s.protocol, "variant": s.variant or None}
+                        for s in c.samples],
             "excluded": entry.excluded.get(c.name),
         }
         if c.algorithm is not None:
@@ -83,6 +88,7 @@ def _entry_json(entry: PlanEntry, plots: Mapping[str, str]) -> dict[str, Any]:
     return {
         "collective": entry.collective, "group": list(entry.group), "root": entry.root,
         "group_root": entry.local_root, "topology": entry.topology, "status": entry.status,
+        "yardstick": entry.yardstick, "yardstick_note": entry.yardstick_note or None,
         "reason": entry.reason or None, "synthesis": entry.synthesis, "nccl": entry.nccl_note,
         "candidates": candidates, "ranges": [_range_json(r) for r in entry.ranges],
         "buckets": buckets,
@@ -117,6 +123,8 @@ def plan_to_json(plan: Plan, *, environment: Any = (), environment_notes: Any = 
         "calibration": plan.calibration_file,
         "device": plan.device,
         "synth_time_limit_s": plan.synth_time_limit,
+        "model": plan.model,
+        "runtime_constants": plan.runtime_constants_file,
         "environment": [{"name": v.name, "value": v.value, "why": v.why, "source": v.source}
                         for v in environment],
         "environment_notes": list(environment_notes),

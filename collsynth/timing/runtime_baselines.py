@@ -168,16 +168,18 @@ def _protocols_of(runtime: str) -> tuple[str, ...]:
 
 
 def baseline_rows(collective: str, topology: "Topology", sizes: Sequence[int],
-                  constants: "RuntimeConstants", *, channels: int | None = None
-                  ) -> list[TimedRow]:
+                  constants: "RuntimeConstants", *, channels: int | None = None,
+                  cache: dict | None = None) -> list[TimedRow]:
     """The runtime's own ring of ``collective`` at each size, simulated with ``constants``:
     its rings (``channels``, else the constants', else all found), its protocol at each size
-    (``constants.default_protocols``, else the fastest predicted)."""
+    (``constants.default_protocols``, else the fastest predicted). ``cache``: a dictionary the
+    caller keeps between calls with the same collective, topology and channels, so the ring
+    programs are prepared once."""
     from collsynth.timing.runtime_model import prepare_program, simulate_program
 
     rings = runtime_rings(topology, channels if channels is not None else constants.channels)
     name = baseline_name(constants.runtime)
-    prepared: dict = {}
+    prepared: dict = cache if cache is not None else {}
 
     def timed(protocol: str, size: int):
         if protocol not in prepared:

@@ -128,13 +128,16 @@ class TunedRow:
 class TunedRange:
     """Sizes ``min_bytes..max_bytes`` (both inclusive; ``max_bytes`` ``None``: unbounded) run
     by ``variant``; ``program`` is its checked program with that range written in
-    ``minBytes``/``maxBytes``, ``text`` its XML."""
+    ``minBytes``/``maxBytes``, ``text`` its XML (with ``render=False``: the variant's checked
+    layout, ``Simple`` and no byte range, and no text). ``prepared`` is the layout as the
+    program model prepared it (time it with ``protocol=variant.protocol``)."""
 
     min_bytes: int
     max_bytes: int | None
     variant: Variant
     program: "Program" = field(repr=False, compare=False)
     text: str = field(repr=False, compare=False)
+    prepared: PreparedProgram | None = field(default=None, repr=False, compare=False)
 
     def contains(self, size_bytes: int) -> bool:
         return self.min_bytes <= size_bytes and (self.max_bytes is None
@@ -210,7 +213,7 @@ def tune_export(algorithm: "Algorithm", runtime: str, topology: "Topology | None
                 layouts: Sequence[tuple[int, str]] = AUTO_CHANNELS,
                 instances: Sequence[int] = TUNE_INSTANCES,
                 max_ranges: int | None = None, inplace: bool = False, outofplace: bool = True,
-                name: str | None = None, refine: bool = True,
+                name: str | None = None, refine: bool = True, render: bool = True,
                 options: SimulationOptions = SimulationOptions(),
                 progress: Callable[[str], None] | None = None) -> TunedExport:
     """Search the layouts of ``algorithm`` for ``runtime`` and keep the fastest per size range.
@@ -244,6 +247,10 @@ def tune_export(algorithm: "Algorithm", runtime: str, topology: "Topology | None
     refine:
         Place each boundary between two sampled sizes where the two winners cross (a
         bisection on log size); otherwise at the geometric midpoint.
+    render:
+        Lower, check and write each range's program with its byte range (default). ``False``
+        skips that (for a caller that lowers the ranges it keeps itself, ``collsynth plan``):
+        each range then holds its variant's checked layout and no text.
     progress:
         Called with one line per layout priced.
 
@@ -374,6 +381,9 @@ def tune_export(algorithm: "Algorithm", runtime: str, topology: "Topology | None
         lo = bounds[index]
         hi = bounds[index + 1] - 1 if index + 1 < len(groups) else last_max
         variant = variants[v]
+        if not render:
+            ranges.append(TunedRange(lo, hi, variant, prepared[v].program, "", prepared[v]))
+            continue
         program = lower(algorithm, runtime=rt.name, proto=variant.protocol,
                         channels=variant.channels, channel_by=variant.channel_by,
                         instances=variant.instances, inplace=inplace, outofplace=outofplace,
@@ -381,7 +391,7 @@ def tune_export(algorithm: "Algorithm", runtime: str, topology: "Topology | None
         check_exported(program, rt.name, algorithm)
         text = write_program(program, rt.name)
         check_text(text, rt.name)
-        ranges.append(TunedRange(lo, hi, variant, program, text))
+        ranges.append(TunedRange(lo, hi, variant, program, text, prepared[v]))
     rows = []
     for j, size in enumerate(requested):
         v = next(g for g, members in groups if j in members)

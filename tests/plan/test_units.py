@@ -165,6 +165,57 @@ def test_no_candidates_is_all_nccl():
     assert (only.min_bytes, only.max_bytes, only.choice) == (0, None, NCCL)
 
 
+def _sampled(name, source, line, sizes):
+    from collsynth.plan.choose import Sample
+
+    return Candidate(name, source, None, samples=tuple(Sample(s, float(line.at(s)))
+                                                        for s in sizes))
+
+
+def test_sampled_ranges_bisect_to_the_crossing():
+    """NCCL 10 + s/100 us, a program 2 + s/50 us: they cross at s = 800 (18 us both, by hand);
+    sampled at 100 and 10,000 only, the bisection finds the crossing, and NCCL keeps the tie."""
+    from collsynth.plan.choose import choose_sampled_ranges
+
+    nccl_line, ours_line = Line(Fraction(10), Fraction(1, 100)), Line(Fraction(2), Fraction(1, 50))
+    lines = {NCCL: nccl_line, "a": ours_line}
+    candidates = [_sampled("ring", NCCL, nccl_line, (100, 10_000)),
+                  _sampled("a", "collsynth", ours_line, (100, 10_000))]
+    exact = choose_sampled_ranges(candidates, price=lambda name, s: float(lines[name].at(s)),
+                                  steps=40)
+    assert [(r.min_bytes, r.max_bytes, r.choice) for r in exact] == \
+        [(0, 799, "a"), (800, None, NCCL)]
+    midpoint = choose_sampled_ranges(candidates)  # no price: the geometric midpoint, 1000
+    assert [(r.min_bytes, r.max_bytes, r.choice) for r in midpoint] == \
+        [(0, 999, "a"), (1000, None, NCCL)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(nccl=st.lists(st.integers(1, 10**4), min_size=5, max_size=5),
+       algos=st.lists(st.lists(st.integers(1, 10**4), min_size=5, max_size=5), max_size=3))
+def test_sampled_ranges_give_each_sample_its_fastest(nccl, algos):
+    """Whatever the sampled times, ranges cover every size once and each sampled size runs
+    its fastest candidate, NCCL on a tie."""
+    from collsynth.plan.choose import Sample, choose_sampled_ranges
+
+    sizes = (1, 10, 100, 1000, 10_000)
+    candidates = [Candidate("ring", NCCL, None, samples=tuple(
+        Sample(s, float(t)) for s, t in zip(sizes, nccl)))]
+    candidates += [Candidate(f"a{i}", "collsynth", None, samples=tuple(
+        Sample(s, float(t)) for s, t in zip(sizes, times))) for i, times in enumerate(algos)]
+    ranges = choose_sampled_ranges(candidates)
+    assert ranges[0].min_bytes == 0 and ranges[-1].max_bytes is None
+    for before, after in zip(ranges, ranges[1:]):
+        assert after.min_bytes == before.max_bytes + 1 and after.choice != before.choice
+    for j, size in enumerate(sizes):
+        (r,) = [r for r in ranges if r.contains(size)]
+        best = min([nccl[j]] + [times[j] for times in algos])
+        if r.choice == NCCL:
+            assert nccl[j] == best
+        else:
+            assert algos[int(r.choice[1:])][j] == best < nccl[j]
+
+
 @pytest.mark.parametrize("size, width, nchunks, runtime, collective, ok", [
     (4096, 4, 8, "msccl", "allreduce", True),
     (4100, 4, 8, "msccl", "allreduce", False),

@@ -1,0 +1,169 @@
+"""One yardstick: with physical figures, a plan prices both sides with the program model.
+
+Expected values come from the simulator run separately: the runtime's ring through
+``baseline_rows`` called here, the synthesized side by reading the written XML back from disk
+and simulating it, so a plan that priced anything else (the closed form, another layout than
+the one it wrote, other constants) fails.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collsynth.export.xml_reader import read_checked, read_text
+from collsynth.plan import NCCL, plan_calls, write_plan
+from collsynth.plan.choose import CLOSED_FORM, PROGRAM_MODEL
+from collsynth.plan.groups import topology_for_group
+from collsynth.timing.runtime_baselines import baseline_rows
+from collsynth.timing.runtime_constants import PROTOCOLS, default_constants
+from collsynth.timing.runtime_model import prepare_program, simulate_program
+
+GROUP = (0, 1, 2, 3)
+SIZES = {"allgather": (4096, 1 << 20, 16 << 20), "allreduce": (4096, 1 << 20),
+         "reduce_scatter": (1 << 16,)}
+
+
+@pytest.fixture(scope="module")
+def yard_plan(tmp_path_factory, fast, options, run_of, traced):
+    calls = [traced(kind, size, GROUP) for kind, sizes in SIZES.items() for size in sizes]
+    calls += [traced("alltoall", 4096, GROUP)]
+    plan = plan_calls(run_of(4, calls), fast, options=options())
+    target = write_plan(plan, tmp_path_factory.mktemp("plans") / "yard", plots=False)
+    return plan, target, fast
+
+
+def _entries(plan):
+    return {e.collective: e for e in plan.entries}
+
+
+def test_ring_collectives_are_priced_by_the_program_model(yard_plan):
+    plan, target, _ = yard_plan
+    entries = _entries(plan)
+    for kind in SIZES:
+        assert entries[kind].yardstick == PROGRAM_MODEL
+        assert all(c.yardstick == PROGRAM_MODEL for c in entries[kind].candidates
+                   if c.name not in entries[kind].excluded)
+    # alltoall has no runtime ring as a program: the closed form, and the plan says why.
+    assert entries["alltoall"].yardstick == CLOSED_FORM
+    assert "alltoall" in entries["alltoall"].yardstick_note
+    obj = json.loads((target / "plan.json").read_text())
+    yardsticks = {e["collective"]: e["yardstick"] for e in obj["entries"]}
+    assert yardsticks == {"allgather": PROGRAM_MODEL, "allreduce": PROGRAM_MODEL,
+                          "reduce_scatter": PROGRAM_MODEL, "alltoall": CLOSED_FORM}
+    report = (target / "report.md").read_text()
+    assert "Priced by: program model." in report and "Priced by: closed form (" in report
+
+
+def test_the_nccl_row_is_the_runtime_ring_simulated(yard_plan):
+    plan, _, fast = yard_plan
+    constants = default_constants(plan.runtime)
+    group_topology = topology_for_group(fast, GROUP)
+    for kind, sizes in SIZES.items():
+        entry = _entries(plan)[kind]
+        expected = baseline_rows(kind, group_topology, sizes, constants)
+        for size, row in zip(sizes, expected):
+            assert entry.nccl_us(size) == row.time_us
+            assert entry.predict(size, 4)[0] == row.time_us
+
+
+def test_the_program_row_is_the_written_xml_simulated(yard_plan):
+    plan, target, fast = yard_plan
+    constants = default_constants(plan.runtime)
+    group_topology = topology_for_group(fast, GROUP)
+    checked = 0
+    for kind, sizes in SIZES.items():
+        entry = _entries(plan)[kind]
+        for size in sizes:
+            _, planned, choice, fallback = entry.predict(size, 4)
+            if choice == NCCL:
+                continue
+            assert not fallback
+            r = next(r for r in entry.ranges if r.contains(size))
+            program, problems = read_checked(read_text(target / "xml" / r.xml), plan.runtime)
+            assert program is not None and not problems
+            # The file runs the tuned layout the range names, at the protocol it names.
+            channels, _, _, protocol = r.variant.replace("ch/", " ").split()
+            assert program.proto == protocol and program.nchannels <= int(channels)
+            simulated = simulate_program(prepare_program(program, group_topology), None, size,
+                                         constants)
+            assert planned == pytest.approx(simulated.time_us, rel=1e-9)
+            checked += 1
+    assert checked >= 3  # the fast topology gives synthesized programs some traced sizes
+
+
+def test_no_prediction_below_the_runtime_base_latency(yard_plan):
+    plan, _, _ = yard_plan
+    constants = default_constants(plan.runtime)
+    floor = min(constants.base_latency(p) for p in PROTOCOLS)
+    for kind, sizes in SIZES.items():
+        entry = _entries(plan)[kind]
+        for c in entry.candidates:
+            for s in c.samples:
+                assert s.time_us >= constants.base_latency(s.protocol)
+        for size in sizes:
+            nccl, planned, _, _ = entry.predict(size, 4)
+            assert nccl >= floor and planned >= floor
+        for bucket in entry.buckets:
+            assert bucket.plan_us >= floor * bucket.calls
+
+
+def test_no_program_slower_than_the_ring_is_picked(yard_plan):
+    plan, _, _ = yard_plan
+    for kind in SIZES:
+        entry = _entries(plan)[kind]
+        nccl = next(c for c in entry.candidates if c.source == NCCL)
+        picked = 0
+        for c in entry.candidates:
+            if c.source == NCCL or c.name in entry.excluded:
+                continue
+            for s in c.samples:
+                r = next(r for r in entry.ranges if r.contains(s.size_bytes))
+                if r.winner == c.name:
+                    assert s.time_us < nccl.time_at(s.size_bytes)
+                    picked += 1
+                if s.time_us >= nccl.time_at(s.size_bytes):
+                    assert r.winner != c.name and r.choice != c.name
+        for size in SIZES[kind]:
+            nccl_us, planned, _, _ = entry.predict(size, 4)
+            assert planned <= nccl_us
+            # The fastest selectable candidate at a traced size is the one that runs.
+            best = min(float(c.time_at(size)) for c in entry.candidates
+                       if c.name not in entry.excluded)
+            assert planned == best
+        assert picked or entry.status == "nccl"
+
+
+def test_runtime_constants_price_both_sides(fast, options, run_of, traced):
+    """A runtime-constants calibration (here: a 40 us base latency, 3x the hop latencies)
+    prices the ring and the programs alike."""
+    base = default_constants("msccl-executor")
+    slow = base.replace(
+        base_latency_us={p: 40.0 for p in PROTOCOLS},
+        hop_latency_us={k: {p: 3 * v for p, v in row.items()}
+                        for k, row in base.hop_latency_us.items()})
+    calls = [traced("allgather", size, GROUP) for size in (4096, 1 << 20)]
+    plan = plan_calls(run_of(4, calls), fast, options=options(runtime_constants=slow,
+                                                               runtime_constants_file="rt.json"))
+    (entry,) = plan.entries
+    group_topology = topology_for_group(fast, GROUP)
+    for size, row in zip((4096, 1 << 20), baseline_rows("allgather", group_topology,
+                                                        (4096, 1 << 20), slow)):
+        nccl, planned, _, _ = entry.predict(size, 4)
+        assert nccl == row.time_us and planned >= 40.0
+    assert all(s.time_us >= 40.0 for c in entry.candidates for s in c.samples)
+    assert any("rt.json" in note for note in plan.notes)
+
+
+def test_the_closed_form_is_the_quick_path(fast, options, run_of, traced):
+    """model="closed-form" prices as before: lines, and the synthesized side charged its
+    steps only (below NCCL's base latency on this 1 us-per-step topology)."""
+    calls = [traced("allgather", 4096, GROUP)]
+    plan = plan_calls(run_of(4, calls), fast, options=options(model="closed-form"))
+    (entry,) = plan.entries
+    assert entry.yardstick == CLOSED_FORM and "asked for" in entry.yardstick_note
+    assert all(c.line is not None and not c.samples for c in entry.candidates)
+    _, planned, choice, _ = entry.predict(4096, 4)
+    assert choice != NCCL and planned < min(default_constants("nccl").base_latency(p)
+                                            for p in PROTOCOLS)
