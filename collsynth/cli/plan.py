@@ -1,8 +1,8 @@
 """``collsynth plan``: plan a traced training job's collectives and write the runtime's files.
 
 For each (collective, process group, size) of the trace the fastest of the synthesized
-algorithms and NCCL's is chosen under the timing model (:mod:`collsynth.plan`); the plan
-directory is written all or nothing. What it holds, and Ctrl-C: docs/cli.md.
+algorithms and the runtime's own is chosen on one yardstick (the program model where it applies,
+else the closed form: docs/plan.md, "Pricing"); the plan directory is written all or nothing. What it holds, and Ctrl-C: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "plan", help="choose an algorithm per traced collective and write the runtime's files",
         description="Plan a trace: for each (collective, group, size) pick the fastest of the "
-                    "synthesized algorithms and NCCL's under the timing model, and write the "
+                    "synthesized algorithms and the runtime's own, both priced by the program "
+                    "model where it applies (else the closed form), and write the "
                     "XML files (checked), plan.json, report.md and plots into PLAN_DIR.")
     parser.add_argument("trace_dir", metavar="TRACE_DIR",
                         help="trace directory (rank-00000.jsonl, rank-00001.jsonl, ...)")
@@ -42,8 +43,12 @@ def register(subparsers: Any) -> None:
     add_fabric_arguments(parser)
     add_figure_arguments(parser)
     parser.add_argument("--calibration", metavar="FILE",
-                        help="calibration file (collsynth calibrate): measured per-step alpha "
-                             "and GB/s, and NCCL's measured lines")
+                        help="calibration file: a runtime-constants file (collsynth "
+                             "calibrate-runtime) prices both sides with the program model; a "
+                             "collsynth calibrate file gives measured per-step alpha and GB/s")
+    parser.add_argument("--model", choices=("auto", "closed-form"), default="auto",
+                        help="auto (default): the program model (simulated runtime) where it "
+                             "applies, else the closed form; closed-form: always the closed form")
     parser.add_argument("--device", metavar="NAME",
                         help="charge synthesized combining algorithms this GPU's reduction cost")
     parser.add_argument("-o", "--output", required=True, metavar="PLAN_DIR",
@@ -97,12 +102,18 @@ def run_plan(args: argparse.Namespace) -> int:
                                     oversubscription=args.oversubscription, fabric=args.fabric,
                                     nodes_per_leaf=args.nodes_per_leaf,
                                     unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
-        calibration = None
+        calibration = constants = None
         if args.calibration is not None:
-            from collsynth.timing.calibration import load_calibration
+            from collsynth.timing.runtime_constants import (is_runtime_constants_file,
+                                                            load_runtime_constants)
 
-            calibration = load_calibration(args.calibration)
-        else:
+            if is_runtime_constants_file(args.calibration):
+                constants = load_runtime_constants(args.calibration)
+            else:
+                from collsynth.timing.calibration import load_calibration
+
+                calibration = load_calibration(args.calibration)
+        if calibration is None:
             from collsynth.timing.alphabeta import from_topology
 
             from_topology(topology)  # no figures (a family): fail now, naming the options
@@ -115,8 +126,11 @@ def run_plan(args: argparse.Namespace) -> int:
             runtime=args.runtime,
             synth=SynthOptions(time_limit=args.synth_time_limit,
                                max_group_ranks=args.max_group_ranks, backend=args.backend),
-            calibration=calibration, calibration_file=args.calibration, device=args.device,
-            cache=cache, all_ranges=args.all_ranges)
+            calibration=calibration,
+            calibration_file=args.calibration if calibration is not None else None,
+            runtime_constants=constants,
+            runtime_constants_file=args.calibration if constants is not None else None,
+            model=args.model, device=args.device, cache=cache, all_ranges=args.all_ranges)
         plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
                          progress=progress)
         target = write_plan(plan, args.output)

@@ -369,3 +369,25 @@ def test_a_multi_node_trace_is_planned_with_the_tree_engine(tmp_path):
         check_xml_file(out / "xml" / xml_file.name, runtime="msccl-executor",
                        collective=xml_file.collective, root=xml_file.root)
     assert plan.totals()["plan_us"] < plan.totals()["nccl_us"]
+
+
+def test_cli_runtime_constants_and_model(tmp_path, capsys, front_cache):
+    """``--calibration`` with a runtime-constants file prices with those constants (the plan
+    names the file); ``--model closed-form`` prices every entry with the closed form."""
+    from collsynth.timing.runtime_constants import default_constants, save_runtime_constants
+
+    constants_file = tmp_path / "rccl-constants.json"
+    save_runtime_constants(default_constants("rccl").replace(source="test constants"),
+                           constants_file)
+    common = [str(TRACES / "fc4-mixed"), "--topology",
+              str(Path(__file__).parent / "data" / "fc4-fast.json"), "--cache",
+              str(front_cache.directory), "--synth-time-limit", "20", "--runtime", "rccl"]
+    assert _run_plan_cli([*common, "-o", str(tmp_path / "a"), "--calibration",
+                          str(constants_file)]) == 0
+    program = json.loads((tmp_path / "a" / "plan.json").read_text())
+    assert str(constants_file) in json.dumps(program)
+    assert "program model" in {e["yardstick"] for e in program["entries"]}
+    assert _run_plan_cli([*common, "-o", str(tmp_path / "b"), "--model", "closed-form"]) == 0
+    closed = json.loads((tmp_path / "b" / "plan.json").read_text())
+    assert {e["yardstick"] for e in closed["entries"]} == {"closed form"}
+    capsys.readouterr()
