@@ -267,7 +267,29 @@ def fabric_rounds(topology: Topology, roots: dict[int, int]) -> tuple[Fraction, 
         return rounds, tuple(quotient.unfold(np.asarray(cut, np.int64)).tolist())
     fabric = build_fabric(topology)
     representatives = node_representatives(topology) if uniform else None
+    if uniform and representatives is None and _rotation_is_symmetry(topology):
+        representatives = np.arange(1)  # every rank is rank 0 rotated: one cut family to test
     return tree_rounds(fabric, roots, representatives=representatives)
+
+
+def _rotation_is_symmetry(topology: Topology) -> bool:
+    """Whether ``r -> r + 1 mod n`` maps the links and the groups to themselves (rings, hubs,
+    fully connected graphs): then, with one chunk count per rank, one rank's cuts are all of
+    them (the n rotations act transitively). A cheap test, worth it where every cut costs a
+    maximum flow over n**2 arcs."""
+    n = topology.num_ranks
+    if n < 64:
+        return False  # testing every rank is cheap
+    links = topology.link_array
+    if not np.array_equal(np.roll(links, (1, 1), axis=(0, 1)), links):
+        return False
+    groups = {(g.sources, g.destinations, g.limit) for g in topology.groups}
+    for sources, destinations, limit in groups:
+        image = (frozenset((r + 1) % n for r in sources),
+                 frozenset((r + 1) % n for r in destinations), limit)
+        if image not in groups:
+            return False
+    return True
 
 
 def optimal_throughput(topology: Topology, collective: Collective) -> Throughput:

@@ -32,6 +32,22 @@ def _check(n: int, family: str, minimum: int = 2) -> None:
         raise InputTooLargeError(f"{family}:{n}: more than the {MAX_DENSE_RANKS} ranks collsynth accepts")
 
 
+#: Hubs and fully connected graphs link every pair: their dense form is n**2 entries, and a
+#: hub's 2n groups name n - 1 ranks each (hub:8192: 134 million set entries, several GB, before
+#: any bound is computed). Above this size they are refused up front.
+MAX_ALL_PAIRS_RANKS = 4096
+
+
+def _check_all_pairs(n: int, family: str) -> None:
+    _check(n, family)
+    if n > MAX_ALL_PAIRS_RANKS:
+        entries = 2 * n * (n - 1) if family == "hub" else n * (n - 1)
+        raise InputTooLargeError(
+            f"{family}:{n}: every pair of ranks is linked, {entries:,} link and group entries "
+            f"held densely; collsynth builds {family} topologies up to {MAX_ALL_PAIRS_RANKS} "
+            "ranks (a switch of that size is a composed topology: compose_nodes, --nodes)")
+
+
 def _matrix(n: int, linked: Callable[[int, int], bool]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(1 if a != b and linked(a, b) else 0 for b in range(n)) for a in range(n))
 
@@ -59,7 +75,7 @@ def star(n: int) -> Topology:
 
 def fully_connected(n: int) -> Topology:
     """A link of bandwidth 1 between every ordered pair."""
-    _check(n, "fully-connected")
+    _check_all_pairs(n, "fully-connected")
     return Topology(f"fully-connected:{n}", _matrix(n, lambda a, b: True),
                     description=f"{n} ranks, a dedicated link between every pair")
 
@@ -67,7 +83,7 @@ def fully_connected(n: int) -> Topology:
 def hub(n: int) -> Topology:
     """Hub-and-spoke switch (msccl-tools' DGX2 model): any rank may send to any other, but each rank
     sends at most one chunk and receives at most one chunk per round."""
-    _check(n, "hub")
+    _check_all_pairs(n, "hub")
     everyone = frozenset(range(n))
     groups = []
     for r in range(n):

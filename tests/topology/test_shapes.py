@@ -199,3 +199,24 @@ def test_exact_synthesis_on_small_shapes_meets_the_diameter():
                                    options=SolveOptions(time_limit=60))
         assert result.status is Status.SAT
         assert result.algorithm.num_steps == steps  # the diameter, from the table above
+
+
+def test_all_pairs_families_are_refused_above_their_dense_limit():
+    """hub:8192 once ended in a MemoryError (2 x 8192 groups naming 8191 ranks each)."""
+    with pytest.raises(InputTooLargeError, match="hub:8192: every pair of ranks is linked"):
+        get_topology("hub:8192")
+    with pytest.raises(InputTooLargeError, match="up to 4096 ranks"):
+        get_topology("fully-connected:4097")
+
+
+def test_a_rotation_symmetric_fabric_tests_one_rank():
+    """On hub:64 every rank receives its 63 missing chunks at 1 per round: 63 rounds per chunk,
+    found from rank 0's cuts alone, as from every rank's; a line is not rotation symmetric."""
+    from collsynth.bounds.throughput import _rotation_is_symmetry, fabric_rounds, tree_rounds
+    from collsynth.graph.fabric import build_fabric
+
+    hub = get_topology("hub:64")
+    roots = {r: 1 for r in range(64)}
+    assert _rotation_is_symmetry(hub)
+    assert fabric_rounds(hub, roots)[0] == tree_rounds(build_fabric(hub), roots)[0] == 63
+    assert not _rotation_is_symmetry(get_topology("line:64"))
