@@ -32,6 +32,7 @@ from collsynth.synthesis.bandwidth_optimal.engine import (
     solve_bandwidth_optimal,
 )
 from collsynth.bounds.throughput import broadcast_shape
+from collsynth.synthesis.result import Deadline
 from collsynth.topology.model import Topology
 
 __all__ = ["ENGINES", "EXACT_MAX_RANKS", "choose_engine", "solve_large"]
@@ -79,6 +80,10 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     """A verified algorithm from ``engine`` (``"auto"``: :func:`choose_engine`).
 
     ``stages`` and ``size_bytes`` (the buffer the pipeline is tuned for) go to the tree engine.
+    ``time_limit`` (seconds) bounds the whole call for every engine; each engine documents what
+    it returns or raises when it runs out (typically the best verified schedule found so far,
+    else :class:`~collsynth.limits.TimeLimitReached` or, for a schedule that cannot be built and
+    verified in the time left, :class:`~collsynth.limits.ResourceLimitError`).
 
     Raises
     ------
@@ -112,13 +117,15 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     if chosen == "alltoall":
         from collsynth.synthesis.alltoall_scale import solve_alltoall_at_scale
 
-        result = solve_alltoall_at_scale(topology, time_limit=time_limit)
+        result = solve_alltoall_at_scale(topology, time_limit=time_limit,
+                                         deadline=Deadline(time_limit, started))
         return _wrap(result.algorithm, result.lower_bound, "alltoall", started)
     from collsynth.synthesis.hierarchical import hierarchical_algorithm
 
     root = collective.roots[0] if collective.roots else None
     result = hierarchical_algorithm(topology, collective.name, root=root,
-                                    time_limit=min(time_limit, 60.0))
+                                    time_limit=min(time_limit, 60.0),
+                                    deadline=Deadline(time_limit, started))
     return _wrap(result.algorithm, _lower_bound(topology, collective), "hierarchical", started)
 
 
