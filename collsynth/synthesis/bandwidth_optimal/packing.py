@@ -15,7 +15,10 @@ lowers ``R`` most, added until none does or ``R`` meets the cut bound of :mod:`.
 root in node ``k`` uses the same trees moved ``k`` nodes on. Every link then carries the same load
 as the others in its *class* (its orbit under the shift), so the program has one row per class
 of links and of groups, not per link: a few dozen rows for a 1024-GPU system. Links that a
-bandwidth group at least as narrow covers never bind and get no row.
+bandwidth group at least as narrow covers never bind and get no row. A torus or hypercube is
+treated alike with its translations (:mod:`collsynth.graph.translations`): one root, one row per
+link direction; the trees the program uses are also turned and reflected about the root, so
+that a few pieces per root spread evenly over the directions.
 
 **Integer multiplicities.** A schedule sends whole pieces: each root's chunk is cut into ``k``
 pieces per pipeline stage and tree ``T`` carries ``m[T]`` of them (``sum m[T] = k``), taking
@@ -42,6 +45,7 @@ from scipy.sparse.csgraph import breadth_first_order, shortest_path
 from collsynth.errors import SolverError
 from collsynth.graph.arborescence import depths, min_arborescence
 from collsynth.graph.symmetry import NodeShift, node_shift
+from collsynth.graph.translations import GridTranslations, grid_translations, point_symmetries
 from collsynth.synthesis.hierarchical import network_layout
 from collsynth.topology.model import Topology
 
@@ -51,6 +55,11 @@ _log = logging.getLogger(__name__)
 
 #: Seconds the integer multiplicity search may spend once it has one answer.
 _INTEGER_SECONDS = 15.0
+#: Trees of the program (the heaviest) whose images under a grid's point symmetries are added.
+_MOST_IMAGED_TREES = 16
+#: Pieces per root, in multiples of the optimum's denominator, tried before the program's own
+#: weights when those need more.
+_FEW = 4
 
 
 @dataclass(frozen=True)
@@ -200,7 +209,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     started = time.perf_counter()
     n = topology.num_ranks
     links = topology.link_array
-    shift = node_shift(topology) if len(roots) == n else None
+    shift = (node_shift(topology) or grid_translations(topology)) if len(roots) == n else None
     reps = list(range(shift.ranks_per_node)) if shift is not None else list(roots)
     rows = row_classes(topology, links, shift)
     finite = links > 0
@@ -225,7 +234,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         parents.append(parent)
         return True
 
-    if shift is not None:
+    if shift is not None and topology.layout is not None:
         for i, parent in _hierarchical_trees(topology, shift, options):
             add(i, parent)
     elif len(roots) == 1 and (nodes := node_shift(topology)) is not None:
@@ -291,7 +300,19 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     lp_time = time.perf_counter() - started
     max_k = options.max_trees_per_root or min(4096, max(16, (1 << 22) // (len(roots) * n)))
 
-    keep = np.flatnonzero(weights > 1e-12)
+    if isinstance(shift, GridTranslations):
+        # Images of the trees used under the symmetries fixing the root: together they spread
+        # the load evenly over the link classes, which lets a few pieces per root be optimal.
+        used = np.flatnonzero(weights > 1e-12)
+        used = used[np.argsort(-weights[used], kind="stable")][:_MOST_IMAGED_TREES]
+        for perm in point_symmetries(topology, shift)[1:]:
+            for j in used:
+                add(owners[j], _moved_tree(parents[j], perm))
+        imaged = len(weights)
+        weights = np.concatenate([weights, np.zeros(len(columns) - imaged)])
+        keep = np.concatenate([used, np.arange(imaged, len(columns))])
+    else:
+        keep = np.flatnonzero(weights > 1e-12)
     trees, k, rho = _integer_multiplicities(rows, [columns[j] for j in keep],
                                             [owners[j] for j in keep], len(reps), value,
                                             target, max_k, weights[keep])
@@ -303,6 +324,14 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
                        {"lp_seconds": lp_time, "trees_generated": len(columns),
                         "rows": len(rows.capacity),
                         "seconds": time.perf_counter() - started})
+
+
+def _moved_tree(parent: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """The tree ``parent`` with every rank ``r`` moved to ``perm[r]``."""
+    moved = np.full(len(parent), -1, dtype=np.int64)
+    children = np.flatnonzero(parent >= 0)
+    moved[perm[children]] = perm[parent[children]]
+    return moved
 
 
 def _hierarchical_trees(topology: Topology, shift: NodeShift, options: PackingOptions):
@@ -456,9 +485,19 @@ def _integer_multiplicities(rows: RowClasses, columns, owners, num_roots, value,
     a = np.column_stack(columns)
     owners = np.asarray(owners)
     best = _rational_weights(a, rows.capacity, owners, num_roots, weights, optimum, max_k)
+    base = optimum.denominator
+    if best is not None and best[1] <= _FEW * base:
+        return best
+    # The program's weights may have a large common denominator where a few pieces per root do
+    # as well (a torus: 224 against 4): fewer pieces make fewer sends, so try those first.
+    for k in range(base, min(_FEW * base, max_k) + 1, base):
+        if best is not None and k >= best[1]:
+            break
+        solved = _min_rho(a, rows.capacity, owners, num_roots, k)
+        if solved is not None and Fraction(solved[1], k) <= optimum:
+            return solved[0], k, solved[1]
     if best is not None:
         return best
-    base = optimum.denominator
     # Small multiples of the optimum's denominator first, then doublings up to 1024 pieces
     # (more pieces make schedules of many millions of sends for a fraction of a percent).
     candidates = sorted({base * j for j in range(1, 17)} | set(range(1, 9))
