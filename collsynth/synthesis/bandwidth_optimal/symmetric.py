@@ -1,0 +1,344 @@
+"""Compact symmetric schedules: one node's template and the node shift, verified through it.
+
+On ``K`` identical nodes (:func:`~collsynth.graph.symmetry.node_shift`) or a torus / hypercube
+(:func:`~collsynth.graph.translations.grid_translations`) the tree engine's allgather schedule
+is the same on every node, moved: the sends of the chunks of node 0's roots (the *template*)
+and their images under the ``K`` shifts are the whole schedule. A :class:`SymmetricSchedule`
+stores only the template, ``1/K`` of the sends, and :func:`expand` makes the full
+:class:`~collsynth.algorithm.model.Algorithm` when it is needed (export, run).
+
+**Verified through the symmetry** (:func:`verify_symmetric`), which makes the whole verified:
+
+1. the shift maps links to links of the same bandwidth and groups to groups (each generator
+   checked on the topology), and the collective to itself (every rank is the root of exactly
+   one chunk that every rank needs, so any rank permutation permutes the chunks);
+2. the template alone is replayed (:func:`~collsynth.algorithm.verify.find_problems` on the
+   template's chunks): every template chunk reaches every rank, sent only by ranks holding it;
+   an image of the template moves the image chunks the same way, on links that exist;
+3. the full load of every link in every step is the number of template sends in its *class*
+   (its orbit under the shifts, which act freely on links); every class and every group
+   (through the classes of its links) fits the step's rounds.
+
+Only allgather-shaped collectives (every rank the root of one chunk that every rank needs) are
+handled; reduce-scatter and allreduce are built from the allgather by inversion and
+concatenation (:mod:`.engine`) on full algorithms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+import scipy.sparse as sp
+
+from collsynth.algorithm.arrays import SendBlock, sends_as_arrays
+from collsynth.algorithm.model import Algorithm, Step
+from collsynth.algorithm.verify import find_problems
+from collsynth.collective.model import Collective
+from collsynth.errors import VerificationError
+from collsynth.graph.arborescence import depths
+from collsynth.graph.symmetry import NodeShift
+from collsynth.synthesis.bandwidth_optimal.packing import TreePacking
+from collsynth.topology.capacity import link_capacity
+from collsynth.topology.model import Topology
+
+__all__ = ["SymmetricSchedule", "symmetric_pipelined_schedule", "symmetric_problems",
+           "verify_symmetric", "expand"]
+
+
+@dataclass(frozen=True)
+class SymmetricSchedule:
+    """A schedule given by its template and a node shift (see the module docstring).
+
+    Attributes
+    ----------
+    topology, collective:
+        The system and the *unsplit* allgather-shaped collective.
+    shift:
+        The node shift; image ``g`` (``0 <= g < shift.nodes``) moves every rank by ``g`` nodes.
+    pieces:
+        Pieces per chunk: the full schedule implements ``collective.split(pieces)``.
+    steps:
+        The template's steps: their rounds are the *full* schedule's (every image at once);
+        their sends, the template's, name chunks of ``collective.split(pieces)`` whose roots
+        lie in node 0.
+    """
+
+    topology: Topology
+    collective: Collective
+    shift: NodeShift
+    pieces: int
+    steps: tuple[Step, ...]
+    provenance: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def num_rounds(self) -> int:
+        return sum(step.rounds for step in self.steps)
+
+    @property
+    def rounds_per_chunk(self) -> Fraction:
+        return Fraction(self.num_rounds, self.pieces)
+
+    @property
+    def template_sends(self) -> int:
+        return sum(len(step.sends) for step in self.steps)
+
+    @property
+    def num_sends(self) -> int:
+        """Sends of the expanded schedule."""
+        return self.template_sends * self.shift.nodes
+
+
+# -- the symmetry's classes of links ----------------------------------------------------------
+
+
+def _roots(collective: Collective) -> np.ndarray:
+    """``roots[c]``: the one rank holding chunk ``c`` first; refuses a collective that is not
+    allgather-shaped (see the module docstring)."""
+    n = collective.num_ranks
+    if collective.combining or collective.chunk_factor != 1:
+        raise VerificationError(f"{collective.describe()}: a symmetric schedule needs an unsplit, "
+                                "non-combining collective")
+    if any(len(pre) != 1 for pre in collective.precondition) or \
+            any(len(post) != n for post in collective.postcondition):
+        raise VerificationError(f"{collective.describe()}: a symmetric schedule needs every chunk "
+                                "held by one rank first and needed by every rank")
+    roots = np.fromiter((next(iter(pre)) for pre in collective.precondition), np.int64,
+                        count=collective.num_chunks)
+    if sorted(roots.tolist()) != list(range(n)):
+        raise VerificationError(f"{collective.describe()}: a symmetric schedule needs every rank "
+                                "to be the root of exactly one chunk")
+    return roots
+
+
+def _link_class(shift: NodeShift, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The class of link ``src -> dst``: ``local * n + d`` where the shift taking ``src`` into
+    node 0 (as local rank ``local``) takes ``dst`` to ``d``."""
+    per, n = shift.ranks_per_node, shift.num_ranks
+    src = np.asarray(src, dtype=np.int64)
+    return (src % per) * n + shift.shift(np.asarray(dst, dtype=np.int64), -(src // per))
+
+
+class _ClassLoads:
+    """The topology's link bandwidths and groups seen through the link classes: the load of a
+    step from its template's class counts."""
+
+    def __init__(self, topology: Topology, shift: NodeShift) -> None:
+        n, per = topology.num_ranks, shift.ranks_per_node
+        self.size = per * n
+        capacity = link_capacity(topology)
+        flat = np.flatnonzero(capacity.links)
+        self.link_class = _link_class(shift, flat // n, flat % n)
+        bandwidth = np.zeros(self.size, dtype=np.int64)
+        bandwidth[self.link_class] = capacity.links[flat]
+        self.bandwidth = bandwidth
+        self.limits, self.labels = capacity.limits, capacity.labels
+        self.groups = None
+        if capacity.groups is not None:
+            # groups x classes: how many links of each class a group covers
+            where = np.full(n * n, -1, dtype=np.int64)
+            where[flat] = self.link_class
+            coo = capacity.groups.tocoo()
+            keep = where[coo.col] >= 0
+            self.groups = sp.csr_matrix((coo.data[keep], (coo.row[keep], where[coo.col[keep]])),
+                                        shape=(coo.shape[0], self.size))
+
+    def counts(self, shift: NodeShift, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        return np.bincount(_link_class(shift, src, dst), minlength=self.size)
+
+    def rounds(self, counts: np.ndarray) -> int:
+        """The fewest whole rounds (at least 1) in which loads ``counts`` per class fit."""
+        used = np.flatnonzero(counts)
+        need = 1
+        if len(used):
+            if (self.bandwidth[used] == 0).any():
+                return -1  # a send over a missing link: reported by the caller
+            need = max(need, int((-(-counts[used] // self.bandwidth[used])).max()))
+        if self.groups is not None:
+            load = self.groups @ counts
+            need = max(need, int((-(-load // self.limits)).max(initial=1)))
+        return need
+
+
+# -- building ----------------------------------------------------------------------------------
+
+
+def symmetric_pipelined_schedule(topology: Topology, collective: Collective,
+                                 packing: TreePacking, stages: int) -> SymmetricSchedule:
+    """The template of :func:`~.pipeline.pipelined_algorithm`'s schedule for a packing made with
+    a shift (``packing.shift``): the same pipeline, sends of node 0's roots only, each step
+    priced for all the images at once. Not verified here (:func:`verify_symmetric`)."""
+    shift = packing.shift
+    if shift is None:
+        raise VerificationError("a symmetric schedule needs a packing made with a node shift")
+    k = packing.pieces_per_root
+    factor = int(stages * k)
+    roots = _roots(collective)
+    base_of_root = np.empty(len(roots), dtype=np.int64)
+    base_of_root[roots] = np.arange(len(roots))
+    stage_index = np.arange(stages, dtype=np.int64)
+    parts = []
+    for root, trees in packing.trees.items():
+        expanded = [parent for parent, m in trees for _ in range(m)]
+        for i, parent in enumerate(expanded):
+            children = np.flatnonzero(parent >= 0)
+            level = depths(parent)[children]
+            shape = (stages, len(children))
+            chunk = np.broadcast_to((base_of_root[root] * factor + stage_index * k + i)[:, None],
+                                    shape)
+            step = stage_index[:, None] + level[None, :] - 1
+            parts.append((chunk.ravel(), np.broadcast_to(parent[children], shape).ravel(),
+                          np.broadcast_to(children, shape).ravel(), step.ravel()))
+    chunk, src, dst, step = (np.concatenate([p[j] for p in parts]) for j in range(4))
+    order = np.argsort(step, kind="stable")
+    chunk, src, dst, step = chunk[order], src[order], dst[order], step[order]
+    bounds = np.searchsorted(step, np.arange(int(step.max()) + 2))
+    loads = _ClassLoads(topology, shift)
+    steps = []
+    for t in range(int(step.max()) + 1):
+        lo, hi = bounds[t], bounds[t + 1]
+        rounds = loads.rounds(loads.counts(shift, src[lo:hi], dst[lo:hi]))
+        if rounds < 1:
+            raise VerificationError(f"internal error: template step {t} uses a missing link")
+        steps.append(Step(rounds, SendBlock(chunk[lo:hi], src[lo:hi].astype(np.int32),
+                                            dst[lo:hi].astype(np.int32))))
+    return SymmetricSchedule(topology, collective, shift, factor, tuple(steps), {
+        "engine": "bandwidth-optimal trees (symmetric)",
+        "pieces_per_root_per_stage": k, "stages": stages,
+        "rounds_per_stage": packing.rounds_per_stage,
+        "steady_state_rounds_per_chunk": str(Fraction(packing.rounds_per_stage, k))})
+
+
+# -- verifying through the symmetry ------------------------------------------------------------
+
+
+def _shift_problems(topology: Topology, shift: NodeShift) -> list[str]:
+    """Why the shift is not an automorphism of ``topology`` (empty when it is)."""
+    if shift.num_ranks != topology.num_ranks:
+        return [f"the shift moves {shift.num_ranks} ranks; {topology.name} has "
+                f"{topology.num_ranks}"]
+    links = topology.link_array
+    keys = {(g.sources, g.destinations, g.limit) for g in topology.groups}
+    problems = []
+    for by in shift.generators:
+        perm = shift.permutation(by)
+        if sorted(perm.tolist()) != list(range(topology.num_ranks)):
+            return [f"shifting by {by} is not a permutation of the ranks"]
+        inverse = np.argsort(perm)
+        if not np.array_equal(links[np.ix_(inverse, inverse)], links):
+            problems.append(f"shifting by {by} does not map the links of {topology.name} to "
+                            "links of the same bandwidth")
+            continue
+        for group in topology.groups:
+            moved = (frozenset(int(perm[s]) for s in group.sources),
+                     frozenset(int(perm[d]) for d in group.destinations), group.limit)
+            if moved not in keys:
+                problems.append(f"shifting by {by} does not map {group.name or 'a group'} to a "
+                                "group")
+                break
+    return problems
+
+
+def symmetric_problems(schedule: SymmetricSchedule) -> list[str]:
+    """Every reason ``schedule`` (expanded) would not implement its collective on its topology;
+    empty when it does. See the module docstring for the argument."""
+    topology, shift, factor = schedule.topology, schedule.shift, schedule.pieces
+    try:
+        roots = _roots(schedule.collective)
+    except VerificationError as exc:
+        return [str(exc)]
+    problems = _shift_problems(topology, shift)
+    if problems:
+        return problems
+    per = shift.ranks_per_node
+    template_roots = np.arange(per, dtype=np.int64)  # node 0
+    base_of_root = np.empty(len(roots), dtype=np.int64)
+    base_of_root[roots] = np.arange(len(roots))
+    # Template chunk numbering: root i of node 0, piece j -> i * factor + j.
+    local_steps = []
+    loads = _ClassLoads(topology, shift)
+    for t, step in enumerate(schedule.steps):
+        chunk, src, dst, red = sends_as_arrays(step.sends)
+        chunk = np.asarray(chunk, dtype=np.int64)
+        if len(chunk) and ((chunk < 0).any() or (chunk >= len(roots) * factor).any()):
+            return [f"template step {t}: a send names a chunk outside 0..{len(roots) * factor - 1}"]
+        root = roots[chunk // factor] if len(chunk) else chunk
+        if len(chunk) and (root >= per).any():
+            c = int(chunk[np.flatnonzero(root >= per)[0]])
+            problems.append(f"template step {t}: chunk {c} is not a piece of a root in node 0")
+            continue
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        if len(src) and ((src < 0) | (src >= topology.num_ranks) | (dst < 0)
+                         | (dst >= topology.num_ranks)).any():
+            problems.append(f"template step {t}: a send names a rank outside the topology")
+            continue
+        local_steps.append(Step(step.rounds, SendBlock(root * factor + chunk % factor, src, dst,
+                                                       red)))
+        needed = loads.rounds(loads.counts(shift, src, dst))
+        if needed < 0:
+            problems.append(f"template step {t}: a send uses a link {topology.name} does not have")
+        elif needed > step.rounds:
+            problems.append(f"template step {t}: its images together need {needed} rounds, the "
+                            f"step lasts {step.rounds}")
+    if problems:
+        return problems
+    n = topology.num_ranks
+    everyone = frozenset(range(n))
+    template = Collective(f"{schedule.collective.name}-template", n,
+                          tuple(frozenset({int(r)}) for r in template_roots
+                                for _ in range(factor)),
+                          tuple(everyone for _ in range(per * factor)),
+                          chunk_factor=factor)
+    replay = Algorithm("template", topology, template, tuple(local_steps))
+    return [f"template: {p}" for p in find_problems(replay)]
+
+
+def verify_symmetric(schedule: SymmetricSchedule) -> SymmetricSchedule:
+    """``schedule`` if :func:`symmetric_problems` finds nothing.
+
+    Raises
+    ------
+    VerificationError
+        With the first problems found.
+    """
+    problems = symmetric_problems(schedule)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise VerificationError(f"symmetric schedule on {schedule.topology.name}: "
+                                + "; ".join(problems[:3]) + more)
+    return schedule
+
+
+def expand(schedule: SymmetricSchedule, *, name: str | None = None) -> Algorithm:
+    """The full algorithm: the template and its ``shift.nodes`` images, on
+    ``collective.split(pieces)``. Not verified here (verify it, or trust
+    :func:`verify_symmetric`, which proves the same)."""
+    shift, factor = schedule.shift, schedule.pieces
+    roots = _roots(schedule.collective)
+    base_of_root = np.empty(len(roots), dtype=np.int64)
+    base_of_root[roots] = np.arange(len(roots))
+    images = np.arange(shift.nodes, dtype=np.int64)[:, None]
+    steps = []
+    for step in schedule.steps:
+        chunk, src, dst, red = sends_as_arrays(step.sends)
+        chunk = np.asarray(chunk, dtype=np.int64)
+        root = roots[chunk // factor]
+        moved_root = shift.shift(root[None, :], images)
+        moved_chunk = base_of_root[moved_root] * factor + (chunk % factor)[None, :]
+        moved_src = shift.shift(np.asarray(src, np.int64)[None, :], images)
+        moved_dst = shift.shift(np.asarray(dst, np.int64)[None, :], images)
+        steps.append(Step(step.rounds, SendBlock(moved_chunk.ravel(),
+                                                 moved_src.ravel().astype(np.int32),
+                                                 moved_dst.ravel().astype(np.int32),
+                                                 np.tile(np.asarray(red, bool), shift.nodes))))
+    collective = schedule.collective.split(factor)
+    label = name or (f"{collective.name}-{schedule.topology.name}-trees-s{len(steps)}"
+                     f"-r{schedule.num_rounds}-c{factor}")
+    return Algorithm(label, schedule.topology, collective, tuple(steps),
+                     provenance=dict(schedule.provenance))

@@ -1,0 +1,125 @@
+"""Compact symmetric schedules: the template expands to exactly the pipelined schedule, the
+expanded schedule passes the ordinary verifier, and verification through the symmetry catches
+every kind of broken template (a missing send, a step too short for its images, a shift that is
+no symmetry, a chunk of another node)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from collsynth.algorithm import find_problems
+from collsynth.algorithm.arrays import SendBlock
+from collsynth.algorithm.model import Step
+from collsynth.bounds.throughput import optimal_throughput
+from collsynth.collective import standard_collective
+from collsynth.errors import VerificationError
+from collsynth.graph.symmetry import NodeShift
+from collsynth.synthesis.bandwidth_optimal.packing import pack_trees
+from collsynth.synthesis.bandwidth_optimal.pipeline import pipelined_algorithm
+from collsynth.synthesis.bandwidth_optimal.symmetric import (
+    expand,
+    symmetric_pipelined_schedule,
+    symmetric_problems,
+    verify_symmetric,
+)
+from collsynth.topology import compose_nodes, get_topology
+from collsynth.topology.families import fully_connected, ring
+
+SYSTEMS = {
+    "torus:4x4": lambda: get_topology("torus:4x4"),
+    "hypercube:3": lambda: get_topology("hypercube:3"),
+    "ring4x3": lambda: compose_nodes(ring(4), 3, nic_units=1),
+    "fc4x4-leaf": lambda: compose_nodes(fully_connected(4), 4, nic_units=1, fabric="leaf-spine",
+                                        nodes_per_leaf=2, oversubscription=2),
+}
+_MADE: dict = {}
+
+
+def _made(name: str, stages: int = 2):
+    if (name, stages) not in _MADE:
+        topology = SYSTEMS[name]()
+        collective = standard_collective("allgather", topology.num_ranks)
+        bound = optimal_throughput(topology, collective).rounds_per_chunk
+        packing = pack_trees(topology, list(range(topology.num_ranks)), target=bound)
+        assert packing.shift is not None
+        schedule = symmetric_pipelined_schedule(topology, collective, packing, stages)
+        _MADE[name, stages] = (topology, collective, packing, schedule)
+    return _MADE[name, stages]
+
+
+def _send_set(step) -> set:
+    return {(s.chunk, s.src, s.dst, s.reduce) for s in step.sends}
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEMS))
+def test_the_template_expands_to_the_pipelined_schedule_and_verifies(name):
+    topology, collective, packing, schedule = _made(name)
+    assert symmetric_problems(schedule) == []
+    full = pipelined_algorithm(topology, collective, packing, 2)  # built independently
+    expanded = expand(schedule)
+    assert expanded.collective == full.collective
+    assert [s.rounds for s in expanded.steps] == [s.rounds for s in full.steps]
+    assert [_send_set(a) for a in expanded.steps] == [_send_set(b) for b in full.steps]
+    assert find_problems(expanded) == []
+    assert schedule.num_sends == expanded.num_sends
+    nodes = schedule.shift.nodes
+    assert schedule.template_sends * nodes == expanded.num_sends
+
+
+def _with_step(schedule, t, step):
+    steps = list(schedule.steps)
+    steps[t] = step
+    return replace(schedule, steps=tuple(steps))
+
+
+def test_a_missing_template_send_is_caught():
+    schedule = _made("ring4x3")[3]
+    last = schedule.steps[-1]
+    broken = _with_step(schedule, len(schedule.steps) - 1, Step(last.rounds, last.sends[1:]))
+    problems = symmetric_problems(broken)
+    assert problems and all(p.startswith("template:") for p in problems)
+    with pytest.raises(VerificationError, match="never receives"):
+        verify_symmetric(broken)
+
+
+def test_a_step_too_short_for_all_its_images_is_caught():
+    # The template alone fits fewer rounds than its images together: shortening the busiest
+    # step is only caught by counting the images' loads.
+    schedule = _made("torus:4x4")[3]
+    t = max(range(schedule.num_steps), key=lambda i: schedule.steps[i].rounds)
+    step = schedule.steps[t]
+    assert step.rounds > 1
+    problems = symmetric_problems(_with_step(schedule, t, Step(step.rounds - 1, step.sends)))
+    assert any("images together need" in p for p in problems)
+
+
+def test_a_shift_that_is_no_symmetry_is_caught():
+    schedule = _made("torus:4x4")[3]
+    # r -> r + 1 (mod 16) takes rank 3 = (0, 3) to 4 = (1, 0) and its neighbour 0 = (0, 0) to
+    # 1 = (0, 1), which is no neighbour of 4: not a symmetry of the torus. The template (root
+    # 0's sends) is the same, so only the check of the shift can tell.
+    wrong = replace(schedule, shift=NodeShift(nodes=16, ranks_per_node=1))
+    assert any("does not map the links" in p for p in symmetric_problems(wrong))
+    too_small = replace(schedule, shift=NodeShift(nodes=8, ranks_per_node=1))
+    assert any("moves 8 ranks" in p for p in symmetric_problems(too_small))
+
+
+def test_a_chunk_of_a_root_outside_node_zero_is_caught():
+    schedule = _made("ring4x3")[3]
+    step = schedule.steps[0]
+    chunk = np.array(step.sends.chunk, dtype=np.int64)
+    chunk[0] = (schedule.topology.num_ranks - 1) * schedule.pieces  # the last rank's piece 0
+    moved = Step(step.rounds, SendBlock(chunk, step.sends.src, step.sends.dst))
+    assert any("not a piece of a root in node 0" in p
+               for p in symmetric_problems(_with_step(schedule, 0, moved)))
+
+
+def test_only_allgather_shaped_collectives_are_taken():
+    topology, _, packing, schedule = _made("ring4x3")
+    broadcast = standard_collective("broadcast", topology.num_ranks, root=0)
+    assert symmetric_problems(replace(schedule, collective=broadcast))
+    with pytest.raises(VerificationError):
+        symmetric_pipelined_schedule(topology, broadcast, packing, 2)
