@@ -21,6 +21,7 @@ from collsynth.synthesis.bandwidth_optimal.packing import pack_trees
 from collsynth.synthesis.bandwidth_optimal.pipeline import pipelined_algorithm
 from collsynth.synthesis.bandwidth_optimal.symmetric import (
     expand,
+    solve_symmetric,
     symmetric_pipelined_schedule,
     symmetric_problems,
     verify_symmetric,
@@ -123,3 +124,22 @@ def test_only_allgather_shaped_collectives_are_taken():
     assert symmetric_problems(replace(schedule, collective=broadcast))
     with pytest.raises(VerificationError):
         symmetric_pipelined_schedule(topology, broadcast, packing, 2)
+
+
+@pytest.mark.parametrize("topology", [compose_nodes(ring(4), 3, nic_units=1),
+                                      get_topology("torus:4x4")], ids=["ring4x3", "torus:4x4"])
+def test_solve_symmetric_end_to_end(topology):
+    from fractions import Fraction
+
+    schedule = solve_symmetric(topology, standard_collective("allgather", topology.num_ranks))
+    assert symmetric_problems(schedule) == []
+    assert find_problems(expand(schedule)) == []
+    bound = Fraction(schedule.provenance["lower_bound"])
+    assert schedule.provenance["optimal"] is True
+    # 16 (depth - 1) stages: filling and draining cost at most (depth - 1) / stages = 1/16
+    assert bound <= schedule.rounds_per_chunk <= bound * Fraction(17, 16)
+
+
+def test_solve_symmetric_needs_a_symmetry():
+    with pytest.raises(VerificationError, match="no node shift"):
+        solve_symmetric(get_topology("mesh:3x3"), standard_collective("allgather", 9))

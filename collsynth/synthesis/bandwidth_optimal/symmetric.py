@@ -43,7 +43,7 @@ from collsynth.synthesis.bandwidth_optimal.packing import TreePacking
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import Topology
 
-__all__ = ["SymmetricSchedule", "symmetric_pipelined_schedule", "symmetric_problems",
+__all__ = ["SymmetricSchedule", "solve_symmetric", "symmetric_pipelined_schedule", "symmetric_problems",
            "verify_symmetric", "expand"]
 
 
@@ -342,3 +342,72 @@ def expand(schedule: SymmetricSchedule, *, name: str | None = None) -> Algorithm
                      f"-r{schedule.num_rounds}-c{factor}")
     return Algorithm(label, schedule.topology, collective, tuple(steps),
                      provenance=dict(schedule.provenance))
+
+
+# -- end to end --------------------------------------------------------------------------------
+
+
+def solve_symmetric(topology: Topology, collective: Collective, *, stages: int | None = None,
+                    time_limit: float = 600.0, progress=None) -> SymmetricSchedule:
+    """The tree engine's allgather as a compact, verified :class:`SymmetricSchedule`: the
+    optimal throughput, trees for node 0's roots, the template of the pipelined schedule, and
+    :func:`verify_symmetric`. Without expanded sends the pipeline can have as many stages as
+    the template allows (``MAX_SENDS`` template sends), so it gets close to its steady state
+    at thousands of ranks.
+
+    ``provenance`` records the ``lower_bound``, the ``steady_state_rounds_per_chunk``,
+    ``optimal`` and the ``timings`` (seconds per phase).
+
+    Raises
+    ------
+    VerificationError
+        When the topology has no node shift or translations (:func:`~.packing.pack_trees`
+        found none) or the collective is not allgather-shaped.
+    """
+    import time
+
+    from collsynth.bounds.throughput import optimal_throughput
+    from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, pack_trees
+    from collsynth.synthesis.bandwidth_optimal.pipeline import MAX_SENDS
+
+    say = progress or (lambda line: None)
+    started = time.perf_counter()
+    _roots(collective)
+    timings = {}
+    tick = time.perf_counter()
+    bound = optimal_throughput(topology, collective).rounds_per_chunk
+    timings["bound"] = time.perf_counter() - tick
+    say(f"optimal throughput: {bound} rounds per chunk ({timings['bound']:.2f} s)")
+    tick = time.perf_counter()
+    # Only the template is stored: a stage may have as many pieces per root as keep one
+    # stage's template within MAX_SENDS (an exact optimum may need 19 where 16 was the cap).
+    layout = topology.layout
+    per = layout.ranks_per_node if layout is not None and layout.multi_node else 1
+    most = max(16, min(4096, MAX_SENDS // (per * max(1, topology.num_ranks - 1))))
+    packing = pack_trees(topology, list(range(topology.num_ranks)), target=bound,
+                         options=PackingOptions(time_limit=max(0.0, time_limit - tick + started),
+                                                max_trees_per_root=most, progress=progress))
+    timings["packing"] = time.perf_counter() - tick
+    if packing.shift is None:
+        raise VerificationError(f"{topology.name}: no node shift or translations, so no "
+                                "symmetric schedule")
+    steady = packing.steady_state_rounds_per_chunk
+    say(f"trees: {steady} rounds per chunk in the steady state, {packing.pieces_per_root} pieces "
+        f"per root, depth {packing.depth} ({timings['packing']:.2f} s)")
+    if stages is None:
+        per_stage = packing.pieces_per_root * packing.shift.ranks_per_node \
+            * (topology.num_ranks - 1)
+        stages = max(1, min(16 * (packing.depth - 1), MAX_SENDS // max(per_stage, 1)))
+    tick = time.perf_counter()
+    schedule = symmetric_pipelined_schedule(topology, collective, packing, stages)
+    timings["schedule"] = time.perf_counter() - tick
+    say(f"template: {schedule.num_steps} steps, {schedule.template_sends} sends of "
+        f"{schedule.num_sends} ({timings['schedule']:.2f} s)")
+    tick = time.perf_counter()
+    verify_symmetric(schedule)
+    timings["verify"] = time.perf_counter() - tick
+    say(f"verified through the symmetry ({timings['verify']:.2f} s)")
+    timings["total"] = time.perf_counter() - started
+    schedule.provenance.update(lower_bound=str(bound), steady_state_rounds_per_chunk=str(steady),
+                               optimal=steady == bound, timings=timings)
+    return schedule
