@@ -529,12 +529,17 @@ def _rail_paths(nodes: int, per_node: int, pieces: int) -> list[tuple[np.ndarray
 def _routed(capacity: _Capacity, max_pieces: int, paths=None, deadline: Deadline | None = None):
     """``(key, steps, step rounds, pieces)`` of the best routed schedule tried, ``key`` =
     ``(rounds per chunk, steps, pieces)``; ``paths(pieces)`` gives the hops (default: shortest
-    paths, :func:`_routed_paths`). Once ``deadline`` has passed, the best tried so far."""
+    paths, :func:`_routed_paths`). Once ``deadline`` has passed, or when the next piece count
+    (twice the sends of the last, so about twice its time) would overrun it, the best tried so
+    far."""
     best = None
     pieces = 1
+    last_s = 0.0
     while pieces <= max_pieces:
-        if best is not None and deadline is not None and deadline.expired():
+        if best is not None and deadline is not None and \
+                (deadline.expired() or 2 * last_s > deadline.remaining()):
             break
+        tick = time.perf_counter()
         hops = _routed_paths(capacity.links, pieces) if paths is None else paths(pieces)
         # hop by hop: step t = hop t
         groupings = [[(c, u, v, np.zeros(len(c), dtype=bool)) for c, _, u, v in hops]]
@@ -551,6 +556,7 @@ def _routed(capacity: _Capacity, max_pieces: int, paths=None, deadline: Deadline
             key = (Fraction(sum(rounds), pieces), len(steps), pieces)
             if best is None or key < best[0]:
                 best = (key, steps, rounds, pieces)
+        last_s = time.perf_counter() - tick
         pieces *= 2
     return best
 

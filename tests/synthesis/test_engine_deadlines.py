@@ -110,3 +110,24 @@ def test_solve_large_passes_its_time_limit_to_every_engine(two_rings, engine, na
     collective = standard_collective(name, two_rings.num_ranks)
     with pytest.raises((TimeLimitReached, ResourceLimitError)):
         solve_large(two_rings, collective, engine=engine, time_limit=1e-9)
+
+
+class _Remaining(_ExpiresAfter):
+    """Never expired; ``remaining()`` answers from ``answers`` in turn, then a long time."""
+
+    def __init__(self, *answers: float) -> None:
+        super().__init__(looks=1 << 30)
+        self.answers = list(answers)
+
+    def remaining(self) -> float:
+        return self.answers.pop(0) if self.answers else 1e9
+
+
+def test_routed_alltoall_stops_doubling_the_pieces_when_the_next_would_overrun():
+    topology = get_topology("torus:4x4")
+    unhurried = solve_alltoall_at_scale(topology)
+    assert unhurried.schedule == "routed" and unhurried.chunks > 1
+    # After one piece per block, the time left is less than twice what that took.
+    hurried = solve_alltoall_at_scale(topology, deadline=_Remaining(0.0))
+    assert hurried.schedule == "routed" and hurried.chunks == 1
+    assert find_problems(hurried.algorithm) == []
