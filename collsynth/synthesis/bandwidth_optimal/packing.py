@@ -15,10 +15,7 @@ lowers ``R`` most, added until none does or ``R`` meets the cut bound of :mod:`.
 root in node ``k`` uses the same trees moved ``k`` nodes on. Every link then carries the same load
 as the others in its *class* (its orbit under the shift), so the program has one row per class
 of links and of groups, not per link: a few dozen rows for a 1024-GPU system. Links that a
-bandwidth group at least as narrow covers never bind and get no row. A torus or hypercube is
-treated alike with its translations (:mod:`collsynth.graph.translations`): one root, one row per
-link direction; the trees the program uses are also turned and reflected about the root, so
-that a few pieces per root spread evenly over the directions.
+bandwidth group at least as narrow covers never bind and get no row.
 
 **Integer multiplicities.** A schedule sends whole pieces: each root's chunk is cut into ``k``
 pieces per pipeline stage and tree ``T`` carries ``m[T]`` of them (``sum m[T] = k``), taking

@@ -1,27 +1,12 @@
 """Compact symmetric schedules: one node's template and the node shift, verified through it.
 
 On ``K`` identical nodes (:func:`~collsynth.graph.symmetry.node_shift`) or a torus / hypercube
-(:func:`~collsynth.graph.translations.grid_translations`) the tree engine's allgather schedule
-is the same on every node, moved: the sends of the chunks of node 0's roots (the *template*)
-and their images under the ``K`` shifts are the whole schedule. A :class:`SymmetricSchedule`
-stores only the template, ``1/K`` of the sends, and :func:`expand` makes the full
-:class:`~collsynth.algorithm.model.Algorithm` when it is needed (export, run).
-
-**Verified through the symmetry** (:func:`verify_symmetric`), which makes the whole verified:
-
-1. the shift maps links to links of the same bandwidth and groups to groups (each generator
-   checked on the topology), and the collective to itself (every rank is the root of exactly
-   one chunk that every rank needs, so any rank permutation permutes the chunks);
-2. the template alone is replayed (:func:`~collsynth.algorithm.verify.find_problems` on the
-   template's chunks): every template chunk reaches every rank, sent only by ranks holding it;
-   an image of the template moves the image chunks the same way, on links that exist;
-3. the full load of every link in every step is the number of template sends in its *class*
-   (its orbit under the shifts, which act freely on links); every class and every group
-   (through the classes of its links) fits the step's rounds.
-
-Only allgather-shaped collectives (every rank the root of one chunk that every rank needs) are
-handled; reduce-scatter and allreduce are built from the allgather by inversion and
-concatenation (:mod:`.engine`) on full algorithms.
+(:func:`~collsynth.graph.translations.grid_translations`) the tree engine's allgather is the same
+on every node, moved: the sends of node 0's roots' chunks (the *template*) and their ``K``
+images are the whole schedule. A :class:`SymmetricSchedule` stores the template (``1/K`` of the
+sends), :func:`verify_symmetric` proves the whole through the symmetry, and :func:`expand`
+makes the full :class:`~collsynth.algorithm.model.Algorithm` when it is needed (export, run).
+Allgather-shaped collectives only (every rank the root of one chunk every rank needs).
 """
 
 from __future__ import annotations
@@ -246,7 +231,18 @@ def _shift_problems(topology: Topology, shift: NodeShift) -> list[str]:
 
 def symmetric_problems(schedule: SymmetricSchedule) -> list[str]:
     """Every reason ``schedule`` (expanded) would not implement its collective on its topology;
-    empty when it does. See the module docstring for the argument."""
+    empty when it does. Checking these makes the whole verified:
+
+    1. the shift maps links to links of the same bandwidth and groups to groups (each generator
+       checked on the topology), and the collective to itself (every rank is the root of exactly
+       one chunk that every rank needs, so any rank permutation permutes the chunks);
+    2. the template alone is replayed (:func:`~collsynth.algorithm.verify.find_problems` on the
+       template's chunks): every template chunk reaches every rank, sent only by ranks holding
+       it; an image of the template moves the image chunks the same way over existing links;
+    3. the full load of every link in a step is the number of template sends in its *class* (its
+       orbit under the shifts, which act freely on links): every class and every group (through
+       the classes of its links) must fit the step's rounds.
+    """
     topology, shift, factor = schedule.topology, schedule.shift, schedule.pieces
     try:
         roots = _roots(schedule.collective)
