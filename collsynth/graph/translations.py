@@ -107,7 +107,8 @@ def point_symmetries(topology: Topology, translations: GridTranslations) -> list
 
 def grid_translations(topology: Topology) -> GridTranslations | None:
     """The translations of ``topology`` when its name says it is a grid (``torus:AxB..``,
-    ``hypercube:D``, or such a topology reversed) and every generator maps links to links and groups to groups; else
+    ``hypercube:D``, or such a topology reversed) and every generator maps links to links and
+    groups to groups; else
     ``None``. Rings, fully connected sets and hubs have such symmetries too, but keep the
     engine's general path (the packings it finds for them, inside nodes too, are known good).
 

@@ -340,7 +340,8 @@ def _check_build_fits(deadline: Deadline | None, *, chunks: int, ranks_per_chunk
     if needed > left:
         raise ResourceLimitError(
             f"{what}: building and verifying {chunks} chunks and {sends} sends takes about "
-            f"{needed:.0f} s; the time limit of {deadline.seconds:g} s leaves {max(left, 0.0):.0f} s")
+            f"{needed:.0f} s; the time limit of {deadline.seconds:g} s leaves "
+            f"{max(left, 0.0):.0f} s")
 
 
 def _node_time(time_limit: float, deadline: Deadline | None, doing: str) -> float:

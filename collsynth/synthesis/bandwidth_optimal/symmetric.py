@@ -28,7 +28,8 @@ from collsynth.synthesis.bandwidth_optimal.packing import TreePacking
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import Topology
 
-__all__ = ["SymmetricSchedule", "solve_symmetric", "symmetric_pipelined_schedule", "symmetric_problems",
+__all__ = ["SymmetricSchedule", "solve_symmetric", "symmetric_pipelined_schedule",
+           "symmetric_problems",
            "verify_symmetric", "expand"]
 
 
