@@ -29,8 +29,7 @@ from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import Topology
 
 __all__ = ["SymmetricSchedule", "solve_symmetric", "symmetric_pipelined_schedule",
-           "symmetric_problems",
-           "verify_symmetric", "expand"]
+           "symmetric_problems", "verify_symmetric", "expand"]
 
 
 @dataclass(frozen=True)
