@@ -19,7 +19,7 @@ import numpy as np
 from collsynth.graph.symmetry import NodeShift
 from collsynth.topology.model import Topology
 
-__all__ = ["GridTranslations", "grid_translations", "point_symmetries"]
+__all__ = ["GridTranslations", "grid_translations", "node_translations", "point_symmetries"]
 
 _TORUS = re.compile(r"^(?:reversed\()*torus:(\d+(?:x\d+)*)(?:,|\)|$)")
 _HYPERCUBE = re.compile(r"^(?:reversed\()*hypercube:(\d+)(?:,|\)|$)")
@@ -138,6 +138,31 @@ def grid_translations(topology: Topology) -> GridTranslations | None:
         if all(_preserves(candidate.permutation(g), links, topology, keys)
                for g in candidate.generators):
             return candidate
+    return None
+
+
+def node_translations(topology: Topology) -> GridTranslations | None:
+    """On ``K`` nodes of ``n`` ranks whose ranks are alike within a node (a switch node, one NIC
+    per rank): the grid ``K x n`` of translations, moving nodes and turning the local ranks of
+    every node at once, if both generators map links to links and groups to groups; else
+    ``None``. One root then stands for all ``K n``. The check costs a pass over every group.
+
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> node_translations(compose_nodes(get_topology("hub:4"), 3, nic_units=1)).dims
+    (3, 4)
+    >>> node_translations(compose_nodes(get_topology("line:4"), 3, nic_units=1)) is None
+    True
+    """
+    layout = topology.layout
+    if layout is None or not layout.multi_node or layout.ranks_per_node < 2:
+        return None
+    candidate = GridTranslations(nodes=topology.num_ranks, ranks_per_node=1,
+                                 dims=(layout.nodes, layout.ranks_per_node))
+    links = topology.link_array
+    keys = {(g.sources, g.destinations, g.limit) for g in topology.groups}
+    if all(_preserves(candidate.permutation(g), links, topology, keys)
+           for g in candidate.generators):
+        return candidate
     return None
 
 

@@ -143,3 +143,23 @@ def test_solve_symmetric_end_to_end(topology):
 def test_solve_symmetric_needs_a_symmetry():
     with pytest.raises(VerificationError, match="no node shift"):
         solve_symmetric(get_topology("mesh:3x3"), standard_collective("allgather", 9))
+
+
+def test_one_root_stands_for_all_when_ranks_are_alike_within_their_nodes():
+    # 5 hubs of 6 ranks, 1 unit into each rank from its hub and 1 from its NIC: 29 chunks in
+    # over 2 units, 29/2 rounds per chunk at best (hand count). Moving nodes and turning the
+    # ranks of every node are both symmetries, so one rank's trees are the template, and
+    # trees crossing the network a chosen number of times mix to the bound with 2 pieces.
+    from collsynth.graph.translations import node_translations
+    from collsynth.topology.families import hub
+
+    topology = compose_nodes(hub(6), 5, nic_units=1)
+    assert node_translations(topology).dims == (5, 6)
+    schedule = solve_symmetric(topology, standard_collective("allgather", 30))
+    assert schedule.provenance["lower_bound"] == "29/2"
+    assert schedule.provenance["optimal"] is True
+    assert schedule.provenance["pieces_per_root_per_stage"] <= 2
+    assert schedule.template_sends * 30 == schedule.num_sends
+    assert symmetric_problems(schedule) == []
+    assert find_problems(expand(schedule)) == []
+    assert node_translations(compose_nodes(get_topology("line:4"), 3, nic_units=1)) is None

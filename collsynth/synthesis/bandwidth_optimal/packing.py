@@ -72,6 +72,8 @@ class PackingOptions:
     max_iterations: int = 500
     max_trees_per_root: int | None = None
     progress: Callable[[str], None] | None = None
+    #: A symmetry to use instead of the one found (the caller has checked it on the topology).
+    symmetry: NodeShift | None = None
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,9 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     started = time.perf_counter()
     n = topology.num_ranks
     links = topology.link_array
-    shift = (node_shift(topology) or grid_translations(topology)) if len(roots) == n else None
+    shift = None
+    if len(roots) == n:
+        shift = options.symmetry or node_shift(topology) or grid_translations(topology)
     reps = list(range(shift.ranks_per_node)) if shift is not None else list(roots)
     rows = row_classes(topology, links, shift)
     finite = links > 0
@@ -231,7 +235,11 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         parents.append(parent)
         return True
 
-    if shift is not None and topology.layout is not None:
+    if isinstance(shift, GridTranslations) and topology.layout is not None:
+        nodes = topology.layout.nodes
+        for parent in _entry_trees(topology, [nodes - 1]):  # across the network once per node
+            add(0, parent)
+    elif shift is not None and topology.layout is not None:
         for i, parent in _hierarchical_trees(topology, shift, options):
             add(i, parent)
     elif len(roots) == 1 and (nodes := node_shift(topology)) is not None:
@@ -305,9 +313,19 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         for perm in point_symmetries(topology, shift)[1:]:
             for j in used:
                 add(owners[j], _moved_tree(parents[j], perm))
-        imaged = len(weights)
-        weights = np.concatenate([weights, np.zeros(len(columns) - imaged)])
-        keep = np.concatenate([used, np.arange(imaged, len(columns))])
+        if topology.layout is not None:
+            # Trees crossing the network about as often as the program's mix does, so that
+            # whole numbers of them can match its average (see _entry_trees).
+            crossing = [_network_arcs(parents[j], topology.layout.ranks_per_node) for j in used]
+            mean = float(np.dot(weights[used], crossing) / max(weights[used].sum(), 1e-12))
+            reach = topology.layout.nodes - 1
+            window = range(max(0, int(mean) - reach), int(mean) + reach + 2)
+            for parent in _entry_trees(topology, window):
+                add(0, parent)
+        weights = np.concatenate([weights, np.zeros(len(columns) - len(weights))])
+        # every tree, the program's unused ones included: with one root and a few rows the
+        # integer program stays small, and the starting trees' mixes are what make it exact
+        keep = np.arange(len(columns))
     else:
         keep = np.flatnonzero(weights > 1e-12)
     trees, k, rho = _integer_multiplicities(rows, [columns[j] for j in keep],
@@ -321,6 +339,12 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
                        {"lp_seconds": lp_time, "trees_generated": len(columns),
                         "rows": len(rows.capacity),
                         "seconds": time.perf_counter() - started})
+
+
+def _network_arcs(parent: np.ndarray, per: int) -> int:
+    """Arcs of a tree between ranks of different nodes (``per`` ranks per node)."""
+    children = np.flatnonzero(parent >= 0)
+    return int((parent[children] // per != children // per).sum())
 
 
 def _moved_tree(parent: np.ndarray, perm: np.ndarray) -> np.ndarray:
@@ -364,6 +388,35 @@ def _hierarchical_trees(topology: Topology, shift: NodeShift, options: PackingOp
                 full[np.arange(nodes) * per + i] = feeder * per + i
                 full[i] = -1
                 yield i, full
+
+
+def _entry_trees(topology: Topology, counts):
+    """Trees for rank 0 of ``K`` nodes of ``n`` ranks, one per count ``x`` in ``counts`` of arcs
+    between nodes (``K - 1 <= x <= (K - 1) n``): the root sends over the network straight to
+    ``p + 1`` ranks of the first ``r`` other nodes and ``p`` of the rest (``x = (K - 1) p + r``),
+    which hand it on inside their node; the root's node hears it from the root. Under the
+    translations every rank's network and node loads are these counts' average, so mixing
+    counts reaches the optimum with few pieces."""
+    layout = network_layout(topology)
+    per, nodes = layout.ranks_per_node, layout.nodes
+    local = np.array(layout.node.links, dtype=np.int64)
+    home = _bfs_parent(local, 0, np.ones(per, dtype=bool))
+    if home is None or nodes < 2:
+        return
+    others = np.arange(1, nodes, dtype=np.int64)
+    v = np.arange(per, dtype=np.int64)
+    for x in counts:
+        if not nodes - 1 <= x <= (nodes - 1) * per:
+            continue
+        p, r = divmod(int(x), nodes - 1)
+        entries = np.where(np.arange(nodes - 1) < r, p + 1, p)  # per other node
+        # rank v of a node hears from entry v mod entries (itself an entry when v < entries)
+        feeder = v[None, :] % entries[:, None]
+        if not (local[feeder, v[None, :]] > 0)[v[None, :] >= entries[:, None]].all():
+            continue  # some rank has no link from its entry
+        parent = np.where(v[None, :] < entries[:, None], 0,
+                          others[:, None] * per + feeder)
+        yield np.concatenate([home, parent.ravel()])
 
 
 def _bfs_parent(links: np.ndarray, root: int, allowed: np.ndarray) -> np.ndarray | None:

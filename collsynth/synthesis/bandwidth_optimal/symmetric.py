@@ -363,6 +363,7 @@ def solve_symmetric(topology: Topology, collective: Collective, *, stages: int |
     import time
 
     from collsynth.bounds.throughput import optimal_throughput
+    from collsynth.graph.translations import node_translations
     from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, pack_trees
     from collsynth.synthesis.bandwidth_optimal.pipeline import MAX_SENDS
 
@@ -375,14 +376,20 @@ def solve_symmetric(topology: Topology, collective: Collective, *, stages: int |
     timings["bound"] = time.perf_counter() - tick
     say(f"optimal throughput: {bound} rounds per chunk ({timings['bound']:.2f} s)")
     tick = time.perf_counter()
+    # Ranks alike within their nodes: one root stands for all (the template is one rank's).
+    symmetry = node_translations(topology)
+    timings["symmetry"] = time.perf_counter() - tick
+    tick = time.perf_counter()
     # Only the template is stored: a stage may have as many pieces per root as keep one
     # stage's template within MAX_SENDS (an exact optimum may need 19 where 16 was the cap).
     layout = topology.layout
-    per = layout.ranks_per_node if layout is not None and layout.multi_node else 1
+    per = layout.ranks_per_node if layout is not None and layout.multi_node and \
+        symmetry is None else 1
     most = max(16, min(4096, MAX_SENDS // (per * max(1, topology.num_ranks - 1))))
     packing = pack_trees(topology, list(range(topology.num_ranks)), target=bound,
                          options=PackingOptions(time_limit=max(0.0, time_limit - tick + started),
-                                                max_trees_per_root=most, progress=progress))
+                                                max_trees_per_root=most, symmetry=symmetry,
+                                                progress=progress))
     timings["packing"] = time.perf_counter() - tick
     if packing.shift is None:
         raise VerificationError(f"{topology.name}: no node shift or translations, so no "
