@@ -163,3 +163,48 @@ def test_one_root_stands_for_all_when_ranks_are_alike_within_their_nodes():
     assert symmetric_problems(schedule) == []
     assert find_problems(expand(schedule)) == []
     assert node_translations(compose_nodes(get_topology("line:4"), 3, nic_units=1)) is None
+
+
+@pytest.mark.parametrize("name, bound", [("reduce_scatter", "29/2"), ("allreduce", "29/30")])
+def test_reduce_scatter_and_allreduce_are_compact_too(name, bound):
+    # Reduce-scatter: the allgather's hand count (29 chunks over 2 units per rank) read
+    # backwards; allreduce: both halves, 29/2 + 29/2 over the 30 parts.
+    from collsynth.topology.families import hub
+
+    topology = compose_nodes(hub(6), 5, nic_units=1)
+    schedule = solve_symmetric(topology, standard_collective(name, 30))
+    assert schedule.provenance["lower_bound"] == bound
+    assert schedule.provenance["optimal"] is True
+    assert symmetric_problems(schedule) == []
+    expanded = expand(schedule)
+    whole = standard_collective(name, 30).split(expanded.chunks)
+    assert expanded.collective.precondition == whole.precondition
+    assert expanded.collective.postcondition == whole.postcondition
+    assert find_problems(expanded) == []
+
+
+def test_a_reduce_counted_twice_is_caught():
+    from collsynth.topology.families import hub
+
+    topology = compose_nodes(hub(6), 5, nic_units=1)
+    schedule = solve_symmetric(topology, standard_collective("reduce_scatter", 30))
+    first = schedule.steps[0]
+    doubled = Step(first.rounds * 2, SendBlock(
+        np.concatenate([first.sends.chunk, first.sends.chunk[:1]]),
+        np.concatenate([first.sends.src, first.sends.src[:1]]),
+        np.concatenate([first.sends.dst, first.sends.dst[:1]]),
+        np.ones(len(first.sends) + 1, dtype=bool)))
+    problems = symmetric_problems(_with_step(schedule, 0, doubled))
+    assert any("twice" in p for p in problems)
+
+
+def test_cutting_every_piece_in_three_keeps_a_correct_schedule():
+    # How the allreduce brings its halves to one piece count: each send becomes three, and
+    # each step is re-priced for the tripled loads of all its images.
+    from collsynth.synthesis.bandwidth_optimal.symmetric import _refined
+
+    schedule = _made("torus:4x4")[3]
+    finer = replace(schedule, steps=_refined(schedule, 3), pieces=schedule.pieces * 3)
+    assert symmetric_problems(finer) == []
+    assert finer.num_rounds == 3 * schedule.num_rounds  # every load tripled (1 unit links)
+    assert find_problems(expand(finer)) == []

@@ -6,7 +6,8 @@ on every node, moved: the sends of node 0's roots' chunks (the *template*) and t
 images are the whole schedule. A :class:`SymmetricSchedule` stores the template (``1/K`` of the
 sends), :func:`verify_symmetric` proves the whole through the symmetry, and :func:`expand`
 makes the full :class:`~collsynth.algorithm.model.Algorithm` when it is needed (export, run).
-Allgather-shaped collectives only (every rank the root of one chunk every rank needs).
+Allgather, reduce-scatter (the allgather of the reversed topology read backwards) and allreduce
+(both halves), every rank the owner of one part.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class SymmetricSchedule:
     Attributes
     ----------
     topology, collective:
-        The system and the *unsplit* allgather-shaped collective.
+        The system and the *unsplit* allgather, reduce-scatter or allreduce.
     shift:
         The node shift; image ``g`` (``0 <= g < shift.nodes``) moves every rank by ``g`` nodes.
     pieces:
@@ -82,23 +83,58 @@ class SymmetricSchedule:
 # -- the symmetry's classes of links ----------------------------------------------------------
 
 
-def _roots(collective: Collective) -> np.ndarray:
-    """``roots[c]``: the one rank holding chunk ``c`` first; refuses a collective that is not
-    allgather-shaped (see the module docstring)."""
+@dataclass(frozen=True)
+class _Owners:
+    """Who owns each chunk of ``collective.split(pieces)``: allgather, the rank holding it first;
+    reduce-scatter, the rank it ends on; allreduce (split ``n q`` ways), the rank whose part it
+    is (chunk ``g q + j`` is piece ``j`` of rank ``g``'s part). Owner ``o``'s chunks are
+    ``block[o] * q + j``, ``0 <= j < q``; a shift moves them to the owner's image's."""
+
+    kind: str
+    block: np.ndarray
+    owner: np.ndarray
+    q: int
+
+    def of(self, chunk: np.ndarray) -> np.ndarray:
+        return self.owner[chunk // self.q]
+
+    def chunk(self, owner: np.ndarray, piece: np.ndarray) -> np.ndarray:
+        return self.block[owner] * self.q + piece
+
+    def template(self, n: int, owners: int, name: str) -> Collective:
+        """The collective of the chunks of owners ``0 .. owners - 1`` alone, owner ``i``'s
+        chunks numbered ``i * q + j``."""
+        everyone = frozenset(range(n))
+        mine = [frozenset({i}) for i in range(owners) for _ in range(self.q)]
+        whole = [everyone] * (owners * self.q)
+        pre, post = {"allgather": (mine, whole), "reduce_scatter": (whole, mine),
+                     "allreduce": (whole, whole)}[self.kind]
+        return Collective(f"{name}-template", n, tuple(pre), tuple(post),
+                          combining=self.kind != "allgather", chunk_factor=self.q)
+
+
+def _owners(collective: Collective, pieces: int) -> _Owners:
+    """The owners of ``collective.split(pieces)``'s chunks; refuses any other collective than
+    an unsplit allgather, reduce-scatter or allreduce shape (see :class:`_Owners`)."""
     n = collective.num_ranks
-    if collective.combining or collective.chunk_factor != 1:
-        raise VerificationError(f"{collective.describe()}: a symmetric schedule needs an unsplit, "
-                                "non-combining collective")
-    if any(len(pre) != 1 for pre in collective.precondition) or \
-            any(len(post) != n for post in collective.postcondition):
-        raise VerificationError(f"{collective.describe()}: a symmetric schedule needs every chunk "
-                                "held by one rank first and needed by every rank")
-    roots = np.fromiter((next(iter(pre)) for pre in collective.precondition), np.int64,
-                        count=collective.num_chunks)
-    if sorted(roots.tolist()) != list(range(n)):
-        raise VerificationError(f"{collective.describe()}: a symmetric schedule needs every rank "
-                                "to be the root of exactly one chunk")
-    return roots
+    pre, post = collective.precondition, collective.postcondition
+    if collective.chunk_factor == 1:
+        if collective.combining and collective.num_chunks == 1 and len(pre[0]) == n \
+                and len(post[0]) == n and pieces % n == 0:
+            every = np.arange(n, dtype=np.int64)
+            return _Owners("allreduce", every, every, pieces // n)
+        kind, single, full = (("reduce_scatter", post, pre) if collective.combining
+                              else ("allgather", pre, post))
+        if collective.num_chunks == n and all(len(s) == 1 for s in single) \
+                and all(len(f) == n for f in full):
+            owner = np.fromiter((next(iter(s)) for s in single), np.int64, count=n)
+            if sorted(owner.tolist()) == list(range(n)):
+                block = np.empty(n, dtype=np.int64)
+                block[owner] = np.arange(n)
+                return _Owners(kind, block, owner, pieces)
+    raise VerificationError(f"{collective.describe()}: a symmetric schedule needs an unsplit "
+                            "allgather, reduce-scatter or allreduce (every rank the owner of one "
+                            "chunk; for allreduce, pieces a multiple of the ranks)")
 
 
 def _link_class(shift: NodeShift, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -163,9 +199,10 @@ def symmetric_pipelined_schedule(topology: Topology, collective: Collective,
         raise VerificationError("a symmetric schedule needs a packing made with a node shift")
     k = packing.pieces_per_root
     factor = int(stages * k)
-    roots = _roots(collective)
-    base_of_root = np.empty(len(roots), dtype=np.int64)
-    base_of_root[roots] = np.arange(len(roots))
+    owners = _owners(collective, factor)
+    if owners.kind != "allgather":
+        raise VerificationError(f"{collective.describe()}: the pipelined template is built for "
+                                "allgather (reduce-scatter and allreduce: solve_symmetric)")
     stage_index = np.arange(stages, dtype=np.int64)
     parts = []
     for root, trees in packing.trees.items():
@@ -174,8 +211,7 @@ def symmetric_pipelined_schedule(topology: Topology, collective: Collective,
             children = np.flatnonzero(parent >= 0)
             level = depths(parent)[children]
             shape = (stages, len(children))
-            chunk = np.broadcast_to((base_of_root[root] * factor + stage_index * k + i)[:, None],
-                                    shape)
+            chunk = np.broadcast_to(owners.chunk(root, stage_index * k + i)[:, None], shape)
             step = stage_index[:, None] + level[None, :] - 1
             parts.append((chunk.ravel(), np.broadcast_to(parent[children], shape).ravel(),
                           np.broadcast_to(children, shape).ravel(), step.ravel()))
@@ -197,6 +233,56 @@ def symmetric_pipelined_schedule(topology: Topology, collective: Collective,
         "pieces_per_root_per_stage": k, "stages": stages,
         "rounds_per_stage": packing.rounds_per_stage,
         "steady_state_rounds_per_chunk": str(Fraction(packing.rounds_per_stage, k))})
+
+
+def _reduce_scatter_of(dual: SymmetricSchedule, topology: Topology) -> SymmetricSchedule:
+    """The reduce-scatter on ``topology`` that is the allgather ``dual`` (on the reversed
+    topology) read backwards: steps in reverse order, every send turned round into a reduce."""
+    from collsynth.collective.standard import reduce_scatter
+
+    steps = []
+    for step in reversed(dual.steps):
+        chunk, src, dst, _ = sends_as_arrays(step.sends)
+        steps.append(Step(step.rounds, SendBlock(chunk, dst, src, np.ones(len(chunk), bool))))
+    return SymmetricSchedule(topology, reduce_scatter(topology.num_ranks), dual.shift,
+                             dual.pieces, tuple(steps), dict(dual.provenance))
+
+
+def _refined(schedule: SymmetricSchedule, factor: int) -> tuple[Step, ...]:
+    """The template's steps with every piece cut into ``factor`` (chunk ``b q + j`` becomes
+    ``b q f + j f + s``), each step re-priced for its images."""
+    if factor == 1:
+        return schedule.steps
+    q = _owners(schedule.collective, schedule.pieces).q
+    loads = _ClassLoads(schedule.topology, schedule.shift)
+    sub = np.arange(factor, dtype=np.int64)
+    steps = []
+    for step in schedule.steps:
+        chunk, src, dst, red = sends_as_arrays(step.sends)
+        chunk = np.asarray(chunk, dtype=np.int64)
+        chunk = ((chunk // q * q * factor + chunk % q * factor)[:, None] + sub[None, :]).ravel()
+        src, dst = np.repeat(src, factor), np.repeat(dst, factor)
+        rounds = loads.rounds(loads.counts(schedule.shift, src, dst))
+        steps.append(Step(rounds, SendBlock(chunk, src, dst, np.repeat(red, factor))))
+    return tuple(steps)
+
+
+def _allreduce_of(rs: SymmetricSchedule, ag: SymmetricSchedule) -> SymmetricSchedule:
+    """Reduce-scatter then allgather, their pieces brought to a common count: allreduce chunk
+    ``g q + j`` is piece ``j`` of rank ``g``'s part in both halves."""
+    import math
+
+    from collsynth.collective.standard import allreduce
+
+    if rs.shift != ag.shift:
+        raise VerificationError("the reduce-scatter and allgather halves use different shifts")
+    common = math.lcm(rs.pieces, ag.pieces)
+    n = rs.topology.num_ranks
+    steps = _refined(rs, common // rs.pieces) + _refined(ag, common // ag.pieces)
+    return SymmetricSchedule(rs.topology, allreduce(n), rs.shift, n * common, steps,
+                             {"engine": "bandwidth-optimal trees (symmetric)",
+                              "reduce_scatter": dict(rs.provenance),
+                              "allgather": dict(ag.provenance)})
 
 
 # -- verifying through the symmetry ------------------------------------------------------------
@@ -245,25 +331,23 @@ def symmetric_problems(schedule: SymmetricSchedule) -> list[str]:
     """
     topology, shift, factor = schedule.topology, schedule.shift, schedule.pieces
     try:
-        roots = _roots(schedule.collective)
+        owners = _owners(schedule.collective, factor)
     except VerificationError as exc:
         return [str(exc)]
     problems = _shift_problems(topology, shift)
     if problems:
         return problems
     per = shift.ranks_per_node
-    template_roots = np.arange(per, dtype=np.int64)  # node 0
-    base_of_root = np.empty(len(roots), dtype=np.int64)
-    base_of_root[roots] = np.arange(len(roots))
-    # Template chunk numbering: root i of node 0, piece j -> i * factor + j.
+    q, total = owners.q, schedule.topology.num_ranks * owners.q
+    # Template chunk numbering: owner i of node 0, piece j -> i * q + j.
     local_steps = []
     loads = _ClassLoads(topology, shift)
     for t, step in enumerate(schedule.steps):
         chunk, src, dst, red = sends_as_arrays(step.sends)
         chunk = np.asarray(chunk, dtype=np.int64)
-        if len(chunk) and ((chunk < 0).any() or (chunk >= len(roots) * factor).any()):
-            return [f"template step {t}: a send names a chunk outside 0..{len(roots) * factor - 1}"]
-        root = roots[chunk // factor] if len(chunk) else chunk
+        if len(chunk) and ((chunk < 0).any() or (chunk >= total).any()):
+            return [f"template step {t}: a send names a chunk outside 0..{total - 1}"]
+        root = owners.of(chunk) if len(chunk) else chunk
         if len(chunk) and (root >= per).any():
             c = int(chunk[np.flatnonzero(root >= per)[0]])
             problems.append(f"template step {t}: chunk {c} is not a piece of a root in node 0")
@@ -274,8 +358,7 @@ def symmetric_problems(schedule: SymmetricSchedule) -> list[str]:
                          | (dst >= topology.num_ranks)).any():
             problems.append(f"template step {t}: a send names a rank outside the topology")
             continue
-        local_steps.append(Step(step.rounds, SendBlock(root * factor + chunk % factor, src, dst,
-                                                       red)))
+        local_steps.append(Step(step.rounds, SendBlock(root * q + chunk % q, src, dst, red)))
         needed = loads.rounds(loads.counts(shift, src, dst))
         if needed < 0:
             problems.append(f"template step {t}: a send uses a link {topology.name} does not have")
@@ -284,13 +367,7 @@ def symmetric_problems(schedule: SymmetricSchedule) -> list[str]:
                             f"step lasts {step.rounds}")
     if problems:
         return problems
-    n = topology.num_ranks
-    everyone = frozenset(range(n))
-    template = Collective(f"{schedule.collective.name}-template", n,
-                          tuple(frozenset({int(r)}) for r in template_roots
-                                for _ in range(factor)),
-                          tuple(everyone for _ in range(per * factor)),
-                          chunk_factor=factor)
+    template = owners.template(topology.num_ranks, per, schedule.collective.name)
     replay = Algorithm("template", topology, template, tuple(local_steps))
     return [f"template: {p}" for p in find_problems(replay)]
 
@@ -316,17 +393,14 @@ def expand(schedule: SymmetricSchedule, *, name: str | None = None) -> Algorithm
     ``collective.split(pieces)``. Not verified here (verify it, or trust
     :func:`verify_symmetric`, which proves the same)."""
     shift, factor = schedule.shift, schedule.pieces
-    roots = _roots(schedule.collective)
-    base_of_root = np.empty(len(roots), dtype=np.int64)
-    base_of_root[roots] = np.arange(len(roots))
+    owners = _owners(schedule.collective, factor)
     images = np.arange(shift.nodes, dtype=np.int64)[:, None]
     steps = []
     for step in schedule.steps:
         chunk, src, dst, red = sends_as_arrays(step.sends)
         chunk = np.asarray(chunk, dtype=np.int64)
-        root = roots[chunk // factor]
-        moved_root = shift.shift(root[None, :], images)
-        moved_chunk = base_of_root[moved_root] * factor + (chunk % factor)[None, :]
+        moved_root = shift.shift(owners.of(chunk)[None, :], images)
+        moved_chunk = owners.chunk(moved_root, (chunk % owners.q)[None, :])
         moved_src = shift.shift(np.asarray(src, np.int64)[None, :], images)
         moved_dst = shift.shift(np.asarray(dst, np.int64)[None, :], images)
         steps.append(Step(step.rounds, SendBlock(moved_chunk.ravel(),
@@ -369,7 +443,39 @@ def solve_symmetric(topology: Topology, collective: Collective, *, stages: int |
 
     say = progress or (lambda line: None)
     started = time.perf_counter()
-    _roots(collective)
+    kind = _owners(collective, collective.num_ranks).kind
+    if kind != "allgather":
+        from collsynth.collective.standard import allgather, reduce_scatter
+
+        n = topology.num_ranks
+        if kind == "reduce_scatter":
+            say("reduce-scatter: the allgather of the reversed topology, read backwards")
+            dual = solve_symmetric(topology.reversed(), allgather(n), stages=stages,
+                                   time_limit=time_limit, progress=progress)
+            schedule = verify_symmetric(_reduce_scatter_of(dual, topology))
+            schedule.provenance["timings"] = dict(dual.provenance["timings"],
+                                                  total=time.perf_counter() - started)
+            return schedule
+        say("allreduce = reduce-scatter + allgather")
+        rs = solve_symmetric(topology, reduce_scatter(n), stages=stages,
+                             time_limit=time_limit / 2, progress=progress)
+        ag = solve_symmetric(topology, allgather(n), stages=stages,
+                             time_limit=time_limit - (time.perf_counter() - started),
+                             progress=progress)
+        tick = time.perf_counter()
+        schedule = verify_symmetric(_allreduce_of(rs, ag))
+        bound = (Fraction(rs.provenance["lower_bound"])
+                 + Fraction(ag.provenance["lower_bound"])) / n
+        steady = (Fraction(rs.provenance["steady_state_rounds_per_chunk"])
+                  + Fraction(ag.provenance["steady_state_rounds_per_chunk"])) / n
+        schedule.provenance.update(
+            lower_bound=str(bound), steady_state_rounds_per_chunk=str(steady),
+            optimal=steady == bound,
+            timings={"reduce_scatter": rs.provenance["timings"]["total"],
+                     "allgather": ag.provenance["timings"]["total"],
+                     "compose_and_verify": time.perf_counter() - tick,
+                     "total": time.perf_counter() - started})
+        return schedule
     timings = {}
     tick = time.perf_counter()
     bound = optimal_throughput(topology, collective).rounds_per_chunk
