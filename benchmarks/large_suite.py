@@ -30,6 +30,8 @@ CASES = {
     "ag-h100x512-compact": ("dgx-h100", 512, "allgather-compact", 300,
                             "<= 16 GB, within 10% of the bound, template + node shift"),
     "ag-gb200x16-compact": ("gb200-nvl72", 16, "allgather-compact", 60, "optimal"),
+    "ar-gb200x16-compact": ("gb200-nvl72", 16, "allreduce-compact", 60, "optimal"),
+    "ar-h100x128-compact": ("dgx-h100", 128, "allreduce-compact", 600, "optimal"),
     "ag-torus8x8": ("torus:8x8", 0, "allgather", 60, "bandwidth-optimal"),
     "bound-h100x128-ag": ("dgx-h100", 128, "allgather-bound", 60, "exact optimal throughput"),
     "bound-h100x128-ar": ("dgx-h100", 128, "allreduce-bound", 60, "exact optimal throughput"),
