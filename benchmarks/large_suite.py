@@ -27,6 +27,12 @@ CASES = {
     "ag-h100x128": ("dgx-h100", 128, "allgather", 600, "bandwidth-optimal, <= 8 GB"),
     "ar-h100x128": ("dgx-h100", 128, "allreduce", 600, "bandwidth-optimal, <= 8 GB"),
     "a2a-a100x8": ("dgx-a100", 8, "alltoall", 300, "within 10% of the bound"),
+    "ag-h100x512-compact": ("dgx-h100", 512, "allgather-compact", 300,
+                            "<= 16 GB, within 10% of the bound, template + node shift"),
+    "ag-gb200x16-compact": ("gb200-nvl72", 16, "allgather-compact", 60, "optimal"),
+    "ar-gb200x16-compact": ("gb200-nvl72", 16, "allreduce-compact", 60, "optimal"),
+    "ar-h100x128-compact": ("dgx-h100", 128, "allreduce-compact", 600, "optimal"),
+    "ag-torus8x8": ("torus:8x8", 0, "allgather", 60, "bandwidth-optimal"),
     "bound-h100x128-ag": ("dgx-h100", 128, "allgather-bound", 60, "exact optimal throughput"),
     "bound-h100x128-ar": ("dgx-h100", 128, "allreduce-bound", 60, "exact optimal throughput"),
 }
@@ -36,7 +42,7 @@ import json, resource, sys, time
 from collsynth.resolve import resolve_topology
 from collsynth.collective import standard_collective
 spec, nodes, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-topology = resolve_topology(spec, nodes=nodes)
+topology = resolve_topology(spec, nodes=nodes or None)
 started = time.perf_counter()
 out = {}
 if name.endswith("-bound"):
@@ -44,6 +50,16 @@ if name.endswith("-bound"):
     collective = standard_collective(name[:-len("-bound")], topology.num_ranks)
     bound = optimal_throughput(topology, collective).rounds_per_chunk
     out.update(rounds_per_chunk=str(bound), lower_bound=str(bound), steps=None, sends=None)
+elif name.endswith("-compact"):
+    from collsynth.synthesis.bandwidth_optimal.symmetric import solve_symmetric
+    collective = standard_collective(name[:-len("-compact")], topology.num_ranks)
+    schedule = solve_symmetric(topology, collective)
+    p = schedule.provenance
+    out.update(engine="trees (compact)", steps=schedule.num_steps, sends=schedule.num_sends,
+               template_sends=schedule.template_sends,
+               rounds_per_chunk=str(schedule.rounds_per_chunk),
+               steady_state_rounds_per_chunk=p["steady_state_rounds_per_chunk"],
+               lower_bound=p["lower_bound"], optimal=p["optimal"], timings=p["timings"])
 else:
     from collsynth.timing.compare import predicted_against_nccl
     from collsynth.synthesis.large import solve_large

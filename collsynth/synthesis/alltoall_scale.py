@@ -26,12 +26,15 @@ from collsynth.synthesis.hierarchical import (
     _best_alltoall,
     _build,
     _Capacity,
+    _check_build_fits,
     _check_node_algorithm,
+    _check_time,
+    _node_time,
     _scaled_rounds,
     _solve_node,
     network_layout,
 )
-from collsynth.synthesis.result import ScheduleResult
+from collsynth.synthesis.result import Deadline, ScheduleResult
 from collsynth.topology.model import Topology
 
 __all__ = ["CutBound", "alltoall_cut_bound", "solve_alltoall_at_scale",
@@ -433,13 +436,20 @@ def _rail_paths(nodes: int, per_node: int, pieces: int) -> list[tuple[np.ndarray
     return hops
 
 
-def _routed(capacity: _Capacity, max_pieces: int, paths=None):
+def _routed(capacity: _Capacity, max_pieces: int, paths=None, deadline: Deadline | None = None):
     """``(key, steps, step rounds, pieces)`` of the best routed schedule tried, ``key`` =
     ``(rounds per chunk, steps, pieces)``; ``paths(pieces)`` gives the hops (default: shortest
-    paths, :func:`_routed_paths`)."""
+    paths, :func:`_routed_paths`). Once ``deadline`` has passed, or when the next piece count
+    (twice the sends of the last, so about twice its time) would overrun it, the best tried so
+    far."""
     best = None
     pieces = 1
+    last_s = 0.0
     while pieces <= max_pieces:
+        if best is not None and deadline is not None and \
+                (deadline.expired() or 2 * last_s > deadline.remaining()):
+            break
+        tick = time.perf_counter()
         hops = _routed_paths(capacity.links, pieces) if paths is None else paths(pieces)
         # hop by hop: step t = hop t
         groupings = [[(c, u, v, np.zeros(len(c), dtype=bool)) for c, _, u, v in hops]]
@@ -456,6 +466,7 @@ def _routed(capacity: _Capacity, max_pieces: int, paths=None):
             key = (Fraction(sum(rounds), pieces), len(steps), pieces)
             if best is None or key < best[0]:
                 best = (key, steps, rounds, pieces)
+        last_s = time.perf_counter() - tick
         pieces *= 2
     return best
 
@@ -471,7 +482,8 @@ def _nodes_complete(links: np.ndarray, per_node: int) -> bool:
 def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = None,
                             max_chunks: int = DEFAULT_MAX_CHUNKS,
                             exact_bound: bool | None = None,
-                            node_algorithm: Algorithm | None = None) -> ScheduleResult:
+                            node_algorithm: Algorithm | None = None,
+                            deadline: Deadline | None = None) -> ScheduleResult:
     """A verified alltoall for a large topology, the best of the direct and hierarchical
     schedules (see the module docstring), with its ratio to a lower bound.
 
@@ -496,6 +508,11 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
     node_algorithm:
         The alltoall to run inside each node for the hierarchical schedule (default:
         synthesised, the bandwidth-best Pareto point).
+    deadline:
+        A wall-clock budget for the whole call (:class:`~collsynth.synthesis.result.Deadline`):
+        the node synthesis gets at most what is left of it; once it has passed, the schedules
+        priced so far compete and the best is built, and a schedule kind not yet tried is
+        skipped. ``None``: no budget beyond ``time_limit``.
 
     Raises
     ------
@@ -506,6 +523,10 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
         For ``max_chunks < 1``.
     SolverError
         When the hierarchical schedule is the only one and no node alltoall is found in time.
+    TimeLimitReached
+        When ``deadline`` passes before any schedule is priced.
+    ResourceLimitError
+        When what is left of ``deadline`` cannot cover building and verifying the schedule.
 
     Examples
     --------
@@ -522,12 +543,18 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
     total = topology.num_ranks
     node_time = DEFAULT_NODE_TIME_S if time_limit is None else time_limit
     cut = alltoall_cut_bound(topology)
+    _check_time(deadline, "computing the alltoall cut bound")
     exact = None
     if exact_bound or (exact_bound is None and total <= EXACT_BOUND_RANKS):
         from collsynth.bounds import rounds_per_chunk_lower_bound
 
         exact = rounds_per_chunk_lower_bound(topology, alltoall(total))
     bound = max(cut.rounds_per_chunk, exact) if exact is not None else cut.rounds_per_chunk
+    _check_time(deadline, "computing the alltoall bounds")
+
+    def out_of_time() -> bool:  # a schedule is in hand and the deadline has passed
+        return best is not None and deadline is not None and deadline.expired()
+
     capacity = _Capacity(topology)
     chunk_cap = max(1, min(max_chunks, MAX_CHUNKS // max(1, total * total)))
 
@@ -552,29 +579,32 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
 
     layout = topology.layout
     if layout is not None and layout.fabric == "rail" and layout.multi_node and \
-            (best is None or best[0][0] > bound) and _nodes_complete(links, layout.ranks_per_node):
+            (best is None or best[0][0] > bound) and not out_of_time() and \
+            _nodes_complete(links, layout.ranks_per_node):
         # Between rails the spines may be oversubscribed: change rails inside the node first.
         key, steps, step_rounds, pieces = _routed(
             capacity, min(chunk_cap, 8),
-            lambda p: _rail_paths(layout.nodes, layout.ranks_per_node, p))
+            lambda p: _rail_paths(layout.nodes, layout.ranks_per_node, p), deadline)
         candidates.append(("rail", key[0], len(steps), pieces))
         if best is None or key < best[0]:
             best = (key, "rail", steps, step_rounds, pieces)
 
-    if best is None or best[0][0] > bound:
+    if (best is None or best[0][0] > bound) and not out_of_time():
         try:
             layout = network_layout(topology)
         except InvalidTopologyError:
             layout = None
         if layout is not None:
             if node_algorithm is None:
-                node = _solve_node(layout.node, alltoall(layout.ranks_per_node), node_time)
+                node = _solve_node(layout.node, alltoall(layout.ranks_per_node), _node_time(
+                    node_time, deadline, "synthesising the node alltoall"))
             else:
                 node = _check_node_algorithm(node_algorithm, layout.node,
                                              alltoall(layout.ranks_per_node), "alltoall")
+            _check_time(deadline, "pricing the hierarchical alltoall")
             steps, step_rounds, pieces, _ = _best_alltoall(
                 capacity, layout.nodes, layout.ranks_per_node, node,
-                max_refine=max(1, max_chunks // node.chunks))
+                max_refine=max(1, max_chunks // node.chunks), deadline=deadline)
             value = Fraction(sum(step_rounds), pieces)
             candidates.append(("hierarchical", value, len(steps), pieces))
             key = (value, len(steps), pieces)
@@ -586,11 +616,15 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
                     f"topology {topology.name!r}: alltoall at scale needs a link between every "
                     "pair of ranks (direct), a topology composed from nodes (hierarchical), or "
                     f"at most {ROUTED_MAX_RANKS} ranks (routed)")
-            key, steps, step_rounds, pieces = _routed(capacity, chunk_cap)
+            _check_time(deadline, "routing the alltoall")
+            key, steps, step_rounds, pieces = _routed(capacity, chunk_cap, deadline=deadline)
             candidates.append(("routed", key[0], len(steps), pieces))
             best = (key, "routed", steps, step_rounds, pieces)
 
     _, schedule, steps, step_rounds, pieces = best
+    _check_build_fits(deadline, chunks=total * total * pieces, ranks_per_chunk=1,
+                      sends=sum(len(s[0]) for s in steps),
+                      what=f"the {schedule} alltoall on {topology.name}")
     algorithm = _build(f"alltoall-{schedule}-{topology.name}", topology,
                        alltoall(total).split(pieces), steps, step_rounds,
                        {"strategy": f"alltoall at scale ({schedule})", "cut_bound": cut.cut})

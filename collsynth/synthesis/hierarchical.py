@@ -41,7 +41,8 @@ from collsynth.errors import (
     VerificationError,
 )
 from collsynth.collective.kinds import canonical_name
-from collsynth.synthesis.result import ScheduleResult
+from collsynth.limits import ResourceLimitError, TimeLimitReached
+from collsynth.synthesis.result import Deadline, ScheduleResult
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import BandwidthGroup, Topology
 
@@ -61,6 +62,13 @@ HIERARCHICAL_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "broadca
 DEFAULT_NODE_TIME_S = 30.0
 #: Most pieces per base chunk the alltoall search tries (beyond the node algorithm's own).
 _MAX_ALLTOALL_REFINE = 4
+#: Seconds of building and verifying the final algorithm, per chunk, per (chunk, rank) pair of
+#: its pre- and postconditions, and per send, measured on a 2-core machine: alltoall on 512
+#: ranks (262144 chunks and sends) took 9.1 s, allgather on 768 ranks (3840 chunks of 768
+#: ranks, 2.9M sends) 3.1 s. A deadline that cannot cover the estimate stops the call before.
+_SECONDS_PER_CHUNK = 30e-6
+_SECONDS_PER_CONDITION_RANK = 0.6e-6
+_SECONDS_PER_SEND = 0.5e-6
 
 #: One step's sends as arrays: chunk, src, dst (int64), reduce (bool).
 _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -257,6 +265,42 @@ def _send_arrays(sends: Sequence[Send]) -> _Arrays:
     chunk, src, dst, flags = sends_as_arrays(sends)
     return (chunk.astype(np.int64), src.astype(np.int64), dst.astype(np.int64),
             np.asarray(flags, dtype=bool))
+
+
+def _check_time(deadline: Deadline | None, doing: str) -> None:
+    """Raise :class:`~collsynth.limits.TimeLimitReached` when ``deadline`` has passed."""
+    if deadline is not None and deadline.expired():
+        raise TimeLimitReached(f"time limit of {deadline.seconds:g} s reached while {doing}; "
+                               "nothing found (raise --time-limit)")
+
+
+def _check_build_fits(deadline: Deadline | None, *, chunks: int, ranks_per_chunk: int,
+                      sends: int, what: str) -> None:
+    """Refuse to build and verify an algorithm of ``chunks`` chunks (each chunk's conditions
+    naming about ``ranks_per_chunk`` ranks) and ``sends`` sends when the time left before
+    ``deadline`` cannot cover it (estimated with :data:`_SECONDS_PER_CHUNK` and the others).
+
+    Raises
+    ------
+    ResourceLimitError
+        With the estimate and the time left.
+    """
+    if deadline is None:
+        return
+    needed = (chunks * (_SECONDS_PER_CHUNK + ranks_per_chunk * _SECONDS_PER_CONDITION_RANK)
+              + sends * _SECONDS_PER_SEND)
+    left = deadline.remaining()
+    if needed > left:
+        raise ResourceLimitError(
+            f"{what}: building and verifying {chunks} chunks and {sends} sends takes about "
+            f"{needed:.0f} s; the time limit of {deadline.seconds:g} s leaves "
+            f"{max(left, 0.0):.0f} s")
+
+
+def _node_time(time_limit: float, deadline: Deadline | None, doing: str) -> float:
+    """Seconds for a node synthesis: ``time_limit``, or less when the deadline is nearer."""
+    _check_time(deadline, doing)
+    return time_limit if deadline is None else min(time_limit, deadline.remaining())
 
 
 def _build(name: str, topology: Topology, collective: Collective, steps: list[_Arrays],
@@ -604,17 +648,22 @@ def _check_network(topology: Topology, layout: NetworkLayout, family: str) -> No
 
 
 def _node_algorithm(layout: NetworkLayout, expected: Collective, family: str, given,
-                    time_limit: float) -> Algorithm:
+                    time_limit: float, deadline: Deadline | None = None) -> Algorithm:
     if given is None:
-        return _solve_node(layout.node, expected, time_limit)
+        return _solve_node(layout.node, expected, _node_time(
+            time_limit, deadline, f"synthesising the node {expected.describe()}"))
     return _check_node_algorithm(given, layout.node, expected, family)
 
 
-def _best(candidates, capacity: _Capacity):
+def _best(candidates, capacity: _Capacity, deadline: Deadline | None = None):
     """Price each ``(label, chunks, plan)``; return ``(steps, rounds, label)`` with the fewest
-    rounds per chunk, then the fewest steps, then the fewest chunks."""
+    rounds per chunk, then the fewest steps, then the fewest chunks. Once ``deadline`` has
+    passed, the best priced so far (at least one is priced)."""
     best = None
     for label, chunks, plan in candidates:
+        if best is not None and deadline is not None and deadline.expired():
+            _log.info("time limit reached: the best of the pipelines priced so far is kept")
+            break
         steps, rounds = plan.price(capacity)
         key = (Fraction(sum(rounds), chunks), len(steps), chunks)
         if best is None or key < best[0]:
@@ -626,7 +675,8 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
                            node_algorithm: Algorithm | Mapping[str, Algorithm] | None = None,
                            time_limit: float = DEFAULT_NODE_TIME_S,
                            batches: int | None = None,
-                           parts: int | None = None) -> ScheduleResult:
+                           parts: int | None = None,
+                           deadline: Deadline | None = None) -> ScheduleResult:
     """A verified hierarchical algorithm for ``collective_name`` on a composed topology.
 
     See the module docstring for how each collective is built.
@@ -653,6 +703,10 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
         Pipelining (see ``details["pipeline"]`` below); default: the best of 1, 2, 4, ...
         batches and (allgather, reduce-scatter, allreduce) 1, 2, 4 or 8 parts. Broadcast and
         reduce cut the buffer into as many parts as batches.
+    deadline:
+        A wall-clock budget for the whole call (:class:`~collsynth.synthesis.result.Deadline`):
+        node synthesis gets at most what is left of it, and once it has passed the pipelines
+        priced so far compete and the best is built; ``None``: no budget beyond ``time_limit``.
 
     Returns
     -------
@@ -676,6 +730,10 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
     InputTooLargeError
         When the algorithm would have more than :data:`~collsynth.collective.model.MAX_CHUNKS`
         chunks.
+    TimeLimitReached
+        When ``deadline`` passes before any pipeline is priced.
+    ResourceLimitError
+        When what is left of ``deadline`` cannot cover building and verifying the algorithm.
 
     Examples
     --------
@@ -718,9 +776,9 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
             raise InvalidCollectiveError(f"node_algorithm for allreduce: unknown key(s) {unknown}; "
                                          "expected 'reduce_scatter' and/or 'allgather'")
         rs_node = _node_algorithm(layout, reduce_scatter(n), "reduce_scatter",
-                                  given.get("reduce_scatter"), time_limit)
+                                  given.get("reduce_scatter"), time_limit, deadline)
         ag_node = _node_algorithm(layout, allgather(n), "allgather", given.get("allgather"),
-                                  time_limit)
+                                  time_limit, deadline)
         pieces = math.lcm(rs_node.chunks, ag_node.chunks)
         _check_size(total * pieces, family)
         rs_node = refine(rs_node, pieces // rs_node.chunks)
@@ -728,19 +786,24 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
         rs_steps, ag_steps = _node_steps(rs_node), _node_steps(ag_node)
         best = None
         for p in _parts_choices(K, total, pieces, parts):
+            if best is None:
+                _check_time(deadline, f"pipelining the hierarchical {family}")
+            elif deadline is not None and deadline.expired():
+                break  # keep the best pipeline priced so far
             _check_size(total * pieces * p, family)
             steps_rs, rounds_rs, label_rs = _best(
                 _gather_candidates(_reduce_scatter_plan, K, n, pieces, rs_steps, p, batches),
-                capacity)
+                capacity, deadline)
             steps_ag, rounds_ag, label_ag = _best(
-                _gather_candidates(_allgather_plan, K, n, pieces, ag_steps, p, batches), capacity)
+                _gather_candidates(_allgather_plan, K, n, pieces, ag_steps, p, batches), capacity,
+                deadline)
             key = (Fraction(sum(rounds_rs) + sum(rounds_ag), p),
                    len(steps_rs) + len(steps_ag), p)
             if best is None or key < best[0]:
                 best = (key, steps_rs + steps_ag, rounds_rs + rounds_ag, (label_rs, label_ag), p)
         _, steps, rounds, labels, p = best
         pieces *= p
-        collective = allreduce(total).split(total * pieces)
+        chunks = total * pieces
         nodes_used, pipeline = (rs_node, ag_node), labels
     else:
         if family == "alltoall":
@@ -749,36 +812,45 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
             expected = (broadcast if family == "broadcast" else reduce)(n, root % n)
         else:
             expected = {"allgather": allgather, "reduce_scatter": reduce_scatter}[family](n)
-        node = _node_algorithm(layout, expected, family, node_algorithm, time_limit)
+        node = _node_algorithm(layout, expected, family, node_algorithm, time_limit, deadline)
         pieces = node.chunks
         node_steps = _node_steps(node)
         nodes_used = (node,)
         if family in ("allgather", "reduce_scatter"):
             make = _allgather_plan if family == "allgather" else _reduce_scatter_plan
-            candidates = []
+            _check_time(deadline, f"pipelining the hierarchical {family}")
             for p in _parts_choices(K, total, pieces, parts):
                 _check_size(total * pieces * p, family)
-                candidates.extend(_gather_candidates(make, K, n, pieces, node_steps, p, batches))
-            steps, rounds, label = _best(candidates, capacity)
+            # lazily, so that a deadline stops the pricing between candidates
+            candidates = (candidate for p in _parts_choices(K, total, pieces, parts)
+                          for candidate in _gather_candidates(make, K, n, pieces, node_steps, p,
+                                                              batches))
+            steps, rounds, label = _best(candidates, capacity, deadline)
             pieces *= label[1]
-            whole = allgather if family == "allgather" else reduce_scatter
-            collective = whole(total).split(pieces)
+            chunks = total * pieces
             pipeline = (label,)
         elif family in ("broadcast", "reduce"):
             make = _broadcast_plan if family == "broadcast" else _reduce_plan
             choices = [batches] if batches is not None else ([1, 2, 4, 8] if others else [1])
             plans = (((b, b), b, make(K, n, pieces, node_steps, root, b)) for b in choices)
-            steps, rounds, label = _best(plans, capacity)
-            collective = (broadcast if family == "broadcast" else reduce)(total, root).split(
-                label[1] * pieces)
+            _check_time(deadline, f"pipelining the hierarchical {family}")
+            steps, rounds, label = _best(plans, capacity, deadline)
+            chunks = label[1] * pieces
             pipeline = (label,)
         else:
-            steps, rounds, pieces, node = _best_alltoall(capacity, K, n, node)
+            _check_time(deadline, "pricing the hierarchical alltoall")
+            steps, rounds, pieces, node = _best_alltoall(capacity, K, n, node, deadline=deadline)
             nodes_used = (node,)
-            collective = alltoall(total).split(pieces)
+            chunks = total * total * pieces
             pipeline = ()
+    # Refuse what the time left cannot build and verify before building its conditions.
+    _check_build_fits(deadline, chunks=chunks,
+                      ranks_per_chunk=1 if family == "alltoall" else total,
+                      sends=sum(len(s[0]) for s in steps),
+                      what=f"the hierarchical {family} on {topology.name}")
     algorithm = _build(
-        f"hierarchical-{family}-{topology.name}", topology, collective, steps, rounds,
+        f"hierarchical-{family}-{topology.name}", topology,
+        _whole_collective(family, total, root, chunks), steps, rounds,
         {"strategy": "hierarchical", "node_algorithms": [a.name for a in nodes_used],
          "pipeline": [list(x) for x in pipeline], "inter_node": "direct over the NICs"})
     return ScheduleResult(algorithm=algorithm, engine="hierarchical",
@@ -788,6 +860,19 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
                           details={"node_algorithms": nodes_used, "pipeline": pipeline})
 
 
+def _whole_collective(family: str, total: int, root: int | None, chunks: int) -> Collective:
+    """The collective of a hierarchical ``family`` algorithm on ``total`` ranks, split into
+    ``chunks`` chunks in all."""
+    if family == "allreduce":
+        return allreduce(total).split(chunks)
+    if family in ("broadcast", "reduce"):
+        return (broadcast if family == "broadcast" else reduce)(total, root).split(chunks)
+    if family == "alltoall":
+        return alltoall(total).split(chunks // (total * total))
+    whole = allgather if family == "allgather" else reduce_scatter
+    return whole(total).split(chunks // total)
+
+
 def _check_size(chunks: int, family: str) -> None:
     if chunks > MAX_CHUNKS:
         raise InputTooLargeError(f"the hierarchical {family} would have {chunks} chunks, more "
@@ -795,13 +880,16 @@ def _check_size(chunks: int, family: str) -> None:
 
 
 def _best_alltoall(capacity: _Capacity, nodes: int, n: int, node: Algorithm,
-                   max_refine: int = _MAX_ALLTOALL_REFINE):
+                   max_refine: int = _MAX_ALLTOALL_REFINE, *, deadline: Deadline | None = None):
     """The hierarchical alltoall with the fewest rounds per chunk over refinements of the node
     algorithm by 1 .. ``max_refine`` (then fewest steps, then fewest chunks):
-    ``(steps, rounds, pieces, node algorithm)``."""
+    ``(steps, rounds, pieces, node algorithm)``. Once ``deadline`` has passed, the best of the
+    refinements priced so far."""
     total = nodes * n
     best = None
     for factor in range(1, max_refine + 1):
+        if best is not None and deadline is not None and deadline.expired():
+            break
         pieces = node.chunks * factor
         if total * total * pieces > MAX_CHUNKS:
             if best is None:

@@ -19,7 +19,7 @@ from collsynth.collective.model import Collective
 from collsynth.errors import CollsynthError, UnknownNameError
 from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
 from collsynth.bounds.throughput import broadcast_shape
-from collsynth.synthesis.result import ScheduleResult
+from collsynth.synthesis.result import Deadline, ScheduleResult
 from collsynth.topology.model import Topology
 
 __all__ = ["ENGINES", "EXACT_MAX_RANKS", "choose_engine", "solve_large"]
@@ -67,6 +67,10 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     """A verified algorithm from ``engine`` (``"auto"``: :func:`choose_engine`).
 
     ``stages`` and ``size_bytes`` (the buffer the pipeline is tuned for) go to the tree engine.
+    ``time_limit`` (seconds) bounds the whole call for every engine; each engine documents what
+    it returns or raises when it runs out (typically the best verified schedule found so far,
+    else :class:`~collsynth.limits.TimeLimitReached` or, for a schedule that cannot be built and
+    verified in the time left, :class:`~collsynth.limits.ResourceLimitError`).
 
     Raises
     ------
@@ -105,12 +109,14 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     if chosen == "alltoall":
         from collsynth.synthesis.alltoall_scale import solve_alltoall_at_scale
 
-        return solve_alltoall_at_scale(topology, time_limit=time_limit)
+        return solve_alltoall_at_scale(topology, time_limit=time_limit,
+                                       deadline=Deadline(time_limit, started))
     from collsynth.synthesis.hierarchical import hierarchical_algorithm
 
     root = collective.roots[0] if collective.roots else None
     result = hierarchical_algorithm(topology, collective.name, root=root,
-                                    time_limit=min(time_limit, 60.0))
+                                    time_limit=min(time_limit, 60.0),
+                                    deadline=Deadline(time_limit, started))
     tick = time.perf_counter()
     bound = _lower_bound(topology, collective)
     return result.with_lower_bound(bound, time.perf_counter() - tick)

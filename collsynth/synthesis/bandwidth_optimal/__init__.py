@@ -7,6 +7,7 @@ tree packing per root, pipelined and verified schedules.
 * :mod:`.symmetry` -- the node shift of composed topologies;
 * :mod:`.packing` -- column generation over trees and integer multiplicities;
 * :mod:`.pipeline` -- trees to a pipelined k-synchronous schedule;
+* :mod:`.symmetric` -- compact schedules: a template and the node shift;
 * :mod:`.engine` -- :func:`solve_bandwidth_optimal`, all of it end to end.
 """
 
@@ -14,6 +15,12 @@ from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
 from collsynth.graph.fabric import Fabric, UnsupportedFabricError, build_fabric
 from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, TreePacking, pack_trees
 from collsynth.bounds.throughput import Throughput, optimal_throughput
+from collsynth.synthesis.bandwidth_optimal.symmetric import (
+    SymmetricSchedule,
+    expand,
+    solve_symmetric,
+    verify_symmetric,
+)
 
 __all__ = [
     "solve_bandwidth_optimal",
@@ -25,4 +32,8 @@ __all__ = [
     "pack_trees",
     "Throughput",
     "optimal_throughput",
+    "SymmetricSchedule",
+    "solve_symmetric",
+    "verify_symmetric",
+    "expand",
 ]

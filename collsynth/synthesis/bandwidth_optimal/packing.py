@@ -21,6 +21,7 @@ from scipy.sparse.csgraph import breadth_first_order, shortest_path
 from collsynth.errors import SolverError
 from collsynth.graph.arborescence import depths, min_arborescence
 from collsynth.graph.symmetry import NodeShift, node_shift
+from collsynth.graph.translations import GridTranslations, grid_translations, point_symmetries
 from collsynth.synthesis.hierarchical import network_layout
 from collsynth.topology.model import Topology
 
@@ -30,6 +31,11 @@ _log = logging.getLogger(__name__)
 
 #: Seconds the integer multiplicity search may spend once it has one answer.
 _INTEGER_SECONDS = 15.0
+#: Trees of the program (the heaviest) whose images under a grid's point symmetries are added.
+_MOST_IMAGED_TREES = 16
+#: Pieces per root, in multiples of the optimum's denominator, tried before the program's own
+#: weights when those need more.
+_FEW = 4
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class PackingOptions:
     max_iterations: int = 500
     max_trees_per_root: int | None = None
     progress: Callable[[str], None] | None = None
+    #: A symmetry to use instead of the one found (the caller has checked it on the topology).
+    symmetry: NodeShift | None = None
 
 
 @dataclass(frozen=True)
@@ -179,7 +187,9 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     started = time.perf_counter()
     n = topology.num_ranks
     links = topology.link_array
-    shift = node_shift(topology) if len(roots) == n else None
+    shift = None
+    if len(roots) == n:
+        shift = options.symmetry or node_shift(topology) or grid_translations(topology)
     reps = list(range(shift.ranks_per_node)) if shift is not None else list(roots)
     rows = row_classes(topology, links, shift)
     finite = links > 0
@@ -204,7 +214,11 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         parents.append(parent)
         return True
 
-    if shift is not None:
+    if isinstance(shift, GridTranslations) and topology.layout is not None:
+        nodes = topology.layout.nodes
+        for parent in _entry_trees(topology, [nodes - 1]):  # across the network once per node
+            add(0, parent)
+    elif shift is not None and topology.layout is not None:
         for i, parent in _hierarchical_trees(topology, shift, options):
             add(i, parent)
     elif len(roots) == 1 and (nodes := node_shift(topology)) is not None:
@@ -270,7 +284,29 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     lp_time = time.perf_counter() - started
     max_k = options.max_trees_per_root or min(4096, max(16, (1 << 22) // (len(roots) * n)))
 
-    keep = np.flatnonzero(weights > 1e-12)
+    if isinstance(shift, GridTranslations):
+        # Images of the trees used under the symmetries fixing the root: together they spread
+        # the load evenly over the link classes, which lets a few pieces per root be optimal.
+        used = np.flatnonzero(weights > 1e-12)
+        used = used[np.argsort(-weights[used], kind="stable")][:_MOST_IMAGED_TREES]
+        for perm in point_symmetries(topology, shift)[1:]:
+            for j in used:
+                add(owners[j], _moved_tree(parents[j], perm))
+        if topology.layout is not None:
+            # Trees crossing the network about as often as the program's mix does, so that
+            # whole numbers of them can match its average (see _entry_trees).
+            crossing = [_network_arcs(parents[j], topology.layout.ranks_per_node) for j in used]
+            mean = float(np.dot(weights[used], crossing) / max(weights[used].sum(), 1e-12))
+            reach = topology.layout.nodes - 1
+            window = range(max(0, int(mean) - reach), int(mean) + reach + 2)
+            for parent in _entry_trees(topology, window):
+                add(0, parent)
+        weights = np.concatenate([weights, np.zeros(len(columns) - len(weights))])
+        # every tree, the program's unused ones included: with one root and a few rows the
+        # integer program stays small, and the starting trees' mixes are what make it exact
+        keep = np.arange(len(columns))
+    else:
+        keep = np.flatnonzero(weights > 1e-12)
     trees, k, rho = _integer_multiplicities(rows, [columns[j] for j in keep],
                                             [owners[j] for j in keep], len(reps), value,
                                             target, max_k, weights[keep])
@@ -282,6 +318,20 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
                        {"lp_seconds": lp_time, "trees_generated": len(columns),
                         "rows": len(rows.capacity),
                         "seconds": time.perf_counter() - started})
+
+
+def _network_arcs(parent: np.ndarray, per: int) -> int:
+    """Arcs of a tree between ranks of different nodes (``per`` ranks per node)."""
+    children = np.flatnonzero(parent >= 0)
+    return int((parent[children] // per != children // per).sum())
+
+
+def _moved_tree(parent: np.ndarray, perm: np.ndarray) -> np.ndarray:
+    """The tree ``parent`` with every rank ``r`` moved to ``perm[r]``."""
+    moved = np.full(len(parent), -1, dtype=np.int64)
+    children = np.flatnonzero(parent >= 0)
+    moved[perm[children]] = perm[parent[children]]
+    return moved
 
 
 def _hierarchical_trees(topology: Topology, shift: NodeShift, options: PackingOptions):
@@ -317,6 +367,35 @@ def _hierarchical_trees(topology: Topology, shift: NodeShift, options: PackingOp
                 full[np.arange(nodes) * per + i] = feeder * per + i
                 full[i] = -1
                 yield i, full
+
+
+def _entry_trees(topology: Topology, counts):
+    """Trees for rank 0 of ``K`` nodes of ``n`` ranks, one per count ``x`` in ``counts`` of arcs
+    between nodes (``K - 1 <= x <= (K - 1) n``): the root sends over the network straight to
+    ``p + 1`` ranks of the first ``r`` other nodes and ``p`` of the rest (``x = (K - 1) p + r``),
+    which hand it on inside their node; the root's node hears it from the root. Under the
+    translations every rank's network and node loads are these counts' average, so mixing
+    counts reaches the optimum with few pieces."""
+    layout = network_layout(topology)
+    per, nodes = layout.ranks_per_node, layout.nodes
+    local = np.array(layout.node.links, dtype=np.int64)
+    home = _bfs_parent(local, 0, np.ones(per, dtype=bool))
+    if home is None or nodes < 2:
+        return
+    others = np.arange(1, nodes, dtype=np.int64)
+    v = np.arange(per, dtype=np.int64)
+    for x in counts:
+        if not nodes - 1 <= x <= (nodes - 1) * per:
+            continue
+        p, r = divmod(int(x), nodes - 1)
+        entries = np.where(np.arange(nodes - 1) < r, p + 1, p)  # per other node
+        # rank v of a node hears from entry v mod entries (itself an entry when v < entries)
+        feeder = v[None, :] % entries[:, None]
+        if not (local[feeder, v[None, :]] > 0)[v[None, :] >= entries[:, None]].all():
+            continue  # some rank has no link from its entry
+        parent = np.where(v[None, :] < entries[:, None], 0,
+                          others[:, None] * per + feeder)
+        yield np.concatenate([home, parent.ravel()])
 
 
 def _bfs_parent(links: np.ndarray, root: int, allowed: np.ndarray) -> np.ndarray | None:
@@ -435,9 +514,19 @@ def _integer_multiplicities(rows: RowClasses, columns, owners, num_roots, value,
     a = np.column_stack(columns)
     owners = np.asarray(owners)
     best = _rational_weights(a, rows.capacity, owners, num_roots, weights, optimum, max_k)
+    base = optimum.denominator
+    if best is not None and best[1] <= _FEW * base:
+        return best
+    # The program's weights may have a large common denominator where a few pieces per root do
+    # as well (a torus: 224 against 4): fewer pieces make fewer sends, so try those first.
+    for k in range(base, min(_FEW * base, max_k) + 1, base):
+        if best is not None and k >= best[1]:
+            break
+        solved = _min_rho(a, rows.capacity, owners, num_roots, k)
+        if solved is not None and Fraction(solved[1], k) <= optimum:
+            return solved[0], k, solved[1]
     if best is not None:
         return best
-    base = optimum.denominator
     # Small multiples of the optimum's denominator first, then doublings up to 1024 pieces
     # (more pieces make schedules of many millions of sends for a fraction of a percent).
     candidates = sorted({base * j for j in range(1, 17)} | set(range(1, 9))
