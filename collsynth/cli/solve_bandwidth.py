@@ -11,8 +11,8 @@ import argparse
 import json
 import time
 
-from collsynth.cli.common import (EXIT_OK, err, format_size, out, parse_size, positive_int,
-                                  problem_from_args, seconds)
+from collsynth.cli.common import (EXIT_OK, UsageError, err, format_size, out, parse_size,
+                                  positive_int, problem_from_args, seconds)
 from collsynth.timing.compare import PREDICTION_SIZES, predicted_against_nccl
 
 __all__ = ["add_mode", "run_bandwidth_optimal"]
@@ -39,7 +39,16 @@ def add_mode(modes, problem: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-limit", type=seconds, default=600.0, metavar="SECONDS",
                         help="seconds for the search (default 600)")
     parser.add_argument("-o", "--output", metavar="FILE",
-                        help="write the algorithm as a JSON algorithm file")
+                        help="write the algorithm as a JSON algorithm file (a compact schedule: "
+                             "with --expand)")
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument("--expand", action="store_true",
+                       help="build every send even where the schedule is kept compact (by "
+                            "default above 1024 ranks: node 0's template and the node shift, "
+                            "verified through the symmetry)")
+    shape.add_argument("--compact", action="store_true",
+                       help="keep a symmetric allgather, reduce-scatter or allreduce compact "
+                            "at any size")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     parser.set_defaults(handler=run_bandwidth_optimal)
@@ -52,6 +61,9 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     _refuse_what_cannot_fit(args)
     topology, collective = problem_from_args(args)
+    compact = True if args.compact else (False if args.expand else None)
+    if args.output and args.compact:
+        raise UsageError.of("solve", "-o writes every send: leave out --compact")
     if args.output:  # before the search, not after it
         from collsynth._output import check_output_file
 
@@ -63,22 +75,33 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
         raise TimeLimitReached(f"time limit of {args.time_limit:g} s reached while building the "
                                "topology; nothing found (raise --time-limit)")
     result = solve_large(topology, collective, engine=args.engine, stages=args.stages,
-                         size_bytes=args.size, time_limit=left, progress=progress)
+                         size_bytes=args.size, time_limit=left, progress=progress,
+                         compact=compact)
     if args.output:
         from collsynth.algorithm.fileformat import save_algorithm
+        from collsynth.limits import check_memory
+        from collsynth.synthesis.bandwidth_optimal.engine import BYTES_PER_SEND
 
-        save_algorithm(result.algorithm, args.output)
+        sends = result.schedule.num_sends
+        check_memory(sends * BYTES_PER_SEND, f"-o {args.output}: writing all {sends} sends")
+        save_algorithm(result.expanded(), args.output)
     figures = result.to_json()
     sizes = sorted(set(PREDICTION_SIZES) | ({args.size} if args.size else set()))
-    figures["predicted_us"] = predicted_against_nccl(result.algorithm, sizes)
+    figures["predicted_us"] = predicted_against_nccl(result.schedule, sizes)
     if args.json:
         out(json.dumps(figures, indent=2))
         return EXIT_OK
-    algorithm = result.algorithm
+    held = result.schedule
     out(f"{collective.describe()} on {topology.name} ({topology.num_ranks} ranks), engine "
         f"{figures['engine']}")
-    out(f"algorithm: {algorithm.num_steps} steps, {algorithm.num_rounds} rounds, "
-        f"{algorithm.chunks} chunks, {algorithm.num_sends} sends (verified)")
+    if result.compact is not None:
+        out(f"compact schedule: {held.num_steps} steps, {held.num_rounds} rounds, "
+            f"{result.chunks} chunks, {held.template_sends} template sends x "
+            f"{held.shift.nodes} images under the symmetry = {held.num_sends} sends (verified "
+            "through the symmetry; --expand builds every send)")
+    else:
+        out(f"algorithm: {held.num_steps} steps, {held.num_rounds} rounds, "
+            f"{held.chunks} chunks, {held.num_sends} sends (verified)")
     out(f"rounds/chunk: {figures['rounds_per_chunk']}; steady state "
         f"{figures['steady_state_rounds_per_chunk']}; lower bound {figures['lower_bound']}"
         f" -> {'optimal' if figures['optimal'] else 'not proven optimal'}")
@@ -100,6 +123,9 @@ def _refuse_what_cannot_fit(args: argparse.Namespace) -> None:
     composing the system (minutes and gigabytes at thousands of ranks)."""
     if not args.nodes or args.engine not in ("auto", "trees"):
         return
+    if not args.expand and args.collective.strip().lower() in ("allgather", "reduce_scatter",
+                                                               "allreduce"):
+        return  # possibly kept compact: the engine refuses what its own path cannot hold
     from collsynth.collective.standard import STANDARD_COLLECTIVES
     from collsynth.resolve import resolve_topology
     from collsynth.synthesis.bandwidth_optimal.engine import check_request_fits

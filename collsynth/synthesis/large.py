@@ -63,8 +63,12 @@ def choose_engine(topology: Topology, collective: Collective) -> str:
 def solve_large(topology: Topology, collective: Collective, *, engine: str = "auto",
                 stages: int | None = None, size_bytes: int | None = None,
                 time_limit: float = 600.0,
-                progress: Callable[[str], None] | None = None) -> ScheduleResult:
+                progress: Callable[[str], None] | None = None,
+                compact: bool | None = None) -> ScheduleResult:
     """A verified algorithm from ``engine`` (``"auto"``: :func:`choose_engine`).
+
+    ``compact`` goes to the tree engine (:func:`solve_bandwidth_optimal`): whether a symmetric
+    schedule is kept as its template and node shift (default: above 1024 ranks).
 
     ``stages`` and ``size_bytes`` (the buffer the pipeline is tuned for) go to the tree engine.
     ``time_limit`` (seconds) bounds the whole call for every engine; each engine documents what
@@ -85,7 +89,7 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     started = time.perf_counter()
     if chosen == "trees":
         return solve_bandwidth_optimal(topology, collective, stages=stages, size_bytes=size_bytes,
-                                       time_limit=time_limit, progress=progress)
+                                       time_limit=time_limit, progress=progress, compact=compact)
     if chosen == "exact":
         from collsynth.bounds import compute_bounds
         from collsynth.synthesis import SolveOptions, pareto_front

@@ -58,7 +58,8 @@ class ScheduleResult:
     Attributes
     ----------
     algorithm:
-        The verified schedule.
+        The verified schedule; ``None`` for a compact result (``compact`` set), whose sends are
+        built only by :meth:`expanded`.
     engine:
         ``"trees"``, ``"alltoall"``, ``"hierarchical"`` or ``"exact"``.
     rounds_per_chunk:
@@ -90,9 +91,13 @@ class ScheduleResult:
           (part, node) transfers over the NICs go in ``batches`` batches one step apart; empty
           for alltoall);
         * exact: ``pareto_points`` (size of the Pareto front the point was taken from).
+    compact:
+        A :class:`~collsynth.synthesis.bandwidth_optimal.symmetric.SymmetricSchedule` (node 0's
+        template and the node shift, verified through the symmetry) when the tree engine kept
+        the schedule compact (thousands of ranks); else ``None``.
     """
 
-    algorithm: Algorithm
+    algorithm: Algorithm | None
     engine: str
     rounds_per_chunk: Fraction
     steady_state_rounds_per_chunk: Fraction
@@ -100,6 +105,7 @@ class ScheduleResult:
     seconds: float
     timings: Mapping[str, float] = field(default_factory=dict)
     details: Mapping[str, Any] = field(default_factory=dict)
+    compact: Any = None
 
     def __post_init__(self) -> None:
         # Copies behind read-only views: the result stays a value.
@@ -123,13 +129,29 @@ class ScheduleResult:
         return self.steady_state_rounds_per_chunk / self.lower_bound
 
     @property
+    def schedule(self) -> Any:
+        """What holds the steps: the algorithm, or the compact schedule (both have
+        ``topology``, ``collective`` (unsplit for the compact one), ``num_steps``,
+        ``num_rounds``, ``rounds_per_chunk`` and ``num_sends``)."""
+        return self.compact if self.algorithm is None else self.algorithm
+
+    @property
     def steps(self) -> int:
-        return self.algorithm.num_steps
+        return self.schedule.num_steps
 
     @property
     def chunks(self) -> int:
         """Pieces per base chunk of the algorithm's collective."""
-        return self.algorithm.chunks
+        return self.compact.pieces if self.algorithm is None else self.algorithm.chunks
+
+    def expanded(self) -> Algorithm:
+        """The algorithm with every send: ``algorithm``, or the compact schedule expanded
+        (every image of the template; as verified as the template, through the symmetry)."""
+        if self.algorithm is not None:
+            return self.algorithm
+        from collsynth.synthesis.bandwidth_optimal.symmetric import expand
+
+        return expand(self.compact)
 
     def with_lower_bound(self, bound: Fraction, seconds: float) -> ScheduleResult:
         """This result measured against ``bound``, computed in ``seconds`` (added to the time)."""
@@ -141,16 +163,20 @@ class ScheduleResult:
         included at the top level."""
         bound = None if self.lower_bound is None else str(self.lower_bound)
         ratio = self.ratio
+        held = self.schedule
         figures = {
             "engine": self.engine,
-            "algorithm": self.algorithm.name,
-            "collective": self.algorithm.collective.describe(),
-            "topology": self.algorithm.topology.name,
-            "ranks": self.algorithm.topology.num_ranks,
-            "steps": self.algorithm.num_steps,
-            "rounds": self.algorithm.num_rounds,
-            "chunks": self.algorithm.chunks,
-            "sends": self.algorithm.num_sends,
+            "algorithm": None if self.algorithm is None else self.algorithm.name,
+            "collective": held.collective.describe(),
+            "topology": held.topology.name,
+            "ranks": held.topology.num_ranks,
+            "steps": held.num_steps,
+            "rounds": held.num_rounds,
+            "chunks": self.chunks,
+            "sends": held.num_sends,
+            "compact": None if self.compact is None else {
+                "template_sends": self.compact.template_sends,
+                "images": self.compact.shift.nodes},
             "rounds_per_chunk": str(self.rounds_per_chunk),
             "steady_state_rounds_per_chunk": str(self.steady_state_rounds_per_chunk),
             "lower_bound": bound,

@@ -16,6 +16,7 @@ from collsynth.timing.alphabeta import algorithm_time_us, from_topology
 from collsynth.timing.kernels import reduce_gamma_us_per_byte
 from collsynth.timing.model import SIZE, _rational, as_fraction, cost_model, symbolic_time
 from collsynth.timing.nccl import best_choice, nccl_choices, nccl_setup
+from collsynth.timing.runtime_constants import default_constants
 
 __all__ = ["Comparison", "compare", "predicted_against_nccl", "PREDICTION_SIZES"]
 
@@ -144,12 +145,22 @@ def compare(algorithms: Sequence[Any], *, calibration: Any = None,
                       lines, families, tuple(notes), measured)
 
 
+#: What every call pays before its first byte moves (NCCL's ``baseLat`` of its Simple ring,
+#: :mod:`collsynth.timing.runtime_constants`), charged to synthesized algorithms alike.
+BASE_LATENCY_US = default_constants("nccl").base_latency("Simple")
+
+
 def predicted_against_nccl(algorithm: Any, sizes_bytes: Sequence[int] = PREDICTION_SIZES
                            ) -> list[dict[str, Any]]:
     """Predicted microseconds of ``algorithm`` and of NCCL's best ring and best tree protocol
     (alpha-beta model of its topology) at each size: ``{"bytes", "collsynth", "nccl_ring",
     "nccl_tree"}`` per size (``None`` where NCCL has no such algorithm); ``[]`` when the topology
-    has no physical figures or NCCL has no model of the collective."""
+    has no physical figures or NCCL has no model of the collective.
+
+    ``algorithm`` pays NCCL's base latency (``Simple``, :data:`BASE_LATENCY_US`) besides its
+    steps: an MSCCL program runs inside the same kernel launch and proxy machinery as NCCL's own
+    algorithms, whose lines include it. (The program model, ``collsynth time FILE.xml``, prices
+    both sides in full.)"""
     try:
         model = from_topology(algorithm.topology)
         setup = nccl_setup(algorithm.topology)
@@ -158,7 +169,8 @@ def predicted_against_nccl(algorithm: Any, sizes_bytes: Sequence[int] = PREDICTI
         return []
     rows = []
     for size in sizes_bytes:
-        row = {"bytes": size, "collsynth": algorithm_time_us(algorithm, size, model)}
+        row = {"bytes": size,
+               "collsynth": BASE_LATENCY_US + algorithm_time_us(algorithm, size, model)}
         for kind in ("ring", "tree"):
             mine = [c for c in choices if c.algorithm == kind]
             row[f"nccl_{kind}"] = best_choice(mine, size).time_us(size) if mine else None

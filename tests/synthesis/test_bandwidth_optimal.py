@@ -271,3 +271,17 @@ def test_single_root_seeds_use_only_existing_links():
                                              stages=2, time_limit=20)
             assert find_problems(result.algorithm) == []
             assert result.steady_state_rounds_per_chunk >= result.lower_bound
+
+
+def test_predictions_charge_the_base_latency_to_both_sides():
+    """NCCL's lines include its base latency (8.4 us for its Simple ring, NCCL tuning.cc); a
+    synthesized algorithm runs in the same launch and pays it too: at any size its predicted
+    time is 8.4 us more than its alpha-beta time."""
+    from collsynth.timing.alphabeta import algorithm_time_us, from_topology
+    from collsynth.timing.compare import predicted_against_nccl
+
+    system = compose_nodes(get_topology("dgx-a100"), 2)
+    result = solve_bandwidth_optimal(system, standard_collective("allgather", 16), stages=2)
+    rows = predicted_against_nccl(result.algorithm, [1 << 20])
+    alone = algorithm_time_us(result.algorithm, 1 << 20, from_topology(system))
+    assert rows[0]["collsynth"] == pytest.approx(alone + 8.4)
