@@ -282,7 +282,7 @@ def _rows(sends: Sequence) -> list[tuple[int, int, int, bool]]:
 
 class _Lowering:
     """One lowering: threadblocks, ops per rank, scratch, merged messages, dependencies and
-    positions, in that order (see the module docstring).
+    positions, in that order (see docs/export.md).
 
     Every phase is linear in the number of sends (up to sorting and per-rank dictionaries), so
     that algorithms with hundreds of thousands of sends lower in seconds.
