@@ -141,7 +141,6 @@ MODULE_DOCSTRING_MAX_LINES = 15
 #: Modules whose docstrings (with their doctest examples) are still to be cut; the list may only
 #: shrink. The CLI modules are left to the move into the collsynth/cli package.
 _PENDING = {
-    "collsynth/plan/calls.py", "collsynth/topology/tiers.py", "collsynth/trace/records.py", "collsynth/trace/summary.py",
     "collsynth/training/__init__.py", "collsynth/training/chrome_trace.py",
     "collsynth/training/model.py", "collsynth/training/simulate.py",
     "collsynth/training/strategy.py",
