@@ -138,13 +138,6 @@ def test_no_reference_to_files_outside_the_repository():
 
 #: Most lines of a module docstring; longer explanations belong in docs/*.md.
 MODULE_DOCSTRING_MAX_LINES = 15
-#: Modules whose docstrings (with their doctest examples) are still to be cut; the list may only
-#: shrink. The CLI modules are left to the move into the collsynth/cli package.
-_PENDING = {
-    "collsynth/training/__init__.py", "collsynth/training/chrome_trace.py",
-    "collsynth/training/model.py", "collsynth/training/simulate.py",
-    "collsynth/training/strategy.py",
-}
 
 
 def _docstring_lines() -> dict[str, int]:
@@ -158,17 +151,7 @@ def _docstring_lines() -> dict[str, int]:
     return found
 
 
-def _pending(name: str) -> bool:
-    return name in _PENDING
-
-
 def test_module_docstrings_are_short():
     long = {name: lines for name, lines in _docstring_lines().items()
-            if lines > MODULE_DOCSTRING_MAX_LINES and not _pending(name)}
+            if lines > MODULE_DOCSTRING_MAX_LINES}
     assert not long, f"module docstrings over {MODULE_DOCSTRING_MAX_LINES} lines: {long}"
-
-
-def test_the_pending_list_only_shrinks():
-    lines = _docstring_lines()
-    done = sorted(name for name in _PENDING if lines.get(name, 0) <= MODULE_DOCSTRING_MAX_LINES)
-    assert not done, f"cut already: remove from _PENDING: {done}"
