@@ -629,7 +629,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
                            parts: int | None = None) -> ScheduleResult:
     """A verified hierarchical algorithm for ``collective_name`` on a composed topology.
 
-    See the module docstring for how each collective is built.
+    See docs/large-systems.md for how each collective is built.
 
     Parameters
     ----------

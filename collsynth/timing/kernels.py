@@ -278,7 +278,7 @@ def reduce_gamma_us_per_byte(device: "str | Device", *, inputs: int = 2,
 
 
 def gemm(m: int, n: int, k: int, device: "str | Device", *, dtype: str = "fp16") -> KernelEstimate:
-    """The roofline of ``C[m, n] = A[m, k] @ B[k, n]`` (see the module docstring).
+    """The roofline of ``C[m, n] = A[m, k] @ B[k, n]`` (see docs/timing.md).
 
     >>> e = gemm(8192, 8192, 8192, "a100", dtype="fp16")   # 1.1e12 flop at 312 TFLOP/s
     >>> e.bound, round(e.time_us, 1)
@@ -333,7 +333,7 @@ def embedding_bag_forward(lookups: int, bags: int, dim: int, rows: int, device: 
                           dtype_bytes: int = 4, index_bytes: int = 8) -> KernelEstimate:
     """Gather ``lookups`` rows of ``dim`` elements and pool them into ``bags`` output rows.
 
-    See the module docstring for the traffic. A table that fits in the cache is all hits:
+    See docs/timing.md for the traffic. A table that fits in the cache is all hits:
 
     >>> e = embedding_bag_forward(1000, 10, 64, 1000, "v100")
     >>> e.dram_bytes, e.cache_bytes        # 8000 B of indices + 2560 B out; 256000 B of rows

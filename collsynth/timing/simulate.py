@@ -55,7 +55,7 @@ class Simulation:
 
 def simulate(algorithm: "Algorithm", size_bytes: Real, *,
              model: "CostModel | AlphaBeta | Topology | None" = None) -> Simulation:
-    """Simulate ``algorithm`` on its topology for a ``size_bytes`` buffer (module docstring).
+    """Simulate ``algorithm`` on its topology for a ``size_bytes`` buffer (docs/timing.md).
 
     Parameters
     ----------

@@ -90,7 +90,7 @@ class RowClasses:
 
 
 def row_classes(topology: Topology, links: np.ndarray, shift: NodeShift | None) -> RowClasses:
-    """The link and group rows of the program (see the module docstring)."""
+    """The link and group rows of the program (see docs/large-systems.md)."""
     n = topology.num_ranks
     group_rows, group_cols, group_mult, group_caps, group_names = [], [], [], [], []
     min_limit = np.full(n * n, np.iinfo(np.int64).max, dtype=np.int64)

@@ -206,7 +206,7 @@ def import_nccl_xml(data: str | bytes, *, name: str | None = None,
     Returns
     -------
     Topology
-        One rank per ``<gpu>``; see the module docstring for ordering and the link models.
+        One rank per ``<gpu>``; see docs/topologies.md for ordering and the link models.
 
     Raises
     ------

@@ -258,7 +258,7 @@ def import_nvidia_smi(text: str, *, name: str | None = None, source: str = "<nvi
     Returns
     -------
     Topology
-        Rank ``i`` is the i-th ``GPU`` column. See the module docstring for the three models.
+        Rank ``i`` is the i-th ``GPU`` column. See docs/topologies.md for the three models.
 
     Raises
     ------

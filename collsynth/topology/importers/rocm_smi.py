@@ -174,7 +174,7 @@ def import_rocm_smi(text: str, *, name: str | None = None,
     Returns
     -------
     Topology
-        Rank ``i`` is column ``GPUi``; see the module docstring for the link model.
+        Rank ``i`` is column ``GPUi``; see docs/topologies.md for the link model.
 
     Raises
     ------
