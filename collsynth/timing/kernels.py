@@ -245,6 +245,9 @@ def reduce_time_us(nbytes: Real, device: "str | Device", *, inputs: int = 2,
 
     >>> round(reduce_time_us(9 * 10**8, "v100", where="dram"), 6)   # 4 + 2.7e9 B / 9e5 B/us
     3004.0
+    >>> d = DEVICES["a100-80gb"]
+    >>> round(reduce_time_us(2 * 10**9, d, where="dram") - d.launch_us, 3)   # 6 GB at 2039 GB/s
+    2942.619
     """
     if not isinstance(inputs, int) or inputs < 1:
         raise InvalidInstanceError(f"inputs = {inputs!r}; expected an integer >= 1")
