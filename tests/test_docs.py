@@ -155,3 +155,81 @@ def test_module_docstrings_are_short():
     long = {name: lines for name, lines in _docstring_lines().items()
             if lines > MODULE_DOCSTRING_MAX_LINES}
     assert not long, f"module docstrings over {MODULE_DOCSTRING_MAX_LINES} lines: {long}"
+
+
+# -- the other documents: references that resolve, Markdown only --------------------------------
+
+_DOCS = sorted((ROOT / "docs").glob("*.md"))
+# A named section of a document: 'docs/<name>.md, "Title"' or 'docs/<name>.md``, section "Title"'.
+_SECTION_REFERENCE = re.compile(r"docs/([\w.-]+\.md)`*,\s+(?:section\s+)?\"([^\"]+)\"")
+_FENCE = re.compile(r"^\s*```.*?^\s*```[^\n]*$", re.M | re.S)
+
+
+def _headings(text: str) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"^#{1,4} (.+)$", _FENCE.sub("", text), re.M)]
+
+
+def _titles(text: str) -> set[str]:
+    """What a reference may call a section: its heading, or the heading's words without the
+    module named in parentheses after them ("Tuning" for "Tuning (`collsynth/timing/tune.py`)")."""
+    headings = _headings(text)
+    return set(headings) | {re.sub(r" \([^()]*\)$", "", h) for h in headings}
+
+
+def _anchor(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def _mentioning_files() -> list[Path]:
+    folders = ("collsynth", "docs", "tests", "benchmarks", "notebooks")
+    return [p for folder in folders for p in (ROOT / folder).rglob("*")
+            if p.suffix in (".py", ".md", ".ipynb") and "__pycache__" not in p.parts] \
+        + [ROOT / "README.md"]
+
+
+def test_every_named_document_exists():
+    for path in _mentioning_files():
+        for name in re.findall(r"\bdocs/([\w.-]+?\.md)\b", path.read_text(encoding="utf-8")):
+            assert (ROOT / "docs" / name).is_file(), \
+                f"{path.relative_to(ROOT)} names docs/{name}, which does not exist"
+
+
+def test_every_named_section_exists():
+    found = 0
+    for path in _mentioning_files():
+        for name, title in _SECTION_REFERENCE.findall(path.read_text(encoding="utf-8")):
+            title = " ".join(title.split())  # a title may wrap in a docstring
+            doc = ROOT / "docs" / name
+            found += 1
+            assert title in _titles(doc.read_text(encoding="utf-8")), \
+                f"{path.relative_to(ROOT)} refers to section {title!r} of docs/{name}, which has none"
+    assert found >= 10  # the module docstrings point into the docs this way
+
+
+@pytest.mark.parametrize("doc", [*_DOCS, ROOT / "README.md"], ids=lambda p: p.name)
+def test_markdown_links_resolve(doc):
+    text = _FENCE.sub("", doc.read_text(encoding="utf-8"))
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # an address on the web
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        assert linked.exists(), f"{doc.name} links {target}, which does not exist"
+        if anchor and linked.suffix == ".md":
+            anchors = {_anchor(h) for h in _headings(linked.read_text(encoding="utf-8"))}
+            assert anchor in anchors, f"{doc.name} links {target}: no such heading"
+
+
+@pytest.mark.parametrize("doc", _DOCS, ids=lambda p: p.name)
+def test_docs_are_markdown_not_restructuredtext(doc):
+    text = _FENCE.sub("", doc.read_text(encoding="utf-8"))
+    lines = text.splitlines()
+    roles = re.findall(r":(?:func|meth|class|mod|data|attr|exc|obj):`", text)
+    assert not roles, f"{doc.name}: reStructuredText roles {roles[:3]}"
+    assert "``" not in text, f"{doc.name}: double backquotes (Markdown code is `x`)"
+    literal = [line for line in lines if line.rstrip().endswith("::")]
+    assert not literal, f"{doc.name}: '::' literal markers (use a fenced block): {literal[:2]}"
+    rules = [line for line in lines if re.fullmatch(r"={3,}(\s+={3,})*", line.strip())]
+    assert not rules, f"{doc.name}: a reStructuredText table or title"
+    module_titles = [h for h in _headings(text) if re.fullmatch(r"`?collsynth[\w.]*`?", h)]
+    assert not module_titles, f"{doc.name}: headings that are module names: {module_titles}"

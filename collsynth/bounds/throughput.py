@@ -1,6 +1,6 @@
 """The optimal throughput of broadcast-like collectives, exactly, from cuts of the fabric.
 
-The details: ``docs/bounds.md``, section "collsynth.bounds.throughput".
+The details: ``docs/bounds.md``, section "The optimal throughput on a switch fabric".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The *fabric*: a sparse graph with switch-port vertices that carries exactly a topology's limits.
 
-The details: ``docs/large-systems.md``, section "collsynth.graph.fabric".
+The details: ``docs/large-systems.md``, section "The switch fabric".
 """
 
 from __future__ import annotations

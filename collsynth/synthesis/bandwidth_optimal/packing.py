@@ -1,6 +1,6 @@
 """Packing spanning trees per root: a linear program over trees, then integer multiplicities.
 
-The details: ``docs/large-systems.md``, section "collsynth.synthesis.bandwidth_optimal.packing".
+The details: ``docs/large-systems.md``, section "Packing trees".
 """
 
 from __future__ import annotations
