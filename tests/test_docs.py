@@ -1,9 +1,10 @@
-"""docs/msccl-xml.md and the code that cites it stay in step.
+"""The docs and the code that cites them stay in step.
 
-Every ``§N`` the package cites names a section of the document, every checker problem kind has
-its row in the document's table of kinds (and the table names no other), the document's own
+Every ``§N`` the package cites names a section of docs/msccl-xml.md, every checker problem kind
+has its row in the document's table of kinds (and the table names no other), the document's own
 links and section references resolve, and nothing in the package or the docs refers to files
-outside the repository.
+outside the repository. Every other document the repository names exists, every section named by
+its title exists, links resolve, the docs are Markdown, and module docstrings stay short.
 """
 
 from __future__ import annotations
