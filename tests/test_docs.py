@@ -1,9 +1,10 @@
-"""docs/msccl-xml.md and the code that cites it stay in step.
+"""The docs and the code that cites them stay in step.
 
-Every ``§N`` the package cites names a section of the document, every checker problem kind has
-its row in the document's table of kinds (and the table names no other), the document's own
+Every ``§N`` the package cites names a section of docs/msccl-xml.md, every checker problem kind
+has its row in the document's table of kinds (and the table names no other), the document's own
 links and section references resolve, and nothing in the package or the docs refers to files
-outside the repository.
+outside the repository. Every other document the repository names exists, every section named by
+its title exists, links resolve, the docs are Markdown, and module docstrings stay short.
 """
 
 from __future__ import annotations
@@ -138,18 +139,6 @@ def test_no_reference_to_files_outside_the_repository():
 
 #: Most lines of a module docstring; longer explanations belong in docs/*.md.
 MODULE_DOCSTRING_MAX_LINES = 15
-#: Modules whose docstrings (with their doctest examples) are still to be cut; the list may only
-#: shrink. The CLI modules are left to the move into the collsynth/cli package.
-_PENDING = {
-    "collsynth/export/limits.py", "collsynth/export/lower.py", "collsynth/export/xml_reader.py",
-    "collsynth/export/xml_writer.py", "collsynth/plan/calls.py", "collsynth/timing/alphabeta.py",
-    "collsynth/timing/model.py", "collsynth/timing/runtime_baselines.py",
-    "collsynth/timing/runtime_constants.py", "collsynth/timing/runtime_model.py",
-    "collsynth/topology/tiers.py", "collsynth/trace/records.py", "collsynth/trace/summary.py",
-    "collsynth/training/__init__.py", "collsynth/training/chrome_trace.py",
-    "collsynth/training/model.py", "collsynth/training/simulate.py",
-    "collsynth/training/strategy.py",
-}
 
 
 def _docstring_lines() -> dict[str, int]:
@@ -163,17 +152,85 @@ def _docstring_lines() -> dict[str, int]:
     return found
 
 
-def _pending(name: str) -> bool:
-    return name in _PENDING
-
-
 def test_module_docstrings_are_short():
     long = {name: lines for name, lines in _docstring_lines().items()
-            if lines > MODULE_DOCSTRING_MAX_LINES and not _pending(name)}
+            if lines > MODULE_DOCSTRING_MAX_LINES}
     assert not long, f"module docstrings over {MODULE_DOCSTRING_MAX_LINES} lines: {long}"
 
 
-def test_the_pending_list_only_shrinks():
-    lines = _docstring_lines()
-    done = sorted(name for name in _PENDING if lines.get(name, 0) <= MODULE_DOCSTRING_MAX_LINES)
-    assert not done, f"cut already: remove from _PENDING: {done}"
+# -- the other documents: references that resolve, Markdown only --------------------------------
+
+_DOCS = sorted((ROOT / "docs").glob("*.md"))
+# A named section of a document: 'docs/<name>.md, "Title"' or 'docs/<name>.md``, section "Title"'.
+_SECTION_REFERENCE = re.compile(r"docs/([\w.-]+\.md)`*,\s+(?:section\s+)?\"([^\"]+)\"")
+_FENCE = re.compile(r"^\s*```.*?^\s*```[^\n]*$", re.M | re.S)
+
+
+def _headings(text: str) -> list[str]:
+    return [m.group(1).strip() for m in re.finditer(r"^#{1,4} (.+)$", _FENCE.sub("", text), re.M)]
+
+
+def _titles(text: str) -> set[str]:
+    """What a reference may call a section: its heading, or the heading's words without the
+    module named in parentheses after them ("Tuning" for "Tuning (`collsynth/timing/tune.py`)")."""
+    headings = _headings(text)
+    return set(headings) | {re.sub(r" \([^()]*\)$", "", h) for h in headings}
+
+
+def _anchor(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def _mentioning_files() -> list[Path]:
+    folders = ("collsynth", "docs", "tests", "benchmarks", "notebooks")
+    return [p for folder in folders for p in (ROOT / folder).rglob("*")
+            if p.suffix in (".py", ".md", ".ipynb") and "__pycache__" not in p.parts] \
+        + [ROOT / "README.md"]
+
+
+def test_every_named_document_exists():
+    for path in _mentioning_files():
+        for name in re.findall(r"\bdocs/([\w.-]+?\.md)\b", path.read_text(encoding="utf-8")):
+            assert (ROOT / "docs" / name).is_file(), \
+                f"{path.relative_to(ROOT)} names docs/{name}, which does not exist"
+
+
+def test_every_named_section_exists():
+    found = 0
+    for path in _mentioning_files():
+        for name, title in _SECTION_REFERENCE.findall(path.read_text(encoding="utf-8")):
+            title = " ".join(title.split())  # a title may wrap in a docstring
+            doc = ROOT / "docs" / name
+            found += 1
+            assert title in _titles(doc.read_text(encoding="utf-8")), \
+                f"{path.relative_to(ROOT)} refers to section {title!r} of docs/{name}, which has none"
+    assert found >= 10  # the module docstrings point into the docs this way
+
+
+@pytest.mark.parametrize("doc", [*_DOCS, ROOT / "README.md"], ids=lambda p: p.name)
+def test_markdown_links_resolve(doc):
+    text = _FENCE.sub("", doc.read_text(encoding="utf-8"))
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue  # an address on the web
+        path, _, anchor = target.partition("#")
+        linked = (doc.parent / path).resolve() if path else doc
+        assert linked.exists(), f"{doc.name} links {target}, which does not exist"
+        if anchor and linked.suffix == ".md":
+            anchors = {_anchor(h) for h in _headings(linked.read_text(encoding="utf-8"))}
+            assert anchor in anchors, f"{doc.name} links {target}: no such heading"
+
+
+@pytest.mark.parametrize("doc", _DOCS, ids=lambda p: p.name)
+def test_docs_are_markdown_not_restructuredtext(doc):
+    text = _FENCE.sub("", doc.read_text(encoding="utf-8"))
+    lines = text.splitlines()
+    roles = re.findall(r":(?:func|meth|class|mod|data|attr|exc|obj):`", text)
+    assert not roles, f"{doc.name}: reStructuredText roles {roles[:3]}"
+    assert "``" not in text, f"{doc.name}: double backquotes (Markdown code is `x`)"
+    literal = [line for line in lines if line.rstrip().endswith("::")]
+    assert not literal, f"{doc.name}: '::' literal markers (use a fenced block): {literal[:2]}"
+    rules = [line for line in lines if re.fullmatch(r"={3,}(\s+={3,})*", line.strip())]
+    assert not rules, f"{doc.name}: a reStructuredText table or title"
+    module_titles = [h for h in _headings(text) if re.fullmatch(r"`?collsynth[\w.]*`?", h)]
+    assert not module_titles, f"{doc.name}: headings that are module names: {module_titles}"

@@ -1,6 +1,6 @@
 """Sends stored as arrays: :class:`SendBlock`, for algorithms with millions of sends.
 
-The details: ``docs/verification.md``, section "collsynth.algorithm.arrays".
+The details: ``docs/verification.md``, section "Sends as arrays".
 """
 
 from __future__ import annotations

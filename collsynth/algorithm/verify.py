@@ -342,7 +342,7 @@ def _vectorised_problems(algorithm: Algorithm, limit: int) -> list[str]:
 
 
 class _VectorisedReplay:
-    """One run of the vectorised replay; see the module docstring for the method."""
+    """One run of the vectorised replay; see docs/verification.md for the method."""
 
     def __init__(self, algorithm: Algorithm, report: _Report) -> None:
         self.algorithm = algorithm

@@ -1,6 +1,6 @@
 """The optimal throughput of broadcast-like collectives, exactly, from cuts of the fabric.
 
-The details: ``docs/bounds.md``, section "collsynth.bounds.throughput".
+The details: ``docs/bounds.md``, section "The optimal throughput on a switch fabric".
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def roots_of(collective: Collective) -> dict[int, int]:
 
 def tree_rounds(fabric: Fabric, roots: dict[int, int], *,
                 representatives: np.ndarray | None = None) -> tuple[Fraction, tuple[int, ...]]:
-    """``R*`` (see the module docstring) on ``fabric`` for chunks ``{root: count}``.
+    """``R*`` (see docs/bounds.md) on ``fabric`` for chunks ``{root: count}``.
 
     ``representatives`` are the ranks whose cuts are tested (default: every rank); pass one rank
     per orbit of a symmetry of the fabric that maps the roots' chunk counts to themselves.

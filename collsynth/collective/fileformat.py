@@ -239,7 +239,7 @@ def collective_from_json(obj: Any, *, source: str = "<collective>",
 
 
 def load_collective(path: str | os.PathLike[str]) -> Collective:
-    """Read a custom collective JSON file (see the module docstring for the format).
+    """Read a custom collective JSON file (see docs/file-formats.md for the format).
 
     Raises
     ------

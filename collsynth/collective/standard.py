@@ -1,6 +1,6 @@
 """The standard collectives, as pre/postconditions over (rank, chunk).
 
-The details: ``docs/collectives.md``, section "collsynth.collective.standard".
+The details: ``docs/collectives.md``, section "The standard collectives".
 """
 
 from __future__ import annotations

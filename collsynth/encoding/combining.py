@@ -1,6 +1,6 @@
 """Direct encoding of combining collectives with several destinations per chunk (allreduce).
 
-The details: ``docs/encoding.md``, section "collsynth.encoding.combining".
+The details: ``docs/encoding.md``, section "Combining collectives".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Check an MSCCL program: the runtimes' rules, then a symbolic execution of every rank.
 
-The details: ``docs/export.md``, section "collsynth.export.check".
+The details: ``docs/export.md``, section "Checking a program".
 """
 
 from __future__ import annotations

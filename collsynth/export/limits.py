@@ -2,27 +2,6 @@
 
 The details (formats, conventions, rules) are in docs/export.md; section numbers (§) refer to
 docs/msccl-xml.md.
-
-Examples
---------
-A direct allgather on 40 fully connected ranks needs a threadblock per peer, 39 of them sending
-on the one channel all its chunks use:
-
->>> from collsynth.algorithm import Algorithm, Send, Step
->>> from collsynth.collective import allgather
->>> from collsynth.topology import get_topology
->>> n = 40
->>> direct = Algorithm("direct", get_topology(f"fully-connected:{n}"), allgather(n),
-...                    (Step(n, tuple(Send(r, r, d) for r in range(n) for d in range(n)
-...                                   if d != r)),))
->>> for violation in estimate_limits(direct, "rccl"):
-...     print(violation)  # doctest: +NORMALIZE_WHITESPACE
-MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL: rccl allows 32 sending threadblocks per channel;
-  rank 0 on channel 0 needs 39 (1.2x the limit, 7 over; 40 of 40 ranks)
-MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL: rccl allows 32 receiving threadblocks per channel;
-  rank 0 on channel 0 needs 39 (1.2x the limit, 7 over; 40 of 40 ranks)
->>> [v.limit for v in estimate_limits(direct, "rccl", channels=2)]
-['MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL']
 """
 
 from __future__ import annotations
@@ -576,7 +555,27 @@ def estimate_limits(algorithm: Algorithm, runtime: str, *, channels: int = 1,
                     channel_by: str = "chunk") -> list[LimitViolation]:
     """The limits of ``runtime`` that ``lower(algorithm, runtime=runtime, ...)`` will certainly
     exceed, from :func:`estimate_figures`; empty when none is certain (the lowered program is
-    then checked exactly)."""
+    then checked exactly).
+
+    A direct allgather on 40 fully connected ranks needs a threadblock per peer, 39 of them sending
+    on the one channel all its chunks use:
+
+    >>> from collsynth.algorithm import Algorithm, Send, Step
+    >>> from collsynth.collective import allgather
+    >>> from collsynth.topology import get_topology
+    >>> n = 40
+    >>> direct = Algorithm("direct", get_topology(f"fully-connected:{n}"), allgather(n),
+    ...                    (Step(n, tuple(Send(r, r, d) for r in range(n) for d in range(n)
+    ...                                   if d != r)),))
+    >>> for violation in estimate_limits(direct, "rccl"):
+    ...     print(violation)  # doctest: +NORMALIZE_WHITESPACE
+    MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL: rccl allows 32 sending threadblocks per channel;
+      rank 0 on channel 0 needs 39 (1.2x the limit, 7 over; 40 of 40 ranks)
+    MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL: rccl allows 32 receiving threadblocks per channel;
+      rank 0 on channel 0 needs 39 (1.2x the limit, 7 over; 40 of 40 ranks)
+    >>> [v.limit for v in estimate_limits(direct, "rccl", channels=2)]
+    ['MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL']
+    """
     figures = estimate_figures(algorithm, runtime, channels=channels, instances=instances,
                                inplace=inplace, outofplace=outofplace, channel_by=channel_by)
     return [] if figures is None else find_limit_violations(figures, runtime)

@@ -2,22 +2,6 @@
 
 The details (formats, conventions, rules) are in docs/export.md; section numbers (§) refer to
 docs/msccl-xml.md.
-
-Examples
---------
->>> from collsynth.algorithm import Algorithm, Send, Step
->>> from collsynth.collective import allgather
->>> from collsynth.topology import get_topology
->>> ring = Algorithm("ag", get_topology("ring:3"), allgather(3),
-...                  (Step(1, tuple(Send(r, r, (r + 1) % 3) for r in range(3))),
-...                   Step(1, tuple(Send(r, (r + 1) % 3, (r + 2) % 3) for r in range(3)))))
->>> program = lower(ring, runtime="rccl")
->>> program.coll, program.nchunksperloop, program.min_bytes, program.max_bytes
-('allgather', 3, 0, 0)
->>> from collsynth.export.stats import program_stats
->>> stats = program_stats(program)
->>> stats.threadblocks, stats.max_steps_per_threadblock, stats.scratch_chunks
-((2, 2, 2), 4, (0, 0, 0))
 """
 
 from __future__ import annotations
@@ -112,6 +96,24 @@ def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels
         (:func:`~collsynth.export.limits.estimate_limits`).
     VerificationError
         When ``algorithm`` is not correct.
+
+    Examples
+    --------
+    An allgather on a 3-rank ring, lowered for rccl:
+
+    >>> from collsynth.algorithm import Algorithm, Send, Step
+    >>> from collsynth.collective import allgather
+    >>> from collsynth.topology import get_topology
+    >>> ring = Algorithm("ag", get_topology("ring:3"), allgather(3),
+    ...                  (Step(1, tuple(Send(r, r, (r + 1) % 3) for r in range(3))),
+    ...                   Step(1, tuple(Send(r, (r + 1) % 3, (r + 2) % 3) for r in range(3)))))
+    >>> program = lower(ring, runtime="rccl")
+    >>> program.coll, program.nchunksperloop, program.min_bytes, program.max_bytes
+    ('allgather', 3, 0, 0)
+    >>> from collsynth.export.stats import program_stats
+    >>> stats = program_stats(program)
+    >>> stats.threadblocks, stats.max_steps_per_threadblock, stats.scratch_chunks
+    ((2, 2, 2), 4, (0, 0, 0))
     """
     rt = get_runtime(runtime)
     _check_options(rt, proto, channels, instances, inplace, outofplace, min_bytes, max_bytes)
@@ -280,7 +282,7 @@ def _rows(sends: Sequence) -> list[tuple[int, int, int, bool]]:
 
 class _Lowering:
     """One lowering: threadblocks, ops per rank, scratch, merged messages, dependencies and
-    positions, in that order (see the module docstring).
+    positions, in that order (see docs/export.md).
 
     Every phase is linear in the number of sends (up to sorting and per-rank dictionaries), so
     that algorithms with hundreds of thousands of sends lower in seconds.

@@ -1,24 +1,9 @@
 """Read MSCCL XML into the program IR, and find what the runtimes' own reader would trip on.
 
-Two readers look at an MSCCL XML file, and they disagree (``docs/msccl-xml.md`` §2):
-
-* :func:`read_program` parses it safely with lxml (no DTD, no entities, no network, bounded
-  size) into a :class:`~collsynth.export.program.Program`, keeping source lines.
-* The runtimes use NCCL's hand-written topology reader, which fails on an XML declaration, on a
-  start tag split over lines, on TABs and character data, silently drops attributes after the
-  16th, and reads ``010`` as octal 8. :func:`lexical_problems` finds those on the raw text;
-  :func:`text_problems` adds missing required attributes and integers the runtime would misread;
-  :func:`reader_problems` adds every static rule of :func:`collsynth.export.check.static_problems`.
-
-A :class:`~collsynth.export.check.Problem` is ``(kind, message, line)``; kinds are listed in
-:data:`~collsynth.export.check.PROBLEM_KINDS`.
-
->>> text = ('<algo name="a" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="2" '
-...         'coll="allreduce" inplace="1">\\n</algo>\\n')
->>> read_program(text).ngpus
-2
->>> [str(p) for p in lexical_problems('<?xml version="1.0"?>\\n' + text)]
-["line 1: lexical: an XML declaration; the runtimes' reader fails on it ('expected >, got ?')"]
+Two readers look at an MSCCL XML file, and they disagree (docs/msccl-xml.md §2):
+:func:`read_program` parses it safely with lxml into a :class:`~collsynth.export.program.Program`;
+the runtimes use NCCL's hand-written topology reader, whose quirks :func:`lexical_problems`,
+:func:`text_problems` and :func:`reader_problems` find on the raw text (docs/export.md).
 """
 
 from __future__ import annotations
@@ -343,6 +328,11 @@ def read_program(source: str | bytes | os.PathLike, *, runtime: str | None = Non
         ``runtime``) an integer that is not plain decimal.
     InputTooLargeError
         A file above :data:`MAX_XML_BYTES`.
+
+    >>> text = ('<algo name="a" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="2" '
+    ...         'coll="allreduce" inplace="1">\\n</algo>\\n')
+    >>> read_program(text).ngpus
+    2
     """
     rt = get_runtime(runtime) if runtime is not None else None
     data, label = _source_bytes(source, name)
@@ -379,6 +369,11 @@ def lexical_problems(text: str) -> list[Problem]:
     than :data:`MAX_NAME_CHARS`, spaces around ``=``, values not in double quotes, entity
     references (never decoded), malformed closing tags and unterminated comments or tags.
     Integers and required attributes are :func:`text_problems`' business.
+
+    >>> text = ('<algo name="a" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="2" '
+    ...         'coll="allreduce" inplace="1">\\n</algo>\\n')
+    >>> [str(p) for p in lexical_problems('<?xml version="1.0"?>\\n' + text)]
+    ["line 1: lexical: an XML declaration; the runtimes' reader fails on it ('expected >, got ?')"]
     """
     problems: list[Problem] = []
     line_of = _Lines(text)

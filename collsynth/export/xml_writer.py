@@ -1,26 +1,8 @@
 """Write a :class:`Program` as MSCCL XML in exactly the dialect the runtimes' reader accepts.
 
 The runtimes do not use an XML parser but NCCL's small topology-file reader
-(``docs/msccl-xml.md`` §2), so the text is written by hand, never through an XML
-library: no XML declaration; ``<algo>`` first; one element per line, each start tag on one line;
-attributes separated by single spaces, ``name="value"`` with double quotes; two-space indentation
-(a TAB is fatal to the reader); self-closing ``<step .../>``; at most 16 attributes per element
-(the reader silently drops the rest); integers in plain decimal (a leading ``0`` would be read as
-octal). Attributes come in msccl-tools' order.
-
-Example
--------
->>> from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
->>> step = XmlStep(0, "cpy", "i", 0, "o", 0, 1)
->>> gpu = GpuProgram(0, 1, 1, 0, (ThreadBlock(0, -1, -1, 0, (step,)),))
->>> print(write_program(Program("copy", "Simple", 1, 1, 1, "allreduce", 0, (gpu,)), "msccl"), end="")
-<algo name="copy" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="1" coll="allreduce" inplace="0">
-  <gpu id="0" i_chunks="1" o_chunks="1" s_chunks="0">
-    <tb id="0" send="-1" recv="-1" chan="0">
-      <step s="0" type="cpy" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
-    </tb>
-  </gpu>
-</algo>
+(docs/msccl-xml.md §2), so the text is written by hand, never through an XML library; the
+rules of that dialect are in docs/export.md.
 """
 
 from __future__ import annotations
@@ -59,6 +41,20 @@ def write_program(program: Program, runtime: str) -> str:
         ``maxBytes``), fused ops for a runtime that refuses them, more than 16 attributes, a
         value the reader would misread (quotes, spaces, over 254 characters), an unknown op or
         buffer.
+
+    Example
+    -------
+    >>> from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
+    >>> step = XmlStep(0, "cpy", "i", 0, "o", 0, 1)
+    >>> gpu = GpuProgram(0, 1, 1, 0, (ThreadBlock(0, -1, -1, 0, (step,)),))
+    >>> print(write_program(Program("copy", "Simple", 1, 1, 1, "allreduce", 0, (gpu,)), "msccl"), end="")
+    <algo name="copy" proto="Simple" nchannels="1" nchunksperloop="1" ngpus="1" coll="allreduce" inplace="0">
+      <gpu id="0" i_chunks="1" o_chunks="1" s_chunks="0">
+        <tb id="0" send="-1" recv="-1" chan="0">
+          <step s="0" type="cpy" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="1" depid="-1" deps="-1" hasdep="0"/>
+        </tb>
+      </gpu>
+    </algo>
     """
     rt = get_runtime(runtime)
     if program.coll not in rt.collectives.values():

@@ -1,6 +1,6 @@
 """The *fabric*: a sparse graph with switch-port vertices that carries exactly a topology's limits.
 
-The details: ``docs/large-systems.md``, section "collsynth.graph.fabric".
+The details: ``docs/large-systems.md``, section "The switch fabric".
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class _Vertices:
 
 
 def build_fabric(topology: Topology) -> Fabric:
-    """The fabric of ``topology`` (see the module docstring).
+    """The fabric of ``topology`` (see docs/large-systems.md).
 
     Raises
     ------
@@ -424,7 +424,7 @@ def _check_between(name, links, regions, src_idx, dst_idx, groups) -> None:
 
 
 def _network(name, n, regions, groups, vertices, arcs, self_ok=None, leaf_self_ok=None) -> None:
-    """Ports and region arcs for the links between regions (see the module docstring).
+    """Ports and region arcs for the links between regions (see docs/large-systems.md).
 
     ``self_ok[x]`` (a quotient, :func:`composed_quotient`): region ``x`` stands for several
     nodes of one leaf, so its network paths may return to it; ``leaf_self_ok`` likewise."""
@@ -576,7 +576,7 @@ def _leaves(name, regions, groups, num_regions) -> np.ndarray:
 
 def _rails(name, regions, groups, vertices, arcs, nic_out, nic_in, ports_out, ports_in,
            self_ok=None) -> None:
-    """Rail arcs (see the module docstring): same-rail NICs joined directly, every NIC through
+    """Rail arcs (see docs/large-systems.md): same-rail NICs joined directly, every NIC through
     its cross-rail caps and the spine."""
     num_regions = int(regions.max()) + 1
     cross_out: dict[int, int] = {}

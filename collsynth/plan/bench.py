@@ -1,7 +1,7 @@
 """Benchmarks on GPUs: the nccl-tests (rccl-tests) runs that measure an MSCCL program against the
 runtime's own algorithms, run when the binaries are there, and a report of what was measured.
 
-The details: ``docs/plan.md``, section "collsynth.plan.bench".
+The details: ``docs/plan.md``, section "Benchmarks".
 """
 
 from __future__ import annotations

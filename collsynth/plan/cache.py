@@ -1,6 +1,6 @@
 """A directory cache of synthesized fronts, keyed by topology and collective.
 
-The details: ``docs/plan.md``, section "collsynth.plan.cache".
+The details: ``docs/plan.md``, section "The synthesis cache".
 """
 
 from __future__ import annotations

@@ -1,30 +1,8 @@
 """The traced calls a plan is made from: one adapter over :mod:`collsynth.trace`.
 
-The planner needs little of a trace: per rank, the calls in order, each with its normalised kind,
-its size (bytes, nccl-tests convention: the output buffer of an allgather, the input of a
-reduce-scatter, the buffer of an allreduce / broadcast / reduce, a rank's send buffer of an
-alltoall), its group of global ranks, its root, its reduction and its element size.
 :func:`load_calls` is the one place that reads a trace directory
-(:func:`collsynth.trace.read_trace`, which checks every field).
-
-Examples
---------
->>> import json, pathlib, tempfile
->>> header = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
-...           "world_size": 1, "backend": "nccl", "byte_convention": "nccl-tests",
-...           "hostname": "h", "pid": 1, "torch_version": "2.13.0", "started_unix": 0.0,
-...           "record_durations": False, "cross_node_only": False, "ranks_per_node": None}
->>> call = {"type": "call", "seq": 0, "kind": "allreduce", "function": "all_reduce",
-...         "bytes": 4096, "dtype": "float32", "op": "sum", "group": [0], "group_size": 1,
-...         "root": None, "peer": None, "async_op": False, "site": None, "duration_us": None,
-...         "cross_node": None, "batch": None, "error": None,
-...         "raw": {"element_size": 4, "numel": {"tensor": 1024}}}
->>> folder = pathlib.Path(tempfile.mkdtemp())
->>> text = json.dumps(header) + "\\n" + json.dumps(call) + "\\n"
->>> _ = (folder / "rank-00000.jsonl").write_text(text)
->>> run = load_calls(folder)
->>> run.world_size, run.ranks, run.calls[0][0].kind, run.calls[0][0].size_bytes
-(1, (0,), 'allreduce', 4096)
+(:func:`collsynth.trace.read_trace`, which checks every field); what the planner keeps of each
+call is in docs/plan.md.
 """
 
 from __future__ import annotations
@@ -113,6 +91,25 @@ def load_calls(trace_dir: str | os.PathLike[str]) -> TracedRun:
         file (the message names the file, the line and the field).
     InputTooLargeError
         A trace beyond :data:`collsynth.trace.records.MAX_TRACE_BYTES`.
+
+    Examples
+    --------
+    >>> import json, pathlib, tempfile
+    >>> header = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
+    ...           "world_size": 1, "backend": "nccl", "byte_convention": "nccl-tests",
+    ...           "hostname": "h", "pid": 1, "torch_version": "2.13.0", "started_unix": 0.0,
+    ...           "record_durations": False, "cross_node_only": False, "ranks_per_node": None}
+    >>> call = {"type": "call", "seq": 0, "kind": "allreduce", "function": "all_reduce",
+    ...         "bytes": 4096, "dtype": "float32", "op": "sum", "group": [0], "group_size": 1,
+    ...         "root": None, "peer": None, "async_op": False, "site": None, "duration_us": None,
+    ...         "cross_node": None, "batch": None, "error": None,
+    ...         "raw": {"element_size": 4, "numel": {"tensor": 1024}}}
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> text = json.dumps(header) + "\\n" + json.dumps(call) + "\\n"
+    >>> _ = (folder / "rank-00000.jsonl").write_text(text)
+    >>> run = load_calls(folder)
+    >>> run.world_size, run.ranks, run.calls[0][0].kind, run.calls[0][0].size_bytes
+    (1, (0,), 'allreduce', 4096)
     """
     return _load_calls(trace_dir)
 

@@ -1,6 +1,6 @@
 """Candidates and size ranges: which algorithm runs a collective on a group, size by size.
 
-The details: ``docs/plan.md``, section "collsynth.plan.choose".
+The details: ``docs/plan.md``, section "Choosing the candidates".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The environment variables each runtime needs to load a plan's XML files.
 
-The details: ``docs/plan.md``, section "collsynth.plan.environment".
+The details: ``docs/plan.md``, section "The runtime's environment".
 """
 
 from __future__ import annotations

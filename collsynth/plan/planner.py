@@ -1,6 +1,6 @@
 """Make a plan: from a trace and a topology to the algorithm each traced collective should run.
 
-The details: ``docs/plan.md``, section "collsynth.plan.planner".
+The details: ``docs/plan.md``, section "Making a plan".
 """
 
 from __future__ import annotations

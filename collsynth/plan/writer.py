@@ -1,6 +1,6 @@
 """Write a plan directory, all or nothing.
 
-The details: ``docs/plan.md``, section "collsynth.plan.writer".
+The details: ``docs/plan.md``, section "The plan directory".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Prove a run against PyTorch's own collective, and time both.
 
-The details: ``docs/executor.md``, section "collsynth.runtime.compare".
+The details: ``docs/executor.md``, section "Comparing with the runtime's own collectives".
 """
 
 from __future__ import annotations

@@ -450,7 +450,7 @@ def run(algorithm: Algorithm, input: "torch.Tensor | Sequence[torch.Tensor] | No
     algorithm:
         A verified algorithm for ``dist.get_world_size(group)`` ranks (verified again here).
     input, output:
-        This rank's tensors in torch's layout (module docstring); ``output=None``: in place.
+        This rank's tensors in torch's layout (docs/executor.md); ``output=None``: in place.
         For gather (scatter), ``output`` (``input``) may be the list of ``n`` tensors torch's
         ``gather_list`` (``scatter_list``) takes.
     group:

@@ -103,7 +103,7 @@ def _threadblocks(program: Program) -> dict[int, dict[int, ThreadBlock]]:
 
 
 def schedule(program: Program) -> Schedule:
-    """Schedule ``program`` globally (module docstring); the same on every rank.
+    """Schedule ``program`` globally (docs/executor.md); the same on every rank.
 
     Raises
     ------
@@ -159,7 +159,7 @@ def _compute_levels(sched: Schedule) -> None:
 
 
 def _assign_levels(sched: Schedule) -> None:
-    """Levels (module docstring), aligned when the program allows it."""
+    """Levels (docs/executor.md), aligned when the program allows it."""
     _compute_levels(sched)
     for _ in range(len(sched.ops) + 2):
         senders = [(sched.ops[op.step.received.index], op) for op in sched.ops
@@ -534,7 +534,7 @@ def prepare_program(program: Program, input: "torch.Tensor | None",
 def run_program(program: Program, input: "torch.Tensor | None",
                 output: "torch.Tensor | None" = None, *, group: Any = None, op: str = "sum",
                 timeout_s: float | None = DEFAULT_TIMEOUT_S) -> "torch.Tensor | None":
-    """Execute an MSCCL program on this rank's tensors (module docstring).
+    """Execute an MSCCL program on this rank's tensors (docs/executor.md).
 
     Call it on every rank of ``group``; this rank runs ``<gpu id=rank>``.
 

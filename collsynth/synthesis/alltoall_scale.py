@@ -276,7 +276,7 @@ def _generic_bound(topology: Topology) -> CutBound:
 
 
 def alltoall_cut_bound(topology: Topology) -> CutBound:
-    """The best cut lower bound on alltoall rounds per chunk (see the module docstring).
+    """The best cut lower bound on alltoall rounds per chunk (see docs/large-systems.md).
 
     Sound for every algorithm in collsynth's model; never above
     :func:`~collsynth.bounds.rounds_per_chunk_lower_bound`.
@@ -485,7 +485,7 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
                             node_algorithm: Algorithm | None = None,
                             deadline: Deadline | None = None) -> ScheduleResult:
     """A verified alltoall for a large topology, the best of the direct and hierarchical
-    schedules (see the module docstring), with its ratio to a lower bound.
+    schedules (see docs/large-systems.md), with its ratio to a lower bound.
 
     Returns a :class:`~collsynth.synthesis.result.ScheduleResult` of engine ``"alltoall"``
     whose ``details`` hold ``schedule``, ``cut_bound``, ``exact_bound`` and ``candidates``.

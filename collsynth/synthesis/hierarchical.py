@@ -679,7 +679,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
                            deadline: Deadline | None = None) -> ScheduleResult:
     """A verified hierarchical algorithm for ``collective_name`` on a composed topology.
 
-    See the module docstring for how each collective is built.
+    See docs/large-systems.md for how each collective is built.
 
     Parameters
     ----------

@@ -149,9 +149,7 @@ class ScheduleResult:
         (every image of the template; as verified as the template, through the symmetry)."""
         if self.algorithm is not None:
             return self.algorithm
-        from collsynth.synthesis.bandwidth_optimal.symmetric import expand
-
-        return expand(self.compact)
+        return self.compact.expanded()
 
     def with_lower_bound(self, bound: Fraction, seconds: float) -> ScheduleResult:
         """This result measured against ``bound``, computed in ``seconds`` (added to the time)."""

@@ -1,29 +1,6 @@
 """The alpha-beta cost model: one latency per step plus one transfer time per byte.
 
 The details (formats, conventions, rules) are in docs/timing.md.
-
-Examples
---------
-A 4-GPU unidirectional ring with 10 GB/s links and 2 us per step, and its 3-step allgather (in
-step ``t`` every rank ``r`` forwards chunk ``r - t`` to ``r + 1``):
-
->>> from collsynth.algorithm import Algorithm, Send, Step, verify
->>> from collsynth.collective import allgather
->>> from collsynth.topology import Topology
->>> ring = Topology("ring4", ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0)),
-...                 unit_gbps=10.0, alpha_us=2.0)
->>> steps = tuple(Step(1, tuple(Send((r - t) % 4, r, (r + 1) % 4) for r in range(4)))
-...               for t in range(3))
->>> ring_allgather = verify(Algorithm("ring", ring, allgather(4), steps))
->>> model = from_topology(ring)
->>> model
-AlphaBeta(alpha_us=2.0, beta_us_per_byte=0.0001)
-
-A 4 MB allgather (output buffer) moves base chunks of 1 MB: 3 steps of 2 us plus 3 rounds per
-chunk of 10**6 bytes at 10**4 bytes per us:
-
->>> round(algorithm_time_us(ring_allgather, 4_000_000, model), 6)
-306.0
 """
 
 from __future__ import annotations
@@ -202,6 +179,29 @@ def algorithm_time_us(algorithm: "Algorithm", size_bytes: Real, model: AlphaBeta
     ------
     UnknownNameError
         For a collective without a buffer convention (use :func:`instance_time_us`).
+
+    Examples
+    --------
+    A 4-GPU unidirectional ring with 10 GB/s links and 2 us per step, and its 3-step allgather (in
+    step ``t`` every rank ``r`` forwards chunk ``r - t`` to ``r + 1``):
+
+    >>> from collsynth.algorithm import Algorithm, Send, Step, verify
+    >>> from collsynth.collective import allgather
+    >>> from collsynth.topology import Topology
+    >>> ring = Topology("ring4", ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0)),
+    ...                 unit_gbps=10.0, alpha_us=2.0)
+    >>> steps = tuple(Step(1, tuple(Send((r - t) % 4, r, (r + 1) % 4) for r in range(4)))
+    ...               for t in range(3))
+    >>> ring_allgather = verify(Algorithm("ring", ring, allgather(4), steps))
+    >>> model = from_topology(ring)
+    >>> model
+    AlphaBeta(alpha_us=2.0, beta_us_per_byte=0.0001)
+
+    A 4 MB allgather (output buffer) moves base chunks of 1 MB: 3 steps of 2 us plus 3 rounds per
+    chunk of 10**6 bytes at 10**4 bytes per us:
+
+    >>> round(algorithm_time_us(ring_allgather, 4_000_000, model), 6)
+    306.0
     """
     collective = algorithm.collective
     chunk = base_chunk_bytes(collective.name, collective.num_ranks, size_bytes)

@@ -100,7 +100,7 @@ class CalibrationEntry:
     model:
         ``"alpha-beta"`` or ``"piecewise"`` (:data:`collsynth.timing.fit.MODELS`).
     params:
-        The model's figures (see the module docstring), e.g. ``alpha_us``, ``busbw_gbps``.
+        The model's figures (see docs/timing.md), e.g. ``alpha_us``, ``busbw_gbps``.
     gmae, gmae_rows, gmae_heldout:
         The fit's error over the sweep, over every row, and on the sizes a fit to every other
         size did not see, as fractions (``gmae_rows`` and ``gmae_heldout`` optional).
@@ -164,7 +164,7 @@ class CalibrationEntry:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Fitted figures of one machine: see the module docstring.
+    """Fitted figures of one machine: see docs/timing.md.
 
     Parameters
     ----------
@@ -215,7 +215,7 @@ class Calibration:
     def alpha_beta_for(self, collective: str, *, ranks: int | None = None) -> AlphaBeta:
         """The fitted line of ``collective`` as measured: ``time_us = alpha_us + size_bytes *
         beta_us_per_byte`` for the whole collective, ``size_bytes`` in the nccl-tests
-        convention (see the module docstring; this is not a per-step model).
+        convention (see docs/timing.md; this is not a per-step model).
 
         Uses the alpha-beta entry, else the piecewise one (its overhead and ``1 / algbw`` at the
         peak). ``ranks`` chooses between entries of several rank counts.
@@ -242,8 +242,8 @@ class Calibration:
         return AlphaBeta(alpha_us=entry.alpha_us, beta_us_per_byte=entry.beta_us_per_byte)
 
     def apply(self, topology: Topology) -> Topology:
-        """``topology`` with ``alpha_us`` and ``unit_gbps`` from the fit (see the module
-        docstring for the mapping); the figures used are recorded in its metadata under
+        """``topology`` with ``alpha_us`` and ``unit_gbps`` from the fit (see
+        docs/timing.md for the mapping); the figures used are recorded in its metadata under
         ``"calibration"``.
 
         Raises

@@ -94,7 +94,7 @@ class AlphaBetaFit:
 
     ``latency_max_bytes`` is the largest size of the latency regime, ``bandwidth_min_bytes`` the
     smallest of the bandwidth regime. ``gmae``, ``gmae_rows`` and ``gmae_heldout`` are the
-    errors of the module docstring (fractions; ``gmae_heldout`` is ``None`` below three sizes).
+    errors of docs/timing.md (fractions; ``gmae_heldout`` is ``None`` below three sizes).
     """
 
     file: str
@@ -125,7 +125,7 @@ class AlphaBetaFit:
 
 @dataclass(frozen=True)
 class PiecewiseFit:
-    """The continuous, monotone piecewise bus-bandwidth curve (module docstring).
+    """The continuous, monotone piecewise bus-bandwidth curve (docs/timing.md).
 
     ``alpha_us`` is the time up to ``min_bytes`` (the least the curve predicts: its base
     latency); up to ``knee_bytes`` the time grows as ``(size / min_bytes) ** latency_exponent``;
@@ -133,7 +133,7 @@ class PiecewiseFit:
     ``log(busbw)`` follows a sigmoid centred at ``center_bytes`` with ``steepness`` per doubling,
     from the latency piece's value at the knee to the peak at saturation. ``factor`` is
     nccl-tests' ``busbw / algbw``. ``gmae``, ``gmae_rows`` and ``gmae_heldout`` are the errors of
-    the module docstring.
+    docs/timing.md.
     """
 
     file: str
@@ -254,7 +254,7 @@ def _heldout(sweep: _Sweep, fit: Any) -> Any:
 
 def fit_alpha_beta(log: BenchmarkLog, *, options: FitOptions | None = None,
                    heldout: bool = True) -> AlphaBetaFit:
-    """Fit the alpha-beta line to ``log`` by regime (see the module docstring); with
+    """Fit the alpha-beta line to ``log`` by regime (see docs/timing.md); with
     ``heldout``, also fit every other size to score ``gmae_heldout``.
 
     Raises
@@ -353,7 +353,7 @@ def _max_shape_slope(x_knee: float, x_sat: float, center: float, steepness: floa
 
 
 def _piecewise_log_time(x: np.ndarray, curve: _Curve, log_factor: float) -> np.ndarray:
-    """Natural log of the time (us) at ``x = log2(size)`` (see the module docstring; a sigmoid
+    """Natural log of the time (us) at ``x = log2(size)`` (see docs/timing.md; a sigmoid
     of ``log10(busbw)`` is one of ``ln(busbw)`` with the same centre and steepness). The middle
     runs from the latency piece's bus bandwidth at the knee to the peak, so the pieces meet; the
     latency piece is computed as a time, so that it is exactly flat where it is flat."""
@@ -464,8 +464,8 @@ def _binned(x: np.ndarray, y: np.ndarray, most: int) -> tuple[np.ndarray, np.nda
 
 
 def fit_piecewise(log: BenchmarkLog, *, heldout: bool = True) -> PiecewiseFit:
-    """Fit the continuous, monotone piecewise bus-bandwidth curve to ``log`` (see the module
-    docstring); with ``heldout``, also fit every other size to score ``gmae_heldout`` (which
+    """Fit the continuous, monotone piecewise bus-bandwidth curve to ``log`` (see
+    docs/timing.md); with ``heldout``, also fit every other size to score ``gmae_heldout`` (which
     doubles the work).
 
     Raises

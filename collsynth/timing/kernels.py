@@ -245,6 +245,9 @@ def reduce_time_us(nbytes: Real, device: "str | Device", *, inputs: int = 2,
 
     >>> round(reduce_time_us(9 * 10**8, "v100", where="dram"), 6)   # 4 + 2.7e9 B / 9e5 B/us
     3004.0
+    >>> d = DEVICES["a100-80gb"]
+    >>> round(reduce_time_us(2 * 10**9, d, where="dram") - d.launch_us, 3)   # 6 GB at 2039 GB/s
+    2942.619
     """
     if not isinstance(inputs, int) or inputs < 1:
         raise InvalidInstanceError(f"inputs = {inputs!r}; expected an integer >= 1")
@@ -278,7 +281,7 @@ def reduce_gamma_us_per_byte(device: "str | Device", *, inputs: int = 2,
 
 
 def gemm(m: int, n: int, k: int, device: "str | Device", *, dtype: str = "fp16") -> KernelEstimate:
-    """The roofline of ``C[m, n] = A[m, k] @ B[k, n]`` (see the module docstring).
+    """The roofline of ``C[m, n] = A[m, k] @ B[k, n]`` (see docs/timing.md).
 
     >>> e = gemm(8192, 8192, 8192, "a100", dtype="fp16")   # 1.1e12 flop at 312 TFLOP/s
     >>> e.bound, round(e.time_us, 1)
@@ -333,7 +336,7 @@ def embedding_bag_forward(lookups: int, bags: int, dim: int, rows: int, device: 
                           dtype_bytes: int = 4, index_bytes: int = 8) -> KernelEstimate:
     """Gather ``lookups`` rows of ``dim`` elements and pool them into ``bags`` output rows.
 
-    See the module docstring for the traffic. A table that fits in the cache is all hits:
+    See docs/timing.md for the traffic. A table that fits in the cache is all hits:
 
     >>> e = embedding_bag_forward(1000, 10, 64, 1000, "v100")
     >>> e.dram_bytes, e.cache_bytes        # 8000 B of indices + 2560 B out; 256000 B of rows

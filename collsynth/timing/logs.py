@@ -125,7 +125,7 @@ class BenchmarkLog:
     runtime, runtime_version:
         The runtime the log was measured with, lower case (``"nccl"``, ``"rccl"``, or what the
         caller said: ``"msccl"``...), and its version (``"2.18.3+hip6.0"``), each ``None`` when
-        the log does not say (see the module docstring).
+        the log does not say (see docs/timing.md).
     channels:
         The runtime's channel count for the run, ``None`` when the log does not say.
     """
@@ -186,7 +186,7 @@ def busbw_factor(collective: str, ranks: int) -> float:
 def load_log(path: str | os.PathLike[str], *, collective: str | None = None,
              ranks: int | None = None, runtime: str | None = None,
              channels: int | None = None, max_bytes: int = MAX_LOG_BYTES) -> BenchmarkLog:
-    """Read a benchmark log file, detecting its format (see the module docstring).
+    """Read a benchmark log file, detecting its format (see docs/timing.md).
 
     Parameters
     ----------

@@ -1,26 +1,6 @@
 """The closed-form cost model, symbolic in the buffer size, with exact crossovers.
 
 The details (formats, conventions, rules) are in docs/timing.md.
-
-Examples
---------
-The 3-step allgather on a 4-GPU unidirectional ring (2 us per step, 10 GB/s per link):
-
->>> from collsynth.algorithm import Algorithm, Send, Step, verify
->>> from collsynth.collective import allgather
->>> from collsynth.topology import Topology
->>> ring = Topology("ring4", ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0)),
-...                 unit_gbps=10.0, alpha_us=2.0)
->>> steps = tuple(Step(1, tuple(Send((r - t) % 4, r, (r + 1) % 4) for r in range(4)))
-...               for t in range(3))
->>> ring_allgather = verify(Algorithm("ring", ring, allgather(4), steps))
->>> symbolic_time(ring_allgather)
-3*size_bytes/40000 + 6
-
-A 2-step point at 4 rounds per chunk crosses it where ``4 + size/10000 = 6 + 3 size/40000``:
-
->>> crossover((2, 4), ring_allgather, "allgather", 4, model=cost_model(ring))
-Fraction(80000, 1)
 """
 
 from __future__ import annotations
@@ -216,7 +196,7 @@ def step_figures(algorithm: "Algorithm", model: CostModel | AlphaBeta | None = N
 
 
 def reduced_pieces(algorithm: "Algorithm") -> tuple[int, ...]:
-    """Per step, the most reducing sends any one rank receives (``m_t`` in the module docstring).
+    """Per step, the most reducing sends any one rank receives (``m_t`` in docs/timing.md).
 
     Each is one piece (``1 / chunks`` of a base chunk) the receiver combines into its buffer.
     """
@@ -239,8 +219,8 @@ def symbolic_time(source: "Algorithm | Point | SymbolicCost | sympy.Expr",
     Parameters
     ----------
     source:
-        An :class:`~collsynth.algorithm.Algorithm` (priced step by step, see the module
-        docstring); a ``(steps, rounds_per_chunk)`` point, priced with one alpha and beta (the
+        An :class:`~collsynth.algorithm.Algorithm` (priced step by step, see
+        docs/timing.md); a ``(steps, rounds_per_chunk)`` point, priced with one alpha and beta (the
         default class of ``model``, since a point has no links to classify); anything with a
         ``symbolic_time()`` method (an NCCL baseline); or a sympy expression (returned as is).
     collective, n:
@@ -323,6 +303,24 @@ def crossover(a: Any, b: Any, collective: Any = None, n: int | None = None, *,
     Fraction(420000, 1)
     >>> crossover((2, 2), (3, 2), "allgather", 8, model=m) is None
     True
+
+    The 3-step allgather on a 4-GPU unidirectional ring (2 us per step, 10 GB/s per link):
+
+    >>> from collsynth.algorithm import Algorithm, Send, Step, verify
+    >>> from collsynth.collective import allgather
+    >>> from collsynth.topology import Topology
+    >>> ring = Topology("ring4", ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0)),
+    ...                 unit_gbps=10.0, alpha_us=2.0)
+    >>> steps = tuple(Step(1, tuple(Send((r - t) % 4, r, (r + 1) % 4) for r in range(4)))
+    ...               for t in range(3))
+    >>> ring_allgather = verify(Algorithm("ring", ring, allgather(4), steps))
+    >>> symbolic_time(ring_allgather)
+    3*size_bytes/40000 + 6
+
+    A 2-step point at 4 rounds per chunk crosses it where ``4 + size/10000 = 6 + 3 size/40000``:
+
+    >>> crossover((2, 4), ring_allgather, "allgather", 4, model=cost_model(ring))
+    Fraction(80000, 1)
     """
     ta = symbolic_time(a, collective, n, model=model)
     tb = symbolic_time(b, collective, n, model=model)

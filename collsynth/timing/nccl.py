@@ -411,7 +411,7 @@ def ring_steps(collective: str, num_ranks: int) -> int:
 def nccl_choices(setup: "NcclSetup | Topology", collective: str, *,
                  protocols: Sequence[str] = PROTOCOLS,
                  algorithms: Sequence[str] = ALGORITHMS) -> tuple[NcclChoice, ...]:
-    """Every (algorithm, protocol) NCCL would consider for ``collective`` (module docstring).
+    """Every (algorithm, protocol) NCCL would consider for ``collective`` (docs/timing.md).
 
     Ring for allreduce, allgather, reduce-scatter, broadcast and reduce; tree for allreduce only.
     Other collectives (alltoall, gather, scatter: grouped point-to-point in NCCL, outside its

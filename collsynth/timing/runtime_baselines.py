@@ -1,24 +1,9 @@
 """The runtime's own algorithms as MSCCL programs, so one simulator prices both sides.
 
-NCCL and RCCL run allgather, reduce-scatter and allreduce on rings, one ring per channel, each
-channel moving its share of every rank's data (``src/device/all_gather.h`` and siblings). The
-same schedule written as an MSCCL program, one thread block per rank and channel sending to
-its ring successor and receiving from its predecessor, runs through
+NCCL and RCCL run allgather, reduce-scatter and allreduce on rings, one ring per channel; the same
+schedule written as an MSCCL program runs through
 :func:`collsynth.timing.runtime_model.simulate_program` with the same constants as any
-synthesized program ("one yardstick"):
-
-* allgather (``n - 1`` steps): ``s`` of the rank's own chunk, ``n - 2`` ``rcs`` that store and
-  forward, ``r``; then ``cpy`` of the rank's own input to its output (out of place);
-* reduce-scatter: ``s``, ``n - 2`` ``rrs`` (receive, reduce with the own input, send), ``rrc``
-  into the output;
-* allreduce (``2(n - 1)`` steps): the reduce-scatter with its last step an ``rrcs`` (the reduced
-  chunk is also sent on), then the allgather's ``n - 2`` ``rcs`` and ``r``.
-
-Channel ``c`` carries chunk ``c`` of every rank's part (``nchunksperloop = n x channels``).
-
->>> p = ring_program("allgather", [(0, 1, 2, 3)])
->>> [st.type for st in p.gpus[0].threadblocks[0].steps]
-['s', 'rcs', 'rcs', 'r', 'cpy']
+synthesized program ("one yardstick"). The programs' steps are in docs/runtime-model.md.
 """
 
 from __future__ import annotations
@@ -78,6 +63,10 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
         A collective without a ring here (allgather, reduce_scatter, allreduce have one).
     InvalidInstanceError
         No ring, or a ring that is not a permutation of the same ranks as the first.
+
+    >>> p = ring_program("allgather", [(0, 1, 2, 3)])
+    >>> [st.type for st in p.gpus[0].threadblocks[0].steps]
+    ['s', 'rcs', 'rcs', 'r', 'cpy']
     """
     key = canonical_name(collective)
     if key not in RING_COLLECTIVES:

@@ -1,21 +1,9 @@
 """The constants of a runtime (NCCL, RCCL, MSCCL) that the program model needs, and their file.
 
-:class:`RuntimeConstants` holds, per runtime: the base latency every call pays, the per-hop
-latency and the per-connection throughput ceiling of each link class (``"intra"``: a link inside
-a node; ``"network"``: a link between nodes) and protocol, the FIFO geometry (``NCCL_STEPS``
-slots of ``NCCL_BUFFSIZE / NCCL_STEPS`` bytes) and the reduction cost gamma. The defaults and
-their sources are in :data:`DEFAULTS` and ``docs/runtime-model.md``; a calibration
-(:mod:`collsynth.timing.runtime_fit`) replaces the measurable ones by fitted values.
-
-The file (``collsynth calibrate-runtime -o rt.json``) is JSON with ``"format":
-"collsynth-runtime-constants"``; :func:`load_runtime_constants` and :func:`save_runtime_constants`
-read and write it.
-
->>> c = default_constants("nccl")
->>> c.hop_latency("network", "Simple"), c.slot_bytes["Simple"]
-(14.0, 524288)
->>> constants_from_dict(constants_to_dict(c)) == c
-True
+:class:`RuntimeConstants` holds them per runtime; the defaults and their sources are in
+:data:`DEFAULTS` and docs/runtime-model.md, which also describes the file
+(``collsynth calibrate-runtime -o rt.json``) that :func:`load_runtime_constants` and
+:func:`save_runtime_constants` read and write.
 """
 
 from __future__ import annotations
@@ -247,6 +235,10 @@ def default_constants(runtime: str) -> RuntimeConstants:
     ------
     UnknownNameError
         For another name.
+
+    >>> c = default_constants("nccl")
+    >>> c.hop_latency("network", "Simple"), c.slot_bytes["Simple"]
+    (14.0, 524288)
     """
     try:
         return DEFAULTS[runtime]
@@ -281,6 +273,10 @@ def constants_from_dict(data: Any, *, label: str = "runtime constants") -> Runti
     ------
     FileFormatError
         A wrong ``format``, a missing ``runtime`` or a field of the wrong shape.
+
+    >>> c = default_constants("nccl")
+    >>> constants_from_dict(constants_to_dict(c)) == c
+    True
     """
     if not isinstance(data, Mapping) or data.get("format") != FORMAT:
         raise FileFormatError(label, f"expected a JSON object with \"format\": \"{FORMAT}\"")

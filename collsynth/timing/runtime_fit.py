@@ -1,6 +1,6 @@
 """Calibrate a runtime's constants on its own measured curve, by simulating its own ring.
 
-The details: ``docs/runtime-model.md``, section "collsynth.timing.runtime_fit".
+The details: ``docs/runtime-model.md``, section "Fitting the runtime constants".
 """
 
 from __future__ import annotations

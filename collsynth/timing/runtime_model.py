@@ -2,41 +2,7 @@
 
 Where :mod:`collsynth.timing.model` prices an algorithm's steps in closed form, this module
 runs the *program* the runtime executes (an XML file, or an algorithm after lowering) the way
-the runtime does (``docs/runtime-model.md`` gives the model and its sources):
-
-* :class:`~collsynth.export.semantics.Scheduler` executes the thread blocks once, in a
-  happens-before order, and names for each transfer what it waited for: the previous transfer
-  of its thread block, the transfers that published its dependencies and, for a receive, the
-  matching send. That graph does not depend on the size; :func:`prepare_program` builds it once.
-* At a size, every transfer moves ``cnt x chunk`` data bytes (``chunk`` = the nccl-tests buffer
-  / its chunks, ``docs/msccl-xml.md`` §8.1). A thread block runs its transfers in order. A send
-  streams its bytes into its connection (peer pair x channel) at the connection's rate; they
-  arrive one hop latency later. A receive may start once the first *slice* arrived (the
-  protocol's pipelining grain), and ends when the last one did; a forwarding step (``rcs``,
-  ``rrs``, ``rrcs``) passes the data on as it arrives, so it ends no earlier than one slice
-  after its input. Reductions and local copies cost ``gamma`` per byte.
-* A connection's rate is the least of its ceiling (per link class and protocol), its FIFO
-  window over the round trip (``fifo_slots`` slots in flight per two hop latencies) and its
-  share of every link and bandwidth group (a NIC, a switch port) it crosses. Shares are fair
-  shares of each resource among the transfers crossing it at the same time, found by a fixed
-  point: each pass times the program with the current rates, measures each resource's load over
-  each transfer's lifetime, and scales the rates of transfers through an overloaded resource by
-  capacity / load, until the rates settle.
-* Every call pays the runtime's base latency once: ``time = base + makespan``.
-
-On a uniform case it is the alpha-beta closed form: a k-step ring program whose chunks fit in
-one slice costs ``base + k (alpha + chunk * beta)``.
-
->>> from collsynth.timing.runtime_baselines import ring_program
->>> from collsynth.timing.runtime_constants import default_constants
->>> from collsynth.topology import get_topology
->>> from collsynth.topology.builtins import with_figures
->>> ring4 = with_figures(get_topology("ring:4"), unit_gbps=10.0, alpha_us=2.0)
->>> program = ring_program("allgather", [(0, 1, 2, 3)], protocol="Simple")
->>> c = default_constants("nccl")
->>> t = simulate_program(program, ring4, 4000, c)
->>> round(t.time_us - c.base_latency("Simple"), 6)  # 3 hops of 3.4 us + 1000 B at 10 GB/s
-10.5
+the runtime does; docs/runtime-model.md gives the model and its sources.
 """
 
 from __future__ import annotations
@@ -322,6 +288,20 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
     ------
     InvalidInstanceError
         A negative size, an unknown protocol, or what :func:`prepare_program` refuses.
+
+    On a uniform case it is the alpha-beta closed form: a k-step ring program whose chunks fit in
+    one slice costs ``base + k (alpha + chunk * beta)``.
+
+    >>> from collsynth.timing.runtime_baselines import ring_program
+    >>> from collsynth.timing.runtime_constants import default_constants
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.topology.builtins import with_figures
+    >>> ring4 = with_figures(get_topology("ring:4"), unit_gbps=10.0, alpha_us=2.0)
+    >>> program = ring_program("allgather", [(0, 1, 2, 3)], protocol="Simple")
+    >>> c = default_constants("nccl")
+    >>> t = simulate_program(program, ring4, 4000, c)
+    >>> round(t.time_us - c.base_latency("Simple"), 6)  # 3 hops of 3.4 us + 1000 B at 10 GB/s
+    10.5
     """
     prep = program if isinstance(program, PreparedProgram) else prepare_program(program,
                                                                                   topology)

@@ -44,7 +44,7 @@ def compose_nodes(
     ----------
     node:
         One node (e.g. ``get_topology("dgx-a100")``). Its NICs come from ``node.metadata["nic"]``
-        (see the module docstring) unless ``nic_units`` is given.
+        (see docs/topologies.md) unless ``nic_units`` is given.
     nodes:
         Number of copies, at least 1. Rank ``r`` of copy ``k`` is rank ``k * node.num_ranks + r``.
     nic_units:

@@ -1,6 +1,6 @@
 """The collsynth topology file format (JSON), version 1.
 
-The details: ``docs/topologies.md``, section "collsynth.topology.fileformat".
+The details: ``docs/topologies.md``, section "Topology files".
 """
 
 from __future__ import annotations

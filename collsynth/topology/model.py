@@ -12,7 +12,7 @@ Conventions (stated here once, used everywhere in collsynth):
   synthesis only needs the integer units; the timing model needs the physical figures.
 * A composed topology keeps ``links`` and ``groups`` sparse (:class:`SparseLinks`,
   :class:`SparseGroups`): built from the node and the fabric on first use, refused above
-  :data:`MAX_DENSE_RANKS` (docs/topology.md).
+  :data:`MAX_DENSE_RANKS` (docs/bounds.md).
 """
 
 from __future__ import annotations

@@ -1,47 +1,9 @@
 """Fabrics between nodes: one switch, leaf-spine or rail-optimised, with a ratio per tier.
 
 :func:`~collsynth.topology.compose.compose_nodes` joins ``K`` nodes through their NICs; the
-*fabric* says which of the traffic between nodes shares which switch uplinks. Each fabric has
-*tiers*, named by the switch (or node) whose uplinks they limit; a tier's *oversubscription*
-``X >= 1`` is the bandwidth into it from below divided by the bandwidth up from it (``2`` is
-"2:1"; 1, the default, is non-blocking and adds nothing):
-
-* ``switch`` (default): every NIC on one switch. Tier ``node``: each node's traffic to the
-  other nodes shares ``floor(node NIC units / X)`` units, its share of the network core.
-* ``leaf-spine``: ``nodes_per_leaf`` nodes under each leaf switch (``K`` a multiple of it),
-  leaves under spine switches. Tier ``leaf``: the traffic from a leaf's ranks to every rank
-  outside the leaf shares ``leaf NIC units / X`` units, and so does the traffic into the leaf
-  (one group per leaf per direction). Tier ``node`` as for ``switch``.
-* ``rail``: NIC ``i`` of every node on rail switch ``i``, the rails joined by a spine layer.
-  Between two nodes, traffic from NIC ``i`` to NIC ``i`` stays in rail switch ``i``; traffic to
-  another NIC goes up through the spines. Tier ``rail``: a rail switch's uplinks carry ``1/X``
-  of its ports, shared out equally among its ports: the sends from NIC ``i`` of node ``k`` to
-  ranks of other nodes on other rails share ``NIC units / X`` units, and so do the sends into
-  it from other rails (one group per NIC per direction). A bandwidth group limits every link
-  between its sources and destinations, NVLinks inside a node included, so one group per rail
-  cannot express this; the equal share is exact for collectives that treat every node alike
-  (allgather, reduce-scatter, allreduce, alltoall: averaging an optimal schedule over the node
-  shifts loads every share equally) and conservative for rooted ones.
-
-Link bandwidths are whole units, so when a tier's share is not whole the composed topology is
-rescaled (every bandwidth multiplied by the least factor up to ``MAX_RESCALE`` that makes it
-whole, ``unit_gbps`` divided by it), as for a NIC slower than one unit.
-
-Examples
---------
-Four 4-GPU rings, one 1-unit NIC per GPU, two nodes (8 NIC units) under each leaf, 2:1:
-
->>> from collsynth.topology import compose_nodes, get_topology
->>> system = compose_nodes(get_topology("ring:4"), 4, nic_units=1, fabric="leaf-spine",
-...                        nodes_per_leaf=2, oversubscription=2)
->>> [(g.name, len(g.sources), len(g.destinations), g.limit) for g in system.groups
-...  if g.name.startswith("leaf 0")]
-[('leaf 0 uplink (oversubscription 2)', 8, 8, 4), ('leaf 0 downlink (oversubscription 2)', 8, 8, 4)]
->>> spec = fabric_spec("leaf-spine", nodes=4, nodes_per_leaf=2, oversubscription=2)
->>> spec.ratio("leaf"), spec.ratio("node")
-(Fraction(2, 1), Fraction(1, 1))
->>> parse_oversubscription("leaf=2,node=3/2")
-{'leaf': Fraction(2, 1), 'node': Fraction(3, 2)}
+*fabric* says which of the traffic between nodes shares which switch uplinks, tier by tier, each
+tier with its oversubscription ratio. The fabrics, their tiers and the bandwidth groups they add
+are in docs/topologies.md.
 """
 
 from __future__ import annotations
@@ -136,6 +98,9 @@ def parse_oversubscription(text: str) -> Fraction | dict[str, Fraction]:
     Fraction(2, 1)
     >>> parse_oversubscription("rail=1.5")
     {'rail': Fraction(3, 2)}
+
+    >>> parse_oversubscription("leaf=2,node=3/2")
+    {'leaf': Fraction(2, 1), 'node': Fraction(3, 2)}
     """
     def number(part: str) -> Fraction:
         try:
@@ -171,7 +136,7 @@ def fabric_spec(kind: str = "switch", *, nodes: int, nodes_per_leaf: int | None 
     Parameters
     ----------
     kind:
-        ``"switch"``, ``"leaf-spine"`` or ``"rail"`` (see the module docstring).
+        ``"switch"``, ``"leaf-spine"`` or ``"rail"`` (see docs/topologies.md).
     nodes:
         ``K``, the number of nodes joined.
     nodes_per_leaf:
@@ -187,6 +152,20 @@ def fabric_spec(kind: str = "switch", *, nodes: int, nodes_per_leaf: int | None 
     ------
     InvalidTopologyError
         On an unknown fabric or tier, a missing or misfit ``nodes_per_leaf``, or a bad ratio.
+
+    Examples
+    --------
+    Four 4-GPU rings, one 1-unit NIC per GPU, two nodes (8 NIC units) under each leaf, 2:1:
+
+    >>> from collsynth.topology import compose_nodes, get_topology
+    >>> system = compose_nodes(get_topology("ring:4"), 4, nic_units=1, fabric="leaf-spine",
+    ...                        nodes_per_leaf=2, oversubscription=2)
+    >>> [(g.name, len(g.sources), len(g.destinations), g.limit) for g in system.groups
+    ...  if g.name.startswith("leaf 0")]
+    [('leaf 0 uplink (oversubscription 2)', 8, 8, 4), ('leaf 0 downlink (oversubscription 2)', 8, 8, 4)]
+    >>> spec = fabric_spec("leaf-spine", nodes=4, nodes_per_leaf=2, oversubscription=2)
+    >>> spec.ratio("leaf"), spec.ratio("node")
+    (Fraction(2, 1), Fraction(1, 1))
     """
     where = f"composing {name!r}" if name else "fabric"
     if not isinstance(kind, str) or kind.lower() not in FABRICS:

@@ -2,25 +2,6 @@
 
 Every field of the header and of a call record, and the reader's checks, are in docs/trace.md.
 Files are untrusted input: errors name the file, the line and the field.
-
-Examples
---------
->>> import json, tempfile, pathlib
->>> header = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
-...           "world_size": 1, "backend": "gloo", "byte_convention": "nccl-tests",
-...           "hostname": "h", "pid": 1, "torch_version": "2.13.0", "started_unix": 0.0,
-...           "record_durations": False, "cross_node_only": False, "ranks_per_node": None}
->>> call = {"type": "call", "seq": 0, "kind": "allreduce", "function": "all_reduce",
-...         "bytes": 64, "dtype": "float32", "op": "sum", "group": [0], "group_size": 1,
-...         "root": None, "peer": None, "async_op": False, "site": "train.py:3 main",
-...         "duration_us": None, "cross_node": None, "batch": None, "error": None,
-...         "raw": {"element_size": 4, "shapes": {"tensor": [16]}, "numel": {"tensor": 16}}}
->>> with tempfile.TemporaryDirectory() as folder:
-...     path = pathlib.Path(folder) / rank_file_name(0)
-...     _ = path.write_text(json.dumps(header) + "\\n" + json.dumps(call) + "\\n")
-...     trace = read_trace(folder)
->>> trace.world_size, [(c.kind, c.bytes, c.group) for c in trace.rank(0).calls]
-(1, [('allreduce', 64, (0,))])
 """
 
 from __future__ import annotations
@@ -80,7 +61,7 @@ ROOTED_KINDS = frozenset({"broadcast", "broadcast_object_list", "reduce", "gathe
 P2P_KINDS = frozenset({"send", "recv", "isend", "irecv"})
 #: Kinds with a reduction (``op`` is set).
 REDUCING_KINDS = frozenset({"allreduce", "reduce", "reduce_scatter"})
-#: Byte conventions a trace may use (see ``bytes`` in the module docstring).
+#: Byte conventions a trace may use (see ``bytes`` in docs/trace.md).
 BYTE_CONVENTIONS = ("nccl-tests",)
 #: Keys of a header line, in the order they are written.
 HEADER_KEYS = ("type", "format", "version", "rank", "world_size", "backend", "byte_convention",
@@ -113,7 +94,7 @@ def rank_file_name(rank: int) -> str:
 
 @dataclass(frozen=True)
 class TraceHeader:
-    """The first line of a rank's file (see the module docstring for each field)."""
+    """The first line of a rank's file (docs/trace.md describes each field)."""
 
     rank: int
     world_size: int
@@ -131,7 +112,7 @@ class TraceHeader:
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One traced call of one rank (see the module docstring for each field).
+    """One traced call of one rank (docs/trace.md describes each field).
 
     ``rank`` is the global rank whose file holds the record; ``group`` is a tuple of global
     ranks; ``raw`` is the record's ``raw`` object as read (do not modify it).
@@ -250,6 +231,25 @@ def read_trace(directory: str | os.PathLike[str], *,
     InputTooLargeError
         More than ``max_total_bytes`` of rank files, or a line longer than
         :data:`MAX_LINE_BYTES`.
+
+    Examples
+    --------
+    >>> import json, tempfile, pathlib
+    >>> header = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
+    ...           "world_size": 1, "backend": "gloo", "byte_convention": "nccl-tests",
+    ...           "hostname": "h", "pid": 1, "torch_version": "2.13.0", "started_unix": 0.0,
+    ...           "record_durations": False, "cross_node_only": False, "ranks_per_node": None}
+    >>> call = {"type": "call", "seq": 0, "kind": "allreduce", "function": "all_reduce",
+    ...         "bytes": 64, "dtype": "float32", "op": "sum", "group": [0], "group_size": 1,
+    ...         "root": None, "peer": None, "async_op": False, "site": "train.py:3 main",
+    ...         "duration_us": None, "cross_node": None, "batch": None, "error": None,
+    ...         "raw": {"element_size": 4, "shapes": {"tensor": [16]}, "numel": {"tensor": 16}}}
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = pathlib.Path(folder) / rank_file_name(0)
+    ...     _ = path.write_text(json.dumps(header) + "\\n" + json.dumps(call) + "\\n")
+    ...     trace = read_trace(folder)
+    >>> trace.world_size, [(c.kind, c.bytes, c.group) for c in trace.rank(0).calls]
+    (1, [('allreduce', 64, (0,))])
     """
     folder = Path(directory)
     if not folder.exists():

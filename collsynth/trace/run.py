@@ -1,6 +1,6 @@
 """Run an unmodified script (or module) under the tracer: ``python -m collsynth.trace.run``.
 
-The details: ``docs/trace.md``, section "collsynth.trace.run".
+The details: ``docs/trace.md``, section "Tracing an unmodified script".
 """
 
 from __future__ import annotations

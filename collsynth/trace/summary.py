@@ -1,23 +1,7 @@
 """Summaries of a trace: calls and bytes by kind, group size and size bucket.
 
-A row counts the calls of one kind on groups of one size whose ``bytes`` (the trace's byte
-convention, nccl-tests by default) fall in one power-of-two bucket ``[low, 2 low)``; calls of 0
-bytes (barriers) have the bucket ``[0, 0]``. Calls that raised (``error`` set) are not counted.
-
-There is one row per rank and key, and one *merged* row per key (``rank`` ``None``): each of its
-figures is the **maximum over ranks** of that figure (calls, total bytes, total time, taken
-separately), and ``ranks`` says how many ranks had the key. For an SPMD program, where every
-rank issues the same collectives, the merged row is what one rank issued; where ranks differ
-(pipeline point-to-point, a root-only call), it is the busiest rank's figure, not a total.
-
-Examples
---------
->>> size_bucket(100_000)
-(65536, 131072)
->>> bucket_label(65536, 131072)
-'64 KiB-128 KiB'
->>> size_bucket(0)
-(0, 0)
+One row per rank and key, and one merged row per key (the maximum over ranks of each figure);
+docs/trace.md says what a row counts and what the merged row means.
 """
 
 from __future__ import annotations
@@ -39,7 +23,13 @@ _KIND_ORDER = {kind: i for i, kind in enumerate(KINDS)}
 
 def size_bucket(nbytes: int) -> tuple[int, int]:
     """The power-of-two bucket ``(low, high)`` holding ``nbytes``: ``low <= nbytes < high``;
-    ``(0, 0)`` for 0."""
+    ``(0, 0)`` for 0.
+
+    >>> size_bucket(100_000)
+    (65536, 131072)
+    >>> size_bucket(0)
+    (0, 0)
+    """
     if nbytes <= 0:
         return 0, 0
     low = 1 << (int(nbytes).bit_length() - 1)
@@ -58,7 +48,11 @@ def format_bytes(nbytes: float) -> str:
 
 
 def bucket_label(low: int, high: int) -> str:
-    """``'64 KiB-128 KiB'`` for ``[low, high)``, ``'0 B'`` for the empty bucket."""
+    """``'64 KiB-128 KiB'`` for ``[low, high)``, ``'0 B'`` for the empty bucket.
+
+    >>> bucket_label(65536, 131072)
+    '64 KiB-128 KiB'
+    """
     if high == 0:
         return "0 B"
     return f"{format_bytes(low)}-{format_bytes(high)}"
@@ -101,7 +95,7 @@ def _key(kind: str, group_size: int, low: int) -> tuple[int, str, int, int]:
 
 
 def summarize_calls(calls: Iterable[CallRecord]) -> list[SummaryRow]:
-    """Per-rank rows for ``calls`` (any ranks), then the merged rows; see the module docstring.
+    """Per-rank rows for ``calls`` (any ranks), then the merged rows; see docs/trace.md.
 
     Rows are ordered by rank (merged last), then kind (as in :data:`KINDS`), group size and
     bucket.

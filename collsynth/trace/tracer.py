@@ -61,7 +61,7 @@ TRACED_FUNCTIONS: dict[str, str] = {
     "batch_isend_irecv": "send/recv",  # one send or recv record per operation
     "_broadcast_coalesced": "broadcast",
 }
-#: Wrapped on ``torch.distributed`` only (see the module docstring).
+#: Wrapped on ``torch.distributed`` only (see docs/trace.md).
 _TOP_LEVEL_ONLY = frozenset({"isend", "irecv", "_broadcast_coalesced"})
 #: Records buffered before they are written to the rank file.
 _FLUSH_EVERY = 512

@@ -10,12 +10,7 @@
   :func:`grid_search`);
 * :mod:`~collsynth.training.chrome_trace`: timelines as Chrome traces.
 
->>> from collsynth.topology import get_topology
->>> from collsynth.training import ParallelStrategy, mlp, simulate
->>> r = simulate(mlp(8, 2048), 512, ParallelStrategy(pipeline=4, microbatches=8),
-...              get_topology("dgx-a100"))
->>> r.stages
-((0, 2), (2, 4), (4, 6), (6, 8))
+The models are described in docs/training.md.
 """
 
 from collsynth.training.chrome_trace import chrome_trace, write_chrome_trace

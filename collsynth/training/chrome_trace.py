@@ -1,21 +1,6 @@
 """Write a simulated step as a Chrome trace (``chrome://tracing``, https://ui.perfetto.dev).
 
-The Trace Event Format (Google, "Trace Event Format" document): a JSON object whose
-``"traceEvents"`` list holds *complete* events (``"ph": "X"``) with a name, a category
-(``"cat"``), a process id (``"pid"``: here the device's topology rank), a thread id (``"tid"``:
-here the stream, :data:`~collsynth.training.simulate.STREAMS` in order), a start ``"ts"`` and a
-duration ``"dur"`` in microseconds; and metadata events (``"ph": "M"``) naming processes
-(``"device 3 (stage 0, replica 1, tensor 1)"``) and threads (the stream names).
-``"otherData"`` carries the strategy and the step's figures.
-
->>> from collsynth.topology import get_topology
->>> from collsynth.training import ParallelStrategy, mlp, simulate
->>> result = simulate(mlp(2, 256), 8, ParallelStrategy(pipeline=2), get_topology("dgx-a100"))
->>> trace = chrome_trace(result)
->>> sorted({e["ph"] for e in trace["traceEvents"]})
-['M', 'X']
->>> {e["pid"] for e in trace["traceEvents"]}
-{0, 1}
+The events, processes and threads written are described in docs/training.md.
 """
 
 from __future__ import annotations
@@ -32,7 +17,17 @@ __all__ = ["chrome_trace", "write_chrome_trace"]
 
 
 def chrome_trace(result: SimulationResult) -> dict[str, Any]:
-    """The trace as a JSON-ready dict (module docstring)."""
+    """The trace as a JSON-ready dict (docs/training.md).
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.training import ParallelStrategy, mlp, simulate
+    >>> result = simulate(mlp(2, 256), 8, ParallelStrategy(pipeline=2), get_topology("dgx-a100"))
+    >>> trace = chrome_trace(result)
+    >>> sorted({e["ph"] for e in trace["traceEvents"]})
+    ['M', 'X']
+    >>> {e["pid"] for e in trace["traceEvents"]}
+    {0, 1}
+    """
     events: list[dict[str, Any]] = []
     tids = {name: i for i, name in enumerate(STREAMS)}
     for index, rank in enumerate(result.devices):

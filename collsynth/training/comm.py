@@ -56,7 +56,7 @@ def _collective_key(name: str) -> str:
 
 @runtime_checkable
 class CommModel(Protocol):
-    """Prices communication for the simulator (module docstring)."""
+    """Prices communication for the simulator (docs/training.md)."""
 
     def time_us(self, collective: str, group: tuple[int, ...], size_bytes: Real) -> float:
         """Microseconds ``collective`` takes over ``group`` on a ``size_bytes`` buffer."""
@@ -177,7 +177,7 @@ def _link_units(topology: "Topology", src: int, dst: int) -> int:
 
 def p2p_time_us(topology: "Topology", src: int, dst: int, size_bytes: Real, *,
                 model: "CostModel | None" = None) -> float:
-    """Microseconds to send ``size_bytes`` from rank ``src`` to rank ``dst`` (module docstring).
+    """Microseconds to send ``size_bytes`` from rank ``src`` to rank ``dst`` (docs/training.md).
 
     Raises
     ------
@@ -255,7 +255,7 @@ def _widest_shortest_path(topology: "Topology", src: int, dst: int) -> list[tupl
 
 
 class NcclComm:
-    """NCCL's ring/tree baseline on each group's induced topology (module docstring).
+    """NCCL's ring/tree baseline on each group's induced topology (docs/training.md).
 
     Parameters
     ----------
@@ -362,7 +362,7 @@ class _Priced:
 
 
 class PlannedComm:
-    """The fastest of NCCL, supplied and synthesized collsynth algorithms (module docstring).
+    """The fastest of NCCL, supplied and synthesized collsynth algorithms (docs/training.md).
 
     Parameters
     ----------

@@ -1,21 +1,6 @@
 """Models as lists of layers, each layer as the GEMMs and tensor-parallel collectives it runs.
 
 The details (formats, conventions, rules) are in docs/training.md.
-
-Examples
---------
-A 1024-wide Linear layer on 64 samples, unsplit and as a column layer of a 2-way tensor group:
-
->>> layer = Linear(1024, 1024)
->>> [(op.m, op.n, op.k) for op in layer.forward_ops(64, 1)]
-[(64, 1024, 1024)]
->>> for op in layer.backward_ops(64, 2, "column"):
-...     print(op)
-Gemm(name='input grad', m=64, n=1024, k=512, count=1)
-Gemm(name='weight grad', m=1024, n=512, k=64, count=1)
-TensorComm(name='allreduce input grad', collective='allreduce', elements=65536)
->>> layer.weight_elements(2)
-524288
 """
 
 from __future__ import annotations
@@ -39,7 +24,7 @@ __all__ = [
     "LINEAR_ROLES",
 ]
 
-#: The tensor-parallel roles of a :class:`Linear` layer (module docstring).
+#: The tensor-parallel roles of a :class:`Linear` layer (docs/training.md).
 LINEAR_ROLES = ("column", "row", "column+gather")
 
 
@@ -86,7 +71,7 @@ class Gemm:
         return 2 * self.m * self.n * self.k * self.count
 
     def time_us(self, device: "str | Device", *, dtype: str = "fp16") -> float:
-        """Microseconds on ``device``: one launch plus ``count`` products (module docstring)."""
+        """Microseconds on ``device``: one launch plus ``count`` products (docs/training.md)."""
         one = gemm_time_us(self.m, self.n, self.k, device, dtype=dtype)
         if self.count == 1:
             return one
@@ -179,6 +164,19 @@ class Linear(Layer):
 
     >>> Linear(4096, 1024).weight_elements()
     4194304
+
+    A 1024-wide Linear layer on 64 samples, unsplit and as a column layer of a 2-way tensor group:
+
+    >>> layer = Linear(1024, 1024)
+    >>> [(op.m, op.n, op.k) for op in layer.forward_ops(64, 1)]
+    [(64, 1024, 1024)]
+    >>> for op in layer.backward_ops(64, 2, "column"):
+    ...     print(op)
+    Gemm(name='input grad', m=64, n=1024, k=512, count=1)
+    Gemm(name='weight grad', m=1024, n=512, k=64, count=1)
+    TensorComm(name='allreduce input grad', collective='allreduce', elements=65536)
+    >>> layer.weight_elements(2)
+    524288
     """
 
     in_features: int

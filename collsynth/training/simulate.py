@@ -1,21 +1,6 @@
 """Simulate one training step of a model under a parallel strategy on a topology.
 
 The details (formats, conventions, rules) are in docs/training.md.
-
-Examples
---------
-A 4-layer 1024-wide MLP on 2 GPUs of a DGX A100, data parallel: a batch of 4096 keeps each
-GPU busy long enough to gain from the second one despite the gradient allreduce:
-
->>> from collsynth.topology import get_topology
->>> from collsynth.training import ParallelStrategy, mlp
->>> result = simulate(mlp(4, 1024), 4096, ParallelStrategy(data=2), get_topology("dgx-a100"))
->>> result.devices
-(0, 1)
->>> print(result.summary())
-d2 t1 p1 m1 on 2 device(s): step 0.256 ms, 15,977,963 samples/s, speedup 1.48x
->>> sorted({e.category for e in result.events})
-['comm', 'compute']
 """
 
 from __future__ import annotations
@@ -215,7 +200,7 @@ def simulate(layers: Sequence[Layer], batch_size: int, strategy: ParallelStrateg
              topology: "Topology", comm: CommModel | None = None, *,
              device: "str | Device" = "a100", dtype: str = "fp16",
              ranks: Sequence[int] | None = None, timelines: bool = True) -> SimulationResult:
-    """Simulate one training step (module docstring).
+    """Simulate one training step (docs/training.md).
 
     Parameters
     ----------
@@ -244,6 +229,28 @@ def simulate(layers: Sequence[Layer], batch_size: int, strategy: ParallelStrateg
         bad ``ranks``.
     UnknownNameError
         For an unknown device or dtype.
+
+    Examples
+    --------
+    A 4-layer 1024-wide MLP on 2 GPUs of a DGX A100, data parallel: a batch of 4096 keeps each
+    GPU busy long enough to gain from the second one despite the gradient allreduce:
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.training import ParallelStrategy, mlp
+    >>> result = simulate(mlp(4, 1024), 4096, ParallelStrategy(data=2), get_topology("dgx-a100"))
+    >>> result.devices
+    (0, 1)
+    >>> print(result.summary())
+    d2 t1 p1 m1 on 2 device(s): step 0.256 ms, 15,977,963 samples/s, speedup 1.48x
+    >>> sorted({e.category for e in result.events})
+    ['comm', 'compute']
+
+    An 8-layer MLP in 4 pipeline stages, two layers each:
+
+    >>> r = simulate(mlp(8, 2048), 512, ParallelStrategy(pipeline=4, microbatches=8),
+    ...              get_topology("dgx-a100"))
+    >>> r.stages
+    ((0, 2), (2, 4), (4, 6), (6, 8))
     """
     layers = _check_layers(layers)
     _positive(batch_size, "batch_size")

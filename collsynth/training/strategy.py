@@ -1,30 +1,8 @@
 """A parallel strategy: data, tensor and pipeline degrees, microbatches, and device placement.
 
-**Degrees.** ``data = d`` replicas of the model, each split into ``pipeline = p`` stages of
-contiguous layers, each stage split over ``tensor = t`` devices: ``d * t * p`` devices. The batch
-is split into ``d`` replica batches, each into ``microbatches = m`` microbatches of
-``batch / (d * m)`` samples.
-
-**Placement.** A device has coordinates ``(stage, replica, tensor_rank)``. Its index
-``0 .. d*t*p - 1`` is mixed-radix in the axis order :attr:`ParallelStrategy.order`, innermost
-first. The default ``("tensor", "data", "pipeline")`` puts a tensor group on ``t`` consecutive
-indices, then the data replicas, then the stages::
-
-    index = tensor_rank + t * (replica + d * stage)
-
-so on 8-GPU nodes the chatty tensor groups stay inside a node and pipeline stages, which only
-send activations, are the ones spread across nodes. The simulator maps index ``i`` to topology
-rank ``ranks[i]`` (default ``i``).
-
-**Stages.** :func:`partition_stages` splits the layers into ``p`` contiguous stages minimising
-the largest stage compute time; :func:`tensor_roles` gives each Linear layer its Megatron role
-(:mod:`collsynth.training.model`).
-
->>> s = ParallelStrategy(data=2, tensor=2, pipeline=2, microbatches=4)
->>> s.devices, s.device_index(stage=1, replica=0, tensor_rank=1)
-(8, 5)
->>> s.coordinates(5)
-(1, 0, 1)
+:class:`ParallelStrategy` holds the degrees and the placement order, :func:`partition_stages`
+splits the layers into pipeline stages and :func:`tensor_roles` gives each Linear layer its
+Megatron role; docs/training.md explains the degrees, the placement and the stages.
 """
 
 from __future__ import annotations
@@ -56,7 +34,7 @@ class ParallelStrategy:
     microbatches:
         Microbatches ``m`` per replica per step (GPipe).
     order:
-        The placement axis order, innermost first (module docstring); a permutation of
+        The placement axis order, innermost first (docs/training.md); a permutation of
         ``("tensor", "data", "pipeline")``.
     overlap_gradients:
         ``False`` (default): each stage allreduces its gradients over its data group after its
@@ -68,6 +46,14 @@ class ParallelStrategy:
     ------
     InvalidInstanceError
         For a degree that is not a positive integer or a bad ``order``.
+
+    Examples
+    --------
+    >>> s = ParallelStrategy(data=2, tensor=2, pipeline=2, microbatches=4)
+    >>> s.devices, s.device_index(stage=1, replica=0, tensor_rank=1)
+    (8, 5)
+    >>> s.coordinates(5)
+    (1, 0, 1)
     """
 
     data: int = 1

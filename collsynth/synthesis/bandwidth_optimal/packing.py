@@ -1,6 +1,6 @@
 """Packing spanning trees per root: a linear program over trees, then integer multiplicities.
 
-The details: ``docs/large-systems.md``, section "collsynth.synthesis.bandwidth_optimal.packing".
+The details: ``docs/large-systems.md``, section "Packing trees".
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class RowClasses:
 
 
 def row_classes(topology: Topology, links: np.ndarray, shift: NodeShift | None) -> RowClasses:
-    """The link and group rows of the program (see the module docstring)."""
+    """The link and group rows of the program (see docs/large-systems.md)."""
     n = topology.num_ranks
     group_rows, group_cols, group_mult, group_caps, group_names = [], [], [], [], []
     min_limit = np.full(n * n, np.iinfo(np.int64).max, dtype=np.int64)

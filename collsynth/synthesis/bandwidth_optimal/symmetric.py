@@ -79,6 +79,10 @@ class SymmetricSchedule:
         """Sends of the expanded schedule."""
         return self.template_sends * self.shift.nodes
 
+    def expanded(self, *, name: str | None = None) -> Algorithm:
+        """:func:`expand`: every image of the template, as one algorithm."""
+        return expand(self, name=name)
+
 
 # -- the symmetry's classes of links ----------------------------------------------------------
 

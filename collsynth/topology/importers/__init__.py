@@ -1,6 +1,6 @@
 """Import a real machine's GPU topology from what its tools print or write.
 
-The details: ``docs/topologies.md``, section "collsynth.topology.importers".
+The details: ``docs/topologies.md``, section "Importing a machine's topology".
 """
 
 from __future__ import annotations

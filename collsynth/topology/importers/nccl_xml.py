@@ -5,7 +5,7 @@ The file is untrusted input. It is refused above 16 MiB, when it is not UTF-8, a
 the parser sees it, never expanded). It is parsed by lxml with entity resolution, DTD loading,
 network access and huge trees all off.
 
-The details: ``docs/topologies.md``, section "collsynth.topology.importers.nccl_xml".
+The details: ``docs/topologies.md``, section "NCCL's topology dump".
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def import_nccl_xml(data: str | bytes, *, name: str | None = None,
     Returns
     -------
     Topology
-        One rank per ``<gpu>``; see the module docstring for ordering and the link models.
+        One rank per ``<gpu>``; see docs/topologies.md for ordering and the link models.
 
     Raises
     ------

@@ -6,7 +6,7 @@ trailing ``CPU Affinity`` / ``NUMA Affinity`` / ``GPU NUMA ID`` columns. Cells a
 old drivers). Columns may be TAB separated or space aligned, lines may end in CRLF, and lines
 before and after the matrix (a shell prompt, the legend, the ``NIC Legend:`` block) are ignored.
 
-The details: ``docs/topologies.md``, section "collsynth.topology.importers.nvidia_smi".
+The details: ``docs/topologies.md``, section "The nvidia-smi matrix".
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def import_nvidia_smi(text: str, *, name: str | None = None, source: str = "<nvi
     Returns
     -------
     Topology
-        Rank ``i`` is the i-th ``GPU`` column. See the module docstring for the three models.
+        Rank ``i`` is the i-th ``GPU`` column. See docs/topologies.md for the three models.
 
     Raises
     ------

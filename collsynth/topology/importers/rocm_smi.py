@@ -6,7 +6,7 @@ GPUs``, ``Hops between two GPUs``, ``Link Type between two GPUs`` (``XGMI`` or `
 newer layout (``GPU[0]<TAB><TAB>: (Topology) Numa Node: 0``) and the older one (``GPU 0    : ...``)
 are read; other lines (a shell prompt, a ``WARNING:`` line, the log banners) are ignored.
 
-The details: ``docs/topologies.md``, section "collsynth.topology.importers.rocm_smi".
+The details: ``docs/topologies.md``, section "The rocm-smi matrix".
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def import_rocm_smi(text: str, *, name: str | None = None,
     Returns
     -------
     Topology
-        Rank ``i`` is column ``GPUi``; see the module docstring for the link model.
+        Rank ``i`` is column ``GPUi``; see docs/topologies.md for the link model.
 
     Raises
     ------
