@@ -76,7 +76,7 @@ class StepStructure:
 
 def find_steps(signatures: Sequence[Hashable], *, max_setup: int = MAX_SETUP_CALLS
                ) -> StepStructure:
-    """The step structure of one rank's calls (see the module docstring).
+    """The step structure of one rank's calls (docs/plan.md).
 
     Tries setup prefixes of 0, 1, ... ``max_setup`` calls and, for each, the smallest period of
     the rest (with the prefix function: linear time); keeps the first that repeats at least

@@ -199,7 +199,7 @@ class FrontOutcome:
 
 def synthesize_front(topology: Topology, collective: Collective, *, options: SynthOptions,
                      cache: FrontCache | None = None) -> FrontOutcome:
-    """The synthesized candidates of ``collective`` on ``topology`` (see the module docstring).
+    """The synthesized candidates of ``collective`` on ``topology`` (docs/plan.md).
 
     Never raises for a problem synthesis cannot solve: an unimplementable collective (a group
     whose links do not connect it), a search that finds nothing in time, or a missing engine

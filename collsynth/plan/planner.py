@@ -365,7 +365,7 @@ class Plan:
 def make_plan(trace_dir: str | os.PathLike[str], topology: Topology, *,
               options: PlanOptions = PlanOptions(), nodes: int | None = None,
               progress: Callable[[str], None] | None = None) -> Plan:
-    """Plan the trace in ``trace_dir`` on ``topology`` (see the module docstring).
+    """Plan the trace in ``trace_dir`` on ``topology`` (docs/plan.md).
 
     Parameters
     ----------

@@ -174,7 +174,7 @@ def check_plan_directory(plan_dir: str | os.PathLike[str]) -> Path:
 
 
 def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = True) -> Path:
-    """Write ``plan`` to ``plan_dir`` (see the module docstring); return the directory.
+    """Write ``plan`` to ``plan_dir`` (docs/plan.md); return the directory.
 
     ``plots=False`` leaves ``plots/`` empty (drawing is the slow part of writing).
 
