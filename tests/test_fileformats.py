@@ -215,7 +215,7 @@ BAD_INPUTS = [
      FileFormatError, "unknown version 7; this collsynth reads version 1",
      ["bounds", "ring:4", "@"], EXIT_ERROR),
     ("collective-huge", load_collective, "collective_huge_num_ranks.json", InputTooLargeError,
-     "num_ranks = 1000000 is more than the 8192 ranks collsynth accepts",
+     "num_ranks = 1000000 is more than the 65536 ranks collsynth accepts",
      ["bounds", "ring:4", "@"], EXIT_ERROR),
     ("collective-rank-out-of-range", load_collective, "collective_rank_out_of_range.json",
      FileFormatError, "chunks[1].post[1]: rank 9 is not a rank 0..3",
