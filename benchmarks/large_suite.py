@@ -67,7 +67,7 @@ else:
     result = solve_large(topology, collective)
     seconds = time.perf_counter() - started
     out.update(result.to_json())
-    out["predicted_us"] = predicted_against_nccl(result.algorithm)
+    out["predicted_us"] = predicted_against_nccl(result.schedule)
     out["library_seconds"] = seconds
 out.setdefault("library_seconds", time.perf_counter() - started)
 out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
