@@ -55,3 +55,21 @@ def test_cli_compact_and_expand(capsys, tmp_path):
     capsys.readouterr()
     assert main([*argv, "--expand", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["compact"] is None
+
+
+def test_ctrl_c_in_the_column_generation_keeps_the_packing_found(monkeypatch):
+    """Ctrl-C while trees are priced ends the search, not the run: the schedule is built from
+    the trees found so far (the initial ones here), verified, and no better than the bound."""
+    from collsynth.synthesis.bandwidth_optimal import packing
+
+    def interrupted(cost, root):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(packing, "min_arborescence", interrupted)
+    lines = []
+    system = compose_nodes(get_topology("ring:4"), 2, nic_units=1)
+    result = solve_bandwidth_optimal(system, standard_collective("allgather", 8), stages=2,
+                                     progress=lines.append, compact=False)
+    assert find_problems(result.algorithm) == []
+    assert result.steady_state_rounds_per_chunk >= result.lower_bound
+    assert any("interrupted" in line for line in lines)

@@ -242,7 +242,13 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     centre, best_bound, smoothing = None, -np.inf, 0.5
     while True:
         iterations += 1
-        value, weights, y, u = _solve_master(rows, columns, owners, len(reps))
+        try:
+            value, weights, y, u = _solve_master(rows, columns, owners, len(reps))
+        except KeyboardInterrupt:
+            if weights is None:
+                raise  # nothing solved yet: nothing to keep
+            _interrupted(options, iterations, value)
+            break
         if options.progress is not None:
             options.progress(f"iteration {iterations}: {len(columns)} trees, "
                              f"rounds per chunk {value:.6f} (lower bound {best_bound:.6f})")
@@ -258,21 +264,11 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         prices = np.asarray(rows.incidence.T @ y).ravel().reshape(n, n)
         trial_prices = np.asarray(rows.incidence.T @ trial).ravel().reshape(n, n)
         scale = max(float(trial.max()), 1e-12)
-        added, bound = 0, 0.0
-        for i, root in enumerate(reps):
-            nudge = scale * 1e-7 * (1 + hops[i])[:, None]
-            cost = trial_prices + nudge
-            cost[~finite] = np.inf
-            parent = min_arborescence(cost, root)
-            children = np.flatnonzero(parent >= 0)
-            arcs = (parent[children], children)
-            # For every tree T: trial(T*) + nudge(T*) <= trial(T) + nudge(T) <= trial(T) + most,
-            # so trial(T*) + nudge(T*) - most bounds the cheapest tree under trial prices.
-            most = scale * 1e-7 * (1 + float(hops[i].max())) * len(children)
-            bound += float(trial_prices[arcs].sum() + nudge[arcs[0], 0].sum()) - most
-            reduced = float(prices[arcs].sum()) - u[i]
-            if reduced < -1e-9 * max(1.0, abs(u[i])) and add(i, parent):
-                added += 1
+        try:
+            added, bound = _price_trees(reps, hops, scale, trial_prices, prices, finite, u, add)
+        except KeyboardInterrupt:
+            _interrupted(options, iterations, value)
+            break
         if bound > best_bound:
             best_bound, centre = bound, trial
         if not added:
@@ -567,3 +563,33 @@ def _min_rho(a, capacity, owners, num_roots, k):
     loads = a @ x[1:]
     rho = int(np.ceil(np.max(loads / capacity) - 1e-9)) if len(capacity) else 1
     return x[1:], max(rho, 1)
+
+
+def _interrupted(options: PackingOptions, iterations: int, value: float) -> None:
+    """Ctrl-C ends the search, not the run: the packing of the last solved program is used, as
+    after a time limit (a second Ctrl-C, later, stops everything)."""
+    _log.warning("interrupted: column generation stopped after %d iterations at %.6f rounds per "
+                 "chunk; the packing found so far is used", iterations, value)
+    if options.progress is not None:
+        options.progress("interrupted: the packing found so far is used (Ctrl-C again to stop)")
+
+
+def _price_trees(reps, hops, scale, trial_prices, prices, finite, u, add) -> tuple[int, float]:
+    """One pricing round of the column generation: the cheapest tree per root under the trial
+    prices, added when its reduced cost is negative; returns (trees added, Lagrangian bound)."""
+    added, bound = 0, 0.0
+    for i, root in enumerate(reps):
+        nudge = scale * 1e-7 * (1 + hops[i])[:, None]
+        cost = trial_prices + nudge
+        cost[~finite] = np.inf
+        parent = min_arborescence(cost, root)
+        children = np.flatnonzero(parent >= 0)
+        arcs = (parent[children], children)
+        # For every tree T: trial(T*) + nudge(T*) <= trial(T) + nudge(T) <= trial(T) + most,
+        # so trial(T*) + nudge(T*) - most bounds the cheapest tree under trial prices.
+        most = scale * 1e-7 * (1 + float(hops[i].max())) * len(children)
+        bound += float(trial_prices[arcs].sum() + nudge[arcs[0], 0].sum()) - most
+        reduced = float(prices[arcs].sum()) - u[i]
+        if reduced < -1e-9 * max(1.0, abs(u[i])) and add(i, parent):
+            added += 1
+    return added, bound
