@@ -597,7 +597,7 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
                          dict[str, str], str, str]:
     from collsynth.plan.yardstick import (PLAN_BOUNDARY_STEPS, Pricer, plan_layouts,
                                           program_model_reason, runtime_candidate,
-                                          sample_sizes, tuned_candidate)
+                                          sample_sizes, tree_candidate, tuned_candidate)
 
     collective_name, group, root = key
     n = len(group)
@@ -617,8 +617,12 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
         ring = runtime_candidate(collective_name, topology, samples, constants,
                                  cache=pricer.rings)
         nccl = [ring]
-        nccl_note = (f"the runtime: {ring.name} ({ring.detail}), priced by the program model "
-                     "with the plan's runtime constants")
+        tree = tree_candidate(collective_name, topology, samples, constants, cache=pricer.rings)
+        if tree is not None:   # NCCL runs the faster of its ring and tree at each size
+            nccl.append(tree)
+            pricer.tree = True
+        nccl_note = ("the runtime: " + " or ".join(f"{c.name} ({c.detail})" for c in nccl) +
+                     ", priced by the program model with the plan's runtime constants")
         if options.calibration is not None and \
                 options.calibration.entries_for(collective_name, ranks=n):
             nccl_note += ("; the calibration's measured NCCL line is not used (one yardstick: a "

@@ -1,5 +1,5 @@
-"""One yardstick for a plan: the runtime's ring and synthesized programs after tuned lowering,
-simulated by the program model with the same constants.
+"""One yardstick for a plan: the runtime's ring (and allreduce tree) and synthesized programs
+after tuned lowering, simulated by the program model with the same constants.
 
 The details: ``docs/plan.md``, section "Pricing".
 """
@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from collsynth.errors import CollsynthError
 from collsynth.export.pipeline import AUTO_CHANNELS
 from collsynth.plan.choose import NCCL, PROGRAM_MODEL, Candidate, Sample, algorithm_detail
-from collsynth.timing.runtime_baselines import RING_COLLECTIVES, baseline_rows, runtime_rings
+from collsynth.timing.runtime_baselines import (RING_COLLECTIVES, TREE_COLLECTIVES, baseline_rows,
+                                               runtime_rings, runtime_tree)
 from collsynth.timing.runtime_model import prepare_program, simulate_program
 from collsynth.timing.tune import TunedExport, tune_export, tune_sizes
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover - for annotations only
 __all__ = ["PLAN_SAMPLE_SIZES", "PLAN_BOUNDARY_STEPS", "PLAN_TUNE_LAYOUTS", "PLAN_TUNE_INSTANCES",
            "PLAN_TUNE_MAX_SENDS",
            "program_model_reason", "sample_sizes", "plan_layouts", "runtime_candidate",
-           "tuned_candidate", "Pricer"]
+           "tree_candidate", "tuned_candidate", "Pricer"]
 
 #: Sizes every program-model plan samples besides the traced ones (every traced size is
 #: sampled): 1 KiB .. 1 GiB in x16 steps; the boundaries between them are bisected.
@@ -95,6 +96,27 @@ def runtime_candidate(collective: str, topology: "Topology", sizes: Sequence[int
                      yardstick=PROGRAM_MODEL)
 
 
+def tree_candidate(collective: str, topology: "Topology", sizes: Sequence[int],
+                   constants: "RuntimeConstants", *, cache: dict | None = None
+                   ) -> Candidate | None:
+    """The runtime's allreduce tree (:func:`~collsynth.timing.runtime_baselines.baseline_rows`
+    with ``algorithm="tree"``, ``cache`` as there) at ``sizes``, as NCCL's second candidate;
+    ``None`` when ``collective`` has no tree or ``topology`` lacks a link the tree needs."""
+    if collective not in TREE_COLLECTIVES:
+        return None
+    try:
+        nodes, _ = runtime_tree(topology, constants.channels)
+    except CollsynthError:
+        return None
+    rows = baseline_rows(collective, topology, sizes, constants, cache=cache, algorithm="tree")
+    shape = ("a chain in the node" if nodes == 1
+             else f"chains and a double binary tree of {nodes} nodes")
+    return Candidate(rows[0].name, NCCL, None,
+                     detail=f"the runtime's tree ({shape}), its protocol by size",
+                     samples=tuple(Sample(r.size_bytes, r.time_us, r.protocol) for r in rows),
+                     yardstick=PROGRAM_MODEL)
+
+
 def tuned_candidate(algorithm: "Algorithm", runtime: str, topology: "Topology",
                     sizes: Sequence[int], constants: "RuntimeConstants", *,
                     layouts: Sequence[tuple[int, str]], inplace: bool, outofplace: bool
@@ -120,7 +142,8 @@ def tuned_candidate(algorithm: "Algorithm", runtime: str, topology: "Topology",
 
 class Pricer:
     """``pricer(name, size_bytes)``: the program-model time of a candidate at any size (the
-    boundaries between ranges); :data:`NCCL` is the runtime's ring, another name the tuned
+    boundaries between ranges); :data:`NCCL` is the faster of the runtime's ring and, once
+    :attr:`tree` is set, its tree (NCCL picks between them per size); another name the tuned
     export registered with :meth:`add`, run by the layout of the tuned range holding the size."""
 
     def __init__(self, collective: str, topology: "Topology",
@@ -129,8 +152,10 @@ class Pricer:
         self._topology = topology
         self._constants = constants
         self._tuned: dict[str, TunedExport] = {}
-        #: baseline_rows' prepared ring programs (pass it as ``cache=``).
+        #: baseline_rows' prepared ring and tree programs (pass it as ``cache=``).
         self.rings: dict = {}
+        #: Whether NCCL's tree is one of its candidates (set it when it is).
+        self.tree = False
 
     def add(self, name: str, tuned: TunedExport) -> None:
         self._tuned[name] = tuned
@@ -139,7 +164,11 @@ class Pricer:
         if name == NCCL:
             (row,) = baseline_rows(self._collective, self._topology, [size_bytes],
                                    self._constants, cache=self.rings)
-            return row.time_us
+            if not self.tree:
+                return row.time_us
+            (tree,) = baseline_rows(self._collective, self._topology, [size_bytes],
+                                    self._constants, cache=self.rings, algorithm="tree")
+            return min(row.time_us, tree.time_us)
         tuned = self._tuned[name]
         try:
             r = tuned.range_of(size_bytes)

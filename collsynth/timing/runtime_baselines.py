@@ -1,13 +1,14 @@
 """The runtime's own algorithms as MSCCL programs, so one simulator prices both sides.
 
-NCCL and RCCL run allgather, reduce-scatter and allreduce on rings, one ring per channel; the same
-schedule written as an MSCCL program runs through
+NCCL and RCCL run allgather, reduce-scatter and allreduce on rings, one ring per channel, and
+allreduce also on a double binary tree; the same schedules written as MSCCL programs run through
 :func:`collsynth.timing.runtime_model.simulate_program` with the same constants as any
 synthesized program ("one yardstick"). The programs' steps are in docs/runtime-model.md.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
@@ -19,15 +20,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from collsynth.timing.runtime_constants import RuntimeConstants
     from collsynth.topology.model import Topology
 
-__all__ = ["RING_COLLECTIVES", "ring_program", "runtime_rings", "baseline_name", "TimedRow",
+__all__ = ["RING_COLLECTIVES", "TREE_COLLECTIVES", "ring_program", "runtime_rings",
+           "double_binary_tree", "tree_program", "runtime_tree", "baseline_name", "TimedRow",
            "baseline_rows", "program_rows"]
 
 RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+#: Collectives NCCL and RCCL also run on their double binary tree.
+TREE_COLLECTIVES = ("allreduce",)
+#: Pipeline chunks per tree (per half of the buffer) that :func:`tree_program` writes at least.
+TREE_PIPELINE = 4
 
 
-def baseline_name(runtime: str) -> str:
-    """The row name of a runtime's ring: ``nccl-ring``, ``rccl-ring`` (msccl runs NCCL's)."""
-    return "rccl-ring" if runtime == "rccl" else "nccl-ring"
+def baseline_name(runtime: str, algorithm: str = "ring") -> str:
+    """The row name of a runtime's ring or tree: ``nccl-ring``, ``rccl-tree``... (msccl runs
+    NCCL's)."""
+    return f"{'rccl' if runtime == 'rccl' else 'nccl'}-{algorithm}"
 
 
 def runtime_rings(topology: "Topology", channels: int | None = None
@@ -128,6 +135,203 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
                    outofplace=1, min_bytes=0)
 
 
+# -- NCCL's allreduce tree ---------------------------------------------------------------------
+
+
+def _btree(nranks: int, rank: int) -> tuple[int, int, int]:
+    """NCCL's binary tree over ``nranks`` (``ncclGetBtree``, src/graph/trees.cc): ``(up, down0,
+    down1)`` of ``rank``, -1 for none. Rank 0 is the root, with one child."""
+    bit = 1
+    while bit < nranks and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return -1, (bit >> 1 if nranks > 1 else -1), -1
+    up = (rank ^ bit) | (bit << 1)
+    if up >= nranks:
+        up = rank ^ bit
+    lowbit = bit >> 1
+    down0 = -1 if lowbit == 0 else rank - lowbit
+    down1 = -1 if lowbit == 0 else rank + lowbit
+    while down1 >= nranks:
+        down1 = -1 if lowbit == 0 else rank + lowbit
+        lowbit >>= 1
+    return up, down0, down1
+
+
+def double_binary_tree(nodes: int) -> tuple[tuple[tuple[int, tuple[int, ...]], ...], ...]:
+    """NCCL's two complementary binary trees over ``nodes`` (``ncclGetDtree``): per tree, per
+    node, ``(parent, children)`` (parent -1 at the root). The second tree mirrors the first
+    (``nodes`` even) or shifts it by one (odd), so a node that is a leaf in one is inside the
+    other.
+
+    >>> double_binary_tree(4)
+    (((-1, (2,)), (2, ()), (0, (1, 3)), (2, ())), ((1, ()), (3, (2, 0)), (1, ()), (-1, (1,))))
+    """
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InvalidInstanceError(f"nodes = {nodes!r}; expected a whole number >= 1")
+
+    def node(up: int, d0: int, d1: int) -> tuple[int, tuple[int, ...]]:
+        return up, tuple(d for d in (d0, d1) if d != -1)
+
+    first = tuple(node(*_btree(nodes, k)) for k in range(nodes))
+    if nodes % 2:
+        def shift(x: int) -> int:
+            return -1 if x == -1 else (x + 1) % nodes
+        second = tuple(node(*map(shift, _btree(nodes, (k - 1) % nodes))) for k in range(nodes))
+    else:
+        def mirror(x: int) -> int:
+            return -1 if x == -1 else nodes - 1 - x
+        second = tuple(node(*map(mirror, _btree(nodes, nodes - 1 - k))) for k in range(nodes))
+    return first, second
+
+
+def tree_program(nodes: int, chains: Sequence[Sequence[int]], *,
+                 pipeline: int = TREE_PIPELINE, protocol: str = "Simple",
+                 name: str | None = None) -> Program:
+    """NCCL's allreduce tree on ``nodes`` nodes as a Program.
+
+    Rank ``node * m + local`` (``m`` local ranks). Each chain of ``chains`` (local ranks, the
+    head first) gives two channels: inside a node the ranks form that chain; across nodes the
+    heads form NCCL's double binary tree (:func:`double_binary_tree`), its first tree on one
+    channel and its second on the next. Each of the ``2 x len(chains)`` trees carries an equal
+    share of the buffer, ``pipeline`` chunks or more (``nchunksperloop`` is the smallest
+    multiple of the ranks and of the trees that gives each that many); each chunk is reduced
+    up the tree to the root and broadcast back down, the two directions in separate thread
+    blocks so chunks pipeline. The steps are in docs/runtime-model.md.
+
+    Raises
+    ------
+    InvalidInstanceError
+        No chain, a chain that is not a permutation of ``0..m-1``, or ``nodes`` or
+        ``pipeline`` < 1.
+
+    >>> p = tree_program(2, [[0]], pipeline=1)
+    >>> [[st.type for tb in g.threadblocks for st in tb.steps] for g in p.gpus]
+    [['rrcs', 's', 'r'], ['s', 'r', 'rrcs']]
+    """
+    chains = [tuple(int(r) for r in chain) for chain in chains]
+    if not chains:
+        raise InvalidInstanceError("tree_program: give at least one chain")
+    m = len(chains[0])
+    for chain in chains:
+        if m < 1 or sorted(chain) != list(range(m)):
+            raise InvalidInstanceError(f"chain {chain} is not a permutation of local ranks "
+                                       f"0..{max(m - 1, 0)}")
+    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
+        raise InvalidInstanceError(f"pipeline = {pipeline!r}; expected a whole number >= 1")
+    trees = double_binary_tree(nodes)
+    n = nodes * m
+    channels = 2 * len(chains)
+    step = n * channels // math.gcd(n, channels)
+    total = step * -(-channels * pipeline // step)
+    share = total // channels
+
+    def links(t: int, rank: int) -> tuple[int, list[int]]:
+        """(parent, children) of ``rank`` in the tree of channel ``t``: the chain inside the
+        node, the heads in the node tree, a head's chain child first."""
+        chain = chains[t // 2]
+        k, pos = divmod(rank, m)
+        pos = chain.index(pos)
+        children = [k * m + chain[pos + 1]] if pos + 1 < m else []
+        if pos > 0:
+            return k * m + chain[pos - 1], children
+        up, downs = trees[t % 2][k]
+        return (-1 if up == -1 else up * m + chain[0]), children + [d * m + chain[0]
+                                                                     for d in downs]
+
+    gpus = []
+    for rank in range(n):
+        blocks: list[list] = []   # [send, recv, chan, [(op, sb, so, db, do, depid, deps)]]
+
+        def block(send: int, recv: int, chan: int) -> int:
+            blocks.append([send, recv, chan, []])
+            return len(blocks) - 1
+
+        for t in range(channels):
+            chunks = range(t * share, (t + 1) * share)
+            parent, children = links(t, rank)
+            # Up: the first child's sum is reduced with the own input into o, the next ones into
+            # o, the last one is sent to the parent (rrs), or at the root reduced and sent back
+            # down to that child (rrcs).
+            last = -1
+            if not children:
+                if parent == -1:
+                    b = block(-1, -1, t)
+                    blocks[b][3] = [("cpy", "i", c, "o", c, -1, -1) for c in chunks]
+                else:
+                    b = block(parent, -1, t)
+                    blocks[b][3] = [("s", "i", c, "i", c, -1, -1) for c in chunks]
+            for index, child in enumerate(children):
+                src = "i" if index == 0 else "o"
+                final = index == len(children) - 1
+                op = "rrc" if not final else ("rrs" if parent != -1 else "rrcs")
+                send = -1 if not final else (parent if parent != -1 else child)
+                b = block(send, child, t)
+                blocks[b][3] = [(op, src, c, "o", c, last, j if last != -1 else -1)
+                                for j, c in enumerate(chunks)]
+                last = b
+            # Down: receive the sum from the parent and forward it to the first child (rcs),
+            # then send it to the others; the root sends what its last rrcs stored.
+            if parent != -1:
+                b = block(children[0] if children else -1, parent, t)
+                blocks[b][3] = [("rcs" if children else "r", "o", c, "o", c, -1, -1)
+                                for c in chunks]
+                others, source = children[1:], b
+            else:
+                others, source = children[:-1], last
+            for child in others:
+                b = block(child, -1, t)
+                blocks[b][3] = [("s", "o", c, "o", c, source, j) for j, c in enumerate(chunks)]
+        awaited = {(st[5], st[6]) for blk in blocks for st in blk[3] if st[5] != -1}
+        tbs = tuple(
+            ThreadBlock(b, send, recv, chan, tuple(
+                XmlStep(s, op, sb, so, db, do, 1, depid, deps, int((b, s) in awaited))
+                for s, (op, sb, so, db, do, depid, deps) in enumerate(steps)))
+            for b, (send, recv, chan, steps) in enumerate(blocks))
+        gpus.append(GpuProgram(rank, total, total, 0, tbs))
+    return Program(name=name or "tree-allreduce", proto=protocol, nchannels=channels,
+                   nchunksperloop=total, ngpus=n, coll="allreduce", inplace=0,
+                   gpus=tuple(gpus), outofplace=1, min_bytes=0)
+
+
+def runtime_tree(topology: "Topology", channels: int | None = None
+                 ) -> tuple[int, tuple[tuple[int, ...], ...]]:
+    """``(nodes, chains)`` of the runtime's tree on ``topology``, for :func:`tree_program`: one
+    chain per ring of :func:`runtime_rings` (``channels`` as there, at most 16 so that the two
+    trees of each fit msccl's 32 channels), following the ring's path through a node, its entry
+    rank the head (so the chains' heads, and their NICs, differ as the rings' do); one node
+    when the topology is not composed of several.
+
+    Raises
+    ------
+    InvalidInstanceError
+        No ring through every rank, or a link the tree needs (each chain link both ways, head
+        to head between nodes) is missing.
+    """
+    rings = runtime_rings(topology, channels)[:16]
+    n = topology.num_ranks
+    layout = topology.layout
+    multi = layout is not None and layout.multi_node
+    nodes, m = (layout.nodes, layout.ranks_per_node) if multi else (1, n)
+    chains = []
+    for ring in rings:
+        start = 0
+        if multi:
+            start = next(i for i in range(n) if ring[i] // m == 0 and ring[i - 1] // m != 0)
+        chains.append(tuple(ring[(start + i) % n] % m for i in range(m)))
+    links = topology.links
+    trees = double_binary_tree(nodes)
+    for chain in chains:
+        pairs = [(k * m + a, k * m + b) for k in range(nodes) for a, b in zip(chain, chain[1:])]
+        pairs += [(k * m + chain[0], d * m + chain[0]) for tree in trees
+                  for k, (_, downs) in enumerate(tree) for d in downs]
+        for a, b in pairs:
+            if not (links[a][b] and links[b][a]):
+                raise InvalidInstanceError(
+                    f"topology {topology.name!r} has no link both ways between ranks {a} and "
+                    f"{b}; the runtime's tree cannot run")
+    return nodes, tuple(chains)
+
 # -- pricing programs and the runtime's ring together ----------------------------------------------
 
 
@@ -158,23 +362,47 @@ def _protocols_of(runtime: str) -> tuple[str, ...]:
 
 def baseline_rows(collective: str, topology: "Topology", sizes: Sequence[int],
                   constants: "RuntimeConstants", *, channels: int | None = None,
-                  cache: dict | None = None) -> list[TimedRow]:
-    """The runtime's own ring of ``collective`` at each size, simulated with ``constants``:
-    its rings (``channels``, else the constants', else all found), its protocol at each size
-    (``constants.default_protocols``, else the fastest predicted). ``cache``: a dictionary the
-    caller keeps between calls with the same collective, topology and channels, so the ring
-    programs are prepared once."""
+                  cache: dict | None = None, algorithm: str = "ring") -> list[TimedRow]:
+    """The runtime's own ring (or, ``algorithm="tree"``, its allreduce tree) of ``collective``
+    at each size, simulated with ``constants``: its rings (``channels``, else the constants',
+    else all found) or its trees (:func:`runtime_tree`, a pair per ring), its protocol at each
+    size (``constants.default_protocols``, else the fastest
+    predicted). ``cache``: a dictionary the caller keeps between calls with the same
+    collective, topology and channels, so the programs are prepared once.
+
+    Raises
+    ------
+    UnknownNameError
+        ``algorithm`` is not ``"ring"`` or ``"tree"``, or the collective has no such program.
+    InvalidInstanceError
+        The topology has no ring, or lacks a link the tree needs.
+    """
     from collsynth.timing.runtime_model import prepare_program, simulate_program
 
-    rings = runtime_rings(topology, channels if channels is not None else constants.channels)
-    name = baseline_name(constants.runtime)
+    if algorithm not in ("ring", "tree"):
+        raise UnknownNameError(f"algorithm = {algorithm!r}; expected 'ring' or 'tree'")
+    name = baseline_name(constants.runtime, algorithm)
+    if algorithm == "tree":
+        if canonical_name(collective) not in TREE_COLLECTIVES:
+            raise UnknownNameError(f"no tree program for {collective!r}; there is one for "
+                                   f"{', '.join(TREE_COLLECTIVES)}")
+        nodes, chains = runtime_tree(
+            topology, channels if channels is not None else constants.channels)
+
+        def build(protocol: str) -> Program:
+            return tree_program(nodes, chains, protocol=protocol, name=name)
+    else:
+        rings = runtime_rings(topology, channels if channels is not None else constants.channels)
+
+        def build(protocol: str) -> Program:
+            return ring_program(collective, rings, protocol=protocol, name=name)
     prepared: dict = cache if cache is not None else {}
 
     def timed(protocol: str, size: int):
-        if protocol not in prepared:
-            prepared[protocol] = prepare_program(
-                ring_program(collective, rings, protocol=protocol, name=name), topology)
-        return simulate_program(prepared[protocol], None, size, constants)
+        key = (algorithm, protocol)
+        if key not in prepared:
+            prepared[key] = prepare_program(build(protocol), topology)
+        return simulate_program(prepared[key], None, size, constants)
 
     rows = []
     for size in sizes:

@@ -1,0 +1,131 @@
+"""NCCL's allreduce tree as a program: the checker proves it an allreduce, its trees are NCCL's,
+and a tiny case's simulated time is worked out by hand from the model (docs/runtime-model.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from collsynth.errors import InvalidInstanceError, UnknownNameError
+from collsynth.export.check import check_program
+from collsynth.timing.runtime_baselines import (baseline_rows, double_binary_tree,
+                                                runtime_tree, tree_program)
+from collsynth.timing.runtime_constants import PROTOCOLS, default_constants
+from collsynth.timing.runtime_model import simulate_program
+from collsynth.topology.model import Topology
+
+
+def constants(*, base: float, hop: float):
+    """NCCL's defaults with one base and one hop latency for every protocol and link class."""
+    c = default_constants("nccl")
+    return c.replace(base_latency_us={p: base for p in PROTOCOLS},
+                     hop_latency_us={k: {p: hop for p in PROTOCOLS} for k in ("intra", "network")},
+                     ceiling_gbps={k: {p: None for p in PROTOCOLS} for k in ("intra", "network")})
+
+
+def pair(gbps: float) -> Topology:
+    """Two ranks, one link each way."""
+    return Topology("pair", ((0, 1), (1, 0)), unit_gbps=gbps, alpha_us=1.0)
+
+
+@pytest.mark.parametrize("nodes, chain", [(1, (0, 1, 2)), (2, (0,)), (2, (1, 0)),
+                                          (3, (0, 2, 1)), (4, (0, 1)), (5, (0,))])
+def test_the_checker_proves_the_tree_an_allreduce(nodes, chain):
+    # The checker's symbolic execution: every rank ends with every chunk summed over all ranks
+    # exactly once; no deadlock, race, or broken connection. With a second chain (reversed),
+    # four trees share the buffer.
+    for chains in ([chain], [chain, chain[::-1]]):
+        p = tree_program(nodes, chains)
+        report = check_program(p, runtime="msccl", collective="allreduce")
+        assert report.ok, [str(x) for x in report.problems]
+        assert p.nchannels == 2 * len(chains)
+        assert p.nchunksperloop % (nodes * len(chain)) == 0
+        assert p.nchunksperloop // p.nchannels >= 4   # at least 4 pipeline chunks per tree
+
+
+def test_the_trees_are_nccls_double_binary_tree():
+    # NCCL's src/graph/trees.cc illustration for 12 ranks (even: the second tree mirrors the
+    # first): 0 -> 8 -> {4, 10}, 4 -> {2, 6}, 10 -> {9, 11}; mirrored, 11 -> 3 -> {7, 1}.
+    first, second = double_binary_tree(12)
+    assert first[0] == (-1, (8,)) and first[8] == (0, (4, 10)) and first[4] == (8, (2, 6))
+    assert first[10] == (8, (9, 11)) and first[2] == (4, (1, 3)) and first[1] == (2, ())
+    assert second[11] == (-1, (3,)) and second[3] == (11, (7, 1)) and second[7] == (3, (9, 5))
+    # Odd: the second tree is the first shifted by one rank (13 ranks: root 1, then 9).
+    first, second = double_binary_tree(13)
+    assert first[12] == (8, (10,)) and second[1] == (-1, (9,)) and second[0] == (9, (11,))
+    # Every node has a parent in each tree but its root, and the two roots differ.
+    for nodes in (2, 3, 4, 7):
+        for tree in double_binary_tree(nodes):
+            assert sum(1 for up, _ in tree if up == -1) == 1
+            assert all(k in tree[up][1] for k, (up, _) in enumerate(tree) if up != -1)
+        assert [u for u, _ in double_binary_tree(nodes)[0]].index(-1) != \
+            [u for u, _ in double_binary_tree(nodes)[1]].index(-1)
+
+
+def test_two_ranks_one_chunk_per_tree_by_hand():
+    # Two nodes of one rank on 10 GB/s links (10_000 B/us), hop 2 us, base 4 us. 20_000 bytes
+    # in 2 chunks of 10_000 (one slice each), one per tree. Tree 0: rank 1 sends its chunk
+    # (1 us, arrives at 3), rank 0 reduces and sends the sum back (rrcs, 3..4, arrives at 6).
+    # Tree 1 is the mirror on the other channel; the two never share a link at the same time.
+    # base + 2 hops + 2 x 10_000 / 10_000 = 4 + 4 + 2 = 10 us.
+    p = tree_program(2, [[0]], pipeline=1)
+    assert p.nchunksperloop == 2
+    t = simulate_program(p, pair(10.0), 20_000, constants(base=4.0, hop=2.0))
+    assert t.time_us == pytest.approx(10.0, rel=1e-12)
+
+
+def test_pipeline_chunks_overlap_the_way_up_and_down_by_hand():
+    # As above with 2 chunks per tree (40_000 bytes, 10_000 a chunk): rank 1 sends chunk 0 at
+    # 0..1 and chunk 1 at 1..2; rank 0 turns them round at 3..4 and 4..5; they arrive back at
+    # 6 and 7. base + 2 hops + (2 + 1) chunk times = 4 + 4 + 3 = 11 us, not 4 + 2 x (2 + 2).
+    p = tree_program(2, [[0]], pipeline=2)
+    assert p.nchunksperloop == 4
+    t = simulate_program(p, pair(10.0), 40_000, constants(base=4.0, hop=2.0))
+    assert t.time_us == pytest.approx(11.0, rel=1e-12)
+
+
+def test_baseline_rows_price_the_tree_on_a_composed_system():
+    from collsynth.resolve import resolve_topology
+
+    system = resolve_topology("dgx-a100", nodes=2)
+    nodes, chains = runtime_tree(system)
+    assert nodes == 2 and all(sorted(chain) == list(range(8)) for chain in chains)
+    # One pair of trees per ring, each headed where its ring enters the node: other NICs.
+    assert len({chain[0] for chain in chains}) > 1
+    report = check_program(tree_program(nodes, chains), runtime="msccl", collective="allreduce")
+    assert report.ok, [str(x) for x in report.problems]
+    c = default_constants("nccl")
+    (row,) = baseline_rows("allreduce", system, [1 << 20], c, algorithm="tree")
+    assert row.name == "nccl-tree" and row.time_us > c.base_latency(row.protocol)
+    # The plan's NCCL time is the faster of the ring and the tree at each size (NCCL picks),
+    # and on two nodes the tree's log depth wins at 1 KiB, so that is not the ring's time.
+    from collsynth.plan.choose import NCCL
+    from collsynth.plan.yardstick import Pricer, runtime_candidate, tree_candidate
+
+    pricer = Pricer("allreduce", system, c)
+    ring = runtime_candidate("allreduce", system, [1024], c, cache=pricer.rings)
+    tree = tree_candidate("allreduce", system, [1024], c, cache=pricer.rings)
+    assert tree is not None and tree.name == "nccl-tree"
+    pricer.tree = True
+    ring_us, tree_us = float(ring.time_at(1024)), float(tree.time_at(1024))
+    assert tree_us < ring_us
+    assert pricer(NCCL, 1024) == min(ring_us, tree_us)
+    (rccl,) = baseline_rows("allreduce", system, [1 << 20], default_constants("rccl"),
+                            algorithm="tree")
+    assert rccl.name == "rccl-tree"
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(InvalidInstanceError, match="not a permutation"):
+        tree_program(2, [[0, 2]])
+    with pytest.raises(InvalidInstanceError, match="nodes"):
+        tree_program(0, [[0]])
+    with pytest.raises(UnknownNameError, match="no tree program for 'allgather'"):
+        baseline_rows("allgather", pair(10.0), [1000], default_constants("nccl"),
+                      algorithm="tree")
+    with pytest.raises(UnknownNameError, match="'ring' or 'tree'"):
+        baseline_rows("allreduce", pair(10.0), [1000], default_constants("nccl"),
+                      algorithm="star")
+    one_way = Topology("ring3", ((0, 1, 0), (0, 0, 1), (1, 0, 0)), unit_gbps=10.0, alpha_us=1.0)
+    with pytest.raises(InvalidInstanceError, match="no link both ways"):
+        runtime_tree(one_way)
