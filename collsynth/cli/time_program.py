@@ -150,6 +150,12 @@ def run_program_time(args: argparse.Namespace) -> int:
     notes = []
     if collective in RING_COLLECTIVES:
         rows += baseline_rows(collective, programs[0][2], sizes, constants)
+        if collective == "allreduce":  # the runtime's other algorithm for it: its tree
+            try:
+                rows += baseline_rows(collective, programs[0][2], sizes, constants,
+                                      algorithm="tree")
+            except CollsynthError as exc:
+                notes.append(f"no {constants.runtime} tree: {exc}")
     else:
         notes.append(f"no {constants.runtime} ring for {collective}: no baseline row")
     rows.sort(key=lambda r: (r.size_bytes, r.kind != "program"))

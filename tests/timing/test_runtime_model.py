@@ -332,3 +332,26 @@ def test_runtime_constants_files_are_parsed_safely(tmp_path, text, fragment):
     with pytest.raises(FileFormatError, match=fragment) as caught:
         load_runtime_constants(path)
     assert str(path) in str(caught.value)
+
+
+def test_cli_time_allreduce_lists_the_runtime_ring_and_tree(tmp_path, capsys):
+    """For an allreduce the runtime has two algorithms; both rows are the simulator's, each
+    equal to baseline_rows called here."""
+    from collsynth.export.xml_writer import write_program
+    from collsynth.resolve import resolve_topology
+    from collsynth.timing.runtime_baselines import baseline_rows, runtime_rings
+
+    topology = resolve_topology("dgx-a100", nodes=2)
+    path = tmp_path / "ar.xml"
+    path.write_text(write_program(ring_program("allreduce", runtime_rings(topology)[:1]),
+                                  "msccl"))
+    assert main(["time", str(path), "--topology", "dgx-a100", "--nodes", "2", "--sizes",
+                 "1KB,1GB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    constants = default_constants("msccl")
+    for algorithm, name in (("ring", "nccl-ring"), ("tree", "nccl-tree")):
+        expected = baseline_rows("allreduce", topology, [1000, 10**9], constants,
+                                 algorithm=algorithm)
+        got = sorted((r["size_bytes"], r["time_us"]) for r in rows if r["name"] == name)
+        assert [size for size, _ in got] == [e.size_bytes for e in expected]
+        assert [t for _, t in got] == pytest.approx([e.time_us for e in expected])
