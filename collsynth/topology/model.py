@@ -267,7 +267,46 @@ def _dense_refusal(composition: Any, what: str) -> InputTooLargeError:
         "this engine needs it (the bounds work from the sparse form at any size)")
 
 
-class SparseLinks(Sequence):
+class _SparseForm(Sequence):
+    """What :class:`SparseLinks` and :class:`SparseGroups` share: built from a composition,
+    read as the tuple a dense topology holds (iteration, equality, hashing, concatenation);
+    ``dense()`` builds that tuple once."""
+
+    __slots__ = ("composition", "_dense")
+
+    def __init__(self, composition: Any) -> None:
+        self.composition = composition
+        self._dense: tuple | None = None
+
+    def dense(self) -> tuple:
+        raise NotImplementedError
+
+    def _as_dense(self, other: Any) -> tuple:
+        """``other`` (a tuple or list) in the form of ``dense()``."""
+        return tuple(other)
+
+    def __iter__(self) -> Iterator:
+        return iter(self.dense())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, type(self)) and other.composition == self.composition:
+            return True
+        if isinstance(other, (type(self), tuple, list)):
+            return len(other) == len(self) and tuple(self) == self._as_dense(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.composition)
+
+    # ``topology.groups + (extra,)`` works as on the tuple a dense topology holds.
+    def __add__(self, other: Any) -> tuple:
+        return tuple(self) + tuple(other)
+
+    def __radd__(self, other: Any) -> tuple:
+        return tuple(other) + tuple(self)
+
+
+class SparseLinks(_SparseForm):
     """``links`` of a composed topology, computed from its composition when read.
 
     ``links[src]`` is one row (a tuple, as for a dense matrix). Up to :data:`MAX_DENSE_RANKS`
@@ -276,11 +315,7 @@ class SparseLinks(Sequence):
     :class:`~collsynth.errors.InputTooLargeError` with its size.
     """
 
-    __slots__ = ("composition", "_dense")
-
-    def __init__(self, composition: Any) -> None:
-        self.composition = composition
-        self._dense: tuple[tuple[int, ...], ...] | None = None
+    __slots__ = ()
 
     def dense(self) -> tuple[tuple[int, ...], ...]:
         """The whole matrix (refused above :data:`MAX_DENSE_RANKS` ranks)."""
@@ -307,39 +342,18 @@ class SparseLinks(Sequence):
             return self.composition.row(index % len(self))
         return self.dense()[index]
 
-    def __iter__(self) -> Iterator[tuple[int, ...]]:
-        return iter(self.dense())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SparseLinks) and other.composition == self.composition:
-            return True
-        if isinstance(other, (SparseLinks, tuple, list)):
-            return len(other) == len(self) and tuple(self) == tuple(map(tuple, other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.composition)
-
-    # A dense matrix is a tuple of rows: concatenation behaves the same (a new tuple).
-    def __add__(self, other: Any) -> tuple:
-        return tuple(self) + tuple(other)
-
-    def __radd__(self, other: Any) -> tuple:
-        return tuple(other) + tuple(self)
+    def _as_dense(self, other: Any) -> tuple:
+        return tuple(map(tuple, other))
 
     def __repr__(self) -> str:
         return f"SparseLinks({self.composition.name!r}, ranks={len(self)})"
 
 
-class SparseGroups(Sequence):
+class SparseGroups(_SparseForm):
     """``groups`` of a composed topology, built from its composition when read (refused above
     :data:`MAX_DENSE_RANKS` ranks: every NIC's group names every rank of the other nodes)."""
 
-    __slots__ = ("composition", "_dense")
-
-    def __init__(self, composition: Any) -> None:
-        self.composition = composition
-        self._dense: tuple[BandwidthGroup, ...] | None = None
+    __slots__ = ()
 
     def dense(self) -> tuple[BandwidthGroup, ...]:
         if self._dense is None:
@@ -353,26 +367,6 @@ class SparseGroups(Sequence):
 
     def __getitem__(self, index: Any) -> Any:
         return self.dense()[index]
-
-    def __iter__(self) -> Iterator[BandwidthGroup]:
-        return iter(self.dense())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, SparseGroups) and other.composition == self.composition:
-            return True
-        if isinstance(other, (SparseGroups, tuple, list)):
-            return len(other) == len(self) and tuple(self) == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.composition)
-
-    # ``topology.groups + (extra,)`` works as on the tuple a dense topology holds.
-    def __add__(self, other: Any) -> tuple:
-        return tuple(self) + tuple(other)
-
-    def __radd__(self, other: Any) -> tuple:
-        return tuple(other) + tuple(self)
 
     def __repr__(self) -> str:
         return f"SparseGroups({self.composition.name!r}, groups={len(self)})"
