@@ -197,6 +197,31 @@ def test_ring_programs_compute_their_collective(coll):
     p = ring_program(coll, [(0, 1, 2, 3, 4), (0, 4, 3, 2, 1)])
     report = check_program(p, runtime="msccl", collective=coll)
     assert [x for x in report.problems if x.kind == "postcondition"] == []
+    # Written for each runtime (rccl: without fused steps), the file passes every check.
+    from collsynth.export.xml_reader import read_checked
+    from collsynth.export.xml_writer import write_program
+
+    for runtime in ("msccl", "msccl-executor", "rccl"):
+        text = write_program(ring_program(coll, [(0, 1, 2, 3, 4), (0, 4, 3, 2, 1)],
+                                          runtime=runtime), runtime)
+        read, problems = read_checked(text, runtime)
+        assert problems == []
+        report = check_program(read, runtime=runtime, collective=coll)
+        assert report.ok and not report.warnings, [str(x) for x in report.problems[:3]]
+
+
+def test_a_fused_step_over_a_partly_overlapping_operand_is_refused():
+    from collsynth.errors import ExportError
+    from collsynth.export.retarget import unfused
+
+    import dataclasses
+
+    p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    step = XmlStep(0, "rrc", "o", 0, "o", 1, 2)   # o[0..2) + received -> o[1..3)
+    receive = ThreadBlock(0, -1, 0, 0, (step,))
+    broken = dataclasses.replace(p, gpus=(p.gpus[0], GpuProgram(1, 1, 3, 0, (receive,))))
+    with pytest.raises(ExportError, match="rank 1 tb 0 step 0: rrc .* partly overlap"):
+        unfused(broken)
 
 
 def test_baseline_picks_the_recorded_protocol_by_size():
