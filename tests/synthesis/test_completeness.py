@@ -226,3 +226,25 @@ def test_the_cli_prints_heartbeats_on_stderr(monkeypatch, capsys, mode):
     assert len(beats) >= 2 and all(line.startswith("  steps=2 ") for line in beats), err
     assert cli.main(argv + ["--json"]) == 4
     assert "so far" not in capsys.readouterr().err
+
+
+def test_the_exact_engine_says_when_its_front_was_cut_short(monkeypatch):
+    # Every ring:4 instance of 2 chunks or more times out: the exact engine's point has whole
+    # rounds per chunk where the bound is 3/2, not proven the best.
+    from collsynth.synthesis import strategies
+    from collsynth.synthesis.large import solve_large
+
+    real = strategies.solve_checked
+
+    def solve(topology, collective, instance, options, deadline, limit=None, **keywords):
+        if instance.chunks >= 2:
+            return strategies.SynthesisResult(instance, Status.TIMEOUT, None, 0.0, "test")
+        return real(topology, collective, instance, options, deadline, limit, **keywords)
+
+    ring, allgather = get_topology("ring:4"), standard_collective("allgather", 4)
+    full = solve_large(ring, allgather, engine="exact")
+    assert full.optimal and (full.complete, full.stopped_by) == (True, None)
+    monkeypatch.setattr(strategies, "solve_checked", solve)
+    cut = solve_large(ring, allgather, engine="exact")
+    assert cut.rounds_per_chunk > cut.lower_bound
+    assert (cut.complete, cut.stopped_by) == (False, "time_limit")
