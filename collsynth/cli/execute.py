@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, DetailedError, UsageError,
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, DetailedError, UsageError, err,
                                   non_negative_int, out, parse_size, positive_int, seconds)
 from collsynth.errors import CollsynthError
 from collsynth.limits import check_memory
@@ -164,8 +164,11 @@ def run_run(args: argparse.Namespace) -> int:
                         timeout_s=args.timeout, root=root)
     per_call = args.timeout
     launch_timeout = 60.0 + per_call * (2 * (args.iters + args.warmup) + 4)
+    progress = None if args.json else (lambda line: err(f"  running: {line}"))
+    if progress is not None:
+        progress(f"{label}: {ranks} local process(es), {args.backend}")
     results = launch(compare.run_cases, ranks, args=([case],), backend=args.backend,
-                     timeout_s=launch_timeout)
+                     timeout_s=launch_timeout, progress=progress)  # a line every 5 s
     per_rank = [r[0] for r in results]
     report = _report(args, case, per_rank, label, kind, ranks, element)
     out(json.dumps(report, indent=2) if args.json else _text(report))

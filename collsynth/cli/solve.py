@@ -221,15 +221,21 @@ def _progress(result: SynthesisResult) -> None:
     err(f"  {result.instance.label()}: {result.status.value} ({result.seconds:.2f} s)")
 
 
+def _heartbeat(line: str) -> None:
+    err(f"  {line}")
+
+
 def run_solve(args: argparse.Namespace) -> int:
     several = args.mode == "pareto"
     topology, collective = problem_from_args(args)
     destination = _Destination.plan(args.output, several=several, xml=args.xml)
+    quiet = args.quiet or args.json
     options = SolveOptions(
         backend=args.backend,
         time_limit=args.time_limit,
         instance_time_limit=getattr(args, "instance_time_limit", None),
-        on_result=None if args.quiet or args.json else _progress,
+        on_result=None if quiet else _progress,
+        on_progress=None if quiet else _heartbeat,   # a line at least every 5 s while solving
     )
     if several:
         return _solve_pareto(args, topology, collective, options, destination)

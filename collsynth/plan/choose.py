@@ -297,7 +297,7 @@ def _bandwidth_optimal(topology: Topology, collective: Collective, options: Synt
     of the same trees (fewest steps): the envelope gives small sizes to the second."""
     solve_bandwidth_optimal = _bandwidth_optimal_solver()
     result = solve_bandwidth_optimal(topology, collective, time_limit=options.time_limit)
-    if getattr(result, "interrupted", False):  # Ctrl-C during the packing: as for _pareto
+    if result.stopped_by == "interrupt":  # Ctrl-C during the packing: as for _pareto
         raise KeyboardInterrupt
     algorithm = getattr(result, "algorithm", None)
     if algorithm is None:

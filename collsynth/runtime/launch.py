@@ -159,7 +159,9 @@ def _setup_failed(error: "LaunchError") -> bool:
 def launch(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
            backend: str = "gloo", timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S,
            grace_s: float = 5.0, init: str = "file", start_method: str | None = None,
-           threads_per_rank: int | None = None) -> list[Any]:
+           threads_per_rank: int | None = None,
+           progress: Callable[[str], None] | None = None,
+           progress_interval_s: float = 5.0) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` processes of one process group.
 
     See :func:`_launch_once` for the parameters. A launch whose group could not connect (gloo's
@@ -171,7 +173,8 @@ def launch(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
         try:
             return _launch_once(fn, world_size, args=args, backend=backend, timeout_s=timeout_s,
                                 grace_s=grace_s, init=init, start_method=start_method,
-                                threads_per_rank=threads_per_rank)
+                                threads_per_rank=threads_per_rank, progress=progress,
+                                progress_interval_s=progress_interval_s)
         except LaunchError as exc:
             if attempt >= SETUP_RETRIES or not _setup_failed(exc):
                 raise
@@ -182,7 +185,9 @@ def launch(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
 def _launch_once(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
            backend: str = "gloo", timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S,
            grace_s: float = 5.0, init: str = "file", start_method: str | None = None,
-           threads_per_rank: int | None = None) -> list[Any]:
+           threads_per_rank: int | None = None,
+           progress: Callable[[str], None] | None = None,
+           progress_interval_s: float = 5.0) -> list[Any]:
     """One attempt of :func:`launch`: ``fn(rank, world_size, *args)`` in ``world_size``
     processes of one process group.
 
@@ -206,6 +211,9 @@ def _launch_once(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any]
     threads_per_rank:
         torch intra-op threads per process; default 1 when forked, else
         ``cpu_count // world_size`` (>= 1). More than 1 needs forkserver or spawn.
+    progress, progress_interval_s:
+        Called every ``progress_interval_s`` seconds (default 5) while ranks are still
+        running, with one line: how many ranks reported and how long the launch has taken.
 
     Returns
     -------
@@ -235,6 +243,9 @@ def _launch_once(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any]
         raise BackendUnavailableError("this PyTorch has no gloo backend")
     if init not in ("file", "tcp"):
         raise ValueError(f"init = {init!r}; expected 'file' or 'tcp'")
+    if isinstance(progress_interval_s, bool) or not isinstance(progress_interval_s, (int, float)) \
+            or not progress_interval_s > 0:
+        raise ValueError(f"progress_interval_s = {progress_interval_s!r}; expected seconds > 0")
     method = _start_method(backend, start_method)
     if method == "fork":
         if threads_per_rank is not None and threads_per_rank > 1:
@@ -260,13 +271,19 @@ def _launch_once(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any]
     try:
         for p in processes:
             p.start()
-        deadline = time.monotonic() + timeout_s
+        began = time.monotonic()
+        deadline = began + timeout_s
         stop_at = deadline
+        next_beat = began + progress_interval_s
         dead_since: dict[int, float] = {}
         while len(values) + len(failures) < world_size:
             now = time.monotonic()
             if now >= stop_at:
                 break
+            if progress is not None and now >= next_beat:
+                next_beat = now + progress_interval_s
+                progress(f"{len(values)} of {world_size} rank(s) done, {now - began:.0f} s so "
+                         f"far (timeout {timeout_s:g} s)")
             try:
                 rank, ok, payload, trace = results.get(timeout=min(0.05, stop_at - now))
             except queue_module.Empty:

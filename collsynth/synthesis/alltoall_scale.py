@@ -621,7 +621,11 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
             candidates.append(("routed", key[0], len(steps), pieces))
             best = (key, "routed", steps, step_rounds, pieces)
 
-    _, schedule, steps, step_rounds, pieces = best
+    (value, _, _), schedule, steps, step_rounds, pieces = best
+    # A schedule short of the bound when the deadline had passed: some candidate may have been
+    # skipped or cut short.
+    stopped = "time_limit" if value > bound and deadline is not None and deadline.expired() \
+        else None
     _check_build_fits(deadline, chunks=total * total * pieces, ranks_per_chunk=1,
                       sends=sum(len(s[0]) for s in steps),
                       what=f"the {schedule} alltoall on {topology.name}")
@@ -635,4 +639,5 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
                           steady_state_rounds_per_chunk=value, lower_bound=bound,
                           seconds=time.perf_counter() - started,
                           details={"schedule": schedule, "cut_bound": cut, "exact_bound": exact,
-                                   "candidates": tuple(candidates)})
+                                   "candidates": tuple(candidates)},
+                          complete=stopped is None, stopped_by=stopped)

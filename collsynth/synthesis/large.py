@@ -94,8 +94,8 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
         from collsynth.bounds import compute_bounds
         from collsynth.synthesis import SolveOptions, pareto_front
 
-        front = list(pareto_front(topology, collective,
-                                  options=SolveOptions(time_limit=time_limit)))
+        sweep = pareto_front(topology, collective, options=SolveOptions(time_limit=time_limit))
+        front = list(sweep)
         if not front:
             from collsynth.errors import SolverError
 
@@ -107,9 +107,11 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
         bound = bounds.composed_rounds_per_chunk or bounds.rounds_per_chunk
         rpc = algorithm.rounds_per_chunk
         now = time.perf_counter()
+        stopped = None if sweep.complete or rpc <= bound else sweep.stopped_by
         return ScheduleResult(algorithm, "exact", rpc, rpc, bound, now - started,
                               {"pareto": tick - started, "bound": now - tick},
-                              {"pareto_points": len(front)})
+                              {"pareto_points": len(front)}, complete=stopped is None,
+                              stopped_by=stopped)
     if chosen == "alltoall":
         from collsynth.synthesis.alltoall_scale import solve_alltoall_at_scale
 

@@ -19,7 +19,16 @@ from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.encoding.backend import Backend, Status
 from collsynth.errors import InvalidInstanceError
 
-__all__ = ["Status", "SynthesisResult", "ScheduleResult", "SolveOptions", "Deadline"]
+__all__ = ["Status", "SynthesisResult", "ScheduleResult", "SolveOptions", "Deadline",
+           "STOP_CAUSES"]
+
+#: Why a search ended before it was complete (the ``stopped_by`` of a result): its time limit
+#: (or one instance's), Ctrl-C, a solver that answered "unknown", a backend that cannot search
+#: the whole space, the iteration limit of the tree packing, and, for a Pareto front not yet
+#: iterated to its end, ``"unfinished"``. ``None`` when it is complete (docs/synthesis.md).
+STOP_CAUSES = ("time_limit", "interrupt", "solver", "backend", "iteration_limit", "unfinished")
+_STATUS_CAUSE = {Status.TIMEOUT: "time_limit", Status.INTERRUPTED: "interrupt",
+                 Status.UNKNOWN: "solver"}
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,9 @@ class SynthesisResult:
     """The outcome of one instance.
 
     ``algorithm`` is set (and verified) exactly when ``status`` is ``SAT``. ``seconds`` is the wall
-    time spent on this instance, encoding and verification included.
+    time spent on this instance, encoding and verification included. ``complete`` says whether
+    the instance was decided (``SAT`` or ``UNSAT``); ``stopped_by`` why not (one of
+    :data:`STOP_CAUSES`: ``"time_limit"``, ``"interrupt"``, ``"solver"``), else ``None``.
     """
 
     instance: Instance
@@ -40,6 +51,16 @@ class SynthesisResult:
     @property
     def found(self) -> bool:
         return self.status is Status.SAT
+
+    @property
+    def complete(self) -> bool:
+        """The question was answered: ``SAT`` (with a verified algorithm) or ``UNSAT`` (a proof)."""
+        return self.status in (Status.SAT, Status.UNSAT)
+
+    @property
+    def stopped_by(self) -> str | None:
+        """Why the instance was left undecided (:data:`STOP_CAUSES`), ``None`` when decided."""
+        return _STATUS_CAUSE.get(self.status)
 
     @property
     def rounds_per_chunk(self) -> Fraction:
@@ -95,6 +116,11 @@ class ScheduleResult:
         A :class:`~collsynth.synthesis.bandwidth_optimal.symmetric.SymmetricSchedule` (node 0's
         template and the node shift, verified through the symmetry) when the tree engine kept
         the schedule compact (thousands of ranks); else ``None``.
+    complete:
+        The engine's search ran to its end, or what it found meets ``lower_bound`` anyway;
+        false when a limit cut it short first (the schedule is then the best found, verified).
+    stopped_by:
+        Why it was cut short (one of :data:`STOP_CAUSES`), ``None`` when complete.
     """
 
     algorithm: Algorithm | None
@@ -106,6 +132,8 @@ class ScheduleResult:
     timings: Mapping[str, float] = field(default_factory=dict)
     details: Mapping[str, Any] = field(default_factory=dict)
     compact: Any = None
+    complete: bool = True
+    stopped_by: str | None = None
 
     def __post_init__(self) -> None:
         # Copies behind read-only views: the result stays a value.
@@ -182,6 +210,8 @@ class ScheduleResult:
             "ratio": None if ratio is None else str(ratio),
             "seconds": round(self.seconds, 3),
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
+            "complete": self.complete,
+            "stopped_by": self.stopped_by,
         }
         figures.update({key: _plain(value) for key, value in self.details.items()})
         return figures
@@ -219,6 +249,12 @@ class SolveOptions:
         never used to conclude unsatisfiability).
     on_result:
         Called with every :class:`SynthesisResult` as soon as it is known (progress reporting).
+    on_progress:
+        Called with one line (``"steps=3 rounds=7 chunks=6: solving, 10 s so far (time limit
+        300 s)"``) every ``progress_interval_s`` seconds while an instance is being solved, from
+        a background thread (the solver runs in the calling one); ``None``: no heartbeat.
+    progress_interval_s:
+        Seconds between two heartbeats (default 5).
     """
 
     backend: str | Backend = "auto"
@@ -226,11 +262,18 @@ class SolveOptions:
     instance_time_limit: float | None = None
     symmetry: bool = True
     on_result: Callable[[SynthesisResult], None] | None = None
+    on_progress: Callable[[str], None] | None = None
+    progress_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.time_limit, (int, float)) and self.time_limit > 0
                 and math.isfinite(self.time_limit)):
             raise InvalidInstanceError(f"time_limit = {self.time_limit!r}; expected seconds > 0")
+        interval = self.progress_interval_s
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) \
+                or not (interval > 0 and math.isfinite(interval)):
+            raise InvalidInstanceError(f"progress_interval_s = {interval!r}; expected seconds "
+                                       "> 0")
 
 
 @dataclass

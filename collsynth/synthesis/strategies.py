@@ -33,8 +33,8 @@ from collsynth.synthesis.instance import check_inputs, solve_checked, supports_m
 from collsynth.synthesis.result import Deadline, SolveOptions, SynthesisResult
 from collsynth.topology.model import Topology
 
-__all__ = ["solve_least_steps", "pareto_front", "prune_dominated", "SweepLog", "default_max_chunks",
-           "composed_allreduce_front"]
+__all__ = ["solve_least_steps", "pareto_front", "prune_dominated", "SweepLog", "ParetoFront",
+           "default_max_chunks", "composed_allreduce_front"]
 
 
 def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int = 1,
@@ -99,12 +99,84 @@ def _check_something_to_send(topology: Topology, collective: Collective, steps_b
 @dataclass
 class SweepLog:
     """Every instance a sweep tried, in order, and whether the front it gave is complete
-    (``interrupted``: Ctrl-C ended it)."""
+    (``interrupted``: Ctrl-C ended it). ``stopped_by`` says in words why the sweep ended;
+    ``cause``, when it is incomplete, why, as one of
+    :data:`~collsynth.synthesis.result.STOP_CAUSES` (what :attr:`ParetoFront.stopped_by` gives).
+    """
 
     attempts: list[SynthesisResult] = field(default_factory=list)
     complete: bool = True
     stopped_by: str = ""
     interrupted: bool = False
+    cause: str | None = None
+
+    def cut_short(self, cause: str) -> None:
+        """Mark the front incomplete because of ``cause`` (Ctrl-C outranks a time limit, which
+        outranks the other causes: the cause kept is the one that ended the search)."""
+        self.complete = False
+        rank = ("interrupt", "time_limit")
+        if self.cause is None or (cause in rank and (self.cause not in rank
+                                                     or rank.index(cause) < rank.index(self.cause))):
+            self.cause = cause
+
+
+class ParetoFront(Iterator[SynthesisResult]):
+    """What :func:`pareto_front` returns: an iterator over the front's points (each a verified
+    :class:`SynthesisResult`), fewest steps first, that says once it is exhausted whether the
+    front is complete.
+
+    ``points`` holds the points yielded so far. ``complete`` is true when the iteration ended and
+    the search was not cut short; ``stopped_by`` is then ``None``, else why not: one of
+    :data:`~collsynth.synthesis.result.STOP_CAUSES` (``"time_limit"``, ``"interrupt"``,
+    ``"solver"``, ``"backend"``; ``"unfinished"`` while points remain to be iterated).
+    ``reason`` says in words why the search ended; ``log`` is its :class:`SweepLog`.
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.collective import allgather
+    >>> front = pareto_front(get_topology("ring:4"), allgather(4))
+    >>> [r.instance.steps for r in front], front.complete, front.stopped_by
+    ([2], True, None)
+    """
+
+    def __init__(self, points: Iterator[SynthesisResult], log: SweepLog) -> None:
+        self._points = points
+        self.log = log
+        self.points: list[SynthesisResult] = []
+        self.done = False
+
+    def __iter__(self) -> "ParetoFront":
+        return self
+
+    def __next__(self) -> SynthesisResult:
+        try:
+            point = next(self._points)
+        except StopIteration:
+            self.done = True
+            raise
+        self.points.append(point)
+        return point
+
+    def close(self) -> None:
+        """Stop the search (as leaving a ``for`` loop over a generator does)."""
+        close = getattr(self._points, "close", None)
+        if close is not None:
+            close()
+
+    @property
+    def complete(self) -> bool:
+        return self.done and self.log.complete
+
+    @property
+    def stopped_by(self) -> str | None:
+        if not self.done:
+            return "unfinished"
+        if self.log.complete:
+            return None
+        return self.log.cause or "time_limit"
+
+    @property
+    def reason(self) -> str:
+        return self.log.stopped_by
 
 
 def default_max_chunks(bounds_rounds: Fraction) -> int:
@@ -115,8 +187,10 @@ def default_max_chunks(bounds_rounds: Fraction) -> int:
 
 def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int | None = None,
                  max_steps: int | None = None, options: SolveOptions = SolveOptions(),
-                 log: SweepLog | None = None) -> Iterator[SynthesisResult]:
-    """Yield the Pareto-optimal algorithms (steps vs rounds per chunk), fewest steps first.
+                 log: SweepLog | None = None) -> ParetoFront:
+    """The Pareto-optimal algorithms (steps vs rounds per chunk), fewest steps first, as a
+    :class:`ParetoFront`: iterate over it (the search runs as it is iterated), then its
+    ``complete`` and ``stopped_by`` say whether the front is the whole front.
 
     For ``S`` = the steps bound, ``S + 1``, ...: try every ``(R, C)`` with ``C <= max_chunks``,
     ``R >= S`` and bound ``<= R / C < best`` (the best rounds per chunk found with fewer steps),
@@ -125,10 +199,12 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     below the best remains, at ``max_steps``, or when the time limit is reached.
 
     Every yielded algorithm is verified, and dominated ones are never yielded. Instances that
-    time out are recorded in ``log`` and make ``log.complete`` false: a point found after them
-    is then the best found, not a proven optimum. Ctrl-C (:class:`KeyboardInterrupt`) during the
-    search ends it normally: the best point found at the step count being searched, if it
-    improves on the last one, is yielded, and ``log.interrupted`` is set.
+    time out make the front incomplete (``stopped_by`` ``"time_limit"``): a point found after
+    them is then the best found, not a proven optimum; so does the time limit ending the sweep.
+    Ctrl-C (:class:`KeyboardInterrupt`) during the search ends it normally: the best point
+    found at the step count being searched, if it improves on the last one, is yielded, and
+    ``stopped_by`` is ``"interrupt"``. ``log`` (optional) receives every instance tried and the
+    same verdict (:class:`SweepLog`).
 
     >>> from collsynth.topology import get_topology
     >>> from collsynth.collective import allgather
@@ -137,6 +213,14 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     """
     check_inputs(topology, collective)
     log = log if log is not None else SweepLog()
+    return ParetoFront(_sweep(topology, collective, max_chunks, max_steps, options, log), log)
+
+
+def _sweep(topology: Topology, collective: Collective, max_chunks: int | None,
+           max_steps: int | None, options: SolveOptions, log: SweepLog
+           ) -> Iterator[SynthesisResult]:
+    """:func:`pareto_front`'s points, with Ctrl-C during the search handed over as documented
+    there."""
     state = _SweepState()
     try:
         for found in _pareto_front(topology, collective, max_chunks, max_steps, options, log,
@@ -144,7 +228,8 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
             yield found
     except KeyboardInterrupt as exc:
         # Raised inside the search (never at our yield: Ctrl-C there reaches the consumer).
-        log.complete, log.interrupted, log.stopped_by = False, True, "interrupted"
+        log.interrupted, log.stopped_by = True, "interrupted"
+        log.cut_short("interrupt")
         held = getattr(exc, "partial", None)
         candidates = [r for r in (held, state.pending) if isinstance(r, SynthesisResult)
                       and r.found]
@@ -192,7 +277,7 @@ def _pareto_front(topology: Topology, collective: Collective, max_chunks: int | 
             if log.interrupted:
                 raise KeyboardInterrupt  # the composed sweep was stopped: hand over its points
         if not supports_direct_combining(get_backend(options.backend)):
-            log.complete = False
+            log.cut_short("backend")
             log.stopped_by = "direct allreduce search needs the cpsat backend; composed front only"
             yield from sorted(known.values(), key=lambda r: r.instance.steps)
             return
@@ -217,13 +302,14 @@ def _pareto_front(topology: Topology, collective: Collective, max_chunks: int | 
         # An undecided instance leaves the front open at this step count unless the point found
         # there meets the bound anyway (then nothing it could have answered would beat it).
         if steps in search.undecided_steps and (found is None or found.rounds_per_chunk > bound):
-            log.complete = False
+            log.cut_short(search.undecided_steps[steps])
         if found is not None:
             best = found.rounds_per_chunk
             state.best, state.pending = best, None
             yield found
         if deadline.expired():
-            log.complete, log.stopped_by = False, "time limit"
+            log.cut_short("time_limit")
+            log.stopped_by = "time limit"
             return
         steps += 1
     log.stopped_by = f"reached max_steps={max_steps}"
@@ -249,8 +335,9 @@ class _StepSearch:
         if self.per_instance is None:
             self.per_instance = max(10.0, options.time_limit / 5)
         self.minimize = supports_minimize(get_backend(options.backend))
-        #: Step counts where an instance ended undecided (timeout) or a minimum was not proven.
-        self.undecided_steps: set[int] = set()
+        #: Step counts where an instance ended undecided (timeout) or a minimum was not proven,
+        #: and why (a :data:`~collsynth.synthesis.result.STOP_CAUSES` entry).
+        self.undecided_steps: dict[int, str] = {}
 
     def best_at(self, steps: int, target: Fraction | None) -> SynthesisResult | None:
         """The best algorithm with ``steps`` steps and rounds per chunk below ``target`` (any,
@@ -278,8 +365,12 @@ class _StepSearch:
         if result.status is Status.UNSAT:
             self._record_unsat(steps, rounds, chunks)
         elif result.status is not Status.SAT:
-            self.undecided_steps.add(steps)
+            self._undecided(steps, result.stopped_by or "solver")
         return result
+
+    def _undecided(self, steps: int, cause: str) -> None:
+        if self.undecided_steps.get(steps) != "time_limit":  # a time limit is the usual cause
+            self.undecided_steps[steps] = cause
 
     def _keep(self, result: SynthesisResult) -> None:
         """Hold the best point found at the step count being searched until it is yielded (Ctrl-C
@@ -314,8 +405,8 @@ class _StepSearch:
                 continue
             if result.detail.startswith("optimal"):  # fewer rounds proven impossible
                 self._record_unsat(steps, result.instance.total_rounds - 1, chunks)
-            else:
-                self.undecided_steps.add(steps)
+            else:  # the minimisation ran out of its time slice
+                self._undecided(steps, "time_limit")
             if found is None or result.rounds_per_chunk < found.rounds_per_chunk:
                 found = result
             if found.rounds_per_chunk <= self.bound:
@@ -421,9 +512,12 @@ def composed_allreduce_front(topology: Topology, collective: Collective, *, max_
         topology, allgather(n), max_chunks=part_chunks, max_steps=part_steps, options=options,
         log=ag_log))
     log.attempts.extend(rs_log.attempts + ag_log.attempts)
-    log.complete = log.complete and rs_log.complete and ag_log.complete
+    for part in (rs_log, ag_log):
+        if not part.complete:
+            log.cut_short(part.cause or "time_limit")
     if rs_log.interrupted or ag_log.interrupted:  # Ctrl-C: the caller stops too
-        log.complete, log.interrupted, log.stopped_by = False, True, "interrupted"
+        log.interrupted, log.stopped_by = True, "interrupted"
+        log.cut_short("interrupt")
     combined: list[SynthesisResult] = []
     for first in rs:
         for second in ag:

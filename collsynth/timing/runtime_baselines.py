@@ -61,8 +61,13 @@ def runtime_rings(topology: "Topology", channels: int | None = None
 
 
 def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: str = "Simple",
-                 name: str | None = None) -> Program:
+                 name: str | None = None, runtime: str | None = None) -> Program:
     """The ring algorithm of ``collective`` over ``rings`` (one per channel) as a Program.
+
+    ``runtime``: ``None`` for the schedule the runtime's own kernels run (fused steps, what
+    the program model prices); a runtime's name for a file that runtime's MSCCL interpreter
+    loads (:func:`collsynth.export.retarget.retarget`: its spelling, byte range and, for
+    rccl, no fused steps), for every call size.
 
     Raises
     ------
@@ -130,9 +135,16 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
                               "reduce_scatter": (total, channels),
                               "allreduce": (total, total)}[key]
         gpus.append(GpuProgram(rank, i_chunks, o_chunks, 0, tuple(tbs)))
-    return Program(name=name or f"ring-{key}", proto=protocol, nchannels=channels,
-                   nchunksperloop=total, ngpus=n, coll=key, inplace=0, gpus=tuple(gpus),
-                   outofplace=1, min_bytes=0)
+    program = Program(name=name or f"ring-{key}", proto=protocol, nchannels=channels,
+                      nchunksperloop=total, ngpus=n, coll=key, inplace=0, gpus=tuple(gpus),
+                      outofplace=1, min_bytes=0)
+    return program if runtime is None else _for_runtime(program, runtime)
+
+
+def _for_runtime(program: Program, runtime: str) -> Program:
+    from collsynth.export.retarget import retarget
+
+    return retarget(program, runtime)
 
 
 # -- NCCL's allreduce tree ---------------------------------------------------------------------
@@ -187,7 +199,7 @@ def double_binary_tree(nodes: int) -> tuple[tuple[tuple[int, tuple[int, ...]], .
 
 def tree_program(nodes: int, chains: Sequence[Sequence[int]], *,
                  pipeline: int = TREE_PIPELINE, protocol: str = "Simple",
-                 name: str | None = None) -> Program:
+                 name: str | None = None, runtime: str | None = None) -> Program:
     """NCCL's allreduce tree on ``nodes`` nodes as a Program.
 
     Rank ``node * m + local`` (``m`` local ranks). Each chain of ``chains`` (local ranks, the
@@ -197,7 +209,8 @@ def tree_program(nodes: int, chains: Sequence[Sequence[int]], *,
     share of the buffer, ``pipeline`` chunks or more (``nchunksperloop`` is the smallest
     multiple of the ranks and of the trees that gives each that many); each chunk is reduced
     up the tree to the root and broadcast back down, the two directions in separate thread
-    blocks so chunks pipeline. The steps are in docs/runtime-model.md.
+    blocks so chunks pipeline. The steps are in docs/runtime-model.md. ``runtime``: as for
+    :func:`ring_program`.
 
     Raises
     ------
@@ -289,9 +302,10 @@ def tree_program(nodes: int, chains: Sequence[Sequence[int]], *,
                 for s, (op, sb, so, db, do, depid, deps) in enumerate(steps)))
             for b, (send, recv, chan, steps) in enumerate(blocks))
         gpus.append(GpuProgram(rank, total, total, 0, tbs))
-    return Program(name=name or "tree-allreduce", proto=protocol, nchannels=channels,
-                   nchunksperloop=total, ngpus=n, coll="allreduce", inplace=0,
-                   gpus=tuple(gpus), outofplace=1, min_bytes=0)
+    program = Program(name=name or "tree-allreduce", proto=protocol, nchannels=channels,
+                      nchunksperloop=total, ngpus=n, coll="allreduce", inplace=0,
+                      gpus=tuple(gpus), outofplace=1, min_bytes=0)
+    return program if runtime is None else _for_runtime(program, runtime)
 
 
 def runtime_tree(topology: "Topology", channels: int | None = None

@@ -270,13 +270,19 @@ def _dense_refusal(composition: Any, what: str) -> InputTooLargeError:
 class _SparseForm(Sequence):
     """What :class:`SparseLinks` and :class:`SparseGroups` share: built from a composition,
     read as the tuple a dense topology holds (iteration, equality, hashing, concatenation);
-    ``dense()`` builds that tuple once."""
+    ``dense()`` builds that tuple once.
 
-    __slots__ = ("composition", "_dense")
+    A sparse form equals the tuple it reads as, so it hashes as that tuple (built for the
+    purpose, once); above :data:`MAX_DENSE_RANKS` ranks, where no tuple can be compared with
+    it, it hashes as its composition.
+    """
+
+    __slots__ = ("composition", "_dense", "_hash")
 
     def __init__(self, composition: Any) -> None:
         self.composition = composition
         self._dense: tuple | None = None
+        self._hash: int | None = None
 
     def dense(self) -> tuple:
         raise NotImplementedError
@@ -296,7 +302,12 @@ class _SparseForm(Sequence):
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash(self.composition)
+        if self._hash is None:
+            try:
+                self._hash = hash(self.dense())
+            except InputTooLargeError:  # equal only to a form of the same composition
+                self._hash = hash(self.composition)
+        return self._hash
 
     # ``topology.groups + (extra,)`` works as on the tuple a dense topology holds.
     def __add__(self, other: Any) -> tuple:

@@ -299,6 +299,39 @@ def test_cycle_through_messages_is_a_deadlock() -> None:
                          in deadlocks[0].message
 
 
+def _staged_allgather(wait_for_the_send: bool) -> Program:
+    """A 2-rank out-of-place allgather where rank 0 stages its chunk in o[1] before sending it:
+    tb 0 copies i[0] to o[1] (step 0), sends o[1] to rank 1 (step 1) and copies i[0] to o[0]
+    (step 2); tb 1 receives rank 1's chunk into o[1], after tb 0's step 0 -- or, with
+    ``wait_for_the_send``, after its step 1. Rank 1 sends i[0] and receives into o[0]."""
+    deps = 1 if wait_for_the_send else 0
+    staged = ThreadBlock(0, 1, -1, 0, (
+        XmlStep(0, "cpy", "i", 0, "o", 1, 1, hasdep=int(not wait_for_the_send)),
+        XmlStep(1, "s", "o", 1, "o", 0, 1, hasdep=int(wait_for_the_send)),
+        XmlStep(2, "cpy", "i", 0, "o", 0, 1)))
+    receive = ThreadBlock(1, -1, 1, 0, (XmlStep(0, "r", "i", 0, "o", 1, 1, depid=0, deps=deps),))
+    rank0 = GpuProgram(0, 1, 2, 0, (staged, receive))
+    rank1 = GpuProgram(1, 1, 2, 0, (
+        ThreadBlock(0, 0, -1, 0, (XmlStep(0, "s", "i", 0, "o", 1, 1),
+                                  XmlStep(1, "cpy", "i", 0, "o", 1, 1))),
+        ThreadBlock(1, -1, 0, 0, (XmlStep(0, "r", "i", 0, "o", 0, 1),))))
+    return Program("staged", "Simple", 1, 2, 2, "allgather", 0, (rank0, rank1))
+
+
+def test_a_write_after_an_unordered_read_is_a_race() -> None:
+    """Write-after-read: tb 1 of rank 0 overwrites o[1] while nothing orders it after tb 0's
+    send of o[1]. Run in the order the checker explores, the send reads first and every rank
+    ends with the right chunks, so only the race check can tell: run the other way, rank 1
+    would receive its own chunk back. Waiting for the send (step 1) instead of the copy
+    (step 0) removes the race."""
+    report = check_program(_staged_allgather(wait_for_the_send=False), runtime="msccl")
+    assert [(p.kind, p.message) for p in report.problems] == [
+        ("race", "rank 0: tb 0 step 1 reads o[1] and tb 1 step 0 writes it, with no dependency "
+                 "or message ordering them")]
+    fixed = check_program(_staged_allgather(wait_for_the_send=True), runtime="msccl")
+    assert fixed.ok and not fixed.problems and not fixed.warnings
+
+
 def _ring_allgather(n: int, *, nop_without_dependency: bool = False) -> Program:
     """An n-rank out-of-place ring allgather: cpy own chunk, then receive-copy-send n-1 times."""
     gpus = []

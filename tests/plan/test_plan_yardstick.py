@@ -19,6 +19,7 @@ from collsynth.plan.groups import topology_for_group
 from collsynth.timing.runtime_baselines import baseline_rows
 from collsynth.timing.runtime_constants import PROTOCOLS, default_constants
 from collsynth.timing.runtime_model import prepare_program, simulate_program
+from collsynth.topology import get_topology
 
 GROUP = (0, 1, 2, 3)
 SIZES = {"allgather": (4096, 1 << 20, 16 << 20), "allreduce": (4096, 1 << 20),
@@ -114,11 +115,17 @@ def test_no_prediction_below_the_runtime_base_latency(yard_plan):
             assert bucket.plan_us >= floor * bucket.calls
 
 
-def test_no_program_slower_than_the_ring_is_picked(yard_plan):
+def test_no_program_slower_than_nccl_is_picked(yard_plan):
+    # NCCL runs the faster of its candidates (ring, and for allreduce its tree) at each size.
     plan, _, _ = yard_plan
     for kind in SIZES:
         entry = _entries(plan)[kind]
-        nccl = next(c for c in entry.candidates if c.source == NCCL)
+        runtime = [c for c in entry.candidates if c.source == NCCL]
+        assert len(runtime) == (2 if kind == "allreduce" else 1)
+
+        def nccl_at(size):
+            return min(c.time_at(size) for c in runtime)
+
         picked = 0
         for c in entry.candidates:
             if c.source == NCCL or c.name in entry.excluded:
@@ -126,9 +133,9 @@ def test_no_program_slower_than_the_ring_is_picked(yard_plan):
             for s in c.samples:
                 r = next(r for r in entry.ranges if r.contains(s.size_bytes))
                 if r.winner == c.name:
-                    assert s.time_us < nccl.time_at(s.size_bytes)
+                    assert s.time_us < nccl_at(s.size_bytes)
                     picked += 1
-                if s.time_us >= nccl.time_at(s.size_bytes):
+                if s.time_us >= nccl_at(s.size_bytes):
                     assert r.winner != c.name and r.choice != c.name
         for size in SIZES[kind]:
             nccl_us, planned, _, _ = entry.predict(size, 4)
@@ -172,3 +179,93 @@ def test_the_closed_form_is_the_quick_path(fast, options, run_of, traced):
     _, planned, choice, _ = entry.predict(4096, 4)
     assert choice != NCCL and planned < min(default_constants("nccl").base_latency(p)
                                             for p in PROTOCOLS)
+
+
+# -- NCCL is the faster of its ring and its tree ------------------------------------------------
+
+
+def _eight_nodes():
+    """8 nodes of one GPU on a switch (10 GB/s NICs): NCCL's tree crosses the network
+    2 x 3 times (a double binary tree of depth 3, up and down), its ring 2 x 7 times, so at
+    small sizes the tree is much the faster."""
+    from collsynth.topology import compose_nodes
+    from collsynth.topology.model import Topology
+
+    gpu = Topology("gpu", ((0,),), unit_gbps=10.0, alpha_us=1.0)
+    return compose_nodes(gpu, 8, nic_units=1)
+
+
+def _plan_with(monkeypatch, options, run_of, traced, topology, algorithm, sizes):
+    """A plan of allreduce calls at ``sizes`` on ``topology`` whose only synthesized
+    candidate is ``algorithm`` (the search is replaced: the choice is what is tested)."""
+    import dataclasses
+
+    import collsynth.plan.planner as planner
+    from collsynth.plan.choose import FrontOutcome
+
+    algorithm = dataclasses.replace(algorithm, name="candidate")
+    monkeypatch.setattr(planner, "synthesize_front", lambda *a, **k: FrontOutcome(
+        (algorithm,), "pareto", True, False, "given by the test"))
+    group = tuple(range(topology.num_ranks))
+    calls = [traced("allreduce", size, group) for size in sizes]
+    (entry,) = plan_calls(run_of(topology.num_ranks, calls), topology,
+                          options=options()).entries
+    return entry
+
+
+def test_a_program_between_the_tree_and_the_ring_is_not_chosen(monkeypatch, options, run_of,
+                                                               traced):
+    """A 7-step allreduce (a line's: partial sums along 0..7 and back) pays 7 network hops:
+    at 1 KiB and 4 KiB it is faster than NCCL's ring (14 hops) but slower than its tree
+    (6 hops). NCCL runs its tree there, so the program must not be chosen."""
+    from collsynth.collective import allreduce
+    from collsynth.synthesis import solve_least_steps
+
+    topology = _eight_nodes()
+    line = solve_least_steps(get_topology("line:8"), allreduce(8)).algorithm
+    assert line.num_steps == 7
+    sizes = (1024, 4096)
+    entry = _plan_with(monkeypatch, options, run_of, traced, topology, line, sizes)
+    by_name = {c.name: c for c in entry.candidates}
+    assert set(by_name) == {"nccl-ring", "nccl-tree", "candidate"}
+    for size in sizes:
+        ring, tree, ours = (float(by_name[n].time_at(size))
+                            for n in ("nccl-ring", "nccl-tree", "candidate"))
+        assert tree < ours < ring  # the case this test is about
+        nccl_us, planned, choice, _ = entry.predict(size, 4)
+        assert choice == NCCL and planned == nccl_us == tree
+        assert next(r for r in entry.ranges if r.contains(size)).winner == NCCL
+
+
+def test_a_program_faster_than_the_tree_and_the_ring_is_chosen(monkeypatch, options, run_of,
+                                                               traced):
+    """A 1-step allreduce (every rank sends its buffer to every other) pays one network hop:
+    faster than both of NCCL's algorithms at 1 KiB, so it is chosen."""
+    from collsynth.collective import allreduce
+    from collsynth.synthesis import solve_least_steps
+
+    topology = _eight_nodes()
+    direct = solve_least_steps(get_topology("fully-connected:8"), allreduce(8)).algorithm
+    assert direct.num_steps == 1
+    entry = _plan_with(monkeypatch, options, run_of, traced, topology, direct, (1024,))
+    by_name = {c.name: c for c in entry.candidates}
+    ours = float(by_name["candidate"].time_at(1024))
+    assert ours < min(float(by_name[n].time_at(1024)) for n in ("nccl-ring", "nccl-tree"))
+    _, planned, choice, _ = entry.predict(1024, 4)
+    assert choice == "candidate" and planned == ours
+
+
+def test_the_price_of_nccl_between_samples_is_the_faster_of_ring_and_tree():
+    """The boundaries between ranges are placed with NCCL's price at unsampled sizes: the
+    faster of its ring and its tree once the tree is one of its candidates."""
+    from collsynth.plan.yardstick import Pricer
+
+    topology = _eight_nodes()
+    constants = default_constants("nccl")
+    ring = baseline_rows("allreduce", topology, [1500], constants)[0].time_us
+    tree = baseline_rows("allreduce", topology, [1500], constants, algorithm="tree")[0].time_us
+    assert tree < ring
+    pricer = Pricer("allreduce", topology, constants)
+    assert pricer(NCCL, 1500) == ring
+    pricer.tree = True
+    assert pricer(NCCL, 1500) == tree

@@ -190,17 +190,55 @@ def test_sampled_ranges_bisect_to_the_crossing():
         [(0, 999, "a"), (1000, None, NCCL)]
 
 
+def test_a_program_must_beat_the_faster_of_the_ring_and_the_tree():
+    """NCCL runs the faster of its ring and its tree at each size, so a program is chosen only
+    where it beats both. Hand-set sample times (us) at 1000, 10_000 and 100_000 bytes:
+
+    ========  =====  ======  =======
+    size      1000   10_000  100_000
+    ring      30     40      100
+    tree      20     35      150
+    program   25     30      120
+    ========  =====  ======  =======
+
+    At 1000 the program (25) lies between the tree (20) and the ring (30): NCCL's tree wins.
+    At 10_000 it beats both (30 < 35 < 40): the program. At 100_000 the ring wins."""
+    from collsynth.plan.choose import Sample, choose_sampled_ranges
+
+    sizes = (1000, 10_000, 100_000)
+
+    def sampled(name, source, times):
+        return Candidate(name, source, None,
+                         samples=tuple(Sample(s, float(t)) for s, t in zip(sizes, times)))
+
+    ring = sampled("nccl-ring", NCCL, (30, 40, 100))
+    tree = sampled("nccl-tree", NCCL, (20, 35, 150))
+    ours = sampled("a", "collsynth", (25, 30, 120))
+    ranges = choose_sampled_ranges([ring, tree, ours])
+    assert [next(r.choice for r in ranges if r.contains(s)) for s in sizes] == [NCCL, "a", NCCL]
+    # Against the ring alone the program would also win at 1000 bytes (25 < 30).
+    alone = choose_sampled_ranges([ring, ours])
+    assert [next(r.choice for r in alone if r.contains(s)) for s in sizes] == ["a", "a", NCCL]
+    # The order of NCCL's candidates does not matter.
+    again = choose_sampled_ranges([tree, ours, ring])
+    assert [(r.min_bytes, r.max_bytes, r.choice) for r in again] == \
+        [(r.min_bytes, r.max_bytes, r.choice) for r in ranges]
+
+
 @settings(max_examples=60, deadline=None)
-@given(nccl=st.lists(st.integers(1, 10**4), min_size=5, max_size=5),
+@given(runtime=st.lists(st.lists(st.integers(1, 10**4), min_size=5, max_size=5), min_size=1,
+                        max_size=2),
        algos=st.lists(st.lists(st.integers(1, 10**4), min_size=5, max_size=5), max_size=3))
-def test_sampled_ranges_give_each_sample_its_fastest(nccl, algos):
+def test_sampled_ranges_give_each_sample_its_fastest(runtime, algos):
     """Whatever the sampled times, ranges cover every size once and each sampled size runs
-    its fastest candidate, NCCL on a tie."""
+    its fastest candidate, NCCL (the faster of its ring and tree) on a tie."""
     from collsynth.plan.choose import Sample, choose_sampled_ranges
 
     sizes = (1, 10, 100, 1000, 10_000)
-    candidates = [Candidate("ring", NCCL, None, samples=tuple(
-        Sample(s, float(t)) for s, t in zip(sizes, nccl)))]
+    candidates = [Candidate(name, NCCL, None, samples=tuple(
+        Sample(s, float(t)) for s, t in zip(sizes, times)))
+        for name, times in zip(("ring", "tree"), runtime)]
+    nccl = [min(times) for times in zip(*runtime)]
     candidates += [Candidate(f"a{i}", "collsynth", None, samples=tuple(
         Sample(s, float(t)) for s, t in zip(sizes, times))) for i, times in enumerate(algos)]
     ranges = choose_sampled_ranges(candidates)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import pytest
 
@@ -142,3 +143,30 @@ def test_a_missing_file_exits_1(tmp_path, capsys):
 def test_nccl_without_gpus_exits_1(files, capsys):
     assert main([str(files["allreduce"]), "--backend", "nccl", "--size", "1KiB"]) == 1
     assert "nccl backend needs 4 GPUs" in capsys.readouterr().err
+
+
+def test_a_run_says_what_it_is_doing_on_stderr(files, capsys, monkeypatch):
+    # The launch's heartbeat (every 5 s) goes to stderr, after a first line; --json keeps
+    # stderr quiet. Here the heartbeat comes every 0.01 s, so even a quick run shows it.
+    import importlib
+
+    launching = importlib.import_module("collsynth.runtime.launch")  # not the function
+    real = launching.launch
+
+    def slower(*args, **keywords):
+        assert keywords["progress"] is not None or "--json" in used
+        keywords["progress_interval_s"] = 0.01
+        return real(*args, **keywords)
+
+    monkeypatch.setattr(launching, "launch", slower)
+    used = ["--size", "64B", "--iters", "1", "--warmup", "0"]
+    assert main([str(files["allgather"]), *used]) == 0
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert lines[0] == "  running: allgather(n=4, chunks=2) on ring:4: 4 local process(es), gloo"
+    assert len(lines) >= 2 and all(
+        re.fullmatch(r"  running: [0-4] of 4 rank\(s\) done, \d+ s so far \(timeout \d+ s\)",
+                     line) for line in lines[1:]), lines
+    used.append("--json")
+    assert main([str(files["allgather"]), *used]) == 0
+    assert capsys.readouterr().err == ""

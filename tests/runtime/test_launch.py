@@ -133,6 +133,22 @@ def test_the_whole_launch_has_a_deadline():
     assert time.monotonic() - start < 40   # the rank sleeps 60 s; the deadline is 2 s
 
 
+def _nap(rank, world_size):
+    time.sleep(1.0)
+    return rank
+
+
+def test_a_launch_reports_progress_while_ranks_run():
+    # Ranks that take 1 s, a heartbeat every 0.1 s: several lines before they report.
+    lines = []
+    assert launch(_nap, 2, progress=lines.append, progress_interval_s=0.1) == [0, 1]
+    assert len(lines) >= 3
+    assert all(re.fullmatch(r"[0-2] of 2 rank\(s\) done, \d+ s so far \(timeout 300 s\)", line)
+               for line in lines), lines
+    with pytest.raises(ValueError, match="progress_interval_s"):
+        launch(_nap, 1, progress=lines.append, progress_interval_s=0)
+
+
 def test_the_timeout_error_type():
     assert issubclass(ExecutionTimeoutError, Exception)
 

@@ -103,8 +103,10 @@ def test_sweep_interrupted_keeps_the_point_found_at_the_step_count_being_searche
     dgx1 = get_topology("dgx1")
     backend = _CtrlCBackend(lambda problem: problem.collective.chunk_factor >= 3)
     log = SweepLog()
-    front = list(pareto_front(dgx1, standard_collective("allgather", 8), max_chunks=8,
-                              options=SolveOptions(backend=backend, symmetry=False), log=log))
+    sweep = pareto_front(dgx1, standard_collective("allgather", 8), max_chunks=8,
+                         options=SolveOptions(backend=backend, symmetry=False), log=log)
+    front = list(sweep)
+    assert (sweep.complete, sweep.stopped_by) == (False, "interrupt")  # the result says so
     assert [(r.instance.steps, r.rounds_per_chunk) for r in front] == [(2, Fraction(3, 2))]
     assert front[0].algorithm is not None and front[0].algorithm.rounds_per_chunk == Fraction(3, 2)
     assert log.interrupted and not log.complete and log.stopped_by == "interrupted"

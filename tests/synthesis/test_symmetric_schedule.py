@@ -208,3 +208,49 @@ def test_cutting_every_piece_in_three_keeps_a_correct_schedule():
     assert symmetric_problems(finer) == []
     assert finer.num_rounds == 3 * schedule.num_rounds  # every load tripled (1 unit links)
     assert find_problems(expand(finer)) == []
+
+
+def _forward_ring(units: int, group_limit: int | None = None):
+    """3 ranks, rank r -> r + 1 (mod 3) only, ``units`` per link; with ``group_limit``, each
+    rank's output also passes a group (a port) of that many units."""
+    from collsynth.topology.model import BandwidthGroup, Topology
+
+    links = tuple(tuple(units if b == (a + 1) % 3 else 0 for b in range(3)) for a in range(3))
+    groups = () if group_limit is None else tuple(
+        BandwidthGroup(frozenset({r}), frozenset({(r + 1) % 3}), group_limit, f"port{r}")
+        for r in range(3))
+    return Topology(f"forward3x{units}", links, groups)
+
+
+def _relay(topology, pieces: int, rounds: tuple[int, int]):
+    """Allgather on the forward ring, each chunk cut in ``pieces``: root 0's pieces go
+    0 -> 1 in step 0 and 1 -> 2 in step 1 (the template); each image moves its own root's
+    pieces one node on, so every link carries ``pieces`` pieces in every step."""
+    from collsynth.synthesis.bandwidth_optimal.symmetric import SymmetricSchedule
+
+    chunk = np.arange(pieces, dtype=np.int64)
+    steps = tuple(Step(r, SendBlock(chunk, np.full(pieces, src, np.int32),
+                                    np.full(pieces, src + 1, np.int32)))
+                  for r, src in zip(rounds, (0, 1)))
+    return SymmetricSchedule(topology, standard_collective("allgather", 3),
+                             NodeShift(nodes=3, ranks_per_node=1), pieces, steps)
+
+
+@pytest.mark.parametrize("units, group_limit", [(2, None), (3, 2)],
+                         ids=["2-unit links", "3-unit links, 2-unit ports"])
+def test_rounds_of_a_step_are_its_load_over_the_bandwidth_rounded_up(units, group_limit):
+    # Every test system above has 1-unit links, where rounding the rounds a link class needs
+    # down or up gives the same answer. Here each link (or its port) carries 3 pieces per step
+    # over 2 units: 3 / 2 = 1.5, so a step needs 2 rounds, and a 1-round step is refused.
+    topology = _forward_ring(units, group_limit)
+    accepted = _relay(topology, 3, (2, 2))
+    assert symmetric_problems(accepted) == []
+    assert find_problems(expand(accepted)) == []  # the ordinary verifier agrees
+    refused = _relay(topology, 3, (1, 2))
+    assert symmetric_problems(refused) == [
+        "template step 0: its images together need 2 rounds, the step lasts 1"]
+    with pytest.raises(VerificationError, match="need 2 rounds, the step lasts 1"):
+        verify_symmetric(refused)
+    assert any("allows 2" in p for p in find_problems(expand(refused)))
+    # 2 pieces over 2 units fit one round: the second unit is used.
+    assert symmetric_problems(_relay(topology, 2, (1, 1))) == []

@@ -140,6 +140,31 @@ def test_a_forwarding_rank_pipelines_slices():
     assert simulate_program(p, line(3, 10.0), 8000, whole).time_us == pytest.approx(4.0 + 5.6)
 
 
+def test_a_pipelined_receive_reduce_pays_for_reducing_its_last_slice():
+    # The runtime's ring reduce-scatter on 3 ranks (0 -> 1 -> 2 -> 0): every rank sends one
+    # chunk (s), receives, reduces and forwards the next (rrs), and receives and reduces its
+    # own (rrc). A 24_000-byte buffer is 3 chunks of 8000 bytes: 8 slices of 1000 bytes
+    # (slot 1000 B, one slot per slice), 0.1 us each over a 10 GB/s link; hop 2 us; reducing
+    # costs 0.00005 us per byte, 0.05 us per slice and 0.4 us per chunk, so it keeps up with
+    # the slices and only the last slice's reduction shows. By hand, on every rank alike:
+    #   s    0 .. 0.8 us on the wire; its last slice reaches the next rank at 2.8 us.
+    #   rrs  reduces that slice by 2.85, sends it by 2.95; it reaches the next rank at 4.95.
+    #   rrc  reduces that last slice by 5.0 us.
+    # So base + 5.0. Without the reduction of the last slice it would be base + 4.9.
+    n = 3
+    links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
+    ring3 = Topology("ring3", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
+    p = ring_program("reduce_scatter", [(0, 1, 2)], protocol="Simple")
+    assert [st.type for st in p.gpus[0].threadblocks[0].steps] == ["s", "rrs", "rrc"]
+    c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=1, fifo=64,
+                  gamma=0.00005)
+    t = simulate_program(p, ring3, 24_000, c)
+    assert t.time_us == pytest.approx(4.0 + 5.0, rel=1e-9)
+    # With no reduction cost the same hand count gives 0.8 + 2 + 0.1 + 2 = 4.9 us.
+    free = simulate_program(p, ring3, 24_000, c.replace(gamma_us_per_byte=0.0))
+    assert free.time_us == pytest.approx(4.0 + 4.9, rel=1e-9)
+
+
 def test_the_fifo_window_bounds_a_connection_over_a_long_hop():
     # 8 slots of 1000 bytes in flight per round trip of 2 x 2 us: at most 2000 bytes/us, so
     # 8000 bytes take 4 us although the link carries 10_000 bytes/us.
@@ -172,6 +197,31 @@ def test_ring_programs_compute_their_collective(coll):
     p = ring_program(coll, [(0, 1, 2, 3, 4), (0, 4, 3, 2, 1)])
     report = check_program(p, runtime="msccl", collective=coll)
     assert [x for x in report.problems if x.kind == "postcondition"] == []
+    # Written for each runtime (rccl: without fused steps), the file passes every check.
+    from collsynth.export.xml_reader import read_checked
+    from collsynth.export.xml_writer import write_program
+
+    for runtime in ("msccl", "msccl-executor", "rccl"):
+        text = write_program(ring_program(coll, [(0, 1, 2, 3, 4), (0, 4, 3, 2, 1)],
+                                          runtime=runtime), runtime)
+        read, problems = read_checked(text, runtime)
+        assert problems == []
+        report = check_program(read, runtime=runtime, collective=coll)
+        assert report.ok and not report.warnings, [str(x) for x in report.problems[:3]]
+
+
+def test_a_fused_step_over_a_partly_overlapping_operand_is_refused():
+    from collsynth.errors import ExportError
+    from collsynth.export.retarget import unfused
+
+    import dataclasses
+
+    p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    step = XmlStep(0, "rrc", "o", 0, "o", 1, 2)   # o[0..2) + received -> o[1..3)
+    receive = ThreadBlock(0, -1, 0, 0, (step,))
+    broken = dataclasses.replace(p, gpus=(p.gpus[0], GpuProgram(1, 1, 3, 0, (receive,))))
+    with pytest.raises(ExportError, match="rank 1 tb 0 step 0: rrc .* partly overlap"):
+        unfused(broken)
 
 
 def test_baseline_picks_the_recorded_protocol_by_size():

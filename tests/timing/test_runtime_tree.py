@@ -129,3 +129,48 @@ def test_bad_input_is_refused():
     one_way = Topology("ring3", ((0, 1, 0), (0, 0, 1), (1, 0, 0)), unit_gbps=10.0, alpha_us=1.0)
     with pytest.raises(InvalidInstanceError, match="no link both ways"):
         runtime_tree(one_way)
+
+
+@pytest.mark.parametrize("runtime", ["msccl", "msccl-executor", "rccl"])
+def test_the_tree_exports_for_every_runtime_and_passes_the_checker(tmp_path, runtime):
+    # Written by save_xml, read back through the reader's rules and checked for that runtime:
+    # rccl's file has no fused steps (its interpreter refuses them), rccl and msccl-executor
+    # carry outofplace, minBytes and maxBytes="0" (no upper bound), msccl none of them.
+    from collsynth.export.xml_reader import read_checked, read_text
+    from collsynth.export.xml_writer import save_xml
+
+    for nodes, chains in [(2, [(0,)]), (3, [(0, 2, 1), (1, 2, 0)]), (5, [(0,)])]:
+        program = tree_program(nodes, chains, runtime=runtime)
+        path = tmp_path / f"tree-{nodes}.xml"
+        save_xml(program, path, runtime)
+        read, problems = read_checked(read_text(path), runtime)
+        assert read is not None and problems == []
+        report = check_program(read, runtime=runtime, collective="allreduce")
+        assert report.ok and not report.warnings, [str(x) for x in report.problems]
+        types = {st.type for g in read.gpus for tb in g.threadblocks for st in tb.steps}
+        attributes = (read.outofplace, read.min_bytes, read.max_bytes)
+        if runtime == "rccl":
+            assert types <= {"s", "r", "re", "cpy"} and "re" in types
+        else:
+            assert "rrcs" in types
+        assert attributes == ((None, None, None) if runtime == "msccl" else (1, 0, 0))
+    # The schedule the runtime's own kernels run (what the program model prices) is unchanged.
+    assert tree_program(2, [(0,)]) == tree_program(2, [(0,)], runtime=None)
+
+
+def test_a_byte_range_is_written_the_way_each_runtime_reads_it():
+    import dataclasses
+
+    from collsynth.errors import ExportError
+    from collsynth.export.retarget import retarget
+
+    program = tree_program(2, [(0,)])
+    msccl = retarget(program, "msccl", min_bytes=1024, max_bytes=4096)
+    rccl = retarget(program, "rccl", min_bytes=1024, max_bytes=4096)
+    # msccl's bound is exclusive (size < maxBytes), rccl's inclusive (docs/msccl-xml.md §4.4).
+    assert (msccl.min_bytes, msccl.max_bytes) == (1024, 4097)
+    assert (rccl.min_bytes, rccl.max_bytes) == (1024, 4096)
+    with pytest.raises(ExportError, match="selects no call"):
+        retarget(program, "rccl", min_bytes=4096, max_bytes=1024)
+    with pytest.raises(ExportError, match="rccl does not run custom"):
+        retarget(dataclasses.replace(program, coll="custom"), "rccl")

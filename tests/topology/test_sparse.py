@@ -111,3 +111,64 @@ def test_sparse_forms_concatenate_and_compare_like_tuples():
     assert small.links + () == dense.links
     assert small.links == [list(row) for row in dense.links]
     assert small.groups == list(dense.groups)
+
+
+def test_sparse_forms_concatenate_in_order():
+    small = compose_nodes(get_topology("ring:4"), 3, nic_units=1, fabric="rail",
+                          oversubscription=2)
+    groups = tuple(_dense(small).groups)
+    extra = groups[0]
+    assert (extra,) + small.groups == (extra,) + groups   # the tuple's items first
+    assert small.groups + (extra,) == groups + (extra,)
+    assert ((extra,) + small.groups)[0] == extra and (small.groups + (extra,))[-1] == extra
+    assert [extra] + list(small.groups) == [extra, *groups]
+    row = (0,) * small.num_ranks
+    assert (row,) + small.links == (row,) + tuple(_dense(small).links)
+    assert small.links + (row,) == tuple(_dense(small).links) + (row,)
+
+
+def test_equal_sparse_and_dense_forms_hash_alike():
+    # Equal objects must hash alike: a sparse form equals the tuple it reads as, so it hashes
+    # as that tuple, and a composed topology as its dense twin.
+    small = compose_nodes(get_topology("ring:4"), 3, nic_units=1, fabric="rail",
+                          oversubscription=2)
+    dense = _dense(small)
+    assert small.links == dense.links and hash(small.links) == hash(dense.links)
+    assert small.groups == dense.groups and hash(small.groups) == hash(dense.groups)
+    assert small == dense and hash(small) == hash(dense)
+    assert len({small.links, dense.links}) == 1 and len({small, dense}) == 1
+    # Another composition of the same matrix (a different fabric name) is equal too.
+    again = compose_nodes(get_topology("ring:4"), 3, nic_units=1, fabric="rail",
+                          oversubscription=2)
+    assert again.links == small.links and hash(again.links) == hash(small.links)
+
+
+def test_one_copy_of_the_topology_model():
+    # The classes sparse topologies are built with are the ones their module exports (pytest
+    # once loaded collsynth/topology/model.py twice when it was named for its doctests).
+    import sys
+
+    import collsynth.topology.compose as compose
+    import collsynth.topology.model as model
+
+    assert sys.modules["collsynth.topology.model"] is model
+    assert compose.SparseLinks is model.SparseLinks is SparseLinks
+    assert compose.Topology is model.Topology is Topology
+
+
+def test_doctests_and_tests_of_the_topology_model_run_together():
+    """``pytest collsynth/topology/model.py tests/topology/test_sparse.py`` (the module's
+    doctests with its tests): the conftest.py at the root imports collsynth first, so pytest's
+    importlib mode finds the module in sys.modules instead of loading the file again."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "collsynth/topology/model.py", "tests/topology/test_sparse.py",
+         # the doctests and the test above only (a node id alone changes the import order)
+         "-k", "model.py or test_one_copy_of_the_topology_model"],
+        cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

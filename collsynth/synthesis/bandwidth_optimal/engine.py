@@ -137,7 +137,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
         algorithm = invert_dual(dual.algorithm, topology, collective.split(dual.algorithm.chunks))
         timings = dict(dual.timings, invert=time.perf_counter() - tick)
         return _result(algorithm, dual.steady_state_rounds_per_chunk, dual.lower_bound,
-                       started, timings, dual.details)
+                       started, timings, dual.details, dual.stopped_by)
 
     roots = roots_of(collective)
     tick = time.perf_counter()
@@ -182,7 +182,13 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     say(f"verified ({timings['verify']:.2f} s)")
     return _result(algorithm, steady, bound, started, timings,
                    {"stages": count, "pieces_per_root": packing.pieces_per_root,
-                    "depth": packing.depth})
+                    "depth": packing.depth}, _cut_short(packing, steady, bound))
+
+
+def _cut_short(packing, steady: Fraction, bound: Fraction) -> str | None:
+    """Why the packing is not proven the best (a limit ended its search before it reached the
+    bound), or ``None``."""
+    return None if steady <= bound else packing.stats.get("stopped_by")
 
 
 #: Above this many ranks the tree engine keeps symmetric schedules compact by default: the
@@ -224,18 +230,21 @@ def _compact_result(topology, collective, stages, time_limit, progress, started,
                                        time_limit=time_limit - (time.perf_counter() - started),
                                        progress=progress, compact=False)
     facts = schedule.provenance
+    stopped = facts.get("stopped_by")
     return ScheduleResult(None, "trees", schedule.rounds_per_chunk,
                           Fraction(facts["steady_state_rounds_per_chunk"]),
                           Fraction(facts["lower_bound"]), time.perf_counter() - started,
                           facts.get("timings", {}),
                           {"stages": facts.get("stages"), "template_sends":
                            schedule.template_sends, "images": schedule.shift.nodes},
-                          compact=schedule)
+                          compact=schedule, complete=stopped is None, stopped_by=stopped)
 
 
-def _result(algorithm, steady, bound, started, timings, details) -> ScheduleResult:
+def _result(algorithm, steady, bound, started, timings, details,
+            stopped_by: str | None = None) -> ScheduleResult:
     return ScheduleResult(algorithm, "trees", algorithm.rounds_per_chunk, steady, bound,
-                          time.perf_counter() - started, timings, details)
+                          time.perf_counter() - started, timings, details,
+                          complete=stopped_by is None, stopped_by=stopped_by)
 
 
 def check_request_fits(num_ranks: int, collective: str, *, stages: int | None,
@@ -310,4 +319,5 @@ def _allreduce(topology, collective, stages, size_bytes, time_limit, say,
     bound = (rs.lower_bound + ag.lower_bound) / n
     return _result(algorithm, steady, bound, started, timings,
                    {key: max(rs.details[key], ag.details[key])
-                    for key in ("stages", "pieces_per_root", "depth")})
+                    for key in ("stages", "pieces_per_root", "depth")},
+                   None if steady <= bound else rs.stopped_by or ag.stopped_by)

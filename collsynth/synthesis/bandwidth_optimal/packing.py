@@ -63,7 +63,9 @@ class TreePacking:
     as returned by :func:`~.arborescence.min_arborescence`); multiplicities sum to
     ``pieces_per_root``. A stage takes ``rounds_per_stage`` rounds, so the steady state costs
     ``rounds_per_stage / pieces_per_root`` rounds per chunk of each root. ``shift`` (or ``None``)
-    moves the trees of node 0's roots to the other nodes.
+    moves the trees of node 0's roots to the other nodes. ``stats["stopped_by"]`` says what
+    ended the column generation before its program was solved (``"time_limit"``,
+    ``"interrupt"``, ``"iteration_limit"``), ``None`` when nothing did.
     """
 
     trees: dict[int, list[tuple[np.ndarray, int]]]
@@ -240,6 +242,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     # centre, whose Lagrangian bound is highest) and the current ones; degenerate programs
     # otherwise add trees for hundreds of iterations without moving R.
     centre, best_bound, smoothing = None, -np.inf, 0.5
+    stopped = None   # what ended the column generation before the program was solved
     while True:
         iterations += 1
         try:
@@ -248,6 +251,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
             if weights is None:
                 raise  # nothing solved yet: nothing to keep
             _interrupted(options, iterations, value)
+            stopped = "interrupt"
             break
         if options.progress is not None:
             options.progress(f"iteration {iterations}: {len(columns)} trees, "
@@ -259,6 +263,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         if iterations >= options.max_iterations or \
                 time.perf_counter() - started > options.time_limit:
             _log.info("column generation stopped after %d iterations at %.6f", iterations, value)
+            stopped = "iteration_limit" if iterations >= options.max_iterations else "time_limit"
             break
         trial = y if centre is None else smoothing * centre + (1 - smoothing) * y
         prices = np.asarray(rows.incidence.T @ y).ravel().reshape(n, n)
@@ -268,6 +273,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
             added, bound = _price_trees(reps, hops, scale, trial_prices, prices, finite, u, add)
         except KeyboardInterrupt:
             _interrupted(options, iterations, value)
+            stopped = "interrupt"
             break
         if bound > best_bound:
             best_bound, centre = bound, trial
@@ -312,7 +318,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
             packing[reps[owners[j]]].append((parents[j], int(m)))
     return TreePacking(packing, int(k), int(rho), shift, value, iterations,
                        {"lp_seconds": lp_time, "trees_generated": len(columns),
-                        "rows": len(rows.capacity),
+                        "rows": len(rows.capacity), "stopped_by": stopped,
                         "seconds": time.perf_counter() - started})
 
 

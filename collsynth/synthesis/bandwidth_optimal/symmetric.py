@@ -459,6 +459,7 @@ def solve_symmetric(topology: Topology, collective: Collective, *, stages: int |
             schedule = verify_symmetric(_reduce_scatter_of(dual, topology))
             schedule.provenance["timings"] = dict(dual.provenance["timings"],
                                                   total=time.perf_counter() - started)
+            schedule.provenance["stopped_by"] = dual.provenance.get("stopped_by")
             return schedule
         say("allreduce = reduce-scatter + allgather")
         rs = solve_symmetric(topology, reduce_scatter(n), stages=stages,
@@ -475,6 +476,8 @@ def solve_symmetric(topology: Topology, collective: Collective, *, stages: int |
         schedule.provenance.update(
             lower_bound=str(bound), steady_state_rounds_per_chunk=str(steady),
             optimal=steady == bound,
+            stopped_by=None if steady <= bound else (rs.provenance.get("stopped_by")
+                                                     or ag.provenance.get("stopped_by")),
             timings={"reduce_scatter": rs.provenance["timings"]["total"],
                      "allgather": ag.provenance["timings"]["total"],
                      "compose_and_verify": time.perf_counter() - tick,
@@ -522,5 +525,7 @@ def solve_symmetric(topology: Topology, collective: Collective, *, stages: int |
     say(f"verified through the symmetry ({timings['verify']:.2f} s)")
     timings["total"] = time.perf_counter() - started
     schedule.provenance.update(lower_bound=str(bound), steady_state_rounds_per_chunk=str(steady),
-                               optimal=steady == bound, timings=timings)
+                               optimal=steady == bound, timings=timings,
+                               stopped_by=None if steady <= bound
+                               else packing.stats.get("stopped_by"))
     return schedule
