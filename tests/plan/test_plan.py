@@ -298,6 +298,39 @@ def test_a_plan_replaces_only_what_its_manifest_lists(tmp_path, fc4_plan):
     assert [p.name for p in sorted(tmp_path.iterdir())] == ["outside.md", "plan"]
 
 
+def test_files_that_appear_while_planning_are_never_deleted(tmp_path, fc4_plan, monkeypatch):
+    import collsynth.plan.writer as writer
+
+    plan, _ = fc4_plan
+    target = tmp_path / "plan"
+    write_plan(plan, target, plots=False)
+    real_manifest, real_owned = writer._write_manifest, writer._owned
+
+    def user_writes_meanwhile(staging):  # after the first check, before the swap
+        real_manifest(staging)
+        (target / "notes.txt").write_text("written while planning")
+
+    monkeypatch.setattr(writer, "_write_manifest", user_writes_meanwhile)
+    with pytest.raises(ExportError, match="holds notes.txt"):
+        write_plan(plan, target, plots=False)
+    assert (target / "notes.txt").read_text() == "written while planning"
+    assert (target / "manifest.json").is_file()  # the earlier plan is back in place
+    assert [p.name for p in tmp_path.iterdir()] == ["plan"]
+    (target / "notes.txt").unlink()
+    monkeypatch.setattr(writer, "_write_manifest", real_manifest)
+
+    def arrives_after_the_second_check(folder):
+        owned = real_owned(folder)
+        if folder != target:  # the old plan, moved aside: a file lands just after its check
+            (folder / "late.txt").write_text("late")
+        return owned
+
+    monkeypatch.setattr(writer, "_owned", arrives_after_the_second_check)
+    write_plan(plan, target, plots=False)
+    kept = [p for p in tmp_path.iterdir() if p.name != "plan"]
+    assert len(kept) == 1 and [f.name for f in kept[0].iterdir()] == ["late.txt"]
+
+
 # -- command line -----------------------------------------------------------------------------
 
 
