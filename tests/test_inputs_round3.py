@@ -192,6 +192,10 @@ def test_cli_fifo_inputs(tmp_path: Path, algo: Path, capsys: pytest.CaptureFixtu
                   "-o", tmp_path / "rt.json"],
                  ["check", fifo], ["show", fifo], ["verify", fifo],
                  ["time", algo, "--calibration", fifo],
+                 # The program model sniffs the calibration's format: a file it cannot read is
+                 # said as such, not "not a runtime-constants file".
+                 ["time", algo, "--topology", "ring:4,unit_gbps=50,alpha_us=1",
+                  "--calibration", fifo],
                  ["export", algo, "--tune", "-o", tmp_path / "x", "--runtime-constants", fifo],
                  ["bounds", fifo, "allgather"]):
         code, out, err = _cli(capsys, *argv, release=(fifo,))
