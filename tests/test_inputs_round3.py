@@ -628,3 +628,104 @@ def test_check_tries_the_other_runtimes_when_the_guess_fails(
     code, text, err = _cli(capsys, "check", path)
     assert code == cli.EXIT_ERROR and "problems for rccl" in err
     assert "not correct for msccl" in err
+
+
+# -- a held-out corpus of the same classes ---------------------------------------------------------
+# Built after the fixes, from other commands, options, devices, parameters, variables and folder
+# outputs than the cases above; 32 of these 41 failed on the code before the fixes (16 hung).
+
+_T4, _F4 = "ring:4,unit_gbps=50,alpha_us=1", "fully-connected:4,unit_gbps=50,alpha_us=1"
+_HELD_OUT = [
+    (["run", "fifo.json", "--ranks", "4"], {}, 1),
+    (["draw", "fifo.xml", "--topology", "ring:4", "-o", "x.png"], {}, 1),
+    (["draw", "adir", "-o", "x.png"], {}, 1),
+    (["plot", "fifo.json", "-o", "p.png"], {}, 1),
+    (["time", "ag.json", "fifo.json"], {}, 1),
+    (["time", "ag.json", "--topology", _T4, "--calibration", "/dev/zero"], {}, 1),
+    (["time", "ag.json", "--topology", "./fifo"], {}, 1),
+    (["plan", "tr2", "--topology", _F4, "-o", "pl", "--no-cache"], {}, 1),
+    (["plan", "trfifo", "--topology", _F4, "-o", "pl", "--no-cache"], {}, 1),
+    (["plan", str(TRACE), "--topology", "fifo.json", "-o", "pl", "--no-cache"], {}, 1),
+    (["plan", str(TRACE), "--topology", _F4, "--calibration", "fifo.json", "-o", "pl",
+      "--no-cache"], {}, 1),
+    (["trace", "summarize", "tr2"], {}, 1),
+    (["solve", "instance", "fifo.json", "allgather", "--steps", "2"], {}, 1),
+    (["solve", "instance", "ring:4", "./fifo.json", "--steps", "2"], {}, 1),
+    (["bounds", "ring:4", "link.json"], {}, 1),
+    (["bounds", "./fifo", "allgather"], {}, 1),
+    (["check", "/dev/null"], {}, 1),
+    (["verify", "link.json"], {}, 1),
+    (["calibrate", "curve.csv", "fifo.txt", "--topology", "ring:4", "--collective",
+      "allgather", "--ranks", "4", "-o", "cal.json"], {}, 1),
+    (["calibrate-runtime", "curve.csv", "--topology", "fifo.xml", "-o", "rt.json"], {}, 1),
+    (["calibrate-runtime", "adir", "--topology", _T4, "-o", "rt.json"], {}, 1),
+    (["bench", "ag.json", "--ranks", "4", "--runtime", "rccl", "-o", "b", "--from-logs"], {},
+     1),
+    (["bench", "fifo.json", "--ranks", "4", "--runtime", "rccl", "--dry-run"], {}, 1),
+    (["bounds", "hub:8,alpha_us=1,ALPHA_US=2", "allgather"], {}, 1),
+    (["bounds", "mesh:2x3,unit_gbps=1,unit-gbps=2", "allgather"], {}, 1),
+    (["bounds", "dgx-a100,unit_gbps=25,unit_gbps=25", "allgather"], {}, 1),
+    (["bounds", "hypercube:3,alpha_us=1", "allgather", "--alpha-us", "2"], {}, 1),
+    (["plan", str(TRACE), "--topology", _F4, "--alpha-us", "2", "-o", "pl", "--no-cache"], {},
+     1),
+    (["time", "ag.json", "--topology", "ring:4,unit_gbps=1e7,alpha_us=1"], {}, 1),
+    (["bounds", "ring:4", "allgather"], {"COLLSYNTH_MEMORY_LIMIT": "8 gigs"}, 2),
+    (["bounds", "ring:4", "allgather"], {"COLLSYNTH_MEMORY_LIMIT": "1.5GiB,2"}, 2),
+    (["calibrate", "curve.csv", "--topology", "ring:4", "--collective", "pairs", "--ranks",
+      "4", "-o", "cal.json"], {}, 2),
+    (["calibrate", "curve.csv", "--topology", "ring:4", "--collective", "", "--ranks", "4",
+      "-o", "cal.json"], {}, 2),
+    (["export", "nofig.json", "--tune", "-o", "t1"], {}, 1),
+    (["export", "ag.json", "--tune", "-o", "t2", "--runtime-constants", "adir"], {}, 1),
+    (["export", "ag.json", "--runtime", "all", "-o", "outfifo/"], {}, 1),
+    (["solve", "instance", "ring:4", "allgather", "--steps", "1", "-o", "s1/", "--xml", "s2"],
+     {}, 3),
+    (["solve", "least-steps", "ring:4", "allgather", "--max-steps", "1", "-o", "s3/"], {}, 3),
+    (["bench", "ag.json", "--ranks", "4", "--runtime", "rccl", "-o", "stray", "--dry-run"], {},
+     1),
+    (["bench", "ag.json", "--ranks", "4", "--runtime", "rccl", "-o", "nb"], {"PATH": ""}, 1),
+    (["calibrate", "curve.csv", "--topology", "ring:4", "--collective", "allgather",
+      "--ranks", "4", "-o", "cal.json", "--plot", "missing/x.png"], {}, 1),
+]
+
+
+def _held_out_folder(d: Path) -> None:
+    save_algorithm(_algorithm(), d / "ag.json")
+    save_algorithm(_algorithm(unit_gbps=None), d / "nofig.json")
+    (d / "curve.csv").write_text("size_bytes,time_us\n" + _ROWS)
+    for name in ("fifo.json", "fifo.xml", "fifo", "fifo.txt", "trfifo"):
+        os.mkfifo(d / name)
+    (d / "link.json").symlink_to(d / "fifo.json")
+    (d / "adir").mkdir()
+    (d / "tr2").mkdir()
+    for path in TRACE.iterdir():
+        if path.name == "rank-00001.jsonl":
+            (d / "tr2" / path.name).mkdir()
+        else:
+            (d / "tr2" / path.name).write_bytes(path.read_bytes())
+    (d / "b" / "logs").mkdir(parents=True)
+    os.mkfifo(d / "b" / "logs" / "default.txt")
+    (d / "stray" / "xml").mkdir(parents=True)
+    (d / "stray" / "xml" / "other.xml").write_text("<algo/>")
+    (d / "outfifo").mkdir()
+    os.mkfifo(d / "outfifo" / "ag.rccl.xml")
+
+
+@needs_fifo
+@pytest.mark.parametrize("argv, env, code", _HELD_OUT,
+                         ids=[" ".join(a)[:60] + (f" {e}" if e else "") for a, e, _ in _HELD_OUT])
+def test_held_out(argv, env, code, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                  capsys: pytest.CaptureFixture[str]):
+    _held_out_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    before = sorted((str(p.relative_to(tmp_path)), p.is_dir()) for p in tmp_path.rglob("*"))
+    fifos = tuple(p for p in tmp_path.rglob("*") if p.is_fifo())
+    got, out, err = _cli(capsys, *argv, release=fifos)
+    assert got == code, out + err
+    if code in (cli.EXIT_ERROR, cli.EXIT_USAGE):
+        _one_line_error(err)
+        assert "internal error" not in err
+    after = sorted((str(p.relative_to(tmp_path)), p.is_dir()) for p in tmp_path.rglob("*"))
+    assert after == before  # nothing written, nothing deleted
