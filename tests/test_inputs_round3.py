@@ -205,6 +205,34 @@ def test_cli_fifo_inputs(tmp_path: Path, algo: Path, capsys: pytest.CaptureFixtu
 
 
 @needs_fifo
+def test_every_input_is_checked_before_the_first_is_used(tmp_path: Path, algo: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]):
+    import collsynth.cli.calibrate as calibrate
+    import collsynth.cli.time as time_command
+
+    good = tmp_path / "curve.csv"
+    good.write_text("size_bytes,time_us\n" + _ROWS)
+    fifo = tmp_path / "late.txt"
+    os.mkfifo(fifo)
+    used = []
+    monkeypatch.setattr(calibrate, "fit_log", lambda log: used.append(log))
+
+    def load(*args, **kwargs):
+        used.append(args)
+        raise CollsynthError("loaded before every input was checked")
+
+    monkeypatch.setattr(time_command, "_load", load)
+    code, _, err = _cli(capsys, "calibrate", good, fifo, "--topology", "ring:4",
+                        "--collective", "allgather", "--ranks", "4", "-o", tmp_path / "c.json",
+                        release=(fifo,))
+    assert code == cli.EXIT_ERROR and "late.txt: is a FIFO" in err
+    code, _, err = _cli(capsys, "time", algo, fifo, release=(fifo,))
+    assert code == cli.EXIT_ERROR and "late.txt: is a FIFO" in err
+    assert used == []
+
+
+@needs_fifo
 @pytest.mark.parametrize("command", ["trace", "plan"])
 def test_a_fifo_in_a_trace_folder(tmp_path: Path, command: str,
                                   capsys: pytest.CaptureFixture[str]):

@@ -79,11 +79,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     Errors propagate to ``main``; nothing is written unless every log was read and fitted.
     """
+    from collsynth._files import check_input_file
     from collsynth._output import check_output_file, write_bytes_atomic
 
     check_output_file(args.output, label=f"-o {args.output}")  # before reading any log
     if args.plot:
         check_output_file(args.plot, label=f"--plot {args.plot}")
+    for path in args.logs:  # every log a regular file, before fitting the first
+        check_input_file(path)
     results: list[LogFits] = []
     for path in args.logs:
         log = load_log(path, collective=args.collective, ranks=args.ranks,
