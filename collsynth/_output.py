@@ -3,14 +3,15 @@
 * A file output must be a regular file or a new name. A symbolic link, FIFO, device, socket or
   folder there is refused, never replaced; so is a read-only file.
 * Its folder must exist and be writable; collsynth never creates missing parent folders. A
-  folder output (``-o DIR/``, ``--xml DIR``) is created when missing, one level only.
+  folder output (``-o DIR/``, ``--xml DIR``) is created when missing, one level only, and only
+  with its files: :func:`staged_folder` builds it aside and moves it into place on success.
 * Names made from user data (a collective's name) go through :func:`safe_file_name` and
   :func:`path_in`: letters, digits, ``._-`` only, so they stay in the output folder.
 * Writes are atomic (:func:`open_atomic`): a temporary file in the same folder, renamed over
   the target; the temporary file is removed on any failure and errors name the user's path.
 
-Commands check their outputs with :func:`check_output_file` / :func:`check_output_dir` before
-any work, so a refused path costs nothing; the atomic writer checks again just before writing.
+Commands check their outputs before any work, so a refused path costs nothing; the writers
+check again just before writing. docs/cli.md, section "Output files and folders".
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -26,7 +28,8 @@ from typing import IO, Iterator
 from collsynth.errors import OutputPathError
 
 __all__ = ["check_output_file", "check_output_dir", "check_folder_writable", "safe_file_name",
-           "path_in", "open_atomic", "write_text_atomic", "write_bytes_atomic"]
+           "path_in", "open_atomic", "write_text_atomic", "write_bytes_atomic",
+           "write_all_atomic", "staged_folder"]
 
 #: Longest file name :func:`safe_file_name` makes (file systems allow 255 bytes; room is left
 #: for the suffixes commands add and for the atomic writer's temporary names).
@@ -177,16 +180,21 @@ def path_in(folder: str | os.PathLike[str], name: str, *, suffix: str = "",
     return path
 
 
-def _new_file_mode() -> int:
-    """The mode ``open()`` would give a new file (0666 less the umask); mkstemp's is 0600."""
+def _umask() -> int:
+    """The process's umask (read, not set: setting it would race other threads)."""
     try:
         with open("/proc/self/status", encoding="ascii") as handle:
             for line in handle:
                 if line.startswith("Umask:"):
-                    return 0o666 & ~int(line.split()[1], 8)
+                    return int(line.split()[1], 8)
     except (OSError, ValueError):
         pass
-    return 0o644
+    return 0o022
+
+
+def _new_file_mode() -> int:
+    """The mode ``open()`` would give a new file (0666 less the umask); mkstemp's is 0600."""
+    return 0o666 & ~_umask()
 
 
 @contextlib.contextmanager
@@ -241,3 +249,122 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, *,
     """Write ``data`` to ``path`` through :func:`open_atomic`."""
     with open_atomic(path, binary=True, label=label) as handle:
         handle.write(data)
+
+
+def _new_folder_mode() -> int:
+    """The mode ``mkdir`` would give a new folder (0777 less the umask); mkdtemp's is 0700."""
+    return 0o777 & ~_umask()
+
+
+def write_all_atomic(files: "dict[Path, str | bytes]", *, label: str | None = None) -> None:
+    """Write several files all or nothing: each to a temporary file next to its target first;
+    only when every one is written (and every target passes :func:`check_output_file`) are they
+    renamed into place. On any failure the temporary files are removed and no target changes.
+
+    Raises
+    ------
+    OutputPathError
+        A target the policy refuses, or an OS error while writing.
+    """
+    temporaries: list[tuple[str, Path, int]] = []
+    try:
+        for target, data in files.items():
+            shown = label or str(target)
+            check_output_file(target, label=shown)
+            existing = _check_target(Path(target), shown)
+            mode = stat.S_IMODE(existing.st_mode) if existing is not None else _new_file_mode()
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name[:MAX_NAME_CHARS]}.",
+                                           suffix=".tmp", dir=Path(target).parent)
+            except OSError as exc:
+                raise OutputPathError(f"{shown}: cannot write: {exc.strerror or exc}") from exc
+            temporaries.append((tmp, Path(target), mode))
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+                os.chmod(tmp, mode)
+            except OSError as exc:
+                raise OutputPathError(f"{shown}: cannot write: {exc.strerror or exc}") from exc
+        for _, target, _ in temporaries:  # all written: check every target again, then rename
+            _check_target(target, label or str(target))
+        for tmp, target, _ in temporaries:
+            try:
+                os.replace(tmp, target)
+            except OSError as exc:
+                raise OutputPathError(f"{label or target}: cannot write: "
+                                      f"{exc.strerror or exc}") from exc
+    except BaseException:
+        for tmp, _, _ in temporaries:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def staged_folder(path: str | os.PathLike[str], *, label: str | None = None) -> Iterator[Path]:
+    """A command's output folder, all or nothing: yield an empty staging folder to write the
+    files in; on a clean exit they are moved into ``path``, on any failure the staging folder
+    is removed and ``path`` is left as it was (a missing folder stays missing).
+
+    A missing ``path`` (its parent must exist) is staged next to it and renamed into place in
+    one step. Into an existing folder the files are staged in a hidden folder inside it, every
+    target is checked (a regular file or a new name, as :func:`check_output_file`; a folder
+    where the staging has one), and only then are they renamed over the old ones. Files of the
+    folder that the command does not write are kept.
+
+    Raises
+    ------
+    OutputPathError
+        ``path`` refused by :func:`check_output_dir`; a target refused at the end (nothing is
+        moved then); an OS error.
+    """
+    label = label or os.fspath(path)
+    target = check_output_dir(path, label=label, create=False)
+    existed = _lstat(target, label) is not None
+    home = target if existed else target.parent
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{safe_file_name(target.name)}.",
+                                        suffix=".tmp", dir=home))
+        os.chmod(staging, _new_folder_mode())
+    except OSError as exc:
+        raise OutputPathError(f"{label}: cannot write: {exc.strerror or exc}") from exc
+    try:
+        yield staging
+        if not existed and _lstat(target, label) is None:
+            try:
+                os.rename(staging, target)
+                return
+            except OSError as exc:
+                raise OutputPathError(f"{label}: cannot create the folder: "
+                                      f"{exc.strerror or exc}") from exc
+        _merge(staging, check_output_dir(target, label=label, create=False), label)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _merge(staging: Path, target: Path, label: str) -> None:
+    """Move the tree ``staging`` into the folder ``target``: every destination checked first,
+    then the files renamed over (keeping an old file's mode)."""
+    folders, files = [], []
+    for root, dirs, names in os.walk(staging):
+        dirs.sort()
+        rel = Path(root).relative_to(staging)
+        folders += [rel / d for d in dirs]
+        files += [rel / n for n in sorted(names)]
+    for rel in folders:
+        info = _lstat(target / rel, f"{label}: {rel}")
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            raise OutputPathError(f"{label}: {rel} is {_kind(info.st_mode)}; expected a folder "
+                                  "(collsynth does not replace it)")
+    modes = {rel: _check_target(target / rel, f"{label}: {rel}") for rel in files}
+    try:
+        for rel in folders:
+            (target / rel).mkdir(exist_ok=True)
+        for rel in files:
+            if modes[rel] is not None:
+                os.chmod(staging / rel, stat.S_IMODE(modes[rel].st_mode))
+            os.replace(staging / rel, target / rel)
+    except OSError as exc:
+        raise OutputPathError(f"{label}: cannot write: {exc.strerror or exc}") from exc

@@ -31,6 +31,7 @@ __all__ = [
     "MAX_GBPS",
     "MIN_GBPS",
     "shown",
+    "decode_text",
     "parse_json",
     "read_json",
     "bounded_int",
@@ -117,6 +118,48 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: Byte-order marks of the encodings that are not UTF-8, longest first (UTF-32 LE starts
+#: with UTF-16 LE's).
+_OTHER_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
+               (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+
+
+_NEWLINE = b"\n"
+
+
+def decode_text(data: bytes, source: str, *, prefix: str = "") -> str:
+    """``data`` decoded as UTF-8, less a leading UTF-8 byte-order mark (Windows editors write
+    one). ``prefix`` starts messages (e.g. ``"line 3: "``).
+
+    Raises
+    ------
+    FileFormatError
+        UTF-16 or UTF-32 text (by its byte-order mark; the message says how to convert it), or
+        bytes that are not UTF-8 (naming the line and byte).
+
+    >>> decode_text(b"\xef\xbb\xbfsize_bytes,time_us", "a.csv")
+    'size_bytes,time_us'
+    >>> decode_text("size".encode("utf-16"), "a.csv")
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.FileFormatError: a.csv: UTF-16 text (it starts with a UTF-16 byte-order
+    mark); collsynth reads UTF-8: convert it (iconv -f UTF-16 -t UTF-8)
+    """
+    for bom, encoding in _OTHER_BOMS:
+        if data.startswith(bom):
+            raise FileFormatError(source, f"{prefix}{encoding} text (it starts with a "
+                                          f"{encoding} byte-order mark); collsynth reads UTF-8: "
+                                          f"convert it (iconv -f {encoding} -t UTF-8)")
+    skip = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        return data[skip:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at = exc.start + skip
+        where = "" if prefix else f"line {data.count(_NEWLINE, 0, at) + 1}: "
+        raise FileFormatError(source, f"{prefix}{where}not UTF-8 text ({exc.reason} at byte "
+                                      f"{at})") from exc
+
+
 def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> Any:
     """Parse JSON text of ``source`` refusing what Python's ``json`` lets through: ``NaN`` and
     ``Infinity``, floats that overflow to infinity (``1e999``), numbers of more than
@@ -146,13 +189,9 @@ def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> An
                                       f"{MAX_NUMBER_CHARS} digits; numbers have at most "
                                       f"{MAX_NUMBER_CHARS}")
     if isinstance(data, str):
-        text = data
+        text = data.removeprefix("\ufeff")
     else:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise FileFormatError(source, f"{prefix}not UTF-8 text ({exc.reason} at byte "
-                                          f"{exc.start})") from exc
+        text = decode_text(data, source, prefix=prefix)
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:

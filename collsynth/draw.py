@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 import numpy as np
 
+from collsynth._files import read_head
 from collsynth.algorithm.arrays import sends_as_arrays
 from collsynth.algorithm.model import Algorithm
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
@@ -542,15 +543,7 @@ def file_kind(path: str | os.PathLike[str]) -> str:
         A missing or unreadable file, or one that starts with neither.
     """
     p = Path(path)
-    try:
-        with p.open("rb") as handle:
-            head = handle.read(4096)
-    except FileNotFoundError as exc:
-        raise FileFormatError(p, "no such file") from exc
-    except IsADirectoryError as exc:
-        raise FileFormatError(p, "is a directory, expected a file") from exc
-    except OSError as exc:
-        raise FileFormatError(p, f"cannot read: {exc.strerror or exc}") from exc
+    head = read_head(p, 4096)
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if start == b"<":
         return "xml"

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from collsynth._files import read_head
 from collsynth.collective.fileformat import load_collective
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import standard_collective, standard_names
@@ -25,7 +26,7 @@ from collsynth.errors import (
     InvalidTopologyError,
     UnknownNameError,
 )
-from collsynth.topology.builtins import get_topology, with_figures
+from collsynth.topology.builtins import get_topology, name_figures, with_figures
 from collsynth.topology.compose import compose_nodes
 from collsynth.topology.fileformat import load_topology
 from collsynth.topology.importers import import_topology_file
@@ -63,11 +64,7 @@ def _load_topology_file(path: Path) -> Topology:
     if path.suffix.lower() == ".json":
         return load_topology(path)
     if path.suffix.lower() != ".xml" and path.is_file():
-        try:
-            with path.open("rb") as handle:
-                head = handle.read(_SNIFF_BYTES)
-        except OSError as exc:
-            raise FileFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+        head = read_head(path, _SNIFF_BYTES)
         if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
             return load_topology(path)
     return import_topology_file(path)
@@ -139,6 +136,12 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
             if not Path(text).is_file():
                 raise
             topology = _load_topology_file(Path(text))
+        else:
+            named = name_figures(text)
+            for key, value in (("unit_gbps", unit_gbps), ("alpha_us", alpha_us)):
+                if value is not None and key in named:
+                    raise InvalidTopologyError(f"topology {spec!r}: {key} given twice (in the "
+                                               "name and as an option); give it once")
     topology = with_figures(topology, unit_gbps=unit_gbps, alpha_us=alpha_us)
     if nodes is None or nodes == 1:
         if fabric != "switch" or nodes_per_leaf is not None:

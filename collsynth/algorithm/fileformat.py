@@ -32,7 +32,7 @@ from collsynth.errors import FileFormatError, InvalidCollectiveError, Verificati
 from collsynth.topology.fileformat import read_json_file, topology_from_json, topology_to_json
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "algorithm_to_json", "algorithm_from_json",
-           "save_algorithm", "load_algorithm", "MAX_ALGORITHM_BYTES"]
+           "algorithm_text", "save_algorithm", "load_algorithm", "MAX_ALGORITHM_BYTES"]
 
 FORMAT_NAME = "collsynth-algorithm"
 FORMAT_VERSION = 1
@@ -291,6 +291,19 @@ def _check_instance(raw: Any, algorithm: Algorithm, source: str) -> int | None:
     return extra_memory
 
 
+def algorithm_text(algorithm: Algorithm, *, extra_memory: int | None = None) -> str:
+    """Verify ``algorithm`` and return the text of its JSON file (what
+    :func:`save_algorithm` writes).
+
+    Raises
+    ------
+    VerificationError
+        When the algorithm is wrong.
+    """
+    verify(algorithm, extra_memory=extra_memory)
+    return dumps_readable(algorithm_to_json(algorithm, extra_memory=extra_memory))
+
+
 def save_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *,
                    extra_memory: int | None = None) -> None:
     """Verify ``algorithm`` and write it as a JSON file (atomically: never half-written).
@@ -304,9 +317,7 @@ def save_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *,
     """
     from collsynth._atomic import write_text_atomic
 
-    verify(algorithm, extra_memory=extra_memory)
-    obj = algorithm_to_json(algorithm, extra_memory=extra_memory)
-    write_text_atomic(path, dumps_readable(obj))
+    write_text_atomic(path, algorithm_text(algorithm, extra_memory=extra_memory))
 
 
 def load_algorithm(path: str | os.PathLike[str]) -> Algorithm:

@@ -109,6 +109,26 @@ def _out_of_memory() -> int:
     return EXIT_ERROR
 
 
+def _memory_limit(flag: int | None) -> int | None:
+    """The ceiling in force: ``--memory-limit``'s, else the ``COLLSYNTH_MEMORY_LIMIT``
+    variable's read with the same rules, so a variable that cannot be read is a usage error
+    naming it, never a ceiling silently not applied."""
+    import argparse
+
+    from collsynth.limits import MEMORY_LIMIT_ENV
+
+    if flag is not None:
+        return flag
+    text = os.environ.get(MEMORY_LIMIT_ENV, "")
+    if not text.strip():
+        return None
+    try:
+        return parse_size(text)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"environment variable {MEMORY_LIMIT_ENV}={text[:40]!r}: {exc} (unset "
+                         "it or give --memory-limit)") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code.
 
@@ -124,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                 else EXIT_USAGE)
         from collsynth.limits import memory_ceiling
 
-        with memory_ceiling(args.memory_limit):
+        with memory_ceiling(_memory_limit(args.memory_limit)):
             try:
                 return args.handler(args)
             except MemoryError:  # beyond what the up-front estimates foresaw

@@ -72,9 +72,11 @@ def register(subparsers: Any) -> None:
 
 def run_bench_command(args: argparse.Namespace) -> int:
     """Handle ``collsynth bench``; errors reach ``main`` (exit 1)."""
+    from collsynth._output import check_output_dir, staged_folder
     from collsynth.plan.bench import (
         BenchError,
         BenchOptions,
+        check_bench_folder,
         missing_binaries,
         prepare_bench,
         read_results,
@@ -82,8 +84,6 @@ def run_bench_command(args: argparse.Namespace) -> int:
         write_results,
         write_scripts,
     )
-
-    from collsynth._output import check_output_dir
 
     if args.output:  # a refused folder is found before any work
         check_output_dir(args.output, label=f"-o {args.output}", create=False)
@@ -93,20 +93,32 @@ def run_bench_command(args: argparse.Namespace) -> int:
                            topology=args.topology, nodes=args.nodes)
     setup = prepare_bench(args.program, options)
     out_dir = Path(args.output or f"bench-{Path(setup.program.file_name).stem}")
+    label = f"-o {out_dir}"
+    check_output_dir(out_dir, label=label, create=False)
+    check_bench_folder(setup, out_dir)
     missing = [] if args.dry_run or args.from_logs else missing_binaries(setup)
-    written = write_scripts(setup, out_dir, dry_run=args.dry_run or bool(missing))
+    if missing:
+        raise BenchError(f"{', '.join(missing)} not on PATH: ran nothing, measured nothing and "
+                         "wrote nothing; run where nccl-tests (rccl-tests) is built, or pass "
+                         "--dry-run to write the scripts")
+    # The logs of a run elsewhere are read before anything is written.
+    result = read_results(setup, out_dir) if args.from_logs else None
+    # Everything is written (and run) in a staging folder that becomes DIR only on success.
+    with staged_folder(out_dir, label=label) as staging:
+        write_scripts(setup, staging, dry_run=args.dry_run)
+        written = []
+        if not args.dry_run:
+            if result is None:
+                result = run_bench(setup, staging)
+            written = [out_dir / p.relative_to(staging)
+                       for p in write_results(setup, result, staging)]
+        summary = json.loads((staging / "bench.json").read_text(encoding="utf-8"))
     scripts = " and ".join(str(out_dir / run.script) for run in setup.runs)
     if args.dry_run:
-        _print(args, out_dir, f"dry run: wrote {scripts} ({len(setup.sizes)} sizes, "
+        _print(args, summary, f"dry run: wrote {scripts} ({len(setup.sizes)} sizes, "
                               f"{setup.sizes[0]} to {setup.sizes[-1]} bytes); nothing was run, "
                               "nothing measured")
         return EXIT_OK
-    if missing:
-        raise BenchError(f"{', '.join(missing)} not on PATH: wrote {scripts} but ran nothing "
-                         "and measured nothing; run them where nccl-tests (rccl-tests) is "
-                         "built, or pass --dry-run")
-    result = read_results(setup, out_dir) if args.from_logs else run_bench(setup, out_dir)
-    written = write_results(setup, result, out_dir)
     if not args.json:
         out(f"{'size (B)':>12}  {'default us':>11}  {'xml us':>11}  program")
         for row in result.sizes:
@@ -115,10 +127,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
                      f"{row.xml_us:>11.4g}" if row.xml_us else f"{'-':>11}",
                      "yes" if row.runs_program else "no (runtime's own)"]
             out("  ".join(cells))
-    _print(args, out_dir, "measured: wrote " + ", ".join(str(p) for p in written[:3]))
+    _print(args, summary, "measured: wrote " + ", ".join(str(p) for p in written[:3]))
     return EXIT_OK
 
 
-def _print(args: argparse.Namespace, out_dir: Path, line: str) -> None:
-    out(json.dumps(json.loads((out_dir / "bench.json").read_text()), indent=1) if args.json
-        else line)
+def _print(args: argparse.Namespace, summary: dict[str, Any], line: str) -> None:
+    out(json.dumps(summary, indent=1) if args.json else line)

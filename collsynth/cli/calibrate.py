@@ -21,7 +21,7 @@ from collsynth.timing.calibration import (
     save_calibration,
 )
 from collsynth.timing.fit import FIGURE_FORMATS, LogFits, fit_log, plot_fits, save_figure
-from collsynth.timing.logs import load_log
+from collsynth.timing.logs import LOGGED_COLLECTIVES, canonical_collective, load_log
 
 __all__ = ["register", "run_calibrate"]
 
@@ -31,6 +31,16 @@ def _plot_path(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected a file ending in {' or '.join(FIGURE_FORMATS)}")
     return text
+
+
+def _collective(text: str) -> str:
+    """A collective a benchmark log measures, in collsynth's name (``all_reduce`` is
+    ``allreduce``); others are usage errors listing the valid names."""
+    name = canonical_collective(text)
+    if name not in LOGGED_COLLECTIVES:
+        raise argparse.ArgumentTypeError(f"unknown collective {text!r}; expected one of "
+                                         f"{', '.join(LOGGED_COLLECTIVES)}")
+    return name
 
 
 def register(subparsers: Any) -> None:
@@ -50,8 +60,9 @@ def register(subparsers: Any) -> None:
                         help="calibration file to write (JSON)")
     parser.add_argument("--plot", type=_plot_path, metavar="PATH",
                         help="also draw measured vs fitted, one row per log (.png or .svg)")
-    parser.add_argument("--collective", metavar="NAME",
-                        help="the collective of logs that do not say (e.g. allreduce)")
+    parser.add_argument("--collective", type=_collective, metavar="NAME",
+                        help="the collective of logs that do not say (e.g. allreduce; any "
+                             "spelling of: " + ", ".join(LOGGED_COLLECTIVES) + ")")
     parser.add_argument("--ranks", type=positive_int, metavar="N",
                         help="the rank count of logs that do not say")
     parser.add_argument("--runtime", metavar="NAME",
@@ -68,11 +79,14 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     Errors propagate to ``main``; nothing is written unless every log was read and fitted.
     """
+    from collsynth._files import check_input_file
     from collsynth._output import check_output_file, write_bytes_atomic
 
     check_output_file(args.output, label=f"-o {args.output}")  # before reading any log
     if args.plot:
         check_output_file(args.plot, label=f"--plot {args.plot}")
+    for path in args.logs:  # every log a regular file, before fitting the first
+        check_input_file(path)
     results: list[LogFits] = []
     for path in args.logs:
         log = load_log(path, collective=args.collective, ranks=args.ranks,

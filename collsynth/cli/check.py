@@ -59,17 +59,36 @@ def register(subparsers: Any) -> None:
 
 
 def infer_runtime(text: str) -> tuple[str, str]:
-    """The runtime an MSCCL XML text targets, and why: ``("rccl" | "msccl", reason)``."""
+    """The runtime an MSCCL XML text most likely targets, and why: ``("rccl" | "msccl",
+    reason)``. Only rccl-only attributes and spellings say rccl: ``outofplace`` (rccl and
+    msccl-executor require it), ``reducescatter``...; ``minBytes``/``maxBytes`` do not (msccl
+    reads them too). :func:`run_check` tries the other runtimes when the guess fails."""
     match = _ALGO_TAG.search(text)
     tag = match.group(0) if match else ""
-    present = [a for a in ("outofplace", "minBytes", "maxBytes")
-               if re.search(rf"\s{a}\s*=", tag)]
-    if present:
-        return "rccl", f"it has {'/'.join(present)}"
+    if re.search(r"\soutofplace\s*=", tag):
+        return "rccl", "it has outofplace"
     coll = re.search(r"\scoll\s*=\s*[\"']([^\"']*)", tag)
     if coll and coll.group(1) in _RCCL_ONLY_COLLS:
         return "rccl", f"coll={coll.group(1)!r} is rccl's spelling"
-    return "msccl", "no outofplace/minBytes/maxBytes attributes"
+    return "msccl", "no outofplace attribute or rccl-only spelling"
+
+
+def _check_as(text: str, runtime: str, args: argparse.Namespace
+              ) -> tuple[CheckReport | None, list[Problem]]:
+    """Read and check ``text`` by ``runtime``'s rules: the report (``None``: unreadable) and
+    every problem."""
+    program, problems = read_checked(text, runtime)
+    report = None
+    if program is not None:
+        try:
+            report = check_program(program, runtime=runtime, collective=args.coll,
+                                   root=args.root, strict=getattr(args, "strict", False))
+        except InvalidCollectiveError as exc:  # --coll or --root does not fit the program
+            raise UsageError(str(exc), prog="collsynth check") from exc
+        except CollsynthError as exc:  # a program the symbolic execution cannot start on
+            raise CollsynthError(f"{args.file}: {exc}") from exc
+        problems = list(problems) + list(report.problems)
+    return report, list(problems)
 
 
 def _algo_line(text: str) -> int | None:
@@ -89,20 +108,28 @@ def run_check(args: argparse.Namespace) -> int:
     text = read_text(args.file)
     inferred = None
     runtime = args.runtime
-    if runtime is None:
-        runtime, reason = infer_runtime(text)
-        inferred = f"runtime {runtime} inferred: {reason}; pass --runtime to choose"
-    program, problems = read_checked(text, runtime)
-    report = None
-    if program is not None:
-        try:
-            report = check_program(program, runtime=runtime, collective=args.coll,
-                                   root=args.root, strict=getattr(args, "strict", False))
-        except InvalidCollectiveError as exc:  # --coll or --root does not fit the program
-            raise UsageError(str(exc), prog="collsynth check") from exc
-        except CollsynthError as exc:  # a program the symbolic execution cannot start on
-            raise CollsynthError(f"{args.file}: {exc}") from exc
-        problems += report.problems
+    if runtime is not None:
+        report, problems = _check_as(text, runtime, args)
+    else:
+        # The inferred runtime first; a program correct for another runtime is not called
+        # wrong for a guess (a tuned msccl file has minBytes/maxBytes, as rccl's do).
+        guess, reason = infer_runtime(text)
+        others = [r for r in runtime_names() if r != guess]
+        runtime = guess
+        report, problems = _check_as(text, guess, args)
+        inferred = f"runtime {guess} inferred: {reason}; pass --runtime to choose"
+        if report is None or problems:
+            for other in others:
+                other_report, other_problems = _check_as(text, other, args)
+                if other_report is not None and not other_problems:
+                    runtime, report, problems = other, other_report, other_problems
+                    inferred = (f"runtime {other}: it fails {guess}'s rules ({guess} was "
+                                f"inferred: {reason}) and passes {other}'s; pass --runtime "
+                                "to choose")
+                    break
+            else:
+                inferred = (f"runtime {guess} inferred: {reason}; it is not correct for "
+                            f"{' or '.join(others)} either; pass --runtime to choose")
     algo_line = _algo_line(text)
     correct = report is not None and not problems
     if args.json:

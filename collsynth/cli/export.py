@@ -14,11 +14,12 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from collsynth._output import check_output_dir, check_output_file, path_in, write_text_atomic
+from collsynth._output import (check_output_dir, check_output_file, path_in, staged_folder,
+                               write_all_atomic)
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto,
                                   format_size, out, parse_sizes, positive_int, table)
-from collsynth.errors import ExportError
+from collsynth.errors import ExportError, InvalidTopologyError
 from collsynth.export.limits import LimitViolation
 from collsynth.export.lower import PROTOCOLS
 from collsynth.export.pipeline import check_instances, export_programs
@@ -103,23 +104,27 @@ def register(subparsers) -> None:
     export.set_defaults(handler=run_export)
 
 
-def _destinations(output: str, runtimes: list[str], algorithm_file: str) -> dict[str, Path]:
-    """Where each runtime's file goes, checked by the output policy (:mod:`collsynth._output`)
-    before any work."""
+def _destinations(output: str, runtimes: list[str],
+                  algorithm_file: str) -> tuple[dict[str, Path], Path | None]:
+    """Where each runtime's file goes, and the folder ``-o`` names (``None``: files named by
+    a stem), checked by the output policy (:mod:`collsynth._output`) before any work; the
+    folder is not created here."""
     target = Path(output)
     if len(runtimes) == 1:
-        return {runtimes[0]: check_output_file(output, label=f"-o {output}")}
+        return {runtimes[0]: check_output_file(output, label=f"-o {output}")}, None
+    folder = None
     if target.is_dir() or output.endswith(("/", os.sep)):
-        folder = check_output_dir(output, label=f"-o {output}")
+        folder = check_output_dir(output, label=f"-o {output}", create=False)
         stem = Path(algorithm_file).name
         stem = stem[:-5] if stem.endswith(".json") else stem
         paths = {rt: path_in(folder, stem, suffix=f".{rt}.xml") for rt in runtimes}
     else:
         stem = target.name[:-4] if target.name.endswith(".xml") else target.name
         paths = {rt: target.with_name(f"{stem}.{rt}.xml") for rt in runtimes}
-    for path in paths.values():
-        check_output_file(path, label=f"-o {output}: {path}")
-    return paths
+    if folder is None or folder.is_dir():
+        for path in paths.values():
+            check_output_file(path, label=f"-o {output}: {path}")
+    return paths, folder
 
 
 _CHOSEN_BY_TUNING = (("channels", "--channels"), ("channel_by", "--channel-by"),
@@ -147,7 +152,7 @@ def run_export(args: argparse.Namespace) -> int:
     runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
     try:
         check_instances(args.instances, runtimes)
-        destinations = _destinations(args.output, runtimes, args.file)
+        destinations, folder = _destinations(args.output, runtimes, args.file)
         algorithm = load_algorithm(args.file)
         exported = export_programs(
             algorithm, runtimes, subject=args.file, channels=args.channels,
@@ -158,9 +163,16 @@ def run_export(args: argparse.Namespace) -> int:
         if exc.violations:
             raise _limits_exceeded(args.file, exc.violations) from exc
         raise
+    # Every file or none: the folder, when -o names one, appears only with its files in it.
+    if folder is not None:
+        with staged_folder(folder, label=f"-o {args.output}") as staging:
+            write_all_atomic({staging / path.name: exported[runtime].text
+                              for runtime, path in destinations.items()})
+    else:
+        write_all_atomic({path: exported[runtime].text
+                          for runtime, path in destinations.items()})
     for runtime, path in destinations.items():
         done = exported[runtime]
-        write_text_atomic(path, done.text)
         stats = program_stats(done.program)
         spread = (f"{done.channels} channel(s) by {done.channel_by}, "
                   if args.channels == "auto" else "")
@@ -179,10 +191,17 @@ def _run_tuned(args: argparse.Namespace) -> int:
                                       "or msccl-executor)")
     inplace = bool(args.inplace)
     outofplace = bool(args.outofplace) or not inplace
-    folder = check_output_dir(args.output, label=f"-o {args.output}")
+    # Checked before any work; created (with its files) only when everything succeeded.
+    folder = check_output_dir(args.output, label=f"-o {args.output}", create=False)
     constants = load_runtime_constants(args.runtime_constants) \
         if args.runtime_constants else None
     algorithm = load_algorithm(args.file)
+    if algorithm.topology.unit_gbps is None:  # what works here, not another command's option
+        raise InvalidTopologyError(
+            f"{args.file}: its topology {algorithm.topology.name!r} has no unit_gbps (GB/s per "
+            "bandwidth unit), which --tune prices layouts with: solve on a topology named with "
+            f"it ({algorithm.topology.name},unit_gbps=GBPS,alpha_us=US) or add \"unit_gbps\" "
+            "to the file's \"topology\" object")
     try:
         tuned = tune_export(algorithm, args.runtime, sizes=args.sizes or tune_sizes(),
                             constants=constants, inplace=inplace, outofplace=outofplace,

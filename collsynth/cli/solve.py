@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from collsynth.algorithm.fileformat import save_algorithm
+from collsynth.algorithm.fileformat import algorithm_text
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.bounds import Bounds, compute_bounds
 from collsynth.cli import solve_bandwidth
@@ -137,11 +137,13 @@ class _Destination:
 
     @staticmethod
     def plan(path: str | None, *, several: bool, xml: str | None = None) -> "_Destination":
-        """Check ``-o PATH`` and ``--xml DIR`` before any solving (and create the folders),
-        by the output policy of :mod:`collsynth._output`."""
+        """Check ``-o PATH`` and ``--xml DIR`` before any solving, by the output policy of
+        :mod:`collsynth._output`; the folders are created with their first file
+        (:meth:`make_folders`), so a solve that finds nothing leaves nothing."""
         from collsynth._output import check_output_dir, check_output_file
 
-        xml_directory = None if xml is None else check_output_dir(xml, label=f"--xml {xml}")
+        xml_directory = None if xml is None else check_output_dir(xml, label=f"--xml {xml}",
+                                                                  create=False)
         if path is None:
             return _Destination(xml_directory=xml_directory)
         p = Path(path)
@@ -154,8 +156,16 @@ class _Destination:
                                   "directory")
             return _Destination(file=check_output_file(path, label=f"-o {path}"),
                                 xml_directory=xml_directory)
-        return _Destination(directory=check_output_dir(path, label=f"-o {path}"),
+        return _Destination(directory=check_output_dir(path, label=f"-o {path}", create=False),
                             xml_directory=xml_directory)
+
+    def make_folders(self) -> None:
+        """Create the folders (one level) when missing, just before a file goes in them."""
+        from collsynth._output import check_output_dir
+
+        for folder, flag in ((self.directory, "-o"), (self.xml_directory, "--xml")):
+            if folder is not None:
+                check_output_dir(folder, label=f"{flag} {folder}")
 
     def path_for(self, algorithm: Algorithm) -> Path | None:
         from collsynth._output import path_in
@@ -187,18 +197,26 @@ def _save(result: SynthesisResult, destination: _Destination, args: argparse.Nam
         "detail": result.detail,
         "seconds": round(result.seconds, 3),
     })
+    from collsynth._output import path_in, write_all_atomic
+
+    # Every file of this algorithm (its JSON, its XML for each runtime) made first, then
+    # written together: a failed export leaves none of them.
+    files: dict[Path, str] = {}
     path = destination.path_for(algorithm)
     if path is not None:
-        save_algorithm(algorithm, path, extra_memory=result.instance.extra_memory)
+        files[path] = algorithm_text(algorithm, extra_memory=result.instance.extra_memory)
     if destination.xml_directory is not None:
-        from collsynth._output import path_in
-        from collsynth.export.pipeline import export_algorithm
+        from collsynth.export.pipeline import export_programs
         from collsynth.export.runtimes import runtime_names
 
         runtimes = runtime_names() if args.xml_runtime == "all" else [args.xml_runtime]
+        exported = export_programs(algorithm, runtimes, subject=name)
         for runtime in runtimes:  # the name holds the collective's: kept inside the folder
-            export_algorithm(algorithm, path_in(destination.xml_directory, name,
-                                                suffix=f".{runtime}.xml"), runtime=runtime)
+            files[path_in(destination.xml_directory, name, suffix=f".{runtime}.xml")] = \
+                exported[runtime].text
+    if files:
+        destination.make_folders()
+        write_all_atomic(files)
     return path
 
 

@@ -59,8 +59,11 @@ def _envelope(comparison: Comparison, lo: int, hi: int):
 
 def run_time(args: argparse.Namespace) -> int:
     """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
+    from collsynth._files import check_input_file
     from collsynth.timing.nccl import algbw_gbps, busbw_gbps
 
+    for path in args.files:  # every input a regular file, before the first is priced
+        check_input_file(path)
     if wants_program_model(args):
         return run_program_time(args)
     if getattr(args, "nodes", None) is not None:

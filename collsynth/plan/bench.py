@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from collsynth._files import read_head
 from collsynth.errors import CollsynthError, FileFormatError, UnknownNameError
 from collsynth.plan.environment import EnvVar, runtime_environment
 
@@ -227,12 +228,7 @@ def _is_xml(path: Path) -> bool:
         return True
     if path.suffix.lower() == ".json":
         return False
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(256).lstrip()
-    except OSError as exc:
-        raise FileFormatError(path, f"cannot read: {exc.strerror or exc}") from exc
-    return head.startswith(b"<")
+    return read_head(path, 256).lstrip().startswith(b"<")
 
 
 def _program_from_xml(path: Path, options: BenchOptions) -> BenchProgram:
@@ -433,19 +429,34 @@ def _readme(setup: BenchSetup, *, dry_run: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_bench_folder(setup: BenchSetup, out_dir: str | os.PathLike[str]) -> None:
+    """Refuse an ``out_dir`` whose ``xml/`` holds files besides the program (the runtime parses
+    every file of ``MSCCL_ALGO_DIR``; msccl reads only the files named). Writes nothing.
+
+    Raises
+    ------
+    BenchError
+        Naming the first stray files.
+    """
+    xml_dir = Path(out_dir) / "xml"
+    if setup.options.runtime == "msccl" or not xml_dir.is_dir():
+        return
+    stray = sorted(p.name for p in xml_dir.iterdir() if p.name != setup.program.file_name)
+    if stray:
+        raise BenchError(f"{xml_dir}: holds {', '.join(stray[:3])}; the runtime parses every "
+                         "file of MSCCL_ALGO_DIR, so it must hold the program only: use a new "
+                         "-o folder")
+
+
 def write_scripts(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
                   dry_run: bool = False) -> list[Path]:
     """Write ``xml/`` (the program), ``run_default.sh``, ``run_xml.sh``, ``README.md`` and
     ``bench.json`` (the setup) into ``out_dir``; return the paths written."""
     from collsynth._output import check_output_dir, write_text_atomic
 
+    check_bench_folder(setup, out_dir)
     folder = check_output_dir(out_dir, label=f"-o {out_dir}")
     xml_dir = check_output_dir(folder / "xml", label=f"{folder / 'xml'}")
-    stray = sorted(p.name for p in xml_dir.iterdir() if p.name != setup.program.file_name)
-    if stray and setup.options.runtime != "msccl":
-        raise BenchError(f"{xml_dir}: holds {', '.join(stray[:3])}; the runtime parses every "
-                         "file of MSCCL_ALGO_DIR, so it must hold the program only: use a new "
-                         "-o folder")
     written = [xml_dir / setup.program.file_name]
     write_text_atomic(written[0], setup.program.text)
     for run in setup.runs:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from collsynth._atomic import write_text_atomic
+from collsynth._parse import read_json
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm
 from collsynth.algorithm.verify import verify
@@ -28,6 +29,8 @@ _log = logging.getLogger(__name__)
 
 _FORMAT = "collsynth-front-cache"
 _VERSION = 1
+#: Largest cache manifest read (a list of file names and a few figures).
+_MAX_MANIFEST_BYTES = 1 << 20
 
 
 def default_cache_directory() -> Path:
@@ -93,7 +96,9 @@ class FrontCache:
         if not manifest_path.is_file():
             return None
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            manifest = read_json(manifest_path, max_bytes=_MAX_MANIFEST_BYTES)
+            if not isinstance(manifest, dict):
+                raise ValueError("the manifest is not a JSON object")
             if manifest.get("format") != _FORMAT or manifest.get("version") != _VERSION:
                 raise ValueError("unknown manifest format")
             complete = bool(manifest["complete"])

@@ -5,12 +5,14 @@ The details: ``docs/plan.md``, section "The plan directory".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import stat
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from collsynth._output import check_folder_writable, check_output_dir, write_text_atomic
@@ -21,7 +23,7 @@ from collsynth.plan.planner import Plan, PlanEntry
 from collsynth.plan.report import draw_plot, plot_name, render_report
 
 __all__ = ["write_plan", "check_plan_directory", "plan_to_json", "check_xml_file", "PLAN_FORMAT",
-           "PLAN_VERSION"]
+           "PLAN_VERSION", "MANIFEST_NAME"]
 
 _log = logging.getLogger(__name__)
 
@@ -147,19 +149,94 @@ def plan_to_json(plan: Plan, *, environment: Any = (), environment_notes: Any = 
     }
 
 
+#: The plan directory's list of what its run wrote (docs/plan.md, "The plan directory").
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "collsynth-plan-manifest"
+_MAX_MANIFEST_BYTES = 4 << 20
+
+
+def _relative(name: Any) -> PurePosixPath | None:
+    """``name`` as a plain relative path inside the plan (``None``: not one)."""
+    if not isinstance(name, str) or not name or "\\" in name or "\0" in name:
+        return None
+    path = PurePosixPath(name)
+    if path.is_absolute() or any(part in ("", ".", "..") for part in name.split("/")):
+        return None
+    return path
+
+
+def _listed(target: Path) -> tuple[set[PurePosixPath], set[PurePosixPath]] | None:
+    """The files and folders an earlier plan in ``target`` listed as its own: from its
+    manifest, or (a plan written before manifests) from a ``plan.json`` of our format, which
+    names its XML files and plots. ``None``: neither, so nothing in ``target`` is ours."""
+    from collsynth._parse import read_json
+
+    try:
+        manifest = read_json(target / MANIFEST_NAME, max_bytes=_MAX_MANIFEST_BYTES)
+    except CollsynthError:
+        manifest = None
+    if isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT and \
+            manifest.get("version") == 1:
+        files = [_relative(n) for n in manifest.get("files", ())]
+        folders = [_relative(n) for n in manifest.get("folders", ())]
+        if None in files or None in folders or not isinstance(manifest.get("files"), list) \
+                or not isinstance(manifest.get("folders"), list):
+            return None
+        return set(files) | {PurePosixPath(MANIFEST_NAME)}, set(folders)
+    try:
+        old = read_json(target / "plan.json", max_bytes=_MAX_MANIFEST_BYTES << 4)
+    except CollsynthError:
+        return None
+    if not isinstance(old, dict) or old.get("format") != PLAN_FORMAT:
+        return None
+    names = ["plan.json", "report.md"]
+    names += [f.get("file") for f in old.get("files") or () if isinstance(f, dict)]
+    names += [e.get("plot") for e in old.get("entries") or ()
+              if isinstance(e, dict) and e.get("plot") is not None]
+    files = {_relative(n) for n in names}
+    if None in files:
+        return None
+    return files, {PurePosixPath("xml"), PurePosixPath("plots")}
+
+
+def _foreign(target: Path, files: set[PurePosixPath],
+             folders: set[PurePosixPath]) -> list[str]:
+    """What ``target`` holds that is neither a listed regular file nor a listed folder."""
+    found = []
+    for root, dirs, names in os.walk(target):
+        here = Path(root)
+        rel = here.relative_to(target)
+        kept = []
+        for name in sorted(dirs):
+            path = PurePosixPath((rel / name).as_posix())
+            if path in folders and not (here / name).is_symlink():
+                kept.append(name)
+            else:
+                found.append(f"{path}/")
+        dirs[:] = kept
+        for name in sorted(names):
+            path = PurePosixPath((rel / name).as_posix())
+            if path not in files or not stat.S_ISREG(os.lstat(here / name).st_mode):
+                found.append(str(path))
+    return found
+
+
 def check_plan_directory(plan_dir: str | os.PathLike[str]) -> Path:
     """Check that :func:`write_plan` may write ``plan_dir``; return it as an absolute path.
     Cheap: the command line calls it before planning, so a refused path costs nothing.
 
     ``plan_dir`` must be a new name in a writable folder (that exists: it is not created), an
-    empty folder, or a folder holding a plan; never a link or a file.
+    empty folder, or a folder holding an earlier plan and nothing else: only the files that
+    plan's manifest lists (``manifest.json``) are replaced. A folder holding anything else
+    (a ``plan.json`` that is not ours, a file the manifest does not list) is refused, and
+    nothing in it is touched.
 
     Raises
     ------
     OutputPathError
         A link, file or other non-folder at ``plan_dir``; a missing or unwritable parent.
     ExportError
-        A folder that is neither empty nor a plan (it would be replaced).
+        A folder that is neither empty nor only an earlier plan (naming what is foreign).
     """
     label = os.fspath(plan_dir)
     target = Path(plan_dir).absolute()
@@ -167,10 +244,32 @@ def check_plan_directory(plan_dir: str | os.PathLike[str]) -> Path:
     check_output_dir(plan_dir, create=False)
     # The new plan is built next to it and renamed into place.
     check_folder_writable(target.parent, label)
-    if target.is_dir() and any(target.iterdir()) and not (target / "plan.json").is_file():
-        raise ExportError(f"{target}: exists, is not empty and holds no plan.json; "
-                          "refusing to replace it")
+    _owned(target)
     return target
+
+
+def _owned(target: Path) -> tuple[set[PurePosixPath], set[PurePosixPath]]:
+    """What of ``target`` an earlier plan owns (empty for a missing or empty folder).
+
+    Raises
+    ------
+    ExportError
+        ``target`` holds anything no earlier plan listed.
+    """
+    if not target.is_dir() or not any(target.iterdir()):
+        return set(), set()
+    listed = _listed(target)
+    if listed is None:
+        raise ExportError(f"{target}: exists, is not empty and holds no plan manifest "
+                          f"({MANIFEST_NAME}) of an earlier collsynth plan; refusing to replace "
+                          "it (give -o a new or empty folder)")
+    foreign = _foreign(target, *listed)
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ExportError(f"{target}: holds {', '.join(foreign[:3])}{more}, which the earlier "
+                          f"plan there did not write ({MANIFEST_NAME}); refusing to replace it "
+                          "(move them, or give -o a new or empty folder)")
+    return listed
 
 
 def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = True) -> Path:
@@ -182,7 +281,7 @@ def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = Tr
     ------
     ExportError
         An XML file that fails the check, or a ``plan_dir`` that exists and is neither empty
-        nor a plan (nothing is written then).
+        nor only an earlier plan (nothing is written then).
     OutputPathError
         A ``plan_dir`` refused by :func:`check_plan_directory`.
     OSError
@@ -192,11 +291,26 @@ def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = Tr
     staging = _fresh_directory(target, "tmp")
     try:
         _write_into(plan, staging, target, plots)
+        _write_manifest(staging)
         _swap(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _write_manifest(staging: Path) -> None:
+    """List every file and folder written into ``staging`` in its manifest (written last)."""
+    files, folders = [], []
+    for root, dirs, names in os.walk(staging):
+        rel = Path(root).relative_to(staging)
+        folders += [(rel / d).as_posix() for d in dirs]
+        files += [(rel / n).as_posix() for n in names]
+    manifest = {"format": MANIFEST_FORMAT, "version": 1,
+                "note": "the files collsynth plan wrote here; a later plan replaces these and "
+                        "refuses to touch anything else",
+                "files": sorted(files), "folders": sorted(folders)}
+    write_text_atomic(staging / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
 
 
 def _write_into(plan: Plan, staging: Path, target: Path, plots: bool) -> None:
@@ -252,12 +366,19 @@ def _fresh_directory(target: Path, kind: str) -> Path:
 
 
 def _swap(staging: Path, target: Path) -> None:
-    """Put ``staging`` at ``target``, replacing an old plan there (renames only)."""
+    """Put ``staging`` at ``target``, replacing an earlier plan there (renames only). The old
+    plan is moved aside and checked again (nothing foreign came meanwhile); then only the
+    files and folders its manifest lists are removed, so nothing else can be lost."""
     old = None
     if target.exists():
         old = _fresh_directory(target, "old")
         old.rmdir()
         os.replace(target, old)
+        try:
+            files, folders = _owned(old)
+        except BaseException:
+            os.replace(old, target)
+            raise
     try:
         os.replace(staging, target)
     except BaseException:
@@ -265,4 +386,13 @@ def _swap(staging: Path, target: Path) -> None:
             os.replace(old, target)
         raise
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        for rel in sorted(files):
+            with contextlib.suppress(OSError):
+                (old / rel).unlink()
+        for rel in sorted(folders, key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                (old / rel).rmdir()
+        try:
+            old.rmdir()
+        except OSError:  # something appeared meanwhile: kept, never deleted
+            _log.warning("kept %s: it holds files the earlier plan did not write", old)

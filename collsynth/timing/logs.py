@@ -26,19 +26,23 @@ from collsynth._parse import (
     bounded_float,
     bounded_int,
     clean_name,
+    decode_text,
     int_from_text,
     parse_json,
     shown,
 )
-from collsynth.errors import FileFormatError
+from collsynth.errors import FileFormatError, UnknownNameError
 
 __all__ = [
     "BenchmarkRow",
     "BenchmarkLog",
     "MAX_LOG_BYTES",
     "LOG_FORMATS",
+    "MAX_CSV_LINE_CHARS",
+    "LOGGED_COLLECTIVES",
     "load_log",
     "parse_log",
+    "csv_rows",
     "canonical_collective",
     "busbw_factor",
 ]
@@ -55,6 +59,8 @@ LOG_FORMATS = ("nccl-tests", "nccl-tests-json", "param-comms", "csv")
 _LOGGED = {k.name: k for k in KINDS if k.roots != "many" and k.name != "send"}
 _COLLECTIVE_NAMES = {s: k.name for k in _LOGGED.values() for s in (k.name, *k.spellings)}
 _BUSBW_FACTORS = {name: kind.busbw for name, kind in _LOGGED.items()}
+#: The collectives a benchmark log may measure (collsynth's names).
+LOGGED_COLLECTIVES = tuple(sorted(_LOGGED))
 # Longest spelling first, so "reduce_scatter" wins over "reduce" and "all_reduce" over "reduce".
 _NAME_IN_FILE = re.compile(
     r"(?<![a-z0-9])(" + "|".join(sorted(map(re.escape, _COLLECTIVE_NAMES), key=len, reverse=True))
@@ -211,12 +217,7 @@ def load_log(path: str | os.PathLike[str], *, collective: str | None = None,
         A file larger than ``max_bytes``.
     """
     data = read_bytes_bounded(path, max_bytes, what="a benchmark log may have")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise FileFormatError(path, f"line {line}: not UTF-8 text ({exc.reason} at byte "
-                                    f"{exc.start})") from exc
+    text = decode_text(data, str(path))
     return parse_log(text, name=str(path), collective=collective, ranks=ranks, runtime=runtime,
                      channels=channels)
 
@@ -326,9 +327,18 @@ def _collective_from_name(name: str) -> str | None:
 
 
 def _resolve_collective(name: str, override: str | None, found: str | None) -> str:
-    for candidate in (override, found, _collective_from_name(name)):
+    for candidate, said_by_file in ((override, False), (found, True),
+                                    (_collective_from_name(name), True)):
         if candidate:
-            return clean_name(canonical_collective(candidate), "the collective", source=name)
+            canonical = canonical_collective(candidate)
+            if canonical not in _LOGGED:
+                listed = ", ".join(LOGGED_COLLECTIVES)
+                if not said_by_file:
+                    raise UnknownNameError(f"unknown collective {shown(candidate)}; a benchmark "
+                                           f"log measures one of: {listed}")
+                raise FileFormatError(name, f"collective {shown(candidate)}: not one a "
+                                            f"benchmark log measures ({listed})")
+            return clean_name(canonical, "the collective", source=name)
     raise FileFormatError(name, "cannot tell which collective was measured: the log names no "
                                 "NAME_perf binary or collective and neither does the file name; "
                                 "pass the collective (e.g. --collective allreduce)")
@@ -739,6 +749,41 @@ def _content_lines(text: str) -> list[tuple[int, str]]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
+#: Longest line of a CSV log, in characters. A row holds a handful of numbers and short names
+#: (under 200 characters in practice); a longer line is not a measurement, and Python's csv
+#: module stops at 128 KiB per field with an error of its own.
+MAX_CSV_LINE_CHARS = 64 * 1024
+
+
+def csv_rows(text: str, name: str) -> list[tuple[int, list[str]]]:
+    """``(line number, cells)`` of each CSV line of ``text`` that is neither blank nor a ``#``
+    comment (the header first), cells stripped of surrounding blanks; a quoted cell does not
+    span lines. The one CSV tokenizer of the measurement readers.
+
+    Raises
+    ------
+    FileFormatError
+        A line longer than :data:`MAX_CSV_LINE_CHARS`, or one the csv module cannot split
+        (naming the file and line).
+
+    >>> csv_rows('size_bytes, time_us\n# note\n1024,"3.5"\n', "a.csv")
+    [(1, ['size_bytes', 'time_us']), (3, ['1024', '3.5'])]
+    """
+    import csv
+
+    rows = []
+    for number, line in _content_lines(text):
+        if len(line) > MAX_CSV_LINE_CHARS:
+            raise FileFormatError(name, f"line {number}: {len(line)} characters, more than the "
+                                        f"{MAX_CSV_LINE_CHARS} a CSV line may have")
+        try:
+            cells = next(csv.reader([line]))
+        except csv.Error as exc:
+            raise FileFormatError(name, f"line {number}: not a CSV row ({exc})") from exc
+        rows.append((number, [cell.strip() for cell in cells]))
+    return rows
+
+
 def _is_csv(text: str, name: str) -> bool:
     lines = _content_lines(text)
     if not lines or "," not in lines[0][1]:
@@ -747,11 +792,9 @@ def _is_csv(text: str, name: str) -> bool:
 
 
 def _parse_csv(text: str, name: str, collective: str | None, ranks: int | None) -> BenchmarkLog:
-    import csv
-
-    lines = _content_lines(text)
-    header_line, header_text = lines[0]
-    header = [cell.strip().lower() for cell in next(csv.reader([header_text]))]
+    lines = csv_rows(text, name)
+    header_line, header = lines[0]
+    header = [cell.lower() for cell in header]
     missing = [column for column in _CSV_REQUIRED if column not in header]
     if missing:
         raise FileFormatError(name, f"line {header_line}: a CSV without the column(s) "
@@ -761,8 +804,7 @@ def _parse_csv(text: str, name: str, collective: str | None, ranks: int | None) 
     rows: list[BenchmarkRow] = []
     zero = 0
     said: dict[str, str] = {}
-    for number, line in lines[1:]:
-        cells = [cell.strip() for cell in next(csv.reader([line]))]
+    for number, cells in lines[1:]:
         if len(cells) != len(header):
             raise FileFormatError(name, f"line {number}: {len(cells)} cells; the header has "
                                         f"{len(header)} ({', '.join(header)})")

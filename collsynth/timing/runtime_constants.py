@@ -306,11 +306,19 @@ def constants_from_dict(data: Any, *, label: str = "runtime constants") -> Runti
 
 
 def is_runtime_constants_file(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a JSON file with this module's ``format`` (False otherwise)."""
+    """True when ``path`` is a JSON file with this module's ``format`` (False for other
+    content).
+
+    Raises
+    ------
+    FileFormatError, InputTooLargeError
+        A file that cannot be read at all (missing, not a regular file, too large): said as
+        such, not taken for a file of another format.
+    """
+    raw = read_bytes_bounded(path, _MAX_FILE_BYTES, what="a calibration file may have")
     try:
-        data = parse_json(read_bytes_bounded(path, _MAX_FILE_BYTES, what="a calibration file "
-                                             "may have"), str(path))
-    except (CollsynthError, OSError):
+        data = parse_json(raw, str(path))
+    except CollsynthError:
         return False
     return isinstance(data, Mapping) and data.get("format") == FORMAT
 

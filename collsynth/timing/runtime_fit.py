@@ -5,7 +5,6 @@ The details: ``docs/runtime-model.md``, section "Fitting the runtime constants".
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass, field
@@ -52,35 +51,40 @@ def _gmae(predicted: Sequence[float], measured: Sequence[float]) -> float:
 
 
 def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
-    """``(size_bytes, time_us)`` rows of a CSV with those two columns (others ignored).
+    """``(size_bytes, time_us)`` rows of a CSV with those two columns (others ignored; split
+    by :func:`collsynth.timing.logs.csv_rows`, so blank and ``#`` lines are skipped).
 
     Raises
     ------
     FileFormatError
-        Unreadable, a missing column, or a value that is not a positive number.
+        Unreadable, not UTF-8, a missing column, a line too long, or a value that is not a
+        positive number (sizes up to 1 PiB, times up to an hour).
     """
     from collsynth._files import read_bytes_bounded
+    from collsynth._parse import (MAX_SIZE_BYTES, MAX_TIME_US, bounded_float, bounded_int,
+                                  decode_text)
+    from collsynth.timing.logs import csv_rows
 
+    name = os.fspath(path)
     raw = read_bytes_bounded(path, _MAX_CSV_BYTES, what="a measurement CSV may have")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FileFormatError(path, "not UTF-8 text") from exc
-    reader = csv.DictReader(text.splitlines())
-    fields = reader.fieldnames or []
+    lines = csv_rows(decode_text(raw, name), name)
+    fields = [cell.lower() for cell in lines[0][1]] if lines else []
     for column in ("size_bytes", "time_us"):
         if column not in fields:
-            raise FileFormatError(path, f"no {column!r} column (found: {', '.join(fields)})")
+            raise FileFormatError(name, f"no {column!r} column (found: {', '.join(fields)})")
+    at_size, at_time = fields.index("size_bytes"), fields.index("time_us")
     rows = []
-    for line, row in enumerate(reader, start=2):
+    for line, cells in lines[1:]:
         try:
-            size, time = int(row["size_bytes"]), float(row["time_us"])
-        except (TypeError, ValueError) as exc:
-            raise FileFormatError(path, f"line {line}: size_bytes and time_us must be "
+            size, time = int(cells[at_size]), float(cells[at_time])
+        except (IndexError, ValueError) as exc:
+            raise FileFormatError(name, f"line {line}: size_bytes and time_us must be "
                                   "numbers") from exc
         if size <= 0 or not time > 0 or not math.isfinite(time):
-            raise FileFormatError(path, f"line {line}: expected size_bytes > 0 and time_us > 0")
-        rows.append((size, time))
+            raise FileFormatError(name, f"line {line}: expected size_bytes > 0 and time_us > 0")
+        rows.append((bounded_int(size, f"line {line}: size_bytes", source=name,
+                                 hi=MAX_SIZE_BYTES),
+                     bounded_float(time, f"line {line}: time_us", source=name, hi=MAX_TIME_US)))
     if not rows:
         raise FileFormatError(path, "no measurement rows")
     return sorted(rows)

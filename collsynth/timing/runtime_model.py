@@ -130,7 +130,8 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
     if topology.unit_gbps is None:
         raise InvalidTopologyError(
             f"topology {topology.name!r} has no unit_gbps (GB/s per bandwidth unit); the "
-            "program model needs it (give --unit-gbps)")
+            "program model needs it (name the topology with it, e.g. ring:8,unit_gbps=25, or "
+            "set it in the topology file)")
     if program.nchunksperloop < 1:
         raise InvalidInstanceError(f"program {program.name!r}: nchunksperloop must be >= 1")
     tbs = {g.id: {tb.id: tb for tb in g.threadblocks} for g in program.gpus}

@@ -503,19 +503,18 @@ def tuned_file_name(tuned: TunedExport, tuned_range: TunedRange, stem: str | Non
 def write_tuned(tuned: TunedExport, folder: str | os.PathLike[str], *,
                 stem: str | None = None) -> tuple[Path, ...]:
     """Write every range's program into ``folder`` (created when missing, one level), one file
-    per range named by :func:`tuned_file_name`, each atomically; return the paths.
+    per range named by :func:`tuned_file_name`, all or nothing
+    (:func:`collsynth._output.staged_folder`); return the paths.
 
     Raises
     ------
     OutputPathError
-        ``folder`` or a file in it cannot be written (checked before anything is written).
+        ``folder`` or a file in it cannot be written (nothing is written then).
     """
-    from collsynth._output import check_output_dir, check_output_file, write_text_atomic
+    from collsynth._output import staged_folder, write_text_atomic
 
-    target = check_output_dir(folder)
-    paths = [target / tuned_file_name(tuned, r, stem) for r in tuned.ranges]
-    for path in paths:
-        check_output_file(path)
-    for path, r in zip(paths, tuned.ranges):
-        write_text_atomic(path, r.text)
-    return tuple(paths)
+    names = [tuned_file_name(tuned, r, stem) for r in tuned.ranges]
+    with staged_folder(folder) as staging:
+        for name, r in zip(names, tuned.ranges):
+            write_text_atomic(staging / name, r.text)
+    return tuple(Path(folder) / name for name in names)

@@ -13,13 +13,14 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+from collsynth._parse import MAX_GBPS, MAX_NUMBER_CHARS, MAX_TIME_US, MIN_GBPS, shown
 from collsynth.errors import InvalidTopologyError, UnknownNameError
 from collsynth.topology.families import FAMILIES, SHAPED_FAMILIES
 from collsynth.topology.fileformat import load_topology
 from collsynth.topology.model import Topology
 
 __all__ = ["data_directory", "builtin_names", "get_topology", "list_topologies", "with_figures",
-           "FIGURE_OPTIONS"]
+           "name_figures", "FIGURE_OPTIONS"]
 
 #: The physical figures a name may set (``ring:8,unit_gbps=25,alpha_us=0.7``).
 FIGURE_OPTIONS = ("unit_gbps", "alpha_us")
@@ -56,16 +57,22 @@ def with_figures(topology: Topology, *, unit_gbps: float | None = None,
     Raises
     ------
     InvalidTopologyError
-        For a figure that is not a finite positive number.
+        For a figure that is not a finite positive number within the bounds a topology file
+        has (``unit_gbps`` from :data:`~collsynth._parse.MIN_GBPS` to
+        :data:`~collsynth._parse.MAX_GBPS`, ``alpha_us`` at most an hour).
     """
     changes = {}
-    for name, value in (("unit_gbps", unit_gbps), ("alpha_us", alpha_us)):
+    for name, value, fits, expected in (
+            ("unit_gbps", unit_gbps, lambda v: MIN_GBPS <= v <= MAX_GBPS,
+             f"from {MIN_GBPS:g} to {MAX_GBPS:g} GB/s"),
+            ("alpha_us", alpha_us, lambda v: 0 < v <= MAX_TIME_US,
+             f"> 0 and at most {MAX_TIME_US:g} us (an hour)")):
         if value is None:
             continue
         if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value <= 0):
-            raise InvalidTopologyError(f"topology {topology.name!r}: {name} = {value!r}; expected "
-                                       "a finite positive number")
+                or not math.isfinite(value) or not fits(value)):
+            raise InvalidTopologyError(f"topology {topology.name!r}: {name} = {shown(value)}; "
+                                       f"expected a finite number {expected}")
         changes[name] = float(value)
     return dataclasses.replace(topology, **changes) if changes else topology
 
@@ -81,13 +88,16 @@ def _figures(name: str, options: list[str]) -> dict[str, float]:
                 f"topology {name!r}: option {option.strip()!r} not understood; expected "
                 f"{' or '.join(k + '=NUMBER' for k in FIGURE_OPTIONS)}, e.g. "
                 "torus:4x4,unit_gbps=50,alpha_us=1")
+        if key in figures:
+            raise InvalidTopologyError(f"topology {name!r}: {key} given twice; give each figure "
+                                       "once")
         try:
-            number = float(value)
+            number = float(value) if len(value) <= MAX_NUMBER_CHARS else math.nan
         except ValueError:
             number = math.nan
         if not math.isfinite(number) or number <= 0:
-            raise InvalidTopologyError(f"topology {name!r}: {key} = {value.strip()!r}; expected a "
-                                       "finite positive number")
+            raise InvalidTopologyError(f"topology {name!r}: {key} = {shown(value.strip())}; "
+                                       "expected a finite positive number")
         figures[key] = number
     return figures
 
@@ -121,6 +131,21 @@ def get_topology(name: str) -> Topology:
     if not options:
         return topology
     return with_figures(topology, **_figures(name, options))
+
+
+def name_figures(name: str) -> dict[str, float]:
+    """The physical figures the name of a built-in or family sets (``{}`` for none).
+
+    >>> name_figures("ring:8,unit_gbps=25"), name_figures("dgx1")
+    ({'unit_gbps': 25.0}, {})
+
+    Raises
+    ------
+    InvalidTopologyError
+        An option that is not a known figure, a figure given twice or not a positive number.
+    """
+    _, *options = name.strip().lower().split(",")
+    return _figures(name, options) if options else {}
 
 
 def _get_topology(key: str, name: str) -> Topology:

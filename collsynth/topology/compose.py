@@ -15,6 +15,7 @@ from fractions import Fraction
 import numpy as np
 from typing import Any, Mapping
 
+from collsynth._parse import MAX_GBPS, MAX_LINK_UNITS, MIN_GBPS, shown
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, SparseGroups, SparseLinks, Topology
 from collsynth.topology.tiers import FabricSpec, fabric_spec, tier_groups, tier_limits, tier_scale
@@ -290,8 +291,9 @@ def _nic_layout(
         raise bad(f"'count' = {count!r}; expected a positive whole number")
     gbps = raw.get("gbps")
     if gbps is not None and (isinstance(gbps, bool) or not isinstance(gbps, (int, float))
-                             or not math.isfinite(gbps) or gbps <= 0):
-        raise bad(f"'gbps' = {gbps!r}; expected a positive number of GB/s per direction")
+                             or not math.isfinite(gbps) or not MIN_GBPS <= gbps <= MAX_GBPS):
+        raise bad(f"'gbps' = {shown(gbps)}; expected a number of GB/s per direction from "
+                  f"{MIN_GBPS:g} to {MAX_GBPS:g}")
     if gbps is None and nic_units is None:
         raise bad("no 'gbps' (GB/s per NIC per direction); add it or pass nic_units")
     per_gpu = raw.get("per_gpu", False)
@@ -330,9 +332,11 @@ def _nic_layout(
 def _nic_units(node: Topology, nic_units: int | None, nic_gbps: float | None) -> tuple[int, int]:
     """``(units per NIC, rescale factor)`` in the composed topology's units."""
     if nic_units is not None:
-        if not isinstance(nic_units, int) or isinstance(nic_units, bool) or nic_units < 1:
-            raise InvalidTopologyError(f"composing {node.name!r}: nic_units must be a positive "
-                                       f"whole number of bandwidth units, got {nic_units!r}")
+        if not isinstance(nic_units, int) or isinstance(nic_units, bool) or \
+                not 1 <= nic_units <= MAX_LINK_UNITS:
+            raise InvalidTopologyError(f"composing {node.name!r}: nic_units must be a whole "
+                                       f"number of bandwidth units from 1 to {MAX_LINK_UNITS}, "
+                                       f"got {shown(nic_units)}")
         return nic_units, 1
     if node.unit_gbps is None or nic_gbps is None:
         raise InvalidTopologyError(
@@ -344,6 +348,11 @@ def _nic_units(node: Topology, nic_units: int | None, nic_gbps: float | None) ->
         raise InvalidTopologyError(
             f"cannot compose {node.name!r}: its NIC ({nic_gbps} GB/s) is less than 1/{MAX_RESCALE} "
             f"of a bandwidth unit ({node.unit_gbps} GB/s); pass nic_units or use a smaller unit")
+    if ratio.numerator > MAX_LINK_UNITS:
+        raise InvalidTopologyError(
+            f"cannot compose {node.name!r}: its NIC ({nic_gbps} GB/s) is {float(exact):.3g} "
+            f"bandwidth units of {node.unit_gbps} GB/s, more than the {MAX_LINK_UNITS} a link "
+            "may have; pass nic_units or use a larger unit")
     if ratio != exact:
         _log.info("composing %s: NIC of %s GB/s is %.4f units of %s GB/s, rounded to %s",
                   node.name, nic_gbps, float(exact), node.unit_gbps, ratio)

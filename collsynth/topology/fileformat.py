@@ -5,6 +5,7 @@ The details: ``docs/topologies.md``, section "Topology files".
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from typing import Any
@@ -63,6 +64,17 @@ def _rank_list(value: Any, source: str, where: str) -> frozenset[int]:
     return frozenset(value)
 
 
+def _check_nic(nic: Any, source: str) -> None:
+    """The figures of ``metadata.nic`` that composing nodes computes with, bounded here so a
+    hostile file is refused naming its field (the layout itself is checked when composing)."""
+    if not isinstance(nic, dict):
+        return  # absent, or refused with its reason when composing
+    if nic.get("gbps") is not None:
+        bounded_float(nic["gbps"], "metadata.nic.gbps", source=source, lo=MIN_GBPS, hi=MAX_GBPS)
+    if nic.get("count") is not None:
+        bounded_int(nic["count"], "metadata.nic.count", source=source, lo=1, hi=MAX_RANKS)
+
+
 def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
     """Build a :class:`Topology` from the parsed JSON object of a topology file."""
     if not isinstance(obj, dict):
@@ -112,6 +124,7 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
         alpha = bounded_float(alpha, "alpha_us", source=source, above=0, hi=MAX_TIME_US)
     metadata = free_form(_field(obj, "metadata", dict, source, required=False, default={}),
                          "metadata", source=source)
+    _check_nic(metadata.get("nic"), source)
     description = clean_text(obj.get("description", ""), "description", source=source)
     try:
         return Topology(name=name, links=tuple(tuple(row) for row in links), groups=tuple(groups),
@@ -140,7 +153,8 @@ def topology_to_json(topology: Topology) -> dict[str, Any]:
     if topology.alpha_us is not None:
         obj["alpha_us"] = topology.alpha_us
     if topology.metadata:
-        obj["metadata"] = dict(topology.metadata)
+        # A deep copy: a caller editing the object must not edit the (cached) topology.
+        obj["metadata"] = copy.deepcopy(dict(topology.metadata))
     return obj
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from collsynth._files import check_input_file, list_inputs, open_input
 from collsynth._parse import (
     MAX_INT64,
     MAX_SIZE_BYTES,
@@ -208,7 +209,7 @@ def read_trace(directory: str | os.PathLike[str], *,
     """Read and check every ``rank-NNNNN.jsonl`` file of ``directory``.
 
     Other files (an unfinished ``.rank-00000.jsonl.*.tmp`` of a process that died, notes) are
-    ignored.
+    ignored; a ``rank-NNNNN.jsonl`` that is not a regular file (a FIFO) is refused unopened.
 
     Parameters
     ----------
@@ -225,9 +226,9 @@ def read_trace(directory: str | os.PathLike[str], *,
     Raises
     ------
     FileFormatError
-        No such directory, no rank file in it, or a file that breaks the format (names the
-        file, the line and the field), or files that disagree (world size, byte convention, a
-        header rank that is not the file name's).
+        No such directory, no rank file in it, a rank file that is not a regular file, a
+        file that breaks the format (names the file, the line and the field), or files that
+        disagree (world size, byte convention, a header rank that is not the file name's).
     InputTooLargeError
         More than ``max_total_bytes`` of rank files, or a line longer than
         :data:`MAX_LINE_BYTES`.
@@ -257,22 +258,15 @@ def read_trace(directory: str | os.PathLike[str], *,
     if not folder.is_dir():
         raise FileFormatError(folder, "is not a directory; expected the trace directory "
                                       "(holding rank-NNNNN.jsonl files)")
-    try:
-        names = sorted(p.name for p in folder.iterdir() if _RANK_FILE.match(p.name))
-    except OSError as exc:
-        raise FileFormatError(folder, f"cannot list: {exc.strerror or exc}") from exc
-    if not names:
+    # Only regular files: a FIFO named rank-00004.jsonl is refused, never opened.
+    paths = list_inputs(folder, _RANK_FILE, what="a trace file")
+    if not paths:
         raise FileFormatError(folder, "no trace files (rank-NNNNN.jsonl) in this directory")
-    total = 0
-    for name in names:
-        try:
-            total += (folder / name).stat().st_size
-        except OSError as exc:
-            raise FileFormatError(folder / name, f"cannot read: {exc.strerror or exc}") from exc
+    total = sum(check_input_file(path).st_size for path in paths)
     if total > max_total_bytes:
         raise InputTooLargeError(f"{folder}: the trace files hold {total} bytes, more than the "
                                  f"{max_total_bytes} a trace may have")
-    ranks = sorted((read_rank_file(folder / name) for name in names), key=lambda r: r.rank)
+    ranks = sorted((read_rank_file(path) for path in paths), key=lambda r: r.rank)
     first = ranks[0]
     for entry in ranks:
         expected = int(_RANK_FILE.match(Path(entry.path).name).group(1))
@@ -293,12 +287,7 @@ def read_rank_file(path: str | os.PathLike[str]) -> RankTrace:
     header: TraceHeader | None = None
     calls: list[CallRecord] = []
     last_seq = -1
-    try:
-        handle = p.open("rb")
-    except OSError as exc:
-        raise FileFormatError(p, "no such file" if isinstance(exc, FileNotFoundError)
-                              else f"cannot read: {exc.strerror or exc}") from exc
-    with handle:
+    with open_input(p) as handle:
         number = 0
         while True:
             try:

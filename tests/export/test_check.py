@@ -453,7 +453,10 @@ def test_cli_usage_and_missing_file(tmp_path, capsys) -> None:
 
 
 def test_runtime_inference() -> None:
-    assert infer_runtime('<algo name="a" coll="allreduce" minBytes="0">')[0] == "rccl"
+    # minBytes/maxBytes are msccl attributes too (a tuned msccl file has them); only rccl's
+    # required outofplace and its own spellings say rccl.
+    assert infer_runtime('<algo name="a" coll="allreduce" minBytes="0">')[0] == "msccl"
+    assert infer_runtime('<algo name="a" coll="allreduce" outofplace="1">')[0] == "rccl"
     assert infer_runtime('<algo name="a" coll="reducescatter">')[0] == "rccl"
     assert infer_runtime('<algo name="a" coll="reduce_scatter">')[0] == "msccl"
     assert run_check is not None

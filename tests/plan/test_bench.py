@@ -98,7 +98,11 @@ def test_measured_against_the_runtime(algo: Path, fake: Path, tmp_path: Path,
             "-d", "float"]
     default_env, xml_env = _env(fake / "default.env"), _env(fake / "xml.env")
     assert default_env["RCCL_MSCCL_ENABLE"] == "0" and "MSCCL_ALGO_DIR" not in default_env
-    assert xml_env["MSCCL_ALGO_DIR"] == str((out / "xml").resolve())
+    # The runs happen in a staging folder that becomes DIR only when everything succeeded
+    # (the scripts find their files by $PWD): the runtime scanned its xml/ folder.
+    assert Path(xml_env["MSCCL_ALGO_DIR"]).is_absolute()
+    assert Path(xml_env["MSCCL_ALGO_DIR"]).name == "xml"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
     assert (xml_env["RCCL_MSCCL_ENABLE"], xml_env["RCCL_MSCCL_FORCE_ENABLE"]) == ("1", "1")
     assert xml_env["NCCL_DEBUG"] == default_env["NCCL_DEBUG"] == "INFO"
     # The folder the runtime scans holds the program only: a 4-rank rccl allgather.
@@ -193,10 +197,11 @@ def test_without_the_binary_nothing_is_measured(algo: Path, tmp_path: Path,
     code, text, err = run(capsys, "bench", algo, "--ranks", 4, "--runtime", "rccl", "-o", out)
     assert code == 1
     assert "all_gather_perf not on PATH" in err and "measured nothing" in err
+    assert "wrote nothing" in err and "--dry-run" in err
     assert text == ""
-    assert (out / "run_xml.sh").is_file() and not (out / "report.md").exists()
-    assert not (out / "calibration.json").exists()
-    assert json.loads((out / "bench.json").read_text())["measured"] is False
+    # A failed command leaves no output (--dry-run writes the scripts to run elsewhere).
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "empty-bin", "two_step.json"]
 
 
 def test_a_failed_run_reports_no_figure(algo: Path, fake: Path, tmp_path: Path,
@@ -207,7 +212,9 @@ def test_a_failed_run_reports_no_figure(algo: Path, fake: Path, tmp_path: Path,
     code, text, err = run(capsys, "bench", algo, "--ranks", 4, "--runtime", "rccl", "--sizes",
                           "1KiB:8KiB", "-o", out)
     assert code == 1 and "the default run (run_default.sh) failed with exit status 3" in err
-    assert not (out / "report.md").exists() and "default us" not in text
+    assert "default us" not in text
+    assert not out.exists()  # the scripts ran in a staging folder, removed with the failure
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_refusals(algo: Path, tmp_path: Path):

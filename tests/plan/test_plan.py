@@ -225,16 +225,110 @@ def test_replacing_plans(tmp_path, fc4_plan):
     plan, _ = fc4_plan
     target = tmp_path / "plan"
     write_plan(plan, target, plots=False)
+    # A file the earlier plan listed in its manifest is its own: replaced, not merged.
+    manifest = json.loads((target / "manifest.json").read_text())
     (target / "xml" / "stale.xml").write_text("<algo/>")
-    write_plan(plan, target, plots=False)  # an old plan is replaced, not merged
+    manifest["files"].append("xml/stale.xml")
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    write_plan(plan, target, plots=False)
     assert not (target / "xml" / "stale.xml").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["plan"]
+    # A file no plan listed is never deleted: the plan is refused and the folder untouched.
+    (target / "xml" / "mine.xml").write_text("<algo/>")
+    before = sorted(p.relative_to(target) for p in target.rglob("*"))
+    with pytest.raises(ExportError, match=r"holds xml/mine.xml, which the earlier plan"):
+        write_plan(plan, target, plots=False)
+    assert sorted(p.relative_to(target) for p in target.rglob("*")) == before
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
     with pytest.raises(ExportError, match="refusing to replace"):
         write_plan(plan, other, plots=False)
     assert (other / "keep.txt").read_text() == "mine"
+
+
+def _snapshot(folder: Path) -> list:
+    return sorted((str(p.relative_to(folder)), p.is_symlink() or p.is_dir() or p.read_bytes())
+                  for p in folder.rglob("*"))
+
+
+def test_a_foreign_plan_json_does_not_make_a_folder_ours(tmp_path, capsys):
+    """Issue 19: a folder holding any plan.json was replaced whole, deleting the user's files."""
+    target = tmp_path / "plan"
+    target.mkdir()
+    (target / "plan.json").write_text("{}")
+    (target / "important.txt").write_text("keep")
+    before = _snapshot(target)
+    code = _run_plan_cli([str(TRACES / "fc4-mixed"), "--topology",
+                          "fully-connected:4,unit_gbps=50,alpha_us=1", "-o", str(target),
+                          "--no-cache", "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "holds no plan manifest" in err and str(target) in err
+    assert _snapshot(target) == before
+
+
+def test_a_plan_replaces_only_what_its_manifest_lists(tmp_path, fc4_plan):
+    plan, _ = fc4_plan
+    target = tmp_path / "plan"
+    write_plan(plan, target, plots=False)
+    manifest = json.loads((target / "manifest.json").read_text())
+    written = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+    assert sorted(manifest["files"] + ["manifest.json"]) == written
+    assert manifest["folders"] == ["plots", "xml"]
+    # A link where a listed file was: refused, and the file it points to untouched.
+    outside = tmp_path / "outside.md"
+    outside.write_text("mine")
+    (target / "report.md").unlink()
+    (target / "report.md").symlink_to(outside)
+    with pytest.raises(ExportError, match="holds report.md, which the earlier plan"):
+        write_plan(plan, target, plots=False)
+    assert outside.read_text() == "mine" and (target / "report.md").is_symlink()
+    (target / "report.md").unlink()
+    # A manifest naming a path outside the folder is not ours: refused, nothing removed.
+    manifest["files"].append("../outside.md")
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ExportError, match="holds no plan manifest"):
+        write_plan(plan, target, plots=False)
+    assert outside.read_text() == "mine"
+    # A plan written before manifests: its plan.json names what it wrote.
+    (target / "manifest.json").unlink()
+    write_plan(plan, target, plots=False)
+    assert (target / "manifest.json").is_file() and outside.read_text() == "mine"
+    assert [p.name for p in sorted(tmp_path.iterdir())] == ["outside.md", "plan"]
+
+
+def test_files_that_appear_while_planning_are_never_deleted(tmp_path, fc4_plan, monkeypatch):
+    import collsynth.plan.writer as writer
+
+    plan, _ = fc4_plan
+    target = tmp_path / "plan"
+    write_plan(plan, target, plots=False)
+    real_manifest, real_owned = writer._write_manifest, writer._owned
+
+    def user_writes_meanwhile(staging):  # after the first check, before the swap
+        real_manifest(staging)
+        (target / "notes.txt").write_text("written while planning")
+
+    monkeypatch.setattr(writer, "_write_manifest", user_writes_meanwhile)
+    with pytest.raises(ExportError, match="holds notes.txt"):
+        write_plan(plan, target, plots=False)
+    assert (target / "notes.txt").read_text() == "written while planning"
+    assert (target / "manifest.json").is_file()  # the earlier plan is back in place
+    assert [p.name for p in tmp_path.iterdir()] == ["plan"]
+    (target / "notes.txt").unlink()
+    monkeypatch.setattr(writer, "_write_manifest", real_manifest)
+
+    def arrives_after_the_second_check(folder):
+        owned = real_owned(folder)
+        if folder != target:  # the old plan, moved aside: a file lands just after its check
+            (folder / "late.txt").write_text("late")
+        return owned
+
+    monkeypatch.setattr(writer, "_owned", arrives_after_the_second_check)
+    write_plan(plan, target, plots=False)
+    kept = [p for p in tmp_path.iterdir() if p.name != "plan"]
+    assert len(kept) == 1 and [f.name for f in kept[0].iterdir()] == ["late.txt"]
 
 
 # -- command line -----------------------------------------------------------------------------
