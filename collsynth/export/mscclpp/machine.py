@@ -194,9 +194,10 @@ class Machine:
         return f"{acc.buffer}[chunk {chunk}]" + (" (LL packets)" if acc.packet else "")
 
     def _touch(self, g: int, clk: np.ndarray, key, cell: int, write: bool, where: str,
-               acc: Access, k: int, synced=None) -> None:
+               acc: Access, k: int, synced=None, value=None) -> None:
         """Record an access of actor ``g``; report the accesses it races with. ``synced`` is
-        the write a packet read waited for (its flag), which the read is ordered after."""
+        the write a packet read waited for (its flag), which the read is ordered after;
+        ``value`` is what a write stores."""
         epoch = int(clk[g])
         lane = (key, self.cells.alias(acc.rank, acc.buffer)[1] + acc.offset, acc.unit,
                 acc.packet) if acc.unit else None
@@ -207,8 +208,9 @@ class Machine:
         seen = readers.get(cell)
         if write:
             if seen:
+                depends = self._depends(key, cell, seen, value)
                 for h, (e, w, ln) in seen.items():
-                    if not self._ordered(g, clk, where, lane, (h, e, w, ln)):
+                    if not depends and not self._ordered(g, clk, where, lane, (h, e, w, ln)):
                         self._race(w, "reads", where, "writes", acc, k)
                 readers[cell] = {}
             self.writer[key][cell] = (g, epoch, where, lane)
@@ -216,6 +218,18 @@ class Machine:
             if seen is None:
                 seen = readers[cell] = {}
             seen[g] = (epoch, where, lane)
+
+    def _depends(self, key, cell: int, seen: dict, value) -> bool:
+        """A write ordered after the cell's reads by data dependency: the cell still holds
+        its input, one threadblock (or proxy) read it, and the value written contains that
+        input; it cannot exist before that read (docs/mscclpp.md, "How the checker executes
+        a plan")."""
+        if len(seen) != 1 or not isinstance(value, tuple) or key not in self.mem:
+            return False
+        if self.writer[key].get(cell) is not None:
+            return False
+        old = self.mem[key].get(cell)
+        return isinstance(old, tuple) and len(old) == 1 and old[0] in value
 
     @staticmethod
     def _ordered(g: int, clk: np.ndarray, where: str, lane, other: tuple) -> bool:
@@ -297,12 +311,12 @@ class Machine:
                 if 2 * k + 2 > inside:
                     break
                 cell = first + 2 * k
-                self._touch(g, clk, key, cell, True, where, acc, k)
-                self._touch(g, clk, key, cell + 1, True, where, acc, k)
+                self._touch(g, clk, key, cell, True, where, acc, k, value=value)
+                self._touch(g, clk, key, cell + 1, True, where, acc, k, value=value)
                 store[cell], store[cell + 1] = _Packet(value), _TAIL
             return
         for k, value in enumerate(values[:inside]):
-            self._touch(g, clk, key, first + k, True, where, acc, k)
+            self._touch(g, clk, key, first + k, True, where, acc, k, value=value)
             store[first + k] = value
 
     # -- transfers -----------------------------------------------------------------------------
@@ -388,15 +402,15 @@ class Machine:
                         f"({len(b.waiting)} there)")
         elif step.kind == "data":
             for acc in step.needs:
-                missing = self._missing_packet(acc)
+                missing = self._missing_packet(acc, step.where)
                 if missing is not None:
                     return (f"waits for LL packets in rank {acc.rank} "
                             f"{self._chunk(acc, missing)}, which nothing has written in this "
                             "launch")
         return None
 
-    def _missing_packet(self, acc: Access) -> int | None:
-        key, first, inside, wanted = self._span(acc, "a packet read")
+    def _missing_packet(self, acc: Access, where: str) -> int | None:
+        key, first, inside, wanted = self._span(acc, where)
         store = self.mem[key]
         for k in range(wanted // 2):
             if 2 * k + 2 > inside or not isinstance(store.get(first + 2 * k), _Packet):
@@ -463,15 +477,15 @@ class Machine:
                     self._acquire(tb, *self.sem_clocks[(r, sid)].popleft())
         else:
             for acc in step.needs:   # the flag wait: this thread saw the packet written
-                self._saw_packets(tb, acc)
+                self._saw_packets(tb, acc, step.where)
             for t in step.transfers:
                 self._transfer(tb.gid, r, t, step.where)
             for post in step.posts:
                 self._post(tb, post, step.where)
         tb.pc += 1
 
-    def _saw_packets(self, tb: _Tb, acc: Access) -> None:
-        key, first, inside, wanted = self._span(acc, "a packet read")
+    def _saw_packets(self, tb: _Tb, acc: Access, where: str) -> None:
+        key, first, inside, wanted = self._span(acc, where)
         writers = self.writer[key]
         x = np.zeros(self.actors, dtype=np.int64)
         for k in range(min(wanted, inside) // 2):
