@@ -20,7 +20,7 @@ __all__ = ["plan_to_dict", "plan_to_json", "write_plan"]
 
 
 def _buffer(ref: BufferRef) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {} if ref.rank is None else {"rank": ref.rank}
     if ref.switch_channel_id is not None:
         out["switch_channel_id"] = ref.switch_channel_id
     elif ref.buffer_id is not None:
