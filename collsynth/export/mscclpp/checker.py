@@ -24,9 +24,10 @@ from collsynth.export.mscclpp.limits import MSCCLPP
 from collsynth.export.mscclpp.loader import LoadedPlan, load_plan
 from collsynth.export.mscclpp.machine import GARBAGE, SHOWN_PER_KIND, Cells, Machine
 from collsynth.export.mscclpp.model import Plan
-from collsynth.export.mscclpp.steps import Step, expand
+from collsynth.export.mscclpp.steps import Step, count_steps, expand
 
-__all__ = ["PROBLEM_KINDS", "WARNING_KINDS", "MAX_CHECKED_CELLS", "PlanReport", "check_plan",
+__all__ = ["PROBLEM_KINDS", "WARNING_KINDS", "MAX_CHECKED_CELLS", "MAX_CHECKED_STEPS",
+           "PlanReport", "check_plan",
            "plan_collective", "run_plan", "refuse_unless_correct", "LAYOUT_DIALECT"]
 
 #: Every ``Problem.kind`` a plan check reports, and what it means.
@@ -55,6 +56,8 @@ PROBLEM_KINDS: dict[str, str] = {
 WARNING_KINDS = frozenset({"send-buffer-write", "async-read"})
 #: Cell accesses above which a plan is not executed (a symbolic run costs about 1 us each).
 MAX_CHECKED_CELLS = 5_000_000
+#: Operations (pipeline iterations unrolled) above which a plan is not executed.
+MAX_CHECKED_STEPS = 1_000_000
 #: The XML runtime whose buffer conventions (sizes, in-place aliasing) MSCCL++ shares; only
 #: :func:`collsynth.export.layout.collective_layout` reads it.
 LAYOUT_DIALECT = "msccl-executor"
@@ -229,7 +232,8 @@ def run_plan(plan: Plan, *, chunk_bytes: int | None = None, ranks_per_node: int 
     Raises
     ------
     InputTooLargeError
-        A run that would make more than :data:`MAX_CHECKED_CELLS` cell accesses.
+        A run that would make more than :data:`MAX_CHECKED_CELLS` cell accesses or run more
+        than :data:`MAX_CHECKED_STEPS` operations.
     """
     loaded = loaded or load_plan(plan, ranks_per_node=ranks_per_node)
     problems = list(loaded.problems)
@@ -252,6 +256,11 @@ def run_plan(plan: Plan, *, chunk_bytes: int | None = None, ranks_per_node: int 
                                          "refuses such sizes)"))
         return None, None, problems, layout, collective
     geo = geometry(plan, cs)
+    count = count_steps(loaded, geo)
+    if count > MAX_CHECKED_STEPS:
+        raise InputTooLargeError(f"plan {plan.name!r} at {cs}-byte chunks runs {count} "
+                                 f"operations (pipelines unrolled); the checker runs at most "
+                                 f"{MAX_CHECKED_STEPS}")
     steps, step_problems = expand(loaded, geo)
     problems += step_problems
     cell, work = _cell_bytes(steps, geo)

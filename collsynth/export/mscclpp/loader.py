@@ -271,7 +271,9 @@ class _Rules:
                 if cid >= len(lt.channels[op.channel_type]):
                     fail(f"channel id {cid} is not one of the threadblock's "
                          f"{len(lt.channels[op.channel_type])} {op.channel_type} channels")
-            if name in _WAITS and len(set(op.channel_ids)) < len(op.channel_ids):
+            table = lt.channels[op.channel_type]
+            resolved = [table[c] for c in op.channel_ids if c < len(table)]
+            if name in _WAITS and len(set(resolved)) < len(resolved):
                 fail("waits twice on one channel in one operation: two threads poll one "
                      "semaphore and can both pass on one signal")
             return

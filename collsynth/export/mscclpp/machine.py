@@ -386,8 +386,8 @@ class Machine:
         step = tb.steps[tb.pc]
         r = tb.rank
         if step.kind == "wait":
-            for kind, ch in step.channels:
-                if not self.tokens[(r, kind, ch)]:
+            for (kind, ch), count in Counter(step.channels).items():
+                if len(self.tokens[(r, kind, ch)]) < count:
                     return (f"waits on {kind} channel {ch} for a signal from rank "
                             f"{self.loaded.peers[(r, kind)][ch]}")
         elif step.kind == "sem_acquire":

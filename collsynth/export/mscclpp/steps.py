@@ -17,7 +17,7 @@ from collsynth.export.mscclpp.geometry import Geometry
 from collsynth.export.mscclpp.loader import LoadedPlan, LoadedThreadblock, op_name
 from collsynth.export.mscclpp.model import BufferRef, Operation
 
-__all__ = ["Access", "Transfer", "Post", "Step", "expand"]
+__all__ = ["Access", "Transfer", "Post", "Step", "expand", "count_steps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +318,17 @@ def _with_units(step: Step) -> Step:
                    for t in step.transfers)
     return replace(step, transfers=marked, needs=tuple(replace(a, unit=unit)
                                                        for a in step.needs))
+
+
+def count_steps(loaded: LoadedPlan, geo: Geometry) -> int:
+    """How many steps :func:`expand` would make (pipelines unrolled), without making them."""
+    total = 0
+    for tbs in loaded.threadblocks.values():
+        for lt in tbs:
+            for op in lt.tb.ops:
+                total += (geo.iterations(op.num_chunks, op.unit_size) * len(op.ops)
+                          if op.name == "pipeline" else 1)
+    return total
 
 
 def expand(loaded: LoadedPlan, geo: Geometry) -> tuple[dict[int, list[list[Step]]],
