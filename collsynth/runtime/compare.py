@@ -14,6 +14,7 @@ from collsynth.algorithm.model import Algorithm
 from collsynth.collective.model import Collective
 from collsynth.collective.kinds import KINDS, canonical_name
 from collsynth.collective.kinds import busbw_factor as kinds_busbw_factor
+from collsynth.export.mscclpp.model import Plan
 from collsynth.export.program import Program
 from collsynth.runtime._common import (
     DEFAULT_TIMEOUT_S,
@@ -122,7 +123,7 @@ class Case:
     warmup: int = 1
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     root: int | None = None
-    plan: Any = None     # an MSCCL++ plan (collsynth.export.mscclpp.Plan)
+    plan: Plan | None = None     # an MSCCL++ execution plan
 
 
 @dataclass(frozen=True)

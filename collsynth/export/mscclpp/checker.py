@@ -167,7 +167,7 @@ def _mismatch(where: str, value, expected: tuple) -> str:
     return "; ".join(parts) or f"{where} holds {_describe(value)}, expected {_describe(expected)}"
 
 
-def _postcondition(machine: Machine, collective: Collective, layout: Layout, per_chunk: int,
+def _postcondition(machine: Machine, collective: Collective, layout: Layout,
                    chunk_cells: int) -> list[Problem]:
     """Every output cell the collective defines holds its contributions."""
     found: list[Problem] = []
@@ -335,7 +335,7 @@ def check_plan(plan: Plan, *, collective: Collective | None = None,
         cell = machine.A
         chunk_cells = geo.chunk_bytes // cell
         if wanted is not None and layout is not None:
-            problems += _postcondition(machine, wanted, layout, 0, chunk_cells)
+            problems += _postcondition(machine, wanted, layout, chunk_cells)
         elif plan.collective == "sendrecv":
             problems += _sendrecv(machine, plan, lambda r, b: geo.capacity(plan, r, b) // cell)
         else:

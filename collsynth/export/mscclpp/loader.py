@@ -250,7 +250,7 @@ class _Rules:
 
     def operation(self, gpu: GpuPlan, lt: LoadedThreadblock, op: Operation, path: str) -> None:
         r = gpu.id
-        where = op_name(r, lt.id, path) + f" ({op.name})"
+        where = self._where = op_name(r, lt.id, path) + f" ({op.name})"
         fail = lambda message: self.add("structure", f"{where}: {message}", fatal=True)  # noqa
         name = op.name
         if len(op.channel_ids) > MSCCLPP.max_channels_per_operation:
@@ -331,7 +331,7 @@ class _Rules:
                 if letter != allowed:
                     fail(f"{what}[{k}] is {_KIND_WORD[letter]}; expected {_KIND_WORD[allowed]}")
                     return
-                self.reference(gpu, lt, op, ref, f"{what}[{k}]", fail)
+                self.reference(op, lt, ref, f"{what}[{k}]", fail)
         remote = [ref for ref in op.src + op.dst if ref.kind == "remote"]
         if remote and op.channel_type not in ("memory", "port"):
             fail(f"reaches remote buffers but channel_type={op.channel_type!r}")
@@ -362,8 +362,8 @@ class _Rules:
                     fail(f"src_buff[{k}] is buffer {ref.type!r}, but the kernel reads packets "
                          "from the scratch buffer whatever the type says")
 
-    def reference(self, gpu: GpuPlan, lt: LoadedThreadblock, op: Operation, ref: BufferRef,
-                  what: str, fail) -> None:
+    def reference(self, op: Operation, lt: LoadedThreadblock, ref: BufferRef, what: str,
+                  fail) -> None:
         if ref.kind == "remote":
             t = op.channel_type if op.channel_type in ("memory", "port") else None
             table = lt.remote.get(t or "", [])
@@ -374,8 +374,9 @@ class _Rules:
             if ref.switch_channel_id >= len(lt.channels["switch"]):
                 fail(f"{what}: switch_channel_id {ref.switch_channel_id} is not one of the "
                      f"threadblock's {len(lt.channels['switch'])} switch channels")
-        if ref.size == 0:
-            self.add("structure", f"{op_name(gpu.id, lt.id, '?')}: {op.name} {what} has size 0")
+        if ref.size == 0:   # harmless to the executor, surely not what was meant
+            self.add("structure", f"{self._where}: {what} has size 0: the operation moves "
+                                  "nothing")
 
     # -- across GPUs --------------------------------------------------------------------------
 
