@@ -154,3 +154,21 @@ def test_the_command_line_exports_and_checks_a_plan(tmp_path, capsys):
     # XML-only options are refused for plans.
     assert main(["export", str(algo), "--runtime", "mscclpp", "-o", str(out),
                  "--channels", "2"]) == EXIT_USAGE
+
+
+def test_a_rank_reducing_more_values_than_an_operation_holds():
+    # The direct reduce-scatter on 12 ranks: each rank adds 11 received values to its own in
+    # one step; an operation holds 10 sources, so the sum takes two operations (1 + 9, then
+    # the accumulator + 2).
+    from collsynth.collective import reduce_scatter
+
+    n = 12
+    step = Step(1, tuple(Send(d, s, d, True) for s in range(n) for d in range(n) if s != d))
+    algorithm = verify(Algorithm("rs12", get_topology(f"fully-connected:{n}"),
+                                 reduce_scatter(n), (step,)))
+    for protocol in ("Simple", "LL"):
+        plan = lower_to_plan(algorithm, protocol=protocol)
+        name = "re" if protocol == "Simple" else "repkt"
+        sums = [op for op in plan.gpus[0].threadblocks[0].ops if op.name == name]
+        assert [len(op.src) for op in sums] == [10, 3]
+        assert check_plan(plan, strict=True).ok

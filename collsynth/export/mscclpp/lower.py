@@ -117,6 +117,26 @@ def _runs(pairs: list[tuple[_Slot, _Slot]]) -> list[tuple[_Slot, _Slot, int]]:
     return runs
 
 
+def _reduce_runs(reduces: list[tuple[_Slot, list[_Slot], _Slot]]
+                 ) -> list[tuple[_Slot, list[_Slot], _Slot, int]]:
+    """Reductions of consecutive chunks merged when every operand is consecutive too:
+    (own value, received values, accumulator, count)."""
+    runs: list[tuple[_Slot, list[_Slot], _Slot, int]] = []
+
+    def follows(a: _Slot, b: _Slot, k: int) -> bool:
+        return a[0] == b[0] and a[1] + k == b[1]
+
+    for mine, reduced, acc in reduces:
+        if runs:
+            m0, r0, a0, k = runs[-1]
+            if len(r0) == len(reduced) and follows(m0, mine, k) and follows(a0, acc, k) and \
+                    all(follows(x, y, k) for x, y in zip(r0, reduced)):
+                runs[-1] = (m0, r0, a0, k + 1)
+                continue
+        runs.append((mine, list(reduced), acc, 1))
+    return runs
+
+
 class _Lowering:
     def __init__(self, algorithm: Algorithm, layout: Layout, protocol: str, inplace: bool,
                  ranks_per_node: int) -> None:
@@ -357,9 +377,15 @@ class _Lowering:
         for s, t, k in _runs(copies):
             plan.ops.append(_Op("upkt", src=[_Ref(s, k)], dst=[_Ref(t, k)]))
         name = "repkt" if self.packets else "re"
-        for mine, reduced, acc in reduces:
-            plan.ops.append(_Op(name, src=[_Ref(mine)] + [_Ref(x) for x in reduced],
-                                dst=[_Ref(acc)], reduce=True))
+        per_op = MSCCLPP.max_buffers_per_operation - 1
+        for mine, reduced, acc, k in _reduce_runs(reduces):
+            # At most 10 sources per operation: fold the rest into the accumulator (the same
+            # range, so the same threads: no nop needed between).
+            for first in range(0, len(reduced), per_op):
+                base = mine if first == 0 else acc
+                plan.ops.append(_Op(name, src=[_Ref(base, k)] + [
+                    _Ref(x, k) for x in reduced[first:first + per_op]], dst=[_Ref(acc, k)],
+                    reduce=True))
         if copies or reduces:
             plan.ops.append(_Op("nop"))
 
