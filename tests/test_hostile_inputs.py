@@ -511,3 +511,19 @@ def test_msccl_xml(data: str) -> None:
     _refused_cleanly(data, "algo.xml", read_program, lambda p, out: ["run", str(p)])
     with contextlib.suppress(CollsynthError):
         read_checked(data, "msccl")
+
+
+_PLANS = Path(__file__).resolve().parents[1] / "data" / "mscclpp-plans"
+
+
+@SETTINGS
+@given(name=st.sampled_from(["sn_allgather_2gpu.json", "sn_allreduce_pipeline.json",
+                             "mn_reducescatter_pkt_2x4.json"]), data=st.data())
+def test_mscclpp_plan(name: str, data: st.DataObject) -> None:
+    """A plan the reader accepts is checked to a verdict (exit 0 or 1), never a crash."""
+    from collsynth.export.mscclpp.reader import read_plan
+
+    sample = json.loads((_PLANS / name).read_text())
+    check = ["check", "--runtime", "mscclpp"]
+    _refused_cleanly(data.draw(hostile_json(sample)), "plan.json", read_plan,
+                     lambda p, out: check + [str(p)], lambda p: check + [str(p)])

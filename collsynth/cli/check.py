@@ -13,9 +13,11 @@ import json
 import re
 from typing import Any
 
-from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out
+from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out, positive_int
+from collsynth.cli.plan_files import MSCCLPP_RUNTIME, check_plan_file
 from collsynth.errors import CollsynthError, InvalidCollectiveError
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
+from collsynth.export.mscclpp.reader import looks_like_plan
 from collsynth.export.runtimes import runtime_names
 from collsynth.export.xml_reader import read_checked, read_text
 
@@ -44,8 +46,9 @@ def register(subparsers: Any) -> None:
                     "(deadlocks, races, uninitialised reads, the collective's result). Exit "
                     "status 0 only when correct.")
     parser.add_argument("file", metavar="FILE.xml")
-    parser.add_argument("--runtime", choices=runtime_names(),
-                        help="the runtime whose rules apply (default: inferred from the file)")
+    parser.add_argument("--runtime", choices=(*runtime_names(), MSCCLPP_RUNTIME),
+                        help="the runtime whose rules apply (default: inferred from the file; "
+                             "a JSON file is an MSCCL++ execution plan)")
     parser.add_argument("--coll", choices=COLLECTIVES, metavar="NAME",
                         help="the collective a coll=\"custom\" file implements: "
                              + ", ".join(COLLECTIVES))
@@ -55,6 +58,12 @@ def register(subparsers: Any) -> None:
                         help="treat warnings (writes into the send buffer of an out-of-place "
                              "call) as problems")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    plans = parser.add_argument_group("MSCCL++ plans")
+    plans.add_argument("--ranks-per-node", type=positive_int, metavar="N",
+                       help="ranks per node: memory and switch channels must stay in a node")
+    plans.add_argument("--chunk-bytes", type=positive_int, metavar="B",
+                       help="the chunk size to run the plan at (default: the smallest that "
+                            "runs every pipeline twice)")
     parser.set_defaults(handler=run_check)
 
 
@@ -105,6 +114,10 @@ def _verdict(report: CheckReport) -> str:
 
 def run_check(args: argparse.Namespace) -> int:
     """Handle ``collsynth check``; return 0 (correct) or 1 (problems, printed)."""
+    if args.runtime == MSCCLPP_RUNTIME or (args.runtime is None and looks_like_plan(args.file)):
+        return check_plan_file(args)
+    if getattr(args, "ranks_per_node", None) or getattr(args, "chunk_bytes", None):
+        raise UsageError.of("check", "--ranks-per-node and --chunk-bytes are for MSCCL++ plans")
     text = read_text(args.file)
     inferred = None
     runtime = args.runtime

@@ -19,6 +19,7 @@ from collsynth._output import (check_output_dir, check_output_file, path_in, sta
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto,
                                   format_size, out, parse_sizes, positive_int, table)
+from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
 from collsynth.errors import ExportError, InvalidTopologyError
 from collsynth.export.limits import LimitViolation
 from collsynth.export.lower import PROTOCOLS
@@ -32,8 +33,8 @@ __all__ = ["register", "run_export", "EXPORT_RUNTIMES"]
 
 _log = logging.getLogger(__name__)
 
-#: Values of ``--runtime``.
-EXPORT_RUNTIMES = (*runtime_names(), "all")
+#: Values of ``--runtime`` (``all``: every MSCCL XML runtime; ``mscclpp``: an execution plan).
+EXPORT_RUNTIMES = (*runtime_names(), "all", MSCCLPP_RUNTIME)
 
 
 
@@ -60,7 +61,8 @@ def register(subparsers) -> None:
                         help="XML file; with --runtime all a directory or a name stem (one "
                              "file per runtime: STEM.msccl.xml, STEM.rccl.xml, ...)")
     export.add_argument("--runtime", choices=EXPORT_RUNTIMES, default="msccl",
-                        help="target runtime (default msccl)")
+                        help="target runtime (default msccl); mscclpp writes an MSCCL++ "
+                             "execution plan (JSON, docs/mscclpp.md)")
     export.add_argument("--proto", choices=PROTOCOLS, default=None,
                         help="NCCL protocol (default Simple)")
     export.add_argument("--channel-by", choices=("chunk", "peer"), default=None,
@@ -134,6 +136,8 @@ _CHOSEN_BY_TUNING = (("channels", "--channels"), ("channel_by", "--channel-by"),
 
 def run_export(args: argparse.Namespace) -> int:
     """Run ``collsynth export`` from parsed arguments; return 0 (every file written)."""
+    if args.runtime == MSCCLPP_RUNTIME:
+        return export_plan(args)
     if args.tune:
         return _run_tuned(args)
     for flag in ("sizes", "runtime_constants", "json"):

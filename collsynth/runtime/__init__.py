@@ -3,7 +3,8 @@
 * :func:`run` executes an :class:`~collsynth.algorithm.Algorithm` on this rank's tensors, laid
   out as torch's collective of the same name lays them out (:mod:`collsynth.runtime.executor`);
   :func:`prepare` plans it once for repeated calls.
-* :func:`run_program` interprets an MSCCL XML program (:mod:`collsynth.runtime.program`).
+* :func:`run_program` interprets an MSCCL XML program (:mod:`collsynth.runtime.program`);
+  :func:`execute_plan` replays an MSCCL++ plan (:mod:`collsynth.runtime.mscclpp_plan`).
 * :func:`launch` starts ``N`` local processes in one process group and collects their results
   (:mod:`collsynth.runtime.launch`).
 * :func:`run_case` / :func:`run_cases` check a run against torch's own collective and time both
@@ -24,6 +25,7 @@ from collsynth.runtime._common import (
 from collsynth.runtime.compare import Case, CaseResult, Timing, busbw_factor, run_case, run_cases
 from collsynth.runtime.executor import PreparedRun, prepare, run
 from collsynth.runtime.launch import LaunchError, RankFailure, launch
+from collsynth.runtime.mscclpp_plan import PreparedPlan, execute_plan, prepare_plan
 from collsynth.runtime.program import PreparedProgram, prepare_program, run_program, schedule
 
 __all__ = [
@@ -34,6 +36,9 @@ __all__ = [
     "prepare_program",
     "PreparedProgram",
     "schedule",
+    "execute_plan",
+    "prepare_plan",
+    "PreparedPlan",
     "launch",
     "LaunchError",
     "RankFailure",

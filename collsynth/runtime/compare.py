@@ -14,6 +14,7 @@ from collsynth.algorithm.model import Algorithm
 from collsynth.collective.model import Collective
 from collsynth.collective.kinds import KINDS, canonical_name
 from collsynth.collective.kinds import busbw_factor as kinds_busbw_factor
+from collsynth.export.mscclpp.model import Plan
 from collsynth.export.program import Program
 from collsynth.runtime._common import (
     DEFAULT_TIMEOUT_S,
@@ -24,6 +25,7 @@ from collsynth.runtime._common import (
     torch_modules,
 )
 from collsynth.runtime.executor import block_counts, collective_kind, prepare
+from collsynth.runtime.mscclpp_plan import plan_kind, prepare_plan
 from collsynth.runtime.program import prepare_program, program_kind
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -103,8 +105,9 @@ class Case:
 
     Give ``algorithm``, or ``program`` with ``collective`` (the collective it implements, split
     as in the algorithm it came from; only ``program``'s root and custom conditions are read
-    from it, and it may be ``None`` for a standard, unrooted ``coll``). ``block_elems`` is ``m``,
-    the elements of one base chunk (see :mod:`collsynth.runtime.executor`).
+    from it, and it may be ``None`` for a standard, unrooted ``coll``), or an MSCCL++ ``plan``.
+    ``block_elems`` is ``m``, the elements of one base chunk (see
+    :mod:`collsynth.runtime.executor`).
     """
 
     name: str
@@ -120,6 +123,7 @@ class Case:
     warmup: int = 1
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     root: int | None = None
+    plan: Plan | None = None     # an MSCCL++ execution plan
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,11 @@ def _setup(case: Case, n: int) -> _Setup:
         coll = case.algorithm.collective
         kind = collective_kind(coll)
         root = coll.roots[0] if coll.roots else None
+    elif case.plan is not None:
+        kind, coll, root = plan_kind(case.plan), None, None
+        if kind not in ("allgather", "allreduce", "reduce_scatter", "alltoall"):
+            raise InvalidBufferError(f"plan collective {case.plan.collective!r} has no torch "
+                                     "reference here")
     elif case.program is not None:
         kind = program_kind(case.program)
         coll = case.collective
@@ -456,7 +465,7 @@ def run_case(case: Case, *, group: Any = None, device: Any = None) -> CaseResult
     try:
         dtype = parse_dtype(case.dtype)
         setup = _setup(case, n)
-        op = check_op(case.op, dtype, allow_avg=case.program is None,
+        op = check_op(case.op, dtype, allow_avg=case.program is None and case.plan is None,
                       combining=_combining(setup))
     except InvalidBufferError as exc:
         return CaseResult(case.name, rank, False, error=str(exc))
@@ -471,6 +480,9 @@ def run_case(case: Case, *, group: Any = None, device: Any = None) -> CaseResult
         if case.algorithm is not None:
             prepared = prepare(case.algorithm, inp, out, group=group, op=op,
                                timeout_s=case.timeout_s)
+        elif case.plan is not None:
+            prepared = prepare_plan(case.plan, inp, out, group=group, op=op,
+                                    timeout_s=case.timeout_s)
         else:
             prepared = prepare_program(case.program, inp, out, group=group, op=op,
                                        timeout_s=case.timeout_s)
