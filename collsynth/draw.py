@@ -600,7 +600,7 @@ def _new_figure(width_in: float, height_in: float, title: str) -> "Figure":
     figure = Figure(figsize=(width_in, height_in), layout="constrained")
     figure.get_layout_engine().set(h_pad=0.1)  # suptitle clear of two-line panel titles
     FigureCanvasAgg(figure)
-    figure.suptitle(textwrap.fill(title, width=max(40, int(width_in * 10))), fontsize=_TITLE_PT)
+    figure.suptitle(textwrap.fill(title, width=max(40, int(width_in * 12))), fontsize=_TITLE_PT)
     return figure
 
 
