@@ -4,9 +4,9 @@ Every fenced ``sh`` block of README.md is read line by line: the Quickstart's in
 are checked against ``.ci/run`` (they install packages, so they are not run here), the test
 commands name markers the suite registers, and every other line is run verbatim with ``bash``,
 in order, in a copy of the repository's tracked files (what a clone holds), with this
-interpreter's ``collsynth`` first on ``PATH``. The lines that train under ``torchrun`` and
-read its trace take tens of seconds and are marked ``slow``. The ``python`` block runs in the
-same kind of copy.
+interpreter's ``collsynth`` first on ``PATH``; the ``python`` block runs in the same kind of
+copy. Running them takes tens of seconds, so those tests are ``slow`` (the whole suite runs
+them; the quick subset checks the blocks' shape and that every file they read is shipped).
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ def test_the_tour_names_only_shipped_files():
                 assert word in written or (ROOT / word).is_file(), f"{line}: no {word}"
 
 
+@pytest.mark.slow  # a dozen fresh processes: about 20 s on an idle 2-core machine
 def test_the_tour_runs_verbatim(tmp_path):
     _run_verbatim([c for c in tour() if not any(word in c for word in SLOW)], tmp_path)
 
@@ -149,6 +150,7 @@ def test_the_trace_lines_run_verbatim(tmp_path):
     _run_verbatim([c for c in tour() if any(word in c for word in SLOW)], tmp_path)
 
 
+@pytest.mark.slow
 def test_the_python_example_runs(tmp_path):
     (block,) = _blocks("python")
     clone = _copy_of_the_repository(tmp_path / "clone")
