@@ -129,9 +129,9 @@ def test_the_tour_names_only_shipped_files():
     first)."""
     written: set[str] = set()
     for line in tour():
-        words = shlex.split(line.split("  #")[0])
+        words = shlex.split(line, comments=True)
         for index, word in enumerate(words):
-            if words[index - 1] in ("-o", ">") and index > 0:
+            if index > 0 and words[index - 1] in ("-o", ">"):
                 written.add(word.rstrip("/"))
             elif re.search(r"\.(json|xml|txt|csv|py)$", word) and "*" not in word:
                 assert word in written or (ROOT / word).is_file(), f"{line}: no {word}"
