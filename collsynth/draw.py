@@ -79,6 +79,12 @@ _MAX_MATRIX_SIDE = 128
 _SEVERAL = "#555555"
 #: Distinct colours for up to this many base chunks; a continuous colour map above.
 _QUALITATIVE = 18
+#: Text sizes (points). Nothing is smaller than ``_TEXT_PT``: 9 pt is 9 pixels or more in a PNG
+#: written at 72 dpi or more (``save_drawing`` writes 100 dpi by default).
+_TEXT_PT = 9
+_TITLE_PT = 10
+#: Widest figure (inches) the arrow panels are laid out in; fewer columns beyond.
+_MAX_FIGURE_WIDTH_IN = 16.0
 
 
 class DrawError(CollsynthError, ValueError):
@@ -585,8 +591,9 @@ def _new_figure(width_in: float, height_in: float, title: str) -> "Figure":
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(width_in, height_in), layout="constrained")
+    figure.get_layout_engine().set(h_pad=0.1)  # suptitle clear of two-line panel titles
     FigureCanvasAgg(figure)
-    figure.suptitle(textwrap.fill(title, width=max(40, int(width_in * 11))), fontsize=9)
+    figure.suptitle(textwrap.fill(title, width=max(40, int(width_in * 12))), fontsize=_TITLE_PT)
     return figure
 
 
@@ -621,11 +628,38 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
     span = high - low
     aspect = span[0] / span[1]
     columns, rows, panel_w = _grid(len(chosen), aspect)
-    panel_h = panel_w / aspect
+    # Wide enough that a rank's number (9 or 10 pt) fits in its circle; fewer columns when
+    # that makes the figure too wide.
+    rank_pt = _TEXT_PT + 1 if n <= 16 else _TEXT_PT
+    digits = len(str(n - 1))
+    panel_w = max(panel_w, (0.6 * digits * rank_pt / 2 + 3) / 72 * span[0] / r)
+    columns = max(1, min(columns, int(_MAX_FIGURE_WIDTH_IN // panel_w)))
+    rows = math.ceil(len(chosen) / columns)
+    panel_h = panel_w / aspect + 0.45  # and two lines of title
     cmap, colours = _colours(np.concatenate([s.colour for s in chosen]))
-    figure = _new_figure(panel_w * columns, panel_h * rows + 1.2, title)
+    # The legend: its entries, as many a row as fit the figure's width (a line sample and the
+    # text), its title wrapped to that width; the figure is made tall enough to hold it.
+    several = any(_carries_several(step) for step in chosen)
+    labels = ["link at capacity", "capacity left"]
+    if cmap is None:
+        noun = "chunk" if chosen[0].label == "step" else "block"
+        labels += [f"{noun} {k}" for k in colours]
+    if several:
+        labels.append("several chunks")
+    width_in = max(panel_w * columns, 6.0)
+    entry_pt = max(0.6 * _TEXT_PT * len(text) + 40 for text in labels)
+    per_row = max(1, min(len(labels), int(width_in * 72 * 0.95 // entry_pt)))
+    legend_title = textwrap.fill(
+        f"{colour_note}; width: chunks on the link" + (
+            "; several chunks: numbered beside the arrow where there is room" if several else ""),
+        width=max(40, int(width_in * 12)))
+    legend_lines = math.ceil(len(labels) / per_row) + legend_title.count("\n") + 1
+    height_in = panel_h * rows + 0.5 + legend_lines * 1.5 * _TEXT_PT / 72 + (
+        0.6 if cmap is not None else 0.0)
+    figure = _new_figure(width_in, height_in, title)
+    # Points per data unit, on the safe side (the axes are a little smaller than the panel).
+    scale_pt = 0.85 * 72 * min(panel_w, width_in / columns) / span[0]
     max_count = 1
-    several = False
     panels = []
     capacity = _Capacity(topology)
     for step in chosen:
@@ -633,7 +667,7 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
         rounds, full = capacity.check(step, loads)
         panels.append((step, loads, rounds, full))
         max_count = max(max_count, int(loads.max()))
-    label_size = 7 if n <= 8 else 6 if n <= 16 else 5
+    label_size = _TEXT_PT
     for index, (step, loads, rounds, full) in enumerate(panels):
         ax = figure.add_subplot(rows, columns, index + 1)
         ax.set_xlim(low[0], high[0])
@@ -654,27 +688,29 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
                 if layout.switch_of[rank] == k:
                     ax.plot([x, pos[rank][0]], [y, pos[rank][1]], color="#e4e4e4",
                             linewidth=1.0, zorder=0)
-            ax.add_patch(FancyBboxPatch((x - 1.4 * r, y - 0.9 * r), 2.8 * r, 1.8 * r,
+            half = max(1.4 * r, (0.6 * 6 * label_size / 2 + 3) / scale_pt)  # "switch" fits
+            ax.add_patch(FancyBboxPatch((x - half, y - 0.9 * r), 2 * half, 1.8 * r,
                                         boxstyle="round,pad=0.02", facecolor="#eeeeee",
                                         edgecolor="#aaaaaa", zorder=1))
-            ax.text(x, y, "switch", ha="center", va="center", fontsize=label_size - 1,
+            ax.text(x, y, "switch", ha="center", va="center", fontsize=label_size,
                     color="#777777", zorder=2)
         for rank in range(n):
             ax.add_patch(Circle(pos[rank], r, facecolor="white", edgecolor="black",
                                 linewidth=1.0, zorder=4))
-            ax.text(*pos[rank], str(rank), ha="center", va="center", fontsize=label_size + 1,
+            ax.text(*pos[rank], str(rank), ha="center", va="center", fontsize=rank_pt,
                     zorder=5)
         order = np.lexsort((step.colour, step.dst, step.src))
         src, dst, key = step.src[order], step.dst[order], step.colour[order]
         starts = np.flatnonzero(np.r_[True, (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])])
-        # Chunk numbers beside the arrows only where they stay legible.
+        # Chunk numbers beside the arrows only where they stay legible, and each only where
+        # it overlaps no rank and no other number (see _LabelPlacer).
         label_arrows = n <= 12 and starts.size <= 64
+        placer = _LabelPlacer(pos, r, scale_pt, label_size)
         for begin, end in zip(starts, np.r_[starts[1:], src.size]):
             a, b = int(src[begin]), int(dst[begin])
             keys = np.unique(key[begin:end])
             count = int(end - begin)
             colour = colours[int(keys[0])] if keys.size == 1 else _SEVERAL
-            several = several or keys.size > 1
             width = 0.8 + 3.2 * (count - 1) / max(1, max_count - 1) if max_count > 1 else 1.4
             rad = _bend(layout, a, b)
             start, end = _rim_points(pos[a], pos[b], rad, r * 1.08)
@@ -686,30 +722,28 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
             arrow.set_gid(f"send {a}->{b}")  # names the link (an element id in SVG)
             ax.add_patch(arrow)
             if keys.size > 1 and label_arrows:
-                mid = _arc_midpoint(pos[a], pos[b], rad)
-                ax.text(*mid, ",".join(str(int(k)) for k in keys[:4]) +
-                        ("..." if keys.size > 4 else ""), fontsize=label_size - 1,
-                        ha="center", va="center", color=_SEVERAL, zorder=6,
-                        bbox=dict(boxstyle="round,pad=0.1", facecolor="white",
-                                  edgecolor="none", alpha=0.8))
+                text = ",".join(str(int(k)) for k in keys[:4]) + ("..." if keys.size > 4 else "")
+                spot = placer.place(pos[a], pos[b], rad, text)
+                if spot is not None:
+                    ax.text(*spot, text, fontsize=label_size, ha="center", va="center",
+                            color=_SEVERAL, zorder=6,
+                            bbox=dict(boxstyle="round,pad=0.1", facecolor="white",
+                                      edgecolor="none", alpha=0.8))
         used = int((loads > 0).sum())
         rounds_text = f"{rounds} round{'s' if rounds != 1 else ''}" + (
             "" if step.rounds is not None else " (fewest)")
         ax.set_title(f"{step.label} {step.index}: {rounds_text}, {step.num_sends} chunks,\n"
-                     f"{int(full.sum())} of {used} links used at capacity", fontsize=8)
-    handles = [Line2D([], [], color="black", linewidth=1.4, label="link at capacity"),
+                     f"{int(full.sum())} of {used} links used at capacity", fontsize=_TEXT_PT)
+    handles = [Line2D([], [], color="black", linewidth=1.4, label=labels[0]),
                Line2D([], [], color="black", linewidth=1.4, linestyle=(0, (3, 2)),
-                      label="capacity left")]
+                      label=labels[1])]
     if cmap is None:
-        noun = "chunk" if chosen[0].label == "step" else "block"
-        handles += [Line2D([], [], color=c, linewidth=3, label=f"{noun} {k}")
-                    for k, c in colours.items()]
+        handles += [Line2D([], [], color=c, linewidth=3, label=text)
+                    for c, text in zip(colours.values(), labels[2:])]
     if several:
-        handles.append(Line2D([], [], color=_SEVERAL, linewidth=3, label="several chunks"))
-    per_row = max(2, min(8, int(figure.get_figwidth() * 1.1)))
-    figure.legend(handles=handles, loc="outside lower center", ncol=min(per_row, len(handles)),
-                  fontsize=7, frameon=False, title=f"{colour_note}; width: chunks on the link",
-                  title_fontsize=7)
+        handles.append(Line2D([], [], color=_SEVERAL, linewidth=3, label=labels[-1]))
+    figure.legend(handles=handles, loc="outside lower center", ncol=per_row,
+                  fontsize=_TEXT_PT, frameon=False, title=legend_title, title_fontsize=_TEXT_PT)
     if cmap is not None:
         from matplotlib.cm import ScalarMappable
         from matplotlib.colors import Normalize
@@ -717,9 +751,60 @@ def _arrows(topology: Topology, chosen: list[StepTraffic], title: str, colour_no
         bar = figure.colorbar(ScalarMappable(Normalize(0, max(max(colours), 1)), cmap),
                               ax=figure.axes, orientation="horizontal", fraction=0.03,
                               aspect=60, pad=0.02)
-        bar.set_label("chunk", fontsize=7)
-        bar.ax.tick_params(labelsize=6)
+        bar.set_label("chunk", fontsize=_TEXT_PT)
+        bar.ax.tick_params(labelsize=_TEXT_PT)
     return figure
+
+
+class _LabelPlacer:
+    """Where the chunk numbers of an arrow panel go: beside the arrow's midpoint, on the side its
+    arc bulges to (so the two directions of a link label opposite sides), else a little along
+    it; a label that would overlap a rank or an earlier label is left out. Boxes are estimated
+    in data units from the text's length and size (``scale_pt`` points per data unit)."""
+
+    def __init__(self, positions: np.ndarray, radius: float, scale_pt: float, size_pt: float):
+        self._positions = positions
+        self._radius = radius
+        self._scale = scale_pt
+        self._size = size_pt
+        self._boxes: list[tuple[float, float, float, float]] = []  # centre x, y, half w, half h
+
+    def place(self, p: np.ndarray, q: np.ndarray, rad: float, text: str
+              ) -> tuple[float, float] | None:
+        half_w = (0.62 * len(text) * self._size / 2 + 2) / self._scale
+        half_h = (0.7 * self._size + 1) / self._scale
+        d = q - p
+        length = max(float(np.hypot(*d)), 1e-12)
+        along = d / length
+        side = np.array([d[1], -d[0]]) / length * (1.0 if rad >= 0 else -1.0)
+        mid = _arc_midpoint(p, q, rad)
+        # Far enough out that the box clears the arc, whatever the arrow's direction.
+        clear = abs(float(side[0])) * half_w + abs(float(side[1])) * half_h + 1.5 / self._scale
+        for spot in (mid + side * clear, mid + side * clear + along * 2.2 * half_w,
+                     mid + side * clear - along * 2.2 * half_w):
+            if self._free(spot, half_w, half_h):
+                self._boxes.append((float(spot[0]), float(spot[1]), half_w, half_h))
+                return float(spot[0]), float(spot[1])
+        return None
+
+    def _free(self, spot: np.ndarray, half_w: float, half_h: float) -> bool:
+        x, y = float(spot[0]), float(spot[1])
+        for bx, by, bw, bh in self._boxes:
+            if abs(x - bx) < half_w + bw and abs(y - by) < half_h + bh:
+                return False
+        # Distance from each rank's centre to the box, against the rank's circle.
+        dx = np.maximum(np.abs(self._positions[:, 0] - x) - half_w, 0.0)
+        dy = np.maximum(np.abs(self._positions[:, 1] - y) - half_h, 0.0)
+        return bool((np.hypot(dx, dy) > self._radius * 1.1).all())
+
+
+def _carries_several(step: StepTraffic) -> bool:
+    """Whether some link of ``step`` carries pieces of more than one base chunk."""
+    if step.src.size == 0:
+        return False
+    triples = np.unique(np.stack([step.src, step.dst, step.colour]), axis=1)
+    pairs = np.unique(triples[:2], axis=1)
+    return pairs.shape[1] < triples.shape[1]
 
 
 def _rim_points(p: np.ndarray, q: np.ndarray, rad: float, radius: float
@@ -795,13 +880,13 @@ def _heatmaps(topology: Topology, chosen: list[StepTraffic], aggregate: bool, ti
             what = "node"
         else:
             what = f"rank (bins of {binned})"
-        ax.set_xlabel(f"destination {what}", fontsize=7)
-        ax.set_ylabel(f"source {what}", fontsize=7)
-        ax.tick_params(labelsize=6)
-        ax.set_title(text, fontsize=8)
+        ax.set_xlabel(f"destination {what}", fontsize=_TEXT_PT)
+        ax.set_ylabel(f"source {what}", fontsize=_TEXT_PT)
+        ax.tick_params(labelsize=_TEXT_PT)
+        ax.set_title(text, fontsize=_TEXT_PT)
     bar = figure.colorbar(image, ax=figure.axes, fraction=0.04, pad=0.03)
-    bar.set_label("chunks sent over the link", fontsize=7)
-    bar.ax.tick_params(labelsize=6)
+    bar.set_label("chunks sent over the link", fontsize=_TEXT_PT)
+    bar.ax.tick_params(labelsize=_TEXT_PT)
     return figure
 
 

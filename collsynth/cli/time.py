@@ -165,12 +165,13 @@ def run_plot(args: argparse.Namespace) -> int:
         ax.loglog(sizes, values, linestyle="--", label=f"{family} (best protocol)")
     for name in comparison.measured:
         ax.loglog(sizes, [metric(name, s) for s in sizes], linestyle="-.", label=name)
-    for segment in _envelope(comparison, lo, hi)[1:]:  # where the fastest changes
-        ax.axvline(float(segment.from_bytes), color="grey", linestyle=":", linewidth=0.8)
+    for index, segment in enumerate(_envelope(comparison, lo, hi)[1:]):  # the fastest changes
+        ax.axvline(float(segment.from_bytes), color="grey", linestyle=":", linewidth=0.8,
+                   label="crossover: the fastest changes" if index == 0 else None)
     ax.set_xlabel(f"{coll} buffer size (bytes, nccl-tests convention)")
     ax.set_ylabel("predicted time (us)" if args.metric == "time" else "bus bandwidth (GB/s)")
     ax.set_title(f"{coll} on {comparison.topology} ({n} ranks)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     fig.tight_layout()
     try:
         with open_atomic(output, binary=True, label=f"-o {args.output}") as handle:

@@ -745,8 +745,8 @@ def plot_bench(setup: BenchSetup, result: BenchResult) -> Any:
     ax.set_xlabel("size (bytes)")
     ax.set_ylabel("time (us)")
     ax.set_title(f"{setup.program.name}: {setup.program.collective}, {setup.program.ranks} "
-                 f"ranks, {setup.options.runtime}", fontsize=9)
-    ax.legend(fontsize=8)
+                 f"ranks, {setup.options.runtime}", fontsize=10)
+    ax.legend(fontsize=9)
     return fig
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -251,8 +252,8 @@ MAX_PANELS = 6
 def draw_plot(entries: Sequence[PlanEntry], path: str | Path) -> None:
     """Draw one collective's entries, a panel each (predicted us vs bytes, log-log): NCCL's best
     choice, every synthesized candidate, the ranges that run an XML shaded and the traced sizes
-    dotted. Entries that share one plan (same candidates and ranges: groups the runtime cannot
-    tell apart) share a panel. Writes a PNG to ``path`` with matplotlib's Agg canvas (no
+    dashed (both in the legend). Entries that share one plan (same candidates and ranges: groups
+    the runtime cannot tell apart) share a panel. Writes a PNG to ``path`` with matplotlib's Agg canvas (no
     display, no change to the global backend)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -268,13 +269,11 @@ def draw_plot(entries: Sequence[PlanEntry], path: str | Path) -> None:
         else:
             panels.append((entry, [entry]))
     panels = panels[:MAX_PANELS]
-    figure = Figure(figsize=(7.5, 3.6 * max(1, len(panels))))
+    figure = Figure(figsize=(7.5, 3.6 * max(1, len(panels))), layout="constrained")
     FigureCanvasAgg(figure)
     for index, (entry, members) in enumerate(panels):
         axes = figure.add_subplot(len(panels), 1, index + 1)
         _panel(axes, entry, members)
-    figure.subplots_adjust(left=0.1, right=0.97, bottom=0.08 if len(panels) > 1 else 0.13,
-                           top=0.95, hspace=0.45)
     figure.savefig(str(path), format="png", dpi=90)
 
 
@@ -296,25 +295,27 @@ def _panel(axes: Any, entry: PlanEntry, members: Sequence[PlanEntry]) -> None:
             axes.plot(xs, [float(c.time_at(int(x))) for x in xs], linewidth=1.2,
                       linestyle=style, label=c.name + (" (not selectable)"
                                                        if c.name in entry.excluded else ""))
+    shaded = False
     for r in entry.ranges:
         if r.xml is None:
             continue
         right = hi if r.max_bytes is None else min(hi, max(float(r.max_bytes), lo))
-        axes.axvspan(max(lo, float(max(r.min_bytes, 1))), right, alpha=0.15, color="tab:green")
-    for bucket in sorted({b.bucket for m in members for b in m.buckets}):
+        axes.axvspan(max(lo, float(max(r.min_bytes, 1))), right, alpha=0.15, color="tab:green",
+                     label=None if shaded else "sizes the plan's XML takes")
+        shaded = True
+    for index, bucket in enumerate(sorted({b.bucket for m in members for b in m.buckets})):
         axes.axvline(math.sqrt(max(bucket[0], 1) * bucket[1]), color="grey", linewidth=0.6,
-                     linestyle="--")
+                     linestyle="--", label=None if index else "traced sizes")
     axes.set_xscale("log")
     axes.set_yscale("log")
     for axis in (axes.xaxis, axes.yaxis):  # minor log ticks cost most of the drawing time
         axis.set_major_locator(LogLocator(base=10, numticks=8))
         axis.set_minor_locator(NullLocator())
-    axes.set_xlabel("size (bytes, nccl-tests convention)", fontsize=8)
-    axes.set_ylabel(f"predicted time (us, {entry.yardstick})", fontsize=8)
+    axes.set_xlabel("size (bytes, nccl-tests convention)", fontsize=9)
+    axes.set_ylabel(f"predicted time (us, {entry.yardstick})", fontsize=9)
     groups = "; ".join(_group_label(m.group) for m in members[:3]) + (
         f" and {len(members) - 3} more" if len(members) > 3 else "")
     root = "" if entry.root is None else f", root {entry.root}"
-    axes.set_title(f"{entry.collective} on {groups}{root} (shaded: the plan's XML; dashed: "
-                   "traced sizes)", fontsize=8)
-    axes.legend(fontsize=6, loc="upper left")
+    axes.set_title(textwrap.fill(f"{entry.collective} on {groups}{root}", 90), fontsize=10)
+    axes.legend(fontsize=9, loc="upper left")
     axes.grid(True, which="major", linewidth=0.3)

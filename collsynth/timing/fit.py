@@ -640,14 +640,15 @@ def plot_fits(results: LogFits | Sequence[LogFits]) -> "Figure":
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("size (bytes)")
-            for knee in knees:
-                ax.axvline(knee, color="grey", linewidth=0.6, linestyle=":")
+            for index, knee in enumerate(knees):
+                ax.axvline(knee, color="grey", linewidth=0.6, linestyle=":",
+                           label="piecewise: knee, saturation" if index == 0 else None)
         time_ax.set_ylabel("time (us)")
         bw_ax.set_ylabel("bus bandwidth (GB/s)")
         title = f"{Path(log.path).name}: {log.collective}, {log.ranks} ranks"
-        time_ax.set_title(title, fontsize=9)
-        time_ax.legend(fontsize=8)
-        bw_ax.legend(fontsize=8)
+        time_ax.set_title(title, fontsize=10)
+        time_ax.legend(fontsize=9)
+        bw_ax.legend(fontsize=9)
     return fig
 
 
