@@ -100,12 +100,12 @@ _RCCL_BASE_LAT = (12.0, 12.0, 17.0)  # Tree, Ring, CollNet; NVLS and PAT 0
 _RCCL_MODELS = {
     0: {"nvlink": {"tree": (0.8, 1.4, 2.5), "ring": (0.8, 2.2, 3.6)},
         "pci": {"tree": (2.2, 2.2, 5.7), "ring": (2.2, 2.2, 5.7)},
-        "net": {"tree": (11.8, 18.2, 20.8), "ring": (9.5, 19.8, 15.1), "pat": (0, 0, 15.1)},
+        "net": {"tree": (11.8, 18.2, 20.8), "ring": (9.5, 19.8, 15.1)},
         "ratio": ({"tree": (.04, .22, .91), "ring": (.04, .34, 1.00)},
                   {"tree": (.04, .22, .95), "ring": (.04, .34, 1.00)})},
     5: {"nvlink": {"tree": (0.9, 0.9, 2.3), "ring": (0.8, 0.8, 2.1)},
         "pci": {"tree": (2.2, 2.2, 5.7), "ring": (2.2, 2.2, 5.7)},
-        "net": {"tree": (10.5, 10.5, 25.0), "ring": (9.5, 9.5, 320.0), "pat": (0, 0, 320.0)},
+        "net": {"tree": (10.5, 10.5, 25.0), "ring": (9.5, 9.5, 320.0)},
         "ratio": ({"tree": (.06, .06, .11), "ring": (.08, .08, 1.00)},
                   {"tree": (.06, .06, .59), "ring": (.08, .08, 1.00)})},
 }
@@ -413,7 +413,7 @@ def bandwidth_gbps(setup: TuningSetup, collective: str, algorithm: str, protocol
         ratio = _rccl_model(setup)["ratio"][0 if nodes <= 2 else 1]
         row = ratio.get(algorithm)
         if row is None:
-            return 0.0 if algorithm != "pat" else graph.channels * bw * 0.75
+            return 0.0  # RCCL's PAT (off by default) and CollNet are not modelled
         bus = graph.channels * bw * row[p]
     else:
         if algorithm in ("nvls", "nvls_tree"):
@@ -638,7 +638,8 @@ def _rccl_rule(setup: TuningSetup, collective: str, size_bytes: int, algorithm: 
                   ("gfx942", "reduce_scatter"): 352128}
         limit = limits.get((arch or "", collective))
         if limit is not None and per_rank <= limit:
-            return algorithm, "LL", f"{arch} one-node {collective} of at most {limit} B per rank: LL"
+            return (algorithm, "LL",
+                    f"{arch} one-node {collective} of at most {limit} B per rank: LL")
         return algorithm, protocol, None
     model = _RCCL_MODEL_OF_ARCH.get(arch or "")
     ranges = _RCCL_PROTO_RANGES.get(model or -1, {}).get(collective)
@@ -793,8 +794,8 @@ def cell_channels(collective: str, size_bytes: int, ranks: int, protocol: str,
     channel per 32 KiB of traffic (traffic = 2 x size for allreduce, the whole buffer for
     allgather / reduce-scatter, x 4 with LL), at most ``max_channels``.
 
-    >>> cell_channels("allreduce", 65536, 8, "Simple", 24), cell_channels("allreduce", 65536, 8, "LL", 24)
-    (4, 16)
+    >>> [cell_channels("allreduce", 65536, 8, p, 24) for p in ("Simple", "LL")]
+    [4, 16]
     """
     collective = _collective(collective)
     per_byte = {"allreduce": 2, "allgather": ranks, "reduce_scatter": ranks}.get(collective, 1)
