@@ -260,7 +260,7 @@ def parse_log(text: str, *, name: str = "<log>", collective: str | None = None,
         log = _parse_param(text, name, collective, ranks)
     elif _is_csv(text, name):
         log = _parse_csv(text, name, collective, ranks)
-    elif _busbw_table_header(text) is not None:
+    elif _busbw_table_header(text) is not None and not _has_table_rows(text):
         log = _parse_busbw_table(text, name, collective, ranks)
     else:
         log = _parse_nccl_tests(text, name, collective, ranks)
@@ -820,6 +820,16 @@ def _busbw_table_header(text: str) -> int | None:
         if "|" in raw and _BUSBW_HEADER.match(raw.strip()):
             return index
     return None
+
+
+def _has_table_rows(text: str) -> bool:
+    """Whether the text has nccl-tests result rows (two whole numbers first): a raw table wins
+    over a busbw table in the same file."""
+    for raw in text.splitlines():
+        cells = _strip_tags(raw).split()
+        if len(cells) >= 8 and _INT.match(cells[0]) and _INT.match(cells[1]):
+            return True
+    return False
 
 
 def _size_label(cell: str, name: str, line: int) -> int:

@@ -193,6 +193,13 @@ def test_bad_busbw_tables(rows: str, message: str):
         parse_log(_TABLE.format(rows=rows), name="t_all_reduce.md")
 
 
+def test_a_raw_table_wins_over_a_busbw_table():
+    raw = public("MI300X-8gpu_all_reduce_hisohara-aac8.txt").read_text()
+    table = "| Message Size (Bytes) | X (GB/s) |\n| --- | --- |\n| 1K | 0.04 |\n"
+    log = parse_log(table + raw, name="both_all_reduce.md")
+    assert (log.source, len(log.rows)) == ("nccl-tests", 62)
+
+
 def test_bad_declared_ranks():
     with pytest.raises(FileFormatError, match=r": line 1: ranks 'eight': expected a whole number"):
         parse_log("## ranks: eight\n| size | GB/s |\n| 1K | 1.0 |\n", name="t_all_reduce.md")
