@@ -1,4 +1,5 @@
-"""Readers for collective benchmark logs: nccl-tests (text and JSON), PARAM comms and plain CSV.
+"""Readers for collective benchmark logs: nccl-tests (text and JSON), PARAM comms, plain CSV and
+two-column bus-bandwidth tables.
 
 Every reader returns a :class:`BenchmarkLog`: the collective, the number of ranks and one
 :class:`BenchmarkRow` per measured (size, half) pair, in file order. Nothing is fitted here (see
@@ -52,7 +53,7 @@ MAX_LOG_BYTES = 64 * 1024 * 1024
 #: The most ranks a log may claim (a sanity bound on header and JSON values).
 _MAX_RANKS = 1 << 20
 #: Values of :attr:`BenchmarkLog.source`.
-LOG_FORMATS = ("nccl-tests", "nccl-tests-json", "param-comms", "csv")
+LOG_FORMATS = ("nccl-tests", "nccl-tests-json", "param-comms", "csv", "busbw-table")
 
 # Kinds a benchmark log may measure (collsynth.collective.kinds), their spellings in benchmark
 # names and file names, and nccl-tests' bus-bandwidth factors (busbw = algbw * factor).
@@ -82,7 +83,8 @@ class BenchmarkRow:
         Data type (``"float"``), reduction (``"sum"``) and root rank (nccl-tests prints ``-1`` for
         rootless collectives), each ``None`` when the log has no such cell.
     time_us:
-        Microseconds per call (nccl-tests: mean; PARAM: the p50 latency across ranks).
+        Microseconds per call (nccl-tests: mean; PARAM: the p50 latency across ranks; a busbw
+        table: derived from its bus bandwidth, see docs/timing.md).
     algbw_gbps, busbw_gbps:
         The benchmark's own algorithm and bus bandwidths in GB/s (``None`` for ``N/A`` or absent);
         printed with two decimals, so use ``time_us`` for fitting.
@@ -259,6 +261,8 @@ def parse_log(text: str, *, name: str = "<log>", collective: str | None = None,
         log = _parse_param(text, name, collective, ranks)
     elif _is_csv(text, name):
         log = _parse_csv(text, name, collective, ranks)
+    elif _busbw_table_header(text) is not None and not _has_table_rows(text):
+        log = _parse_busbw_table(text, name, collective, ranks)
     else:
         log = _parse_nccl_tests(text, name, collective, ranks)
     return _with_runtime(log, text, given)
@@ -840,9 +844,117 @@ def _parse_csv(text: str, name: str, collective: str | None, ranks: int | None) 
                    "CSV rows (lines like '1048576,546.3' under 'size_bytes,time_us')")
 
 
+# -- two-column bus-bandwidth tables ------------------------------------------------------------
+
+# A Markdown table "| Message Size (Bytes) | ND H100 V5 (GB/s) |": a size and a GB/s column.
+_BUSBW_HEADER = re.compile(r"^\|([^|]*\bsize\b[^|]*)\|([^|]*GB/s[^|]*)\|$", re.I)
+_TABLE_RULE = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+$")
+_SIZE_LABEL = re.compile(r"^(\d{1,15})\s*([KMGT]?)(?:i?B)?$", re.I)
+_DECLARED_RANKS = re.compile(r"^##\s*ranks\s*:\s*(.*?)\s*$", re.I)
+_LABEL_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
+#: How far (relative) a size label like "65K" may be from the power of two it rounds.
+_LABEL_TOLERANCE = 0.05
+
+
+def _busbw_table_header(text: str) -> int | None:
+    """The 0-based index of the first line of a busbw table's header row, or ``None``."""
+    for index, raw in enumerate(text.splitlines()):
+        if "|" in raw and _BUSBW_HEADER.match(raw.strip()):
+            return index
+    return None
+
+
+def _has_table_rows(text: str) -> bool:
+    """Whether the text has nccl-tests result rows (two whole numbers first): a raw table wins
+    over a busbw table in the same file."""
+    for raw in text.splitlines():
+        cells = _strip_tags(raw).split()
+        if len(cells) >= 8 and _INT.match(cells[0]) and _INT.match(cells[1]):
+            return True
+    return False
+
+
+def _size_label(cell: str, name: str, line: int) -> int:
+    """Bytes of a size cell: ``1024`` exactly, ``1K``/``65K``/``536M`` the nearest power of two."""
+    m = _SIZE_LABEL.match(cell.strip())
+    if m is None:
+        raise FileFormatError(name, f"line {line}: size {shown(cell.strip())}: expected bytes "
+                                    "(1024) or a label like 1K, 65K, 2M, 8G")
+    number, suffix = int(m.group(1)), m.group(2).upper()
+    if not suffix:
+        return _size(m.group(1), name, line)
+    binary = number * 1024 ** _LABEL_POWERS[suffix]
+    power = 1 << max(0, round(math.log2(binary))) if binary else 0
+    decimal = number * 1000 ** _LABEL_POWERS[suffix]
+    if not power or min(abs(binary - power), abs(decimal - power)) > _LABEL_TOLERANCE * power:
+        raise FileFormatError(name, f"line {line}: size {shown(cell.strip())} is not a power of "
+                                    "two within 5%; a busbw table lists a factor-2 sweep (write "
+                                    "other sizes in bytes)")
+    return bounded_int(power, f"line {line}: size", source=name, hi=MAX_SIZE_BYTES,
+                       why="more than 1 PiB in one call")
+
+
+def _parse_busbw_table(text: str, name: str, collective: str | None,
+                       ranks: int | None) -> BenchmarkLog:
+    lines = text.splitlines()
+    start = _busbw_table_header(text)
+    if start is None:
+        raise FileFormatError(name, "no busbw table header ('| Message Size (Bytes) | ... "
+                                    "(GB/s) |') found")
+    declared: int | None = None
+    found: str | None = None
+    for number, raw in enumerate(lines, start=1):
+        if (number <= start and declared is None
+                and (m := _DECLARED_RANKS.match(raw.strip())) is not None):
+            value = m.group(1)
+            if not _INT.match(value) or value.startswith("-"):
+                raise FileFormatError(name, f"line {number}: ranks {shown(value)}: expected a "
+                                            "whole number >= 1")
+            declared = _count(value, "ranks", name, number, _MAX_RANKS)
+        if found is None and (m := _PERF_NAME.search(raw)) is not None:
+            found = m.group(1) if canonical_collective(m.group(1)) in _BUSBW_FACTORS else None
+    coll = _resolve_collective(name, collective, found)
+    if ranks is None:
+        ranks = declared
+    factor = _BUSBW_FACTORS.get(coll)
+    if ranks is None and factor is not None and factor(4) != factor(8):
+        raise FileFormatError(name, "cannot tell the number of ranks: a busbw table does not say "
+                                    "it; add a line '## ranks: N' or pass the rank count "
+                                    "(e.g. --ranks 8)")
+    bus_factor = busbw_factor(coll, ranks or 1)
+    rows: list[BenchmarkRow] = []
+    for number in range(start + 2, len(lines) + 1):
+        line = lines[number - 1].strip()
+        if not line.startswith("|"):
+            break
+        if _TABLE_RULE.match(line):
+            continue
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) != 2:
+            raise FileFormatError(name, f"line {number}: a table row with {len(cells)} cells; "
+                                        "expected 2 (size, busbw in GB/s)")
+        size = _size_label(cells[0], name, number)
+        busbw = _number(cells[1], "busbw", name, number, hi=MAX_GBPS)
+        if busbw is None or busbw <= 0 or size == 0:
+            raise FileFormatError(name, f"line {number}: busbw {shown(cells[1])} for size "
+                                        f"{shown(cells[0])}: a time is derived from a busbw > 0 "
+                                        "and a size > 0")
+        time_us = bounded_float(size * bus_factor / (busbw * 1e3), f"line {number}: time",
+                                source=name, hi=MAX_TIME_US,
+                                why="microseconds: one call of more than an hour is not a "
+                                    "measurement")
+        rows.append(BenchmarkRow(size, None, None, None, None, time_us, None, busbw, True, None,
+                                 number))
+    return _finish(name, "busbw-table", coll, ranks, rows, 0, None,
+                   "busbw table rows (lines like '| 1M | 43.70 |' under '| Message Size "
+                   "(Bytes) | ... (GB/s) |')")
+
+
 # -- the runtime a log was measured with ----------------------------------------------------------
 
 _RUNTIME_BANNER = re.compile(r"(?<![\w-])(NCCL|RCCL) version\s*:?\s*v?(\d+\.\d+[\w.+~-]*)")
+# A Markdown specification row "| NCCL | 2.18.5 |" (the busbw tables' "System Specifications").
+_RUNTIME_SPEC_ROW = re.compile(r"^\|\s*(NCCL|RCCL)\s*\|\s*v?(\d+\.\d+[\w.+~-]*)\s*\|", re.M)
 _JSON_NCCL_VERSION = re.compile(r'"nccl_version"\s*:\s*(\d+)')
 _RING_LINE = re.compile(r"\bChannel\s+\d+/(\d+)\s*:\s+\d")
 _COLL_CHANNELS = re.compile(r"\b(\d+) coll channels\b")
@@ -877,6 +989,8 @@ def _with_runtime(log: BenchmarkLog, text: str,
 
     runtime = version = None
     if (m := _RUNTIME_BANNER.search(text)) is not None:
+        runtime, version = m.group(1).lower(), m.group(2)
+    elif (m := _RUNTIME_SPEC_ROW.search(text)) is not None:
         runtime, version = m.group(1).lower(), m.group(2)
     elif (m := _JSON_NCCL_VERSION.search(text)) is not None and int(m.group(1)) >= 20000:
         code = int(m.group(1))  # NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch

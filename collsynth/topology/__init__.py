@@ -16,6 +16,7 @@ from collsynth.topology.families import (
     torus,
 )
 from collsynth.topology.fileformat import load_topology, save_topology, topology_from_json, topology_to_json
+from collsynth.topology.machine import MachineFacts, machine_facts, with_machine
 from collsynth.topology.model import MAX_DENSE_RANKS, MAX_RANKS, BandwidthGroup, Topology
 
 __all__ = [
@@ -40,4 +41,7 @@ __all__ = [
     "hypercube",
     "with_figures",
     "compose_nodes",
+    "MachineFacts",
+    "machine_facts",
+    "with_machine",
 ]

@@ -24,6 +24,7 @@ from collsynth._parse import (
     shown,
 )
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
+from collsynth.topology.machine import machine_metadata_problem
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MAX_FILE_BYTES", "read_json_file", "load_topology",
@@ -125,6 +126,9 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
     metadata = free_form(_field(obj, "metadata", dict, source, required=False, default={}),
                          "metadata", source=source)
     _check_nic(metadata.get("nic"), source)
+    problem = machine_metadata_problem(metadata.get("machine"))
+    if problem is not None:
+        raise FileFormatError(source, problem)
     description = clean_text(obj.get("description", ""), "description", source=source)
     try:
         return Topology(name=name, links=tuple(tuple(row) for row in links), groups=tuple(groups),
