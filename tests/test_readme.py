@@ -157,8 +157,8 @@ def test_the_python_example_runs(tmp_path):
     env = _environment(tmp_path, clone)
     done = subprocess.run([sys.executable, "-c", block], cwd=clone, env=env, text=True,
                           capture_output=True, timeout=LINE_TIMEOUT_S)
-    if "has no attribute 'complete'" in done.stderr:
-        pytest.skip("the search result's complete/stopped_by are not in this checkout yet")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "steps=3 rounds=7 chunks=6 7/6" in done.stdout  # the front's bandwidth-optimal end
     assert (clone / "ag-3.json").is_file()
+    # The whole DGX-1 allgather front takes seconds, so the 60 s limit never cuts it: complete.
+    assert "\nTrue None\n" in done.stdout, done.stdout
