@@ -41,6 +41,17 @@ def within(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextlib.contextmanager
+def bounded(seconds: float, memory_bytes: int = 1 << 30):
+    """:func:`within` ``seconds``, with the process's data segment capped ``memory_bytes`` above
+    its size (a request that once built a billion sets raises MemoryError on old code rather
+    than exhausting the machine)."""
+    from collsynth.limits import memory_ceiling
+
+    with memory_ceiling(memory_bytes), within(seconds):
+        yield
+
+
 def run_cli(argv: list[str], capsys, seconds: float = 10) -> tuple[int, str, str]:
     with within(seconds):
         code = main(argv)
@@ -205,3 +216,33 @@ def test_the_fit_keeps_every_trial_within_the_constants_ranges(tmp_path):
         fit = fit_runtime(rows, ring4, "allgather", runtime="nccl", channels=1)
     assert all(h == 0 or h >= 1e-6 for row in fit.constants.hop_latency_us.values()
                for h in row.values())
+
+
+# -- collective sizes -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["allgather", "alltoall", "reduce_scatter", "allreduce",
+                                  "broadcast", "scatter", "gather", "reduce",
+                                  "multiroot_broadcast", "multiroot_scatter", "multiroot_gather"])
+def test_collective_sizes_are_bounded_before_any_condition_is_built(name):
+    from collsynth.collective import standard_collective
+
+    roots = {"roots": [0, 1]} if name.startswith("multiroot") else {}
+    with bounded(2), pytest.raises(InputTooLargeError) as caught:
+        standard_collective(name, 10**9, **roots)
+    assert "1000000000 ranks" in str(caught.value) and "65536" in str(caught.value)
+
+
+def test_collective_chunk_counts_are_bounded_before_they_are_built():
+    from collsynth.collective import allgather, alltoall, from_conditions, multiroot_scatter
+
+    with bounded(4):
+        with pytest.raises(InputTooLargeError, match="alltoall of 4096 ranks has 16777216 "
+                                                     "chunks, more than the 4194304"):
+            alltoall(4096)   # 4096^2 chunks
+        with pytest.raises(InputTooLargeError, match="65536 ranks has 6553600 chunks"):
+            multiroot_scatter(65536, range(100))
+        with pytest.raises(InputTooLargeError, match="10000000000 chunks"):
+            from_conditions("x", 4, 10**10)
+        assert allgather(65536).num_chunks == 65536   # the largest topology's: accepted
+        assert alltoall(256).num_chunks == 256 ** 2
