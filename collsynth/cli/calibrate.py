@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import EXIT_OK, out, positive_int, table
+from collsynth.cli.common import EXIT_OK, channel_count, out, positive_int, table
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -68,7 +68,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--runtime", metavar="NAME",
                         help="the runtime the logs were measured with, and its version if known "
                              "(rccl, nccl-2.18.3), for logs that do not say")
-    parser.add_argument("--channels", type=positive_int, metavar="N",
+    parser.add_argument("--channels", type=channel_count, metavar="N",
                         help="the runtime's channel count in the logs, for logs that do not say")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=run_calibrate)

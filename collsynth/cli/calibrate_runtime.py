@@ -9,7 +9,8 @@ import argparse
 import json
 from typing import Any
 
-from collsynth.cli.common import EXIT_OK, add_figure_arguments, out, positive_int
+from collsynth.cli.common import (EXIT_OK, add_figure_arguments, channel_count, out,
+                                  positive_int)
 from collsynth.cli.time_program import RUNTIMES
 
 __all__ = ["register", "run_calibrate_runtime"]
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--collective", default="allgather",
                         choices=("allgather", "reduce_scatter", "allreduce"),
                         help="the collective measured (default allgather)")
-    parser.add_argument("--channels", type=positive_int, metavar="N",
+    parser.add_argument("--channels", type=channel_count, metavar="N",
                         help="the runtime's channel count in the log (default: every ring found)")
     parser.add_argument("-o", "--output", required=True, metavar="RT.json",
                         help="where to write the constants")

@@ -209,9 +209,22 @@ def positive_number(text: str) -> float:
     return _positive(text, "a number")
 
 
+def channel_count(text: str) -> int:
+    """A channel count from 1 to ``MAX_CHANNELS`` (128, rccl's MAXCHANNELS: no runtime has
+    more, and each channel is a ring or a set of thread blocks the command builds)."""
+    from collsynth.timing.runtime_constants import MAX_CHANNELS
+
+    value = positive_int(text)
+    if value > MAX_CHANNELS:
+        raise argparse.ArgumentTypeError(
+            f"{value} channels: more than the {MAX_CHANNELS} any runtime has (rccl's "
+            "MAXCHANNELS; NCCL's is 32)")
+    return value
+
+
 def channels_or_auto(text: str) -> int | str:
-    """A channel count >= 1, or ``auto``."""
-    return "auto" if text == "auto" else positive_int(text)
+    """A channel count (:func:`channel_count`), or ``auto``."""
+    return "auto" if text == "auto" else channel_count(text)
 
 
 def add_figure_arguments(parser: argparse.ArgumentParser) -> None:

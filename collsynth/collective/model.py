@@ -20,11 +20,42 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from collsynth.errors import InputTooLargeError, InvalidCollectiveError
+from collsynth.topology.model import MAX_RANKS
 
-__all__ = ["Collective", "MAX_CHUNKS"]
+__all__ = ["Collective", "MAX_CHUNKS", "MAX_RANKS", "check_size"]
 
 #: Largest number of chunks a collective may have; refused before any work.
 MAX_CHUNKS = 1 << 22
+
+
+def check_size(name: str, num_ranks: object, chunks_per_rank: int = 1) -> int:
+    """``num_ranks`` when it is a whole number from 1 to :data:`MAX_RANKS` (the largest
+    topology) and ``num_ranks * chunks_per_rank`` chunks are at most :data:`MAX_CHUNKS`;
+    called by every constructor before it builds a condition per chunk.
+
+    Raises
+    ------
+    InvalidCollectiveError
+        Not a whole number >= 1.
+    InputTooLargeError
+        Above either bound, with the figure (``allgather(10**9)`` used to build a billion sets).
+
+    >>> check_size("alltoall", 4096, 4096)
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.InputTooLargeError: alltoall of 4096 ranks has 16777216 chunks, more than \
+the 4194304 a collective may have
+    """
+    if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
+        raise InvalidCollectiveError(f"collective {name!r}: num_ranks = {num_ranks!r}; expected "
+                                     "a whole number >= 1")
+    if num_ranks > MAX_RANKS:
+        raise InputTooLargeError(f"{name} of {num_ranks} ranks: more than the {MAX_RANKS} ranks "
+                                 "of the largest topology collsynth accepts")
+    if num_ranks * chunks_per_rank > MAX_CHUNKS:
+        raise InputTooLargeError(f"{name} of {num_ranks} ranks has {num_ranks * chunks_per_rank} "
+                                 f"chunks, more than the {MAX_CHUNKS} a collective may have")
+    return num_ranks
 
 
 @dataclass(frozen=True)
@@ -70,8 +101,7 @@ class Collective:
         object.__setattr__(self, "postcondition", tuple(frozenset(p) for p in self.postcondition))
         object.__setattr__(self, "roots", tuple(self.roots))
         n = self.num_ranks
-        if not isinstance(n, int) or n < 1:
-            raise InvalidCollectiveError(f"collective {self.name!r}: num_ranks = {n!r}; expected >= 1")
+        check_size(self.name, n, 0)
         if len(self.precondition) != len(self.postcondition):
             raise InvalidCollectiveError(
                 f"collective {self.name!r}: {len(self.precondition)} preconditions but "
@@ -175,6 +205,13 @@ def from_conditions(
     roots: tuple[int, ...] = (),
 ) -> Collective:
     """Build a collective from (rank, chunk) pairs."""
+    check_size(name, num_ranks, 0)
+    if isinstance(num_chunks, bool) or not isinstance(num_chunks, int) or num_chunks < 1:
+        raise InvalidCollectiveError(f"collective {name!r}: num_chunks = {num_chunks!r}; "
+                                     "expected a whole number >= 1")
+    if num_chunks > MAX_CHUNKS:
+        raise InputTooLargeError(f"collective {name!r}: {num_chunks} chunks is more than "
+                                 f"{MAX_CHUNKS}")
     pre: list[set[int]] = [set() for _ in range(num_chunks)]
     post: list[set[int]] = [set() for _ in range(num_chunks)]
     for target, pairs in ((pre, precondition or ()), (post, postcondition or ())):

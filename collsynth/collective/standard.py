@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from collsynth.collective.kinds import canonical_name
-from collsynth.collective.model import Collective
+from collsynth.collective.model import Collective, check_size
 from collsynth.errors import InvalidCollectiveError, UnknownNameError
 
 __all__ = [
@@ -55,11 +55,13 @@ def _check_roots(n: int, roots: Sequence[int], name: str) -> tuple[int, ...]:
 
 def allgather(n: int) -> Collective:
     """Every rank's chunk to every rank."""
+    check_size("allgather", n)
     return Collective("allgather", n, tuple(frozenset({r}) for r in range(n)), (_everyone(n),) * n)
 
 
 def alltoall(n: int) -> Collective:
     """Chunk ``src*n + dst`` from ``src`` to ``dst`` (including ``src == dst``, already in place)."""
+    check_size("alltoall", n, n if isinstance(n, int) else 1)
     pre = tuple(frozenset({c // n}) for c in range(n * n))
     post = tuple(frozenset({c % n}) for c in range(n * n))
     return Collective("alltoall", n, pre, post)
@@ -67,12 +69,14 @@ def alltoall(n: int) -> Collective:
 
 def broadcast(n: int, root: int = 0) -> Collective:
     """One chunk from ``root`` to every rank."""
+    check_size("broadcast", n)
     _check_root(n, root, "broadcast")
     return Collective("broadcast", n, (frozenset({root}),), (_everyone(n),), roots=(root,))
 
 
 def scatter(n: int, root: int = 0) -> Collective:
     """Chunk ``r`` from ``root`` to rank ``r``."""
+    check_size("scatter", n)
     _check_root(n, root, "scatter")
     return Collective("scatter", n, (frozenset({root}),) * n,
                       tuple(frozenset({r}) for r in range(n)), roots=(root,))
@@ -80,6 +84,7 @@ def scatter(n: int, root: int = 0) -> Collective:
 
 def gather(n: int, root: int = 0) -> Collective:
     """Chunk ``r`` from rank ``r`` to ``root``."""
+    check_size("gather", n)
     _check_root(n, root, "gather")
     return Collective("gather", n, tuple(frozenset({r}) for r in range(n)),
                       (frozenset({root}),) * n, roots=(root,))
@@ -87,6 +92,7 @@ def gather(n: int, root: int = 0) -> Collective:
 
 def reduce(n: int, root: int = 0) -> Collective:
     """The sum of every rank's buffer, to ``root`` (combining)."""
+    check_size("reduce", n)
     _check_root(n, root, "reduce")
     return Collective("reduce", n, (_everyone(n),), (frozenset({root}),), combining=True,
                       roots=(root,))
@@ -94,17 +100,20 @@ def reduce(n: int, root: int = 0) -> Collective:
 
 def reduce_scatter(n: int) -> Collective:
     """Chunk ``r`` of the sum of every rank's buffer, to rank ``r`` (combining)."""
+    check_size("reduce_scatter", n)
     return Collective("reduce_scatter", n, (_everyone(n),) * n,
                       tuple(frozenset({r}) for r in range(n)), combining=True)
 
 
 def allreduce(n: int) -> Collective:
     """The sum of every rank's buffer, to every rank (combining; one base chunk)."""
+    check_size("allreduce", n)
     return Collective("allreduce", n, (_everyone(n),), (_everyone(n),), combining=True)
 
 
 def multiroot_broadcast(n: int, roots: Sequence[int]) -> Collective:
     """Chunk ``i`` from ``roots[i]`` to every rank."""
+    check_size("multiroot_broadcast", n)
     roots = _check_roots(n, roots, "multiroot_broadcast")
     return Collective("multiroot_broadcast", n, tuple(frozenset({r}) for r in roots),
                       (_everyone(n),) * len(roots), roots=roots)
@@ -112,16 +121,20 @@ def multiroot_broadcast(n: int, roots: Sequence[int]) -> Collective:
 
 def multiroot_scatter(n: int, roots: Sequence[int]) -> Collective:
     """Chunk ``r*k + i`` from ``roots[i]`` to rank ``r`` (``k = len(roots)``)."""
+    check_size("multiroot_scatter", n)
     roots = _check_roots(n, roots, "multiroot_scatter")
     k = len(roots)
+    check_size("multiroot_scatter", n, k)
     return Collective("multiroot_scatter", n, tuple(frozenset({roots[c % k]}) for c in range(n * k)),
                       tuple(frozenset({c // k}) for c in range(n * k)), roots=roots)
 
 
 def multiroot_gather(n: int, roots: Sequence[int]) -> Collective:
     """Chunk ``r*k + i`` from rank ``r`` to ``roots[i]`` (``k = len(roots)``)."""
+    check_size("multiroot_gather", n)
     roots = _check_roots(n, roots, "multiroot_gather")
     k = len(roots)
+    check_size("multiroot_gather", n, k)
     return Collective("multiroot_gather", n, tuple(frozenset({c // k}) for c in range(n * k)),
                       tuple(frozenset({roots[c % k]}) for c in range(n * k)), roots=roots)
 

@@ -46,17 +46,21 @@ def runtime_rings(topology: "Topology", channels: int | None = None
     ------
     InvalidInstanceError
         No ring through every rank, or ``channels`` < 1.
+    InputTooLargeError
+        ``channels`` above :data:`~collsynth.timing.runtime_constants.MAX_CHANNELS` (refused
+        before any ring is searched).
     """
     from collsynth.timing.nccl import ring_channels
+    from collsynth.timing.runtime_constants import check_channels
 
+    if channels is not None:
+        check_channels(channels)
     rings = ring_channels(topology)
     if not rings:
         raise InvalidInstanceError(f"topology {topology.name!r} has no directed ring through all "
                                    f"{topology.num_ranks} ranks; the runtime's ring cannot run")
     if channels is None:
         return rings
-    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-        raise InvalidInstanceError(f"channels = {channels!r}; expected a whole number >= 1")
     return tuple(rings[i % len(rings)] for i in range(channels))
 
 
@@ -84,24 +88,31 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
     if key not in RING_COLLECTIVES:
         raise UnknownNameError(f"no ring program for {collective!r}; there is one for "
                                f"{', '.join(RING_COLLECTIVES)}")
-    rings = [tuple(int(r) for r in ring) for ring in rings]
+    from collsynth.timing.runtime_model import check_simulated_steps
+
     if not rings:
         raise InvalidInstanceError("ring_program: give at least one ring")
-    n = len(rings[0])
+    n, channels = len(rings[0]), len(rings)
+    # Steps per thread block: n + 1 (allgather), n (reduce-scatter), 2n - 1 (allreduce); the
+    # program has one thread block per rank and channel. Refused before it is built.
+    per_tb = {"allgather": n + 1, "reduce_scatter": n, "allreduce": 2 * n - 1}[key]
+    check_simulated_steps(n * channels * per_tb,
+                          f"the {key} ring of {n} ranks on {channels} channel(s)")
+    rings = [tuple(int(r) for r in ring) for ring in rings]
     for ring in rings:
         if sorted(ring) != list(range(n)):
             raise InvalidInstanceError(f"ring {ring} is not a permutation of ranks 0..{n - 1}")
-    channels = len(rings)
     total = n * channels
 
     def chunk(owner: int, c: int) -> int:   # the slot of rank ``owner``'s part on channel c
         return owner * channels + c
 
+    position = [{r: i for i, r in enumerate(ring)} for ring in rings]
     gpus = []
     for rank in range(n):
         tbs = []
         for c, ring in enumerate(rings):
-            p = ring.index(rank)
+            p = position[c][rank]
             nxt, prv = ring[(p + 1) % n], ring[(p - 1) % n]
 
             def at(k: int) -> int:   # the rank k places before this one on the ring

@@ -15,11 +15,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from collsynth._files import read_bytes_bounded
-from collsynth._parse import parse_json
-from collsynth.errors import (CollsynthError, FileFormatError, InvalidInstanceError,
-                              UnknownNameError)
+from collsynth._parse import (MAX_GBPS, MAX_SIZE_BYTES, MIN_GBPS, clean_name, clean_text,
+                              parse_json, shown)
+from collsynth.errors import (CollsynthError, FileFormatError, InputTooLargeError,
+                              InvalidInstanceError, UnknownNameError)
+from collsynth.export.runtimes import RUNTIMES
 
 __all__ = ["PROTOCOLS", "LINK_CLASSES", "PROTOCOL_EFFICIENCY", "NCCL_STEPS", "FORMAT",
+           "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "MIN_LATENCY_US",
+           "MAX_LATENCY_US", "MAX_GAMMA_US_PER_BYTE", "check_channels",
            "RuntimeConstants", "DEFAULTS", "default_constants", "runtime_names",
            "constants_to_dict", "constants_from_dict", "load_runtime_constants",
            "save_runtime_constants", "is_runtime_constants_file"]
@@ -34,6 +38,56 @@ NCCL_STEPS = 8
 FORMAT = "collsynth-runtime-constants"
 _VERSION = 1
 _MAX_FILE_BYTES = 1024 * 1024
+
+# Plausible ranges of the constants (docs/runtime-model.md, "Constants"); a figure outside is a
+# unit mistake or a hostile file, refused with the figure rather than priced.
+#: Most channels of a runtime: rccl's MAXCHANNELS (128; NCCL's and msccl's is 32). Every
+#: channel is a ring of the runtime's own algorithm that the program model builds and
+#: simulates, so the count sizes the work; a channel beyond MAXCHANNELS does not exist.
+MAX_CHANNELS = max(rt.max_channels for rt in RUNTIMES.values())
+#: Most FIFO slots per connection (and slots per iteration or slice): NCCL_STEPS is 8 in every
+#: NCCL and RCCL release; 1024 leaves room for a rebuilt runtime and none for a typo of 10^9.
+MAX_FIFO_SLOTS = 1024
+#: Largest FIFO slot, wire bytes: NCCL_BUFFSIZE / NCCL_STEPS is 512 KiB by default; a slot of
+#: 1 GiB makes an 8 GiB buffer per connection and channel, more than a GPU gives NCCL.
+MAX_SLOT_BYTES = 1 << 30
+#: Smallest latency that is not 0, us: one picosecond (light crosses 0.3 mm). A smaller one is
+#: a unit mistake or a denormal (1e-320), whose reciprocals overflow the simulator's floats.
+MIN_LATENCY_US = 1e-6
+#: Largest latency, us: one second, 10^4 times NCCL's slowest documented hop (14 us over the
+#: network); a larger one is milliseconds taken for microseconds, or worse.
+MAX_LATENCY_US = 1e6
+#: Slowest reduction, us per byte: one byte per millisecond (1 kB/s, _parse.MIN_GBPS).
+MAX_GAMMA_US_PER_BYTE = 1 / (MIN_GBPS * 1e3)
+#: The most entries of ``default_protocols`` (one per protocol switch; 3 protocols).
+_MAX_PROTOCOL_SWITCHES = 64
+_FIELDS = frozenset({"format", "version", "runtime", "base_latency_us", "hop_latency_us",
+                     "ceiling_gbps", "slot_bytes", "chunk_slots", "slice_slots", "fifo_slots",
+                     "gamma_us_per_byte", "default_protocols", "channels", "source"})
+
+
+def check_channels(channels: object, what: str = "channels") -> int:
+    """``channels`` when it is a whole number from 1 to :data:`MAX_CHANNELS`.
+
+    Raises
+    ------
+    InvalidInstanceError
+        Not a whole number >= 1.
+    InputTooLargeError
+        Above :data:`MAX_CHANNELS` (no runtime has more; each one is a ring to simulate).
+
+    >>> check_channels(100000)
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.InputTooLargeError: channels = 100000: more than the 128 channels any \
+runtime has (rccl's MAXCHANNELS; NCCL's is 32)
+    """
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise InvalidInstanceError(f"{what} = {shown(channels)}; expected a whole number >= 1")
+    if channels > MAX_CHANNELS:
+        raise InputTooLargeError(f"{what} = {shown(channels)}: more than the {MAX_CHANNELS} "
+                                 "channels any runtime has (rccl's MAXCHANNELS; NCCL's is 32)")
+    return channels
 
 # Wire bytes of the per-connection FIFO per protocol (NCCL defaults, RCCL the same):
 # Simple NCCL_BUFFSIZE = 4 MiB; LL NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS (512) x
@@ -155,46 +209,93 @@ def _link_class(name: str) -> str:
     return name
 
 
-def _number(value: Any, where: str, *, allow_none: bool = False, positive: bool = False) -> None:
+def _number(value: Any, where: str, *, allow_none: bool = False, positive: bool = False,
+            lo: float | None = None, hi: float | None = None, why: str = "") -> None:
+    """``value`` is a finite number >= 0 (> 0 with ``positive``; ``None`` with ``allow_none``)
+    and, unless it is 0, within ``[lo, hi]``; ``why`` says where the range comes from."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0 or (positive and value <= 0):
-        kind = "a positive number" if positive else "a number >= 0"
-        raise InvalidInstanceError(f"runtime constants: {where} = {value!r}; expected {kind}"
-                                   + (" or null" if allow_none else ""))
+    kind = "a positive number" if positive else "a number >= 0"
+    if lo is not None or hi is not None:
+        kind = ("a number" if positive or lo is None else "0 or a number") + \
+            f" from {lo if lo is not None else 0:g} to {hi if hi is not None else math.inf:g}"
+    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or \
+        not math.isfinite(value) or value < 0 or (positive and value <= 0)
+    if not bad and value != 0:
+        bad = (lo is not None and value < lo) or (hi is not None and value > hi)
+    if bad:
+        raise InvalidInstanceError(f"runtime constants: {where} = {shown(value)}; expected {kind}"
+                                   + (" or null" if allow_none else "")
+                                   + (f" ({why})" if why and not isinstance(value, bool)
+                                      and isinstance(value, (int, float)) else ""))
+
+
+def _whole(value: Any, where: str, hi: int, why: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= hi:
+        raise InvalidInstanceError(f"runtime constants: {where} = {shown(value)}; expected a "
+                                   f"whole number from 1 to {hi} ({why})")
+
+
+_LATENCY_WHY = "latencies are 0, or from 1 ps to 1 s"
 
 
 def _validate(c: RuntimeConstants) -> None:
     if not isinstance(c.runtime, str) or not c.runtime:
         raise InvalidInstanceError("runtime constants: runtime must be a non-empty name")
+    for name in ("base_latency_us", "slot_bytes", "chunk_slots", "slice_slots"):
+        _known_keys(getattr(c, name), name, PROTOCOLS)
+    for name in ("hop_latency_us", "ceiling_gbps"):
+        table = getattr(c, name)
+        _known_keys(table, name, LINK_CLASSES)
+        for k in table:
+            _known_keys(table[k], f"{name}[{k!r}]", PROTOCOLS)
     for p in PROTOCOLS:
-        _number(c.base_latency_us.get(p), f"base_latency_us[{p!r}]")
+        _number(c.base_latency_us.get(p), f"base_latency_us[{p!r}]", lo=MIN_LATENCY_US,
+                hi=MAX_LATENCY_US, why=_LATENCY_WHY)
         for k in LINK_CLASSES:
-            _number(c.hop_latency_us.get(k, {}).get(p), f"hop_latency_us[{k!r}][{p!r}]")
+            _number(c.hop_latency_us.get(k, {}).get(p), f"hop_latency_us[{k!r}][{p!r}]",
+                    lo=MIN_LATENCY_US, hi=MAX_LATENCY_US, why=_LATENCY_WHY)
             _number(c.ceiling_gbps.get(k, {}).get(p, 0), f"ceiling_gbps[{k!r}][{p!r}]",
-                    allow_none=True, positive=True)
-        for name in ("slot_bytes", "chunk_slots", "slice_slots"):
-            value = getattr(c, name).get(p)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInstanceError(f"runtime constants: {name}[{p!r}] = {value!r}; "
-                                           "expected a whole number >= 1")
-    if isinstance(c.fifo_slots, bool) or not isinstance(c.fifo_slots, int) or c.fifo_slots < 1:
-        raise InvalidInstanceError(f"runtime constants: fifo_slots = {c.fifo_slots!r}; expected "
-                                   "a whole number >= 1")
-    _number(c.gamma_us_per_byte, "gamma_us_per_byte")
-    if c.channels is not None and (isinstance(c.channels, bool) or not isinstance(c.channels, int)
-                                   or c.channels < 1):
-        raise InvalidInstanceError(f"runtime constants: channels = {c.channels!r}; expected a "
-                                   "whole number >= 1 or null")
+                    allow_none=True, positive=True, lo=MIN_GBPS, hi=MAX_GBPS,
+                    why="1 kB/s to 1 PB/s per connection")
+        _whole(c.slot_bytes.get(p), f"slot_bytes[{p!r}]", MAX_SLOT_BYTES,
+               "NCCL's Simple slot is 512 KiB; 1 GiB at most")
+        for name in ("chunk_slots", "slice_slots"):
+            _whole(getattr(c, name).get(p), f"{name}[{p!r}]", MAX_FIFO_SLOTS,
+                   f"NCCL_STEPS is 8; {MAX_FIFO_SLOTS} at most")
+    _whole(c.fifo_slots, "fifo_slots", MAX_FIFO_SLOTS, f"NCCL_STEPS is 8; {MAX_FIFO_SLOTS} at most")
+    _number(c.gamma_us_per_byte, "gamma_us_per_byte", hi=MAX_GAMMA_US_PER_BYTE,
+            why="a reduction of at least 1 kB/s")
+    if c.channels is not None:
+        _whole(c.channels, "channels", MAX_CHANNELS, "or null; rccl's MAXCHANNELS, the most "
+               "any runtime has")
+    if not isinstance(c.source, str) or len(c.source) > 4096:
+        raise InvalidInstanceError(f"runtime constants: source = {shown(c.source)}; expected a "
+                                   "text of at most 4096 characters")
+    if not isinstance(c.default_protocols, tuple) or \
+            len(c.default_protocols) > _MAX_PROTOCOL_SWITCHES:
+        raise InvalidInstanceError(f"runtime constants: default_protocols = "
+                                   f"{shown(c.default_protocols)}; expected at most "
+                                   f"{_MAX_PROTOCOL_SWITCHES} entries")
     previous = -1
     for index, entry in enumerate(c.default_protocols):
         if not (isinstance(entry, tuple) and len(entry) == 2) or entry[1] not in PROTOCOLS or not (
-                entry[0] is None or (isinstance(entry[0], int) and entry[0] > previous)):
+                entry[0] is None or (isinstance(entry[0], int) and not isinstance(entry[0], bool)
+                                     and previous < entry[0] <= MAX_SIZE_BYTES)):
             raise InvalidInstanceError(
-                f"runtime constants: default_protocols[{index}] = {entry!r}; expected "
-                "[max_bytes (ascending, or null last), protocol]")
+                f"runtime constants: default_protocols[{index}] = {shown(entry)}; expected "
+                f"[max_bytes (ascending, at most {MAX_SIZE_BYTES}, or null last), protocol]")
         previous = entry[0] if entry[0] is not None else math.inf
+
+
+def _known_keys(table: Any, where: str, known: tuple[str, ...]) -> None:
+    if not isinstance(table, Mapping):
+        raise InvalidInstanceError(f"runtime constants: {where} = {shown(table)}; expected an "
+                                   "object")
+    unknown = [k for k in table if k not in known]
+    if unknown:
+        raise InvalidInstanceError(f"runtime constants: {where} has {shown(unknown[0])}; "
+                                   f"expected {', '.join(known)}")
 
 
 #: Documented defaults per runtime (docs/runtime-model.md lists the sources).
@@ -280,9 +381,26 @@ def constants_from_dict(data: Any, *, label: str = "runtime constants") -> Runti
     """
     if not isinstance(data, Mapping) or data.get("format") != FORMAT:
         raise FileFormatError(label, f"expected a JSON object with \"format\": \"{FORMAT}\"")
+    version = data.get("version")
+    if isinstance(version, bool) or version != _VERSION:
+        raise FileFormatError(label, "missing field 'version'" if version is None else
+                              f"version = {shown(version)}: unknown; this collsynth reads "
+                              f"version {_VERSION}")
+    unknown = sorted(str(k) for k in data if k not in _FIELDS)
+    if unknown:
+        raise FileFormatError(label, f"unknown field {shown(unknown[0])}; the fields are "
+                                     f"{', '.join(sorted(_FIELDS))}")
     runtime = data.get("runtime")
     if not isinstance(runtime, str) or not runtime:
         raise FileFormatError(label, "field 'runtime': expected a runtime name")
+    clean_name(runtime, "runtime", source=label)
+    if "source" in data:
+        clean_text(data["source"], "source", source=label)
+    protocols = data.get("default_protocols", [])
+    if not isinstance(protocols, list) or len(protocols) > _MAX_PROTOCOL_SWITCHES or any(
+            not isinstance(e, list) for e in protocols):
+        raise FileFormatError(label, f"default_protocols = {shown(protocols)}: expected a list "
+                                     f"of at most {_MAX_PROTOCOL_SWITCHES} [max_bytes, protocol]")
     base = DEFAULTS.get(runtime, _NCCL)
     changes: dict[str, Any] = {"runtime": runtime}
     try:

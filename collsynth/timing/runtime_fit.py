@@ -14,8 +14,9 @@ import numpy as np
 
 from collsynth.errors import FileFormatError, InvalidInstanceError
 from collsynth.timing.runtime_baselines import ring_program, runtime_rings
-from collsynth.timing.runtime_constants import (LINK_CLASSES, PROTOCOLS, RuntimeConstants,
-                                                default_constants)
+from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MAX_TIME_US, MIN_GBPS
+from collsynth.timing.runtime_constants import (LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US,
+                                                PROTOCOLS, RuntimeConstants, default_constants)
 from collsynth.timing.runtime_model import PreparedProgram, prepare_program, simulate_program
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,6 +26,10 @@ __all__ = ["RuntimeFit", "fit_runtime", "read_curve", "apply_parameters", "predi
            "protocol_split"]
 
 _MAX_CSV_BYTES = 16 * 1024 * 1024
+#: Most rows of a measured curve: every fit evaluation simulates the ring at each size, about 60
+#: evaluations per fit and two fits. An nccl-tests sweep from 1 B to 16 GiB has 35 sizes;
+#: 1024 allow repeated runs of each, and bound the fit to minutes at worst.
+MAX_CURVE_ROWS = 1024
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
                                   "numbers") from exc
         if size <= 0 or not time > 0 or not math.isfinite(time):
             raise FileFormatError(name, f"line {line}: expected size_bytes > 0 and time_us > 0")
+        if len(rows) == MAX_CURVE_ROWS:
+            raise FileFormatError(name, f"line {line}: more than {MAX_CURVE_ROWS} measured rows; "
+                                        "a curve has one row per size (nccl-tests: about 35)")
         rows.append((bounded_int(size, f"line {line}: size_bytes", source=name,
                                  hi=MAX_SIZE_BYTES),
                      bounded_float(time, f"line {line}: time_us", source=name, hi=MAX_TIME_US)))
@@ -213,6 +221,13 @@ def _fit(base: RuntimeConstants, prepared: dict[str, PreparedProgram], sizes: li
     for p in ceilings:
         largest = max(i for i, q in enumerate(used) if q == p)
         guess.append(_bandwidth_guess(prepared[p], sizes[largest], times[largest]))
+    # Every trial stays within the constants' plausible ranges (runtime_constants): hop
+    # latencies from MIN_LATENCY_US to MAX_LATENCY_US, ceilings from MIN_GBPS to MAX_GBPS.
+    hops = [base.hop_latency(k, p) for k in LINK_CLASSES for p in PROTOCOLS]
+    hops = [h for h in hops if h > 0] or [1.0]
+    lower = np.log([MIN_LATENCY_US / min(hops)] + [MIN_GBPS] * len(ceilings))
+    upper = np.log([MAX_LATENCY_US / max(hops)] + [MAX_GBPS] * len(ceilings))
+    start = np.clip(np.log(guess), lower + 1e-9, upper - 1e-9)
     measured = np.asarray(times, float)
     # One ring cannot tell a call's fixed cost from its hops' (both are paid once per call);
     # the base is kept at least the runtime's documented one, so the hops take the rest.
@@ -229,8 +244,8 @@ def _fit(base: RuntimeConstants, prepared: dict[str, PreparedProgram], sizes: li
         def loss(b: float) -> float:
             r = np.log((b + makespans) / measured)
             return float(np.sum(2 * 0.05 ** 2 * (np.sqrt(1 + (r / 0.05) ** 2) - 1)))
-        upper = max(float(measured.min()), floor * 1.001)
-        return float(minimize_scalar(loss, bounds=(floor, upper), method="bounded",
+        upper = min(max(float(measured.min()), floor * 1.001), MAX_LATENCY_US)
+        return float(minimize_scalar(loss, bounds=(min(floor, upper), upper), method="bounded",
                                      options={"xatol": 1e-3}).x)
 
     def makespans(x: np.ndarray) -> np.ndarray:
@@ -241,8 +256,8 @@ def _fit(base: RuntimeConstants, prepared: dict[str, PreparedProgram], sizes: li
         spans = makespans(x)
         return np.log((best_base(spans) + spans) / measured)
 
-    result = least_squares(residuals, np.log(guess), loss="soft_l1", f_scale=0.05,
-                           diff_step=1e-2, xtol=1e-4, ftol=1e-4, max_nfev=60)
+    result = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1",
+                           f_scale=0.05, diff_step=1e-2, xtol=1e-4, ftol=1e-4, max_nfev=60)
     base_us = best_base(makespans(result.x))
     parameters = {"base_latency_us": base_us}
     parameters.update(zip(names, (float(v) for v in np.exp(result.x))))

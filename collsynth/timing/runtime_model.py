@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from collsynth.errors import CollsynthError, InvalidInstanceError, InvalidTopologyError
+from collsynth.errors import (CollsynthError, InputTooLargeError, InvalidInstanceError,
+                              InvalidTopologyError)
 from collsynth.export.program import Program
 from collsynth.export.semantics import Scheduler
 from collsynth.timing.runtime_constants import PROTOCOL_EFFICIENCY, RuntimeConstants
@@ -23,7 +24,13 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
 __all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_program",
-           "simulate_sizes", "SimulationOptions"]
+           "simulate_sizes", "SimulationOptions", "MAX_SIMULATED_STEPS", "check_simulated_steps"]
+
+#: Most steps (all ranks' thread blocks together) a program may have to be simulated. Preparing
+#: costs about 20 us per step on a 2-core machine and each size about 10 us more, so 2^20 steps
+#: answer in under a minute; that is 16 times the steps of a ring allreduce of 128 ranks on 32
+#: channels, and the 16384 thread blocks the checker executes at 64 steps each.
+MAX_SIMULATED_STEPS = 1 << 20
 
 # Transfer kinds: what a step does with its bytes.
 _SEND, _RECV, _FORWARD, _LOCAL = 0, 1, 2, 3
@@ -93,6 +100,20 @@ class PreparedProgram:
         return len(self.kind)
 
 
+def check_simulated_steps(steps: int, what: str) -> None:
+    """Refuse ``what`` of ``steps`` steps above :data:`MAX_SIMULATED_STEPS`, with the figure.
+
+    >>> check_simulated_steps(2 ** 30, "the ring of 8192 ranks on 16 channels")
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.InputTooLargeError: the ring of 8192 ranks on 16 channels has 1073741824 \
+steps; the program model simulates at most 1048576
+    """
+    if steps > MAX_SIMULATED_STEPS:
+        raise InputTooLargeError(f"{what} has {steps} steps; the program model simulates at "
+                                 f"most {MAX_SIMULATED_STEPS}")
+
+
 def _buffer_chunks(program: Program) -> int:
     """Chunks of the buffer the nccl-tests size counts (the larger of input and output)."""
     from collsynth.export.check import buffer_chunks
@@ -134,6 +155,8 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
             "set it in the topology file)")
     if program.nchunksperloop < 1:
         raise InvalidInstanceError(f"program {program.name!r}: nchunksperloop must be >= 1")
+    check_simulated_steps(sum(len(tb.steps) for g in program.gpus for tb in g.threadblocks),
+                          f"program {program.name!r}")
     tbs = {g.id: {tb.id: tb for tb in g.threadblocks} for g in program.gpus}
     events: list = []
     scheduler = Scheduler(tbs)

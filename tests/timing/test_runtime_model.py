@@ -264,8 +264,8 @@ def test_constants_file_round_trip_and_bad_file(tmp_path):
     save_runtime_constants(c, path)
     assert load_runtime_constants(path) == c
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"format": "collsynth-runtime-constants", "runtime": "rccl",
-                               "hop_latency_us": {"intra": {"LL": -1}}}))
+    bad.write_text(json.dumps({"format": "collsynth-runtime-constants", "version": 1,
+                               "runtime": "rccl", "hop_latency_us": {"intra": {"LL": -1}}}))
     with pytest.raises(CollsynthError, match=r"hop_latency_us\['intra'\]\['LL'\] = -1"):
         load_runtime_constants(bad)
     with pytest.raises(FileFormatError, match="collsynth-runtime-constants"):
