@@ -410,7 +410,8 @@ def estimate_figures(algorithm: Algorithm, runtime: str, *, channels: int = 1,
     for local copies, times ``instances``; for in-place exports the local one is not
     counted). Lower bounds (``Peak.at_least``): steps per threadblock, from the messages of
     each connection in each algorithm step (at most 71 merged into one step when ``instances
-    == 1``; a reduction received on a runtime without fused ops takes two steps), paired into
+    == 1``; a reduction received on a runtime without fused ops takes two steps, and such
+    messages merge only among themselves) and the local copies (merged likewise), paired into
     threadblocks as lowering pairs them, without ``nop`` steps; elements per rank. ``cnt``,
     offsets and dependencies are not estimated.
 
@@ -424,20 +425,29 @@ def estimate_figures(algorithm: Algorithm, runtime: str, *, channels: int = 1,
 
 
 #: How a send's channel is chosen: ``"chunk"`` (chunk ``c`` on channel ``c % channels``: the
-#: pieces of a message spread over channels) or ``"peer"`` (the pair ``s -> d`` on channel
-#: ``((d - s) mod n) % channels``: a rank's peers spread over channels, for schedules whose ranks
-#: talk to more peers than one channel's 32 threadblocks).
-CHANNEL_POLICIES = ("chunk", "peer")
+#: pieces of a message spread over channels), ``"range"`` (the pieces of every base chunk cut into
+#: ``channels`` consecutive ranges, one per channel: consecutive pieces stay together, so the
+#: messages merged into ``cnt > 1`` steps stay merged) or ``"peer"`` (the pair ``s -> d`` on
+#: channel ``((d - s) mod n) % channels``: a rank's peers spread over channels, for schedules whose
+#: ranks talk to more peers than one channel's 32 threadblocks).
+CHANNEL_POLICIES = ("chunk", "range", "peer")
 
 
-def channel_of(chunk, src, dst, num_ranks: int, channels: int, by: str = "chunk"):
-    """The channel of sends ``chunk: src -> dst`` (ints or numpy arrays) under policy ``by``.
+def channel_of(chunk, src, dst, num_ranks: int, channels: int, by: str = "chunk",
+               chunk_factor: int = 1):
+    """The channel of sends ``chunk: src -> dst`` (ints or numpy arrays) under policy ``by``;
+    ``chunk_factor`` is the pieces per base chunk (chunk ``c`` is piece ``c % chunk_factor``),
+    used by ``"range"``.
 
     >>> channel_of(5, 0, 3, 8, 4), channel_of(5, 0, 3, 8, 4, by="peer")
     (1, 3)
+    >>> [channel_of(c, 0, 1, 2, 2, by="range", chunk_factor=4) for c in range(8)]
+    [0, 0, 1, 1, 0, 0, 1, 1]
     """
     if by == "peer":
         return ((dst - src) % num_ranks) % channels
+    if by == "range":
+        return (chunk % chunk_factor) * channels // chunk_factor
     return chunk % channels
 
 
@@ -447,7 +457,8 @@ def _estimate(algorithm: Algorithm, sends: _Sends, rt: Runtime, channels: int, i
     C, K = max(1, channels), max(1, instances)
     T = max(1, algorithm.num_steps)
     merge_cap = rt.max_count - 1 if K == 1 else 1
-    ch = channel_of(sends.chunk, sends.src, sends.dst, n, C, channel_by)
+    ch = channel_of(sends.chunk, sends.src, sends.dst, n, C, channel_by,
+                    algorithm.collective.chunk_factor)
     if not rt.fused_ops and sends.reduce.any():
         split = sends.reduce & _has_value(algorithm, sends)
     else:
@@ -457,6 +468,7 @@ def _estimate(algorithm: Algorithm, sends: _Sends, rt: Runtime, channels: int, i
     per_step, inverse = _unique_inverse(conn * T + sends.t)
     splits = np.bincount(inverse, weights=split, minlength=len(per_step))
     merged = np.ceil((np.bincount(inverse, minlength=len(per_step)) - splits) / merge_cap)
+    splits = np.ceil(splits / merge_cap)   # split messages merge among themselves
     conns, cinv = _unique_inverse(per_step // T)
     send_steps = np.rint(np.bincount(cinv, weights=merged + splits,
                                      minlength=len(conns))).astype(np.int64)
@@ -474,6 +486,7 @@ def _estimate(algorithm: Algorithm, sends: _Sends, rt: Runtime, channels: int, i
     exact_local = outofplace and not inplace
     copies = _local_copies(algorithm, sends) if exact_local else np.zeros(n, np.int64)
     local = (copies > 0).astype(np.int64)
+    copies = -(-copies // merge_cap)        # consecutive local copies merge too
     tbs = np.where(paired > 0, K * (paired + local), np.maximum(1, K * local))
 
     # Pair connections into threadblocks as lowering does: to and from one peer share one;
