@@ -1,8 +1,10 @@
 """Fewer pipeline stages for export: delay sends so that those of several waves travel together.
 
-A send's *wave* is how many steps later than its earliest possible step it is sent (a pipelined
-schedule sends stage ``p`` in wave ``p``). :func:`coarsen` merges consecutive waves into one, so
-the lowering can merge their messages into ``cnt > 1`` steps. The rules, and why they keep the
+A chunk's *wave* is how many steps later than its earliest possible step its first send is (a
+pipelined schedule sends stage ``p`` in wave ``p``). :func:`coarsen` merges consecutive waves into
+one, :func:`sort_pieces` numbers the pieces sent together consecutively, and :func:`join_pieces`
+makes pieces always sent together one piece, so the lowering merges their messages into ``cnt >
+1`` steps. The rules, and why they keep the
 schedule correct and free of cycles, are in docs/export.md ("Coarsening").
 """
 
@@ -18,7 +20,7 @@ from collsynth.algorithm.verify import verify
 from collsynth.errors import ExportError
 from collsynth.topology.capacity import link_capacity
 
-__all__ = ["waves", "coarsen"]
+__all__ = ["waves", "coarsen", "sort_pieces", "join_pieces", "restage", "stage_choices"]
 
 
 def waves(algorithm: Algorithm) -> int:
@@ -39,8 +41,36 @@ def waves(algorithm: Algorithm) -> int:
     graph = _Graph.of(algorithm)
     if graph is None:
         return 1
-    earliest = graph.earliest()
-    return int((graph.t - earliest).max()) + 1
+    return int(graph.chunk_wave(graph.earliest()).max()) + 1
+
+
+def stage_choices(algorithm: Algorithm) -> tuple[int, ...]:
+    """The stage counts the export tries, most first: the algorithm's waves ``W``, then
+    ``ceil(W / 2)``, ``ceil(W / 4)``, ..., 1.
+
+    >>> from collsynth.algorithm import Algorithm, Send, Step
+    >>> from collsynth.collective import broadcast
+    >>> from collsynth.topology import get_topology
+    >>> n, P = 4, 6   # six pieces pipelined down a chain of four ranks
+    >>> steps = tuple(Step(1, tuple(Send(p, t - p, t - p + 1) for p in range(P)
+    ...                             if 0 <= t - p < n - 1)) for t in range(P + n - 2))
+    >>> stage_choices(Algorithm("b", get_topology(f"line:{n}"), broadcast(n, 0).split(P), steps))
+    (6, 3, 2, 1)
+    """
+    count = waves(algorithm)
+    choices = [count]
+    while choices[-1] > 1:
+        per_stage = 2 * -(-count // choices[-1])
+        choices.append(-(-count // per_stage))
+    return tuple(dict.fromkeys(choices))
+
+
+def restage(algorithm: Algorithm, stages: int) -> Algorithm:
+    """``algorithm`` made ready to lower in ``stages`` stages: :func:`coarsen`, then
+    :func:`sort_pieces`, then :func:`join_pieces`; each result is verified. With ``stages`` at
+    least :func:`waves`, the schedule keeps its timing and only its pieces are renumbered and
+    joined."""
+    return join_pieces(sort_pieces(coarsen(algorithm, stages)))
 
 
 def coarsen(algorithm: Algorithm, stages: int) -> Algorithm:
@@ -82,16 +112,17 @@ def coarsen(algorithm: Algorithm, stages: int) -> Algorithm:
     if graph is None:
         return algorithm
     earliest = graph.earliest()
-    wave = graph.t - earliest
+    wave = graph.chunk_wave(earliest)
     count = int(wave.max()) + 1
     if stages >= count:
         return algorithm
     per_stage = -(-count // stages)
+    stage = wave // per_stage
     n = algorithm.topology.num_ranks
     top = int(earliest.max()) + 1
-    key = ((graph.src * n + graph.dst) * top + earliest) * stages + wave // per_stage
+    key = ((graph.src * n + graph.dst) * top + earliest) * stages + stage
     _, node = np.unique(key, return_inverse=True)
-    step = graph.delayed(node, wave // per_stage + earliest)
+    step = graph.delayed(node, stage + earliest)
     order = np.lexsort((np.arange(len(step)), step))
     step = step[order]
     bounds = np.flatnonzero(np.r_[True, step[1:] != step[:-1], True])
@@ -105,6 +136,116 @@ def coarsen(algorithm: Algorithm, stages: int) -> Algorithm:
     provenance = {**dict(algorithm.provenance), "coarsened": {"waves": count, "stages": stages}}
     return verify(Algorithm(algorithm.name, algorithm.topology, algorithm.collective,
                             tuple(steps), provenance=provenance))
+
+
+def sort_pieces(algorithm: Algorithm) -> Algorithm:
+    """``algorithm`` with the pieces of every base chunk renumbered so that pieces sent together
+    (by the same sends, in the same steps) are consecutive, verified.
+
+    The pieces of one base chunk start and end on the same ranks, so any renumbering of them is
+    the same collective; consecutive pieces sit in consecutive buffer slots, and only messages of
+    consecutive slots merge into one ``cnt > 1`` step. Pieces are ordered by their sends (step,
+    sender, receiver), then by their old number; a base chunk whose pieces differ in their
+    conditions is left as it is. Returns ``algorithm`` itself when nothing moves.
+
+    >>> from collsynth.algorithm import Algorithm, Send, Step
+    >>> from collsynth.collective import broadcast
+    >>> from collsynth.topology import get_topology
+    >>> split = Algorithm("b", get_topology("line:3"), broadcast(3, 1).split(3),
+    ...                   (Step(2, (Send(0, 1, 0), Send(1, 1, 2), Send(2, 1, 0))),
+    ...                    Step(2, (Send(0, 1, 2), Send(1, 1, 0), Send(2, 1, 2)))))
+    >>> [[(s.chunk, s.src, s.dst) for s in step.sends] for step in sort_pieces(split).steps]
+    [[(0, 1, 0), (2, 1, 2), (1, 1, 0)], [(0, 1, 2), (2, 1, 0), (1, 1, 2)]]
+    """
+    graph = _Graph.of(algorithm)
+    collective = algorithm.collective
+    factor = collective.chunk_factor
+    if graph is None or factor == 1:
+        return algorithm
+    order = np.lexsort((graph.dst, graph.src, graph.t, graph.chunk))
+    columns = np.stack((graph.t[order], graph.src[order], graph.dst[order]), axis=1)
+    signature_bytes = columns.astype(">i8")
+    bounds = np.searchsorted(graph.chunk[order], np.arange(collective.num_chunks + 1))
+    mapping = np.arange(collective.num_chunks, dtype=np.int64)
+    for base in range(collective.num_chunks // factor):
+        pieces = range(base * factor, (base + 1) * factor)
+        first = pieces[0]
+        if any(collective.precondition[c] != collective.precondition[first]
+               or collective.postcondition[c] != collective.postcondition[first]
+               for c in pieces):
+            continue
+        ranked = sorted(pieces, key=lambda c: (signature_bytes[bounds[c]:bounds[c + 1]]
+                                               .tobytes(), c))
+        mapping[ranked] = np.arange(first, first + factor)
+    if np.array_equal(mapping, np.arange(collective.num_chunks)):
+        return algorithm
+    steps = []
+    for step in algorithm.steps:
+        chunk, src, dst, red = _columns(step.sends)
+        steps.append(Step(step.rounds, SendBlock(mapping[chunk], src, dst, red)))
+    provenance = {**dict(algorithm.provenance), "pieces_sorted": True}
+    return verify(Algorithm(algorithm.name, algorithm.topology, collective, tuple(steps),
+                            provenance=provenance))
+
+
+def join_pieces(algorithm: Algorithm) -> Algorithm:
+    """``algorithm`` on fewer, larger pieces: the largest ``g`` dividing the chunk factor such
+    that every ``g`` consecutive pieces of a base chunk (``g``-aligned) are sent by the same sends
+    in the same steps becomes one piece, verified. Returns ``algorithm`` itself when ``g = 1``.
+
+    Fewer pieces mean fewer chunks per loop (``nchunksperloop``: the runtimes select a program
+    only for buffers of a multiple of it) and fewer steps where messages were longer than one step
+    may carry. Step rounds are recomputed for the larger pieces.
+
+    >>> from collsynth.algorithm import Algorithm, Send, Step
+    >>> from collsynth.collective import broadcast
+    >>> from collsynth.topology import get_topology
+    >>> twice = Algorithm("b", get_topology("line:3"), broadcast(3, 0).split(2),
+    ...                   (Step(2, (Send(0, 0, 1), Send(1, 0, 1))),
+    ...                    Step(2, (Send(0, 1, 2), Send(1, 1, 2)))))
+    >>> joined = join_pieces(twice)
+    >>> joined.collective.chunk_factor, [[(s.chunk, s.src, s.dst) for s in step.sends]
+    ...                                  for step in joined.steps]
+    (1, [[(0, 0, 1)], [(0, 1, 2)]])
+    """
+    graph = _Graph.of(algorithm)
+    collective = algorithm.collective
+    factor = collective.chunk_factor
+    if graph is None or factor == 1:
+        return algorithm
+    order = np.lexsort((graph.reduce, graph.dst, graph.src, graph.t, graph.chunk))
+    columns = np.stack((graph.t[order], graph.src[order], graph.dst[order],
+                        graph.reduce[order].astype(np.int64)), axis=1).astype(">i8")
+    bounds = np.searchsorted(graph.chunk[order], np.arange(collective.num_chunks + 1))
+    ids: dict[tuple, int] = {}
+    signature = np.array([ids.setdefault((columns[bounds[c]:bounds[c + 1]].tobytes(),
+                                          collective.precondition[c],
+                                          collective.postcondition[c]), len(ids))
+                          for c in range(collective.num_chunks)], np.int64)
+    joined = 1
+    for g in sorted((g for g in range(2, factor + 1) if factor % g == 0), reverse=True):
+        blocks = signature.reshape(-1, g)
+        if (blocks == blocks[:, :1]).all():
+            joined = g
+            break
+    if joined == 1:
+        return algorithm
+    base = type(collective)(
+        name=collective.name, num_ranks=collective.num_ranks,
+        precondition=collective.precondition[::joined],
+        postcondition=collective.postcondition[::joined], combining=collective.combining,
+        chunk_factor=factor // joined, roots=collective.roots, metadata=collective.metadata)
+    capacity = link_capacity(algorithm.topology)
+    steps = []
+    for step in algorithm.steps:
+        chunk, src, dst, red = _columns(step.sends)
+        kept = chunk % joined == 0
+        if kept.any():
+            steps.append(Step(capacity.rounds(src[kept], dst[kept]),
+                              SendBlock(chunk[kept] // joined, src[kept], dst[kept], red[kept])))
+    provenance = {**dict(algorithm.provenance), "pieces_joined": joined}
+    return verify(Algorithm(algorithm.name, algorithm.topology, base, tuple(steps),
+                            provenance=provenance))
 
 
 # -- the order the sends must keep -------------------------------------------------------------
@@ -208,6 +349,26 @@ class _Graph:
         write_bound = np.maximum(after_send, after_copy)
         write_bound = np.where(self.is_copy, np.maximum(write_bound, after_receipt), write_bound)
         return np.maximum(after_receipt[self.read_event], write_bound[self.write_event])
+
+    def chunk_wave(self, earliest: np.ndarray) -> np.ndarray:
+        """Per send, the wave of its chunk: the least delay of one of the chunk's sends past
+        its earliest step, less the least such delay among the chunks of its *route* (the same
+        sends, sender, receiver and earliest step, at any time). A pipeline sends its stage
+        ``p`` in wave ``p`` whatever the route, also where a route is late by a fixed number of
+        steps (a reversed pipeline's one-hop pieces)."""
+        chunks = int(self.chunk.max()) + 1
+        least = np.full(chunks, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(least, self.chunk, self.t - earliest)
+        order = np.lexsort((earliest, self.dst, self.src, self.chunk))
+        routes = np.stack((self.src[order], self.dst[order], earliest[order]), axis=1)
+        bounds = np.searchsorted(self.chunk[order], np.arange(chunks + 1))
+        ids: dict[bytes, int] = {}
+        route = np.array([ids.setdefault(routes[bounds[c]:bounds[c + 1]].tobytes(), len(ids))
+                          for c in range(chunks)], np.int64)
+        first = np.full(len(ids), np.iinfo(np.int64).max, np.int64)
+        sent = bounds[1:] > bounds[:-1]
+        np.minimum.at(first, route[sent], least[sent])
+        return (least - first[route])[self.chunk]
 
     def earliest(self) -> np.ndarray:
         """Per send, its earliest step under the order (every send as early as it can go)."""

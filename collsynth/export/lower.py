@@ -70,7 +70,8 @@ def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels
     channels:
         Channels to spread connections over.
     channel_by:
-        ``"chunk"`` (chunk ``c`` uses channel ``c % channels``) or ``"peer"`` (the pair
+        ``"chunk"`` (chunk ``c`` uses channel ``c % channels``), ``"block"`` (chunk ``c`` uses
+        channel ``(c // 71) % channels``, keeping merged messages whole) or ``"peer"`` (the pair
         ``s -> d`` uses channel ``((d - s) mod n) % channels``, spreading a rank's peers), see
         :func:`~collsynth.export.limits.channel_of`.
     instances:
@@ -296,8 +297,9 @@ class _Lowering:
         self.merge = merge
         # Messages merged into one step: at most cnt < max_count chunks.
         self.max_merge = rt.max_count - 1
-        # (send op, receive ops) of every algorithm send, for merging messages.
+        # (send op, receive ops) of every algorithm send, and the local copies, for merging.
         self.messages: list[tuple[_Op, list[_Op]]] = []
+        self.local_copies: list[_Op] = []
         self.collective = algorithm.collective
         self.rt = rt
         self.layout = layout
@@ -329,7 +331,7 @@ class _Lowering:
             self.allocate_scratch(plan)
         if self.merge:
             self.merge_messages()
-        self.messages = []
+        self.messages, self.local_copies = [], []
         for plan in self.ranks:
             self.add_dependencies(plan)
             self.place(plan)
@@ -338,7 +340,7 @@ class _Lowering:
     # threadblocks ------------------------------------------------------------------------
     def channel(self, chunk: int, src: int, dst: int) -> int:
         return channel_of(chunk, src, dst, len(self.ranks), self.channels, self.channel_by,
-                          self.collective.chunk_factor)
+                          self.rt.max_count - 1)
 
     def assign_threadblocks(self) -> None:
         n = len(self.ranks)
@@ -429,6 +431,8 @@ class _Lowering:
                  phase: int, order: tuple, reads=(), writes=(), war=False) -> _Op:
             op = _Op(q, tb, op_type, src, dst, t, phase, order, reads, writes, war)
             ranks[q].ops.append(op)
+            if tb is _LOCAL_TB:
+                self.local_copies.append(op)
             for slots in (reads, writes):
                 for slot in slots:
                     if slot[0] == "v":
@@ -607,10 +611,8 @@ class _Lowering:
         for send, receive in self.messages:
             runs[(send.rank, send.tb, receive[0].rank, receive[0].tb, send.t)].append(
                 (send, receive))
-        for plan in self.ranks:
-            for op in plan.ops:
-                if op.tb == _LOCAL_TB:
-                    runs[(plan.rank, op.t)].append((op, []))
+        for op in self.local_copies:
+            runs[(op.rank, op.t)].append((op, []))
         removed: dict[int, set[int]] = defaultdict(set)
         cap = self.max_merge
         for messages in runs.values():
@@ -632,16 +634,17 @@ class _Lowering:
 
     @staticmethod
     def _mergeable(head: tuple[_Op, list[_Op]], message: tuple[_Op, list[_Op]]) -> bool:
-        cnt = head[0].cnt
-
-        def follows(a: _VSlot, b: _VSlot) -> bool:
-            return a[0] == b[0] and b[1] == a[1] + cnt
-
+        """Every step of ``message`` has the type of the head's and its slots right after the
+        head's (``cnt`` slots on)."""
         if message[0].war != head[0].war or len(message[1]) != len(head[1]):
             return False
-        return all(op.type == first.type and follows(first.src, op.src)
-                   and follows(first.dst, op.dst)
-                   for first, op in zip((head[0], *head[1]), (message[0], *message[1])))
+        cnt = head[0].cnt
+        for first, op in zip((head[0], *head[1]), (message[0], *message[1])):
+            a, b, c, d = first.src, op.src, first.dst, op.dst
+            if (op.type != first.type or a[0] != b[0] or b[1] != a[1] + cnt or c[0] != d[0]
+                    or d[1] != c[1] + cnt):
+                return False
+        return True
 
     # dependencies --------------------------------------------------------------------------
     def add_dependencies(self, plan: _RankPlan) -> None:
