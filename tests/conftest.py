@@ -8,3 +8,6 @@ def pytest_configure(config) -> None:
     # `pytest -m "not notebook"`.
     config.addinivalue_line(
         "markers", "notebook: executes a notebook in notebooks/ in a fresh kernel (slow)")
+    config.addinivalue_line(
+        "markers", "slow: takes minutes (a large schedule end to end); deselect with "
+                   "`pytest -m \"not slow\"`")

@@ -185,7 +185,7 @@ def export_programs(algorithm: Algorithm, runtimes: Sequence[str], *, subject: s
     ``channels="auto"`` tries the layouts of :func:`fit_layouts`, fewest channels first.
     ``stages`` restages the algorithm first (:func:`~collsynth.export.coarsen.restage`):
     ``None`` keeps it as it is; a number restages it to that many stages; ``"auto"`` tries the
-    algorithm as it is on one channel, then :func:`~collsynth.export.coarsen.stage_choices`
+    algorithm as it is on the first layout (one channel for ``channels="auto"``), then :func:`~collsynth.export.coarsen.stage_choices`
     (most stages first), each on the layouts of up to :data:`PREFERRED_CHANNELS` channels in
     order, then each on the layouts of more channels. Each runtime gets the first choice that
     meets its limits: a choice that certainly exceeds one (estimated from the sends) is not
@@ -204,8 +204,7 @@ def export_programs(algorithm: Algorithm, runtimes: Sequence[str], *, subject: s
         counts = stage_choices(algorithm)
         few = tuple(x for x in layouts if x[0] <= PREFERRED_CHANNELS)
         many = tuple(x for x in layouts if x[0] > PREFERRED_CHANNELS)
-        choices: list[tuple[int | None, tuple[tuple[int, str], ...]]] = [
-            (None, ((1, "chunk"),))]
+        choices: list[tuple[int | None, tuple[tuple[int, str], ...]]] = [(None, layouts[:1])]
         choices += [(count, few) for count in counts]
         choices += [(count, many) for count in counts if many]
     else:
