@@ -145,3 +145,33 @@ def test_estimates_bound_and_predictions_match_merged_programs(runtime):
         predicted = estimate_figures(algorithm, runtime, predict=True, **options).steps
         assert all(b.value <= r.value for b, r in zip(bound, real)), (algorithm.name, options)
         assert [p.value for p in predicted] == [p.value for p in real], (algorithm.name, options)
+
+
+def test_the_merge_rule_needs_every_step_to_follow_on_both_sides():
+    """The rule itself, on hand-made steps: a message merges into a head of cnt k when each of
+    its steps has the head's type and its source and destination slots k past the head's (the
+    slots of the other side included)."""
+    from collsynth.export.lower import _Lowering, _Op
+
+    def message(send_slot, recv_types_slots, war=False):
+        tb = (1, 1, 0)
+        send = _Op(0, tb, "s", send_slot, send_slot, 0, 0, (1, 1, 0), war=war)
+        return send, [_Op(1, tb, kind, src, dst, 0, 1, (0, 1, 0)) for kind, src, dst in
+                      recv_types_slots]
+
+    head = message(("i", 0), [("r", ("o", 4), ("o", 4))])
+    head[0].cnt = head[1][0].cnt = 2   # the head already holds two chunks
+    mergeable = _Lowering._mergeable
+    assert mergeable(head, message(("i", 2), [("r", ("o", 6), ("o", 6))]))
+    assert not mergeable(head, message(("i", 1), [("r", ("o", 6), ("o", 6))]))  # sender side
+    assert not mergeable(head, message(("i", 2), [("r", ("o", 7), ("o", 7))]))  # receiver side
+    assert not mergeable(head, message(("i", 2), [("r", ("o", 6), ("o", 7))]))  # receiver dst
+    assert not mergeable(head, message(("i", 2), [("r", ("s", 6), ("s", 6))]))  # buffer
+    assert not mergeable(head, message(("i", 2), [("rrc", ("o", 6), ("o", 6))]))  # type
+    assert not mergeable(head, message(("i", 2), [("r", ("o", 6), ("o", 6))], war=True))
+    assert not mergeable(head, message(("i", 2), [("r", ("o", 6), ("o", 6)),
+                                                  ("re", ("i", 2), ("o", 6))]))  # shape
+    reducing = message(("i", 0), [("rrc", ("i", 4), ("o", 4))])
+    assert mergeable(reducing, message(("i", 1), [("rrc", ("i", 5), ("o", 5))]))
+    assert not mergeable(reducing, message(("i", 1), [("rrc", ("i", 5), ("s", 5))]))  # dst buffer
+    assert not mergeable(reducing, message(("i", 1), [("rrc", ("o", 5), ("o", 5))]))  # src buffer
