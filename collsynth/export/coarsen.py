@@ -1,11 +1,11 @@
 """Fewer pipeline stages for export: delay sends so that those of several waves travel together.
 
 A chunk's *wave* is how many steps later than its earliest possible step its first send is (a
-pipelined schedule sends stage ``p`` in wave ``p``). :func:`coarsen` merges consecutive waves into
-one, :func:`sort_pieces` numbers the pieces sent together consecutively, and :func:`join_pieces`
-makes pieces always sent together one piece, so the lowering merges their messages into ``cnt >
-1`` steps. The rules, and why they keep the
-schedule correct and free of cycles, are in docs/export.md ("Coarsening").
+pipelined schedule sends stage ``p`` in wave ``p``). :func:`coarsen` merges consecutive waves
+into one, :func:`sort_pieces` numbers the pieces sent together consecutively, and
+:func:`join_pieces` makes pieces always sent together one piece, so the lowering merges their
+messages into ``cnt > 1`` steps; :func:`restage` does all three. The rules, and why they keep
+the schedule correct and free of cycles, are in docs/export.md ("Restaging").
 """
 
 from __future__ import annotations
