@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from collsynth._output import write_text_atomic
 from collsynth.algorithm.model import Algorithm
@@ -185,9 +185,10 @@ def export_programs(algorithm: Algorithm, runtimes: Sequence[str], *, subject: s
     ``channels="auto"`` tries the layouts of :func:`fit_layouts`, fewest channels first.
     ``stages`` restages the algorithm first (:func:`~collsynth.export.coarsen.restage`):
     ``None`` keeps it as it is; a number restages it to that many stages; ``"auto"`` tries the
-    algorithm as it is on the first layout (one channel for ``channels="auto"``), then :func:`~collsynth.export.coarsen.stage_choices`
-    (most stages first), each on the layouts of up to :data:`PREFERRED_CHANNELS` channels in
-    order, then each on the layouts of more channels. Each runtime gets the first choice that
+    algorithm as it is on the first layout (one channel for ``channels="auto"``), then
+    :func:`~collsynth.export.coarsen.stage_choices` (most stages first), each on the layouts of
+    up to :data:`PREFERRED_CHANNELS` channels in order, then each on the layouts of more
+    channels. Each runtime gets the first choice that
     meets its limits: a choice that certainly exceeds one (estimated from the sends) is not
     lowered, and a restaged one predicted to exceed one (``estimate_all(..., predict=True)``)
     only after every other. ``subject`` names the algorithm in errors.
@@ -225,45 +226,39 @@ def export_programs(algorithm: Algorithm, runtimes: Sequence[str], *, subject: s
                 instances=instances, inplace=inplace, outofplace=outofplace, predict=predict)
         return estimated[key]
 
-    exported: dict[str, Exported] = {}
-    exceeded: list = []
-    for runtime in runtimes:
-        failed: list = []
-        # Choices within the limits' bounds, in order; those predicted over them last.
-        deferred: list[tuple[int | None, tuple[int, str]]] = []
+    def candidates(runtime: str, failed: list) -> Iterator[tuple[int | None, tuple[int, str]]]:
+        """The choices worth lowering for ``runtime``, in order: those within the estimate's
+        bounds, the restaged ones predicted over a limit last. ``failed`` is set to the
+        violations of the last choice bounded out."""
+        deferred = []
         for count, tried in choices:
             for layout in tried:
                 bound = estimate(count, layout)[runtime]
                 if bound:
-                    failed = bound
-                    continue
-                if count is not None and estimate(count, layout, predict=True)[runtime]:
+                    failed[:] = bound
+                elif count is not None and estimate(count, layout, predict=True)[runtime]:
                     deferred.append((count, layout))
-                    continue
-                program, failed = _lower_checked(
-                    variant(count), runtime, channels=layout[0], channel_by=layout[1],
-                    proto=proto, instances=instances, inplace=inplace, outofplace=outofplace,
-                    min_bytes=min_bytes, max_bytes=max_bytes, name=name)
-                if program is not None:
-                    break
-            else:
-                continue
-            break
+                else:
+                    yield count, layout
+        yield from deferred
+
+    exported: dict[str, Exported] = {}
+    exceeded: list = []
+    for runtime in runtimes:
+        failed: list = []
+        for count, layout in candidates(runtime, failed):
+            program, violations = _lower_checked(
+                variant(count), runtime, channels=layout[0], channel_by=layout[1],
+                proto=proto, instances=instances, inplace=inplace, outofplace=outofplace,
+                min_bytes=min_bytes, max_bytes=max_bytes, name=name)
+            if program is not None:
+                text = write_program(program, runtime)
+                check_text(text, runtime)
+                exported[runtime] = Exported(program, text, *layout, count)
+                break
+            failed[:] = violations
         else:
-            program = None
-            for count, layout in deferred:
-                program, failed = _lower_checked(
-                    variant(count), runtime, channels=layout[0], channel_by=layout[1],
-                    proto=proto, instances=instances, inplace=inplace, outofplace=outofplace,
-                    min_bytes=min_bytes, max_bytes=max_bytes, name=name)
-                if program is not None:
-                    break
-        if program is None:
             exceeded.extend(failed)
-            continue
-        text = write_program(program, runtime)
-        check_text(text, runtime)
-        exported[runtime] = Exported(program, text, *layout, count)
     if exceeded:
         raise limit_error(exceeded, subject, before_lowering=all(
             all(estimate(count, layout)[r] for count, tried in choices for layout in tried)

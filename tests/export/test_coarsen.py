@@ -10,7 +10,8 @@ from collsynth.algorithm import Algorithm, Send, Step, save_algorithm, verify
 from collsynth.cli import main
 from collsynth.collective import allreduce, broadcast, reduce
 from collsynth.errors import ExportError
-from collsynth.export.coarsen import coarsen, join_pieces, restage, sort_pieces, stage_choices, waves
+from collsynth.export.coarsen import (coarsen, join_pieces, restage, sort_pieces, stage_choices,
+                                      waves)
 from collsynth.export.layout import collective_layout
 from collsynth.export.lower import lower
 from collsynth.export.pipeline import check_exported, export_programs

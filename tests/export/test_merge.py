@@ -111,7 +111,8 @@ def test_merged_messages_stop_at_the_cnt_limit():
     """142 pieces each way: two steps of 71 (cnt < 72) on each side, and two local copies."""
     program = lower(_exchange(142), runtime="msccl")
     assert _steps(program, 0) == [
-        (-1, -1, 0, [XmlStep(0, "cpy", "i", 0, "o", 0, 71), XmlStep(1, "cpy", "i", 71, "o", 71, 71)]),
+        (-1, -1, 0, [XmlStep(0, "cpy", "i", 0, "o", 0, 71),
+                     XmlStep(1, "cpy", "i", 71, "o", 71, 71)]),
         (1, 1, 0, [XmlStep(0, "s", "i", 0, "i", 0, 71), XmlStep(1, "r", "o", 142, "o", 142, 71),
                    XmlStep(2, "s", "i", 71, "i", 71, 71), XmlStep(3, "r", "o", 213, "o", 213, 71)]),
     ]
