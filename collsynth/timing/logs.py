@@ -760,7 +760,7 @@ MAX_CSV_LINE_CHARS = 64 * 1024
 
 
 def csv_rows(text: str, name: str) -> list[tuple[int, list[str]]]:
-    """``(line number, cells)`` of each CSV line of ``text`` that is neither blank nor a ``#``
+    r"""``(line number, cells)`` of each CSV line of ``text`` that is neither blank nor a ``#``
     comment (the header first), cells stripped of surrounding blanks; a quoted cell does not
     span lines. The one CSV tokenizer of the measurement readers.
 
