@@ -69,12 +69,11 @@ def register(subparsers: Any) -> None:
 
 
 def _sizes(bounds: tuple[int, int]) -> list[int]:
+    """``A``, ``2A``, ``4A``, ... and ``B`` itself."""
+    from collsynth.timing.tune import tune_sizes
+
     lo, hi = bounds
-    sizes, size = [], lo
-    while size < hi:
-        sizes.append(size)
-        size *= 2
-    return sizes + [hi]
+    return sorted(set(tune_sizes(lo, hi, 2)) | {hi})
 
 
 def _span(values: list[float], unit: str = "") -> str:

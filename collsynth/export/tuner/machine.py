@@ -48,10 +48,11 @@ def config_collective(name: str) -> str:
         A collective the runtimes' tuners do not cover (alltoall, send/recv...).
     """
     from collsynth.collective.kinds import canonical_name
+    from collsynth.errors import CollsynthError
 
     try:
         key = canonical_name(name)
-    except Exception as exc:  # an unknown name: one message for both layers
+    except (CollsynthError, KeyError, ValueError, TypeError) as exc:  # one message for both
         raise UnknownNameError(f"collective {name!r}: a tuner config covers "
                                f"{', '.join(COLLECTIVES)}") from exc
     for config, model in _MODEL_COLLECTIVE.items():
