@@ -246,3 +246,129 @@ def test_collective_chunk_counts_are_bounded_before_they_are_built():
             from_conditions("x", 4, 10**10)
         assert allgather(65536).num_chunks == 65536   # the largest topology's: accepted
         assert alltoall(256).num_chunks == 256 ** 2
+
+
+# -- XML: one bounded reader and the checker's rules for every consumer ------------------------
+
+
+def _ring_allgather_xml() -> str:
+    """The runtime's ring as an msccl program (without rccl's range attributes)."""
+    import dataclasses
+
+    from collsynth.export.xml_writer import write_program
+    from collsynth.timing.runtime_baselines import ring_program
+
+    ring = ring_program("allgather", [(0, 1, 2, 3)])
+    return write_program(dataclasses.replace(ring, outofplace=None, min_bytes=None), "msccl")
+
+
+def _hostile_xml(kind: str) -> bytes:
+    """A 4-rank ring allgather that `collsynth check` accepts, spoilt one way."""
+    text = _ring_allgather_xml()
+    if kind == "cnt-1e9":       # reads i[0..1e9) of a 1-chunk buffer
+        first = text.index('cnt="1"')
+        return (text[:first] + 'cnt="1000000000"' + text[first + len('cnt="1"'):]).encode()
+    if kind == "wrong-coll":    # an allgather program that says alltoall
+        return text.replace('coll="allgather"', 'coll="alltoall"').encode()
+    if kind == "nchannels-1e5":
+        return text.replace('nchannels="1"', 'nchannels="100000"').encode()
+    if kind == "utf-16":
+        return text.encode("utf-16")
+    if kind == "ngpus-1e5":
+        return text.replace('ngpus="4"', 'ngpus="100000"').encode()
+    if kind == "2000-gpus":     # 2000 <gpu> elements for ngpus=4
+        gpu = '  <gpu id="0" i_chunks="1" o_chunks="4" s_chunks="0"/>\n'
+        return text.replace("</algo>", gpu * 2000 + "</algo>").encode()
+    raise AssertionError(kind)
+
+
+HOSTILE_XML = {
+    "cnt-1e9": "cnt=1000000000 is outside 0..71",
+    "wrong-coll": "alltoall",
+    "nchannels-1e5": "nchannels=100000 is outside 1..32",
+    "utf-16": "not UTF-8 text",
+    "ngpus-1e5": "ngpus=100000: more than the 1024 ranks",
+    "2000-gpus": "2004 <gpu> elements; the reader keeps at most 1024",   # 4 + 2000
+}
+
+
+def test_the_programs_spoilt_here_are_correct_before_they_are_spoilt(tmp_path, capsys):
+    path = tmp_path / "ring.xml"
+    path.write_text(_ring_allgather_xml())
+    code, out, _ = run_cli(["check", str(path)], capsys)
+    assert code == 0 and "correct allgather" in out
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_XML))
+@pytest.mark.parametrize("command", ["time", "draw", "bench", "check"])
+def test_every_xml_consumer_refuses_what_check_refuses(tmp_path, capsys, kind, command):
+    """`time FILE.xml` priced programs `check` refuses (a cnt of 10^9, a wrong coll, 100000
+    channels, UTF-16...): every consumer now reads XML through one function, load_program."""
+    path = tmp_path / "p.xml"
+    path.write_bytes(_hostile_xml(kind))
+    out_path = tmp_path / "out"
+    argv = {"time": ["time", str(path), "--topology", "ring:4,unit_gbps=50"],
+            "draw": ["draw", str(path), "--topology", "ring:4", "-o", f"{out_path}.svg"],
+            "bench": ["bench", str(path), "--ranks", "4", "--runtime", "msccl", "--dry-run",
+                      "-o", str(out_path)],
+            "check": ["check", str(path)]}[command]
+    code, out, err = run_cli(argv, capsys)
+    assert code == EXIT_ERROR
+    assert not list(tmp_path.glob("out*"))
+    if command == "check":   # the checker lists every problem, one per line
+        assert HOSTILE_XML[kind] in out + err and "Traceback" not in err
+    else:
+        assert HOSTILE_XML[kind] in one_error_line(err) and out == ""
+
+
+def test_run_reads_xml_through_the_same_reader(tmp_path, monkeypatch):
+    from collsynth.cli import execute
+
+    path = tmp_path / "p.xml"
+    path.write_bytes(_hostile_xml("cnt-1e9"))
+    with pytest.raises(FileFormatError, match="cnt=1000000000 is outside 0..71"):
+        execute._load(str(path), None)
+
+
+def test_no_module_parses_msccl_xml_but_the_reader():
+    """One way in: outside collsynth/export/xml_reader.py, no library module calls the IR
+    builder (read_program) or lxml; consumers call load_program, the checker read_checked."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "collsynth"
+    allowed = {root / "export" / "xml_reader.py", root / "export" / "__init__.py",
+               root / "topology" / "importers" / "nccl_xml.py"}   # NCCL's topology XML
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path in allowed:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"\bread_program\(|\betree\b|xml\.etree|minidom", text):
+            offenders.append(str(path.relative_to(root)))
+    assert offenders == []
+
+
+def test_xml_files_of_too_many_elements_are_refused_before_parsing(tmp_path):
+    from collsynth.export.xml_reader import MAX_XML_ELEMENTS, load_program
+
+    path = tmp_path / "many.xml"
+    text = _ring_allgather_xml()
+    path.write_text(text.replace("</algo>", "<x/>" * MAX_XML_ELEMENTS + "</algo>"))
+    with within(3), pytest.raises(InputTooLargeError, match=f"elements is more than the "
+                                                            f"{MAX_XML_ELEMENTS}"):
+        load_program(path)
+
+
+def test_the_checker_bounds_its_work_before_executing():
+    """1024 ranks of an allreduce with 1024 chunks each and no steps: the postcondition alone
+    compares 1024 x 1024 outputs of 1024 contributions (10^9); refused at once."""
+    from collsynth.export.check import MAX_CHECKED_CONTRIBUTIONS, check_program
+    from collsynth.export.program import GpuProgram, Program
+
+    n = 1024
+    gpus = tuple(GpuProgram(r, n, n, 0, ()) for r in range(n))
+    program = Program("idle", "Simple", 1, n, n, "allreduce", 0, gpus)
+    with within(5), pytest.raises(InputTooLargeError) as caught:
+        check_program(program, runtime="msccl")
+    assert f"{n * n * n} contributions" in str(caught.value)
+    assert str(MAX_CHECKED_CONTRIBUTIONS) in str(caught.value)

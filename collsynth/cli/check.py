@@ -17,12 +17,11 @@ from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out
 from collsynth.errors import CollsynthError, InvalidCollectiveError
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
 from collsynth.export.runtimes import runtime_names
-from collsynth.export.xml_reader import read_checked, read_text
+from collsynth.export.xml_reader import infer_runtime, read_checked, read_text
 
 __all__ = ["register", "run_check", "infer_runtime"]
 
 _ALGO_TAG = re.compile(r"<algo\b[^>]*>", re.S)
-_RCCL_ONLY_COLLS = ("reducescatter", "gather", "scatter", "send", "recv", "alltoallv")
 
 
 def _root(text: str) -> int:
@@ -56,20 +55,6 @@ def register(subparsers: Any) -> None:
                              "call) as problems")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=run_check)
-
-
-def infer_runtime(text: str) -> tuple[str, str]:
-    """The runtime an MSCCL XML text targets, and why: ``("rccl" | "msccl", reason)``."""
-    match = _ALGO_TAG.search(text)
-    tag = match.group(0) if match else ""
-    present = [a for a in ("outofplace", "minBytes", "maxBytes")
-               if re.search(rf"\s{a}\s*=", tag)]
-    if present:
-        return "rccl", f"it has {'/'.join(present)}"
-    coll = re.search(r"\scoll\s*=\s*[\"']([^\"']*)", tag)
-    if coll and coll.group(1) in _RCCL_ONLY_COLLS:
-        return "rccl", f"coll={coll.group(1)!r} is rccl's spelling"
-    return "msccl", "no outofplace/minBytes/maxBytes attributes"
 
 
 def _algo_line(text: str) -> int | None:
