@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -372,3 +373,42 @@ def test_the_checker_bounds_its_work_before_executing():
         check_program(program, runtime="msccl")
     assert f"{n * n * n} contributions" in str(caught.value)
     assert str(MAX_CHECKED_CONTRIBUTIONS) in str(caught.value)
+
+
+# -- family sizes and the bounds on all-pairs topologies ------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["fully-connected:1025", "hub:1025", "fully-connected:4096"])
+def test_all_pairs_families_are_refused_above_the_size_whose_bounds_answer(name):
+    from collsynth.topology import get_topology
+
+    with within(2), pytest.raises(InputTooLargeError) as caught:
+        get_topology(name)
+    assert "every pair of ranks is linked" in str(caught.value)
+    assert "up to 1024 ranks" in str(caught.value)
+
+
+@pytest.mark.parametrize("name, collective, steps, composed", [
+    # Hand counts: on a switch every rank receives at most 1 chunk a round, so an allgather
+    # needs n - 1 rounds for n - 1 chunks (1 per chunk) and an allreduce, as reduce-scatter
+    # then allgather, 2 (n - 1) / n; one hop joins any two ranks (a step, or one per half).
+    ("fully-connected:512", "allgather", 1, None),
+    ("hub:192", "allreduce", 1, Fraction(2 * 191, 192)),
+    ("hub:512", "broadcast", 1, None),
+])
+def test_bounds_on_large_all_pairs_topologies_answer_quickly(name, collective, steps, composed):
+    """fully-connected:512 allgather took 41 s (rank orbits tested 2n permutations against n**2
+    links each, hop counts ran dijkstra from every rank); hub:192 allreduce and hub:512
+    broadcast measured one maximum flow per rank in pure Python (minutes)."""
+    from collsynth.bounds import compute_bounds
+    from collsynth.collective import standard_collective
+    from collsynth.topology import get_topology
+
+    topology = get_topology(name)
+    with bounded(8, 2 << 30):
+        bounds = compute_bounds(topology, standard_collective(collective, topology.num_ranks))
+    assert bounds.steps == steps
+    if composed is not None:
+        assert bounds.composed_rounds_per_chunk == composed and bounds.composed_steps == 2
+    else:
+        assert bounds.rounds_per_chunk == 1   # (n - 1) chunks over n - 1 (or 1 of n - 1) links
