@@ -412,3 +412,56 @@ def test_bounds_on_large_all_pairs_topologies_answer_quickly(name, collective, s
         assert bounds.composed_rounds_per_chunk == composed and bounds.composed_steps == 2
     else:
         assert bounds.rounds_per_chunk == 1   # (n - 1) chunks over n - 1 (or 1 of n - 1) links
+
+
+# -- time limits at 8192 ranks ---------------------------------------------------------------------
+
+
+def test_the_node_symmetry_check_stops_at_its_deadline():
+    import time
+
+    from collsynth.graph.translations import node_translations
+    from collsynth.limits import TimeLimitReached
+    from collsynth.resolve import resolve_topology
+
+    topology = resolve_topology("dgx-a100", nodes=4)
+    assert node_translations(topology) is not None
+    with pytest.raises(TimeLimitReached, match="checking the symmetries of"):
+        node_translations(topology, deadline=time.perf_counter() - 1)
+
+
+def test_tree_packing_stops_before_any_packing_at_its_deadline():
+    from collsynth.limits import TimeLimitReached
+    from collsynth.resolve import resolve_topology
+    from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, pack_trees
+
+    topology = resolve_topology("dgx-a100", nodes=2)
+    with pytest.raises(TimeLimitReached, match="before any tree packing was found"):
+        pack_trees(topology, list(range(16)), options=PackingOptions(time_limit=0.0))
+
+
+def test_the_exact_engine_refuses_8192_ranks_before_looking_for_symmetries():
+    """It looked for an automorphism of 8192 ranks (2n candidates of n**2 links each) for
+    minutes before the encoding's size check refused it."""
+    from collsynth.collective import standard_collective
+    from collsynth.resolve import resolve_topology
+    from collsynth.synthesis.large import solve_large
+
+    topology = resolve_topology("dgx-a100", nodes=1024)
+    with bounded(5, 2 << 30), pytest.raises(InputTooLargeError) as caught:
+        solve_large(topology, standard_collective("allgather", 8192), engine="exact",
+                    time_limit=10)
+    # 8192 chunks x 8192 ranks x 1 step (every rank has a link in), counted by hand.
+    assert f"at least {8192 * 8192} send variables" in str(caught.value)
+
+
+def test_solve_bandwidth_optimal_at_8192_ranks_stops_at_its_time_limit(capsys):
+    """No answer in 100 s with --time-limit 10 (the node symmetry check and the packing's rows
+    ignored the deadline); now exit 4 at the limit."""
+    import time
+
+    started = time.perf_counter()
+    code, out, err = run_cli(["solve", "bandwidth-optimal", "dgx-a100", "allgather", "--nodes",
+                              "1024", "--time-limit", "2"], capsys, seconds=30)
+    assert code == 4 and "time limit" in err.splitlines()[-1]
+    assert time.perf_counter() - started < 2 * 1.1 + 3   # 10% over, and building the system
