@@ -465,3 +465,55 @@ def test_solve_bandwidth_optimal_at_8192_ranks_stops_at_its_time_limit(capsys):
                               "1024", "--time-limit", "2"], capsys, seconds=30)
     assert code == 4 and "time limit" in err.splitlines()[-1]
     assert time.perf_counter() - started < 2 * 1.1 + 3   # 10% over, and building the system
+
+
+# -- a held-out corpus: other counts in other files and flags -------------------------------------
+
+
+def test_a_pareto_sweep_refuses_more_chunks_than_a_collective_may_have():
+    """--max-chunks 1000000000 never answered (its --time-limit 5 unheard): every chunk count
+    was walked, and each look at earlier refutations walked every multiple up to the limit."""
+    from collsynth.collective import allgather
+    from collsynth.synthesis import SolveOptions, pareto_front
+    from collsynth.topology import get_topology
+
+    ring4 = get_topology("ring:4")
+    with bounded(3), pytest.raises(InputTooLargeError, match="max_chunks = 1000000000: "
+                                                              "allgather.n=4. split"):
+        list(pareto_front(ring4, allgather(4), max_chunks=10**9))
+    with bounded(10):   # the most it allows answers as the default does: (2 steps, 3/2)
+        front = list(pareto_front(ring4, allgather(4), max_chunks=(1 << 22) // 4,
+                                  options=SolveOptions(time_limit=5)))
+    assert [(p.instance.steps, p.rounds_per_chunk) for p in front] == [(2, Fraction(3, 2))]
+
+
+def test_the_sizes_of_one_command_are_bounded(tmp_path, capsys):
+    program = tmp_path / "ring.xml"
+    program.write_text(_ring_allgather_xml())
+    sizes = ",".join(str(s) for s in range(1, 20001))   # 20000 took 38 s to price
+    code, out, err = run_cli(["time", str(program), "--topology", "ring:4,unit_gbps=50",
+                              "--sizes", sizes], capsys)
+    assert code == EXIT_USAGE and out == "" and "20000 sizes: at most 256" in err
+
+
+def test_a_trace_claiming_a_million_ranks_gives_a_short_summary(tmp_path, capsys):
+    """The summary line listed every missing rank: 8 MB for a header claiming 2^20 ranks."""
+    source = Path(__file__).resolve().parent / "fixtures" / "traces" / "fc4-mixed"
+    lines = (source / "rank-00000.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    header["world_size"] = 1 << 20
+    (tmp_path / "rank-00000.jsonl").write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    code, out, _ = run_cli(["trace", "summarize", str(tmp_path)], capsys)
+    first = out.splitlines()[0]
+    assert code == 0 and len(first) < 400
+    assert first.endswith(f"missing ranks: {', '.join(map(str, range(1, 17)))} and "
+                          f"{(1 << 20) - 1 - 16} more")
+
+
+def test_a_program_too_large_to_check_is_refused_by_name(tmp_path, capsys):
+    text = _ring_allgather_xml().replace('s_chunks="0"', 's_chunks="1000000000"', 1)
+    path = tmp_path / "big.xml"
+    path.write_text(text)
+    code, out, err = run_cli(["time", str(path), "--topology", "ring:4,unit_gbps=50"], capsys)
+    line = one_error_line(err)
+    assert code == EXIT_ERROR and f"{path}: " in line and "the checker executes at most" in line

@@ -619,7 +619,10 @@ def load_program(source: str | bytes | os.PathLike, *, runtime: str | None = Non
     program, problems = read_checked(text, rt)
     if program is not None:
         if execute:
-            report = check_program(program, runtime=rt)
+            try:
+                report = check_program(program, runtime=rt)
+            except InputTooLargeError as exc:   # the execution's size, refused up front
+                raise InputTooLargeError(f"{label}: {exc}") from exc
             problems = problems + [p for p in report.problems if not is_unverified(p)]
         else:
             problems = problems + static_problems(program, rt)
