@@ -93,7 +93,7 @@ def _programs(args: argparse.Namespace, topology: Any, constants: Any
               ) -> list[tuple[str, Any, Any]]:
     """(name, program, topology) per file."""
     from collsynth.export.pipeline import export_programs
-    from collsynth.export.xml_reader import read_program
+    from collsynth.export.xml_reader import load_program
 
     found = []
     for path in args.files:
@@ -102,7 +102,8 @@ def _programs(args: argparse.Namespace, topology: Any, constants: Any
             if topology is None:
                 raise CollsynthError(f"{path}: an MSCCL XML program needs --topology (its ranks "
                                      "map to the topology's ranks in order)")
-            program = read_program(path)
+            # As 'collsynth check --runtime R' reads it, R the runtime whose constants price it.
+            program = load_program(path, runtime=_export_runtime(constants.runtime))
             if program.ngpus != topology.num_ranks:
                 raise CollsynthError(f"{path}: the program has {program.ngpus} ranks but "
                                      f"topology {topology.name!r} has {topology.num_ranks}")

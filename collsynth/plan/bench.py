@@ -232,16 +232,14 @@ def _is_xml(path: Path) -> bool:
 
 
 def _program_from_xml(path: Path, options: BenchOptions) -> BenchProgram:
-    from collsynth.export.xml_reader import read_program, read_text, text_problems
+    from collsynth.export.xml_reader import load_program, read_text
     from collsynth.timing.logs import canonical_collective
 
     text = read_text(path)
-    problems = text_problems(text, options.runtime)
-    if problems:
-        raise BenchError(f"{path}: {options.runtime} would not read this XML as written: "
-                         f"{problems[0]}" + (f" (and {len(problems) - 1} more)"
-                                             if len(problems) > 1 else ""))
-    program = read_program(text, runtime=options.runtime, name=str(path))
+    try:
+        program = load_program(text, runtime=options.runtime, name=str(path))
+    except FileFormatError as exc:
+        raise BenchError(str(exc)) from exc
     collective = canonical_collective(program.coll)
     return _bench_program(program, collective, str(path), text, options, None)
 
@@ -629,7 +627,7 @@ def predict_program(setup: BenchSetup, calibration: "Calibration", sizes: Sequen
     CollsynthError
         No topology with figures to simulate on, or a program the simulator refuses.
     """
-    from collsynth.export.xml_reader import read_program
+    from collsynth.export.xml_reader import load_program
     from collsynth.timing.runtime_baselines import RING_COLLECTIVES, baseline_rows
     from collsynth.timing.runtime_constants import default_constants
     from collsynth.timing.runtime_fit import fit_runtime
@@ -647,7 +645,8 @@ def predict_program(setup: BenchSetup, calibration: "Calibration", sizes: Sequen
             source = "constants fitted on the default run"
         except CollsynthError:
             pass  # the documented constants, as the name says
-    prepared = prepare_program(read_program(program.text, runtime=options.runtime), topology)
+    prepared = prepare_program(load_program(program.text, runtime=options.runtime,
+                                            name=program.name), topology)
     result = {f"{program.name} (program model, {source})":
               [simulate_program(prepared, None, s, constants).time_us for s in sizes]}
     if program.collective in RING_COLLECTIVES:
