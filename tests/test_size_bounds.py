@@ -18,8 +18,8 @@ import pytest
 
 from collsynth.cli import EXIT_ERROR, EXIT_USAGE, main
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
-from collsynth.timing.runtime_constants import (constants_to_dict, default_constants,
-                                                load_runtime_constants)
+from collsynth.runtimes import get_runtime
+from collsynth.timing.runtime_constants import load_runtime_constants, runtime_constants_to_json
 
 
 @contextlib.contextmanager
@@ -70,7 +70,7 @@ def one_error_line(err: str) -> str:
 
 
 def _constants_file(tmp_path: Path, **changes) -> Path:
-    data = constants_to_dict(default_constants("nccl"))
+    data = runtime_constants_to_json(get_runtime("nccl").defaults)
     for key, value in changes.items():
         if "." in key:
             table, link_class, protocol = key.split(".")
@@ -136,11 +136,11 @@ def test_runtime_constants_outside_their_range_are_refused(tmp_path, capsys, fie
 def test_runtime_constants_at_the_edge_of_their_range_are_read(tmp_path, field, value):
     path = _constants_file(tmp_path, **{field: value})
     loaded = load_runtime_constants(path)
-    assert constants_to_dict(loaded) == json.loads(path.read_text())
+    assert runtime_constants_to_json(loaded) == json.loads(path.read_text())
 
 
 def test_a_runtime_constants_file_without_a_version_is_refused(tmp_path):
-    data = constants_to_dict(default_constants("rccl"))
+    data = runtime_constants_to_json(get_runtime("rccl").defaults)
     del data["version"]
     path = tmp_path / "rt.json"
     path.write_text(json.dumps(data))

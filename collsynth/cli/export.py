@@ -22,9 +22,8 @@ from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_o
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
 from collsynth.errors import ExportError, InvalidTopologyError
 from collsynth.export.limits import LimitViolation
-from collsynth.export.lower import PROTOCOLS
 from collsynth.export.pipeline import check_instances, export_programs
-from collsynth.export.runtimes import runtime_names
+from collsynth.runtimes import MSCCL_XML, PROTOCOLS, runtime_names
 from collsynth.export.stats import program_stats
 from collsynth.timing.runtime_constants import load_runtime_constants
 from collsynth.timing.tune import tune_export, tune_sizes, write_tuned
@@ -34,7 +33,7 @@ __all__ = ["register", "run_export", "EXPORT_RUNTIMES"]
 _log = logging.getLogger(__name__)
 
 #: Values of ``--runtime`` (``all``: every MSCCL XML runtime; ``mscclpp``: an execution plan).
-EXPORT_RUNTIMES = (*runtime_names(), "all", MSCCLPP_RUNTIME)
+EXPORT_RUNTIMES = (*runtime_names(MSCCL_XML), "all", MSCCLPP_RUNTIME)
 
 
 
@@ -153,7 +152,7 @@ def run_export(args: argparse.Namespace) -> int:
                                       f"{args.min_bytes}")
     inplace = bool(args.inplace)
     outofplace = bool(args.outofplace) or not inplace
-    runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
+    runtimes = runtime_names(MSCCL_XML) if args.runtime == "all" else [args.runtime]
     try:
         check_instances(args.instances, runtimes)
         destinations, folder = _destinations(args.output, runtimes, args.file)

@@ -22,7 +22,7 @@ DEFAULT_SYNTH_TIME_LIMIT = 30.0
 
 def register(subparsers: Any) -> None:
     """Add ``plan`` to ``subparsers`` (from ``add_subparsers``)."""
-    from collsynth.export.runtimes import runtime_names
+    from collsynth.runtimes import MSCCL_XML, runtime_names
 
     parser = subparsers.add_parser(
         "plan", help="choose an algorithm per traced collective and write the runtime's files",
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
                         help="charge synthesized combining algorithms this GPU's reduction cost")
     parser.add_argument("-o", "--output", required=True, metavar="PLAN_DIR",
                         help="directory to write (replaced if it holds an older plan)")
-    parser.add_argument("--runtime", choices=runtime_names(), default="msccl-executor",
+    parser.add_argument("--runtime", choices=runtime_names(MSCCL_XML), default="msccl-executor",
                         help="runtime the XML files are for (default msccl-executor)")
     parser.add_argument("--synth-time-limit", type=seconds, default=DEFAULT_SYNTH_TIME_LIMIT,
                         metavar="SECONDS",

@@ -56,7 +56,8 @@ def wants_program_model(args: argparse.Namespace) -> bool:
 
 
 def _constants(args: argparse.Namespace):
-    from collsynth.timing.runtime_constants import default_constants, load_runtime_constants
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.runtime_constants import load_runtime_constants
 
     if args.calibration is not None:
         if not _runtime_calibration(args.calibration):
@@ -69,7 +70,7 @@ def _constants(args: argparse.Namespace):
             raise CollsynthError(f"--runtime {args.runtime}: the calibration {args.calibration} "
                                  f"is for {constants.runtime}")
         return constants
-    return default_constants(args.runtime or "nccl")
+    return get_runtime(args.runtime or "nccl").defaults
 
 
 def _topology(args: argparse.Namespace):

@@ -20,7 +20,7 @@ from collsynth.export.program import (
     Program,
     ThreadBlock,
 )
-from collsynth.export.runtimes import Runtime, get_runtime
+from collsynth.runtimes import Runtime, XmlDialect, xml_dialect
 from collsynth.export.semantics import (
     MAX_REDUCE_FUSION,
     OPERANDS,
@@ -86,7 +86,7 @@ MAX_CHECKED_THREADBLOCKS = 16384
 #: Chunks (all buffers of all ranks together) above which a program is not executed.
 MAX_CHECKED_CHUNKS = 4_000_000
 
-# Reader and loader figures of §2 and §14.1 that runtimes.Runtime does not carry.
+# Reader and loader figures of §2 and §14.1 that the runtimes' XmlDialect does not carry.
 _MAX_NODES = 4096           # nodes the reader stores for the loading rank, inclusive (§2.5)
 _SHOWN_MISSING = 8          # ranks without a <gpu> named one by one; the rest counted
 _MAX_SUBS = 1024            # children of one node
@@ -186,7 +186,7 @@ def layouts(program: Program, runtime: str | Runtime) -> tuple[str, ...]:
     msccl: the one ``inplace`` says (alltoall: always out-of-place); rccl and msccl-executor:
     in-place if ``inplace``, out-of-place if ``outofplace``.
     """
-    rt = runtime if isinstance(runtime, Runtime) else get_runtime(runtime)
+    rt = xml_dialect(runtime)
     if not rt.requires_range_attributes:
         if _canonical(program.coll) == "alltoall" or not program.inplace:
             return ("out-of-place",)
@@ -222,11 +222,11 @@ def static_problems(program: Program, runtime: str | Runtime) -> list[Problem]:
     that they do not: connection uniqueness and symmetry, ``chan < nchannels``, operand ranges
     against declared and real sizes, dependencies naming existing steps that publish a flag.
     """
-    rt = runtime if isinstance(runtime, Runtime) else get_runtime(runtime)
+    rt = xml_dialect(runtime)
     return _static(program, rt).problems
 
 
-def _static(program: Program, rt: Runtime) -> _Static:  # noqa: C901 - one rule after another
+def _static(program: Program, rt: XmlDialect) -> _Static:  # noqa: C901 - one rule after another
     problems: list[Problem] = []
     executable = True
 
@@ -351,7 +351,7 @@ def _capped(problems: list[Problem], shown: int = 3 * _SHOWN_PER_KIND) -> list[P
     return kept
 
 
-def _gpu_rules(program: Program, rt: Runtime, gpu: GpuProgram, real_in: int, real_out: int,
+def _gpu_rules(program: Program, rt: XmlDialect, gpu: GpuProgram, real_in: int, real_out: int,
                add) -> tuple[bool, dict[int, ThreadBlock]]:
     """The rules of one <gpu>, its tbs and steps; returns (executable, tbs by id)."""
     n, big, r = program.ngpus, program.nchunksperloop, gpu.id
@@ -434,7 +434,7 @@ def _gpu_rules(program: Program, rt: Runtime, gpu: GpuProgram, real_in: int, rea
     return executable, tb_map
 
 
-def _step_rules(rt: Runtime, r: int, tb: ThreadBlock, pos: int, st, declared: dict[str, int],
+def _step_rules(rt: XmlDialect, r: int, tb: ThreadBlock, pos: int, st, declared: dict[str, int],
                 add) -> bool:
     """The rules of one step; returns False when the step cannot be executed at all."""
     where, line = step_name(r, tb.id, pos), st.line
@@ -953,7 +953,7 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
     >>> report.ok, report.layouts_checked
     (True, ('out-of-place',))
     """
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     static = _static(program, rt)
     problems = list(static.problems)
     key = _canonical(program.coll)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from collsynth._files import read_head
 from collsynth.errors import CollsynthError, FileFormatError, UnknownNameError
+from collsynth.runtimes import get_runtime
 from collsynth.plan.environment import EnvVar, runtime_environment
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
@@ -367,7 +368,7 @@ def prepare_bench(source: str | os.PathLike[str], options: BenchOptions) -> Benc
             raise BenchError(f"launcher {options.launcher!r}: {exc}") from exc
     command = tuple(prefix + args)
     xml_env, notes = runtime_environment(
-        options.runtime, xml_dir="$PWD/xml", xml_paths=[f"$PWD/xml/{program.file_name}"],
+        get_runtime(options.runtime), xml_dir="$PWD/xml", xml_paths=[f"$PWD/xml/{program.file_name}"],
         collectives=[program.collective])
     runs = (
         BenchRun("default", command, _DEBUG + _MSCCL_OFF[options.runtime],
@@ -631,13 +632,13 @@ def predict_program(setup: BenchSetup, calibration: "Calibration", sizes: Sequen
     """
     from collsynth.export.xml_reader import read_program
     from collsynth.timing.runtime_baselines import RING_COLLECTIVES, baseline_rows
-    from collsynth.timing.runtime_constants import default_constants
+    from collsynth.runtimes import get_runtime
     from collsynth.timing.runtime_fit import fit_runtime
     from collsynth.timing.runtime_model import prepare_program, simulate_program
 
     program, options = setup.program, setup.options
     topology = _bench_topology(setup)
-    constants, source = default_constants(options.runtime), "documented constants"
+    constants, source = get_runtime(options.runtime).defaults, "documented constants"
     rows = sorted({r.size_bytes: r.time_us for r in (default_log.rows if default_log else ())
                    if not r.in_place}.items())
     if program.collective in RING_COLLECTIVES and len(rows) >= 4:

@@ -395,9 +395,9 @@ def make_plan(trace_dir: str | os.PathLike[str], topology: Topology, *,
 def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = PlanOptions(),
                nodes: int | None = None, progress: Callable[[str], None] | None = None) -> Plan:
     """:func:`make_plan` on calls already read."""
-    from collsynth.export.runtimes import get_runtime
+    from collsynth.runtimes import xml_dialect
 
-    runtime = get_runtime(options.runtime).name
+    runtime = xml_dialect(options.runtime).name
     say = progress or (lambda line: None)
     n = topology.num_ranks
     if run.world_size > n:
@@ -442,13 +442,13 @@ def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = Pla
 def _plan_constants(runtime: str, options: PlanOptions, gamma: float, notes: list[str]) -> Any:
     """The program model's constants: the plan's runtime-constants calibration, else the
     runtime's documented defaults; a ``--device`` gamma where they charge no reduction."""
-    from collsynth.timing.runtime_constants import default_constants
+    from collsynth.runtimes import get_runtime
 
     if options.model == "closed-form":
         return None
     constants = options.runtime_constants
     if constants is None:
-        constants = default_constants(runtime)
+        constants = get_runtime(runtime).defaults
         where = f"{runtime}'s documented defaults"
     else:
         where = f"the runtime constants of {options.runtime_constants_file or 'a calibration'}"

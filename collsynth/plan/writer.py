@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from collsynth._output import check_folder_writable, check_output_dir, write_text_atomic
 from collsynth.errors import CollsynthError, ExportError
 from collsynth.plan.choose import NCCL
+from collsynth.runtimes import get_runtime
 from collsynth.plan.environment import runtime_environment
 from collsynth.plan.planner import Plan, PlanEntry
 from collsynth.plan.report import draw_plot, plot_name, render_report
@@ -325,7 +326,7 @@ def _write_into(plan: Plan, staging: Path, target: Path, plots: bool) -> None:
             raise ExportError(f"xml/{xml.name}: {exc}") from exc
     final_xml = target / "xml"
     environment, notes = runtime_environment(
-        plan.runtime, xml_dir=str(final_xml),
+        get_runtime(plan.runtime), xml_dir=str(final_xml),
         xml_paths=[str(final_xml / x.name) for x in plan.xml_files],
         collectives={x.collective for x in plan.xml_files})
     drawn: dict[str, str] = {}

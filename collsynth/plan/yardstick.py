@@ -18,7 +18,7 @@ from collsynth.timing.tune import TunedExport, tune_export, tune_sizes
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from collsynth.algorithm.model import Algorithm
-    from collsynth.timing.runtime_constants import RuntimeConstants
+    from collsynth.runtimes import RuntimeConstants
     from collsynth.topology.model import Topology
 
 __all__ = ["PLAN_SAMPLE_SIZES", "PLAN_BOUNDARY_STEPS", "PLAN_TUNE_LAYOUTS", "PLAN_TUNE_INSTANCES",

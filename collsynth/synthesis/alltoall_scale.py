@@ -34,7 +34,8 @@ from collsynth.synthesis.hierarchical import (
     _solve_node,
     network_layout,
 )
-from collsynth.synthesis.result import Deadline, ScheduleResult
+from collsynth.limits import Deadline
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.model import Topology
 
 __all__ = ["CutBound", "alltoall_cut_bound", "solve_alltoall_at_scale",

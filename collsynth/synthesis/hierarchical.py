@@ -42,7 +42,8 @@ from collsynth.errors import (
 )
 from collsynth.collective.kinds import canonical_name
 from collsynth.limits import ResourceLimitError, TimeLimitReached
-from collsynth.synthesis.result import Deadline, ScheduleResult
+from collsynth.limits import Deadline
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import BandwidthGroup, Topology
 

@@ -19,7 +19,8 @@ from collsynth.collective.model import Collective
 from collsynth.errors import CollsynthError, UnknownNameError
 from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
 from collsynth.bounds.throughput import broadcast_shape
-from collsynth.synthesis.result import Deadline, ScheduleResult
+from collsynth.limits import Deadline
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.model import Topology
 
 __all__ = ["ENGINES", "EXACT_MAX_RANKS", "choose_engine", "solve_large"]

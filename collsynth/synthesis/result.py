@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
@@ -19,7 +18,7 @@ from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.encoding.backend import Backend, Status
 from collsynth.errors import InvalidInstanceError
 
-__all__ = ["Status", "SynthesisResult", "ScheduleResult", "SolveOptions", "Deadline",
+__all__ = ["Status", "SynthesisResult", "ScheduleResult", "SolveOptions",
            "STOP_CAUSES"]
 
 #: Why a search ended before it was complete (the ``stopped_by`` of a result): its time limit
@@ -275,16 +274,3 @@ class SolveOptions:
             raise InvalidInstanceError(f"progress_interval_s = {interval!r}; expected seconds "
                                        "> 0")
 
-
-@dataclass
-class Deadline:
-    """A wall-clock budget shared by the calls of one search."""
-
-    seconds: float
-    started: float = field(default_factory=time.perf_counter)
-
-    def remaining(self) -> float:
-        return self.seconds - (time.perf_counter() - self.started)
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0

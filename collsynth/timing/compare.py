@@ -16,7 +16,7 @@ from collsynth.timing.alphabeta import algorithm_time_us, from_topology
 from collsynth.timing.kernels import reduce_gamma_us_per_byte
 from collsynth.timing.model import SIZE, _rational, as_fraction, cost_model, symbolic_time
 from collsynth.timing.nccl import best_choice, nccl_choices, nccl_setup
-from collsynth.timing.runtime_constants import default_constants
+from collsynth.runtimes import get_runtime
 
 __all__ = ["Comparison", "compare", "predicted_against_nccl", "PREDICTION_SIZES"]
 
@@ -147,7 +147,7 @@ def compare(algorithms: Sequence[Any], *, calibration: Any = None,
 
 #: What every call pays before its first byte moves (NCCL's ``baseLat`` of its Simple ring,
 #: :mod:`collsynth.timing.runtime_constants`), charged to synthesized algorithms alike.
-BASE_LATENCY_US = default_constants("nccl").base_latency("Simple")
+BASE_LATENCY_US = get_runtime("nccl").defaults.base_latency("Simple")
 
 
 def predicted_against_nccl(algorithm: Any, sizes_bytes: Sequence[int] = PREDICTION_SIZES

@@ -17,7 +17,7 @@ from collsynth.errors import InvalidInstanceError, UnknownNameError
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collsynth.timing.runtime_constants import RuntimeConstants
+    from collsynth.runtimes import RuntimeConstants
     from collsynth.topology.model import Topology
 
 __all__ = ["RING_COLLECTIVES", "TREE_COLLECTIVES", "ring_program", "runtime_rings",
@@ -51,7 +51,7 @@ def runtime_rings(topology: "Topology", channels: int | None = None
         before any ring is searched).
     """
     from collsynth.timing.nccl import ring_channels
-    from collsynth.timing.runtime_constants import check_channels
+    from collsynth.runtimes import check_channels
 
     if channels is not None:
         check_channels(channels)
@@ -382,7 +382,12 @@ class TimedRow:
 
 def _protocols_of(runtime: str) -> tuple[str, ...]:
     # RCCL leaves LL128 off by default on most AMD GPUs; NCCL offers all three.
-    return ("LL", "Simple") if runtime == "rccl" else ("LL", "LL128", "Simple")
+    from collsynth.runtimes import PROTOCOLS, get_runtime
+
+    try:
+        return get_runtime(runtime).protocols
+    except UnknownNameError:  # constants of a runtime collsynth does not know
+        return PROTOCOLS
 
 
 def baseline_rows(collective: str, topology: "Topology", sizes: Sequence[int],

@@ -15,8 +15,8 @@ import numpy as np
 from collsynth.errors import FileFormatError, InvalidInstanceError
 from collsynth.timing.runtime_baselines import ring_program, runtime_rings
 from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MAX_TIME_US, MIN_GBPS
-from collsynth.timing.runtime_constants import (LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US,
-                                                PROTOCOLS, RuntimeConstants, default_constants)
+from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
+from collsynth.runtimes.constants import LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US
 from collsynth.timing.runtime_model import PreparedProgram, prepare_program, simulate_program
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -171,7 +171,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
     used = list(protocols) if protocols is not None else protocol_split(times)
     if len(used) != len(rows):
         raise InvalidInstanceError(f"{len(used)} protocols for {len(rows)} sizes")
-    base = constants if constants is not None else default_constants(runtime)
+    base = constants if constants is not None else get_runtime(runtime).defaults
     ring_set = tuple(tuple(r) for r in rings) if rings is not None else \
         runtime_rings(topology, channels)
     prepared = {p: prepare_program(ring_program(collective, ring_set, protocol=p), topology)

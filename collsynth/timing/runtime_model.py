@@ -18,7 +18,8 @@ from collsynth.errors import (CollsynthError, InputTooLargeError, InvalidInstanc
                               InvalidTopologyError)
 from collsynth.export.program import Program
 from collsynth.export.semantics import Scheduler
-from collsynth.timing.runtime_constants import PROTOCOL_EFFICIENCY, RuntimeConstants
+from collsynth.runtimes import RuntimeConstants
+from collsynth.runtimes.protocols import PROTOCOL_EFFICIENCY
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -317,12 +318,12 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
     one slice costs ``base + k (alpha + chunk * beta)``.
 
     >>> from collsynth.timing.runtime_baselines import ring_program
-    >>> from collsynth.timing.runtime_constants import default_constants
+    >>> from collsynth.runtimes import get_runtime
     >>> from collsynth.topology import get_topology
     >>> from collsynth.topology.builtins import with_figures
     >>> ring4 = with_figures(get_topology("ring:4"), unit_gbps=10.0, alpha_us=2.0)
     >>> program = ring_program("allgather", [(0, 1, 2, 3)], protocol="Simple")
-    >>> c = default_constants("nccl")
+    >>> c = get_runtime("nccl").defaults
     >>> t = simulate_program(program, ring4, 4000, c)
     >>> round(t.time_us - c.base_latency("Simple"), 6)  # 3 hops of 3.4 us + 1000 B at 10 GB/s
     10.5

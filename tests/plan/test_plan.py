@@ -468,10 +468,11 @@ def test_a_multi_node_trace_is_planned_with_the_tree_engine(tmp_path):
 def test_cli_runtime_constants_and_model(tmp_path, capsys, front_cache):
     """``--calibration`` with a runtime-constants file prices with those constants (the plan
     names the file); ``--model closed-form`` prices every entry with the closed form."""
-    from collsynth.timing.runtime_constants import default_constants, save_runtime_constants
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.runtime_constants import save_runtime_constants
 
     constants_file = tmp_path / "rccl-constants.json"
-    save_runtime_constants(default_constants("rccl").replace(source="test constants"),
+    save_runtime_constants(get_runtime("rccl").defaults.replace(source="test constants"),
                            constants_file)
     common = [str(TRACES / "fc4-mixed"), "--topology",
               str(Path(__file__).parent / "data" / "fc4-fast.json"), "--cache",

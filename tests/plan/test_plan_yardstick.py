@@ -17,7 +17,7 @@ from collsynth.plan import NCCL, plan_calls, write_plan
 from collsynth.plan.choose import CLOSED_FORM, PROGRAM_MODEL
 from collsynth.plan.groups import topology_for_group
 from collsynth.timing.runtime_baselines import baseline_rows
-from collsynth.timing.runtime_constants import PROTOCOLS, default_constants
+from collsynth.runtimes import PROTOCOLS, get_runtime
 from collsynth.timing.runtime_model import prepare_program, simulate_program
 from collsynth.topology import get_topology
 
@@ -59,7 +59,7 @@ def test_ring_collectives_are_priced_by_the_program_model(yard_plan):
 
 def test_the_nccl_row_is_the_runtime_ring_simulated(yard_plan):
     plan, _, fast = yard_plan
-    constants = default_constants(plan.runtime)
+    constants = get_runtime(plan.runtime).defaults
     group_topology = topology_for_group(fast, GROUP)
     for kind, sizes in SIZES.items():
         entry = _entries(plan)[kind]
@@ -76,7 +76,7 @@ def test_the_nccl_row_is_the_runtime_ring_simulated(yard_plan):
 
 def test_the_program_row_is_the_written_xml_simulated(yard_plan):
     plan, target, fast = yard_plan
-    constants = default_constants(plan.runtime)
+    constants = get_runtime(plan.runtime).defaults
     group_topology = topology_for_group(fast, GROUP)
     checked = 0
     for kind, sizes in SIZES.items():
@@ -101,7 +101,7 @@ def test_the_program_row_is_the_written_xml_simulated(yard_plan):
 
 def test_no_prediction_below_the_runtime_base_latency(yard_plan):
     plan, _, _ = yard_plan
-    constants = default_constants(plan.runtime)
+    constants = get_runtime(plan.runtime).defaults
     floor = min(constants.base_latency(p) for p in PROTOCOLS)
     for kind, sizes in SIZES.items():
         entry = _entries(plan)[kind]
@@ -150,7 +150,7 @@ def test_no_program_slower_than_nccl_is_picked(yard_plan):
 def test_runtime_constants_price_both_sides(fast, options, run_of, traced):
     """A runtime-constants calibration (here: a 40 us base latency, 3x the hop latencies)
     prices the ring and the programs alike."""
-    base = default_constants("msccl-executor")
+    base = get_runtime("msccl-executor").defaults
     slow = base.replace(
         base_latency_us={p: 40.0 for p in PROTOCOLS},
         hop_latency_us={k: {p: 3 * v for p, v in row.items()}
@@ -177,7 +177,7 @@ def test_the_closed_form_is_the_quick_path(fast, options, run_of, traced):
     assert entry.yardstick == CLOSED_FORM and "asked for" in entry.yardstick_note
     assert all(c.line is not None and not c.samples for c in entry.candidates)
     _, planned, choice, _ = entry.predict(4096, 4)
-    assert choice != NCCL and planned < min(default_constants("nccl").base_latency(p)
+    assert choice != NCCL and planned < min(get_runtime("nccl").defaults.base_latency(p)
                                             for p in PROTOCOLS)
 
 
@@ -261,7 +261,7 @@ def test_the_price_of_nccl_between_samples_is_the_faster_of_ring_and_tree():
     from collsynth.plan.yardstick import Pricer
 
     topology = _eight_nodes()
-    constants = default_constants("nccl")
+    constants = get_runtime("nccl").defaults
     ring = baseline_rows("allreduce", topology, [1500], constants)[0].time_us
     tree = baseline_rows("allreduce", topology, [1500], constants, algorithm="tree")[0].time_us
     assert tree < ring

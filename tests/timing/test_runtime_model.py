@@ -19,9 +19,10 @@ from collsynth.errors import CollsynthError, FileFormatError, InvalidInstanceErr
 from collsynth.export.check import check_program
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.timing.runtime_baselines import baseline_rows, ring_program
-from collsynth.timing.runtime_constants import (PROTOCOLS, constants_from_dict,
-                                                constants_to_dict, default_constants,
-                                                load_runtime_constants, save_runtime_constants)
+from collsynth.runtimes import PROTOCOLS, get_runtime
+from collsynth.timing.runtime_constants import (load_runtime_constants,
+                                                runtime_constants_from_json,
+                                                runtime_constants_to_json, save_runtime_constants)
 from collsynth.timing.runtime_model import (SimulationOptions, prepare_program,
                                             simulate_program)
 from collsynth.topology.model import Topology
@@ -33,7 +34,7 @@ MI250_CSV = ROOT / "data" / "measurements" / "mi250-16gcd-x2" / "rccl_all_gather
 def constants(*, base=4.0, hop=2.0, ceiling=None, slot=None, fifo=8, chunk_slots=4,
               slice_slots=2, gamma=0.0):
     """NCCL's defaults with the figures a test needs, the same for every protocol and class."""
-    c = default_constants("nccl")
+    c = get_runtime("nccl").defaults
     return c.replace(
         base_latency_us={p: base for p in PROTOCOLS},
         hop_latency_us={k: {p: hop for p in PROTOCOLS} for k in ("intra", "network")},
@@ -257,9 +258,9 @@ def test_a_deadlock_is_refused():
 
 
 def test_constants_file_round_trip_and_bad_file(tmp_path):
-    c = default_constants("rccl").replace(channels=2, default_protocols=((1024, "LL"),
+    c = get_runtime("rccl").defaults.replace(channels=2, default_protocols=((1024, "LL"),
                                                                          (None, "Simple")))
-    assert constants_from_dict(json.loads(json.dumps(constants_to_dict(c)))) == c
+    assert runtime_constants_from_json(json.loads(json.dumps(runtime_constants_to_json(c)))) == c
     path = tmp_path / "rt.json"
     save_runtime_constants(c, path)
     assert load_runtime_constants(path) == c
@@ -269,7 +270,7 @@ def test_constants_file_round_trip_and_bad_file(tmp_path):
     with pytest.raises(CollsynthError, match=r"hop_latency_us\['intra'\]\['LL'\] = -1"):
         load_runtime_constants(bad)
     with pytest.raises(FileFormatError, match="collsynth-runtime-constants"):
-        constants_from_dict({"format": "other"})
+        runtime_constants_from_json({"format": "other"})
 
 
 def _xml(tmp_path: Path) -> Path:
@@ -343,7 +344,7 @@ def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
     n = 4
     links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
     ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=25.0, alpha_us=1.0)
-    base = default_constants("nccl")
+    base = get_runtime("nccl").defaults
     truth = base.replace(
         base_latency_us={p: 20.0 for p in PROTOCOLS},
         hop_latency_us={k: {p: 2 * v for p, v in row.items()}
@@ -398,7 +399,7 @@ def test_cli_time_allreduce_lists_the_runtime_ring_and_tree(tmp_path, capsys):
     assert main(["time", str(path), "--topology", "dgx-a100", "--nodes", "2", "--sizes",
                  "1KB,1GB", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    constants = default_constants("msccl")
+    constants = get_runtime("msccl").defaults
     for algorithm, name in (("ring", "nccl-ring"), ("tree", "nccl-tree")):
         expected = baseline_rows("allreduce", topology, [1000, 10**9], constants,
                                  algorithm=algorithm)

@@ -10,14 +10,14 @@ from collsynth.errors import InvalidInstanceError, UnknownNameError
 from collsynth.export.check import check_program
 from collsynth.timing.runtime_baselines import (baseline_rows, double_binary_tree,
                                                 runtime_tree, tree_program)
-from collsynth.timing.runtime_constants import PROTOCOLS, default_constants
+from collsynth.runtimes import PROTOCOLS, get_runtime
 from collsynth.timing.runtime_model import simulate_program
 from collsynth.topology.model import Topology
 
 
 def constants(*, base: float, hop: float):
     """NCCL's defaults with one base and one hop latency for every protocol and link class."""
-    c = default_constants("nccl")
+    c = get_runtime("nccl").defaults
     return c.replace(base_latency_us={p: base for p in PROTOCOLS},
                      hop_latency_us={k: {p: hop for p in PROTOCOLS} for k in ("intra", "network")},
                      ceiling_gbps={k: {p: None for p in PROTOCOLS} for k in ("intra", "network")})
@@ -94,7 +94,7 @@ def test_baseline_rows_price_the_tree_on_a_composed_system():
     assert len({chain[0] for chain in chains}) > 1
     report = check_program(tree_program(nodes, chains), runtime="msccl", collective="allreduce")
     assert report.ok, [str(x) for x in report.problems]
-    c = default_constants("nccl")
+    c = get_runtime("nccl").defaults
     (row,) = baseline_rows("allreduce", system, [1 << 20], c, algorithm="tree")
     assert row.name == "nccl-tree" and row.time_us > c.base_latency(row.protocol)
     # The plan's NCCL time is the faster of the ring and the tree at each size (NCCL picks),
@@ -110,7 +110,7 @@ def test_baseline_rows_price_the_tree_on_a_composed_system():
     ring_us, tree_us = float(ring.time_at(1024)), float(tree.time_at(1024))
     assert tree_us < ring_us
     assert pricer(NCCL, 1024) == min(ring_us, tree_us)
-    (rccl,) = baseline_rows("allreduce", system, [1 << 20], default_constants("rccl"),
+    (rccl,) = baseline_rows("allreduce", system, [1 << 20], get_runtime("rccl").defaults,
                             algorithm="tree")
     assert rccl.name == "rccl-tree"
 
@@ -121,10 +121,10 @@ def test_bad_input_is_refused():
     with pytest.raises(InvalidInstanceError, match="nodes"):
         tree_program(0, [[0]])
     with pytest.raises(UnknownNameError, match="no tree program for 'allgather'"):
-        baseline_rows("allgather", pair(10.0), [1000], default_constants("nccl"),
+        baseline_rows("allgather", pair(10.0), [1000], get_runtime("nccl").defaults,
                       algorithm="tree")
     with pytest.raises(UnknownNameError, match="'ring' or 'tree'"):
-        baseline_rows("allreduce", pair(10.0), [1000], default_constants("nccl"),
+        baseline_rows("allreduce", pair(10.0), [1000], get_runtime("nccl").defaults,
                       algorithm="star")
     one_way = Topology("ring3", ((0, 1, 0), (0, 0, 1), (1, 0, 0)), unit_gbps=10.0, alpha_us=1.0)
     with pytest.raises(InvalidInstanceError, match="no link both ways"):

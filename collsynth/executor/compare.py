@@ -16,7 +16,7 @@ from collsynth.collective.kinds import KINDS, canonical_name
 from collsynth.collective.kinds import busbw_factor as kinds_busbw_factor
 from collsynth.export.mscclpp.model import Plan
 from collsynth.export.program import Program
-from collsynth.runtime._common import (
+from collsynth.executor._common import (
     DEFAULT_TIMEOUT_S,
     ExecutionError,
     InvalidBufferError,
@@ -24,9 +24,9 @@ from collsynth.runtime._common import (
     check_op,
     torch_modules,
 )
-from collsynth.runtime.executor import block_counts, collective_kind, prepare
-from collsynth.runtime.mscclpp_plan import plan_kind, prepare_plan
-from collsynth.runtime.program import prepare_program, program_kind
+from collsynth.executor.executor import block_counts, collective_kind, prepare
+from collsynth.executor.mscclpp_plan import plan_kind, prepare_plan
+from collsynth.executor.program import prepare_program, program_kind
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -107,7 +107,7 @@ class Case:
     as in the algorithm it came from; only ``program``'s root and custom conditions are read
     from it, and it may be ``None`` for a standard, unrooted ``coll``), or an MSCCL++ ``plan``.
     ``block_elems`` is ``m``, the elements of one base chunk (see
-    :mod:`collsynth.runtime.executor`).
+    :mod:`collsynth.executor.executor`).
     """
 
     name: str
@@ -453,7 +453,7 @@ def run_case(case: Case, *, group: Any = None, device: Any = None) -> CaseResult
     """Run ``case`` on this rank (collectively: every rank of ``group`` calls it).
 
     Errors that every rank raises alike (bad tensors, an op the dtype cannot take) are
-    returned as a failed result; an :class:`~collsynth.runtime.ExecutionError` (the group is
+    returned as a failed result; an :class:`~collsynth.executor.ExecutionError` (the group is
     broken) propagates.
     """
     torch, dist = torch_modules()
@@ -532,7 +532,7 @@ def run_case(case: Case, *, group: Any = None, device: Any = None) -> CaseResult
 
 def run_cases(rank: int, world_size: int, cases: Sequence[Case], *, group: Any = None
               ) -> list[CaseResult]:
-    """:func:`run_case` over a table, for :func:`collsynth.runtime.launch.launch`
+    """:func:`run_case` over a table, for :func:`collsynth.executor.launch.launch`
     (``launch(run_cases, n, args=(cases,))``).
 
     After an :class:`ExecutionError` the group is broken: that case and every later one are
