@@ -208,11 +208,16 @@ def _figures(timing, size: int, factor: float) -> dict[str, float] | None:
 
 def _report(args, case, per_rank, label: str, kind: str, ranks: int, element: int
             ) -> dict[str, Any]:
-    from collsynth.executor.compare import TORCH_CALLS, busbw_factor
+    from collsynth.collective.kinds import busbw_factor
+    from collsynth.errors import UnknownNameError
+    from collsynth.executor.compare import TORCH_CALLS
 
     first = per_rank[0]
     size = first.size_bytes
-    factor = busbw_factor(kind, ranks)
+    try:  # a custom gather or scatter has the standard one's buffers
+        factor = float(busbw_factor(kind.removeprefix("custom_"), ranks))
+    except UnknownNameError:  # a custom collective: no nccl-tests convention, busbw = algbw
+        factor = 1.0
     errors = [f"rank {r.rank}: {r.error}" for r in per_rank if r.error]
     # One message when every rank says the same thing.
     if errors and len({r.error for r in per_rank if r.error}) == 1 and \

@@ -20,15 +20,10 @@ from collsynth.cli.common import (EXIT_OK, UsageError, add_figure_arguments, for
 from collsynth.cli.time_program import (add_time_program_arguments, run_program_time,
                                         wants_program_model)
 from collsynth.errors import CollsynthError
+from collsynth.exact import fraction_text
 from collsynth.timing.compare import Comparison, compare
 
 __all__ = ["register", "run_time", "run_plot"]
-
-
-def _exact_text(value: Fraction) -> str:
-    if value.denominator == 1:
-        return str(value.numerator)
-    return f"{value.numerator}/{value.denominator}"
 
 
 def _load(paths: Sequence[str], calibration_path: str | None, *, unit_gbps: float | None = None,
@@ -60,7 +55,7 @@ def _envelope(comparison: Comparison, lo: int, hi: int):
 def run_time(args: argparse.Namespace) -> int:
     """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
     from collsynth._files import check_input_file
-    from collsynth.timing.nccl import algbw_gbps, busbw_gbps
+    from collsynth.timing.metrics import algbw_gbps, busbw_gbps
 
     for path in args.files:  # every input a regular file, before the first is priced
         check_input_file(path)
@@ -98,9 +93,9 @@ def run_time(args: argparse.Namespace) -> int:
             "sizes": [{"size_bytes": size, "candidates": rows, "best": best,
                        "best_time_us": comparison.time_us(best, size)}
                       for size, rows, best in per_size],
-            "envelope": [{"name": s.name, "from_bytes": _exact_text(s.from_bytes),
-                          "to_bytes": _exact_text(s.to_bytes)} for s in envelope],
-            "crossovers": [{"from": a, "to": b, "size_bytes": _exact_text(x),
+            "envelope": [{"name": s.name, "from_bytes": fraction_text(s.from_bytes),
+                          "to_bytes": fraction_text(s.to_bytes)} for s in envelope],
+            "crossovers": [{"from": a, "to": b, "size_bytes": fraction_text(x),
                             "size_bytes_float": float(x)} for a, b, x in changes],
         }, indent=1))
         return EXIT_OK
@@ -121,7 +116,7 @@ def run_time(args: argparse.Namespace) -> int:
         out(f"crossovers between consecutive winners ({format_size(sizes[0])} to "
              f"{format_size(sizes[-1])}):")
         for a, b, x in changes:
-            out(f"  {a} -> {b} at {_exact_text(x)} bytes ({format_size(x)})")
+            out(f"  {a} -> {b} at {fraction_text(x)} bytes ({format_size(x)})")
     else:
         out(f"no crossover: {envelope[0].name} is fastest from {format_size(sizes[0])} to "
              f"{format_size(sizes[-1])}")
@@ -147,7 +142,7 @@ def run_plot(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from collsynth.timing.nccl import busbw_gbps
+    from collsynth.timing.metrics import busbw_gbps
 
     points = 121
     sizes = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]

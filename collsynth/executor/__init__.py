@@ -22,7 +22,7 @@ from collsynth.executor._common import (
     InvalidBufferError,
     UnrunnableProgramError,
 )
-from collsynth.executor.compare import Case, CaseResult, Timing, busbw_factor, run_case, run_cases
+from collsynth.executor.compare import Case, CaseResult, Timing, run_case, run_cases
 from collsynth.executor.executor import PreparedRun, prepare, run
 from collsynth.executor.launch import LaunchError, RankFailure, launch
 from collsynth.executor.mscclpp_plan import PreparedPlan, execute_plan, prepare_plan
@@ -47,7 +47,6 @@ __all__ = [
     "Timing",
     "run_case",
     "run_cases",
-    "busbw_factor",
     "REDUCE_OPS",
     "DEFAULT_TIMEOUT_S",
     "ExecutionError",

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.model import Collective
-from collsynth.collective.kinds import KINDS, canonical_name
-from collsynth.collective.kinds import busbw_factor as kinds_busbw_factor
 from collsynth.export.mscclpp.model import Plan
 from collsynth.export.program import Program
 from collsynth.executor._common import (
@@ -32,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
 __all__ = ["Case", "CaseResult", "Timing", "run_case", "run_cases", "tolerance",
-           "busbw_factor", "size_bytes", "DTYPES", "parse_dtype", "TORCH_CALLS"]
+           "size_bytes", "DTYPES", "parse_dtype", "TORCH_CALLS"]
 
 #: dtype names accepted by :func:`parse_dtype` (also ``torch.float32`` spellings).
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32",
@@ -68,18 +66,6 @@ def tolerance(dtype: "torch.dtype", num_ranks: int, op: str) -> float:
         return 0.0
     return 4 * num_ranks * torch.finfo(dtype).eps
 
-
-def busbw_factor(kind: str, num_ranks: int) -> float:
-    """nccl-tests' bus-bandwidth factor: allreduce ``2(n-1)/n``; allgather, reduce_scatter,
-    alltoall, gather, scatter ``(n-1)/n``; broadcast, reduce (and custom) ``1``.
-
-    >>> busbw_factor("allreduce", 4), busbw_factor("allgather", 4), busbw_factor("reduce", 4)
-    (1.5, 0.75, 1.0)
-    """
-    key = {"custom_gather": "gather", "custom_scatter": "scatter"}.get(kind, kind)
-    if canonical_name(key) not in {k.name for k in KINDS}:
-        return 1.0
-    return float(kinds_busbw_factor(key, num_ranks))
 
 
 def size_bytes(kind: str, num_ranks: int, block_elems: int, element_size: int,

@@ -20,7 +20,7 @@ from collsynth.export.program import (
     Program,
     ThreadBlock,
 )
-from collsynth.runtimes import Runtime, XmlDialect, xml_dialect
+from collsynth.runtimes import PROTOCOLS, Runtime, XmlDialect, xml_dialect
 from collsynth.export.semantics import (
     MAX_REDUCE_FUSION,
     OPERANDS,
@@ -36,13 +36,12 @@ __all__ = [
     "PROBLEM_KINDS",
     "COLLECTIVES",
     "ROOTED_COLLECTIVES",
-    "PROTOCOLS",
     "MAX_CHECKED_THREADBLOCKS",
     "MAX_CHECKED_CHUNKS",
     "Problem",
     "RankStats",
     "CheckReport",
-    "buffer_chunks",
+    "buffer_sizes",
     "layouts",
     "static_problems",
     "check_program",
@@ -78,8 +77,6 @@ COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "reducescatter", "all
                "broadcast", "reduce", "gather", "scatter")
 #: Collectives with a root.
 ROOTED_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
-#: The ``proto`` values both runtimes accept (case sensitive).
-PROTOCOLS = ("Simple", "LL", "LL128")
 
 #: Thread blocks (all ranks together) above which a program is not executed symbolically.
 MAX_CHECKED_THREADBLOCKS = 16384
@@ -159,12 +156,12 @@ def _canonical(coll: str) -> str:
     return _CANONICAL.get(coll, coll)
 
 
-def buffer_chunks(coll: str, ngpus: int, nchunksperloop: int) -> tuple[int, int]:
+def buffer_sizes(coll: str, ngpus: int, nchunksperloop: int) -> tuple[int, int]:
     """Real sizes ``(input, output)`` in chunks of one rank's buffers (§8.1).
 
-    >>> buffer_chunks("allgather", 4, 8)
+    >>> buffer_sizes("allgather", 4, 8)
     (2, 8)
-    >>> buffer_chunks("reduce_scatter", 4, 8)
+    >>> buffer_sizes("reduce_scatter", 4, 8)
     (8, 2)
     """
     n, big = max(ngpus, 1), nchunksperloop
@@ -313,7 +310,7 @@ def _static(program: Program, rt: XmlDialect) -> _Static:  # noqa: C901 - one ru
             add("structure", f"{missing - _SHOWN_MISSING} more of the ngpus={n} ranks have no "
                              "<gpu> element")
 
-    real_in, real_out = buffer_chunks(coll, n, big) if n >= 1 and big >= 1 else (0, 0)
+    real_in, real_out = buffer_sizes(coll, n, big) if n >= 1 and big >= 1 else (0, 0)
     tbs: dict[int, dict[int, ThreadBlock]] = {}
     loaded: dict[int, dict[int, LoadedThreadblock]] = {}
     for r, gpu in sorted(gpus.items()):
@@ -578,7 +575,7 @@ class _Execution:
         n, big = program.ngpus, program.nchunksperloop
         self.n = n
         self.key = _canonical(program.coll)
-        real_in, real_out = buffer_chunks(program.coll, n, big)
+        real_in, real_out = buffer_sizes(program.coll, n, big)
         in_place = layout == "in-place"
         self.problems: list[Problem] = []
         self._kind_counts: Counter = Counter()
@@ -974,7 +971,7 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
     runs: list[_Execution] = []
     if static.executable and names:
         threadblocks = sum(len(t) for t in static.tbs.values())
-        real_in, real_out = buffer_chunks(program.coll, program.ngpus, program.nchunksperloop)
+        real_in, real_out = buffer_sizes(program.coll, program.ngpus, program.nchunksperloop)
         # Every one of the ngpus ranks gets its buffers in the execution, not only those with a
         # <gpu> element: a file claiming 100000 GPUs is refused here, before allocating.
         chunks = program.ngpus * (real_in + real_out) + sum(

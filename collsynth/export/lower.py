@@ -23,12 +23,10 @@ from collsynth.export.layout import Layout, Loc, collective_layout
 from collsynth.export.limits import (CHANNEL_POLICIES, channel_of, estimate_limits,
                                      find_limit_violations, limit_error)
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
-from collsynth.runtimes import Runtime, XmlDialect, xml_dialect
+from collsynth.runtimes import PROTOCOLS, Runtime, XmlDialect, xml_dialect
 
-__all__ = ["lower", "check_limits", "PROTOCOLS", "MAX_NODES", "max_bytes_attribute"]
+__all__ = ["lower", "check_limits", "MAX_NODES", "max_bytes_attribute"]
 
-#: Protocols the runtimes accept (case sensitive).
-PROTOCOLS = ("Simple", "LL", "LL128")
 #: Reader limit: nodes kept for the loading rank (§2.5).
 MAX_NODES = 4096
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.,:;=+()\[\]-]")

@@ -542,7 +542,8 @@ def read_results(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
     """Read the logs the runs left in ``out_dir/logs`` (see :func:`run_bench`)."""
     from collsynth.timing.calibration import calibration_from_fits
     from collsynth.timing.fit import fit_log
-    from collsynth.timing.logs import busbw_factor, load_log
+    from collsynth.collective.kinds import busbw_factor
+    from collsynth.timing.logs import load_log
 
     folder = Path(out_dir)
     program, options = setup.program, setup.options
@@ -554,7 +555,7 @@ def read_results(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
         logs.append(log)
     default_log, xml_log = logs
     wanted = {h == "in-place" for h in program.halves}
-    factor = busbw_factor(program.collective, program.ranks)
+    factor = float(busbw_factor(program.collective, program.ranks))
 
     def per_size(log: "BenchmarkLog") -> dict[int, tuple[float, float | None]]:
         times: dict[int, list[float]] = {}

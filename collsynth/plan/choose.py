@@ -24,7 +24,8 @@ from collsynth.errors import (
     UnimplementableError,
 )
 from collsynth.plan.cache import FrontCache
-from collsynth.timing.model import SIZE, as_fraction, cost_model, lower_envelope, symbolic_time
+from collsynth.exact import as_fraction
+from collsynth.timing.model import SIZE, cost_model, lower_envelope, symbolic_time
 from collsynth.topology.model import Topology
 
 __all__ = ["Line", "Sample", "Candidate", "SizeRange", "SynthOptions", "FrontOutcome",

@@ -12,10 +12,10 @@ into time with the physical figures of a topology (``alpha_us``, ``unit_gbps``):
   nccl-tests and PARAM log readers, alpha-beta and piecewise fits, calibration files.
 """
 
+from collsynth.collective.kinds import base_chunk_bytes
 from collsynth.timing.alphabeta import (
     AlphaBeta,
     algorithm_time_us,
-    base_chunk_bytes,
     crossover_bytes,
     from_topology,
     instance_time_us,
@@ -46,11 +46,11 @@ from collsynth.timing.fit import (  # noqa: E402
     fit_alpha_beta,
     fit_log,
     fit_piecewise,
-    gmae,
     plot_fits,
     save_figure,
 )
 from collsynth.timing.logs import BenchmarkLog, BenchmarkRow, load_log, parse_log  # noqa: E402
+from collsynth.timing.metrics import algbw_gbps, busbw_gbps, gmae  # noqa: E402
 
 __all__ += [
     "BenchmarkLog",
@@ -65,6 +65,8 @@ __all__ += [
     "fit_piecewise",
     "fit_log",
     "gmae",
+    "algbw_gbps",
+    "busbw_gbps",
     "plot_fits",
     "save_figure",
     "Calibration",

@@ -8,11 +8,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from numbers import Rational, Real
+from numbers import Real
 from typing import TYPE_CHECKING, Sequence, Union
 
-from collsynth.collective.kinds import KINDS, canonical_name
-from collsynth.errors import InvalidInstanceError, InvalidTopologyError, UnknownNameError
+from collsynth.collective.kinds import base_chunk_bytes
+from collsynth.errors import InvalidInstanceError, InvalidTopologyError
+from collsynth.exact import exact_fraction
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
@@ -25,17 +26,10 @@ __all__ = [
     "instance_time_us",
     "algorithm_time_us",
     "crossover_bytes",
-    "BUFFER_CHUNKS",
 ]
 
 #: A (steps, rounds per chunk) point, e.g. ``(3, Fraction(7, 6))``.
 Point = Sequence[Union[int, Fraction]]
-
-#: How many base chunks the ``size_bytes`` of each standard collective holds (nccl-tests
-#: convention), as a function of the number of ranks ``n``: ``base chunk = size_bytes / count``
-#: (from :mod:`collsynth.collective.kinds`).
-BUFFER_CHUNKS = {kind.name: kind.chunks for kind in KINDS if kind.chunks is not None}
-
 
 @dataclass(frozen=True)
 class AlphaBeta:
@@ -101,49 +95,6 @@ def from_topology(topology: "Topology") -> AlphaBeta:
             "(--unit-gbps GBPS --alpha-us US), or in the topology file; or build "
             "AlphaBeta(alpha_us=..., beta_us_per_byte=...) yourself")
     return AlphaBeta(alpha_us=topology.alpha_us, beta_us_per_byte=1 / (topology.unit_gbps * 1e3))
-
-
-def base_chunk_bytes(collective_name: str, num_ranks: int, size_bytes: Real) -> Fraction:
-    """The size of one base chunk, in bytes, of a collective called with ``size_bytes``.
-
-    ``size_bytes`` follows the nccl-tests convention:
-
-    ==============  ==========================================  ========================
-    collective      ``size_bytes`` is                           base chunk
-    ==============  ==========================================  ========================
-    allgather       the output buffer, ``n`` x per-rank input   ``size_bytes / n``
-    reduce_scatter  the input buffer, ``n`` x per-rank output   ``size_bytes / n``
-    allreduce       the buffer                                  ``size_bytes``
-    alltoall        a rank's buffer, ``n`` x per-pair block     ``size_bytes / n``
-    broadcast       the buffer                                  ``size_bytes``
-    reduce          the buffer                                  ``size_bytes``
-    gather          the root's buffer, ``n`` x per-rank part    ``size_bytes / n``
-    scatter         the root's buffer, ``n`` x per-rank part    ``size_bytes / n``
-    ==============  ==========================================  ========================
-
-    Names are case-insensitive, ``-`` and ``_`` alike. Other collectives have no agreed buffer
-    convention: use :func:`instance_time_us` with the base chunk size directly.
-
-    Raises
-    ------
-    UnknownNameError
-        For a collective not in the table.
-    InvalidInstanceError
-        For ``num_ranks < 1`` or a negative or non-finite size.
-
-    >>> base_chunk_bytes("allgather", 4, 4096)
-    Fraction(1024, 1)
-    >>> base_chunk_bytes("All-Reduce", 4, 4096)
-    Fraction(4096, 1)
-    """
-    key = canonical_name(collective_name)
-    if key not in BUFFER_CHUNKS:
-        raise UnknownNameError(
-            f"no buffer-size convention for collective {collective_name!r}; known: "
-            f"{', '.join(sorted(BUFFER_CHUNKS))}; use instance_time_us with the base chunk size")
-    if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
-        raise InvalidInstanceError(f"num_ranks = {num_ranks!r}; expected a positive integer")
-    return exact_fraction(size_bytes, "size_bytes") / BUFFER_CHUNKS[key](num_ranks)
 
 
 def instance_time_us(steps: int, rounds_per_chunk: Real, chunk_bytes: Real,
@@ -246,17 +197,3 @@ def _point(point: Point) -> tuple[Fraction, Fraction]:
         raise InvalidInstanceError(f"point {point!r}: expected (steps, rounds_per_chunk)")
     return exact_fraction(point[0], "steps"), exact_fraction(point[1], "rounds_per_chunk")
 
-
-def exact_fraction(value: Real, name: str) -> Fraction:
-    """``value`` as a Fraction: ints and Fractions as they are, floats by their shortest decimal."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise InvalidInstanceError(f"{name} = {value!r}; expected a number")
-    if isinstance(value, Rational):
-        result = Fraction(value)
-    else:
-        if not math.isfinite(value):
-            raise InvalidInstanceError(f"{name} = {value!r}; expected a finite number")
-        result = Fraction(repr(float(value)))
-    if result < 0:
-        raise InvalidInstanceError(f"{name} = {value!r}; expected a number >= 0")
-    return result

@@ -35,7 +35,9 @@ from collsynth.errors import (
 )
 from collsynth.timing.alphabeta import AlphaBeta
 from collsynth.timing.fit import MODELS, LogFits
-from collsynth.timing.logs import busbw_factor, canonical_collective
+from collsynth.collective.kinds import busbw_factor
+from collsynth.timing.logs import canonical_collective
+from collsynth.timing.tuning_model import ring_steps
 from collsynth.topology.model import Topology
 
 __all__ = [
@@ -50,7 +52,7 @@ __all__ = [
     "save_calibration",
     "load_calibration",
     "egress_units",
-    "ring_steps",
+    "calibration_steps",
 ]
 
 _log = logging.getLogger(__name__)
@@ -145,7 +147,11 @@ class CalibrationEntry:
         """Microseconds per byte of the whole collective at large sizes (``1 / algbw``)."""
         if "beta_us_per_byte" in self.params:
             return float(self.params["beta_us_per_byte"])
-        return busbw_factor(self.collective, self.ranks) / (self.busbw_gbps * 1e3)
+        try:
+            factor = float(busbw_factor(self.collective, self.ranks))
+        except UnknownNameError:  # no nccl-tests convention: busbw is algbw
+            factor = 1.0
+        return factor / (self.busbw_gbps * 1e3)
 
     def to_json(self) -> dict[str, Any]:
         """The entry as stored in a calibration file."""
@@ -263,7 +269,7 @@ class Calibration:
         first = (allreduce or candidates)[0].collective
         entry = _preferred([e for e in candidates if e.collective == first])
         units = egress_units(topology)
-        steps = ring_steps(entry.collective, entry.ranks)
+        steps = calibration_steps(entry.collective, entry.ranks)
         unit_gbps = entry.busbw_gbps / units
         alpha_us = entry.alpha_us / steps
         if self.topology.strip().lower() != topology.name.strip().lower():
@@ -295,6 +301,23 @@ def _preferred(entries: Sequence[CalibrationEntry]) -> CalibrationEntry:
     return entries[0]
 
 
+def calibration_steps(collective: str, ranks: int) -> int:
+    """The steps a fitted collective's whole-call alpha is spread over (at least 1): those of
+    the runtime's ring (:func:`collsynth.timing.tuning_model.ring_steps`: ``2(n-1)`` allreduce,
+    ``n-1`` allgather and reduce-scatter, ``n`` broadcast and reduce), and ``n-1`` for a
+    collective the runtime runs as send/recv (alltoall, gather, scatter: one message per peer).
+
+    >>> calibration_steps("allreduce", 8), calibration_steps("broadcast", 8)
+    (14, 8)
+    >>> calibration_steps("alltoall", 8), calibration_steps("allgather", 1)
+    (7, 1)
+    """
+    try:
+        return max(ring_steps(collective, ranks), 1)
+    except UnknownNameError:
+        return max(ranks - 1, 1)
+
+
 def egress_units(topology: Topology) -> int:
     """The bandwidth units the slowest-sending rank can send per round: for each rank, its
     outgoing link units, capped by every bandwidth group whose only source is that rank (the cap
@@ -324,16 +347,6 @@ def egress_units(topology: Topology) -> int:
         raise InvalidTopologyError(f"topology {topology.name!r}: no rank can send")
     return best
 
-
-def ring_steps(collective: str, ranks: int) -> int:
-    """Steps of NCCL's ring for a collective on ``ranks`` ranks: ``2(n-1)`` for allreduce,
-    ``n-1`` for the others (at least 1).
-
-    >>> ring_steps("allreduce", 8), ring_steps("all_gather", 8)
-    (14, 7)
-    """
-    n = max(ranks, 2)
-    return 2 * (n - 1) if canonical_collective(collective) == "allreduce" else n - 1
 
 
 def calibration_from_fits(topology: str, results: Sequence[LogFits], *,

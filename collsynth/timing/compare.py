@@ -14,7 +14,8 @@ from typing import Any, Mapping, Sequence
 from collsynth.errors import CollsynthError, UnknownNameError
 from collsynth.timing.alphabeta import algorithm_time_us, from_topology
 from collsynth.timing.kernels import reduce_gamma_us_per_byte
-from collsynth.timing.model import SIZE, _rational, as_fraction, cost_model, symbolic_time
+from collsynth.exact import as_fraction, sympy_rational
+from collsynth.timing.model import SIZE, cost_model, symbolic_time
 from collsynth.timing.nccl import best_choice, nccl_choices, nccl_setup
 from collsynth.runtimes import get_runtime
 
@@ -131,7 +132,7 @@ def compare(algorithms: Sequence[Any], *, calibration: Any = None,
             notes.append(f"no measured line: {exc}")
         else:
             name = f"measured {coll}"
-            lines[name] = _rational(line.alpha_us) + _rational(line.beta_us_per_byte) * SIZE
+            lines[name] = sympy_rational(line.alpha_us) + sympy_rational(line.beta_us_per_byte) * SIZE
             measured = (name,)
         used = topology.metadata.get("calibration") if isinstance(topology.metadata, Mapping) \
             else None

@@ -3,7 +3,7 @@
 Both fits work on the *sweep* of a :class:`~collsynth.timing.logs.BenchmarkLog`: one point per
 distinct size, whose time is the geometric mean of the rows of that size (nccl-tests measures
 every size twice, out of place and in place; a repeated run adds more rows). Each fit reports
-three errors (:func:`gmae`): ``gmae`` over the sweep's points, the figure the fits are judged by;
+three errors (:func:`collsynth.timing.metrics.gmae`): ``gmae`` over the sweep's points, the figure the fits are judged by;
 ``gmae_rows`` over every row, which also counts the scatter between the halves (an outlier half,
 like a 22 us out-of-place call between two 13 us ones, weighs there in full); and
 ``gmae_heldout``, the error of the same model fitted to every other size of the sweep (the
@@ -26,6 +26,7 @@ import numpy as np
 
 from collsynth.errors import FileFormatError, UnknownNameError
 from collsynth.timing.logs import BenchmarkLog
+from collsynth.timing.metrics import gmae
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from matplotlib.figure import Figure
@@ -37,7 +38,6 @@ __all__ = [
     "LogFits",
     "MODELS",
     "FIGURE_FORMATS",
-    "gmae",
     "fit_alpha_beta",
     "fit_piecewise",
     "fit_log",
@@ -185,16 +185,6 @@ class LogFits:
         """Both fits, in :data:`MODELS` order."""
         return self.alpha_beta, self.piecewise
 
-
-def gmae(predicted: Any, measured: Any) -> float:
-    """The geometric-mean absolute error ``exp(mean(|log(predicted / measured)|)) - 1``.
-
-    >>> round(gmae([110.0, 100.0], [100.0, 110.0]), 4)
-    0.1
-    """
-    p = np.asarray(predicted, dtype=float)
-    m = np.asarray(measured, dtype=float)
-    return float(np.expm1(np.mean(np.abs(np.log(p / m)))))
 
 
 # -- the data -------------------------------------------------------------------------------------

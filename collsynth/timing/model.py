@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, Union, runti
 
 import sympy
 
-from collsynth.errors import CollsynthError, InvalidInstanceError, InvalidTopologyError
-from collsynth.timing.alphabeta import AlphaBeta, base_chunk_bytes, exact_fraction, from_topology
+from collsynth.collective.kinds import base_chunk_bytes
+from collsynth.errors import InvalidInstanceError, InvalidTopologyError
+from collsynth.exact import as_fraction, exact_fraction, sympy_rational
+from collsynth.timing.alphabeta import AlphaBeta, from_topology
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
@@ -31,7 +33,6 @@ __all__ = [
     "crossover",
     "Segment",
     "lower_envelope",
-    "as_fraction",
 ]
 
 #: The symbol every symbolic time is written in: the buffer size in bytes (nccl-tests convention).
@@ -189,8 +190,8 @@ def step_figures(algorithm: "Algorithm", model: CostModel | AlphaBeta | None = N
         if not used:
             result.append(cm.links)
             continue
-        alpha = max((f.alpha_us for f in used.values()), key=_exact_key)
-        beta = max((f.beta_us_per_byte for f in used.values()), key=_exact_key)
+        alpha = max((f.alpha_us for f in used.values()), key=exact_fraction)
+        beta = max((f.beta_us_per_byte for f in used.values()), key=exact_fraction)
         result.append(AlphaBeta(alpha, beta))
     return tuple(result)
 
@@ -252,11 +253,11 @@ def symbolic_time(source: "Algorithm | Point | SymbolicCost | sympy.Expr",
         per_chunk = base_chunk_bytes(coll.name, coll.num_ranks, 1)  # 1 / k
         piece = sympy.Rational(per_chunk.numerator, per_chunk.denominator) / algorithm.chunks
         total = sympy.Integer(0)
-        gamma = _rational(cm.gamma_us_per_byte)
+        gamma = sympy_rational(cm.gamma_us_per_byte)
         for step, figures, reduced in zip(algorithm.steps, step_figures(algorithm, cm),
                                           reduced_pieces(algorithm)):
-            total += _rational(figures.alpha_us)
-            total += step.rounds * piece * SIZE * _rational(figures.beta_us_per_byte)
+            total += sympy_rational(figures.alpha_us)
+            total += step.rounds * piece * SIZE * sympy_rational(figures.beta_us_per_byte)
             total += gamma * reduced * piece * SIZE
         return sympy.expand(total)
     steps, rpc = _point(source)
@@ -267,10 +268,10 @@ def symbolic_time(source: "Algorithm | Point | SymbolicCost | sympy.Expr",
     cm = _as_model(model, None)
     per_chunk = base_chunk_bytes(name, n, 1)
     chunk = sympy.Rational(per_chunk.numerator, per_chunk.denominator) * SIZE
-    alpha, beta = _rational(cm.links.alpha_us), _rational(cm.links.beta_us_per_byte)
-    gamma = _rational(cm.gamma_us_per_byte)
-    reduced = _rational(reduced_chunks)
-    return sympy.expand(_rational(steps) * alpha + _rational(rpc) * chunk * beta
+    alpha, beta = sympy_rational(cm.links.alpha_us), sympy_rational(cm.links.beta_us_per_byte)
+    gamma = sympy_rational(cm.gamma_us_per_byte)
+    reduced = sympy_rational(reduced_chunks)
+    return sympy.expand(sympy_rational(steps) * alpha + sympy_rational(rpc) * chunk * beta
                         + gamma * reduced * chunk)
 
 
@@ -283,7 +284,7 @@ def time_us(source: Any, size_bytes: Real, collective: Any = None, n: int | None
     8.9
     """
     expr = symbolic_time(source, collective, n, model=model, reduced_chunks=reduced_chunks)
-    return float(expr.subs(SIZE, _rational(size_bytes)))
+    return float(expr.subs(SIZE, sympy_rational(size_bytes)))
 
 
 def crossover(a: Any, b: Any, collective: Any = None, n: int | None = None, *,
@@ -408,15 +409,6 @@ def lower_envelope(times: Mapping[str, sympy.Expr], from_bytes: Real, to_bytes: 
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def as_fraction(value: Any) -> Fraction:
-    """An exact sympy number (or int, Fraction) as a :class:`~fractions.Fraction`."""
-    if isinstance(value, (int, Fraction)):
-        return Fraction(value)
-    value = sympy.sympify(value)
-    if not value.is_Rational:
-        raise CollsynthError(f"expected an exact rational number, got {value}")
-    return Fraction(int(value.p), int(value.q))
-
 
 def _is_algorithm(value: Any) -> bool:
     return hasattr(value, "steps") and hasattr(value, "collective") and hasattr(value, "topology")
@@ -430,10 +422,3 @@ def _point(point: Any) -> tuple[Fraction, Fraction]:
     return exact_fraction(point[0], "steps"), exact_fraction(point[1], "rounds_per_chunk")
 
 
-def _exact_key(value: Real) -> Fraction:
-    return exact_fraction(value, "figure")
-
-
-def _rational(value: Any) -> sympy.Rational:
-    f = exact_fraction(value, "figure")
-    return sympy.Rational(f.numerator, f.denominator)

@@ -21,16 +21,18 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import sympy
 
-from collsynth.collective.kinds import KINDS, canonical_name, collective_kind
+from collsynth.collective.kinds import canonical_name
 from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameError
-from collsynth.timing.alphabeta import exact_fraction
+from collsynth.exact import exact_fraction
+from collsynth.runtimes.constants import NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US
+from collsynth.runtimes.protocols import PROTOCOLS
 from collsynth.timing.model import SIZE, CostModel, _as_model
+from collsynth.timing.tuning_model import ring_steps
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
 __all__ = [
-    "PROTOCOLS",
     "ALGORITHMS",
     "BASE_LATENCY_US",
     "HOP_LATENCY_US",
@@ -41,31 +43,30 @@ __all__ = [
     "nccl_setup",
     "nccl_choices",
     "best_choice",
-    "ring_steps",
-    "busbw_factor",
-    "algbw_gbps",
-    "busbw_gbps",
 ]
 
-PROTOCOLS = ("LL", "LL128", "Simple")
 ALGORITHMS = ("ring", "tree")
 
 
 def _per_protocol(**rows: tuple) -> Mapping[str, Mapping[str, Fraction]]:
     """``{row: {protocol: Fraction}}`` from one (LL, LL128, Simple) tuple per row, read-only."""
-    return MappingProxyType({name: MappingProxyType(dict(zip(PROTOCOLS, map(Fraction, values))))
+    return MappingProxyType({name: MappingProxyType(dict(zip(PROTOCOLS, map(_exact, values))))
                              for name, values in rows.items()})
 
 
-#: ``BASE_LATENCY_US[algorithm][protocol]``: NCCL's ``baseLat`` (us).
-BASE_LATENCY_US = _per_protocol(tree=("6.8", 14, "8.4"), ring=("6.6", 14, "8.4"))
+def _exact(value: object) -> Fraction:
+    return Fraction(value) if isinstance(value, (Fraction, str)) else exact_fraction(value)
 
-#: ``HOP_LATENCY_US[hardware][algorithm][protocol]``: NCCL's ``hwLat`` (us per hop).
+
+#: ``BASE_LATENCY_US[algorithm][protocol]``: NCCL's ``baseLat`` (us), exact
+#: (:data:`collsynth.runtimes.constants.NCCL_BASE_LATENCY_US`).
+BASE_LATENCY_US = _per_protocol(**{a: NCCL_BASE_LATENCY_US[a] for a in ALGORITHMS})
+
+#: ``HOP_LATENCY_US[hardware][algorithm][protocol]``: NCCL's ``hwLat`` (us per hop), exact
+#: (:data:`collsynth.runtimes.constants.NCCL_HOP_LATENCY_US`).
 HOP_LATENCY_US: Mapping[str, Mapping[str, Mapping[str, Fraction]]] = MappingProxyType({
-    "nvlink": _per_protocol(tree=("0.6", "1.25", 4), ring=("0.6", "1.9", "3.4")),
-    "pci": _per_protocol(tree=(1, "1.9", 4), ring=(1, "2.5", "5.7")),
-    "net": _per_protocol(tree=(5, "8.5", 14), ring=("2.7", 4, 14)),
-})
+    hw: _per_protocol(**{a: table[a] for a in ALGORITHMS})
+    for hw, table in NCCL_HOP_LATENCY_US.items()})
 
 #: ``BANDWIDTH_FACTOR[algorithm][protocol]`` on the bus bandwidth, one node (the tree's LL128
 #: factor on several nodes is :data:`TREE_LL128_MULTINODE`).
@@ -390,23 +391,6 @@ def nccl_setup(topology: "Topology", *, model: "CostModel | None" = None,
     return NcclSetup(n, nodes, rings, gbps, hardware)
 
 
-def ring_steps(collective: str, num_ranks: int) -> int:
-    """NCCL's ring step count: ``2(n-1)`` allreduce, ``n-1`` allgather / reduce-scatter,
-    ``n`` broadcast / reduce.
-
-    >>> ring_steps("allreduce", 8), ring_steps("allgather", 8), ring_steps("broadcast", 8)
-    (14, 7, 8)
-    """
-    key = _key(collective)
-    if key == "allreduce":
-        return 2 * (num_ranks - 1)
-    if key in ("allgather", "reduce_scatter"):
-        return num_ranks - 1
-    if key in ("broadcast", "reduce"):
-        return num_ranks
-    raise UnknownNameError(f"NCCL has no ring algorithm for {collective!r}; it has one for "
-                           f"{', '.join(_RING_COLLECTIVES)}")
-
 
 def nccl_choices(setup: "NcclSetup | Topology", collective: str, *,
                  protocols: Sequence[str] = PROTOCOLS,
@@ -489,42 +473,6 @@ def best_choice(choices: Iterable[NcclChoice], size_bytes: Real) -> NcclChoice:
         raise InvalidInstanceError("no NCCL choice to pick from")
     size = exact_fraction(size_bytes, "size_bytes")
     return min(choices, key=lambda c: c.latency_us + size / (1000 * c.algbw_gbps))
-
-
-def busbw_factor(collective: str, num_ranks: int) -> Fraction:
-    """nccl-tests' bus bandwidth factor: ``busbw = algbw * factor``
-    (:func:`collsynth.collective.kinds.busbw_factor`, for the kinds NCCL runs).
-
-    >>> busbw_factor("allreduce", 8), busbw_factor("allgather", 8), busbw_factor("broadcast", 8)
-    (Fraction(7, 4), Fraction(7, 8), Fraction(1, 1))
-    """
-    kind = collective_kind(collective)
-    if not kind.standard or kind.roots == "many":
-        raise UnknownNameError(f"no bus-bandwidth factor for {collective!r}; known: "
-                               f"{', '.join(k.name for k in KINDS if k.chunks is not None)}")
-    if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
-        raise InvalidInstanceError(f"num_ranks = {num_ranks!r}; expected a positive integer")
-    return kind.busbw(num_ranks)
-
-
-def algbw_gbps(size_bytes: Real, time_us: Real) -> float:
-    """nccl-tests' algorithm bandwidth: ``size_bytes / time``, in GB/s (10**9 bytes/s).
-
-    >>> algbw_gbps(10**9, 10**4)
-    100.0
-    """
-    if not time_us > 0:
-        raise InvalidInstanceError(f"time_us = {time_us!r}; expected a positive number")
-    return float(size_bytes) / (float(time_us) * 1e3)
-
-
-def busbw_gbps(collective: str, num_ranks: int, size_bytes: Real, time_us: Real) -> float:
-    """nccl-tests' bus bandwidth: ``algbw * busbw_factor`` (GB/s).
-
-    >>> busbw_gbps("allreduce", 8, 10**9, 10**4)
-    175.0
-    """
-    return algbw_gbps(size_bytes, time_us) * float(busbw_factor(collective, num_ranks))
 
 
 def _log2i(value: int) -> int:

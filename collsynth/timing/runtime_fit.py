@@ -17,6 +17,7 @@ from collsynth.timing.runtime_baselines import ring_program, runtime_rings
 from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MAX_TIME_US, MIN_GBPS
 from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
 from collsynth.runtimes.constants import LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US
+from collsynth.timing.metrics import gmae
 from collsynth.timing.runtime_model import PreparedProgram, prepare_program, simulate_program
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,10 +50,6 @@ class RuntimeFit:
     held_out_gmae: float | None
     rings: tuple[tuple[int, ...], ...] = field(default=())
 
-
-def _gmae(predicted: Sequence[float], measured: Sequence[float]) -> float:
-    p, m = np.asarray(predicted, float), np.asarray(measured, float)
-    return float(np.expm1(np.mean(np.abs(np.log(p / m)))))
 
 
 def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
@@ -190,7 +187,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         train = range(0, len(rows), 2)
         test = list(range(1, len(rows), 2))
         _, partial = fit(train)
-        held = _gmae(predict_ring(prepared, [sizes[i] for i in test], [used[i] for i in test],
+        held = gmae(predict_ring(prepared, [sizes[i] for i in test], [used[i] for i in test],
                                   partial), [times[i] for i in test])
     switch = [(sizes[i - 1], used[i - 1]) for i in range(1, len(used)) if used[i] != used[i - 1]]
     fitted = fitted.replace(
@@ -200,7 +197,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
                 + ", ".join(f"{k} = {v:.4g}" for k, v in parameters.items())
                 + f"; other figures: {base.source}"))
     return RuntimeFit(fitted, parameters, tuple(sizes), tuple(times), tuple(predicted),
-                      tuple(used), _gmae(predicted, times), held, ring_set)
+                      tuple(used), gmae(predicted, times), held, ring_set)
 
 
 def _bandwidth_guess(prepared: PreparedProgram, size: int, time_us: float) -> float:

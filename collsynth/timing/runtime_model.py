@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from collsynth.errors import (CollsynthError, InputTooLargeError, InvalidInstanceError,
-                              InvalidTopologyError)
+from collsynth.collective.kinds import busbw_factor
+from collsynth.errors import (InputTooLargeError, InvalidInstanceError, InvalidTopologyError,
+                              UnknownNameError)
 from collsynth.export.program import Program
 from collsynth.export.semantics import Scheduler
 from collsynth.runtimes import RuntimeConstants
@@ -117,17 +118,16 @@ steps; the program model simulates at most 1048576
 
 def _buffer_chunks(program: Program) -> int:
     """Chunks of the buffer the nccl-tests size counts (the larger of input and output)."""
-    from collsynth.export.check import buffer_chunks
+    from collsynth.export.check import buffer_sizes
 
-    return max(buffer_chunks(program.coll, program.ngpus, program.nchunksperloop))
+    return max(buffer_sizes(program.coll, program.ngpus, program.nchunksperloop))
 
 
 def _busbw_factor(coll: str, n: int) -> float:
-    from collsynth.collective.kinds import collective_kind
-
+    """nccl-tests' factor of the program's collective; 1 (busbw = algbw) for a custom one."""
     try:
-        return float(collective_kind(coll).busbw(n))
-    except CollsynthError:
+        return float(busbw_factor(coll, n))
+    except UnknownNameError:
         return 1.0
 
 

@@ -10,8 +10,9 @@ from fractions import Fraction
 from numbers import Real
 from typing import TYPE_CHECKING
 
-from collsynth.timing.alphabeta import AlphaBeta, base_chunk_bytes
-from collsynth.timing.alphabeta import exact_fraction
+from collsynth.collective.kinds import base_chunk_bytes
+from collsynth.exact import exact_fraction
+from collsynth.timing.alphabeta import AlphaBeta
 from collsynth.timing.model import CostModel, _as_model, reduced_pieces
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only

@@ -12,18 +12,21 @@ from a machine's facts. Sources, approximations and what is left out: docs/runti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from collsynth.collective.kinds import canonical_name
 from collsynth.errors import InvalidInstanceError, UnknownNameError
+from collsynth.runtimes.constants import (NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US,
+                                          RCCL_BASE_LATENCY_US, RCCL_HOP_LATENCY_US)
+from collsynth.runtimes.protocols import PROTOCOLS
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.machine import MachineFacts
     from collsynth.topology.model import Topology
 
 __all__ = [
-    "ALGORITHMS", "PROTOCOLS", "COLLECTIVES", "DEFAULT_VERSION", "RCCL_DEFAULT_VERSION",
+    "ALGORITHMS", "PROTOCOLS", "COLLECTIVES", "ring_steps", "DEFAULT_VERSION", "RCCL_DEFAULT_VERSION",
     "GraphFigures", "TuningSetup", "Estimate", "CallShape", "RuntimeChoice",
     "bandwidth_gbps", "latency_us", "enabled", "algo_time_us", "estimates", "fastest", "choose",
     "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
@@ -33,28 +36,14 @@ __all__ = [
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
 #: choice scans them in this order and keeps the first of equal times.
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
-PROTOCOLS = ("LL", "LL128", "Simple")
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reduce_scatter", "allreduce")
 DEFAULT_VERSION = (2, 30)
 RCCL_DEFAULT_VERSION = (2, 28)
 _RUNTIMES = ("nccl", "rccl")
 
 # -- NCCL 2.30.7 constants (src/graph/tuning.cc ncclTunerConstantsDefaults) ---------------------
+# baseLat and hwLat: NCCL_BASE_LATENCY_US and NCCL_HOP_LATENCY_US (collsynth.runtimes.constants).
 
-_BASE_LAT = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
-             "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0),
-             "pat": (8.0, 8.0, 8.0)}
-_HW_LAT = {
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
-               "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25),
-               "pat": (0, 0, 4.0)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
-            "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0),
-            "pat": (0, 0, 4.0)},
-    "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
-            "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9),
-            "pat": (0, 0, 14)},
-}
 # [compute-capability index: Volta, Ampere, Hopper, Blackwell][1 node, 2 nodes, >= 3 nodes]
 _LL_MAX_BWS = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
 _PER_CH_RING_LL128 = ((20, 20, 20), (20, 20, 20), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
@@ -95,17 +84,14 @@ _PCI_GBPS = 12.0
 
 # -- RCCL (ROCm/rocm-systems projects/rccl src/graph/tuning.cc, 2.28-2.31) ----------------------
 
-_RCCL_BASE_LAT = (12.0, 12.0, 17.0)  # Tree, Ring, CollNet; NVLS and PAT 0
-# model -> hwLat {hw: {tree, ring}} and bwRatio {<=2 nodes, >2 nodes}: {tree, ring}
+# baseLat per protocol (tree, ring, CollNet; NVLS and PAT 0): RCCL_BASE_LATENCY_US; hwLat per
+# tuning model: RCCL_HOP_LATENCY_US (collsynth.runtimes.constants).
+# model -> bwRatio {<=2 nodes, >2 nodes}: {tree, ring}
 _RCCL_MODELS = {
-    0: {"nvlink": {"tree": (0.8, 1.4, 2.5), "ring": (0.8, 2.2, 3.6)},
-        "pci": {"tree": (2.2, 2.2, 5.7), "ring": (2.2, 2.2, 5.7)},
-        "net": {"tree": (11.8, 18.2, 20.8), "ring": (9.5, 19.8, 15.1)},
+    0: {**RCCL_HOP_LATENCY_US[0],
         "ratio": ({"tree": (.04, .22, .91), "ring": (.04, .34, 1.00)},
                   {"tree": (.04, .22, .95), "ring": (.04, .34, 1.00)})},
-    5: {"nvlink": {"tree": (0.9, 0.9, 2.3), "ring": (0.8, 0.8, 2.1)},
-        "pci": {"tree": (2.2, 2.2, 5.7), "ring": (2.2, 2.2, 5.7)},
-        "net": {"tree": (10.5, 10.5, 25.0), "ring": (9.5, 9.5, 320.0)},
+    5: {**RCCL_HOP_LATENCY_US[5],
         "ratio": ({"tree": (.06, .06, .11), "ring": (.08, .08, 1.00)},
                   {"tree": (.06, .06, .59), "ring": (.08, .08, 1.00)})},
 }
@@ -322,9 +308,22 @@ def _ll_max_bw(setup: TuningSetup) -> float:
     return _LL_MAX_BWS[row][_nodes_index(setup.nodes)]
 
 
-def _nsteps(collective: str, ranks: int) -> int:
+def ring_steps(collective: str, ranks: int) -> int:
+    """Steps of the runtime's ring (``nsteps`` in ``ncclTopoTuneModel``): ``2(n-1)`` for allreduce,
+    ``n-1`` for allgather and reduce-scatter, ``n`` for broadcast and reduce (NCCL counts one
+    step per rank of the pipelined chain). The latency of a ring pays a hop per step.
+
+    >>> ring_steps("allreduce", 8), ring_steps("allgather", 8), ring_steps("broadcast", 8)
+    (14, 7, 8)
+
+    Raises
+    ------
+    UnknownNameError
+        A collective NCCL runs without its ring (alltoall, gather, scatter: send/recv).
+    """
+    key = _collective(collective)
     return {"allreduce": 2 * (ranks - 1), "allgather": ranks - 1,
-            "reduce_scatter": ranks - 1}.get(collective, ranks)
+            "reduce_scatter": ranks - 1}.get(key, ranks)
 
 
 def _graph(setup: TuningSetup, algorithm: str) -> GraphFigures | None:
@@ -425,7 +424,7 @@ def bandwidth_gbps(setup: TuningSetup, collective: str, algorithm: str, protocol
         if bus == 0.0:
             return 0.0
     if not (algorithm != "ring" and collective in ("allgather", "reduce_scatter")):
-        bus *= ranks / _nsteps(collective, ranks) if algorithm in ("ring", "nvls", "nvls_tree") \
+        bus *= ranks / ring_steps(collective, ranks) if algorithm in ("ring", "nvls", "nvls_tree") \
             else 0.5
     return bus
 
@@ -497,19 +496,19 @@ def _hw_lat(setup: TuningSetup, hw: str, algorithm: str, protocol: str) -> float
     if hw == "net" and algorithm == "nvls_tree" and protocol == "Simple" \
             and setup.version < (2, 29):
         return 14.0
-    return float(_HW_LAT[hw][algorithm][p])
+    return float(NCCL_HOP_LATENCY_US[hw][algorithm][p])
 
 
 def _base_lat(setup: TuningSetup, algorithm: str, protocol: str) -> float:
     p = PROTOCOLS.index(protocol)
     if setup.runtime == "rccl":
-        return _RCCL_BASE_LAT[p] if algorithm in ("tree", "ring", "collnet_direct",
+        return RCCL_BASE_LATENCY_US[p] if algorithm in ("tree", "ring", "collnet_direct",
                                                   "collnet_chain") else 0.0
     if algorithm == "tree" and protocol == "Simple" and setup.version < (2, 23):
         return 0.0
     if algorithm == "pat" and setup.version < (2, 28):
         return 0.0
-    return float(_BASE_LAT[algorithm][p])
+    return float(NCCL_BASE_LATENCY_US[algorithm][p])
 
 
 def latency_us(setup: TuningSetup, collective: str, algorithm: str, protocol: str) -> float:
@@ -534,7 +533,7 @@ def latency_us(setup: TuningSetup, collective: str, algorithm: str, protocol: st
              else _hw_lat(setup, "net", algorithm, protocol)) + graph.latency_inter_us
     if protocol == "Simple":
         inter += graph.latency_inter_us
-    nsteps = _nsteps(collective, ranks)
+    nsteps = ring_steps(collective, ranks)
     if algorithm == "ring":
         if collective in ("broadcast", "reduce"):
             if graph.same_channels:

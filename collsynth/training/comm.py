@@ -271,7 +271,7 @@ class NcclComm:
     """
 
     def __init__(self, topology: "Topology", *, protocols: Sequence[str] | None = None) -> None:
-        from collsynth.timing.nccl import PROTOCOLS
+        from collsynth.runtimes import PROTOCOLS
 
         self.topology = topology
         self.protocols = tuple(protocols) if protocols is not None else PROTOCOLS

@@ -93,7 +93,7 @@ def test_base_chunk_bytes(name, n, size, chunk):
 
 
 def test_base_chunk_bytes_refuses():
-    with pytest.raises(UnknownNameError, match="instance_time_us"):
+    with pytest.raises(UnknownNameError, match="no buffer-size convention"):
         base_chunk_bytes("multiroot_broadcast", 4, 100)
     with pytest.raises(InvalidInstanceError):
         base_chunk_bytes("allgather", 0, 100)

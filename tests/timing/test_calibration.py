@@ -24,7 +24,7 @@ from collsynth.timing.calibration import (
     calibration_from_json,
     egress_units,
     load_calibration,
-    ring_steps,
+    calibration_steps,
     save_calibration,
 )
 from collsynth.timing.fit import fit_log
@@ -237,8 +237,10 @@ def test_apply_prefers_allreduce_and_checks_ranks(a100: Calibration):
 def test_egress_units_and_ring_steps():
     assert egress_units(get_topology("DGX-A100")) == 12  # capped by its switch groups
     assert egress_units(get_topology("hub:4")) == 1
-    assert ring_steps("allreduce", 8) == 14 and ring_steps("alltoall", 8) == 7
-    assert ring_steps("broadcast", 1) == 1
+    # NCCL's ring: 2(n-1) steps for allreduce, n for broadcast (ncclTopoTuneModel's nsteps);
+    # alltoall runs as n-1 messages per rank.
+    assert calibration_steps("allreduce", 8) == 14 and calibration_steps("alltoall", 8) == 7
+    assert calibration_steps("broadcast", 8) == 8 and calibration_steps("broadcast", 1) == 1
 
 
 # -- the command line -----------------------------------------------------------------------------

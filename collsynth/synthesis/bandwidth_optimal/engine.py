@@ -282,7 +282,8 @@ def _check_time(deadline: float, time_limit: float, doing: str) -> None:
 def _stages(topology, collective, packing, num_roots, size_bytes) -> int:
     if size_bytes is None or topology.alpha_us is None or topology.unit_gbps is None:
         return default_stages(packing, topology.num_ranks, num_roots)
-    from collsynth.timing.alphabeta import base_chunk_bytes, from_topology
+    from collsynth.collective.kinds import base_chunk_bytes
+    from collsynth.timing.alphabeta import from_topology
 
     model = from_topology(topology)
     name = collective.name
