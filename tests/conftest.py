@@ -38,7 +38,6 @@ SLOW = (
     "tests/timing/test_runtime_model.py::test_cli_time_allreduce_lists_the_runtime_ring_and_tree",
     "tests/timing/test_runtime_model.py::test_mi250_rccl_ring_held_out_error",
     "tests/timing/test_runtime_tree.py::test_baseline_rows_price_the_tree_on_a_composed_system",
-    "tests/timing/test_simulate.py::test_dgx1_front_never_slower_equal_when_tight",
     "tests/topology/test_sparse.py::test_allreduce_at_32768_gpus",
     "tests/topology/test_sparse.py::test_allreduce_cut_is_measured_exactly_however_the_system_is_stored",
     "tests/topology/test_sparse.py::test_sparse_bounds_equal_dense_bounds[",

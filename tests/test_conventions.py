@@ -3,11 +3,12 @@
 (a) The source is read with ``ast``: every name below is defined (``def``, ``class`` or a
 module-level assignment) exactly once in the package, so two copies cannot drift apart again.
 (b) A table of uniform cases (a ring algorithm on a ring of single-unit links; chunks that fit
-one slice; no reductions charged) where the closed form and the program model describe the same
-schedule: their times differ exactly by the program model's base latency. The expected values are
-worked out by hand in the table, ``k x (alpha + chunk x beta)``.
-(c) The bus bandwidth of each collective agrees among the kinds registry, the program model's
-result, the log reader and :func:`collsynth.timing.metrics.busbw_gbps`.
+one slice; no reductions charged) where the closed form and the program model, both through the
+pricing interface, describe the same schedule: their times differ exactly by the program model's
+base latency. The expected values are worked out by hand in the table,
+``k x (alpha + chunk x beta)``.
+(c) The bus bandwidth of each collective agrees among the kinds registry, both models' prices,
+the log reader and :func:`collsynth.timing.metrics.busbw_gbps`.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.collective import allgather, allreduce, reduce_scatter
 from collsynth.collective.kinds import busbw_factor
 from collsynth.runtimes import PROTOCOLS, get_runtime
+from collsynth.timing.closed_form import ClosedForm
 from collsynth.timing.logs import parse_log
 from collsynth.timing.metrics import busbw_gbps
-from collsynth.timing.model import SIZE, symbolic_time
+from collsynth.timing.program_model import ProgramModel
 from collsynth.timing.runtime_baselines import ring_program
-from collsynth.timing.runtime_model import simulate_program
 from collsynth.topology import get_topology
 from collsynth.topology.builtins import with_figures
 
@@ -45,6 +46,9 @@ ONE_DEFINITION = (
     "check_channels",
     "exact_fraction", "as_fraction", "sympy_rational", "fraction_text",      # exact numbers
     "Deadline",                                                              # time limits
+    "crossover", "lower_envelope", "price_table",                            # one pricing
+    "Price", "PricingModel", "RuntimeAlgorithm", "runtime_algorithms",
+    "fastest_runtime_algorithm", "ring_channels", "nccl_choices",
 )
 
 
@@ -160,14 +164,20 @@ BASE_US = 5.0
 def test_closed_form_and_program_model_agree_on_uniform_cases(topology, ring, collective, size,
                                                               expected):
     algorithm = ring_algorithm(topology, collective, ring)
-    closed = float(symbolic_time(algorithm).subs(SIZE, size))
+    (closed,) = ClosedForm().price(algorithm, [size])
     constants = get_runtime("nccl").defaults.replace(
         base_latency_us={p: BASE_US for p in PROTOCOLS},
         hop_latency_us={k: {p: topology.alpha_us for p in PROTOCOLS}
                         for k in ("intra", "network")})
-    program = simulate_program(ring_program(collective, [ring]), topology, size, constants)
-    assert closed == pytest.approx(expected, rel=1e-12)
+    model = ProgramModel(constants, topology=topology)
+    (program,) = model.price(ring_program(collective, [ring]), [size])
+    assert closed.time_us == pytest.approx(expected, rel=1e-12)
     assert program.time_us == pytest.approx(BASE_US + expected, rel=1e-12)
+    # nccl-tests' bus bandwidth of each: algbw x the kind's factor.
+    factor = float(busbw_factor(collective, len(ring)))
+    for price in (closed, program):
+        assert price.algbw_gbps == pytest.approx(size / price.time_us / 1e3)
+        assert price.busbw_gbps == pytest.approx(price.algbw_gbps * factor)
 
 
 # -- (c) bus bandwidth agrees everywhere -------------------------------------------------------
@@ -194,6 +204,8 @@ def test_bus_bandwidth_agrees_among_kinds_metrics_and_the_log_reader(collective,
 @pytest.mark.parametrize("collective, n", [("allgather", 4), ("reduce_scatter", 4),
                                            ("allreduce", 4)])
 def test_bus_bandwidth_of_the_program_model_is_the_kinds(collective, n):
+    from collsynth.timing.runtime_model import simulate_program
+
     topology = with_figures(get_topology("ring:4"), unit_gbps=10.0, alpha_us=2.0)
     t = simulate_program(ring_program(collective, [tuple(range(n))]), topology, 1 << 20,
                          get_runtime("nccl").defaults)

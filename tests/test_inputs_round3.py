@@ -222,7 +222,7 @@ def test_every_input_is_checked_before_the_first_is_used(tmp_path: Path, algo: P
         used.append(args)
         raise CollsynthError("loaded before every input was checked")
 
-    monkeypatch.setattr(time_command, "_load", load)
+    monkeypatch.setattr(time_command, "_algorithms", load)
     code, _, err = _cli(capsys, "calibrate", good, fifo, "--topology", "ring:4",
                         "--collective", "allgather", "--ranks", "4", "-o", tmp_path / "c.json",
                         release=(fifo,))

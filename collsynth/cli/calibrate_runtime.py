@@ -11,7 +11,7 @@ from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, add_figure_arguments, channel_count, out,
                                   positive_int)
-from collsynth.cli.time_program import RUNTIMES
+from collsynth.cli.time import PRICED_RUNTIMES as RUNTIMES
 
 __all__ = ["register", "run_calibrate_runtime"]
 

@@ -7,15 +7,16 @@ absolute error ``gmae`` scores a fit or a prediction against measurements.
 
 from __future__ import annotations
 
+import math
 from numbers import Real
 from typing import Sequence
 
 import numpy as np
 
 from collsynth.collective.kinds import busbw_factor
-from collsynth.errors import InvalidInstanceError
+from collsynth.errors import InvalidInstanceError, UnknownNameError
 
-__all__ = ["algbw_gbps", "busbw_gbps", "gmae"]
+__all__ = ["algbw_gbps", "busbw_gbps", "bandwidths", "gmae"]
 
 
 def algbw_gbps(size_bytes: Real, time_us: Real) -> float:
@@ -41,6 +42,23 @@ def busbw_gbps(collective: str, num_ranks: int, size_bytes: Real, time_us: Real)
     175.0
     """
     return algbw_gbps(size_bytes, time_us) * float(busbw_factor(collective, num_ranks))
+
+
+def bandwidths(collective: str, num_ranks: int, size_bytes: Real, time_us: float
+               ) -> tuple[float, float]:
+    """``(algbw_gbps, busbw_gbps)`` of a priced time: 0 for a time that is not positive and
+    finite, busbw = algbw for a collective without a bus-bandwidth convention (a custom one).
+
+    >>> bandwidths("allgather", 8, 10**9, 10**4), bandwidths("custom", 8, 10**9, 10**4)
+    ((100.0, 87.5), (100.0, 100.0))
+    """
+    if not (time_us > 0 and math.isfinite(time_us)):
+        return 0.0, 0.0
+    algbw = algbw_gbps(size_bytes, time_us)
+    try:
+        return algbw, algbw * float(busbw_factor(collective, num_ranks))
+    except UnknownNameError:
+        return algbw, algbw
 
 
 def gmae(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray

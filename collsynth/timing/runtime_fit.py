@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from collsynth.errors import FileFormatError, InvalidInstanceError
+from collsynth.errors import (FileFormatError, InputTooLargeError, InvalidInstanceError,
+                              InvalidTopologyError)
 from collsynth.timing.runtime_baselines import ring_program, runtime_rings
-from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MAX_TIME_US, MIN_GBPS
+from collsynth._parse import MAX_GBPS, MIN_GBPS
 from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
 from collsynth.runtimes.constants import LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US
 from collsynth.timing.metrics import gmae
@@ -24,7 +25,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from collsynth.topology.model import Topology
 
 __all__ = ["RuntimeFit", "fit_runtime", "read_curve", "apply_parameters", "predict_ring",
-           "protocol_split"]
+           "protocol_split", "CURVE_FIT_ERRORS"]
+
+#: What :func:`fit_runtime` raises on a curve or topology it cannot fit (too few sizes, no ring,
+#: no figures, a ring too large to simulate); a caller with a fallback catches exactly these.
+CURVE_FIT_ERRORS = (InvalidInstanceError, InvalidTopologyError, InputTooLargeError)
 
 _MAX_CSV_BYTES = 16 * 1024 * 1024
 #: Most rows of a measured curve: every fit evaluation simulates the ring at each size, about 60

@@ -400,11 +400,11 @@ def test_a_calibration_sets_the_figures_and_the_nccl_baseline(fast, options, run
         calibration=calibration, calibration_file="cal.json", model="closed-form"))
     entries = {e.collective: e for e in plan.entries}
     (nccl,) = [c for c in entries["allreduce"].candidates if c.source == NCCL]
-    assert nccl.name == "nccl measured"
+    assert nccl.name == "nccl-measured"
     assert float(nccl.line.at(1 << 16)) == pytest.approx(30.0 + 5e-05 * (1 << 16))
     # No measured allgather: NCCL's model, on the calibrated figures.
     assert {c.name for c in entries["allgather"].candidates if c.source == NCCL} == \
-        {"nccl ring/LL", "nccl ring/LL128", "nccl ring/Simple"}
+        {"nccl-ring/LL", "nccl-ring/LL128", "nccl-ring/Simple"}
     # 30 us over NCCL's 6 ring steps: 5 us per step instead of the file's 1 us.
     assert any("calibrated: 5 us per step" in note for note in plan.notes)
     (ag,) = [c for c in entries["allgather"].candidates if c.source != NCCL]
@@ -481,8 +481,8 @@ def test_cli_runtime_constants_and_model(tmp_path, capsys, front_cache):
                           str(constants_file)]) == 0
     program = json.loads((tmp_path / "a" / "plan.json").read_text())
     assert str(constants_file) in json.dumps(program)
-    assert "program model" in {e["yardstick"] for e in program["entries"]}
+    assert "program-model" in {e["yardstick"] for e in program["entries"]}
     assert _run_plan_cli([*common, "-o", str(tmp_path / "b"), "--model", "closed-form"]) == 0
     closed = json.loads((tmp_path / "b" / "plan.json").read_text())
-    assert {e["yardstick"] for e in closed["entries"]} == {"closed form"}
+    assert {e["yardstick"] for e in closed["entries"]} == {"closed-form"}
     capsys.readouterr()

@@ -14,13 +14,8 @@ from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameEr
 from collsynth.timing.model import crossover
 from collsynth.collective.kinds import busbw_factor
 from collsynth.timing.metrics import algbw_gbps, busbw_gbps
-from collsynth.timing.nccl import (
-    NcclChoice,
-    best_choice,
-    nccl_choices,
-    nccl_setup,
-    ring_channels,
-)
+from collsynth.timing.rings import ring_channels
+from collsynth.timing.tuning_model import NcclChoice, best_choice, nccl_choices, nccl_setup
 from collsynth.timing.tuning_model import ring_steps
 from collsynth.topology import Topology, get_topology
 from collsynth.topology.compose import compose_nodes

@@ -18,7 +18,7 @@ from collsynth.cli import main
 from collsynth.errors import CollsynthError, FileFormatError, InvalidInstanceError
 from collsynth.export.check import check_program
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
-from collsynth.timing.runtime_baselines import baseline_rows, ring_program
+from collsynth.timing.runtime_baselines import ring_program
 from collsynth.runtimes import PROTOCOLS, get_runtime
 from collsynth.timing.runtime_constants import (load_runtime_constants,
                                                 runtime_constants_from_json,
@@ -30,6 +30,15 @@ from collsynth.topology.model import Topology
 ROOT = Path(__file__).resolve().parents[2]
 MI250_CSV = ROOT / "data" / "measurements" / "mi250-16gcd-x2" / "rccl_all_gather_outofplace.csv"
 
+
+
+def runtime_prices(collective, topology, sizes, constants, algorithm="ring"):
+    """The runtime's own ``algorithm`` priced by the program model with ``constants``."""
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
+
+    subject = RuntimeAlgorithm(get_runtime(constants.runtime), algorithm, collective, topology)
+    return ProgramModel(constants).price(subject, sizes)
 
 def constants(*, base=4.0, hop=2.0, ceiling=None, slot=None, fifo=8, chunk_slots=4,
               slice_slots=2, gamma=0.0):
@@ -230,9 +239,9 @@ def test_baseline_picks_the_recorded_protocol_by_size():
     links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
     ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
     c = constants().replace(default_protocols=((1000, "LL"), (None, "Simple")), channels=1)
-    rows = baseline_rows("allgather", ring4, [1000, 10**6], c)
+    rows = runtime_prices("allgather", ring4, [1000, 10**6], c)
     assert [r.protocol for r in rows] == ["LL", "Simple"]
-    assert rows[0].name == "nccl-ring"
+    assert rows[0].subject == "nccl-ring"
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -387,10 +396,10 @@ def test_runtime_constants_files_are_parsed_safely(tmp_path, text, fragment):
 
 def test_cli_time_allreduce_lists_the_runtime_ring_and_tree(tmp_path, capsys):
     """For an allreduce the runtime has two algorithms; both rows are the simulator's, each
-    equal to baseline_rows called here."""
+    equal to the program model's price of it called here."""
     from collsynth.export.xml_writer import write_program
     from collsynth.resolve import resolve_topology
-    from collsynth.timing.runtime_baselines import baseline_rows, runtime_rings
+    from collsynth.timing.runtime_baselines import runtime_rings
 
     topology = resolve_topology("dgx-a100", nodes=2)
     path = tmp_path / "ar.xml"
@@ -401,8 +410,8 @@ def test_cli_time_allreduce_lists_the_runtime_ring_and_tree(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)
     constants = get_runtime("msccl").defaults
     for algorithm, name in (("ring", "nccl-ring"), ("tree", "nccl-tree")):
-        expected = baseline_rows("allreduce", topology, [1000, 10**9], constants,
-                                 algorithm=algorithm)
+        expected = runtime_prices("allreduce", topology, [1000, 10**9], constants,
+                                  algorithm=algorithm)
         got = sorted((r["size_bytes"], r["time_us"]) for r in rows if r["name"] == name)
         assert [size for size, _ in got] == [e.size_bytes for e in expected]
         assert [t for _, t in got] == pytest.approx([e.time_us for e in expected])
