@@ -15,7 +15,6 @@ from collsynth.cli import (
     bench,
     bounds,
     calibrate,
-    calibrate_runtime,
     check,
     draw,
     execute,
@@ -51,8 +50,8 @@ __all__ = ["main", "run", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_ERROR", "
            "EXIT_UNSATISFIABLE", "EXIT_TIMEOUT", "EXIT_INTERRUPTED", "EXIT_CODES"]
 
 #: The command modules, in the order ``collsynth --help`` lists their commands.
-COMMANDS = (topologies, bounds, solve, show, verify, export, check, time, calibrate,
-            calibrate_runtime, bench, execute, trace, plan, draw)
+COMMANDS = (topologies, bounds, solve, show, verify, export, check, time, calibrate, bench,
+            execute, trace, plan, draw)
 
 
 def build_parser() -> Parser:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
     from collsynth.export.program import Program
     from collsynth.runtimes import Runtime, RuntimeConstants
-    from collsynth.timing.calibration import Calibration
+    from collsynth.timing.calibration import Calibration, CurveCalibration
     from collsynth.timing.closed_form import ClosedForm
     from collsynth.timing.pricing import Price, RuntimeAlgorithm
     from collsynth.topology.model import Topology
@@ -47,7 +47,8 @@ def _is_xml(path: str) -> bool:
 # -- inputs -------------------------------------------------------------------------------------
 
 
-def _curve_calibration(path: str | None) -> "Calibration | None":
+def _calibration(path: str | None) -> "Calibration | None":
+    """The ``--calibration`` file, read once (its ``kind`` says which model it feeds)."""
     if path is None:
         return None
     try:
@@ -58,10 +59,13 @@ def _curve_calibration(path: str | None) -> "Calibration | None":
     return load_calibration(path)
 
 
-def _runtime_calibration(path: str | None) -> bool:
-    from collsynth.timing.runtime_constants import is_runtime_constants_file
-
-    return path is not None and is_runtime_constants_file(path)
+def _curve_calibration(args: argparse.Namespace, calibration: "Calibration | None"
+                       ) -> "CurveCalibration | None":
+    if calibration is not None and calibration.kind != "curve":
+        raise CollsynthError(f"--calibration {args.calibration}: runtime constants go with the "
+                             "program model (--model program); the closed form reads a curve "
+                             "calibration ('collsynth calibrate')")
+    return calibration
 
 
 def _algorithms(paths: Sequence[str], args: argparse.Namespace) -> list["Algorithm"]:
@@ -98,13 +102,14 @@ def _same_problem(algorithms: Sequence["Algorithm"]) -> None:
                 f"{other.topology.name}; time them separately")
 
 
-def wants_program_model(args: argparse.Namespace) -> bool:
+def wants_program_model(args: argparse.Namespace, calibration: "Calibration | None") -> bool:
     """``--model program``, or without ``--model`` an XML file, ``--topology`` or a
     runtime-constants calibration."""
     if args.model is not None:
         return args.model == "program"
-    return (any(_is_xml(f) for f in args.files) or args.topology is not None
-            or _runtime_calibration(args.calibration))
+    if any(_is_xml(f) for f in args.files) or args.topology is not None:
+        return True
+    return calibration is not None and calibration.kind == "runtime-constants"
 
 
 # -- the closed form ----------------------------------------------------------------------------
@@ -141,7 +146,7 @@ def _shown(price: "Price") -> str:
     return price.subject if price.protocol is None else f"{price.subject}/{price.protocol}"
 
 
-def _closed_form(args: argparse.Namespace) -> _ClosedFormView:
+def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _ClosedFormView:
     from collsynth.timing.closed_form import ClosedForm, Measured
     from collsynth.timing.kernels import reduce_gamma_us_per_byte
     from collsynth.timing.pricing import MEASURED, RuntimeAlgorithm, runtime_algorithms
@@ -151,7 +156,7 @@ def _closed_form(args: argparse.Namespace) -> _ClosedFormView:
             raise CollsynthError(f"{path}: the closed form prices algorithm files; an MSCCL XML "
                                  "program needs the program model (--topology T)")
     algorithms = _algorithms(args.files, args)
-    calibration = _curve_calibration(args.calibration)
+    calibration = _curve_calibration(args, loaded)
     _same_problem(algorithms)
     first = algorithms[0]
     coll, n, topology = first.collective.name, first.collective.num_ranks, first.topology
@@ -212,12 +217,12 @@ def _collectives_of(runtime: "Runtime", algorithm: str, topology: "Topology") ->
             if any(r.algorithm == algorithm for r in runtime_algorithms(runtime, c, topology))]
 
 
-def _time_closed_form(args: argparse.Namespace) -> int:
+def _time_closed_form(args: argparse.Namespace, calibration: "Calibration | None") -> int:
     from collsynth.timing.model import lower_envelope
 
     if args.nodes is not None:
         raise CollsynthError("--nodes goes with --topology (the program model)")
-    view = _closed_form(args)
+    view = _closed_form(args, calibration)
     sizes = args.sizes
     envelope = lower_envelope(view.lines, sizes[0], sizes[-1])
     changes = [(a.name, b.name, b.from_bytes) for a, b in zip(envelope, envelope[1:])]
@@ -269,17 +274,16 @@ def _time_closed_form(args: argparse.Namespace) -> int:
 # -- the program model --------------------------------------------------------------------------
 
 
-def _constants(args: argparse.Namespace) -> tuple["RuntimeConstants", str]:
+def _constants(args: argparse.Namespace, calibration: "Calibration | None"
+               ) -> tuple["RuntimeConstants", str]:
     """The program model's constants and where they come from."""
-    from collsynth.timing.runtime_constants import load_runtime_constants
-
-    if args.calibration is not None:
-        if not _runtime_calibration(args.calibration):
+    if calibration is not None:
+        if calibration.kind != "runtime-constants":
             raise CollsynthError(
-                f"--calibration {args.calibration}: not a runtime-constants file; the program "
-                "model reads the output of 'collsynth calibrate-runtime' (a 'collsynth "
-                "calibrate' file goes with --model closed-form)")
-        constants = load_runtime_constants(args.calibration)
+                f"--calibration {args.calibration}: a curve calibration gives the closed form "
+                "its measured figures (--model closed-form); the program model reads runtime "
+                "constants ('collsynth calibrate --model program')")
+        constants = calibration.constants
         if args.runtime is not None and args.runtime != constants.runtime:
             raise CollsynthError(f"--runtime {args.runtime}: the calibration {args.calibration} "
                                  f"is for {constants.runtime}")
@@ -319,13 +323,13 @@ def _subjects(args: argparse.Namespace, topology: "Topology | None"
     return found
 
 
-def _time_program(args: argparse.Namespace) -> int:
+def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -> int:
     from collsynth.collective.kinds import canonical_name
     from collsynth.export.program import Program
     from collsynth.timing.pricing import price_table, runtime_algorithms
     from collsynth.timing.program_model import ProgramModel
 
-    constants, source = _constants(args)
+    constants, source = _constants(args, calibration)
     name = args.runtime or constants.runtime
     runtime = get_runtime(name if name in runtime_names() else "nccl")
     topology = _topology(args)
@@ -382,9 +386,10 @@ def run_time(args: argparse.Namespace) -> int:
 
     for path in args.files:  # every input a regular file, before the first is priced
         check_input_file(path)
-    if wants_program_model(args):
-        return _time_program(args)
-    return _time_closed_form(args)
+    calibration = _calibration(args.calibration)
+    if wants_program_model(args, calibration):
+        return _time_program(args, calibration)
+    return _time_closed_form(args, calibration)
 
 
 # -- plot ---------------------------------------------------------------------------------------
@@ -400,8 +405,7 @@ def run_plot(args: argparse.Namespace) -> int:
     if output.suffix.lower() not in (".png", ".svg"):
         raise UsageError.of("plot", f"-o {args.output}: expected a .png or .svg file")
     check_output_file(output, label=f"-o {args.output}")  # before any work
-    args.nodes = None
-    view = _closed_form(args)
+    view = _closed_form(args, _calibration(args.calibration))
     lo, hi = args.sizes
     try:
         import matplotlib
@@ -463,11 +467,12 @@ def _common(parser: argparse.ArgumentParser, *, program: bool) -> None:
                              + (", or MSCCL XML programs (FILE.xml, with --topology)"
                                 if program else ""))
     parser.add_argument("--calibration", metavar="FILE",
-                        help="calibration file: a 'collsynth calibrate' curve calibration gives "
-                             "the closed form measured figures per step and per unit and the "
-                             "measured line of the collective"
-                             + ("; a runtime-constants one (collsynth calibrate-runtime) gives "
-                                "the program model its constants" if program else ""))
+                        help="calibration file: a curve calibration ('collsynth calibrate') "
+                             "gives the closed form measured figures per step and per unit and "
+                             "the measured line of the collective"
+                             + ("; a runtime-constants one ('collsynth calibrate --model "
+                                "program') gives the program model its constants"
+                                if program else ""))
     parser.add_argument("--device", metavar="NAME",
                         help="GPU whose reduction cost (gamma) is charged to combining "
                              "collectives: v100, a100-40gb, a100-80gb, h100, mi250, mi300x "

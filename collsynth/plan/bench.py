@@ -26,7 +26,7 @@ from collsynth.runtimes import get_runtime
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from collsynth.algorithm.model import Algorithm
-    from collsynth.timing.calibration import Calibration
+    from collsynth.timing.calibration import CurveCalibration
     from collsynth.timing.logs import BenchmarkLog
     from collsynth.timing.pricing import Price, PricingModel
     from collsynth.topology.model import Topology
@@ -253,7 +253,7 @@ class BenchResult:
     default_log: "BenchmarkLog"
     xml_log: "BenchmarkLog"
     sizes: tuple[SizeResult, ...]
-    calibration: "Calibration"
+    calibration: "CurveCalibration"
     predicted: "BenchPrediction | None"
     notes: tuple[str, ...]
 

@@ -86,7 +86,7 @@ class PlanOptions:
     synth:
         How candidates are synthesized (:class:`~collsynth.plan.choose.SynthOptions`).
     calibration:
-        A :class:`~collsynth.timing.calibration.Calibration` (measured alpha and GB/s, NCCL's
+        A :class:`~collsynth.timing.calibration.CurveCalibration` (measured alpha and GB/s, NCCL's
         measured lines), or ``None``; ``calibration_file`` names it in the plan.
     device:
         GPU whose reduction cost combining algorithms pay (:mod:`collsynth.timing.kernels`).
@@ -103,8 +103,9 @@ class PlanOptions:
         else by the closed form; ``"closed-form"``: the closed form everywhere (docs/plan.md,
         "Pricing").
     runtime_constants:
-        The program model's :class:`~collsynth.timing.runtime_constants.RuntimeConstants` (a
-        ``collsynth calibrate-runtime`` file), or ``None``: the runtime's documented defaults;
+        The program model's :class:`~collsynth.runtimes.RuntimeConstants` (a runtime-constants
+        calibration, ``collsynth calibrate --model program``), or ``None``: the runtime's
+        documented defaults;
         ``runtime_constants_file`` names it in the plan.
     """
 

@@ -33,7 +33,7 @@ from collsynth.timing.tuning_model import (LINEAR_ALGORITHMS, NcclChoice, NcclSe
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.collective.model import Collective
     from collsynth.runtimes import Runtime
-    from collsynth.timing.calibration import Calibration
+    from collsynth.timing.calibration import CurveCalibration
     from collsynth.topology.model import Topology
 
 __all__ = ["ClosedForm", "Measured", "StepsAndRounds", "Prediction", "predicted_against_runtime",
@@ -47,8 +47,9 @@ class ClosedForm:
     ----------
     calibration:
         A curve calibration (:func:`collsynth.timing.calibration.load_calibration`): its measured
-        per-step alpha and per-unit GB/s replace the topology's (:meth:`Calibration.apply`), for
-        the algorithms and NCCL's channels alike.
+        per-step alpha and per-unit GB/s replace the topology's
+        (:meth:`~collsynth.timing.calibration.CurveCalibration.apply`), for the algorithms and
+        NCCL's channels alike.
     gamma_us_per_byte:
         Reduction cost charged to synthesized combining algorithms (NCCL's own model charges
         none); see :func:`collsynth.timing.kernels.reduce_gamma_us_per_byte`.
@@ -68,7 +69,7 @@ class ClosedForm:
 
     name = "closed-form"
 
-    def __init__(self, *, calibration: "Calibration | None" = None,
+    def __init__(self, *, calibration: "CurveCalibration | None" = None,
                  gamma_us_per_byte: float = 0.0, network_alpha_us: float | None = None,
                  source: str = "") -> None:
         self.calibration = calibration
@@ -227,19 +228,19 @@ class Measured:
     whole answer, whichever algorithm it ran.
 
     >>> from collsynth.runtimes import get_runtime
-    >>> from collsynth.timing.calibration import Calibration, CalibrationEntry
+    >>> from collsynth.timing.calibration import CurveCalibration, CalibrationEntry
     >>> from collsynth.timing.pricing import RuntimeAlgorithm
     >>> from collsynth.topology import get_topology
     >>> entry = CalibrationEntry("ag.txt", "allgather", 8, "alpha-beta",
     ...                          {"alpha_us": 30.0, "beta_us_per_byte": 1e-05, "busbw_gbps": 87.5})
     >>> nccl = RuntimeAlgorithm(get_runtime("nccl"), "measured", "allgather", get_topology("dgx1"))
-    >>> Measured(Calibration("dgx1", (entry,))).line(nccl)
+    >>> Measured(CurveCalibration("dgx1", (entry,))).line(nccl)
     size_bytes/100000 + 30
     """
 
     name = "measured"
 
-    def __init__(self, calibration: "Calibration", *, source: str = "") -> None:
+    def __init__(self, calibration: "CurveCalibration", *, source: str = "") -> None:
         self.calibration = calibration
         self.source = source
 

@@ -132,7 +132,7 @@ def cost_model(topology: "Topology", *, gamma_us_per_byte: Real = 0.0,
     topology:
         Needs ``alpha_us`` and ``unit_gbps`` (:func:`~collsynth.timing.alphabeta.from_topology`);
         a calibration's measured figures are put on it first
-        (:meth:`collsynth.timing.calibration.Calibration.apply`,
+        (:meth:`collsynth.timing.calibration.CurveCalibration.apply`,
         :class:`collsynth.timing.closed_form.ClosedForm` does so).
     gamma_us_per_byte:
         Reduction cost per byte (see :mod:`collsynth.timing.kernels`).

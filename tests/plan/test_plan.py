@@ -388,12 +388,12 @@ def test_report_sections(fc4_plan):
 
 
 def test_a_calibration_sets_the_figures_and_the_nccl_baseline(fast, options, run_of, traced):
-    from collsynth.timing.calibration import Calibration, CalibrationEntry
+    from collsynth.timing.calibration import CurveCalibration, CalibrationEntry
 
     measured = CalibrationEntry("ar.txt", "allreduce", 4, "alpha-beta",
                                 {"alpha_us": 30.0, "beta_us_per_byte": 5e-05,
                                  "busbw_gbps": 30.0}, gmae=0.1)
-    calibration = Calibration("fc4", (measured,))
+    calibration = CurveCalibration("fc4", (measured,))
     group = (0, 1, 2, 3)
     calls = [traced("allreduce", 1 << 16, group), traced("allgather", 1 << 16, group)]
     plan = plan_calls(run_of(4, calls), fast, options=options(
@@ -469,11 +469,11 @@ def test_cli_runtime_constants_and_model(tmp_path, capsys, front_cache):
     """``--calibration`` with a runtime-constants file prices with those constants (the plan
     names the file); ``--model closed-form`` prices every entry with the closed form."""
     from collsynth.runtimes import get_runtime
-    from collsynth.timing.runtime_constants import save_runtime_constants
+    from collsynth.timing.calibration import RuntimeCalibration, save_calibration
 
     constants_file = tmp_path / "rccl-constants.json"
-    save_runtime_constants(get_runtime("rccl").defaults.replace(source="test constants"),
-                           constants_file)
+    save_calibration(RuntimeCalibration(get_runtime("rccl").defaults.replace(
+        source="test constants")), constants_file)
     common = [str(TRACES / "fc4-mixed"), "--topology",
               str(Path(__file__).parent / "data" / "fc4-fast.json"), "--cache",
               str(front_cache.directory), "--synth-time-limit", "20", "--runtime", "rccl"]

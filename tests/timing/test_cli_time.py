@@ -170,7 +170,7 @@ def test_time_with_a_calibration_file(capsys, files, tmp_path):
         "ag.txt", "allgather", 4, "alpha-beta",
         {"alpha_us": 30.0, "beta_us_per_byte": 1e-4, "busbw_gbps": 16.0}, gmae=0.1)
     path = tmp_path / "cal.json"
-    calibration.save_calibration(calibration.Calibration("ring:4", (entry,)), path)
+    calibration.save_calibration(calibration.CurveCalibration("ring:4", (entry,)), path)
     code, out, err = run(capsys, "time", files[0], "--sizes", "1KB", "--calibration", path,
                          "--json")
     assert code == 0, err
@@ -194,7 +194,7 @@ def test_the_closed_form_with_a_calibration_and_the_measured_model():
     entry = calibration.CalibrationEntry(
         "ag.txt", "allgather", 4, "alpha-beta",
         {"alpha_us": 3.0, "beta_us_per_byte": 2e-4, "busbw_gbps": 10.0}, gmae=0.1)
-    cal = calibration.Calibration("ring:4", (entry,))
+    cal = calibration.CurveCalibration("ring:4", (entry,))
     model = ClosedForm(calibration=cal)
     (price,) = model.price(two_step(), [1000])
     # 2 x 1 + 2 x (1000/4) / 5000 = 2.1 us
@@ -241,3 +241,43 @@ def test_plot_usage_errors(capsys, files, tmp_path):
     assert code == cli.EXIT_USAGE and ".png or .svg" in err
     code, _, err = run(capsys, "plot", *files, "--sizes", "1GB:1KB", "-o", tmp_path / "p.png")
     assert code == cli.EXIT_USAGE
+
+
+def test_time_reads_every_calibration_collsynth_writes(capsys, files, tmp_path):
+    """One file format with a kind: a curve calibration feeds the closed form, runtime
+    constants the program model; without --model the kind picks it, and a file of an earlier
+    version reads as well."""
+    import json as json_module
+
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing import calibration
+
+    entry = calibration.CalibrationEntry(
+        "ag.txt", "allgather", 4, "alpha-beta",
+        {"alpha_us": 30.0, "beta_us_per_byte": 1e-4, "busbw_gbps": 16.0}, gmae=0.1)
+    curve = tmp_path / "curve.json"
+    calibration.save_calibration(calibration.CurveCalibration("ring:4", (entry,)), curve)
+    constants = get_runtime("nccl").defaults.replace(source="slow", base_latency_us={
+        "LL": 100.0, "LL128": 100.0, "Simple": 100.0})
+    rt = tmp_path / "rt.json"
+    calibration.save_calibration(calibration.RuntimeCalibration(constants), rt)
+    legacy = tmp_path / "legacy-rt.json"
+    obj = json_module.loads(rt.read_text())
+    legacy.write_text(json_module.dumps({**{k: v for k, v in obj.items() if k != "kind"},
+                                         "format": "collsynth-runtime-constants",
+                                         "version": 1}))
+    code, out, err = run(capsys, "time", files[0], "--sizes", "1KB", "--calibration", curve,
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"] == "closed-form"
+    for path in (rt, legacy):   # the program model, its constants: every row pays base 100 us
+        code, out, err = run(capsys, "time", files[0], "--sizes", "1KB", "--calibration", path,
+                             "--json")
+        assert code == 0, err
+        rows = json.loads(out)
+        assert {r["model"] for r in rows} == {"program-model"}
+        assert all(r["time_us"] >= 100.0 for r in rows)
+    code, _, err = run(capsys, "time", files[0], "--model", "closed-form", "--calibration", rt)
+    assert code == cli.EXIT_ERROR and "runtime constants go with the program model" in err
+    code, _, err = run(capsys, "time", files[0], "--model", "program", "--calibration", curve)
+    assert code == cli.EXIT_ERROR and "a curve calibration gives the closed form" in err

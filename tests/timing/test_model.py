@@ -185,7 +185,7 @@ def test_cost_model_validation():
 
 
 def test_calibration_is_applied_to_the_topology():
-    class FakeCalibration:  # the interface of collsynth.timing.calibration.Calibration
+    class FakeCalibration:  # the interface of collsynth.timing.calibration.CurveCalibration
         def apply(self, topology):
             from dataclasses import replace
             return replace(topology, alpha_us=3.0, unit_gbps=5.0)

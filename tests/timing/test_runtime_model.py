@@ -20,9 +20,9 @@ from collsynth.export.check import check_program
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.timing.runtime_baselines import ring_program
 from collsynth.runtimes import PROTOCOLS, get_runtime
-from collsynth.timing.runtime_constants import (load_runtime_constants,
-                                                runtime_constants_from_json,
-                                                runtime_constants_to_json, save_runtime_constants)
+from collsynth.timing.calibration import (RuntimeCalibration, calibration_from_json,
+                                          calibration_to_json, load_calibration,
+                                          save_calibration)
 from collsynth.timing.runtime_model import (SimulationOptions, prepare_program,
                                             simulate_program)
 from collsynth.topology.model import Topology
@@ -269,17 +269,19 @@ def test_a_deadlock_is_refused():
 def test_constants_file_round_trip_and_bad_file(tmp_path):
     c = get_runtime("rccl").defaults.replace(channels=2, default_protocols=((1024, "LL"),
                                                                          (None, "Simple")))
-    assert runtime_constants_from_json(json.loads(json.dumps(runtime_constants_to_json(c)))) == c
+    calibration = RuntimeCalibration(c)
+    assert calibration_from_json(json.loads(json.dumps(calibration_to_json(calibration)))) == \
+        calibration
     path = tmp_path / "rt.json"
-    save_runtime_constants(c, path)
-    assert load_runtime_constants(path) == c
+    save_calibration(calibration, path)
+    assert load_calibration(path).constants == c
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "collsynth-runtime-constants", "version": 1,
                                "runtime": "rccl", "hop_latency_us": {"intra": {"LL": -1}}}))
     with pytest.raises(CollsynthError, match=r"hop_latency_us\['intra'\]\['LL'\] = -1"):
-        load_runtime_constants(bad)
-    with pytest.raises(FileFormatError, match="collsynth-runtime-constants"):
-        runtime_constants_from_json({"format": "other"})
+        load_calibration(bad)
+    with pytest.raises(FileFormatError, match="collsynth-calibration"):
+        calibration_from_json({"format": "other"})
 
 
 def _xml(tmp_path: Path) -> Path:
@@ -366,11 +368,12 @@ def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
     csv_path.write_text("size_bytes,time_us,algbw_gbps\n" + "".join(
         f"{s},{simulate_program(p, ring4, s, truth).time_us},0\n" for s in sizes))
     out = tmp_path / "rt.json"
-    assert main(["calibrate-runtime", str(csv_path), "--topology", "ring:4,unit_gbps=25",
-                 "--runtime", "nccl", "--channels", "1", "-o", str(out), "--json"]) == 0
+    assert main(["calibrate", str(csv_path), "--model", "program", "--topology",
+                 "ring:4,unit_gbps=25", "--runtime", "nccl", "--channels", "1", "-o", str(out),
+                 "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["gmae"] < 0.01
-    fitted = load_runtime_constants(out)
+    fitted = load_calibration(out).constants
     assert fitted.ceiling("intra", "Simple") == pytest.approx(3.0, rel=0.02)
     assert fitted.base_latency("Simple") + 3 * fitted.hop_latency("intra", "Simple") == \
         pytest.approx(20.0 + 3 * 6.8, rel=0.05)
@@ -383,14 +386,11 @@ def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
 ])
 def test_runtime_constants_files_are_parsed_safely(tmp_path, text, fragment):
     from collsynth.errors import FileFormatError
-    from collsynth.timing.runtime_constants import (is_runtime_constants_file,
-                                                    load_runtime_constants)
 
     path = tmp_path / "rt.json"
     path.write_text(text)
-    assert not is_runtime_constants_file(path)
     with pytest.raises(FileFormatError, match=fragment) as caught:
-        load_runtime_constants(path)
+        load_calibration(path)
     assert str(path) in str(caught.value)
 
 
