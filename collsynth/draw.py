@@ -525,12 +525,12 @@ def draw_file(path: str | os.PathLike[str], *, topology: Topology | None = None,
     """
     kind = file_kind(path)
     if kind == "xml":
-        from collsynth.export.xml_reader import read_program
+        from collsynth.export.xml_reader import load_program
 
         if topology is None:
             raise DrawError(f"{path}: an MSCCL XML program does not say its topology; give one "
                             "(--topology), its ranks in the program's order")
-        return draw_program(read_program(Path(path)), topology, options=options)
+        return draw_program(load_program(Path(path)), topology, options=options)
     if topology is not None:
         raise DrawError(f"{path}: an algorithm file carries its topology; a topology is only "
                         "given for an MSCCL XML program")
@@ -551,8 +551,8 @@ def file_kind(path: str | os.PathLike[str]) -> str:
     p = Path(path)
     head = read_head(p, 4096)
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
-    if start == b"<":
-        return "xml"
+    if start == b"<" or head[:4] in (b"\xff\xfe<\x00", b"\xfe\xff\x00<"):
+        return "xml"   # UTF-16 XML too: the reader refuses it by name ("not UTF-8 text")
     if start == b"{":
         return "json"
     raise FileFormatError(p, "expected an algorithm file (JSON) or an MSCCL XML program")

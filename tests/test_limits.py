@@ -137,9 +137,16 @@ def test_cli_time_limit_reached_exit_4(capsys):
 
 
 def test_check_refuses_a_program_claiming_100000_gpus():
-    # ngpus x (1 input + 100000 output chunks) = 10000100000 chunks to execute.
+    # More ranks than a file can describe (1024 <gpu> children): a limit problem, and the
+    # program is not executed (ngpus x (1 input + 100000 output chunks) = 10000100000 chunks).
     program = read_program(_AG2.format(n=100000, big=100000, cnt=1))
-    with pytest.raises(InputTooLargeError, match="10000100000 chunks"):
+    report = check_program(program, runtime="msccl")
+    assert not report.ok and report.layouts_checked == ()
+    assert any(p.kind == "limit" and "ngpus=100000: more than the 1024 ranks" in p.message
+               for p in report.problems)
+    # At 1024 ranks the execution's size is what is refused: 1024 x (4 + 4096) chunks.
+    program = read_program(_AG2.format(n=1024, big=4096, cnt=1))
+    with pytest.raises(InputTooLargeError, match=f"{1024 * 4100} chunks"):
         check_program(program, runtime="msccl")
 
 

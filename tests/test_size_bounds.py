@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -268,3 +269,273 @@ def test_collective_chunk_counts_are_bounded_before_they_are_built():
             from_conditions("x", 4, 10**10)
         assert allgather(65536).num_chunks == 65536   # the largest topology's: accepted
         assert alltoall(256).num_chunks == 256 ** 2
+
+
+# -- XML: one bounded reader and the checker's rules for every consumer ------------------------
+
+
+def _ring_allgather_xml() -> str:
+    """The runtime's ring as an msccl program (without rccl's range attributes)."""
+    import dataclasses
+
+    from collsynth.export.xml_writer import write_program
+    from collsynth.timing.runtime_baselines import ring_program
+
+    ring = ring_program("allgather", [(0, 1, 2, 3)])
+    return write_program(dataclasses.replace(ring, outofplace=None, min_bytes=None), "msccl")
+
+
+def _hostile_xml(kind: str) -> bytes:
+    """A 4-rank ring allgather that `collsynth check` accepts, spoilt one way."""
+    text = _ring_allgather_xml()
+    if kind == "cnt-1e9":       # reads i[0..1e9) of a 1-chunk buffer
+        first = text.index('cnt="1"')
+        return (text[:first] + 'cnt="1000000000"' + text[first + len('cnt="1"'):]).encode()
+    if kind == "wrong-coll":    # an allgather program that says alltoall
+        return text.replace('coll="allgather"', 'coll="alltoall"').encode()
+    if kind == "nchannels-1e5":
+        return text.replace('nchannels="1"', 'nchannels="100000"').encode()
+    if kind == "utf-16":
+        return text.encode("utf-16")
+    if kind == "ngpus-1e5":
+        return text.replace('ngpus="4"', 'ngpus="100000"').encode()
+    if kind == "2000-gpus":     # 2000 <gpu> elements for ngpus=4
+        gpu = '  <gpu id="0" i_chunks="1" o_chunks="4" s_chunks="0"/>\n'
+        return text.replace("</algo>", gpu * 2000 + "</algo>").encode()
+    raise AssertionError(kind)
+
+
+HOSTILE_XML = {
+    "cnt-1e9": "cnt=1000000000 is outside 0..71",
+    "wrong-coll": "alltoall",
+    "nchannels-1e5": "nchannels=100000 is outside 1..32",
+    "utf-16": "not UTF-8 text",
+    "ngpus-1e5": "ngpus=100000: more than the 1024 ranks",
+    "2000-gpus": "2004 <gpu> elements; the reader keeps at most 1024",   # 4 + 2000
+}
+
+
+def test_the_programs_spoilt_here_are_correct_before_they_are_spoilt(tmp_path, capsys):
+    path = tmp_path / "ring.xml"
+    path.write_text(_ring_allgather_xml())
+    code, out, _ = run_cli(["check", str(path)], capsys)
+    assert code == 0 and "correct allgather" in out
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_XML))
+@pytest.mark.parametrize("command", ["time", "draw", "bench", "check"])
+def test_every_xml_consumer_refuses_what_check_refuses(tmp_path, capsys, kind, command):
+    """`time FILE.xml` priced programs `check` refuses (a cnt of 10^9, a wrong coll, 100000
+    channels, UTF-16...): every consumer now reads XML through one function, load_program."""
+    path = tmp_path / "p.xml"
+    path.write_bytes(_hostile_xml(kind))
+    out_path = tmp_path / "out"
+    argv = {"time": ["time", str(path), "--topology", "ring:4,unit_gbps=50"],
+            "draw": ["draw", str(path), "--topology", "ring:4", "-o", f"{out_path}.svg"],
+            "bench": ["bench", str(path), "--ranks", "4", "--runtime", "msccl", "--dry-run",
+                      "-o", str(out_path)],
+            "check": ["check", str(path)]}[command]
+    code, out, err = run_cli(argv, capsys)
+    assert code == EXIT_ERROR
+    assert not list(tmp_path.glob("out*"))
+    if command == "check":   # the checker lists every problem, one per line
+        assert HOSTILE_XML[kind] in out + err and "Traceback" not in err
+    else:
+        assert HOSTILE_XML[kind] in one_error_line(err) and out == ""
+
+
+def test_run_reads_xml_through_the_same_reader(tmp_path, monkeypatch):
+    from collsynth.cli import execute
+
+    path = tmp_path / "p.xml"
+    path.write_bytes(_hostile_xml("cnt-1e9"))
+    with pytest.raises(FileFormatError, match="cnt=1000000000 is outside 0..71"):
+        execute._load(str(path), None)
+
+
+def test_no_module_parses_msccl_xml_but_the_reader():
+    """One way in: outside collsynth/export/xml_reader.py, no library module calls the IR
+    builder (read_program) or lxml; consumers call load_program, the checker read_checked."""
+    import re
+
+    root = Path(__file__).resolve().parents[1] / "collsynth"
+    allowed = {root / "export" / "xml_reader.py", root / "export" / "__init__.py",
+               root / "topology" / "importers" / "nccl_xml.py"}   # NCCL's topology XML
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path in allowed:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"\bread_program\(|\betree\b|xml\.etree|minidom", text):
+            offenders.append(str(path.relative_to(root)))
+    assert offenders == []
+
+
+def test_xml_files_of_too_many_elements_are_refused_before_parsing(tmp_path):
+    from collsynth.export.xml_reader import MAX_XML_ELEMENTS, load_program
+
+    path = tmp_path / "many.xml"
+    text = _ring_allgather_xml()
+    path.write_text(text.replace("</algo>", "<x/>" * MAX_XML_ELEMENTS + "</algo>"))
+    with within(3), pytest.raises(InputTooLargeError, match=f"elements is more than the "
+                                                            f"{MAX_XML_ELEMENTS}"):
+        load_program(path)
+
+
+def test_the_checker_bounds_its_work_before_executing():
+    """1024 ranks of an allreduce with 1024 chunks each and no steps: the postcondition alone
+    compares 1024 x 1024 outputs of 1024 contributions (10^9); refused at once."""
+    from collsynth.export.check import MAX_CHECKED_CONTRIBUTIONS, check_program
+    from collsynth.export.program import GpuProgram, Program
+
+    n = 1024
+    gpus = tuple(GpuProgram(r, n, n, 0, ()) for r in range(n))
+    program = Program("idle", "Simple", 1, n, n, "allreduce", 0, gpus)
+    with within(5), pytest.raises(InputTooLargeError) as caught:
+        check_program(program, runtime="msccl")
+    assert f"{n * n * n} contributions" in str(caught.value)
+    assert str(MAX_CHECKED_CONTRIBUTIONS) in str(caught.value)
+
+
+# -- family sizes and the bounds on all-pairs topologies ------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["fully-connected:1025", "hub:1025", "fully-connected:4096"])
+def test_all_pairs_families_are_refused_above_the_size_whose_bounds_answer(name):
+    from collsynth.topology import get_topology
+
+    with within(2), pytest.raises(InputTooLargeError) as caught:
+        get_topology(name)
+    assert "every pair of ranks is linked" in str(caught.value)
+    assert "up to 1024 ranks" in str(caught.value)
+
+
+@pytest.mark.parametrize("name, collective, steps, composed", [
+    # Hand counts: on a switch every rank receives at most 1 chunk a round, so an allgather
+    # needs n - 1 rounds for n - 1 chunks (1 per chunk) and an allreduce, as reduce-scatter
+    # then allgather, 2 (n - 1) / n; one hop joins any two ranks (a step, or one per half).
+    ("fully-connected:512", "allgather", 1, None),
+    ("hub:192", "allreduce", 1, Fraction(2 * 191, 192)),
+    ("hub:512", "broadcast", 1, None),
+])
+def test_bounds_on_large_all_pairs_topologies_answer_quickly(name, collective, steps, composed):
+    """fully-connected:512 allgather took 41 s (rank orbits tested 2n permutations against n**2
+    links each, hop counts ran dijkstra from every rank); hub:192 allreduce and hub:512
+    broadcast measured one maximum flow per rank in pure Python (minutes)."""
+    from collsynth.bounds import compute_bounds
+    from collsynth.collective import standard_collective
+    from collsynth.topology import get_topology
+
+    topology = get_topology(name)
+    with bounded(8, 2 << 30):
+        bounds = compute_bounds(topology, standard_collective(collective, topology.num_ranks))
+    assert bounds.steps == steps
+    if composed is not None:
+        assert bounds.composed_rounds_per_chunk == composed and bounds.composed_steps == 2
+    else:
+        assert bounds.rounds_per_chunk == 1   # (n - 1) chunks over n - 1 (or 1 of n - 1) links
+
+
+# -- time limits at 8192 ranks ---------------------------------------------------------------------
+
+
+def test_the_node_symmetry_check_stops_at_its_deadline():
+    import time
+
+    from collsynth.graph.translations import node_translations
+    from collsynth.limits import TimeLimitReached
+    from collsynth.resolve import resolve_topology
+
+    topology = resolve_topology("dgx-a100", nodes=4)
+    assert node_translations(topology) is not None
+    with pytest.raises(TimeLimitReached, match="checking the symmetries of"):
+        node_translations(topology, deadline=time.perf_counter() - 1)
+
+
+def test_tree_packing_stops_before_any_packing_at_its_deadline():
+    from collsynth.limits import TimeLimitReached
+    from collsynth.resolve import resolve_topology
+    from collsynth.synthesis.bandwidth_optimal.packing import PackingOptions, pack_trees
+
+    topology = resolve_topology("dgx-a100", nodes=2)
+    with pytest.raises(TimeLimitReached, match="before any tree packing was found"):
+        pack_trees(topology, list(range(16)), options=PackingOptions(time_limit=0.0))
+
+
+def test_the_exact_engine_refuses_8192_ranks_before_looking_for_symmetries():
+    """It looked for an automorphism of 8192 ranks (2n candidates of n**2 links each) for
+    minutes before the encoding's size check refused it."""
+    from collsynth.collective import standard_collective
+    from collsynth.resolve import resolve_topology
+    from collsynth.synthesis.large import solve_large
+
+    topology = resolve_topology("dgx-a100", nodes=1024)
+    with bounded(5, 2 << 30), pytest.raises(InputTooLargeError) as caught:
+        solve_large(topology, standard_collective("allgather", 8192), engine="exact",
+                    time_limit=10)
+    # 8192 chunks x 8192 ranks x 1 step (every rank has a link in), counted by hand.
+    assert f"at least {8192 * 8192} send variables" in str(caught.value)
+
+
+def test_solve_bandwidth_optimal_at_8192_ranks_stops_at_its_time_limit(capsys):
+    """No answer in 100 s with --time-limit 10 (the node symmetry check and the packing's rows
+    ignored the deadline); now exit 4 at the limit."""
+    import time
+
+    started = time.perf_counter()
+    code, out, err = run_cli(["solve", "bandwidth-optimal", "dgx-a100", "allgather", "--nodes",
+                              "1024", "--time-limit", "2"], capsys, seconds=30)
+    assert code == 4 and "time limit" in err.splitlines()[-1]
+    assert time.perf_counter() - started < 2 * 1.1 + 3   # 10% over, and building the system
+
+
+# -- a held-out corpus: other counts in other files and flags -------------------------------------
+
+
+def test_a_pareto_sweep_refuses_more_chunks_than_a_collective_may_have():
+    """--max-chunks 1000000000 never answered (its --time-limit 5 unheard): every chunk count
+    was walked, and each look at earlier refutations walked every multiple up to the limit."""
+    from collsynth.collective import allgather
+    from collsynth.synthesis import SolveOptions, pareto_front
+    from collsynth.topology import get_topology
+
+    ring4 = get_topology("ring:4")
+    with bounded(3), pytest.raises(InputTooLargeError, match="max_chunks = 1000000000: "
+                                                              "allgather.n=4. split"):
+        list(pareto_front(ring4, allgather(4), max_chunks=10**9))
+    with bounded(10):   # the most it allows answers as the default does: (2 steps, 3/2)
+        front = list(pareto_front(ring4, allgather(4), max_chunks=(1 << 22) // 4,
+                                  options=SolveOptions(time_limit=5)))
+    assert [(p.instance.steps, p.rounds_per_chunk) for p in front] == [(2, Fraction(3, 2))]
+
+
+def test_the_sizes_of_one_command_are_bounded(tmp_path, capsys):
+    program = tmp_path / "ring.xml"
+    program.write_text(_ring_allgather_xml())
+    sizes = ",".join(str(s) for s in range(1, 20001))   # 20000 took 38 s to price
+    code, out, err = run_cli(["time", str(program), "--topology", "ring:4,unit_gbps=50",
+                              "--sizes", sizes], capsys)
+    assert code == EXIT_USAGE and out == "" and "20000 sizes: at most 256" in err
+
+
+def test_a_trace_claiming_a_million_ranks_gives_a_short_summary(tmp_path, capsys):
+    """The summary line listed every missing rank: 8 MB for a header claiming 2^20 ranks."""
+    source = Path(__file__).resolve().parent / "fixtures" / "traces" / "fc4-mixed"
+    lines = (source / "rank-00000.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    header["world_size"] = 1 << 20
+    (tmp_path / "rank-00000.jsonl").write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
+    code, out, _ = run_cli(["trace", "summarize", str(tmp_path)], capsys)
+    first = out.splitlines()[0]
+    assert code == 0 and len(first) < 400
+    assert first.endswith(f"missing ranks: {', '.join(map(str, range(1, 17)))} and "
+                          f"{(1 << 20) - 1 - 16} more")
+
+
+def test_a_program_too_large_to_check_is_refused_by_name(tmp_path, capsys):
+    text = _ring_allgather_xml().replace('s_chunks="0"', 's_chunks="1000000000"', 1)
+    path = tmp_path / "big.xml"
+    path.write_text(text)
+    code, out, err = run_cli(["time", str(path), "--topology", "ring:4,unit_gbps=50"], capsys)
+    line = one_error_line(err)
+    assert code == EXIT_ERROR and f"{path}: " in line and "the checker executes at most" in line

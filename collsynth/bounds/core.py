@@ -38,7 +38,7 @@ from collsynth.graph.fabric import (INFINITE, UnsupportedFabricError, build_fabr
 from collsynth.graph.arborescence import min_arborescence_cost
 from collsynth.graph.symmetry import candidate_permutations, node_shift, rank_orbits
 from collsynth.topology.capacity import link_capacity
-from collsynth.topology.model import Topology
+from collsynth.topology.model import SparseLinks, Topology
 
 __all__ = [
     "Bounds",
@@ -52,7 +52,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: Largest rounds linear program (number of variables) collsynth builds; larger ones are refused.
-MAX_LP_VARIABLES = 5_000_000
+MAX_LP_VARIABLES = 500_000
 #: Sources per batch in all-pairs hop counts (bounds the memory of one batch).
 _BATCH = 256
 
@@ -137,6 +137,11 @@ def _composition(collective: Collective, ranks: frozenset[int]) -> tuple[Collect
 
 def _edge_arrays(topology: Topology) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sources, destinations and bandwidths of the links (in :attr:`Topology.edges` order)."""
+    if not isinstance(topology.links, SparseLinks):
+        # Row-major, as edges: read off the matrix without a Python tuple per link (16.7M
+        # links of fully-connected:4096 took a minute as tuples).
+        src, dst = np.nonzero(topology.link_array)
+        return src.astype(np.int64), dst.astype(np.int64), topology.link_array[src, dst]
     edges = topology.edges
     count = len(edges)
     return (np.fromiter((s for s, _, _ in edges), dtype=np.int64, count=count),
@@ -150,18 +155,54 @@ def _hop_graph(topology: Topology) -> sp.csr_matrix:
     return sp.csr_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
 
 
+#: Above this share of the ``n**2`` possible links (and 256 ranks) hop distances are found by
+#: breadth-first search on the dense matrix, a matrix product per level: ``n`` searches over
+#: ``n**2`` links cost ``n**3`` either way, and the product does it at BLAS speed (dijkstra from
+#: every rank of fully-connected:1024 took 8.5 s; the products take well under one).
+_DENSE_HOPS = 1 / 16
+
+
+def _hop_rows(graph: sp.csr_matrix, starts: Sequence[Sequence[int]]) -> Iterable[np.ndarray]:
+    """Per batch of ``starts`` (rank lists), the hop distance from each (its nearest member) to
+    every rank, as rows of an array; ``inf``: unreachable. Batches follow ``starts``' order."""
+    n = graph.shape[0]
+    if n >= 256 and graph.nnz >= _DENSE_HOPS * n * n:
+        adjacency = (graph.toarray() != 0).astype(np.float32)
+        for first in range(0, len(starts), _BATCH):
+            batch = starts[first:first + _BATCH]
+            frontier = np.zeros((len(batch), n), dtype=np.float32)
+            for row, ranks in enumerate(batch):
+                frontier[row, list(ranks)] = 1
+            seen = frontier > 0
+            dist = np.where(seen, 0.0, np.inf)
+            level = 0
+            while frontier.any() and not seen.all():
+                level += 1
+                reached = ((frontier @ adjacency) > 0) & ~seen
+                dist[reached] = level
+                seen |= reached
+                frontier = reached.astype(np.float32)
+            yield dist
+        return
+    singles = all(len(ranks) == 1 for ranks in starts)
+    for first in range(0, len(starts), _BATCH):
+        batch = starts[first:first + _BATCH]
+        if singles:
+            yield np.atleast_2d(dijkstra(graph, indices=[r[0] for r in batch], unweighted=True))
+        else:
+            yield np.array([dijkstra(graph, indices=sorted(ranks), unweighted=True,
+                                     min_only=True) for ranks in batch])
+
+
 def _hops_from_sets(graph: sp.csr_matrix, sets: Sequence[frozenset[int]]) -> dict[frozenset[int], np.ndarray]:
     """Hop distance from each rank set (its nearest member) to every rank; ``inf``: unreachable."""
     result: dict[frozenset[int], np.ndarray] = {}
     singles = sorted({next(iter(s)) for s in sets if len(s) == 1})
-    for start in range(0, len(singles), _BATCH):
-        batch = singles[start:start + _BATCH]
-        dist = np.atleast_2d(dijkstra(graph, indices=batch, unweighted=True))
-        for row, rank in enumerate(batch):
-            result[frozenset({rank})] = dist[row]
-    for ranks in sets:
-        if ranks not in result:
-            result[ranks] = dijkstra(graph, indices=sorted(ranks), unweighted=True, min_only=True)
+    groups = sorted({s for s in sets if len(s) > 1}, key=sorted)
+    for starts in ([[r] for r in singles], [sorted(s) for s in groups]):
+        rows = (row for dist in _hop_rows(graph, starts) for row in dist)
+        for ranks, row in zip(starts, rows):
+            result[frozenset(ranks)] = row
     return result
 
 
@@ -258,19 +299,33 @@ def _farthest_copy(topology: Topology, collective: Collective) -> tuple[int, int
     composed = _composed_farthest(topology, collective)
     if composed is not None:
         return composed
-    distances = _hops_from_sets(_hop_graph(topology), sorted(set(collective.precondition), key=sorted))
-    best = (0, -1, -1, frozenset())
+    sets = sorted(set(collective.precondition), key=sorted)
+    distances = _hops_from_sets(_hop_graph(topology), sets)
+    # Every (chunk, rank lacking it) pair at once: the distance from the chunk's precondition,
+    # pairs in chunk order then rank order, so the first farthest pair is a loop's (one numpy
+    # call per chunk cost 50 us: a minute for the million chunks of alltoall(1024)).
+    row = {pre: i for i, pre in enumerate(sets)}
+    table = np.array([distances[pre] for pre in sets]) if sets else np.zeros((0, 0))
+    chunk_list: list[int] = []
+    row_list: list[int] = []
+    target_list: list[int] = []
     for chunk, (pre, post) in enumerate(zip(collective.precondition, collective.postcondition)):
-        missing = sorted(post - pre)
-        if not missing:
-            continue
-        dist = distances[pre][missing]
-        worst = int(np.argmax(dist))
-        if not np.isfinite(dist[worst]):
-            return (-1, chunk, missing[worst], pre)
-        if dist[worst] > best[0]:
-            best = (int(dist[worst]), chunk, missing[worst], pre)
-    return best
+        missing = post - pre
+        if missing:
+            chunk_list += [chunk] * len(missing)
+            row_list += [row[pre]] * len(missing)
+            target_list += sorted(missing)
+    if not chunk_list:
+        return (0, -1, -1, frozenset())
+    chunk_of, targets = np.array(chunk_list), np.array(target_list)
+    dist = table[np.array(row_list), targets]
+    worst = int(np.argmax(dist))
+    pre = collective.precondition[int(chunk_of[worst])]
+    if not np.isfinite(dist[worst]):
+        return (-1, int(chunk_of[worst]), int(targets[worst]), pre)
+    if dist[worst] <= 0:
+        return (0, -1, -1, frozenset())
+    return (int(dist[worst]), int(chunk_of[worst]), int(targets[worst]), pre)
 
 
 def _farthest_contribution(topology: Topology, collective: Collective) -> tuple[int, int, int, int]:
@@ -281,25 +336,48 @@ def _farthest_contribution(topology: Topology, collective: Collective) -> tuple[
     if composed is not None:
         return composed
     graph = _hop_graph(topology)
+    n = topology.num_ranks
     contributors = sorted(set().union(*collective.precondition))
+    # Each distinct rank set as a sorted array, once (allgather-like collectives share one set).
+    arrays: dict[int, np.ndarray] = {}
+
+    def as_array(ranks: frozenset[int]) -> np.ndarray:
+        found = arrays.get(id(ranks))
+        if found is None:
+            found = arrays[id(ranks)] = np.array(sorted(ranks), dtype=np.int64)
+        return found
+
+    chunks = [(as_array(pre), as_array(post))
+              for pre, post in zip(collective.precondition, collective.postcondition)]
+    row_of = np.full(n, -1, dtype=np.int64)
     best = (0, -1, -1, -1)
-    for start in range(0, len(contributors), _BATCH):
-        batch = contributors[start:start + _BATCH]
-        dist = np.atleast_2d(dijkstra(graph, indices=batch, unweighted=True))
-        row_of = {u: i for i, u in enumerate(batch)}
-        for chunk, (pre, post) in enumerate(zip(collective.precondition, collective.postcondition)):
-            for u in sorted(pre):
-                if u not in row_of:
-                    continue
-                targets = sorted(post - {u})
-                if not targets:
-                    continue
-                d = dist[row_of[u]][targets]
-                worst = int(np.argmax(d))
-                if not np.isfinite(d[worst]):
-                    return (-1, chunk, targets[worst], u)
-                if d[worst] > best[0]:
-                    best = (int(d[worst]), chunk, targets[worst], u)
+    for start, dist in zip(range(0, len(contributors), _BATCH),
+                           _hop_rows(graph, [[u] for u in contributors])):
+        batch = np.array(contributors[start:start + _BATCH], dtype=np.int64)
+        row_of[:] = -1
+        row_of[batch] = np.arange(len(batch))
+        selected: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for chunk, (pre, post) in enumerate(chunks):
+            # Contributors of this chunk in the batch (ascending) against its destinations
+            # (ascending), a contributor not counted as its own destination: the first farthest
+            # pair in that order, as a loop over both would find it.
+            found = selected.get(id(pre))
+            if found is None:
+                rows = row_of[pre]
+                found = selected[id(pre)] = (pre[rows >= 0], rows[rows >= 0])
+            here, rows = found
+            if not len(here) or not len(post):
+                continue
+            d = dist[np.ix_(rows, post)]
+            d[here[:, None] == post[None, :]] = -1.0
+            flat = int(np.argmax(d))
+            u, v = divmod(flat, len(post))
+            if d[u, v] < 0:
+                continue
+            if not np.isfinite(d[u, v]):
+                return (-1, chunk, int(post[v]), int(here[u]))
+            if d[u, v] > best[0]:
+                best = (int(d[u, v]), chunk, int(post[v]), int(here[u]))
     return best
 
 
@@ -666,10 +744,11 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
     estimate = 1
     for members, stabilizer in orbits:
         first = members[0][0]
-        edge_class = _classes_under(stabilizer, num_edges,
-                                    lambda p: np.searchsorted(keys, p[src] * n + p[dst]))
+        # The link classes (one array of all links per orbit) are made one orbit at a time
+        # below, after the size check: made here, n orbits of n**2 links held 2.7 GB on
+        # fully-connected:700 before a 342M-variable LP was refused.
         rank_class = _classes_under(stabilizer, n, lambda p: p)
-        plans.append((members, edge_class, rank_class))
+        plans.append((members, stabilizer, rank_class))
         if first[0] == "tree":
             flows = len({int(rank_class[d]) for d in first[2]})
             estimate += num_edges * (1 + flows)
@@ -681,8 +760,10 @@ def _build_lp(topology: Topology, commodities: Sequence[_Commodity], *, symmetri
             f"(links x chunk destinations{', after symmetry reduction' if symmetries else ''}), "
             f"more than the {MAX_LP_VARIABLES:,} collsynth builds"
         )
-    for members, edge_class, rank_class in plans:
+    for members, stabilizer, rank_class in plans:
         first = members[0][0]
+        edge_class = _classes_under(stabilizer, num_edges,
+                                    lambda p: np.searchsorted(keys, p[src] * n + p[dst]))
         if first[0] == "tree":
             links, variables = tree(first[1], first[2], edge_class, rank_class)
             coefficient = first[3]
@@ -1270,6 +1351,12 @@ def _cut_capacity(topology: Topology, inside: np.ndarray, capacity=None) -> int:
     :class:`~collsynth.topology.capacity.LinkCapacity` (built here when not given)."""
 
     capacity = capacity if capacity is not None else link_capacity(topology)
+    if capacity.groups is None:
+        # The links out of ``inside`` into the rest: O(|inside| x |rest|), O(n) for the single
+        # ranks and all-but-one sets that make most candidate cuts (n**2 each before).
+        n = capacity.num_ranks
+        square = capacity.links.reshape(n, n)
+        return int(square[np.ix_(np.flatnonzero(inside), np.flatnonzero(~inside))].sum())
     crossing = (inside[:, None] & ~inside[None, :]).ravel()
     bandwidth = capacity.links * crossing
     total = int(bandwidth.sum())
@@ -1353,13 +1440,27 @@ def _cut_rounds(topology: Topology, collective: Collective) -> Fraction:
             fabric = build_fabric(topology)
         except UnsupportedFabricError:
             fabric = None
+    # A single rank's cut (and its complement's) has the capacity of every rank of its orbit
+    # under the symmetries of the links and groups: measured once per orbit (hub:512 measured
+    # 1024 maximum flows in pure Python, minutes, where one pair suffices).
+    orbit = rank_orbits(topology, groups=True) if fabric is not None else None
+    measured: dict[tuple[bool, int], int] = {}
     for inside in _candidate_cuts(topology):
         members = frozenset(np.flatnonzero(inside).tolist())
         needed = sum(1 for pre, post in zip(collective.precondition, collective.postcondition)
                      if pre & members and post - members)
         if needed:
-            crossing = _cut_capacity(topology, inside, capacity) if fabric is None \
-                else _quotient_cut(fabric, inside)
+            key = None
+            if orbit is not None and len(members) in (1, n - 1):
+                alone = len(members) == 1
+                rank = next(iter(members)) if alone else int(np.flatnonzero(~inside)[0])
+                key = (alone, int(orbit[rank]))
+            crossing = measured.get(key) if key is not None else None
+            if crossing is None:
+                crossing = _cut_capacity(topology, inside, capacity) if fabric is None \
+                    else _quotient_cut(fabric, inside)
+                if key is not None:
+                    measured[key] = crossing
             if crossing <= 0:  # excluded by check_implementable
                 raise SolverError(f"a cut of {topology.name!r} with {n} ranks has no capacity")
             best = max(best, Fraction(needed, crossing))

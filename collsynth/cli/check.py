@@ -18,13 +18,12 @@ from collsynth.cli.plan_files import MSCCLPP_RUNTIME, check_plan_file
 from collsynth.errors import CollsynthError, InvalidCollectiveError
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
 from collsynth.export.mscclpp.reader import looks_like_plan
+from collsynth.export.xml_reader import infer_runtime, read_checked, read_text
 from collsynth.runtimes import MSCCL_XML, runtime_names
-from collsynth.export.xml_reader import read_checked, read_text
 
 __all__ = ["register", "run_check", "infer_runtime"]
 
 _ALGO_TAG = re.compile(r"<algo\b[^>]*>", re.S)
-_RCCL_ONLY_COLLS = ("reducescatter", "gather", "scatter", "send", "recv", "alltoallv")
 
 
 def _root(text: str) -> int:
@@ -65,21 +64,6 @@ def register(subparsers: Any) -> None:
                        help="the chunk size to run the plan at (default: the smallest that "
                             "runs every pipeline twice)")
     parser.set_defaults(handler=run_check)
-
-
-def infer_runtime(text: str) -> tuple[str, str]:
-    """The runtime an MSCCL XML text most likely targets, and why: ``("rccl" | "msccl",
-    reason)``. Only rccl-only attributes and spellings say rccl: ``outofplace`` (rccl and
-    msccl-executor require it), ``reducescatter``...; ``minBytes``/``maxBytes`` do not (msccl
-    reads them too). :func:`run_check` tries the other runtimes when the guess fails."""
-    match = _ALGO_TAG.search(text)
-    tag = match.group(0) if match else ""
-    if re.search(r"\soutofplace\s*=", tag):
-        return "rccl", "it has outofplace"
-    coll = re.search(r"\scoll\s*=\s*[\"']([^\"']*)", tag)
-    if coll and coll.group(1) in _RCCL_ONLY_COLLS:
-        return "rccl", f"coll={coll.group(1)!r} is rccl's spelling"
-    return "msccl", "no outofplace attribute or rccl-only spelling"
 
 
 def _check_as(text: str, runtime: str, args: argparse.Namespace

@@ -318,8 +318,13 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+#: Most sizes one ``--sizes`` may list: each is priced (simulated) once per program and
+#: baseline; an nccl-tests sweep from 1 B to 16 GiB has 35, every power of two up to 1 PB 51.
+MAX_SIZES = 256
+
+
 def parse_sizes(text: str) -> list[int]:
-    """Comma-separated sizes, sorted, duplicates removed.
+    """Comma-separated sizes (at most :data:`MAX_SIZES`), sorted, duplicates removed.
 
     >>> parse_sizes("1GB,1KB,1MB")
     [1000, 1000000, 1000000000]
@@ -327,6 +332,9 @@ def parse_sizes(text: str) -> list[int]:
     parts = [p for p in text.split(",") if p.strip()]
     if not parts:
         raise argparse.ArgumentTypeError(f"sizes {text!r}: expected sizes separated by commas")
+    if len(parts) > MAX_SIZES:
+        raise argparse.ArgumentTypeError(f"{len(parts)} sizes: at most {MAX_SIZES} (each is "
+                                         "priced once per program)")
     return sorted({parse_size(p) for p in parts})
 
 

@@ -304,10 +304,11 @@ def _topology(args: argparse.Namespace) -> "Topology | None":
                             alpha_us=args.alpha_us)
 
 
-def _subjects(args: argparse.Namespace, topology: "Topology | None"
+def _subjects(args: argparse.Namespace, topology: "Topology | None", runtime: str
               ) -> list["Program | Algorithm"]:
-    """Each file as what the program model prices, named by the file."""
-    from collsynth.export.xml_reader import read_program
+    """Each file as what the program model prices, named by the file; an XML file read as
+    ``collsynth check --runtime RUNTIME`` reads it (the one bounded reader)."""
+    from collsynth.export.xml_reader import load_program
 
     found: list["Program | Algorithm"] = []
     for path in args.files:
@@ -316,7 +317,7 @@ def _subjects(args: argparse.Namespace, topology: "Topology | None"
             if topology is None:
                 raise CollsynthError(f"{path}: an MSCCL XML program needs --topology (its ranks "
                                      "map to the topology's ranks in order)")
-            found.append(dataclasses.replace(read_program(path), name=name))
+            found.append(dataclasses.replace(load_program(path, runtime=runtime), name=name))
         else:
             (algorithm,) = _algorithms([path], args)
             found.append(dataclasses.replace(algorithm, name=name))
@@ -333,8 +334,8 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     name = args.runtime or constants.runtime
     runtime = get_runtime(name if name in runtime_names() else "nccl")
     topology = _topology(args)
-    subjects = _subjects(args, topology)
     model = ProgramModel(constants, runtime=runtime, topology=topology, source=source)
+    subjects = _subjects(args, topology, model.export_runtime)
     shapes = []
     for subject in subjects:
         why = model.why_not(subject)

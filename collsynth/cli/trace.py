@@ -14,6 +14,9 @@ from collsynth.trace.summary import MERGE_RULE, format_summary, summarize
 __all__ = ["register", "run_summarize"]
 
 
+#: Missing ranks named one by one in the summary line; the rest are counted (--json lists all).
+_SHOWN_MISSING = 16
+
 def register(subparsers) -> None:
     """Add ``trace`` and its actions (``summarize``) to ``subparsers`` (from ``add_subparsers``)."""
     trace = subparsers.add_parser(
@@ -50,8 +53,12 @@ def run_summarize(args: argparse.Namespace) -> int:
                         "rows": [row.to_json() for row in rows]}, indent=2))
         return EXIT_OK
     calls = sum(len(r.calls) for r in trace.ranks)
-    missing = f"; missing ranks: {', '.join(map(str, trace.missing_ranks))}" \
-        if trace.missing_ranks else ""
+    absent = trace.missing_ranks
+    # The first few by number, the rest counted: a header claiming 2^20 ranks made this one
+    # line 8 MB long.
+    shown = ", ".join(map(str, absent[:_SHOWN_MISSING])) + (
+        f" and {len(absent) - _SHOWN_MISSING} more" if len(absent) > _SHOWN_MISSING else "")
+    missing = f"; missing ranks: {shown}" if absent else ""
     out(f"{trace.directory}: {len(trace.ranks)} of {trace.world_size} ranks, {calls} calls; "
         f"bytes in the {trace.byte_convention} convention; rank 'all': {MERGE_RULE}{missing}")
     out(format_summary(rows) if rows else "(no calls)")

@@ -13,7 +13,8 @@ from collsynth.collective.model import Collective
 from collsynth.errors import InputTooLargeError, InvalidInstanceError
 from collsynth.topology.model import Topology
 
-__all__ = ["CandidateSend", "SchedulingProblem", "build_problem", "decode", "MAX_CANDIDATES"]
+__all__ = ["CandidateSend", "SchedulingProblem", "build_problem", "check_encoding_size", "decode",
+           "MAX_CANDIDATES"]
 
 #: Refuse to build encodings with more candidate sends than this (before any solver work).
 MAX_CANDIDATES = 3_000_000
@@ -133,6 +134,26 @@ def in_capacity(topology: Topology) -> list[int]:
     return caps
 
 
+def check_encoding_size(topology: Topology, collective: Collective, steps: int) -> None:
+    """Refuse, before any work on the topology (its links, hops or symmetries, all quadratic in
+    its ranks), an encoding that must have more than ``4 * MAX_CANDIDATES`` send variables:
+    every rank has a link in, so there are at least ``chunks x ranks x steps`` of them
+    (allgather on 8192 ranks in 2 steps: 134M; the exact engine spent minutes looking for a
+    symmetry first).
+
+    Raises
+    ------
+    InputTooLargeError
+        With the figure.
+    """
+    least = collective.num_chunks * topology.num_ranks * steps
+    if least > MAX_CANDIDATES * 4:
+        raise InputTooLargeError(
+            f"the encoding of {collective.describe()} on {topology.name} with {steps} steps would "
+            f"have at least {least} send variables; more than the {MAX_CANDIDATES * 4} collsynth "
+            "builds (use an engine for large systems: solve bandwidth-optimal)")
+
+
 def build_problem(topology: Topology, collective: Collective, instance: Instance, *,
                   automorphism: tuple[int, ...] | None = None) -> SchedulingProblem:
     """Build the pruned time-expanded encoding of ``collective`` (already split into
@@ -155,6 +176,7 @@ def build_problem(topology: Topology, collective: Collective, instance: Instance
             f"{instance.chunks} chunks")
     n, S = topology.num_ranks, instance.steps
     R = instance.total_rounds
+    check_encoding_size(topology, collective, S)
     hops = all_pairs_hops(topology)
     edges = [(s, d, bw) for s, d, bw in topology.edges]
     estimate = collective.num_chunks * len(edges) * S

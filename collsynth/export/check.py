@@ -38,6 +38,11 @@ __all__ = [
     "ROOTED_COLLECTIVES",
     "MAX_CHECKED_THREADBLOCKS",
     "MAX_CHECKED_CHUNKS",
+    "MAX_CHECKED_CONTRIBUTIONS",
+    "MAX_CHECKED_CLOCK_ENTRIES",
+    "MAX_CHECKED_RANKS",
+    "UNVERIFIED_PREFIX",
+    "is_unverified",
     "Problem",
     "RankStats",
     "CheckReport",
@@ -82,11 +87,28 @@ ROOTED_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
 MAX_CHECKED_THREADBLOCKS = 16384
 #: Chunks (all buffers of all ranks together) above which a program is not executed.
 MAX_CHECKED_CHUNKS = 4_000_000
+#: Contributions the symbolic execution may move and compare above which a program is not
+#: executed: each step moves ``cnt`` chunks whose values list up to ``ngpus`` contributions in a
+#: combining collective, and the postcondition compares every output chunk's. About 0.3 us
+#: each on a 2-core machine (a 128-rank ring allreduce: 12.5M, 3.7 s), so 5 * 10^7 answer within
+#: 20 s; a 1024-rank allreduce needs billions.
+MAX_CHECKED_CONTRIBUTIONS = 50_000_000
+#: Vector-clock entries the execution updates (steps x thread blocks, one int32 each per step)
+#: above which a program is not executed: 2 * 10^9 take about 20 s.
+MAX_CHECKED_CLOCK_ENTRIES = 2_000_000_000
 
 # Reader and loader figures of §2 and §14.1 that the runtimes' XmlDialect does not carry.
 _MAX_NODES = 4096           # nodes the reader stores for the loading rank, inclusive (§2.5)
 _SHOWN_MISSING = 8          # ranks without a <gpu> named one by one; the rest counted
 _MAX_SUBS = 1024            # children of one node
+#: Most ranks (``ngpus``) of a program: the reader keeps 1024 children per element (MAX_SUBS),
+#: so a file for more ranks cannot hold a <gpu> per rank; such a program is refused (a limit
+#: problem) before any per-rank state is built (ngpus="100000" ran for minutes).
+MAX_CHECKED_RANKS = _MAX_SUBS
+#: How a problem that says the postcondition could not be checked (coll="custom" without a
+#: collective, a collective without a postcondition here, several roots that fit) begins: the
+#: program may be correct; consumers that only need a readable program accept it.
+UNVERIFIED_PREFIX = "postcondition not checked"
 _MAX_DEPID = 127            # depid is stored in an int8
 _OFFSET_RANGE = (-32768, 32767)  # offsets are stored in an int16
 
@@ -255,6 +277,10 @@ def _static(program: Program, rt: XmlDialect) -> _Static:  # noqa: C901 - one ru
         executable = False
     if n < 1:
         add("limit", f"ngpus={n} must be >= 1")
+        executable = False
+    if n > MAX_CHECKED_RANKS:
+        add("limit", f"ngpus={n}: more than the {MAX_CHECKED_RANKS} ranks a file can describe "
+                     f"(the runtimes' reader keeps {_MAX_SUBS} <gpu> children of <algo>)")
         executable = False
     if rt.requires_range_attributes:
         for attr, value in (("outofplace", program.outofplace), ("minBytes", program.min_bytes),
@@ -981,6 +1007,7 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
                 f"{threadblocks} thread blocks and {chunks} chunks (ngpus={program.ngpus}, "
                 f"nchunksperloop={program.nchunksperloop}); the checker executes at most "
                 f"{MAX_CHECKED_THREADBLOCKS} and {MAX_CHECKED_CHUNKS}")
+        _check_work(program, static, threadblocks, real_out, post if checkable else None)
         per_layout: dict[str, list[Problem]] = {}
         for name in names:
             run = _Execution(program, static, name)
@@ -994,11 +1021,11 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
     chosen_root = root
     if runs:
         if post is None:
-            problems.append(Problem("postcondition", "postcondition not checked: pass --coll "
+            problems.append(Problem("postcondition", f"{UNVERIFIED_PREFIX}: pass --coll "
                                                      "for custom collectives (coll=\"custom\" "
                                                      "does not say which collective it is)"))
         elif not checkable:
-            problems.append(Problem("postcondition", f"postcondition not checked: collsynth "
+            problems.append(Problem("postcondition", f"{UNVERIFIED_PREFIX}: collsynth "
                                                      f"has none for coll={program.coll!r}"))
         else:
             chosen_root, post_problems = _postcondition(runs, post, root, custom)
@@ -1012,6 +1039,40 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
                        rank_stats=_rank_stats(static))
 
 
+def _check_work(program: Program, static: _Static, threadblocks: int, real_out: int,
+                post: str | None) -> None:
+    """Refuse, before executing, a program whose execution would move or compare more than
+    :data:`MAX_CHECKED_CONTRIBUTIONS` contributions or update more than
+    :data:`MAX_CHECKED_CLOCK_ENTRIES` vector-clock entries (per layout)."""
+    n = program.ngpus
+    combining = _canonical(program.coll) in _COMBINING or post in _COMBINING
+    width = n if combining else 1      # contributions one chunk's value may list
+    steps = moved = 0
+    for tb_map in static.tbs.values():
+        for tb in tb_map.values():
+            steps += len(tb.steps)
+            moved += sum(max(st.cnt, 0) for st in tb.steps)
+    # The postcondition: every rank's output chunks (a rooted collective's: at most that).
+    contributions = (moved + n * real_out) * width
+    clock = steps * threadblocks
+    if contributions > MAX_CHECKED_CONTRIBUTIONS or clock > MAX_CHECKED_CLOCK_ENTRIES:
+        raise InputTooLargeError(
+            f"executing {steps} steps over {threadblocks} thread blocks (ngpus={n}, "
+            f"coll={program.coll!r}) moves and compares about {contributions} contributions and "
+            f"{clock} clock entries; the checker executes at most {MAX_CHECKED_CONTRIBUTIONS} "
+            f"and {MAX_CHECKED_CLOCK_ENTRIES}")
+
+
+#: Collectives whose chunks' values list several contributions.
+_COMBINING = frozenset({"allreduce", "reduce", "reduce_scatter"})
+
+
+def is_unverified(problem: Problem) -> bool:
+    """True for the problem that says the postcondition could not be checked
+    (:data:`UNVERIFIED_PREFIX`): not a fault of the program."""
+    return problem.kind == "postcondition" and problem.message.startswith(UNVERIFIED_PREFIX)
+
+
 def _postcondition(runs: list[_Execution], key: str, root: int | None, custom: bool
                    ) -> tuple[int | None, list[Problem]]:
     n = runs[0].n
@@ -1022,7 +1083,8 @@ def _postcondition(runs: list[_Execution], key: str, root: int | None, custom: b
         if len(fits) == 1:
             root = fits[0]
         elif len(fits) > 1:
-            return None, [Problem("postcondition", f"the {key} is correct for roots "
+            return None, [Problem("postcondition", f"{UNVERIFIED_PREFIX} for one root: the "
+                                                   f"{key} is correct for roots "
                                                    f"{', '.join(map(str, fits))}: pass --root to "
                                                    "say which one is meant")]
         else:

@@ -17,12 +17,14 @@ from lxml import etree
 
 from collsynth._files import read_bytes_bounded
 from collsynth.errors import FileFormatError, InputTooLargeError
-from collsynth.export.check import PROBLEM_KINDS, Problem, static_problems
+from collsynth.export.check import (MAX_CHECKED_RANKS, PROBLEM_KINDS, Problem, is_unverified,
+                                    static_problems)
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.runtimes import XmlDialect, xml_dialect
 
 __all__ = [
     "MAX_XML_BYTES",
+    "MAX_XML_ELEMENTS",
     "MAX_ATTRIBUTES",
     "MAX_NAME_CHARS",
     "PROBLEM_KINDS",
@@ -33,11 +35,19 @@ __all__ = [
     "text_problems",
     "read_checked",
     "reader_problems",
+    "infer_runtime",
+    "load_program",
 ]
 
 #: Largest XML file read (bytes). RCCL's largest shipped algorithm is about 1.5 MiB; an optimal
 #: 64-GPU allgather exported by collsynth is about 19 MB, 1024-GPU schedules far more.
 MAX_XML_BYTES = 256 * 1024 * 1024
+#: Most elements (start tags) of a file read, counted on the raw bytes before parsing. The
+#: reader and the checks cost about 50 us per element on a 2-core machine, so 2^19 read in
+#: under half a minute; an optimal 64-GPU allgather has about 190,000, and a program the
+#: runtimes load keeps at most 4096 nodes per rank. (200,000 <gpu> elements in 11 MB took
+#: 13 s and 450 MB before anything said that 8 were expected.)
+MAX_XML_ELEMENTS = 1 << 19
 #: Attributes per element the runtimes' reader keeps (``MAX_ATTR_COUNT``).
 MAX_ATTRIBUTES = 16
 #: Longest name or value the runtimes' reader holds (``MAX_STR_LEN`` = 255 with the terminator).
@@ -95,6 +105,10 @@ def _source_bytes(source: str | bytes | os.PathLike, name: str | None) -> tuple[
     if len(data) > MAX_XML_BYTES:
         raise InputTooLargeError(f"{label}: {len(data)} bytes is more than the {MAX_XML_BYTES} "
                                  "an MSCCL XML file may have")
+    elements = data.count(b"<") - data.count(b"</") - data.count(b"<!") - data.count(b"<?")
+    if elements > MAX_XML_ELEMENTS:
+        raise InputTooLargeError(f"{label}: {elements} elements is more than the "
+                                 f"{MAX_XML_ELEMENTS} an MSCCL XML file may have")
     return data, label
 
 
@@ -243,8 +257,16 @@ class _Builder:
         if not self.required(root):
             return None
         ints = {attr: self.integer(root, attr) for attr in _ALGO_INTS}
+        children = _children(root, "gpu")
+        if len(children) > MAX_CHECKED_RANKS:
+            # Refused before a GpuProgram is built for each (200,000 took 7 s and 450 MB).
+            message = (f"{len(children)} <gpu> elements; the reader keeps at most "
+                       f"{MAX_CHECKED_RANKS} children per element")
+            self.problems.append(Problem("limit", message, children[MAX_CHECKED_RANKS].sourceline))
+            self._fail(message, children[MAX_CHECKED_RANKS].sourceline)
+            return None
         gpus = []
-        for gpu_el in _children(root, "gpu"):
+        for gpu_el in children:
             gpu = self._gpu(gpu_el)
             if gpu is not None:
                 gpus.append(gpu)
@@ -540,3 +562,72 @@ def reader_problems(text: str, runtime: str) -> list[Problem]:
     if program is None:
         return problems   # they say why
     return problems + static_problems(program, runtime)
+
+
+# -- one way in for every consumer ---------------------------------------------------------------
+
+_ALGO_TAG = re.compile(r"<algo\b[^>]*>", re.S)
+_RCCL_ONLY_COLLS = ("reducescatter", "gather", "scatter", "send", "recv", "alltoallv")
+
+
+def infer_runtime(text: str) -> tuple[str, str]:
+    """The runtime an MSCCL XML text most likely targets, and why: ``("rccl" | "msccl",
+    reason)``. Only rccl-only attributes and spellings say rccl: ``outofplace`` (rccl and
+    msccl-executor require it), ``reducescatter``...; ``minBytes``/``maxBytes`` do not (msccl
+    reads them too). ``collsynth check`` tries the other runtimes when the guess fails."""
+    match = _ALGO_TAG.search(text)
+    tag = match.group(0) if match else ""
+    if re.search(r"\soutofplace\s*=", tag):
+        return "rccl", "it has outofplace"
+    coll = re.search(r"\scoll\s*=\s*[\"']([^\"']*)", tag)
+    if coll and coll.group(1) in _RCCL_ONLY_COLLS:
+        return "rccl", f"coll={coll.group(1)!r} is rccl's spelling"
+    return "msccl", "no outofplace attribute or rccl-only spelling"
+
+
+def load_program(source: str | bytes | os.PathLike, *, runtime: str | None = None,
+                 name: str | None = None, execute: bool = True) -> Program:
+    """Read an MSCCL XML program to use it (``time``, ``bench``, ``run``, ``draw``): exactly
+    what ``collsynth check`` accepts, and nothing else.
+
+    The file goes through the one bounded reader (:func:`read_text`: at most
+    :data:`MAX_XML_BYTES`, UTF-8 only), the runtime's reader rules and the static rules
+    (:func:`read_checked`, :func:`collsynth.export.check.static_problems`: ``ngpus``,
+    ``nchannels``, ``cnt``, operand ranges, <gpu> counts...) and the symbolic execution of
+    :func:`collsynth.export.check.check_program` (the collective ``coll`` names, deadlocks,
+    races), whose size is bounded before it starts. A postcondition that cannot be checked
+    (``coll="custom"``, several roots that fit) does not refuse the program.
+
+    ``runtime``: whose rules apply (default: :func:`infer_runtime`, as ``check`` infers it).
+    ``execute=False`` skips the symbolic execution (``collsynth run``, which executes the
+    program itself and reports a wrong result as its answer); every other rule applies.
+
+    Raises
+    ------
+    FileFormatError
+        Unreadable, or a program ``check`` refuses: the first problems, one line.
+    InputTooLargeError
+        A file or a program beyond the bounds above.
+    """
+    from collsynth.export.check import check_program
+
+    text = read_text(source, name=name)
+    is_path = isinstance(source, os.PathLike) or (isinstance(source, str) and "<" not in source)
+    label = name or (str(source) if is_path else "<text>")
+    rt = runtime if runtime is not None else infer_runtime(text)[0]
+    program, problems = read_checked(text, rt)
+    if program is not None:
+        if execute:
+            try:
+                report = check_program(program, runtime=rt)
+            except InputTooLargeError as exc:   # the execution's size, refused up front
+                raise InputTooLargeError(f"{label}: {exc}") from exc
+            problems = problems + [p for p in report.problems if not is_unverified(p)]
+        else:
+            problems = problems + static_problems(program, rt)
+    if program is None or problems:
+        first = "; ".join(str(p) for p in problems[:3]) or "unreadable"
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise FileFormatError(label, f"not a program {rt} runs correctly ('collsynth check "
+                                     f"--runtime {rt}' says why): {first}{more}")
+    return program

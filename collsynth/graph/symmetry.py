@@ -7,15 +7,19 @@ pair that the SMT search tries first. Every symmetry is checked on the topology 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
 from collsynth.collective.model import Collective
 from collsynth.topology.model import Topology
 
-__all__ = ["NodeShift", "node_shift", "candidate_permutations", "is_automorphism",
-           "find_automorphism"]
+__all__ = ["NodeShift", "node_shift", "candidate_permutations", "iter_candidate_permutations",
+           "is_automorphism", "find_automorphism", "rank_orbits"]
 
 
 @dataclass(frozen=True)
@@ -124,17 +128,35 @@ def candidate_permutations(n: int) -> list[np.ndarray]:
     """Rank permutations worth testing as symmetries: rotations, reflections, the transpositions
     (0 i) and (i i+1), and, for a power of two, the bit flips. Cheap to test; together they
     generate the symmetries of rings, fully connected graphs, hubs and hypercube-like boxes."""
+    return list(iter_candidate_permutations(n))
+
+
+def iter_candidate_permutations(n: int) -> Iterator[np.ndarray]:
+    """:func:`candidate_permutations` one at a time, in the same order (a caller that stops
+    early never builds the ``2n`` permutations of ``n`` ranks: 268 MB at 4096 ranks)."""
     ident = np.arange(n, dtype=np.int64)
-    candidates = [(ident + 1) % n, (-ident) % n, n - 1 - ident]
-    candidates += [(ident + n // p) % n for p in range(2, min(n, 16) + 1) if n % p == 0]
-    if n & (n - 1) == 0:
-        candidates += [ident ^ (1 << j) for j in range(n.bit_length() - 1)]
-    for a, b in [(0, i) for i in range(1, n)] + [(i, i + 1) for i in range(1, n - 1)]:
-        swap = ident.copy()
-        swap[a], swap[b] = b, a
-        candidates.append(swap)
-    unique = {tuple(p.tolist()): p for p in candidates if not np.array_equal(p, ident)}
-    return list(unique.values())
+
+    def generated() -> Iterator[np.ndarray]:
+        yield (ident + 1) % n
+        yield (-ident) % n
+        yield n - 1 - ident
+        for p in range(2, min(n, 16) + 1):
+            if n % p == 0:
+                yield (ident + n // p) % n
+        if n & (n - 1) == 0:
+            for j in range(n.bit_length() - 1):
+                yield ident ^ (1 << j)
+        for a, b in [(0, i) for i in range(1, n)] + [(i, i + 1) for i in range(1, n - 1)]:
+            swap = ident.copy()
+            swap[a], swap[b] = b, a
+            yield swap
+
+    seen = {ident.tobytes()}
+    for perm in generated():
+        key = perm.tobytes()
+        if key not in seen:
+            seen.add(key)
+            yield perm
 
 
 # -- automorphisms of a (topology, collective) pair, for symmetric-first search -------------------
@@ -196,9 +218,12 @@ def find_automorphism(topology: Topology, collective: Collective) -> tuple[int, 
     return best
 
 
-def rank_orbits(topology: Topology, weights: np.ndarray | None = None) -> np.ndarray:
+def rank_orbits(topology: Topology, weights: np.ndarray | None = None, *,
+                groups: bool = False) -> np.ndarray:
     """An orbit label per rank under the candidate permutations that preserve every link (and
-    ``weights``, one integer per rank, when given); ranks with one label are interchangeable.
+    ``weights``, one integer per rank, when given; and with ``groups`` every bandwidth group
+    that can bind, mapped onto one with the same limit and links); ranks with one label are
+    interchangeable.
 
     Only :func:`candidate_permutations` are tried, so two ranks may share an orbit yet get
     different labels (never the reverse): a caller that checks one rank per label stays exact.
@@ -208,26 +233,58 @@ def rank_orbits(topology: Topology, weights: np.ndarray | None = None) -> np.nda
     [0, 0, 0, 0, 0, 0]
     """
     n = topology.num_ranks
-    src, dst = np.nonzero(topology.link_array)
-    bw = topology.link_array[src, dst]
-    keys = src * n + dst          # sorted: nonzero lists row by row
-    parent = np.arange(n)
+    links = topology.link_array
+    ident = np.arange(n)
 
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return int(x)
+    def preserves_links(perm: np.ndarray) -> bool:
+        moved = np.flatnonzero(perm != ident)
+        if len(moved) <= 2:
+            # A transposition changes only the rows and columns of the ranks it moves: O(n)
+            # (the (0 i) and (i i+1) candidates, 2n of them, each a full n x n test before).
+            image = perm[moved]
+            return bool(np.array_equal(links[np.ix_(image, perm)], links[moved])
+                        and np.array_equal(links[np.ix_(perm, image)], links[:, moved]))
+        return bool(np.array_equal(links[np.ix_(perm, perm)], links))
 
-    for perm in candidate_permutations(n):
+    group_links = [(g.limit, np.array(sorted(s * n + d for s, d in covered), dtype=np.int64))
+                   for g, covered in topology.effective_groups] if groups else []
+    group_keys = {(limit, k.tobytes()) for limit, k in group_links}
+
+    def preserves_groups(perm: np.ndarray) -> bool:
+        for limit, k in group_links:
+            image = np.sort(perm[k // n] * n + perm[k % n])
+            if (limit, image.tobytes()) not in group_keys:
+                return False
+        return True
+
+    labels = np.arange(n, dtype=np.int64)   # the smallest rank of each rank's orbit
+    orbits = n
+    first: list[np.ndarray] = []
+    if weights is not None:
+        # One rotation of the ranks of each weight, the others fixed (a broadcast's root and
+        # the rest): on a switch it joins every non-root rank at once, where the transpositions
+        # of the candidates would each need a test of every link and group.
+        for value in np.unique(weights):
+            same = np.flatnonzero(weights == value)
+            if 1 < len(same) < n:
+                perm = ident.copy()
+                perm[same] = np.roll(same, -1)
+                first.append(perm)
+    for perm in itertools.chain(first, iter_candidate_permutations(n)):
+        if orbits == 1:
+            break   # every rank in one orbit: no permutation can merge more
+        if np.array_equal(labels[perm], labels):
+            continue   # it maps every rank into its own orbit: nothing to merge, no test
         if weights is not None and not np.array_equal(weights[perm], weights):
             continue
-        mapped = perm[src] * n + perm[dst]
-        pos = np.minimum(np.searchsorted(keys, mapped), len(keys) - 1)
-        if not (np.array_equal(keys[pos], mapped) and np.array_equal(bw[pos], bw)):
+        if not preserves_links(perm) or not preserves_groups(perm):
             continue
-        for a, b in zip(range(n), perm.tolist()):
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-    return np.array([find(r) for r in range(n)], dtype=np.int64)
+        # Join the orbit of every rank with its image's (components of label -> label arcs).
+        joined = sp.coo_matrix((np.ones(n, dtype=np.int8), (labels, labels[perm])),
+                               shape=(n, n))
+        orbits_here, component = connected_components(joined, directed=False)
+        smallest = np.full(orbits_here, n, dtype=np.int64)
+        np.minimum.at(smallest, component[labels], ident)
+        labels = smallest[component[labels]]
+        orbits = len(np.unique(labels))
+    return labels

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from collsynth._files import read_head
-from collsynth.errors import (CollsynthError, InputTooLargeError,
+from collsynth.errors import (CollsynthError, FileFormatError, InputTooLargeError,
                               InvalidInstanceError, InvalidTopologyError, UnknownNameError)
 from collsynth.plan.environment import EnvVar, runtime_environment
 from collsynth.runtimes import get_runtime
@@ -270,16 +270,14 @@ def _is_xml(path: Path) -> bool:
 
 
 def _program_from_xml(path: Path, options: BenchOptions) -> BenchProgram:
-    from collsynth.export.xml_reader import read_program, read_text, text_problems
+    from collsynth.export.xml_reader import load_program, read_text
     from collsynth.timing.logs import canonical_collective
 
     text = read_text(path)
-    problems = text_problems(text, options.runtime)
-    if problems:
-        raise BenchError(f"{path}: {options.runtime} would not read this XML as written: "
-                         f"{problems[0]}" + (f" (and {len(problems) - 1} more)"
-                                             if len(problems) > 1 else ""))
-    program = read_program(text, runtime=options.runtime, name=str(path))
+    try:
+        program = load_program(text, runtime=options.runtime, name=str(path))
+    except FileFormatError as exc:
+        raise BenchError(str(exc)) from exc
     collective = canonical_collective(program.coll)
     return _bench_program(program, collective, str(path), text, options, None)
 
@@ -689,13 +687,13 @@ def predict(setup: BenchSetup, sizes: Sequence[int], model: "PricingModel") -> B
     CollsynthError
         What the model raises (a program the simulator refuses...).
     """
-    from collsynth.export.xml_reader import read_program
+    from collsynth.export.xml_reader import load_program
     from collsynth.runtimes import get_runtime
     from collsynth.timing.pricing import fastest_runtime_algorithm
 
     program, options = setup.program, setup.options
-    xml = dataclasses.replace(read_program(program.text, runtime=options.runtime),
-                              name=program.name)
+    xml = dataclasses.replace(load_program(program.text, runtime=options.runtime,
+                                           name=program.name), name=program.name)
     subject: Any = xml
     why = model.why_not(xml)
     if why is not None and program.algorithm is not None:

@@ -41,8 +41,7 @@ from collsynth.errors import (
     VerificationError,
 )
 from collsynth.collective.kinds import canonical_name
-from collsynth.limits import ResourceLimitError, TimeLimitReached
-from collsynth.limits import Deadline
+from collsynth.limits import Deadline, ResourceLimitError, TimeLimitReached, check_memory
 from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.capacity import link_capacity
 from collsynth.topology.model import BandwidthGroup, Topology
@@ -70,6 +69,15 @@ _MAX_ALLTOALL_REFINE = 4
 _SECONDS_PER_CHUNK = 30e-6
 _SECONDS_PER_CONDITION_RANK = 0.6e-6
 _SECONDS_PER_SEND = 0.5e-6
+#: Seconds of reading the bandwidth groups per (source, destination) pair they name: about
+#: 90 ns measured (DGX A100 x 1024: 32768 groups, 134M pairs, 11 s, most of it in one sparse
+#: matrix build that no deadline can stop). A deadline that cannot cover it stops the call.
+_SECONDS_PER_GROUP_PAIR = 100e-9
+#: Bytes per send of a pipeline while it is planned, priced and built: 100 to 140 measured
+#: (DGX A100 x 128 allgather: 5.2M sends, 517 MB). The first candidate that cannot fit is
+#: refused (DGX A100 x 1024: 335M sends, an out-of-memory kill at 24 GB before); a later one
+#: stops the search with the best so far.
+_BYTES_PER_PLANNED_SEND = 128
 
 #: One step's sends as arrays: chunk, src, dst (int64), reduce (bool).
 _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -162,10 +170,20 @@ class Capacity:
     fewest whole rounds in which its sends fit (:class:`~collsynth.topology.capacity.LinkCapacity`,
     the rule :func:`~collsynth.algorithm.verify` checks), with ``links`` as an ``n x n`` matrix."""
 
-    def __init__(self, topology: Topology) -> None:
+    def __init__(self, topology: Topology, deadline: "Deadline | None" = None) -> None:
         self.topology = topology
         self.num_ranks = topology.num_ranks
-        self._shared = link_capacity(topology)
+        if deadline is not None:
+            pairs = sum(len(g.sources) * len(g.destinations) for g in topology.groups)
+            needed = pairs * _SECONDS_PER_GROUP_PAIR
+            if needed >= 1.0 and needed > deadline.remaining():   # below a second: not worth it
+                raise TimeLimitReached(
+                    f"time limit of {deadline.seconds:g} s: reading the bandwidth groups of "
+                    f"{topology.name} ({pairs} link pairs) takes about {needed:.0f} s, "
+                    f"{max(deadline.remaining(), 0):.1f} s are left; nothing found (raise "
+                    "--time-limit)")
+        self._shared = link_capacity(
+            topology, check=lambda: check_time(deadline, "reading the bandwidth groups"))
         self.links = self._shared.links.reshape(self.num_ranks, self.num_ranks)
         self.groups = self._shared.groups
         self.limits = self._shared.limits
@@ -234,9 +252,51 @@ class _Plan:
         """The non-empty steps in order, each as one set of arrays."""
         return [self.at(step) for step in sorted(self._parts)]
 
-    def price(self, capacity: Capacity) -> tuple[list[_Arrays], list[int]]:
-        steps = self.steps()
-        return steps, [capacity.rounds(s[1], s[2]) for s in steps]
+    def price(self, capacity: Capacity, budget: "_Budget | None" = None
+              ) -> tuple[list[_Arrays], list[int]]:
+        """The steps and their rounds, ``budget`` checked between steps (a step of 8192 ranks
+        takes a second)."""
+        steps, rounds = [], []
+        for step in sorted(self._parts):
+            if budget is not None:
+                budget.check()
+            arrays = self.at(step)
+            steps.append(arrays)
+            rounds.append(capacity.rounds(arrays[1], arrays[2]))
+        return steps, rounds
+
+
+class _Stop(Exception):
+    """The deadline passed while a later candidate was built or priced: keep the best."""
+
+
+class _Budget:
+    """The deadline of one choice among candidate pipelines: past it, building or pricing the
+    first candidate raises :class:`~collsynth.limits.TimeLimitReached` (nothing was priced),
+    a later one stops the choice (:class:`_Stop`) and the best priced so far is kept.
+    ``have_best``: the caller already holds a priced pipeline."""
+
+    def __init__(self, deadline: Deadline | None, have_best: bool = False) -> None:
+        self.deadline, self.have_best = deadline, have_best
+
+    def expired(self) -> bool:
+        return self.deadline is not None and self.deadline.expired()
+
+    def check(self) -> None:
+        if self.expired():
+            if self.have_best:
+                raise _Stop
+            check_time(self.deadline, "pricing the first pipeline")
+
+    def fits(self, sends: int, what: str) -> None:
+        """Refuse (or, with a best, stop at) a pipeline of ``sends`` sends that cannot fit in
+        memory (:func:`~collsynth.limits.check_memory`)."""
+        try:
+            check_memory(sends * _BYTES_PER_PLANNED_SEND, what)
+        except ResourceLimitError:
+            if self.have_best:
+                raise _Stop from None
+            raise
 
 
 def _make_sends(chunk: np.ndarray, src: np.ndarray, dst: np.ndarray,
@@ -375,7 +435,7 @@ def check_node_algorithm(given: Algorithm, node: Topology, expected: Collective,
 
 
 def _replicate(plan: _Plan, start: int, node_steps: list[_Arrays], nodes, bases, n: int,
-               local_map: np.ndarray | None = None) -> None:
+               local_map: np.ndarray | None = None, budget: "_Budget | None" = None) -> None:
     """Copies of a node algorithm: copy ``i`` runs on node ``nodes[i]``, its local chunk ``c``
     standing for global chunk ``bases[i] + local_map[c]``; its step ``t`` goes in plan step
     ``start + t``."""
@@ -385,6 +445,8 @@ def _replicate(plan: _Plan, start: int, node_steps: list[_Arrays], nodes, bases,
         return
     offset = (nodes * n)[:, None]
     for t, (chunk, src, dst, flags) in enumerate(node_steps):
+        if budget is not None:
+            budget.check()
         local = chunk if local_map is None else local_map[chunk]
         plan.add(start + t, bases[:, None] + local[None, :], offset + src[None, :],
                  offset + dst[None, :], flags[None, :])
@@ -457,7 +519,7 @@ def _gather_local_map(n: int, pieces: int, parts: int) -> np.ndarray:
 
 
 def _allgather_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arrays],
-                    layout: _GatherLayout, parts: int) -> _Plan:
+                    layout: _GatherLayout, parts: int, budget: _Budget | None = None) -> _Plan:
     """Direct NIC allgather among same-local ranks, pipelined with the node allgathers.
 
     Global chunk ``g`` is split ``pieces * parts`` ways: part ``q`` is pieces
@@ -471,21 +533,25 @@ def _allgather_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arrays],
     local_map = _gather_local_map(n, pieces, parts)
     everyone = np.arange(nodes, dtype=np.int64)
     for start, q in layout.own:
+        if budget is not None:
+            budget.check()
         _replicate(plan, start, node_steps, everyone, everyone * n * stride + q * pieces, n,
-                   local_map)
+                   local_map, budget)
     for b, q, offsets in layout.inter:
+        if budget is not None:
+            budget.check()
         dst = ((home[:, None] + offsets[None, :]) % nodes) * n + local[:, None]
         plan.add(b, (ranks * stride + q * pieces)[:, None, None] + j, ranks[:, None, None],
                  dst[:, :, None], False)
         receivers = np.repeat(everyone, len(offsets))
         sources = (receivers - np.tile(offsets, nodes)) % nodes
         _replicate(plan, b + 1, node_steps, receivers, sources * n * stride + q * pieces, n,
-                   local_map)
+                   local_map, budget)
     return plan
 
 
 def _reduce_scatter_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arrays],
-                         layout: _GatherLayout, parts: int) -> _Plan:
+                         layout: _GatherLayout, parts: int, budget: _Budget | None = None) -> _Plan:
     """The time-reversal of :func:`_allgather_plan` (step ``s`` becomes ``T - 1 - s``): node
     reduce-scatters of the partial sums meant for each node, then reduces over the NICs into the
     rank that owns them."""
@@ -499,9 +565,13 @@ def _reduce_scatter_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arra
     local_map = _gather_local_map(n, pieces, parts)
     everyone = np.arange(nodes, dtype=np.int64)
     for start, q in layout.own:
+        if budget is not None:
+            budget.check()
         _replicate(plan, total - start - m, node_steps, everyone,
-                   everyone * n * stride + q * pieces, n, local_map)
+                   everyone * n * stride + q * pieces, n, local_map, budget)
     for b, q, offsets in layout.inter:
+        if budget is not None:
+            budget.check()
         step = total - 1 - b
         dst = ((home[:, None] + offsets[None, :]) % nodes) * n + local[:, None]
         plan.add(step, (dst * stride + q * pieces)[:, :, None] + j, ranks[:, None, None],
@@ -509,17 +579,22 @@ def _reduce_scatter_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arra
         owners = np.repeat(everyone, len(offsets))
         targets = (owners + np.tile(offsets, nodes)) % nodes
         _replicate(plan, step - m, node_steps, owners, targets * n * stride + q * pieces, n,
-                   local_map)
+                   local_map, budget)
     return plan
 
 
 def _gather_candidates(make, nodes: int, n: int, pieces: int, node_steps: list[_Arrays],
-                       parts: int, batches: int | None):
+                       parts: int, batches: int | None, budget: _Budget | None = None):
     """``(label, chunks, plan)`` for every pipeline depth tried at ``parts`` parts."""
     for b in _batch_choices((nodes - 1) * parts, batches):
+        if budget is not None:   # every piece of every chunk goes to every other rank once
+            total = nodes * n
+            budget.fits(total * pieces * parts * (total - 1),
+                        f"a hierarchical pipeline of {total} ranks ({pieces * parts} pieces per "
+                        "chunk)")
         layout = _gather_layout(nodes, parts, b)
         yield (layout.batches, parts), pieces * parts, make(nodes, n, pieces, node_steps, layout,
-                                                             parts)
+                                                             parts, budget)
 
 
 def _broadcast_plan(nodes: int, n: int, pieces: int, node_steps: list[_Arrays], root: int,
@@ -636,9 +711,12 @@ def _check_network(topology: Topology, layout: NetworkLayout, family: str) -> No
     if family == "alltoall":
         src, dst = _inter_pairs(layout.nodes, n)
     else:
-        src = np.repeat(ranks, total)
-        dst = np.tile(ranks, total)
-        keep = ((src // n) != (dst // n)) & ((src % n) == (dst % n))
+        # Each rank to the rank of its local index on every other node: ranks x nodes pairs
+        # (all ranks x all ranks, then filtered, took 6 s at 8192 ranks).
+        nodes = np.arange(layout.nodes)
+        src = np.repeat(ranks, layout.nodes)
+        dst = np.tile(nodes, total) * n + src % n
+        keep = (dst // n) != (src // n)
         src, dst = src[keep], dst[keep]
     missing = links[src, dst] == 0
     if missing.any():
@@ -656,20 +734,30 @@ def _node_algorithm(layout: NetworkLayout, expected: Collective, family: str, gi
     return check_node_algorithm(given, layout.node, expected, family)
 
 
-def _best(candidates, capacity: Capacity, deadline: Deadline | None = None):
+def _best(candidates, capacity: Capacity, budget: _Budget):
     """Price each ``(label, chunks, plan)``; return ``(steps, rounds, label)`` with the fewest
-    rounds per chunk, then the fewest steps, then the fewest chunks. Once ``deadline`` has
-    passed, the best priced so far (at least one is priced)."""
+    rounds per chunk, then the fewest steps, then the fewest chunks. Once ``budget``'s deadline
+    has passed, the best priced so far; when none was, :class:`TimeLimitReached` (or ``None``
+    when the caller holds a best of its own, ``budget.have_best``). The candidates' plans are
+    built with the same ``budget``, so a deadline stops a build or a pricing midway."""
     best = None
-    for label, chunks, plan in candidates:
-        if best is not None and deadline is not None and deadline.expired():
+    candidates = iter(candidates)
+    while True:
+        if best is not None and budget.expired():
             _log.info("time limit reached: the best of the pipelines priced so far is kept")
             break
-        steps, rounds = plan.price(capacity)
+        try:
+            label, chunks, plan = next(candidates)
+            steps, rounds = plan.price(capacity, budget)
+        except StopIteration:
+            break
+        except _Stop:
+            break
         key = (Fraction(sum(rounds), chunks), len(steps), chunks)
         if best is None or key < best[0]:
             best = (key, steps, rounds, label)
-    return best[1], best[2], best[3]
+        budget.have_best = True
+    return None if best is None else (best[1], best[2], best[3])
 
 
 def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: int | None = None,
@@ -764,7 +852,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
                                   or value < 1):
             raise InvalidCollectiveError(f"{key} = {value!r}; expected a positive whole number")
     _check_network(topology, layout, family)
-    capacity = Capacity(topology)
+    capacity = Capacity(topology, deadline)
     others = K - 1
 
     if family == "allreduce":
@@ -792,12 +880,16 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
             elif deadline is not None and deadline.expired():
                 break  # keep the best pipeline priced so far
             _check_size(total * pieces * p, family)
-            steps_rs, rounds_rs, label_rs = _best(
-                _gather_candidates(_reduce_scatter_plan, K, n, pieces, rs_steps, p, batches),
-                capacity, deadline)
-            steps_ag, rounds_ag, label_ag = _best(
-                _gather_candidates(_allgather_plan, K, n, pieces, ag_steps, p, batches), capacity,
-                deadline)
+            budget = _Budget(deadline, have_best=best is not None)
+            rs = _best(_gather_candidates(_reduce_scatter_plan, K, n, pieces, rs_steps, p,
+                                          batches, budget), capacity, budget)
+            budget = _Budget(deadline, have_best=best is not None)
+            ag = None if rs is None else _best(
+                _gather_candidates(_allgather_plan, K, n, pieces, ag_steps, p, batches, budget),
+                capacity, budget)
+            if ag is None:
+                break   # the deadline passed: keep the best pipeline priced so far
+            (steps_rs, rounds_rs, label_rs), (steps_ag, rounds_ag, label_ag) = rs, ag
             key = (Fraction(sum(rounds_rs) + sum(rounds_ag), p),
                    len(steps_rs) + len(steps_ag), p)
             if best is None or key < best[0]:
@@ -823,10 +915,11 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
             for p in _parts_choices(K, total, pieces, parts):
                 _check_size(total * pieces * p, family)
             # lazily, so that a deadline stops the pricing between candidates
+            budget = _Budget(deadline)
             candidates = (candidate for p in _parts_choices(K, total, pieces, parts)
                           for candidate in _gather_candidates(make, K, n, pieces, node_steps, p,
-                                                              batches))
-            steps, rounds, label = _best(candidates, capacity, deadline)
+                                                              batches, budget))
+            steps, rounds, label = _best(candidates, capacity, budget)
             pieces *= label[1]
             chunks = total * pieces
             pipeline = (label,)
@@ -835,7 +928,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
             choices = [batches] if batches is not None else ([1, 2, 4, 8] if others else [1])
             plans = (((b, b), b, make(K, n, pieces, node_steps, root, b)) for b in choices)
             check_time(deadline, f"pipelining the hierarchical {family}")
-            steps, rounds, label = _best(plans, capacity, deadline)
+            steps, rounds, label = _best(plans, capacity, _Budget(deadline))
             chunks = label[1] * pieces
             pipeline = (label,)
         else:

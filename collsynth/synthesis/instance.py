@@ -21,7 +21,7 @@ from collsynth.collective.duality import has_non_combining_dual, non_combining_d
 from collsynth.collective.model import Collective
 from collsynth.encoding import get_backend
 from collsynth.encoding.backend import Outcome, SolveInterrupted, Status
-from collsynth.encoding.problem import build_problem, decode
+from collsynth.encoding.problem import build_problem, check_encoding_size, decode
 from collsynth.graph.symmetry import find_automorphism
 from collsynth.errors import InvalidCollectiveError, SolverError
 from collsynth.limits import Deadline
@@ -221,6 +221,7 @@ def _solve_noncombining(topology: Topology, split: Collective, instance: Instanc
     fallback: tuple[object, object, str] | None = None  # (problem, outcome, kind) already SAT
     current = instance
     solving: tuple[object, str] | None = None  # (problem, kind) in the solver now
+    check_encoding_size(topology, split, instance.steps)   # before the symmetry search
     try:
         if options.symmetry:
             automorphism = find_automorphism(topology, split)

@@ -24,10 +24,10 @@ from typing import Iterator
 from collsynth.algorithm.model import Instance
 from collsynth.algorithm.transform import refine, sequence
 from collsynth.bounds import compute_bounds
-from collsynth.collective.model import Collective
+from collsynth.collective.model import MAX_CHUNKS, Collective
 from collsynth.collective.standard import allgather, is_standard_allreduce, reduce_scatter
 from collsynth.encoding.backend import SolveInterrupted, Status
-from collsynth.errors import InvalidInstanceError
+from collsynth.errors import InputTooLargeError, InvalidInstanceError
 from collsynth.encoding import get_backend
 from collsynth.synthesis.instance import check_inputs, solve_checked, supports_minimize
 from collsynth.limits import Deadline
@@ -265,6 +265,13 @@ def _pareto_front(topology: Topology, collective: Collective, max_chunks: int | 
         max_chunks = default_max_chunks(bound)
     if max_chunks < 1:
         raise InvalidInstanceError(f"max_chunks = {max_chunks}; expected >= 1")
+    most = max(1, MAX_CHUNKS // collective.num_chunks)
+    if max_chunks > most:
+        # Every chunk count up to max_chunks is tried (max_chunks = 10^9 never answered, its
+        # time limit unheard): beyond this the split collective would exceed MAX_CHUNKS.
+        raise InputTooLargeError(
+            f"max_chunks = {max_chunks}: {collective.describe()} split that many ways has more "
+            f"than the {MAX_CHUNKS} chunks a collective may have; at most {most}")
     # Points known before the search (allreduce: the reduce-scatter + allgather front); the search
     # at S then only looks for something better than the known point at S.
     known = state.known
@@ -391,6 +398,8 @@ class _StepSearch:
         spend a slice on every unprovable value below it."""
         found: SynthesisResult | None = None
         for chunks in range(1, self.max_chunks + 1):
+            if self.deadline.expired():
+                break
             lo = max(steps, math.ceil(self.bound * chunks))
             # Strictly below the best so far, or enough rounds for any schedule (every step long
             # enough to carry every chunk).
@@ -457,13 +466,12 @@ def _candidates(steps: int, bound: Fraction, best: Fraction | None,
 
 def _known_unsat(unsat_rounds: dict[tuple[int, int], int], steps: int, rounds: int, chunks: int,
                  max_chunks: int) -> bool:
-    """UNSAT follows from an UNSAT (S, R', C) with R' >= R, or from an UNSAT (S, kR', kC)."""
-    k = 1
-    while chunks * k <= max_chunks:
-        if unsat_rounds.get((steps, chunks * k), -1) >= rounds * k:
-            return True
-        k += 1
-    return False
+    """UNSAT follows from an UNSAT (S, R', C) with R' >= R, or from an UNSAT (S, kR', kC).
+
+    Only the recorded results are looked at (``max_chunks / chunks`` multiples were, a billion
+    per call with ``max_chunks`` = 10^9)."""
+    return any(s == steps and c % chunks == 0 and c <= max_chunks and r >= rounds * (c // chunks)
+               for (s, c), r in unsat_rounds.items())
 
 
 def prune_dominated(results: list[SynthesisResult]) -> list[SynthesisResult]:

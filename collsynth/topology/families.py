@@ -34,8 +34,13 @@ def _check(n: int, family: str, minimum: int = 2) -> None:
 
 #: Hubs and fully connected graphs link every pair: their dense form is n**2 entries, and a
 #: hub's 2n groups name n - 1 ranks each (hub:8192: 134 million set entries, several GB, before
-#: any bound is computed). Above this size they are refused up front.
-MAX_ALL_PAIRS_RANKS = 4096
+#: any bound is computed), and the bounds cost n**2 to n**3 of it. Above this size they are
+#: refused up front. Measured on a busy 2-core machine (docs/large-systems.md): at 1024 ranks
+#: every standard collective's bounds answer in under 30 s and 1.5 GB (alltoall, a million
+#: chunks, is the slowest on any 1024-rank topology; the others under 17 s); at 2048 a hub's
+#: allreduce takes 55 s and 3 GB, and fully-connected:4096 allgather took more than 120 s
+#: before this limit (31 s and 3.3 GB after the bounds were made faster).
+MAX_ALL_PAIRS_RANKS = 1024
 
 
 def _check_all_pairs(n: int, family: str) -> None:

@@ -474,7 +474,8 @@ def test_send_buffer_writes_are_warnings_unless_strict():
 
 def test_ngpus_from_the_file_does_not_drive_a_loop() -> None:
     """A file claiming 2**62 ranks (one <gpu> given) is refused in moments: the missing ranks
-    are counted, not walked one by one (which never ended before)."""
+    are counted, not walked one by one (which never ended before), and a program of more ranks
+    than a file can describe (1024 <gpu> children) is not executed at all."""
     import signal
 
     from collsynth.errors import InputTooLargeError
@@ -491,8 +492,14 @@ def test_ngpus_from_the_file_does_not_drive_a_loop() -> None:
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, 20)
     try:
+        report = check_program(read_checked(text, "msccl")[0], runtime="msccl")
+        assert not report.ok and report.layouts_checked == ()
+        assert any(p.kind == "limit" and f"ngpus={big}: more than the 1024 ranks" in p.message
+                   for p in report.problems)
+        # At the limit the size of the execution is what is refused.
         with pytest.raises(InputTooLargeError, match="chunks"):
-            check_program(read_checked(text, "msccl")[0], runtime="msccl")
+            check_program(read_checked(text.replace(f'ngpus="{big}"', 'ngpus="1024"'),
+                                       "msccl")[0], runtime="msccl")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

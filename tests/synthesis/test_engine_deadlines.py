@@ -43,6 +43,51 @@ class _ExpiresAfter(Deadline):
         return self.left
 
 
+class _ExpiresAfterFirstPricing(Deadline):
+    """A deadline that passes as soon as the hierarchical engine has priced one pipeline."""
+
+    def __init__(self, monkeypatch) -> None:
+        from collsynth.synthesis import hierarchical
+
+        super().__init__(seconds=1.0)
+        self.priced = 0
+        price = hierarchical._Plan.price
+
+        def counted(plan, capacity, budget=None):
+            found = price(plan, capacity, budget)
+            self.priced += 1
+            return found
+
+        monkeypatch.setattr(hierarchical._Plan, "price", counted)
+
+    def expired(self) -> bool:
+        return self.priced > 0
+
+    def remaining(self) -> float:
+        return 1e9
+
+
+def test_hierarchical_stops_building_or_pricing_the_first_pipeline_at_the_deadline(
+        monkeypatch):
+    """The first candidate used to be built and priced whatever the time: at 8192 ranks that
+    took 15 s past a 10 s limit. Past the deadline during its pricing, nothing is found."""
+    from collsynth.synthesis import hierarchical
+
+    topology = compose_nodes(fully_connected(4), 3, nic_units=1)
+    node = _detail(hierarchical_algorithm(topology, "allgather", time_limit=NODE_TIME_S),
+                   "node_algorithms")[0]
+    at = hierarchical._Plan.at
+    deadline = _ExpiresAfter(1 << 30)
+
+    def slow(plan, step):   # the deadline passes while the first step is priced
+        deadline.looks = 0
+        return at(plan, step)
+
+    monkeypatch.setattr(hierarchical._Plan, "at", slow)
+    with pytest.raises(TimeLimitReached, match="pricing the first pipeline"):
+        hierarchical_algorithm(topology, "allgather", node_algorithm=node, deadline=deadline)
+
+
 @pytest.fixture(scope="module")
 def two_rings():
     return compose_nodes(ring(4), 2, nic_units=1)
@@ -68,17 +113,19 @@ def test_hierarchical_with_a_given_node_algorithm_stops_before_pricing(two_rings
                                deadline=Deadline(0.0))
 
 
-def test_hierarchical_keeps_the_first_pipeline_priced_when_time_runs_out():
+def test_hierarchical_keeps_the_first_pipeline_priced_when_time_runs_out(monkeypatch):
     # Three fully connected nodes: given time, sending to the two other nodes in two batches
     # (one step apart, overlapping the node allgathers) beats one batch.
     topology = compose_nodes(fully_connected(4), 3, nic_units=1)
     unhurried = hierarchical_algorithm(topology, "allgather", time_limit=NODE_TIME_S)
     assert _detail(unhurried, "pipeline") == ((2, 1),)
-    # One look passes (before pricing), then the deadline has passed: the first candidate in
-    # the documented order (1 part, 1 batch) is built, verified and returned.
+    # The deadline passes once the first candidate in the documented order (1 part, 1 batch)
+    # is priced: it is built, verified and returned.
     node = _detail(unhurried, "node_algorithms")[0]
+    deadline = _ExpiresAfterFirstPricing(monkeypatch)
     result = hierarchical_algorithm(topology, "allgather", node_algorithm=node,
-                                    deadline=_ExpiresAfter(1))
+                                    deadline=deadline)
+    assert deadline.priced == 1
     assert _detail(result, "pipeline") == ((1, 1),)
     assert find_problems(result.algorithm) == []
     assert unhurried.rounds_per_chunk <= result.rounds_per_chunk

@@ -110,8 +110,8 @@ def _corrupt_prices(monkeypatch, fault: str) -> None:
     only the final verification can notice)."""
     real = hierarchical._Plan.price
 
-    def price(self, capacity):
-        steps, rounds = real(self, capacity)
+    def price(self, capacity, budget=None):
+        steps, rounds = real(self, capacity, budget)
         return _corrupt_arrays(capacity.topology, list(steps), fault), rounds
 
     monkeypatch.setattr(hierarchical._Plan, "price", price)

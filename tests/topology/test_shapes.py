@@ -205,7 +205,7 @@ def test_all_pairs_families_are_refused_above_their_dense_limit():
     """hub:8192 once ended in a MemoryError (2 x 8192 groups naming 8191 ranks each)."""
     with pytest.raises(InputTooLargeError, match="hub:8192: every pair of ranks is linked"):
         get_topology("hub:8192")
-    with pytest.raises(InputTooLargeError, match="up to 4096 ranks"):
+    with pytest.raises(InputTooLargeError, match="up to 1024 ranks"):
         get_topology("fully-connected:4097")
 
 

@@ -22,6 +22,7 @@ from collsynth.errors import SolverError
 from collsynth.graph.arborescence import depths, min_arborescence
 from collsynth.graph.symmetry import NodeShift, node_shift
 from collsynth.graph.translations import GridTranslations, grid_translations, point_symmetries
+from collsynth.limits import TimeLimitReached
 from collsynth.synthesis.hierarchical import network_layout
 from collsynth.topology.model import Topology
 
@@ -99,8 +100,10 @@ class RowClasses:
     names: tuple[str, ...]
 
 
-def row_classes(topology: Topology, links: np.ndarray, shift: NodeShift | None) -> RowClasses:
-    """The link and group rows of the program (see docs/large-systems.md)."""
+def row_classes(topology: Topology, links: np.ndarray, shift: NodeShift | None, *,
+                deadline: float | None = None) -> RowClasses:
+    """The link and group rows of the program (see docs/large-systems.md); past ``deadline``
+    (``time.perf_counter``) :class:`~collsynth.limits.TimeLimitReached`."""
     n = topology.num_ranks
     group_rows, group_cols, group_mult, group_caps, group_names = [], [], [], [], []
     min_limit = np.full(n * n, np.iinfo(np.int64).max, dtype=np.int64)
@@ -108,6 +111,8 @@ def row_classes(topology: Topology, links: np.ndarray, shift: NodeShift | None) 
     orbit_sizes: list[int] = []
     pending = []
     for index, group in enumerate(topology.groups):
+        if index % 64 == 0:
+            _check_deadline(deadline, "reading the bandwidth groups")
         sources = np.fromiter(sorted(group.sources), np.int64)
         targets = np.fromiter(sorted(group.destinations), np.int64)
         flat = (sources[:, None] * n + targets[None, :]).ravel()
@@ -166,6 +171,14 @@ def row_classes(topology: Topology, links: np.ndarray, shift: NodeShift | None) 
     return RowClasses(incidence, capacity, names)
 
 
+def _check_deadline(deadline: float | None, doing: str) -> None:
+    """Before any packing exists there is nothing to return: past ``deadline`` the search
+    stops with :class:`~collsynth.limits.TimeLimitReached` (the CLI's exit 4)."""
+    if deadline is not None and time.perf_counter() > deadline:
+        raise TimeLimitReached(f"time limit reached while {doing}, before any tree packing "
+                               "was found")
+
+
 def _tree_column(rows: RowClasses, parent: np.ndarray, n: int) -> np.ndarray:
     children = np.flatnonzero(parent >= 0)
     flat = parent[children] * n + children
@@ -193,9 +206,13 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     if len(roots) == n:
         shift = options.symmetry or node_shift(topology) or grid_translations(topology)
     reps = list(range(shift.ranks_per_node)) if shift is not None else list(roots)
-    rows = row_classes(topology, links, shift)
+    deadline = started + options.time_limit
+    _check_deadline(deadline, "finding the symmetries")
+    rows = row_classes(topology, links, shift, deadline=deadline)
+    _check_deadline(deadline, "building the rows of the program")
     finite = links > 0
     hops = shortest_path(sp.csr_matrix(finite.astype(np.int8)), unweighted=True, indices=reps)
+    _check_deadline(deadline, "counting hops")
 
     columns: list[np.ndarray] = []
     owners: list[int] = []
@@ -228,6 +245,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
             add(0, parent)
     graph = sp.csr_matrix(finite.astype(np.int8))
     for i, root in enumerate(reps):
+        _check_deadline(deadline, "building the first trees")
         _, predecessors = breadth_first_order(graph, root, directed=True, return_predecessors=True)
         parent = predecessors.astype(np.int64)
         parent[root] = -1
@@ -245,6 +263,8 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
     stopped = None   # what ended the column generation before the program was solved
     while True:
         iterations += 1
+        if weights is None:
+            _check_deadline(deadline, "solving the first master program")
         try:
             value, weights, y, u = _solve_master(rows, columns, owners, len(reps))
         except KeyboardInterrupt:

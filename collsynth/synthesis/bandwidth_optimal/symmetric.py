@@ -490,7 +490,7 @@ def solve_symmetric(topology: Topology, collective: Collective, *, stages: int |
     say(f"optimal throughput: {bound} rounds per chunk ({timings['bound']:.2f} s)")
     tick = time.perf_counter()
     # Ranks alike within their nodes: one root stands for all (the template is one rank's).
-    symmetry = node_translations(topology)
+    symmetry = node_translations(topology, deadline=started + time_limit)
     timings["symmetry"] = time.perf_counter() - tick
     tick = time.perf_counter()
     # Only the template is stored: a stage may have as many pieces per root as keep one
