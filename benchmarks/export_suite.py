@@ -19,7 +19,7 @@ from collsynth.collective import standard_collective
 from collsynth.errors import ExportError
 from collsynth.export import check_program, lower, read_program, write_program
 from collsynth.export.stats import program_stats
-from collsynth.export.runtimes import runtime_names
+from collsynth.runtimes import MSCCL_XML, runtime_names
 from collsynth.synthesis import SolveOptions, pareto_front, solve_least_steps
 from collsynth.topology import get_topology
 
@@ -58,7 +58,7 @@ def main() -> int:
     for name, topo, coll, root, strategy, max_chunks in CASES:
         for algorithm in _algorithms(topo, coll, root, strategy, max_chunks):
             label = f"{algorithm.num_steps}/{algorithm.num_rounds}/{algorithm.chunks}"
-            for runtime in runtime_names():
+            for runtime in runtime_names(MSCCL_XML):
                 started = time.perf_counter()
                 try:
                     program = lower(algorithm, runtime=runtime)

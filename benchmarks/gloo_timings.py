@@ -7,7 +7,7 @@ For allgather and allreduce on 4 ranks (topologies ring:4 and fully-connected:4)
 (ring:8 and dgx1), the Pareto front of each (topology, collective) is synthesized and, for each
 size, the point with the lowest alpha-beta cost is run (alpha = 100 us per step, 1 GB/s per link;
 a rough model of gloo over loopback). Each algorithm is run with
-:func:`collsynth.runtime.run_cases` next to torch's own collective on the same tensors (checked
+:func:`collsynth.executor.run_cases` next to torch's own collective on the same tensors (checked
 for correctness first), all cases of one rank count in one process group. The table gives the
 median time over the iterations (each iteration timed by its slowest rank) and the nccl-tests
 bandwidths: algbw = size / time, busbw = algbw x (allreduce 2(n-1)/n, allgather (n-1)/n), with
@@ -28,7 +28,7 @@ from fractions import Fraction
 
 from collsynth.cli.execute import parse_run_size
 from collsynth.collective import standard_collective
-from collsynth.runtime import Case, launch, run_cases
+from collsynth.executor import Case, launch, run_cases
 from collsynth.synthesis import SolveOptions, pareto_front
 from collsynth.topology import get_topology
 

@@ -61,13 +61,13 @@ elif name.endswith("-compact"):
                steady_state_rounds_per_chunk=p["steady_state_rounds_per_chunk"],
                lower_bound=p["lower_bound"], optimal=p["optimal"], timings=p["timings"])
 else:
-    from collsynth.timing.compare import predicted_against_nccl
+    from collsynth.timing.closed_form import predicted_against_runtime
     from collsynth.synthesis.large import solve_large
     collective = standard_collective(name, topology.num_ranks)
     result = solve_large(topology, collective)
     seconds = time.perf_counter() - started
     out.update(result.to_json())
-    out["predicted_us"] = predicted_against_nccl(result.schedule)
+    out["predicted_us"] = [r.as_dict() for r in predicted_against_runtime(result.schedule)]
     out["library_seconds"] = seconds
 out.setdefault("library_seconds", time.perf_counter() - started)
 out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

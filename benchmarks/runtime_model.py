@@ -28,7 +28,7 @@ CSV = ROOT / "data" / "measurements" / "mi250-16gcd-x2" / "rccl_all_gather_outof
 def speed(args: argparse.Namespace) -> None:
     from collsynth.resolve import resolve_topology
     from collsynth.timing.runtime_baselines import ring_program, runtime_rings
-    from collsynth.timing.runtime_constants import default_constants
+    from collsynth.runtimes import get_runtime
     from collsynth.timing.runtime_model import prepare_program, simulate_program
 
     if args.xml:
@@ -43,7 +43,7 @@ def speed(args: argparse.Namespace) -> None:
         label = "ring allgather, 20 channels"
     sends = sum(1 for g in program.gpus for tb in g.threadblocks for st in tb.steps
                 if st.type in ("s", "rcs", "rrs", "rrcs"))
-    c = default_constants("nccl")
+    c = get_runtime("nccl").defaults
     prepare_s, simulate_s = [], []
     for _ in range(args.repeat):
         t0 = time.perf_counter()

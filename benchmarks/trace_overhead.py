@@ -42,7 +42,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
 
-    from collsynth.runtime.launch import free_port
+    from collsynth.executor.launch import free_port
     from collsynth.trace import read_trace, tracing
 
     torch.set_num_threads(1)

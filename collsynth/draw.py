@@ -1,7 +1,7 @@
 """Pictures of schedules: one panel per step on the topology's layout, or link-load heat maps.
 
 :func:`draw_algorithm` draws an algorithm, :func:`draw_program` an MSCCL XML program on a topology
-(one panel per level of its global schedule, :func:`collsynth.runtime.schedule`), and
+(one panel per level of its global schedule, :func:`collsynth.executor.schedule`), and
 :func:`draw_file` either kind of file. Each returns a matplotlib ``Figure`` on the Agg canvas (no
 pyplot, no display, no global state); :func:`save_drawing` writes it as PNG or SVG atomically.
 
@@ -204,7 +204,7 @@ def program_traffic(program: "Program") -> list[StepTraffic]:
     UnrunnableProgramError
         When the program deadlocks or its messages do not match (no schedule exists).
     """
-    from collsynth.runtime.program import schedule
+    from collsynth.executor.program import schedule
 
     sched = schedule(program)
     n, loop = program.ngpus, program.nchunksperloop
@@ -480,7 +480,7 @@ def draw_algorithm(algorithm: Algorithm, *, options: DrawOptions | None = None) 
 def draw_program(program: "Program", topology: Topology, *,
                  options: DrawOptions | None = None) -> "Figure":
     """Draw an MSCCL XML program on ``topology`` (its ranks in the program's order), one panel
-    per level of the program's global schedule (:func:`collsynth.runtime.schedule`).
+    per level of the program's global schedule (:func:`collsynth.executor.schedule`).
 
     Raises
     ------

@@ -13,6 +13,8 @@ __all__ = [
     "InvalidTopologyError",
     "InvalidCollectiveError",
     "InvalidInstanceError",
+    "NoRingError",
+    "NoTreeError",
     "UnknownNameError",
     "InputTooLargeError",
     "FileFormatError",
@@ -38,6 +40,16 @@ class InvalidCollectiveError(CollsynthError, ValueError):
 
 class InvalidInstanceError(CollsynthError, ValueError):
     """Synthesis parameters that cannot describe an algorithm (rounds < steps, chunks < 1...)."""
+
+
+class NoRingError(InvalidInstanceError):
+    """The topology has no directed ring through every rank: the runtime's ring (and the tree
+    built on its channels) cannot run there."""
+
+
+class NoTreeError(InvalidInstanceError):
+    """The topology lacks a link the runtime's tree needs (each chain link both ways, head to
+    head between nodes)."""
 
 
 class UnknownNameError(CollsynthError, KeyError):

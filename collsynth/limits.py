@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import datetime
+import math
 import os
 import re
+import time
+from dataclasses import dataclass, field
 from typing import Iterator
 
 from collsynth.errors import CollsynthError, InputTooLargeError
 
-__all__ = ["MEMORY_LIMIT_ENV", "ResourceLimitError", "TimeLimitReached", "memory_limit_bytes",
+__all__ = ["MEMORY_LIMIT_ENV", "ResourceLimitError", "TimeLimitReached", "Deadline", "memory_limit_bytes",
            "available_memory_bytes", "memory_budget_bytes", "check_memory", "memory_ceiling",
            "format_bytes", "parse_bytes"]
 
@@ -40,6 +44,37 @@ class ResourceLimitError(InputTooLargeError):
 
 class TimeLimitReached(CollsynthError):
     """An engine without partial results ran out of its time limit (the CLI's exit 4)."""
+
+
+@dataclass
+class Deadline:
+    """A wall-clock budget shared by the calls of one search or one run: ``seconds`` from
+    ``started`` (``time.perf_counter()``), or no limit when ``seconds`` is ``None``.
+
+    >>> Deadline(None).remaining(), Deadline(None).expired()
+    (inf, False)
+    >>> Deadline(0.0).expired()
+    True
+    """
+
+    seconds: float | None
+    started: float = field(default_factory=time.perf_counter)
+
+    def remaining(self) -> float:
+        """Seconds left (negative once passed; ``math.inf`` without a limit)."""
+        if self.seconds is None:
+            return math.inf
+        return self.seconds - (time.perf_counter() - self.started)
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def remaining_timedelta(self) -> datetime.timedelta | None:
+        """The time left as a ``timedelta`` of at least 1 ms (what torch's waits take), or
+        ``None`` without a limit."""
+        if self.seconds is None:
+            return None
+        return datetime.timedelta(seconds=max(0.001, self.remaining()))
 
 
 def parse_bytes(text: str, *, what: str = MEMORY_LIMIT_ENV) -> int:

@@ -30,7 +30,7 @@ from collsynth.encoding.backend import Status
 from collsynth.errors import UnimplementableError
 from collsynth.synthesis import SolveOptions
 from collsynth.synthesis.instance import check_inputs, solve_checked
-from collsynth.synthesis.result import Deadline
+from collsynth.limits import Deadline
 from collsynth.topology import BandwidthGroup, Topology
 
 F = Fraction

@@ -16,6 +16,7 @@ import pytest
 
 from collsynth.export.check import PROBLEM_KINDS
 from collsynth.plan.environment import EXECUTOR_SOURCE, SPEC, runtime_environment
+from collsynth.runtimes import get_runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "msccl-xml.md"
@@ -108,7 +109,7 @@ def test_every_problem_kind_has_its_row_in_the_document():
 def test_environment_sources_cite_the_document(runtime):
     sections = _sections(_doc())
     assert SPEC == DOC_NAME
-    env, notes = runtime_environment(runtime, xml_dir="/p/xml", xml_paths=["/p/xml/a.xml"],
+    env, notes = runtime_environment(get_runtime(runtime), xml_dir="/p/xml", xml_paths=["/p/xml/a.xml"],
                                      collectives=["allreduce", "allgather"])
     assert env
     for var in env:

@@ -121,7 +121,6 @@ def _readers() -> dict[str, Callable[[Path], Any]]:
     from collsynth.resolve import resolve_topology
     from collsynth.timing.calibration import load_calibration
     from collsynth.timing.logs import load_log
-    from collsynth.timing.runtime_constants import load_runtime_constants
     from collsynth.timing.runtime_fit import read_curve
     from collsynth.topology.fileformat import load_topology
     from collsynth.topology.importers import import_topology_file
@@ -133,7 +132,6 @@ def _readers() -> dict[str, Callable[[Path], Any]]:
         "read_text (XML)": read_text, "file_kind": file_kind,
         "load_log": lambda p: load_log(p, collective="allreduce", ranks=4),
         "read_curve": read_curve, "load_calibration": load_calibration,
-        "load_runtime_constants": load_runtime_constants,
         "load_calls (a trace folder)": lambda p: load_calls(p.parent),
     }
 
@@ -188,12 +186,12 @@ def test_cli_fifo_inputs(tmp_path: Path, algo: Path, capsys: pytest.CaptureFixtu
     os.mkfifo(fifo)
     for argv in (["time", fifo, "--topology", "ring:4,unit_gbps=50,alpha_us=1"],
                  ["calibrate", fifo, "--topology", "ring:4", "-o", tmp_path / "cal.json"],
-                 ["calibrate-runtime", fifo, "--topology", "ring:4,unit_gbps=50,alpha_us=1",
-                  "-o", tmp_path / "rt.json"],
+                 ["calibrate", fifo, "--model", "program", "--topology",
+                  "ring:4,unit_gbps=50,alpha_us=1", "-o", tmp_path / "rt.json"],
                  ["check", fifo], ["show", fifo], ["verify", fifo],
                  ["time", algo, "--calibration", fifo],
-                 # The program model sniffs the calibration's format: a file it cannot read is
-                 # said as such, not "not a runtime-constants file".
+                 # The calibration is read once, whatever its kind: a file it cannot read is
+                 # said as such.
                  ["time", algo, "--topology", "ring:4,unit_gbps=50,alpha_us=1",
                   "--calibration", fifo],
                  ["export", algo, "--tune", "-o", tmp_path / "x", "--runtime-constants", fifo],
@@ -222,7 +220,7 @@ def test_every_input_is_checked_before_the_first_is_used(tmp_path: Path, algo: P
         used.append(args)
         raise CollsynthError("loaded before every input was checked")
 
-    monkeypatch.setattr(time_command, "_load", load)
+    monkeypatch.setattr(time_command, "_algorithms", load)
     code, _, err = _cli(capsys, "calibrate", good, fifo, "--topology", "ring:4",
                         "--collective", "allgather", "--ranks", "4", "-o", tmp_path / "c.json",
                         release=(fifo,))
@@ -307,8 +305,8 @@ def test_csv_errors_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFi
     path.write_text(f"size_bytes,time_us\n512,9{'0' * 200_000}\n" + _ROWS)
     for argv in (["calibrate", path, "--topology", "ring:4", "--collective", "allgather",
                   "--ranks", "4", "-o", tmp_path / "cal.json"],
-                 ["calibrate-runtime", path, "--topology", "ring:4,unit_gbps=50,alpha_us=1",
-                  "-o", tmp_path / "rt.json"]):
+                 ["calibrate", path, "--model", "program", "--topology",
+                  "ring:4,unit_gbps=50,alpha_us=1", "-o", tmp_path / "rt.json"]):
         code, _, err = _cli(capsys, *argv)
         assert code == cli.EXIT_ERROR
         _one_line_error(err, "big.csv: line 2")
@@ -685,8 +683,9 @@ _HELD_OUT = [
     (["verify", "link.json"], {}, 1),
     (["calibrate", "curve.csv", "fifo.txt", "--topology", "ring:4", "--collective",
       "allgather", "--ranks", "4", "-o", "cal.json"], {}, 1),
-    (["calibrate-runtime", "curve.csv", "--topology", "fifo.xml", "-o", "rt.json"], {}, 1),
-    (["calibrate-runtime", "adir", "--topology", _T4, "-o", "rt.json"], {}, 1),
+    (["calibrate", "curve.csv", "--model", "program", "--topology", "fifo.xml", "-o", "rt.json"],
+     {}, 1),
+    (["calibrate", "adir", "--model", "program", "--topology", _T4, "-o", "rt.json"], {}, 1),
     (["bench", "ag.json", "--ranks", "4", "--runtime", "rccl", "-o", "b", "--from-logs"], {},
      1),
     (["bench", "fifo.json", "--ranks", "4", "--runtime", "rccl", "--dry-run"], {}, 1),

@@ -90,3 +90,23 @@ def test_the_checks_catch_a_cycle_and_a_cli_import(tmp_path):
     assert ("collsynth.a", "collsynth.b") in cycles(graph)
     assert cli_imports(graph) == ["collsynth.c imports collsynth.cli.export",
                                   "collsynth.d imports collsynth.cli"]
+
+
+#: What the runtime registry may import: it is plain data below export, executor and timing.
+RUNTIMES_MAY_IMPORT = ("collsynth.errors", "collsynth._parse", "collsynth.collective",
+                       "collsynth.runtimes")
+
+
+def test_the_runtime_registry_sits_below_export_executor_and_timing():
+    graph = import_graph(ROOT)
+    above = sorted(f"{name} imports {target}" for name, targets in graph.items()
+                   if name == "collsynth.runtimes" or name.startswith("collsynth.runtimes.")
+                   for target in targets
+                   if not any(target == allowed or target.startswith(allowed + ".")
+                              for allowed in RUNTIMES_MAY_IMPORT))
+    assert not above, "; ".join(above)
+    # and the layers above use it, not a copy of their own
+    users = {name.split(".")[1] for name, targets in graph.items()
+             if any(t == "collsynth.runtimes" or t.startswith("collsynth.runtimes.")
+                    for t in targets)}
+    assert {"export", "timing", "plan", "cli"} <= users

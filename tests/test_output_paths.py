@@ -238,7 +238,7 @@ COMMANDS = {
                   ["collsynth.cli.solve.solve_instance"]),
     "pareto-dir": (["solve", "pareto", "ring:4", "allgather", "-o", "OUT"],
                    ["collsynth.cli.solve.pareto_front"]),
-    "plot": (["plot", "{algo}", "-o", "OUT"], ["collsynth.cli.time._load"]),
+    "plot": (["plot", "{algo}", "-o", "OUT"], ["collsynth.cli.time._algorithms"]),
     "plan": (["plan", str(TRACE), "--topology", "fully-connected:4", "--no-cache", "-o", "OUT"],
              ["collsynth.plan.make_plan", "collsynth.resolve.resolve_topology"]),
     "bench": (["bench", "{algo}", "--ranks", "4", "--runtime", "rccl", "--dry-run", "-o", "OUT"],

@@ -19,8 +19,18 @@ import pytest
 
 from collsynth.cli import EXIT_ERROR, EXIT_USAGE, main
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
-from collsynth.timing.runtime_constants import (constants_to_dict, default_constants,
-                                                load_runtime_constants)
+from collsynth.runtimes import get_runtime
+from collsynth.timing.calibration import (RuntimeCalibration, calibration_to_json,
+                                          load_calibration)
+
+
+def runtime_constants_to_json(constants):
+    """A runtime-constants calibration file's content (version 2 of the one format)."""
+    return calibration_to_json(RuntimeCalibration(constants))
+
+
+def load_runtime_constants(path):
+    return load_calibration(path).constants
 
 
 @contextlib.contextmanager
@@ -71,7 +81,7 @@ def one_error_line(err: str) -> str:
 
 
 def _constants_file(tmp_path: Path, **changes) -> Path:
-    data = constants_to_dict(default_constants("nccl"))
+    data = runtime_constants_to_json(get_runtime("nccl").defaults)
     for key, value in changes.items():
         if "." in key:
             table, link_class, protocol = key.split(".")
@@ -100,8 +110,9 @@ def _constants_file(tmp_path: Path, **changes) -> Path:
     ("gamma_us_per_byte", 1e30, "gamma_us_per_byte = 1e+30"),
     ("default_protocols", [[2**60, "LL"], [None, "Simple"]], "default_protocols[0]"),
     ("default_protocols", [[1, "LL"]] * 100, "at most 64"),
-    ("version", 2, "version = 2: unknown; this collsynth reads version 1"),
-    ("version", True, "version = True: unknown"),
+    ("version", 3, "version: 3; this collsynth reads versions 1 and 2"),
+    ("version", True, "version: True; this collsynth reads"),
+    ("kind", "curves", "kind: 'curves'; expected one of curve, runtime-constants"),
     ("chanels", 4, "unknown field 'chanels'"),
     ("hop_latency_us", {"nvswitch": {"LL": 1.0}}, "hop_latency_us has 'nvswitch'"),
     ("slot_bytes", {"LL": 1, "Smple": 5}, "slot_bytes has 'Smple'"),
@@ -137,14 +148,24 @@ def test_runtime_constants_outside_their_range_are_refused(tmp_path, capsys, fie
 def test_runtime_constants_at_the_edge_of_their_range_are_read(tmp_path, field, value):
     path = _constants_file(tmp_path, **{field: value})
     loaded = load_runtime_constants(path)
-    assert constants_to_dict(loaded) == json.loads(path.read_text())
+    assert runtime_constants_to_json(loaded) == json.loads(path.read_text())
+    legacy = {"format": "collsynth-runtime-constants", "version": 1,
+              **{k: v for k, v in json.loads(path.read_text()).items()
+                 if k not in ("format", "version", "kind")}}
+    path.write_text(json.dumps(legacy))   # the file of earlier versions reads the same
+    assert load_runtime_constants(path) == loaded
 
 
 def test_a_runtime_constants_file_without_a_version_is_refused(tmp_path):
-    data = constants_to_dict(default_constants("rccl"))
+    data = runtime_constants_to_json(get_runtime("rccl").defaults)
     del data["version"]
     path = tmp_path / "rt.json"
     path.write_text(json.dumps(data))
+    with pytest.raises(FileFormatError, match="version: None; this collsynth reads"):
+        load_runtime_constants(path)
+    legacy = {**data, "format": "collsynth-runtime-constants"}
+    del legacy["kind"]
+    path.write_text(json.dumps(legacy))
     with pytest.raises(FileFormatError, match="missing field 'version'"):
         load_runtime_constants(path)
 
@@ -163,7 +184,8 @@ def test_runtime_rings_refuse_more_channels_than_any_runtime_has_before_searchin
 
 
 @pytest.mark.parametrize("command", [
-    ["calibrate-runtime", "{csv}", "--topology", "ring:4,unit_gbps=25", "-o", "{out}"],
+    ["calibrate", "{csv}", "--model", "program", "--topology", "ring:4,unit_gbps=25", "-o",
+     "{out}"],
     ["calibrate", "{csv}", "--topology", "ring:4", "-o", "{out}"],
     ["export", "{algo}", "-o", "{out}"],
 ])

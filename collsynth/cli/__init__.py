@@ -15,7 +15,6 @@ from collsynth.cli import (
     bench,
     bounds,
     calibrate,
-    calibrate_runtime,
     check,
     draw,
     execute,
@@ -53,7 +52,7 @@ __all__ = ["main", "run", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_ERROR", "
 
 #: The command modules, in the order ``collsynth --help`` lists their commands.
 COMMANDS = (topologies, bounds, solve, show, verify, export, tune_runtime, check, time, calibrate,
-            calibrate_runtime, bench, execute, trace, plan, draw)
+            bench, execute, trace, plan, draw)
 
 
 def build_parser() -> Parser:

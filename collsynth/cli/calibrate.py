@@ -1,8 +1,11 @@
-"""``collsynth calibrate``: fit cost models to benchmark logs and save a calibration file.
+"""``collsynth calibrate``: fit a model to measurements and save a calibration file.
 
-Each log (:mod:`collsynth.timing.logs`) is fitted with the alpha-beta line and the piecewise
-bus-bandwidth curve (:mod:`collsynth.timing.fit`); the figures are saved as a calibration
-(:mod:`collsynth.timing.calibration`) that ``collsynth time --calibration`` reads. The output
+``--model curve`` (default): each log (:mod:`collsynth.timing.logs`) is fitted with the
+alpha-beta line and the piecewise bus-bandwidth curve (:mod:`collsynth.timing.fit`), for the
+closed form. ``--model program``: the program model's constants are fitted so that the runtime's
+own ring reproduces one measured curve (:func:`collsynth.timing.runtime_fit.fit_runtime`). Both
+write one calibration file format (:mod:`collsynth.timing.calibration`, its ``kind`` says which)
+that ``collsynth time --calibration`` and ``collsynth plan --calibration`` read. The output
 fields: docs/cli.md.
 """
 
@@ -14,7 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import EXIT_OK, channel_count, out, positive_int, table
+from collsynth.cli.common import (EXIT_OK, UsageError, add_figure_arguments, channel_count, out,
+                                  positive_int, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -23,7 +27,10 @@ from collsynth.timing.calibration import (
 from collsynth.timing.fit import FIGURE_FORMATS, LogFits, fit_log, plot_fits, save_figure
 from collsynth.timing.logs import LOGGED_COLLECTIVES, canonical_collective, load_log
 
-__all__ = ["register", "run_calibrate"]
+__all__ = ["register", "run_calibrate", "MODELS"]
+
+#: Values of ``--model``: what the calibration is for.
+MODELS = ("curve", "program")
 
 
 def _plot_path(text: str) -> str:
@@ -46,14 +53,23 @@ def _collective(text: str) -> str:
 def register(subparsers: Any) -> None:
     """Add ``calibrate`` to ``subparsers`` (from ``add_subparsers``)."""
     parser = subparsers.add_parser(
-        "calibrate", help="fit cost models to nccl-tests / PARAM logs",
-        description="Fit an alpha-beta line and a piecewise bus-bandwidth curve to each "
-                    "benchmark log (nccl-tests text or JSON output, PARAM comms output, a CSV "
-                    "with size_bytes,time_us columns) and save the figures as a calibration "
-                    "file.")
-    parser.add_argument("logs", nargs="+", metavar="LOG", help="benchmark log files")
+        "calibrate", help="fit a model to nccl-tests / PARAM logs or a measured curve",
+        description="--model curve (default): fit an alpha-beta line and a piecewise "
+                    "bus-bandwidth curve to each benchmark log (nccl-tests text or JSON output, "
+                    "PARAM comms output, a CSV with size_bytes,time_us columns). --model "
+                    "program: fit the program model's constants (base latency, hop latency "
+                    "scale, per-connection throughput per protocol) so that the runtime's own "
+                    "ring on --topology reproduces one measured curve (CSV with size_bytes and "
+                    "time_us columns), printing the in-sample and held-out GMAE. Either way the "
+                    "result is saved as a calibration file.")
+    parser.add_argument("logs", nargs="+", metavar="LOG",
+                        help="benchmark log files (--model program: one measured curve)")
+    parser.add_argument("--model", choices=MODELS, default="curve",
+                        help="curve: the closed form's measured figures and lines (default); "
+                             "program: the program model's runtime constants")
     parser.add_argument("--topology", required=True, metavar="NAME",
-                        help="the machine the logs were measured on (recorded in the file)")
+                        help="the machine the logs were measured on (recorded in the file; "
+                             "--model program: a topology the runtime's ring is simulated on)")
     parser.add_argument("--nodes", type=positive_int, default=1, metavar="K",
                         help="the logs were measured on K such machines (recorded; default 1)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
@@ -62,16 +78,26 @@ def register(subparsers: Any) -> None:
                         help="also draw measured vs fitted, one row per log (.png or .svg)")
     parser.add_argument("--collective", type=_collective, metavar="NAME",
                         help="the collective of logs that do not say (e.g. allreduce; any "
-                             "spelling of: " + ", ".join(LOGGED_COLLECTIVES) + ")")
+                             "spelling of: " + ", ".join(LOGGED_COLLECTIVES) + "; --model "
+                             "program: allgather, reduce_scatter or allreduce, default allgather)")
     parser.add_argument("--ranks", type=positive_int, metavar="N",
                         help="the rank count of logs that do not say")
     parser.add_argument("--runtime", metavar="NAME",
                         help="the runtime the logs were measured with, and its version if known "
-                             "(rccl, nccl-2.18.3), for logs that do not say")
+                             "(rccl, nccl-2.18.3), for logs that do not say (--model program: "
+                             "one of " + ", ".join(_program_runtimes()) + ", default rccl)")
     parser.add_argument("--channels", type=channel_count, metavar="N",
-                        help="the runtime's channel count in the logs, for logs that do not say")
+                        help="the runtime's channel count in the logs, for logs that do not say "
+                             "(--model program: default every ring found)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_figure_arguments(parser)
     parser.set_defaults(handler=run_calibrate)
+
+
+def _program_runtimes() -> tuple[str, ...]:
+    from collsynth.cli.time import PRICED_RUNTIMES
+
+    return PRICED_RUNTIMES
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
@@ -82,6 +108,12 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from collsynth._files import check_input_file
     from collsynth._output import check_output_file, write_bytes_atomic
 
+    if args.model == "program":
+        return _calibrate_program(args)
+    for flag, value in (("--unit-gbps", args.unit_gbps), ("--alpha-us", args.alpha_us)):
+        if value is not None:
+            raise UsageError.of("calibrate", f"{flag} goes with --model program (the topology "
+                                             "the runtime's ring is simulated on)")
     check_output_file(args.output, label=f"-o {args.output}")  # before reading any log
     if args.plot:
         check_output_file(args.plot, label=f"--plot {args.plot}")
@@ -111,6 +143,54 @@ def run_calibrate(args: argparse.Namespace) -> int:
     machine = args.topology + (f" x {args.nodes} nodes" if args.nodes > 1 else "")
     out(f"{written} (calibration for {machine!r}, {len(results)} log"
         f"{'s' if len(results) != 1 else ''})")
+    return EXIT_OK
+
+
+def _calibrate_program(args: argparse.Namespace) -> int:
+    """``--model program``: fit a runtime's constants to its measured ring, print the in-sample
+    and held-out GMAE and write them as a runtime-constants calibration."""
+    from collsynth._files import check_input_file
+    from collsynth._output import check_output_file
+    from collsynth.resolve import resolve_topology
+    from collsynth.timing.calibration import RuntimeCalibration
+    from collsynth.timing.runtime_baselines import RING_COLLECTIVES
+    from collsynth.timing.runtime_fit import fit_runtime, read_curve
+
+    runtime = args.runtime or "rccl"
+    if runtime not in _program_runtimes():
+        raise UsageError.of("calibrate", f"--runtime {runtime}: --model program fits one of "
+                                         f"{', '.join(_program_runtimes())}")
+    collective = args.collective or "allgather"
+    if collective not in RING_COLLECTIVES:
+        raise UsageError.of("calibrate", f"--collective {collective}: --model program fits the "
+                                         f"runtime's ring of {', '.join(RING_COLLECTIVES)}")
+    for flag, value in (("--plot", args.plot), ("--ranks", args.ranks)):
+        if value is not None:
+            raise UsageError.of("calibrate", f"{flag} goes with --model curve")
+    if len(args.logs) != 1:
+        raise UsageError.of("calibrate", f"--model program fits one measured curve; "
+                                         f"{len(args.logs)} files given")
+    check_output_file(args.output, label=f"-o {args.output}")
+    check_input_file(args.logs[0])
+    rows = read_curve(args.logs[0])
+    topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
+                                unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
+    fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels)
+    save_calibration(RuntimeCalibration(fit.constants), args.output)
+    summary = {"output": args.output, "runtime": runtime, "topology": topology.name,
+               "channels": len(fit.rings), "parameters": fit.parameters, "gmae": fit.gmae,
+               "held_out_gmae": fit.held_out_gmae,
+               "rows": [{"size_bytes": s, "time_us": m, "predicted_us": p, "protocol": q}
+                        for s, m, p, q in zip(fit.sizes, fit.measured_us, fit.predicted_us,
+                                              fit.protocols)]}
+    if args.json:
+        out(json.dumps(summary, indent=1))
+        return EXIT_OK
+    held = "n/a" if fit.held_out_gmae is None else f"{fit.held_out_gmae:.1%}"
+    out(f"{runtime} {collective} on {topology.name}, {len(fit.rings)} channel(s): "
+        f"GMAE {fit.gmae:.1%} in-sample, {held} held out (fit on every other size)")
+    out("  " + ", ".join(f"{k} = {v:.4g}" for k, v in fit.parameters.items()))
+    out(f"wrote {args.output}")
     return EXIT_OK
 
 

@@ -18,8 +18,8 @@ from collsynth.cli.plan_files import MSCCLPP_RUNTIME, check_plan_file
 from collsynth.errors import CollsynthError, InvalidCollectiveError
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
 from collsynth.export.mscclpp.reader import looks_like_plan
-from collsynth.export.runtimes import runtime_names
 from collsynth.export.xml_reader import infer_runtime, read_checked, read_text
+from collsynth.runtimes import MSCCL_XML, runtime_names
 
 __all__ = ["register", "run_check", "infer_runtime"]
 
@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
                     "(deadlocks, races, uninitialised reads, the collective's result). Exit "
                     "status 0 only when correct.")
     parser.add_argument("file", metavar="FILE.xml")
-    parser.add_argument("--runtime", choices=(*runtime_names(), MSCCLPP_RUNTIME),
+    parser.add_argument("--runtime", choices=(*runtime_names(MSCCL_XML), MSCCLPP_RUNTIME),
                         help="the runtime whose rules apply (default: inferred from the file; "
                              "a JSON file is an MSCCL++ execution plan)")
     parser.add_argument("--coll", choices=COLLECTIVES, metavar="NAME",
@@ -111,7 +111,7 @@ def run_check(args: argparse.Namespace) -> int:
         # The inferred runtime first; a program correct for another runtime is not called
         # wrong for a guess (a tuned msccl file has minBytes/maxBytes, as rccl's do).
         guess, reason = infer_runtime(text)
-        others = [r for r in runtime_names() if r != guess]
+        others = [r for r in runtime_names(MSCCL_XML) if r != guess]
         runtime = guess
         report, problems = _check_as(text, guess, args)
         inferred = f"runtime {guess} inferred: {reason}; pass --runtime to choose"

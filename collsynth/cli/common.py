@@ -212,7 +212,7 @@ def positive_number(text: str) -> float:
 def channel_count(text: str) -> int:
     """A channel count from 1 to ``MAX_CHANNELS`` (128, rccl's MAXCHANNELS: no runtime has
     more, and each channel is a ring or a set of thread blocks the command builds)."""
-    from collsynth.timing.runtime_constants import MAX_CHANNELS
+    from collsynth.runtimes.constants import MAX_CHANNELS
 
     value = positive_int(text)
     if value > MAX_CHANNELS:

@@ -40,8 +40,8 @@ def parse_run_size(text: str) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``run`` to ``subparsers`` (from ``add_subparsers``)."""
-    from collsynth.runtime.compare import DTYPES
-    from collsynth.runtime._common import REDUCE_OPS
+    from collsynth.executor.compare import DTYPES
+    from collsynth.executor._common import REDUCE_OPS
 
     parser = subparsers.add_parser(
         "run", help="run an algorithm on local processes and check it against torch",
@@ -95,7 +95,7 @@ def _load(path: str, root: int | None):
 
 def _infer_root(program, root: int | None) -> int | None:
     from collsynth.export.check import ROOTED_COLLECTIVES, check_program
-    from collsynth.runtime.program import program_kind
+    from collsynth.executor.program import program_kind
 
     kind = program_kind(program)
     if root is not None or kind not in ROOTED_COLLECTIVES:
@@ -108,11 +108,11 @@ def _infer_root(program, root: int | None) -> int | None:
 def run_run(args: argparse.Namespace) -> int:
     """Run ``collsynth run``; return 0 when the result matches torch, 1 when it does not (the
     report says where). Errors raise, a rank's failure too (after the report)."""
-    from collsynth.runtime import compare
-    from collsynth.runtime._common import check_op, torch_modules
-    from collsynth.runtime.executor import collective_kind
-    from collsynth.runtime.launch import launch
-    from collsynth.runtime.program import program_kind
+    from collsynth.executor import compare
+    from collsynth.executor._common import check_op, torch_modules
+    from collsynth.executor.executor import collective_kind
+    from collsynth.executor.launch import launch
+    from collsynth.executor.program import program_kind
 
     algorithm, program, collective, root, file_ranks, label = _load(args.file, args.root)
     ranks = args.ranks if args.ranks is not None else file_ranks
@@ -123,7 +123,7 @@ def run_run(args: argparse.Namespace) -> int:
     if algorithm is not None and args.root is not None:
         raise UsageError.of("run", "--root is for XML programs; an algorithm file names its root")
     if program is not None:
-        from collsynth.runtime.program import program_layouts
+        from collsynth.executor.program import program_layouts
 
         layouts = program_layouts(program)
         call = "in-place" if args.inplace else "out-of-place"
@@ -209,11 +209,16 @@ def _figures(timing, size: int, factor: float) -> dict[str, float] | None:
 
 def _report(args, case, per_rank, label: str, kind: str, ranks: int, element: int
             ) -> dict[str, Any]:
-    from collsynth.runtime.compare import TORCH_CALLS, busbw_factor
+    from collsynth.collective.kinds import busbw_factor
+    from collsynth.errors import UnknownNameError
+    from collsynth.executor.compare import TORCH_CALLS
 
     first = per_rank[0]
     size = first.size_bytes
-    factor = busbw_factor(kind, ranks)
+    try:  # a custom gather or scatter has the standard one's buffers
+        factor = float(busbw_factor(kind.removeprefix("custom_"), ranks))
+    except UnknownNameError:  # a custom collective: no nccl-tests convention, busbw = algbw
+        factor = 1.0
     errors = [f"rank {r.rank}: {r.error}" for r in per_rank if r.error]
     # One message when every rank says the same thing.
     if errors and len({r.error for r in per_rank if r.error}) == 1 and \

@@ -22,11 +22,9 @@ from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_o
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
 from collsynth.errors import ExportError, InvalidTopologyError
 from collsynth.export.limits import CHANNEL_POLICIES, LimitViolation
-from collsynth.export.lower import PROTOCOLS
 from collsynth.export.pipeline import check_instances, export_programs
-from collsynth.export.runtimes import runtime_names
+from collsynth.runtimes import MSCCL_XML, PROTOCOLS, runtime_names
 from collsynth.export.stats import program_stats
-from collsynth.timing.runtime_constants import load_runtime_constants
 from collsynth.timing.tune import tune_export, tune_sizes, write_tuned
 
 __all__ = ["register", "run_export", "EXPORT_RUNTIMES"]
@@ -34,7 +32,7 @@ __all__ = ["register", "run_export", "EXPORT_RUNTIMES"]
 _log = logging.getLogger(__name__)
 
 #: Values of ``--runtime`` (``all``: every MSCCL XML runtime; ``mscclpp``: an execution plan).
-EXPORT_RUNTIMES = (*runtime_names(), "all", MSCCLPP_RUNTIME)
+EXPORT_RUNTIMES = (*runtime_names(MSCCL_XML), "all", MSCCLPP_RUNTIME)
 
 
 
@@ -116,8 +114,9 @@ def register(subparsers) -> None:
                       help="sizes the search prices (nccl-tests convention; default 1KiB to "
                            "1GiB, x4 steps)")
     tune.add_argument("--runtime-constants", metavar="FILE",
-                      help="runtime constants to price with (from collsynth calibrate-runtime; "
-                           "default the runtime's documented defaults)")
+                      help="runtime constants to price with (a runtime-constants calibration, "
+                           "from collsynth calibrate --model program; default the runtime's "
+                           "documented defaults)")
     tune.add_argument("--json", action="store_true", help="with --tune: the table as JSON")
     export.set_defaults(handler=run_export)
 
@@ -169,7 +168,7 @@ def run_export(args: argparse.Namespace) -> int:
                                       f"{args.min_bytes}")
     inplace = bool(args.inplace)
     outofplace = bool(args.outofplace) or not inplace
-    runtimes = runtime_names() if args.runtime == "all" else [args.runtime]
+    runtimes = runtime_names(MSCCL_XML) if args.runtime == "all" else [args.runtime]
     try:
         check_instances(args.instances, runtimes)
         destinations, folder = _destinations(args.output, runtimes, args.file)
@@ -217,8 +216,12 @@ def _run_tuned(args: argparse.Namespace) -> int:
     outofplace = bool(args.outofplace) or not inplace
     # Checked before any work; created (with its files) only when everything succeeded.
     folder = check_output_dir(args.output, label=f"-o {args.output}", create=False)
-    constants = load_runtime_constants(args.runtime_constants) \
-        if args.runtime_constants else None
+    constants = None
+    if args.runtime_constants:
+        from collsynth.timing.calibration import load_calibration, runtime_constants
+
+        constants = runtime_constants(load_calibration(args.runtime_constants),
+                                      args.runtime_constants)
     algorithm = load_algorithm(args.file)
     if algorithm.topology.unit_gbps is None:  # what works here, not another command's option
         raise InvalidTopologyError(

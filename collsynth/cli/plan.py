@@ -22,7 +22,7 @@ DEFAULT_SYNTH_TIME_LIMIT = 30.0
 
 def register(subparsers: Any) -> None:
     """Add ``plan`` to ``subparsers`` (from ``add_subparsers``)."""
-    from collsynth.export.runtimes import runtime_names
+    from collsynth.runtimes import MSCCL_XML, runtime_names
 
     parser = subparsers.add_parser(
         "plan", help="choose an algorithm per traced collective and write the runtime's files",
@@ -43,8 +43,8 @@ def register(subparsers: Any) -> None:
     add_fabric_arguments(parser)
     add_figure_arguments(parser)
     parser.add_argument("--calibration", metavar="FILE",
-                        help="calibration file: a runtime-constants file (collsynth "
-                             "calibrate-runtime) prices both sides with the program model; a "
+                        help="calibration file: a runtime-constants one (collsynth calibrate "
+                             "--model program) prices both sides with the program model; a "
                              "collsynth calibrate file gives measured per-step alpha and GB/s")
     parser.add_argument("--model", choices=("auto", "closed-form"), default="auto",
                         help="auto (default): the program model (simulated runtime) where it "
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
                         help="charge synthesized combining algorithms this GPU's reduction cost")
     parser.add_argument("-o", "--output", required=True, metavar="PLAN_DIR",
                         help="directory to write (replaced if it holds an older plan)")
-    parser.add_argument("--runtime", choices=runtime_names(), default="msccl-executor",
+    parser.add_argument("--runtime", choices=runtime_names(MSCCL_XML), default="msccl-executor",
                         help="runtime the XML files are for (default msccl-executor)")
     parser.add_argument("--synth-time-limit", type=seconds, default=DEFAULT_SYNTH_TIME_LIMIT,
                         metavar="SECONDS",
@@ -104,15 +104,13 @@ def run_plan(args: argparse.Namespace) -> int:
                                     unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
         calibration = constants = None
         if args.calibration is not None:
-            from collsynth.timing.runtime_constants import (is_runtime_constants_file,
-                                                            load_runtime_constants)
+            from collsynth.timing.calibration import RuntimeCalibration, load_calibration
 
-            if is_runtime_constants_file(args.calibration):
-                constants = load_runtime_constants(args.calibration)
+            loaded = load_calibration(args.calibration)   # its kind says which model it feeds
+            if isinstance(loaded, RuntimeCalibration):
+                constants = loaded.constants
             else:
-                from collsynth.timing.calibration import load_calibration
-
-                calibration = load_calibration(args.calibration)
+                calibration = loaded
         if calibration is None:
             from collsynth.timing.alphabeta import from_topology
 

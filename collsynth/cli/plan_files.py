@@ -16,11 +16,12 @@ from collsynth.export.mscclpp.checker import PlanReport, check_plan
 from collsynth.export.mscclpp.lower import lower_to_plan
 from collsynth.export.mscclpp.reader import read_plan
 from collsynth.export.mscclpp.writer import plan_to_json
+from collsynth.runtimes import MSCCLPP_PLAN, runtime_names
 
 __all__ = ["export_plan", "check_plan_file", "MSCCLPP_RUNTIME"]
 
 #: The ``--runtime`` value of MSCCL++ execution plans.
-MSCCLPP_RUNTIME = "mscclpp"
+MSCCLPP_RUNTIME = runtime_names(MSCCLPP_PLAN)[0]
 
 # export options that mean something for MSCCL XML only.
 _XML_ONLY = (("channels", "--channels"), ("channel_by", "--channel-by"),

@@ -16,6 +16,7 @@ from collsynth.algorithm.fileformat import algorithm_text
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.bounds import Bounds, compute_bounds
 from collsynth.cli import solve_bandwidth
+from collsynth.runtimes import MSCCL_XML, runtime_names
 from collsynth.cli.common import (
     EXIT_OK,
     EXIT_TIMEOUT,
@@ -68,7 +69,7 @@ def register(commands) -> None:
     solving.add_argument("--xml", metavar="DIR",
                          help="also export every algorithm found as MSCCL XML into DIR "
                               "(checked before it is written)")
-    solving.add_argument("--xml-runtime", choices=("msccl", "rccl", "msccl-executor", "all"),
+    solving.add_argument("--xml-runtime", choices=(*runtime_names(MSCCL_XML), "all"),
                          default="msccl", help="runtime for --xml (default msccl)")
 
     solve = commands.add_parser("solve", help="synthesize algorithms",
@@ -207,9 +208,8 @@ def _save(result: SynthesisResult, destination: _Destination, args: argparse.Nam
         files[path] = algorithm_text(algorithm, extra_memory=result.instance.extra_memory)
     if destination.xml_directory is not None:
         from collsynth.export.pipeline import export_programs
-        from collsynth.export.runtimes import runtime_names
 
-        runtimes = runtime_names() if args.xml_runtime == "all" else [args.xml_runtime]
+        runtimes = runtime_names(MSCCL_XML) if args.xml_runtime == "all" else [args.xml_runtime]
         exported = export_programs(algorithm, runtimes, subject=name)
         for runtime in runtimes:  # the name holds the collective's: kept inside the folder
             files[path_in(destination.xml_directory, name, suffix=f".{runtime}.xml")] = \

@@ -13,7 +13,7 @@ import time
 
 from collsynth.cli.common import (EXIT_OK, UsageError, err, format_size, out, parse_size,
                                   positive_int, problem_from_args, seconds)
-from collsynth.timing.compare import PREDICTION_SIZES, predicted_against_nccl
+from collsynth.timing.closed_form import PREDICTION_SIZES, predicted_against_runtime
 
 __all__ = ["add_mode", "run_bandwidth_optimal"]
 
@@ -87,7 +87,8 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
         save_algorithm(result.expanded(), args.output)
     figures = result.to_json()
     sizes = sorted(set(PREDICTION_SIZES) | ({args.size} if args.size else set()))
-    figures["predicted_us"] = predicted_against_nccl(result.schedule, sizes)
+    figures["predicted_us"] = [row.as_dict()
+                               for row in predicted_against_runtime(result.schedule, sizes)]
     if args.json:
         out(json.dumps(figures, indent=2))
         return EXIT_OK

@@ -1,9 +1,9 @@
-"""``collsynth time`` and ``collsynth plot``: predicted times of algorithms against NCCL's.
+"""``collsynth time`` and ``collsynth plot``: predicted times of algorithms and programs against
+the runtime's own algorithms, by one pricing model (:mod:`collsynth.timing.pricing`).
 
-``time`` prices algorithm files with the closed form (:mod:`collsynth.timing.compare`) or, for XML
-programs, ``--topology`` or a runtime calibration, with the program model
-(:mod:`collsynth.cli.time_program`); ``plot`` draws the closed form on log-log axes. Sizes and
-calibrations: docs/cli.md.
+``time`` prices algorithm files with the closed form (exact lines, crossovers) and MSCCL XML
+programs, ``--topology`` or a runtime-constants calibration with the program model; ``--model``
+picks. ``plot`` draws the closed form on log-log axes. Sizes and calibrations: docs/cli.md.
 """
 
 from __future__ import annotations
@@ -13,132 +13,400 @@ import dataclasses
 import json
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from collsynth.cli.common import (EXIT_OK, UsageError, add_figure_arguments, format_size, out,
                                   parse_size_range, parse_sizes, table)
-from collsynth.cli.time_program import (add_time_program_arguments, run_program_time,
-                                        wants_program_model)
 from collsynth.errors import CollsynthError
-from collsynth.timing.compare import Comparison, compare
+from collsynth.exact import fraction_text
+from collsynth.runtimes import get_runtime, runtime_names
 
-__all__ = ["register", "run_time", "run_plot"]
+if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
+    import sympy
+
+    from collsynth.algorithm.model import Algorithm
+    from collsynth.export.program import Program
+    from collsynth.runtimes import Runtime, RuntimeConstants
+    from collsynth.timing.calibration import Calibration, CurveCalibration
+    from collsynth.timing.closed_form import ClosedForm
+    from collsynth.timing.pricing import Price, RuntimeAlgorithm
+    from collsynth.topology.model import Topology
+
+__all__ = ["register", "run_time", "run_plot", "MODELS", "PRICED_RUNTIMES"]
+
+#: Values of ``--model``.
+MODELS = ("closed-form", "program")
+#: Runtimes whose own algorithms and constants the models have (``--runtime``).
+PRICED_RUNTIMES = tuple(name for name in runtime_names() if get_runtime(name).own_algorithms)
 
 
-def _exact_text(value: Fraction) -> str:
-    if value.denominator == 1:
-        return str(value.numerator)
-    return f"{value.numerator}/{value.denominator}"
+def _is_xml(path: str) -> bool:
+    return Path(path).suffix.lower() == ".xml"
 
 
-def _load(paths: Sequence[str], calibration_path: str | None, *, unit_gbps: float | None = None,
-          alpha_us: float | None = None) -> tuple[list[Any], Any]:
+# -- inputs -------------------------------------------------------------------------------------
+
+
+def _calibration(path: str | None) -> "Calibration | None":
+    """The ``--calibration`` file, read once (its ``kind`` says which model it feeds)."""
+    if path is None:
+        return None
+    try:
+        from collsynth.timing.calibration import load_calibration
+    except ImportError as exc:
+        raise CollsynthError("--calibration: calibration support "
+                             "(collsynth.timing.calibration) is not installed") from exc
+    return load_calibration(path)
+
+
+def _curve_calibration(args: argparse.Namespace, calibration: "Calibration | None"
+                       ) -> "CurveCalibration | None":
+    if calibration is not None and calibration.kind != "curve":
+        raise CollsynthError(f"--calibration {args.calibration}: runtime constants go with the "
+                             "program model (--model program); the closed form reads a curve "
+                             "calibration ('collsynth calibrate')")
+    return calibration
+
+
+def _algorithms(paths: Sequence[str], args: argparse.Namespace) -> list["Algorithm"]:
+    """The algorithm files, each on its topology with ``--unit-gbps`` / ``--alpha-us``, named
+    uniquely (a repeated name gets primes)."""
     from collsynth.algorithm.fileformat import load_algorithm
     from collsynth.topology.builtins import with_figures
 
-    # --unit-gbps / --alpha-us replace the figures each algorithm's topology was saved with.
-    algorithms = [dataclasses.replace(a, topology=with_figures(a.topology, unit_gbps=unit_gbps,
-                                                               alpha_us=alpha_us))
-                  for a in map(load_algorithm, paths)]
-    calibration = None
-    if calibration_path is not None:
-        try:
-            from collsynth.timing.calibration import load_calibration
-        except ImportError as exc:
-            raise CollsynthError("--calibration: calibration support "
-                                 "(collsynth.timing.calibration) is not installed") from exc
-        calibration = load_calibration(calibration_path)
-    return algorithms, calibration
+    found: list["Algorithm"] = []
+    names: set[str] = set()
+    for algorithm in map(load_algorithm, paths):
+        name = algorithm.name or "algorithm"
+        while name in names:
+            name += "'"
+        names.add(name)
+        found.append(dataclasses.replace(
+            algorithm, name=name, topology=with_figures(algorithm.topology,
+                                                        unit_gbps=args.unit_gbps,
+                                                        alpha_us=args.alpha_us)))
+    return found
 
 
-def _envelope(comparison: Comparison, lo: int, hi: int):
-    from collsynth.timing.model import lower_envelope
+def _same_problem(algorithms: Sequence["Algorithm"]) -> None:
+    first = algorithms[0]
+    for other in algorithms[1:]:
+        if (other.collective.name, other.collective.num_ranks) != (
+                first.collective.name, first.collective.num_ranks):
+            raise CollsynthError(
+                f"algorithms of different collectives: {first.collective.describe()} and "
+                f"{other.collective.describe()}; time them separately")
+        if other.topology.links != first.topology.links:
+            raise CollsynthError(
+                f"algorithms on different topologies: {first.topology.name} and "
+                f"{other.topology.name}; time them separately")
 
-    return lower_envelope(comparison.lines, lo, hi)
+
+def wants_program_model(args: argparse.Namespace, calibration: "Calibration | None") -> bool:
+    """``--model program``, or without ``--model`` an XML file, ``--topology`` or a
+    runtime-constants calibration."""
+    if args.model is not None:
+        return args.model == "program"
+    if any(_is_xml(f) for f in args.files) or args.topology is not None:
+        return True
+    return calibration is not None and calibration.kind == "runtime-constants"
 
 
-def run_time(args: argparse.Namespace) -> int:
-    """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
-    from collsynth._files import check_input_file
-    from collsynth.timing.nccl import algbw_gbps, busbw_gbps
+# -- the closed form ----------------------------------------------------------------------------
 
-    for path in args.files:  # every input a regular file, before the first is priced
-        check_input_file(path)
-    if wants_program_model(args):
-        return run_program_time(args)
-    if getattr(args, "nodes", None) is not None:
-        raise CollsynthError("--nodes goes with --topology (the program model)")
+
+@dataclasses.dataclass(frozen=True)
+class _ClosedFormView:
+    """What ``time`` and ``plot`` show of the closed form: the algorithms' lines, the runtime's
+    algorithms (each protocol's line), the measured line, and notes."""
+
+    collective: str
+    num_ranks: int
+    topology: str
+    algorithms: tuple["Algorithm", ...]
+    runtime_algorithms: tuple["RuntimeAlgorithm", ...]
+    measured: "RuntimeAlgorithm | None"
+    lines: dict[str, "sympy.Expr"]
+    notes: tuple[str, ...]
+    model: "ClosedForm"
+    measured_model: object
+
+    def prices(self, size: int) -> list[tuple["Price", str]]:
+        """``(price, kind)`` per row at ``size``: each algorithm, the runtime's algorithms at
+        their best protocol there, the measured line."""
+        rows = [(p, "algorithm") for a in self.algorithms for p in self.model.price(a, [size])]
+        rows += [(p, "nccl") for r in self.runtime_algorithms
+                 for p in self.model.price(r, [size])]
+        if self.measured is not None:
+            rows += [(p, "measured") for p in self.measured_model.price(self.measured, [size])]
+        return rows
+
+
+def _shown(price: "Price") -> str:
+    return price.subject if price.protocol is None else f"{price.subject}/{price.protocol}"
+
+
+def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _ClosedFormView:
+    from collsynth.timing.closed_form import ClosedForm, Measured
+    from collsynth.timing.kernels import reduce_gamma_us_per_byte
+    from collsynth.timing.pricing import MEASURED, RuntimeAlgorithm, runtime_algorithms
+
     for path in args.files:
-        if path.lower().endswith(".xml"):
+        if _is_xml(path):
             raise CollsynthError(f"{path}: the closed form prices algorithm files; an MSCCL XML "
                                  "program needs the program model (--topology T)")
-    algorithms, calibration = _load(args.files, args.calibration, unit_gbps=args.unit_gbps,
-                                    alpha_us=args.alpha_us)
-    comparison = compare(algorithms, calibration=calibration, device=args.device)
+    algorithms = _algorithms(args.files, args)
+    calibration = _curve_calibration(args, loaded)
+    _same_problem(algorithms)
+    first = algorithms[0]
+    coll, n, topology = first.collective.name, first.collective.num_ranks, first.topology
+    gamma = reduce_gamma_us_per_byte(args.device) if args.device is not None else 0.0
+    model = ClosedForm(calibration=calibration, gamma_us_per_byte=gamma,
+                       source=args.calibration or "")
+    for algorithm in algorithms:
+        why = model.why_not(algorithm)
+        if why is not None:
+            raise CollsynthError(f"{algorithm.name}: {why}")
+    lines = {a.name: model.line(a) for a in algorithms}
+    runtime = get_runtime("nccl")
+    notes: list[str] = []
+    ours = runtime_algorithms(runtime, coll, topology)
+    priced = []
+    for subject in ours:
+        why = model.why_not(subject)
+        if why is not None:
+            notes.append(f"no NCCL baseline: {why}")
+            continue
+        priced.append(subject)
+        lines.update({p.name: model.line(p) for p in map(subject.pinned, runtime.protocols)})
+    if not ours:
+        notes.append(f"no NCCL baseline: NCCL runs {coll} as grouped send/recv, outside its "
+                     "ring/tree tuning model")
+    elif priced:
+        missing = [a for a in runtime.own_algorithms if a not in {r.algorithm for r in ours}]
+        notes += [f"NCCL has no {a} for {coll} ({a} is "
+                  f"{' and '.join(_collectives_of(runtime, a, topology))} only)"
+                  for a in missing]
+        setup = model.nccl_setup(topology)
+        notes.append(f"NCCL: {len(setup.rings)} ring channel(s), {setup.bus_gbps:g} GB/s bus "
+                     f"bandwidth, {setup.hardware} hops, {setup.nodes} node(s)")
+    measured = measured_model = None
+    if calibration is not None:
+        subject = RuntimeAlgorithm(runtime, MEASURED, coll, topology)
+        measured_model = Measured(calibration, source=args.calibration or "")
+        why = measured_model.why_not(subject)
+        if why is not None:
+            notes.append(f"no measured line: {why}")
+        else:
+            measured = subject
+            lines[subject.name] = measured_model.line(subject)
+        machine = model.machine(topology)
+        notes.append(f"calibrated: alpha {machine.alpha_us:.4g} us per step, "
+                     f"{machine.unit_gbps:.4g} GB/s per unit (from {args.calibration})")
+    if first.collective.combining:
+        notes.append(f"reductions: gamma = {gamma:.3g} us/byte" + (
+            f" ({args.device})" if args.device else " (pass --device to charge them)"))
+    return _ClosedFormView(coll, n, topology.name, tuple(algorithms), tuple(priced), measured,
+                           lines, tuple(notes), model, measured_model)
+
+
+def _collectives_of(runtime: "Runtime", algorithm: str, topology: "Topology") -> list[str]:
+    from collsynth.timing.pricing import RUNS_ON_RING, runtime_algorithms
+
+    return [c for c in RUNS_ON_RING
+            if any(r.algorithm == algorithm for r in runtime_algorithms(runtime, c, topology))]
+
+
+def _time_closed_form(args: argparse.Namespace, calibration: "Calibration | None") -> int:
+    from collsynth.timing.model import lower_envelope
+
+    if args.nodes is not None:
+        raise CollsynthError("--nodes goes with --topology (the program model)")
+    view = _closed_form(args, calibration)
     sizes = args.sizes
-    coll, n = comparison.collective, comparison.num_ranks
-    envelope = _envelope(comparison, sizes[0], sizes[-1])
+    envelope = lower_envelope(view.lines, sizes[0], sizes[-1])
     changes = [(a.name, b.name, b.from_bytes) for a, b in zip(envelope, envelope[1:])]
     per_size = []
     for size in sizes:
-        rows = []
-        for shown, line in comparison.rows(size):
-            t = comparison.time_us(line, size)
-            kind = ("nccl" if line.startswith("nccl ") else
-                    "measured" if line in comparison.measured else "algorithm")
-            rows.append({"name": shown, "kind": kind,
-                         "time_us": t, "algbw_gbps": algbw_gbps(size, t),
-                         "busbw_gbps": busbw_gbps(coll, n, size, t)})
-        best = comparison.best_of(list(comparison.lines), size)
+        rows = [{"name": _shown(p), "kind": kind, "time_us": p.time_us,
+                 "algbw_gbps": p.algbw_gbps, "busbw_gbps": p.busbw_gbps}
+                for p, kind in view.prices(size)]
+        best = min(rows, key=lambda r: r["time_us"])
         per_size.append((size, rows, best))
     if args.json:
         out(json.dumps({
-            "collective": coll, "num_ranks": n, "topology": comparison.topology,
-            "notes": list(comparison.notes),
-            "sizes": [{"size_bytes": size, "candidates": rows, "best": best,
-                       "best_time_us": comparison.time_us(best, size)}
-                      for size, rows, best in per_size],
-            "envelope": [{"name": s.name, "from_bytes": _exact_text(s.from_bytes),
-                          "to_bytes": _exact_text(s.to_bytes)} for s in envelope],
-            "crossovers": [{"from": a, "to": b, "size_bytes": _exact_text(x),
+            "collective": view.collective, "num_ranks": view.num_ranks,
+            "topology": view.topology, "model": view.model.name,
+            "provenance": view.model.provenance, "notes": list(view.notes),
+            "sizes": [{"size_bytes": size, "candidates": rows, "best": best["name"],
+                       "best_time_us": best["time_us"]} for size, rows, best in per_size],
+            "envelope": [{"name": s.name, "from_bytes": fraction_text(s.from_bytes),
+                          "to_bytes": fraction_text(s.to_bytes)} for s in envelope],
+            "crossovers": [{"from": a, "to": b, "size_bytes": fraction_text(x),
                             "size_bytes_float": float(x)} for a, b, x in changes],
         }, indent=1))
         return EXIT_OK
-    out(f"{coll} on {comparison.topology} ({n} ranks): closed-form model; NCCL's own tuning model")
-    for note in comparison.notes:
+    out(f"{view.collective} on {view.topology} ({view.num_ranks} ranks): closed-form model; "
+        "NCCL's own tuning model")
+    for note in view.notes:
         out(f"  {note}")
     cells = []
     for size, rows, best in per_size:
         for index, row in enumerate(rows):
             cells.append((format_size(size) if index == 0 else "", row["name"],
                           f"{row['time_us']:.3f}", f"{row['algbw_gbps']:.3f}",
-                          f"{row['busbw_gbps']:.3f}", "*" if row["name"] == best else ""))
+                          f"{row['busbw_gbps']:.3f}", "*" if row is best else ""))
     for line in table(("size", "candidate", "time (us)", "algbw (GB/s)", "busbw (GB/s)",
                        "best"), cells, left=(0, 1, 5)):
         out(line)
-    out("best: " + "; ".join(f"{format_size(size)} {best}" for size, _, best in per_size))
+    out("best: " + "; ".join(f"{format_size(size)} {best['name']}" for size, _, best in per_size))
     if changes:
         out(f"crossovers between consecutive winners ({format_size(sizes[0])} to "
-             f"{format_size(sizes[-1])}):")
+            f"{format_size(sizes[-1])}):")
         for a, b, x in changes:
-            out(f"  {a} -> {b} at {_exact_text(x)} bytes ({format_size(x)})")
+            out(f"  {a} -> {b} at {fraction_text(x)} bytes ({format_size(x)})")
     else:
         out(f"no crossover: {envelope[0].name} is fastest from {format_size(sizes[0])} to "
-             f"{format_size(sizes[-1])}")
+            f"{format_size(sizes[-1])}")
     return EXIT_OK
+
+
+# -- the program model --------------------------------------------------------------------------
+
+
+def _constants(args: argparse.Namespace, calibration: "Calibration | None"
+               ) -> tuple["RuntimeConstants", str]:
+    """The program model's constants and where they come from."""
+    if calibration is not None:
+        if calibration.kind != "runtime-constants":
+            raise CollsynthError(
+                f"--calibration {args.calibration}: a curve calibration gives the closed form "
+                "its measured figures (--model closed-form); the program model reads runtime "
+                "constants ('collsynth calibrate --model program')")
+        constants = calibration.constants
+        if args.runtime is not None and args.runtime != constants.runtime:
+            raise CollsynthError(f"--runtime {args.runtime}: the calibration {args.calibration} "
+                                 f"is for {constants.runtime}")
+        return constants, args.calibration
+    return get_runtime(args.runtime or "nccl").defaults, "documented defaults"
+
+
+def _topology(args: argparse.Namespace) -> "Topology | None":
+    from collsynth.resolve import resolve_topology
+
+    if args.topology is None:
+        if args.nodes is not None:
+            raise CollsynthError("--nodes needs --topology")
+        return None
+    if args.nodes is not None and args.nodes < 1:
+        raise CollsynthError(f"--nodes {args.nodes}: expected a whole number >= 1")
+    return resolve_topology(args.topology, nodes=args.nodes, unit_gbps=args.unit_gbps,
+                            alpha_us=args.alpha_us)
+
+
+def _subjects(args: argparse.Namespace, topology: "Topology | None", runtime: str
+              ) -> list["Program | Algorithm"]:
+    """Each file as what the program model prices, named by the file; an XML file read as
+    ``collsynth check --runtime RUNTIME`` reads it (the one bounded reader)."""
+    from collsynth.export.xml_reader import load_program
+
+    found: list["Program | Algorithm"] = []
+    for path in args.files:
+        name = Path(path).name
+        if _is_xml(path):
+            if topology is None:
+                raise CollsynthError(f"{path}: an MSCCL XML program needs --topology (its ranks "
+                                     "map to the topology's ranks in order)")
+            found.append(dataclasses.replace(load_program(path, runtime=runtime), name=name))
+        else:
+            (algorithm,) = _algorithms([path], args)
+            found.append(dataclasses.replace(algorithm, name=name))
+    return found
+
+
+def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -> int:
+    from collsynth.collective.kinds import canonical_name
+    from collsynth.export.program import Program
+    from collsynth.timing.pricing import price_table, runtime_algorithms
+    from collsynth.timing.program_model import ProgramModel
+
+    constants, source = _constants(args, calibration)
+    name = args.runtime or constants.runtime
+    runtime = get_runtime(name if name in runtime_names() else "nccl")
+    topology = _topology(args)
+    model = ProgramModel(constants, runtime=runtime, topology=topology, source=source)
+    subjects = _subjects(args, topology, model.export_runtime)
+    shapes = []
+    for subject in subjects:
+        why = model.why_not(subject)
+        if why is not None:
+            raise CollsynthError(f"{subject.name}: {why}")
+        if isinstance(subject, Program):
+            shapes.append((subject.name, canonical_name(subject.coll), subject.ngpus))
+        else:
+            shapes.append((subject.name, subject.collective.name, subject.collective.num_ranks))
+    if len({(c, n) for _, c, n in shapes}) > 1:
+        listed = ", ".join(f"{name} ({c}, {n} ranks)" for name, c, n in shapes)
+        raise CollsynthError(f"the programs are of different collectives or rank counts: {listed}")
+    collective = shapes[0][1]
+    where = model.where(subjects[0])
+    sizes = args.sizes
+    programs = price_table(subjects, sizes, model)
+    baselines = price_table(runtime_algorithms(runtime, collective, where), sizes, model)
+    notes = [f"{why}: no baseline row" for why in baselines.errors.values()]
+    if not baselines.subjects and not baselines.errors:
+        notes.append(f"no {constants.runtime} ring for {collective}: no baseline row")
+    rows = [(p, "program") for p in programs.prices] + \
+        [(p, "baseline") for p in baselines.prices]
+    rows.sort(key=lambda r: (r[0].size_bytes, r[1] != "program"))
+    if args.json:
+        out(json.dumps([{**p.as_dict(), "kind": kind} for p, kind in rows], indent=1))
+        return EXIT_OK
+    out(f"{collective} on {where.name} ({shapes[0][2]} ranks): program model, "
+        f"{constants.runtime} constants" + (f" ({args.calibration})" if args.calibration else
+                                            " (documented defaults)"))
+    for note in notes:
+        out(f"  {note}")
+    cells = []
+    for size in sizes:
+        here = [p for p, _ in rows if p.size_bytes == size]
+        best = min(here, key=lambda p: p.time_us)
+        for index, p in enumerate(here):
+            cells.append((format_size(size) if index == 0 else "", p.subject, p.protocol or "",
+                          f"{p.time_us:.3f}", f"{p.algbw_gbps:.3f}", f"{p.busbw_gbps:.3f}",
+                          "*" if p is best else ""))
+    for line in table(("size", "program", "proto", "time (us)", "algbw (GB/s)",
+                       "busbw (GB/s)", "best"), cells, left=(0, 1, 2, 6)):
+        out(line)
+    return EXIT_OK
+
+
+def run_time(args: argparse.Namespace) -> int:
+    """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
+    from collsynth._files import check_input_file
+
+    for path in args.files:  # every input a regular file, before the first is priced
+        check_input_file(path)
+    calibration = _calibration(args.calibration)
+    if wants_program_model(args, calibration):
+        return _time_program(args, calibration)
+    return _time_closed_form(args, calibration)
+
+
+# -- plot ---------------------------------------------------------------------------------------
 
 
 def run_plot(args: argparse.Namespace) -> int:
     """Run ``collsynth plot``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
     from collsynth._output import check_output_file, open_atomic
+    from collsynth.timing.metrics import busbw_gbps
+    from collsynth.timing.model import SIZE, lower_envelope
 
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
         raise UsageError.of("plot", f"-o {args.output}: expected a .png or .svg file")
     check_output_file(output, label=f"-o {args.output}")  # before any work
-    algorithms, calibration = _load(args.files, args.calibration, unit_gbps=args.unit_gbps,
-                                    alpha_us=args.alpha_us)
-    comparison = compare(algorithms, calibration=calibration, device=args.device)
+    view = _closed_form(args, _calibration(args.calibration))
     lo, hi = args.sizes
     try:
         import matplotlib
@@ -147,30 +415,31 @@ def run_plot(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from collsynth.timing.nccl import busbw_gbps
-
     points = 121
     sizes = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
-    coll, n = comparison.collective, comparison.num_ranks
+    coll, n = view.collective, view.num_ranks
 
     def metric(name: str, size: float) -> float:
-        t = comparison.time_us(name, Fraction(repr(size)))
+        t = float(view.lines[name].subs(SIZE, Fraction(repr(size))))
         return t if args.metric == "time" else busbw_gbps(coll, n, size, t)
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for name in comparison.algorithms:
-        ax.loglog(sizes, [metric(name, s) for s in sizes], label=name)
-    for family, names in comparison.families.items():
-        values = [metric(comparison.best_of(names, Fraction(repr(s))), s) for s in sizes]
-        ax.loglog(sizes, values, linestyle="--", label=f"{family} (best protocol)")
-    for name in comparison.measured:
-        ax.loglog(sizes, [metric(name, s) for s in sizes], linestyle="-.", label=name)
-    for index, segment in enumerate(_envelope(comparison, lo, hi)[1:]):  # the fastest changes
+    for algorithm in view.algorithms:
+        ax.loglog(sizes, [metric(algorithm.name, s) for s in sizes], label=algorithm.name)
+    for subject in view.runtime_algorithms:
+        names = [subject.pinned(p).name for p in subject.runtime.protocols]
+        values = [min((metric(nm, s) for nm in names), key=lambda v: v if args.metric == "time"
+                      else -v) for s in sizes]
+        ax.loglog(sizes, values, linestyle="--", label=f"{subject.name} (best protocol)")
+    if view.measured is not None:
+        ax.loglog(sizes, [metric(view.measured.name, s) for s in sizes], linestyle="-.",
+                  label=f"{view.measured.name} (calibration)")
+    for index, segment in enumerate(lower_envelope(view.lines, lo, hi)[1:]):  # the fastest changes
         ax.axvline(float(segment.from_bytes), color="grey", linestyle=":", linewidth=0.8,
                    label="crossover: the fastest changes" if index == 0 else None)
     ax.set_xlabel(f"{coll} buffer size (bytes, nccl-tests convention)")
     ax.set_ylabel("predicted time (us)" if args.metric == "time" else "bus bandwidth (GB/s)")
-    ax.set_title(f"{coll} on {comparison.topology} ({n} ranks)")
+    ax.set_title(f"{coll} on {view.topology} ({n} ranks)")
     ax.legend(fontsize=9)
     fig.tight_layout()
     try:
@@ -193,13 +462,18 @@ def _range_type(text: str) -> tuple[int, int]:
     return parse_size_range(text)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, *, program: bool) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="algorithm files (ALGO.json; same collective and topology), or, "
-                             "for time, MSCCL XML programs (FILE.xml, with --topology)")
+                        help="algorithm files (ALGO.json; same collective and topology)"
+                             + (", or MSCCL XML programs (FILE.xml, with --topology)"
+                                if program else ""))
     parser.add_argument("--calibration", metavar="FILE",
-                        help="calibration file (collsynth calibrate): measured figures per step "
-                             "and per unit, and the measured line of the collective")
+                        help="calibration file: a curve calibration ('collsynth calibrate') "
+                             "gives the closed form measured figures per step and per unit and "
+                             "the measured line of the collective"
+                             + ("; a runtime-constants one ('collsynth calibrate --model "
+                                "program') gives the program model its constants"
+                                if program else ""))
     parser.add_argument("--device", metavar="NAME",
                         help="GPU whose reduction cost (gamma) is charged to combining "
                              "collectives: v100, a100-40gb, a100-80gb, h100, mi250, mi300x "
@@ -207,26 +481,38 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_figure_arguments(parser)
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``time`` and ``plot`` to ``subparsers`` (from ``add_subparsers``)."""
     parser = subparsers.add_parser(
         "time", help="predicted times of algorithms and NCCL's ring/tree",
-        description="Predict the time, algbw and busbw of algorithm files and of NCCL's ring "
-                    "and tree (its own tuning model, on the same topology) at given sizes, and "
-                    "the exact sizes where the fastest changes. Sizes: B, KB/MB/GB (decimal), "
+        description="Predict the time, algbw and busbw of algorithm files (closed form) or "
+                    "MSCCL XML programs (program model) and of the runtime's own ring and tree "
+                    "on the same topology at given sizes, and with the closed form the exact "
+                    "sizes where the fastest changes. Sizes: B, KB/MB/GB (decimal), "
                     "KiB/MiB/GiB (binary).")
-    _common(parser)
+    _common(parser, program=True)
     parser.add_argument("--sizes", type=_sizes_type, default=parse_sizes("1KB,1MB,1GB"),
                         metavar="S1,S2,...", help="buffer sizes (default 1KB,1MB,1GB)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    add_time_program_arguments(parser)
+    parser.add_argument("--topology", metavar="T",
+                        help="topology the programs run on (needed for XML files; ranks map to "
+                             "its ranks in order); selects the program model")
+    parser.add_argument("--nodes", type=int, metavar="K",
+                        help="with --topology: K copies of it joined by their NICs")
+    parser.add_argument("--runtime", choices=PRICED_RUNTIMES,
+                        help="runtime whose default constants the program model uses (default: "
+                             "the calibration's, else nccl)")
+    parser.add_argument("--model", choices=MODELS,
+                        help="program: simulate the runtime executing the program; closed-form: "
+                             "the alpha-beta formula of the algorithm (default: program for XML "
+                             "files, --topology or a runtime calibration, else closed-form)")
     parser.set_defaults(handler=run_time)
 
     parser = subparsers.add_parser(
         "plot", help="log-log plot of algorithms against NCCL's ring/tree",
         description="Plot predicted time or bus bandwidth against buffer size for algorithm "
-                    "files and NCCL's ring and tree (best protocol per size).")
-    _common(parser)
+                    "files and NCCL's ring and tree (best protocol per size), closed form.")
+    _common(parser, program=False)
     parser.add_argument("--sizes", type=_range_type, default=(10**3, 10**9), metavar="FROM:TO",
                         help="size range (default 1KB:1GB)")
     parser.add_argument("--metric", choices=("time", "busbw"), default="time",

@@ -1,5 +1,6 @@
 """The registry of collective kinds: names and spellings, combining or not, roots, and the
-nccl-tests size conventions (bus-bandwidth factor, base chunks per buffer).
+nccl-tests size conventions (bus-bandwidth factor, base chunks per buffer), each defined here
+once: every log reader, model and runner asks these functions.
 
 Every module that turns a name into a kind asks here: benchmark logs (``all_reduce_perf``),
 torch calls (``all_gather_into_tensor`` after the tracer's mapping), runtimes (``reducescatter``)
@@ -11,12 +12,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from numbers import Real
 from typing import Callable
 
-from collsynth.errors import UnknownNameError
+from collsynth.errors import InvalidInstanceError, UnknownNameError
+from collsynth.exact import exact_fraction
 
 __all__ = ["CollectiveKind", "KINDS", "canonical_name", "collective_kind", "busbw_factor",
-           "buffer_chunks"]
+           "buffer_chunks", "base_chunk_bytes"]
 
 
 def _whole(n: int) -> Fraction:
@@ -117,14 +120,29 @@ def collective_kind(name: str) -> CollectiveKind:
     return kind
 
 
-def busbw_factor(name: str, num_ranks: int) -> Fraction:
-    """nccl-tests' ``busbw / algbw``: allreduce ``2(n-1)/n``; allgather, reduce_scatter,
-    alltoall, gather, scatter ``(n-1)/n``; broadcast, reduce, sendrecv ``1``.
+def _ranks(num_ranks: int) -> int:
+    if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
+        raise InvalidInstanceError(f"num_ranks = {num_ranks!r}; expected a positive integer")
+    return num_ranks
 
-    >>> busbw_factor("allreduce", 8), busbw_factor("allgather", 8)
-    (Fraction(7, 4), Fraction(7, 8))
+
+def busbw_factor(name: str, num_ranks: int) -> Fraction:
+    """nccl-tests' ``busbw / algbw`` on ``num_ranks`` ranks: allreduce ``2(n-1)/n``; allgather,
+    reduce_scatter, alltoall, gather, scatter ``(n-1)/n``; broadcast, reduce, sendrecv ``1``
+    (nccl-tests' sendrecv reports busbw = algbw). On one rank the ``(n-1)`` kinds are 0, as
+    nccl-tests prints them.
+
+    Raises
+    ------
+    UnknownNameError
+        A name no kind has (a caller that wants a default catches exactly this).
+    InvalidInstanceError
+        ``num_ranks`` < 1.
+
+    >>> busbw_factor("allreduce", 8), busbw_factor("allgather", 8), busbw_factor("sendrecv", 8)
+    (Fraction(7, 4), Fraction(7, 8), Fraction(1, 1))
     """
-    return collective_kind(name).busbw(num_ranks)
+    return collective_kind(name).busbw(_ranks(num_ranks))
 
 
 def buffer_chunks(name: str, num_ranks: int) -> int | None:
@@ -135,4 +153,28 @@ def buffer_chunks(name: str, num_ranks: int) -> int | None:
     (8, 1)
     """
     chunks = collective_kind(name).chunks
-    return None if chunks is None else chunks(num_ranks)
+    return None if chunks is None else chunks(_ranks(num_ranks))
+
+
+def base_chunk_bytes(collective_name: str, num_ranks: int, size_bytes: Real) -> Fraction:
+    """The size of one base chunk, in bytes, of a collective called with ``size_bytes``
+    (nccl-tests convention): ``size_bytes / buffer_chunks(...)`` (docs/timing.md has the table:
+    the allgather's output buffer holds ``n`` base chunks, the allreduce's buffer one...).
+
+    Raises
+    ------
+    UnknownNameError
+        For a collective without a buffer convention.
+    InvalidInstanceError
+        For ``num_ranks < 1`` or a negative or non-finite size.
+
+    >>> base_chunk_bytes("allgather", 4, 4096), base_chunk_bytes("All-Reduce", 4, 4096)
+    (Fraction(1024, 1), Fraction(4096, 1))
+    """
+    kind = _BY_NAME.get(canonical_name(collective_name))
+    if kind is None or kind.chunks is None:
+        known = sorted(k.name for k in KINDS if k.chunks is not None)
+        raise UnknownNameError(
+            f"no buffer-size convention for collective {collective_name!r}; known: "
+            f"{', '.join(known)}; price the base chunk size directly")
+    return exact_fraction(size_bytes, "size_bytes") / kind.chunks(_ranks(num_ranks))

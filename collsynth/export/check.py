@@ -20,7 +20,7 @@ from collsynth.export.program import (
     Program,
     ThreadBlock,
 )
-from collsynth.export.runtimes import Runtime, get_runtime
+from collsynth.runtimes import PROTOCOLS, Runtime, XmlDialect, xml_dialect
 from collsynth.export.semantics import (
     MAX_REDUCE_FUSION,
     OPERANDS,
@@ -36,7 +36,6 @@ __all__ = [
     "PROBLEM_KINDS",
     "COLLECTIVES",
     "ROOTED_COLLECTIVES",
-    "PROTOCOLS",
     "MAX_CHECKED_THREADBLOCKS",
     "MAX_CHECKED_CHUNKS",
     "MAX_CHECKED_CONTRIBUTIONS",
@@ -47,7 +46,7 @@ __all__ = [
     "Problem",
     "RankStats",
     "CheckReport",
-    "buffer_chunks",
+    "buffer_sizes",
     "layouts",
     "static_problems",
     "check_program",
@@ -83,8 +82,6 @@ COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "reducescatter", "all
                "broadcast", "reduce", "gather", "scatter")
 #: Collectives with a root.
 ROOTED_COLLECTIVES = frozenset({"broadcast", "reduce", "gather", "scatter"})
-#: The ``proto`` values both runtimes accept (case sensitive).
-PROTOCOLS = ("Simple", "LL", "LL128")
 
 #: Thread blocks (all ranks together) above which a program is not executed symbolically.
 MAX_CHECKED_THREADBLOCKS = 16384
@@ -100,7 +97,7 @@ MAX_CHECKED_CONTRIBUTIONS = 50_000_000
 #: above which a program is not executed: 2 * 10^9 take about 20 s.
 MAX_CHECKED_CLOCK_ENTRIES = 2_000_000_000
 
-# Reader and loader figures of §2 and §14.1 that runtimes.Runtime does not carry.
+# Reader and loader figures of §2 and §14.1 that the runtimes' XmlDialect does not carry.
 _MAX_NODES = 4096           # nodes the reader stores for the loading rank, inclusive (§2.5)
 _SHOWN_MISSING = 8          # ranks without a <gpu> named one by one; the rest counted
 _MAX_SUBS = 1024            # children of one node
@@ -181,12 +178,12 @@ def _canonical(coll: str) -> str:
     return _CANONICAL.get(coll, coll)
 
 
-def buffer_chunks(coll: str, ngpus: int, nchunksperloop: int) -> tuple[int, int]:
+def buffer_sizes(coll: str, ngpus: int, nchunksperloop: int) -> tuple[int, int]:
     """Real sizes ``(input, output)`` in chunks of one rank's buffers (§8.1).
 
-    >>> buffer_chunks("allgather", 4, 8)
+    >>> buffer_sizes("allgather", 4, 8)
     (2, 8)
-    >>> buffer_chunks("reduce_scatter", 4, 8)
+    >>> buffer_sizes("reduce_scatter", 4, 8)
     (8, 2)
     """
     n, big = max(ngpus, 1), nchunksperloop
@@ -208,7 +205,7 @@ def layouts(program: Program, runtime: str | Runtime) -> tuple[str, ...]:
     msccl: the one ``inplace`` says (alltoall: always out-of-place); rccl and msccl-executor:
     in-place if ``inplace``, out-of-place if ``outofplace``.
     """
-    rt = runtime if isinstance(runtime, Runtime) else get_runtime(runtime)
+    rt = xml_dialect(runtime)
     if not rt.requires_range_attributes:
         if _canonical(program.coll) == "alltoall" or not program.inplace:
             return ("out-of-place",)
@@ -244,11 +241,11 @@ def static_problems(program: Program, runtime: str | Runtime) -> list[Problem]:
     that they do not: connection uniqueness and symmetry, ``chan < nchannels``, operand ranges
     against declared and real sizes, dependencies naming existing steps that publish a flag.
     """
-    rt = runtime if isinstance(runtime, Runtime) else get_runtime(runtime)
+    rt = xml_dialect(runtime)
     return _static(program, rt).problems
 
 
-def _static(program: Program, rt: Runtime) -> _Static:  # noqa: C901 - one rule after another
+def _static(program: Program, rt: XmlDialect) -> _Static:  # noqa: C901 - one rule after another
     problems: list[Problem] = []
     executable = True
 
@@ -339,7 +336,7 @@ def _static(program: Program, rt: Runtime) -> _Static:  # noqa: C901 - one rule 
             add("structure", f"{missing - _SHOWN_MISSING} more of the ngpus={n} ranks have no "
                              "<gpu> element")
 
-    real_in, real_out = buffer_chunks(coll, n, big) if n >= 1 and big >= 1 else (0, 0)
+    real_in, real_out = buffer_sizes(coll, n, big) if n >= 1 and big >= 1 else (0, 0)
     tbs: dict[int, dict[int, ThreadBlock]] = {}
     loaded: dict[int, dict[int, LoadedThreadblock]] = {}
     for r, gpu in sorted(gpus.items()):
@@ -377,7 +374,7 @@ def _capped(problems: list[Problem], shown: int = 3 * _SHOWN_PER_KIND) -> list[P
     return kept
 
 
-def _gpu_rules(program: Program, rt: Runtime, gpu: GpuProgram, real_in: int, real_out: int,
+def _gpu_rules(program: Program, rt: XmlDialect, gpu: GpuProgram, real_in: int, real_out: int,
                add) -> tuple[bool, dict[int, ThreadBlock]]:
     """The rules of one <gpu>, its tbs and steps; returns (executable, tbs by id)."""
     n, big, r = program.ngpus, program.nchunksperloop, gpu.id
@@ -460,7 +457,7 @@ def _gpu_rules(program: Program, rt: Runtime, gpu: GpuProgram, real_in: int, rea
     return executable, tb_map
 
 
-def _step_rules(rt: Runtime, r: int, tb: ThreadBlock, pos: int, st, declared: dict[str, int],
+def _step_rules(rt: XmlDialect, r: int, tb: ThreadBlock, pos: int, st, declared: dict[str, int],
                 add) -> bool:
     """The rules of one step; returns False when the step cannot be executed at all."""
     where, line = step_name(r, tb.id, pos), st.line
@@ -604,7 +601,7 @@ class _Execution:
         n, big = program.ngpus, program.nchunksperloop
         self.n = n
         self.key = _canonical(program.coll)
-        real_in, real_out = buffer_chunks(program.coll, n, big)
+        real_in, real_out = buffer_sizes(program.coll, n, big)
         in_place = layout == "in-place"
         self.problems: list[Problem] = []
         self._kind_counts: Counter = Counter()
@@ -979,7 +976,7 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
     >>> report.ok, report.layouts_checked
     (True, ('out-of-place',))
     """
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     static = _static(program, rt)
     problems = list(static.problems)
     key = _canonical(program.coll)
@@ -1000,7 +997,7 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
     runs: list[_Execution] = []
     if static.executable and names:
         threadblocks = sum(len(t) for t in static.tbs.values())
-        real_in, real_out = buffer_chunks(program.coll, program.ngpus, program.nchunksperloop)
+        real_in, real_out = buffer_sizes(program.coll, program.ngpus, program.nchunksperloop)
         # Every one of the ngpus ranks gets its buffers in the execution, not only those with a
         # <gpu> element: a file claiming 100000 GPUs is refused here, before allocating.
         chunks = program.ngpus * (real_in + real_out) + sum(

@@ -21,7 +21,7 @@ from typing import Callable
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import MULTIROOT_COLLECTIVES, check_standard_conditions
 from collsynth.errors import ExportError, InvalidCollectiveError
-from collsynth.export.runtimes import get_runtime
+from collsynth.runtimes import xml_dialect
 
 __all__ = ["Loc", "Layout", "collective_layout", "standard_kind"]
 
@@ -117,7 +117,7 @@ def collective_layout(collective: Collective, runtime: str, *, inplace: bool = F
         When the runtime cannot express the collective (rccl: custom collectives; msccl:
         in-place alltoall), or a standard name has non-standard conditions.
     """
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     n, C = collective.num_ranks, collective.chunk_factor
     kind = standard_kind(collective)
     if kind is None:

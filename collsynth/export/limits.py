@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from collsynth.errors import ExportError
-from collsynth.export.runtimes import Runtime, get_runtime, runtime_names
+from collsynth.runtimes import MSCCL_XML, XmlDialect, runtime_names, xml_dialect
+from collsynth.runtimes.dialect import DIALECTS
 from collsynth.export.stats import LimitFigures, Peak, ProgramStats, program_stats
 
 from collsynth.export.program import Program
@@ -113,11 +114,9 @@ def _table(rt: str, *, steps: int, threadblocks: int, channels: int, algos: int)
 #: runtime name -> its documented limits (§14.1; msccl-executor: rccl's parser with its own
 #: defaults, 64 steps per tb and 32 x MAXCHANNELS threadblocks).
 LIMITS: dict[str, tuple[Limit, ...]] = {
-    "msccl": _table("msccl", steps=256, threadblocks=216, channels=32, algos=4),
-    "rccl": _table("rccl", steps=64, threadblocks=64, channels=128, algos=1024),
-    "msccl-executor": _table("msccl-executor", steps=64, threadblocks=32 * 32, channels=32,
-                             algos=1024),
-}
+    d.name: _table(d.name, steps=d.max_steps_per_tb, threadblocks=d.max_threadblocks,
+                   channels=d.max_channels, algos=d.max_algorithms)
+    for d in DIALECTS.values()}
 
 
 def runtime_limits(runtime: str) -> tuple[Limit, ...]:
@@ -127,7 +126,7 @@ def runtime_limits(runtime: str) -> tuple[Limit, ...]:
     [('MSCCL_MAX_NUM_STEPS', 64), ('MSCCL_MAX_NUM_THREAD_BLOCKS', 64), \
 ('MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL', 32)]
     """
-    return LIMITS[get_runtime(runtime).name]
+    return LIMITS[xml_dialect(runtime).name]
 
 
 def get_limit(runtime: str, name: str) -> Limit:
@@ -247,7 +246,7 @@ def find_limit_violations(program_or_stats: Program | ProgramStats | LimitFigure
         In the order of :data:`LIMITS`; empty when the program fits.
     """
     figures = _figures_of(program_or_stats)
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     checks = _checks(figures)
     found: list[LimitViolation] = []
     for limit in LIMITS[rt.name]:
@@ -425,7 +424,7 @@ def estimate_figures(algorithm: Algorithm, runtime: str, *, channels: int = 1,
     sends = _send_table(algorithm)
     if sends is None:
         return None
-    return _estimate(algorithm, sends, get_runtime(runtime), channels, instances, inplace,
+    return _estimate(algorithm, sends, xml_dialect(runtime), channels, instances, inplace,
                      outofplace, channel_by, predict)
 
 
@@ -470,7 +469,7 @@ def _runs(group: np.ndarray, chunk: np.ndarray, split: np.ndarray, groups: int, 
     return plain, split_steps
 
 
-def _estimate(algorithm: Algorithm, sends: _Sends, rt: Runtime, channels: int, instances: int,
+def _estimate(algorithm: Algorithm, sends: _Sends, rt: XmlDialect, channels: int, instances: int,
               inplace: bool, outofplace: bool, channel_by: str = "chunk",
               predict: bool = False) -> LimitFigures:
     n = algorithm.topology.num_ranks
@@ -624,7 +623,7 @@ def estimate_all(algorithm: Algorithm, runtimes: Sequence[str] | None = None, *,
     computing the figures once per distinct (fused ops when there are reductions, ``cnt``
     limit) pair. With ``predict``, the limits the predicted figures exceed
     (:func:`estimate_figures`)."""
-    names = [get_runtime(runtime).name for runtime in (runtimes or runtime_names())]
+    names = [xml_dialect(runtime).name for runtime in (runtimes or runtime_names(MSCCL_XML))]
     sends = _send_table(algorithm)
     if sends is None:
         return {name: [] for name in names}
@@ -632,7 +631,7 @@ def estimate_all(algorithm: Algorithm, runtimes: Sequence[str] | None = None, *,
     cache: dict[tuple[bool, int], LimitFigures] = {}
     result: dict[str, list[LimitViolation]] = {}
     for name in names:
-        rt = get_runtime(name)
+        rt = xml_dialect(name)
         key = (rt.fused_ops or not reductions, rt.max_count)
         if key not in cache:
             cache[key] = _estimate(algorithm, sends, rt, channels, instances, inplace,

@@ -23,12 +23,10 @@ from collsynth.export.layout import Layout, Loc, collective_layout
 from collsynth.export.limits import (CHANNEL_POLICIES, channel_of, estimate_limits,
                                      find_limit_violations, limit_error)
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
-from collsynth.export.runtimes import Runtime, get_runtime
+from collsynth.runtimes import PROTOCOLS, Runtime, XmlDialect, xml_dialect
 
-__all__ = ["lower", "check_limits", "PROTOCOLS", "MAX_NODES", "max_bytes_attribute"]
+__all__ = ["lower", "check_limits", "MAX_NODES", "max_bytes_attribute"]
 
-#: Protocols the runtimes accept (case sensitive).
-PROTOCOLS = ("Simple", "LL", "LL128")
 #: Reader limit: nodes kept for the loading rank (§2.5).
 MAX_NODES = 4096
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.,:;=+()\[\]-]")
@@ -47,7 +45,7 @@ def max_bytes_attribute(runtime: Runtime | str, max_bytes: int | None) -> int | 
     "unlimited" is not expressible: the attribute is omitted (msccl's default, 128 MiB, applies).
     rccl and msccl-executor compare ``nBytes <= maxBytes`` and read 0 as unlimited.
     """
-    rt = get_runtime(runtime) if isinstance(runtime, str) else runtime
+    rt = xml_dialect(runtime)
     if rt.max_bytes_zero_is_unlimited:
         return 0 if max_bytes is None else max_bytes
     return None if max_bytes is None else max_bytes + 1
@@ -116,7 +114,7 @@ def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels
     >>> stats.threadblocks, stats.max_steps_per_threadblock, stats.scratch_chunks
     ((2, 2, 2), 4, (0, 0, 0))
     """
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     _check_options(rt, proto, channels, instances, inplace, outofplace, min_bytes, max_bytes)
     # Limits the program will certainly exceed, from the sends alone: refuse before the work.
     if channel_by not in CHANNEL_POLICIES:
@@ -178,7 +176,7 @@ def _collector_paused() -> Iterator[None]:
 def check_limits(program: Program, runtime: Runtime | str) -> None:
     """Raise :class:`ExportError` naming every runtime limit ``program`` exceeds, with the
     worst place and by how much (:func:`collsynth.export.limits.find_limit_violations`)."""
-    rt = get_runtime(runtime) if isinstance(runtime, str) else runtime
+    rt = xml_dialect(runtime)
     violations = find_limit_violations(program, rt.name)
     if violations:
         raise limit_error(violations, f"the {rt.name} program")
@@ -187,7 +185,7 @@ def check_limits(program: Program, runtime: Runtime | str) -> None:
 # -- options ----------------------------------------------------------------------------------
 
 
-def _check_options(rt: Runtime, proto: str, channels: int, instances: int, inplace: bool,
+def _check_options(rt: XmlDialect, proto: str, channels: int, instances: int, inplace: bool,
                    outofplace: bool, min_bytes: int | None, max_bytes: int | None) -> None:
     if proto not in PROTOCOLS:
         raise ExportError(f"protocol {proto!r}; the runtimes accept {', '.join(PROTOCOLS)} "
@@ -213,7 +211,7 @@ def _check_options(rt: Runtime, proto: str, channels: int, instances: int, inpla
                               "leave it out for no upper bound")
 
 
-def _safe_name(text: str, rt: Runtime, kind: str) -> str:
+def _safe_name(text: str, rt: XmlDialect, kind: str) -> str:
     """A name the reader keeps intact: no quotes, spaces or markup; at most 63 characters for
     msccl (its limit) and 254 otherwise (the reader's)."""
     safe = _NAME_CHARS.sub("_", text.strip()) or "collsynth"
@@ -289,7 +287,7 @@ class _Lowering:
     that algorithms with hundreds of thousands of sends lower in seconds.
     """
 
-    def __init__(self, algorithm: Algorithm, rt: Runtime, layout: Layout, dual: bool,
+    def __init__(self, algorithm: Algorithm, rt: XmlDialect, layout: Layout, dual: bool,
                  channels: int, ranks: list[_RankPlan], merge: bool,
                  channel_by: str = "chunk") -> None:
         self.algorithm = algorithm

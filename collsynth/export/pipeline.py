@@ -21,7 +21,7 @@ from collsynth.export.layout import collective_layout
 from collsynth.export.limits import estimate_all, limit_error
 from collsynth.export.lower import lower
 from collsynth.export.program import Program
-from collsynth.export.runtimes import get_runtime
+from collsynth.runtimes import xml_dialect
 from collsynth.export.xml_reader import text_problems
 from collsynth.export.xml_writer import write_program
 
@@ -88,8 +88,8 @@ def check_text(text: str, runtime: str) -> None:
 def check_instances(instances: int, runtimes: Sequence[str]) -> None:
     """Refuse, before any work, more instances than a runtime has channels (every instance
     takes at least one channel of its own)."""
-    over = {r: get_runtime(r).max_channels for r in runtimes
-            if get_runtime(r).max_channels < instances}
+    over = {r: xml_dialect(r).max_channels for r in runtimes
+            if xml_dialect(r).max_channels < instances}
     if over:
         limits = ", ".join(f"{r} {limit}" for r, limit in over.items())
         raise ExportError(f"--instances {instances}: each instance needs a channel of its own, "

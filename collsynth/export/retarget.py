@@ -16,7 +16,7 @@ from collsynth.collective.kinds import canonical_name
 from collsynth.errors import CollsynthError, ExportError
 from collsynth.export.lower import max_bytes_attribute
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
-from collsynth.export.runtimes import get_runtime
+from collsynth.runtimes import xml_dialect
 
 __all__ = ["retarget", "unfused"]
 
@@ -40,7 +40,7 @@ def retarget(program: Program, runtime: str, *, min_bytes: int | None = None,
     >>> sorted({st.type for g in ring.gpus for tb in g.threadblocks for st in tb.steps})
     ['r', 're', 's']
     """
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     try:
         key = canonical_name(program.coll)
     except CollsynthError as exc:

@@ -2,7 +2,7 @@
 
 The one meaning of a :class:`~collsynth.export.program.Program` shared by the checker
 (:mod:`collsynth.export.check`, symbolic values) and the executor
-(:mod:`collsynth.runtime.program`, tensors); ``docs/msccl-xml.md`` §9-§11. A :class:`Scheduler`
+(:mod:`collsynth.executor.program`, tensors); ``docs/msccl-xml.md`` §9-§11. A :class:`Scheduler`
 runs the loaded thread blocks and calls back once per executed transfer with an :class:`Event`
 naming what it waited for, so each caller adds only its values (or, later, times).
 """

@@ -20,7 +20,7 @@ from collsynth.errors import FileFormatError, InputTooLargeError
 from collsynth.export.check import (MAX_CHECKED_RANKS, PROBLEM_KINDS, Problem, is_unverified,
                                     static_problems)
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
-from collsynth.export.runtimes import Runtime, get_runtime
+from collsynth.runtimes import XmlDialect, xml_dialect
 
 __all__ = [
     "MAX_XML_BYTES",
@@ -202,7 +202,7 @@ class _Builder:
     read as that runtime reads them, and its required attributes reported when missing.
     """
 
-    def __init__(self, runtime: Runtime | None) -> None:
+    def __init__(self, runtime: XmlDialect | None) -> None:
         self.runtime = runtime
         self.problems: list[Problem] = []
         self.fatal: tuple[str, int | None] | None = None
@@ -314,7 +314,7 @@ def _children(el: etree._Element, tag: str) -> list[etree._Element]:
     return [child for child in el if child.tag == tag]
 
 
-def _build(data: bytes, runtime: Runtime | None) -> tuple[Program | None, _Builder]:
+def _build(data: bytes, runtime: XmlDialect | None) -> tuple[Program | None, _Builder]:
     builder = _Builder(runtime)
     program = builder.build(_parse(data))
     return program, builder
@@ -356,7 +356,7 @@ def read_program(source: str | bytes | os.PathLike, *, runtime: str | None = Non
     >>> read_program(text).ngpus
     2
     """
-    rt = get_runtime(runtime) if runtime is not None else None
+    rt = xml_dialect(runtime) if runtime is not None else None
     data, label = _source_bytes(source, name)
     try:
         program, builder = _build(data, rt)
@@ -529,7 +529,7 @@ def _start_tag_problems(tag: str, line: int, last_line: int) -> list[Problem]:
 def read_checked(text: str, runtime: str) -> tuple[Program | None, list[Problem]]:
     """Read ``text`` as ``runtime`` would: the program (None if unreadable) and
     :func:`text_problems`, in one parse."""
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     problems = lexical_problems(text)
     try:
         program, builder = _build(text.encode("utf-8"), rt)

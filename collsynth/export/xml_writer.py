@@ -13,7 +13,7 @@ import re
 from collsynth._atomic import write_text_atomic
 from collsynth.errors import ExportError
 from collsynth.export.program import BUFFERS, OPS, Program
-from collsynth.export.runtimes import get_runtime
+from collsynth.runtimes import xml_dialect
 
 __all__ = ["write_program", "save_xml", "MAX_ATTRIBUTES"]
 
@@ -56,7 +56,7 @@ def write_program(program: Program, runtime: str) -> str:
       </gpu>
     </algo>
     """
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     if program.coll not in rt.collectives.values():
         raise ExportError(f"{rt.name} does not know coll={program.coll!r}; it knows "
                           f"{', '.join(sorted(set(rt.collectives.values())))}")

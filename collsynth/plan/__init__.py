@@ -25,11 +25,11 @@ from collsynth.plan.choose import (
     SizeRange,
     SynthOptions,
     choose_ranges,
-    nccl_candidates,
     synthesize_front,
 )
 from collsynth.plan.environment import EnvVar, runtime_environment
 from collsynth.plan.groups import induced_topology, topology_fingerprint, topology_for_group
+from collsynth.plan.yardstick import runtime_candidates
 from collsynth.plan.planner import (
     PLANNED_KINDS,
     Plan,
@@ -44,7 +44,7 @@ __all__ = [
     "NCCL", "PLANNED_KINDS", "Candidate", "EnvVar", "FrontCache", "Line", "Plan", "PlanEntry",
     "PlanOptions", "SizeRange", "StepStructure", "SynthOptions", "TracedCall", "TracedRun",
     "check_xml_file", "choose_ranges", "default_cache_directory", "find_steps",
-    "induced_topology", "load_calls", "make_plan", "nccl_candidates", "plan_calls",
-    "plan_to_json", "runtime_environment", "size_bucket", "synthesize_front",
+    "induced_topology", "load_calls", "make_plan", "plan_calls",
+    "plan_to_json", "runtime_candidates", "runtime_environment", "size_bucket", "synthesize_front",
     "topology_fingerprint", "topology_for_group", "write_plan",
 ]

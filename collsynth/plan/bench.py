@@ -16,16 +16,20 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from collsynth._files import read_head
-from collsynth.errors import CollsynthError, FileFormatError, UnknownNameError
+from collsynth.errors import (CollsynthError, FileFormatError, InputTooLargeError,
+                              InvalidInstanceError, InvalidTopologyError, UnknownNameError)
 from collsynth.plan.environment import EnvVar, runtime_environment
+from collsynth.runtimes import get_runtime
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from collsynth.algorithm.model import Algorithm
-    from collsynth.timing.calibration import Calibration
+    from collsynth.timing.calibration import CurveCalibration
     from collsynth.timing.logs import BenchmarkLog
+    from collsynth.timing.pricing import Price, PricingModel
+    from collsynth.topology.model import Topology
 
 __all__ = [
     "BENCH_RUNTIMES",
@@ -45,8 +49,9 @@ __all__ = [
     "write_results",
     "bench_report",
     "plot_bench",
-    "predict_program",
-    "predict_closed_form",
+    "BenchPrediction",
+    "bench_model",
+    "predict",
 ]
 
 #: Runtimes ``collsynth bench`` writes runs for.
@@ -83,6 +88,12 @@ _UNSET = {"msccl": ("MSCCL_XML_FILES", "MSCCL_CONFIG"), "rccl": ("MSCCL_ALGO_DIR
 
 class BenchError(CollsynthError):
     """A benchmark that cannot be run, or whose run failed (the message says which and why)."""
+
+
+#: What a prediction may fail with; it is then left out of the report, with a note: no
+#: topology to price on or a subject the model refuses (BenchError), a program the simulator
+#: refuses (a deadlock, a rank count, too many steps), a topology without figures.
+PREDICTION_ERRORS = (BenchError, InvalidInstanceError, InvalidTopologyError, InputTooLargeError)
 
 
 @dataclass(frozen=True)
@@ -209,14 +220,41 @@ class SizeResult:
 
 
 @dataclass(frozen=True)
+class BenchPrediction:
+    """What a model predicts at the measured sizes: ``program`` (the program as benchmarked)
+    and ``runtime`` (the runtime's own fastest algorithm at each size, named), one
+    :class:`~collsynth.timing.pricing.Price` per size each."""
+
+    model: str
+    provenance: str
+    program: tuple["Price", ...]
+    runtime: tuple["Price", ...]
+
+    def columns(self) -> list[tuple[str, tuple[float, ...]]]:
+        """``(label, us per size)`` of each predicted column."""
+        found = [(f"{self.program[0].subject} ({self.model}, {self.provenance})" if self.program
+                  else self.model, tuple(p.time_us for p in self.program))]
+        if self.runtime:
+            used = "/".join(dict.fromkeys(p.subject for p in self.runtime))
+            found.append((f"runtime default ({used}, {self.model}, {self.provenance})",
+                          tuple(p.time_us for p in self.runtime)))
+        return found
+
+    def as_dict(self) -> dict[str, object]:
+        return {"model": self.model, "provenance": self.provenance,
+                "program": [p.as_dict() for p in self.program],
+                "runtime": [p.as_dict() for p in self.runtime]}
+
+
+@dataclass(frozen=True)
 class BenchResult:
     """What the logs hold, and what follows from them."""
 
     default_log: "BenchmarkLog"
     xml_log: "BenchmarkLog"
     sizes: tuple[SizeResult, ...]
-    calibration: "Calibration"
-    predicted: Mapping[str, tuple[float, ...]]  # name -> us per size of ``sizes``
+    calibration: "CurveCalibration"
+    predicted: "BenchPrediction | None"
     notes: tuple[str, ...]
 
 
@@ -365,7 +403,7 @@ def prepare_bench(source: str | os.PathLike[str], options: BenchOptions) -> Benc
             raise BenchError(f"launcher {options.launcher!r}: {exc}") from exc
     command = tuple(prefix + args)
     xml_env, notes = runtime_environment(
-        options.runtime, xml_dir="$PWD/xml", xml_paths=[f"$PWD/xml/{program.file_name}"],
+        get_runtime(options.runtime), xml_dir="$PWD/xml", xml_paths=[f"$PWD/xml/{program.file_name}"],
         collectives=[program.collective])
     runs = (
         BenchRun("default", command, _DEBUG + _MSCCL_OFF[options.runtime],
@@ -496,15 +534,12 @@ def missing_binaries(setup: BenchSetup, *, path: str | None = None) -> list[str]
 
 def run_bench(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
               env: Mapping[str, str] | None = None,
-              predictor: Callable[[BenchSetup, "Calibration", Sequence[int]],
-                                  Mapping[str, Sequence[float]]] | None = None
-              ) -> BenchResult:
+              model: "PricingModel | None" = None) -> BenchResult:
     """Run both scripts written by :func:`write_scripts` in ``out_dir`` and read their logs.
 
-    ``env`` is the environment they start from (default: this process's). ``predictor``
-    returns predicted times (us) by name for the measured sizes; by default
-    :func:`predict_program` (the program model on the program as benchmarked, and the
-    runtime's ring, with constants fitted on the default run).
+    ``env`` is the environment they start from (default: this process's). ``model`` prices
+    the predictions (:func:`predict`); by default :func:`bench_model` (the program model with
+    constants fitted on the default run).
 
     Raises
     ------
@@ -529,17 +564,16 @@ def run_bench(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
             tail = done.stdout.decode("utf-8", "replace").strip().splitlines()[-3:]
             raise BenchError(f"the {run.label} run ({run.script}) failed with exit status "
                              f"{done.returncode}: " + (" / ".join(tail) or "no output"))
-    return read_results(setup, out_dir, predictor=predictor)
+    return read_results(setup, out_dir, model=model)
 
 
 def read_results(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
-                 predictor: Callable[[BenchSetup, "Calibration", Sequence[int]],
-                                     Mapping[str, Sequence[float]]] | None = None
-                 ) -> BenchResult:
+                 model: "PricingModel | None" = None) -> BenchResult:
     """Read the logs the runs left in ``out_dir/logs`` (see :func:`run_bench`)."""
     from collsynth.timing.calibration import calibration_from_fits
     from collsynth.timing.fit import fit_log
-    from collsynth.timing.logs import busbw_factor, load_log
+    from collsynth.collective.kinds import busbw_factor
+    from collsynth.timing.logs import load_log
 
     folder = Path(out_dir)
     program, options = setup.program, setup.options
@@ -551,7 +585,7 @@ def read_results(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
         logs.append(log)
     default_log, xml_log = logs
     wanted = {h == "in-place" for h in program.halves}
-    factor = busbw_factor(program.collective, program.ranks)
+    factor = float(busbw_factor(program.collective, program.ranks))
 
     def per_size(log: "BenchmarkLog") -> dict[int, tuple[float, float | None]]:
         times: dict[int, list[float]] = {}
@@ -586,17 +620,16 @@ def read_results(setup: BenchSetup, out_dir: str | os.PathLike[str], *,
     topology = options.topology or (program.algorithm.topology.name if program.algorithm
                                     else f"{program.ranks}-rank machine")
     calibration = calibration_from_fits(topology, [fit_log(default_log)], nodes=options.nodes)
-    predicted: dict[str, tuple[float, ...]] = {}
-    predict = predictor or (lambda s, c, z: predict_program(s, c, z, default_log=default_log))
+    predicted: BenchPrediction | None = None
     try:
-        predicted = {name: tuple(float(t) for t in times)
-                     for name, times in predict(setup, calibration, sizes).items()}
-    except CollsynthError as exc:
+        predicted = predict(setup, sizes, model if model is not None else
+                            bench_model(setup, default_log))
+    except PREDICTION_ERRORS as exc:
         notes.append(f"no prediction: {exc}")
     return BenchResult(default_log, xml_log, results, calibration, predicted, tuple(notes))
 
 
-def _bench_topology(setup: BenchSetup) -> Any:
+def _bench_topology(setup: BenchSetup) -> "Topology":
     """The machine the program is priced on: an algorithm file's own topology (it carries its
     figures), else the bench's ``topology`` (with ``nodes``)."""
     from collsynth.resolve import resolve_topology
@@ -610,69 +643,68 @@ def _bench_topology(setup: BenchSetup) -> Any:
                             nodes=setup.options.nodes if setup.options.nodes > 1 else None)
 
 
-def predict_program(setup: BenchSetup, calibration: "Calibration", sizes: Sequence[int], *,
-                    default_log: "BenchmarkLog | None" = None) -> dict[str, list[float]]:
-    """The default predictor: the program *as benchmarked* (its XML) and the runtime's own ring
-    (:mod:`collsynth.timing.runtime_baselines`), both simulated by the program model with the
-    same constants: one yardstick for the measured-vs-predicted report.
-
-    The constants are fitted on the default run's measured curve when it has at least 4 sizes
-    (:func:`collsynth.timing.runtime_fit.fit_runtime`, the runtime's ring with the channel
-    count its log reports), else the runtime's documented defaults; each name says which.
-    ``calibration`` (the alpha-beta fit) is not used; it is the closed form's
-    (:func:`predict_closed_form`).
+def bench_model(setup: BenchSetup, default_log: "BenchmarkLog | None" = None) -> "PricingModel":
+    """The default model of the predictions: the program model with constants fitted on the
+    default run's measured curve when it has at least 4 sizes
+    (:func:`collsynth.timing.runtime_fit.fit_runtime`, the runtime's ring with the channel count
+    its log reports), else the runtime's documented constants; its provenance says which.
 
     Raises
     ------
-    CollsynthError
-        No topology with figures to simulate on, or a program the simulator refuses.
+    BenchError
+        No topology to simulate on.
     """
-    from collsynth.export.xml_reader import load_program
-    from collsynth.timing.runtime_baselines import RING_COLLECTIVES, baseline_rows
-    from collsynth.timing.runtime_constants import default_constants
-    from collsynth.timing.runtime_fit import fit_runtime
-    from collsynth.timing.runtime_model import prepare_program, simulate_program
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.program_model import ProgramModel
+    from collsynth.timing.runtime_baselines import RING_COLLECTIVES
+    from collsynth.timing.runtime_fit import CURVE_FIT_ERRORS, fit_runtime
 
     program, options = setup.program, setup.options
     topology = _bench_topology(setup)
-    constants, source = default_constants(options.runtime), "documented constants"
+    runtime = get_runtime(options.runtime)
+    constants, source = runtime.defaults, "documented"
     rows = sorted({r.size_bytes: r.time_us for r in (default_log.rows if default_log else ())
                    if not r.in_place}.items())
     if program.collective in RING_COLLECTIVES and len(rows) >= 4:
         try:
             constants = fit_runtime(rows, topology, program.collective, runtime=options.runtime,
                                     channels=default_log.channels, held_out=False).constants
-            source = "constants fitted on the default run"
-        except CollsynthError:
-            pass  # the documented constants, as the name says
-    prepared = prepare_program(load_program(program.text, runtime=options.runtime,
-                                            name=program.name), topology)
-    result = {f"{program.name} (program model, {source})":
-              [simulate_program(prepared, None, s, constants).time_us for s in sizes]}
-    if program.collective in RING_COLLECTIVES:
-        result[f"runtime default (its ring, program model, {source})"] = [
-            r.time_us for r in baseline_rows(program.collective, topology, sizes, constants)]
-    return result
+            source = "fitted on the default run"
+        except CURVE_FIT_ERRORS:
+            pass  # the documented constants, as the provenance says
+    return ProgramModel(constants, runtime=runtime, topology=topology, source=source)
 
 
-def predict_closed_form(setup: BenchSetup, calibration: "Calibration",
-                        sizes: Sequence[int]) -> dict[str, list[float]]:
-    """An algorithm file's closed form and NCCL's best ring/tree, on the calibrated figures
-    (the quick approximation; pass it as ``predictor=``)."""
-    from collsynth.timing.compare import compare
+def predict(setup: BenchSetup, sizes: Sequence[int], model: "PricingModel") -> BenchPrediction:
+    """The program *as benchmarked* and the runtime's own fastest algorithm at each size, both
+    priced by ``model`` (one yardstick for the measured-vs-predicted report): its XML when the
+    model prices programs, else its algorithm (an algorithm file, with the closed form).
 
-    algorithm = setup.program.algorithm
-    if algorithm is None:
-        raise BenchError("the closed form times algorithm files, not XML programs")
-    comparison = compare([algorithm], calibration=calibration)
-    name = comparison.algorithms[0]
-    nccl = [n for names in comparison.families.values() for n in names]
-    result = {f"{setup.program.name} (collsynth closed form)":
-              [comparison.time_us(name, s) for s in sizes]}
-    if nccl:
-        result["runtime default (NCCL's ring/tree model)"] = [
-            comparison.time_us(comparison.best_of(nccl, s), s) for s in sizes]
-    return result
+    Raises
+    ------
+    BenchError
+        The model can price neither the program nor its algorithm.
+    CollsynthError
+        What the model raises (a program the simulator refuses...).
+    """
+    from collsynth.export.xml_reader import load_program
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.pricing import fastest_runtime_algorithm
+
+    program, options = setup.program, setup.options
+    xml = dataclasses.replace(load_program(program.text, runtime=options.runtime,
+                                           name=program.name), name=program.name)
+    subject: Any = xml
+    why = model.why_not(xml)
+    if why is not None and program.algorithm is not None:
+        subject = dataclasses.replace(program.algorithm, name=program.name)
+        why = model.why_not(subject)
+    if why is not None:
+        raise BenchError(f"the {model.name} cannot price {program.name}: {why}")
+    topology = _bench_topology(setup) if program.algorithm is None else program.algorithm.topology
+    runtime = fastest_runtime_algorithm(get_runtime(options.runtime), program.collective,
+                                        topology, sizes, model)
+    return BenchPrediction(model.name, model.provenance, model.price(subject, sizes), runtime)
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -704,9 +736,9 @@ def bench_report(setup: BenchSetup, result: BenchResult) -> str:
                       + (f", held out {100 * pieces[0].gmae_heldout:.1f}%"
                          if pieces[0].gmae_heldout is not None else "") + ")")
     lines.append("")
-    names = list(result.predicted)
+    columns = result.predicted.columns() if result.predicted is not None else []
     header = ["size (B)", "default", "xml", "runs the program", "speed-up"] + \
-             [f"predicted: {n}" for n in names]
+             [f"predicted: {n}" for n, _ in columns]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---:|" * len(header))
     for index, row in enumerate(result.sizes):
@@ -716,7 +748,7 @@ def bench_report(setup: BenchSetup, result: BenchResult) -> str:
         if row.xml_wrong:
             ran += f", {row.xml_wrong:g} wrong"
         cells = [str(row.size_bytes), _us(row.default_us), _us(row.xml_us), ran, speedup]
-        cells += [_us(result.predicted[n][index]) for n in names]
+        cells += [_us(times[index]) for _, times in columns]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines += [f"* {note}" for note in result.notes]
@@ -737,7 +769,7 @@ def plot_bench(setup: BenchSetup, result: BenchResult) -> Any:
         if points:
             ax.plot(*zip(*points), marker, label=label, markersize=5, linestyle="none")
     sizes = [r.size_bytes for r in result.sizes]
-    for name, times in result.predicted.items():
+    for name, times in (result.predicted.columns() if result.predicted is not None else []):
         ax.plot(sizes, times, "-", label=f"{name} (predicted)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
@@ -772,7 +804,7 @@ def write_results(setup: BenchSetup, result: BenchResult,
         "runtime_measured": {"runtime": log.runtime, "runtime_version": log.runtime_version,
                              "channels": log.channels},
         "results": [dataclasses.asdict(r) for r in result.sizes],
-        "predicted": {k: list(v) for k, v in result.predicted.items()},
+        "predicted": result.predicted.as_dict() if result.predicted is not None else None,
         "notes": list(result.notes),
     })
     write_text_atomic(written[3], json.dumps(obj, indent=1) + "\n")

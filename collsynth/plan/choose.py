@@ -18,19 +18,20 @@ import sympy
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.model import Collective
 from collsynth.errors import (
-    CollsynthError,
     InvalidCollectiveError,
     InvalidInstanceError,
     UnimplementableError,
 )
 from collsynth.plan.cache import FrontCache
-from collsynth.timing.model import SIZE, as_fraction, cost_model, lower_envelope, symbolic_time
+from collsynth.synthesis.result import SYNTHESIS_FAILURES
+from collsynth.exact import as_fraction
+from collsynth.timing.closed_form import ClosedForm
+from collsynth.timing.model import SIZE, lower_envelope
 from collsynth.topology.model import Topology
 
 __all__ = ["Line", "Sample", "Candidate", "SizeRange", "SynthOptions", "FrontOutcome",
-           "synthesize_front", "nccl_candidates", "algorithm_candidates", "choose_ranges",
-           "choose_sampled_ranges", "ENVELOPE_LIMIT_BYTES", "NCCL", "CLOSED_FORM",
-           "NCCL_TUNING_MODEL", "MEASURED", "PROGRAM_MODEL"]
+           "synthesize_front", "choose_ranges", "choose_sampled_ranges", "ENVELOPE_LIMIT_BYTES",
+           "NCCL"]
 
 _log = logging.getLogger(__name__)
 
@@ -38,14 +39,6 @@ _log = logging.getLogger(__name__)
 NCCL = "nccl"
 #: Sizes are compared up to this many bytes (1 PiB); a range reaching it is unbounded.
 ENVELOPE_LIMIT_BYTES = 1 << 50
-#: Yardsticks: what priced a candidate. The closed form (:mod:`collsynth.timing.model`) prices a
-#: synthesized algorithm's steps; NCCL's tuning model (:mod:`collsynth.timing.nccl`) and a
-#: calibration's measured line price NCCL; the program model
-#: (:mod:`collsynth.timing.runtime_model`) prices both sides as the runtime runs them.
-CLOSED_FORM = "closed form"
-NCCL_TUNING_MODEL = "NCCL tuning model"
-MEASURED = "measured"
-PROGRAM_MODEL = "program model"
 #: Relative difference below which two sampled times tie (floating-point rounding): NCCL keeps
 #: a tied size.
 _TIE = 1e-9
@@ -95,12 +88,12 @@ class Sample:
 @dataclass(frozen=True)
 class Candidate:
     """One way to run the collective: ``source`` is ``"collsynth"`` (with its ``algorithm``) or
-    ``"nccl"`` (``name`` like ``"nccl ring/LL"``, ``"nccl measured"`` or ``"nccl-ring"``).
+    ``"nccl"`` (``name`` like ``"nccl-ring/LL"``, ``"nccl-measured"`` or ``"nccl-ring"``).
 
-    Its time is either a ``line`` (closed form, NCCL's tuning model or a measured line: exact at
-    every size) or ``samples`` (the program model at the plan's sizes, ascending; ``line`` is
-    ``None``). ``yardstick`` names what priced it (:data:`CLOSED_FORM`,
-    :data:`NCCL_TUNING_MODEL`, :data:`MEASURED` or :data:`PROGRAM_MODEL`).
+    Its time is either a ``line`` (a linear model's: exact at every size) or ``samples`` (the
+    program model at the plan's sizes, ascending; ``line`` is ``None``). ``yardstick`` is the
+    name of the model that priced it (:class:`~collsynth.timing.pricing.PricingModel`:
+    ``"closed-form"``, ``"measured"``, ``"program-model"``).
     """
 
     name: str
@@ -109,7 +102,7 @@ class Candidate:
     algorithm: Algorithm | None = dataclasses.field(default=None, compare=False)
     detail: str = ""
     samples: tuple[Sample, ...] = ()
-    yardstick: str = CLOSED_FORM
+    yardstick: str = ClosedForm.name
 
     def time_at(self, size_bytes: int) -> Fraction | float:
         """Predicted microseconds at ``size_bytes``: the line's (exact), or the sample at that
@@ -244,7 +237,7 @@ def synthesize_front(topology: Topology, collective: Collective, *, options: Syn
                                                      f"group's links: {exc}")
     except InvalidCollectiveError as exc:  # a collective the engine does not handle
         return FrontOutcome((), engine, True, False, f"not synthesized: {exc}")
-    except CollsynthError as exc:  # a solver that crashed or is missing: NCCL keeps the calls
+    except SYNTHESIS_FAILURES as exc:  # a solver that crashed or is missing: NCCL keeps them
         _log.warning("synthesis of %s on %s failed: %s", collective.describe(), topology.name,
                      exc)
         return FrontOutcome((), engine, False, False, f"synthesis failed: {exc}")
@@ -317,56 +310,6 @@ def algorithm_detail(algorithm: Algorithm) -> str:
     """``steps=.. rounds=.. chunks=.. rounds/chunk=..``: the report's description of it."""
     return (f"steps={algorithm.num_steps} rounds={algorithm.num_rounds} "
             f"chunks={algorithm.chunks} rounds/chunk={algorithm.rounds_per_chunk}")
-
-
-def algorithm_candidates(algorithms: Sequence[Algorithm], *, model: Any) -> list[Candidate]:
-    """A candidate per algorithm, timed with ``model`` (a
-    :class:`~collsynth.timing.model.CostModel`)."""
-    result = []
-    for algorithm in algorithms:
-        line = Line.from_expr(symbolic_time(algorithm, model=model))
-        result.append(Candidate(algorithm.name, "collsynth", line, algorithm,
-                                algorithm_detail(algorithm)))
-    return result
-
-
-def nccl_candidates(topology: Topology, collective: str, *, model: Any,
-                    calibration: Any = None) -> tuple[list[Candidate], str]:
-    """NCCL's candidates on ``topology`` for ``collective`` and a note on where they come from.
-
-    With a ``calibration`` holding a fit of this collective on this many ranks, the one
-    candidate ``"nccl measured"`` (the fitted line); otherwise NCCL's modelled (algorithm,
-    protocol) choices. ``[]`` when NCCL has no model here (alltoall: grouped send/recv; a
-    topology without a ring through every rank).
-
-    >>> from collsynth.topology import get_topology
-    >>> dgx1 = get_topology("dgx1")
-    >>> names = [c.name for c in nccl_candidates(dgx1, "allgather", model=cost_model(dgx1))[0]]
-    >>> names
-    ['nccl ring/LL', 'nccl ring/LL128', 'nccl ring/Simple']
-    """
-    from collsynth.timing.nccl import nccl_choices, nccl_setup
-
-    n = topology.num_ranks
-    if calibration is not None and calibration.entries_for(collective, ranks=n):
-        line = calibration.alpha_beta_for(collective, ranks=n)
-        measured = Line(Fraction(repr(float(line.alpha_us))),
-                        Fraction(repr(float(line.beta_us_per_byte))))
-        return ([Candidate("nccl measured", NCCL, measured,
-                           detail="NCCL as measured (calibration fit)", yardstick=MEASURED)],
-                f"NCCL: the calibration's measured {collective} line on {n} ranks")
-    try:
-        setup = nccl_setup(topology, model=model)
-    except CollsynthError as exc:
-        return [], f"NCCL not modelled: {exc}"
-    choices = nccl_choices(setup, collective)
-    if not choices:
-        return [], (f"NCCL not modelled: NCCL runs {collective} as grouped send/recv, outside "
-                    "its ring/tree tuning model (a calibration with a fit of it gives a baseline)")
-    return ([Candidate(f"nccl {c.name}", NCCL, Line(Fraction(c.latency_us),
-                                                     1 / (1000 * Fraction(c.algbw_gbps))),
-                       detail=f"NCCL {c.name}", yardstick=NCCL_TUNING_MODEL) for c in choices],
-            f"NCCL: {len(setup.rings)} ring channel(s), {setup.bus_gbps:g} GB/s bus bandwidth")
 
 
 def choose_ranges(candidates: Sequence[Candidate], *,
@@ -518,8 +461,3 @@ def _nccl_keeps_ties(ranges: Sequence[SizeRange], candidates: dict[str, Candidat
     if covered and covered[-1].max_bytes is not None:
         push(None, NCCL)
     return tuple(covered)
-
-
-def timing_model(topology: Topology, *, gamma_us_per_byte: float = 0.0) -> Any:
-    """The cost model of ``topology`` (already calibrated when a calibration is used)."""
-    return cost_model(topology, gamma_us_per_byte=gamma_us_per_byte)

@@ -12,11 +12,10 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from collsynth.collective.standard import standard_collective
 from collsynth.errors import (
-    CollsynthError,
     ExportError,
     InvalidInstanceError,
     InvalidTopologyError,
@@ -25,21 +24,22 @@ from collsynth.plan.buckets import StepStructure, find_steps, size_bucket
 from collsynth.plan.cache import FrontCache
 from collsynth.plan.calls import TracedCall, TracedRun, load_calls
 from collsynth.plan.choose import (
-    CLOSED_FORM,
     NCCL,
-    PROGRAM_MODEL,
     Candidate,
     SizeRange,
     SynthOptions,
-    algorithm_candidates,
     choose_ranges,
     choose_sampled_ranges,
-    nccl_candidates,
     synthesize_front,
-    timing_model,
 )
 from collsynth.plan.groups import plan_signature, topology_for_group
+from collsynth.timing.closed_form import ClosedForm
 from collsynth.topology.model import Topology
+
+if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from collsynth.runtimes import Runtime, RuntimeConstants
+    from collsynth.timing.calibration import CurveCalibration
+    from collsynth.timing.program_model import ProgramModel
 
 __all__ = ["PLANNED_KINDS", "PlanOptions", "XmlFile", "RangePlan", "BucketRow", "PlanEntry",
            "NotPlanned", "RankSteps", "Plan", "make_plan", "plan_calls", "MSCCL_MAX_ALGORITHMS",
@@ -87,7 +87,7 @@ class PlanOptions:
     synth:
         How candidates are synthesized (:class:`~collsynth.plan.choose.SynthOptions`).
     calibration:
-        A :class:`~collsynth.timing.calibration.Calibration` (measured alpha and GB/s, NCCL's
+        A :class:`~collsynth.timing.calibration.CurveCalibration` (measured alpha and GB/s, NCCL's
         measured lines), or ``None``; ``calibration_file`` names it in the plan.
     device:
         GPU whose reduction cost combining algorithms pay (:mod:`collsynth.timing.kernels`).
@@ -104,21 +104,22 @@ class PlanOptions:
         else by the closed form; ``"closed-form"``: the closed form everywhere (docs/plan.md,
         "Pricing").
     runtime_constants:
-        The program model's :class:`~collsynth.timing.runtime_constants.RuntimeConstants` (a
-        ``collsynth calibrate-runtime`` file), or ``None``: the runtime's documented defaults;
+        The program model's :class:`~collsynth.runtimes.RuntimeConstants` (a runtime-constants
+        calibration, ``collsynth calibrate --model program``), or ``None``: the runtime's
+        documented defaults;
         ``runtime_constants_file`` names it in the plan.
     """
 
     runtime: str = "msccl-executor"
     synth: SynthOptions = SynthOptions()
-    calibration: Any = None
+    calibration: "CurveCalibration | None" = None
     calibration_file: str | None = None
     device: str | None = None
     cache: FrontCache | None = None
     proto: str = "Simple"
     all_ranges: bool = False
     model: str = "auto"
-    runtime_constants: Any = None
+    runtime_constants: "RuntimeConstants | None" = None
     runtime_constants_file: str | None = None
 
     def __post_init__(self) -> None:
@@ -201,8 +202,9 @@ class PlanEntry:
     ``status``: ``"planned"`` (XML files run some of its calls), ``"nccl"`` (NCCL keeps every
     call: ``reason`` says why) or ``"shared"`` (its calls may run another group's XML, see the
     module docstring). ``group`` are global ranks; ``root`` is global (``None``: unrooted).
-    ``yardstick`` says what priced its candidates (``"program model"`` or ``"closed form"``,
-    :mod:`collsynth.plan.choose`) and ``yardstick_note`` why the closed form, when it is.
+    ``yardstick`` is the name of the model that priced its candidates (``"program-model"`` or
+    ``"closed-form"``, :mod:`collsynth.timing.pricing`) and ``yardstick_note`` why the closed
+    form, when it is.
     """
 
     collective: str
@@ -219,7 +221,7 @@ class PlanEntry:
     nchunks: Mapping[str, int] = field(default_factory=dict, compare=False)
     runtime: str = "msccl-executor"
     excluded: Mapping[str, str] = field(default_factory=dict, compare=False)
-    yardstick: str = CLOSED_FORM
+    yardstick: str = ClosedForm.name
     yardstick_note: str = ""
 
     @property
@@ -395,9 +397,9 @@ def make_plan(trace_dir: str | os.PathLike[str], topology: Topology, *,
 def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = PlanOptions(),
                nodes: int | None = None, progress: Callable[[str], None] | None = None) -> Plan:
     """:func:`make_plan` on calls already read."""
-    from collsynth.export.runtimes import get_runtime
+    from collsynth.runtimes import xml_dialect
 
-    runtime = get_runtime(options.runtime).name
+    runtime = xml_dialect(options.runtime).name
     say = progress or (lambda line: None)
     n = topology.num_ranks
     if run.world_size > n:
@@ -439,16 +441,17 @@ def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = Pla
                 options.model, options.runtime_constants_file)
 
 
-def _plan_constants(runtime: str, options: PlanOptions, gamma: float, notes: list[str]) -> Any:
+def _plan_constants(runtime: str, options: PlanOptions, gamma: float, notes: list[str]
+                    ) -> "RuntimeConstants | None":
     """The program model's constants: the plan's runtime-constants calibration, else the
     runtime's documented defaults; a ``--device`` gamma where they charge no reduction."""
-    from collsynth.timing.runtime_constants import default_constants
+    from collsynth.runtimes import get_runtime
 
     if options.model == "closed-form":
         return None
     constants = options.runtime_constants
     if constants is None:
-        constants = default_constants(runtime)
+        constants = get_runtime(runtime).defaults
         where = f"{runtime}'s documented defaults"
     else:
         where = f"the runtime constants of {options.runtime_constants_file or 'a calibration'}"
@@ -521,7 +524,8 @@ def _signature(topology: Topology) -> tuple[Any, ...]:
 
 
 def _plan_entries(keyed: dict[_Key, list[TracedCall]], run: TracedRun, machine: Topology,
-                  runtime: str, options: PlanOptions, gamma: float, constants: Any,
+                  runtime: str, options: PlanOptions, gamma: float,
+                  constants: "RuntimeConstants | None",
                   say: Callable[[str], None]) -> tuple[list[PlanEntry], list[XmlFile]]:
     # Group the keys the runtime cannot tell apart: same collective, same number of ranks.
     by_runtime: dict[tuple[str, int], list[_Key]] = defaultdict(list)
@@ -591,13 +595,18 @@ def _status(owner: _Key, shared: bool, ranges: Sequence[RangePlan], blocked: str
 
 def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]],
               keys: Sequence[_Key], topologies: Mapping[_Key, Topology], runtime: str,
-              options: PlanOptions, gamma: float, constants: Any, blocked: str | None, own: bool,
+              options: PlanOptions, gamma: float, constants: "RuntimeConstants | None",
+              blocked: str | None, own: bool,
               say: Callable[[str], None], xml_files: list[XmlFile]
               ) -> tuple[list[Candidate], tuple[RangePlan, ...], str, str, dict[str, int],
                          dict[str, str], str, str]:
-    from collsynth.plan.yardstick import (PLAN_BOUNDARY_STEPS, Pricer, plan_layouts,
-                                          program_model_reason, runtime_candidate,
-                                          sample_sizes, tree_candidate, tuned_candidate)
+    from collsynth.plan.yardstick import (PLAN_BOUNDARY_STEPS, TUNE_ERRORS, line_candidates,
+                                          measured_candidate, plan_layouts, runtime_candidates,
+                                          sample_sizes, sampled_price, tuned_candidate)
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.closed_form import ClosedForm, Measured
+    from collsynth.timing.pricing import MEASURED, RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
 
     collective_name, group, root = key
     n = len(group)
@@ -605,32 +614,45 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
     sig = _signature(topology)
     sizes = [(c.size_bytes, c.element_size) for k in keys if _signature(topologies[k]) == sig
              for c in keyed[k]]
-    model = timing_model(topology, gamma_us_per_byte=gamma)
-    why_closed = ("the closed form was asked for" if constants is None
-                  else program_model_reason(topology, collective_name))
-    yardstick = CLOSED_FORM if why_closed is not None else PROGRAM_MODEL
+    rt = get_runtime(runtime)
+    closed = ClosedForm(gamma_us_per_byte=gamma)   # the topology carries the calibration's figures
+    program = ProgramModel(constants, runtime=rt, topology=topology) \
+        if constants is not None else None
+    why_closed = "the closed form was asked for" if program is None else \
+        _program_model_reason(program, rt, collective_name, topology)
+    model = closed if why_closed is not None else program
     samples: tuple[int, ...] = ()
-    pricer = None
-    if yardstick == PROGRAM_MODEL:
+    if model is program:
         samples = sample_sizes(s for s, _ in sizes)
-        pricer = Pricer(collective_name, topology, constants)
-        ring = runtime_candidate(collective_name, topology, samples, constants,
-                                 cache=pricer.rings)
-        nccl = [ring]
-        tree = tree_candidate(collective_name, topology, samples, constants, cache=pricer.rings)
-        if tree is not None:   # NCCL runs the faster of its ring and tree at each size
-            nccl.append(tree)
-            pricer.tree = True
+        nccl, _ = runtime_candidates(program, rt, collective_name, topology, samples)
         nccl_note = ("the runtime: " + " or ".join(f"{c.name} ({c.detail})" for c in nccl) +
                      ", priced by the program model with the plan's runtime constants")
         if options.calibration is not None and \
                 options.calibration.entries_for(collective_name, ranks=n):
             nccl_note += ("; the calibration's measured NCCL line is not used (one yardstick: a "
-                          "runtime-constants calibration, collsynth calibrate-runtime, fits the "
-                          "program model to a measured curve)")
+                          "runtime-constants calibration, collsynth calibrate --model program, "
+                          "fits the program model to a measured curve)")
     else:
-        nccl, nccl_note = nccl_candidates(topology, collective_name, model=model,
-                                          calibration=options.calibration)
+        nccl_runtime = get_runtime("nccl")   # the closed form has NCCL's own tuning constants
+        measured = RuntimeAlgorithm(nccl_runtime, MEASURED, collective_name, topology)
+        fitted = Measured(options.calibration, source=options.calibration_file or "") \
+            if options.calibration is not None else None
+        if fitted is not None and fitted.why_not(measured) is None:
+            nccl = [measured_candidate(fitted, measured)]
+            nccl_note = f"NCCL: the calibration's measured {collective_name} line on {n} ranks"
+        else:
+            nccl, why_not = runtime_candidates(closed, nccl_runtime, collective_name, topology,
+                                               ())
+            if nccl:
+                setup = closed.nccl_setup(topology)
+                nccl_note = (f"NCCL: {len(setup.rings)} ring channel(s), {setup.bus_gbps:g} GB/s "
+                             "bus bandwidth")
+            elif why_not:
+                nccl_note = f"NCCL not modelled: {why_not[0]}"
+            else:
+                nccl_note = (f"NCCL not modelled: NCCL runs {collective_name} as grouped "
+                             "send/recv, outside its ring/tree tuning model (a calibration "
+                             "with a fit of it gives a baseline)")
     synthesis = ""
     found: tuple[Any, ...] = ()
     if blocked is not None:
@@ -668,12 +690,11 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
                                         f"nchunksperloop ({probe.nchunksperloop}): the runtime "
                                         "would never select it")
     tuned: dict[str, Any] = {}
-    if yardstick == CLOSED_FORM:
-        algorithms = algorithm_candidates(found, model=model)
+    if model is closed:
+        algorithms = line_candidates(closed, found)
         candidates = nccl + algorithms
         ranges = choose_ranges([c for c in candidates if c.name not in excluded])
     else:
-        assert pricer is not None
         algorithms = []
         for algorithm in found:
             probe = probes.get(algorithm.name)
@@ -681,28 +702,44 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
                 say(f"tuning {algorithm.name} for {runtime} on {topology.name}")
                 try:
                     candidate, tuned[algorithm.name] = tuned_candidate(
-                        algorithm, runtime, topology, samples, constants,
+                        program, algorithm, samples,
                         layouts=plan_layouts(probe.channels, probe.channel_by,
                                              algorithm.num_sends),
                         inplace=probe.inplace, outofplace=probe.outofplace)
-                except CollsynthError as exc:
+                except TUNE_ERRORS as exc:
                     excluded[algorithm.name] = f"the program model cannot price it: {exc}"
                 else:
-                    pricer.add(algorithm.name, tuned[algorithm.name])
                     algorithms.append(candidate)
                     continue
             # Left out: shown with its closed form (never chosen), labelled as such.
-            algorithms += algorithm_candidates([algorithm], model=model)
+            algorithms += line_candidates(closed, [algorithm])
         candidates = nccl + algorithms
+        price = sampled_price(program, rt, collective_name, topology,
+                              {a.name: a for a in found if a.name in tuned})
         ranges = choose_sampled_ranges([c for c in candidates if c.name not in excluded],
-                                       price=pricer, steps=PLAN_BOUNDARY_STEPS)
+                                       price=price, steps=PLAN_BOUNDARY_STEPS)
     planned: list[RangePlan] = []
     for r in ranges:
         planned += _export_range(r, candidates, sizes, collective_name, n, local_root, group,
                                  runtime, options, own, xml_files, nchunks, say,
                                  tuned=tuned.get(r.choice), probe=probes.get(r.choice))
-    return (candidates, tuple(planned), synthesis, nccl_note, nchunks, excluded, yardstick,
+    return (candidates, tuple(planned), synthesis, nccl_note, nchunks, excluded, model.name,
             why_closed or "")
+
+
+def _program_model_reason(model: "ProgramModel", runtime: "Runtime", collective: str,
+                          topology: Topology) -> str | None:
+    """``None`` when the program model prices at least one of the runtime's own algorithms for
+    ``collective`` on ``topology`` (the plan then prices both sides with it); else why not."""
+    from collsynth.timing.pricing import runtime_algorithms
+
+    reasons = [model.why_not(s) for s in runtime_algorithms(runtime, collective, topology)]
+    if not reasons:
+        return (f"{collective}: the runtime runs it outside its own ring/tree algorithms, so "
+                "neither is written as a program")
+    if any(r is None for r in reasons):
+        return None
+    return reasons[0]
 
 
 def _export_range(r: SizeRange, candidates: Sequence[Candidate],

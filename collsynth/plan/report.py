@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from collsynth.plan.buckets import bucket_label
-from collsynth.plan.choose import CLOSED_FORM, NCCL, PROGRAM_MODEL
+from collsynth.plan.choose import NCCL
+from collsynth.timing.closed_form import ClosedForm
+from collsynth.timing.program_model import ProgramModel
 from collsynth.plan.environment import EnvVar
 from collsynth.plan.planner import Plan, PlanEntry
 
@@ -148,12 +150,12 @@ def _timing_line(plan: Plan) -> str:
     """Which yardsticks priced the plan's entries."""
     used = {e.yardstick for e in plan.entries if e.candidates}
     parts = []
-    if PROGRAM_MODEL in used:
+    if ProgramModel.name in used:
         parts.append("program model (synthesized algorithms after tuned lowering and the "
                      "runtime's ring, simulated with the same constants"
                      + (f" from `{plan.runtime_constants_file}`" if plan.runtime_constants_file
                         else ": the runtime's documented defaults") + ")")
-    if CLOSED_FORM in used or not parts:
+    if ClosedForm.name in used or not parts:
         parts.append("closed-form alpha-beta model"
                      + (" where the program model does not apply" if parts else ""))
     line = "; ".join(parts)

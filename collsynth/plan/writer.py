@@ -16,8 +16,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from collsynth._output import check_folder_writable, check_output_dir, write_text_atomic
-from collsynth.errors import CollsynthError, ExportError
+from collsynth.errors import CollsynthError, ExportError, FileFormatError, InputTooLargeError
 from collsynth.plan.choose import NCCL
+from collsynth.runtimes import get_runtime
 from collsynth.plan.environment import runtime_environment
 from collsynth.plan.planner import Plan, PlanEntry
 from collsynth.plan.report import draw_plot, plot_name, render_report
@@ -173,7 +174,7 @@ def _listed(target: Path) -> tuple[set[PurePosixPath], set[PurePosixPath]] | Non
 
     try:
         manifest = read_json(target / MANIFEST_NAME, max_bytes=_MAX_MANIFEST_BYTES)
-    except CollsynthError:
+    except (FileFormatError, InputTooLargeError):  # no manifest, or not one of ours
         manifest = None
     if isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT and \
             manifest.get("version") == 1:
@@ -185,7 +186,7 @@ def _listed(target: Path) -> tuple[set[PurePosixPath], set[PurePosixPath]] | Non
         return set(files) | {PurePosixPath(MANIFEST_NAME)}, set(folders)
     try:
         old = read_json(target / "plan.json", max_bytes=_MAX_MANIFEST_BYTES << 4)
-    except CollsynthError:
+    except (FileFormatError, InputTooLargeError):  # no plan.json, or not one of ours
         return None
     if not isinstance(old, dict) or old.get("format") != PLAN_FORMAT:
         return None
@@ -325,7 +326,7 @@ def _write_into(plan: Plan, staging: Path, target: Path, plots: bool) -> None:
             raise ExportError(f"xml/{xml.name}: {exc}") from exc
     final_xml = target / "xml"
     environment, notes = runtime_environment(
-        plan.runtime, xml_dir=str(final_xml),
+        get_runtime(plan.runtime), xml_dir=str(final_xml),
         xml_paths=[str(final_xml / x.name) for x in plan.xml_files],
         collectives={x.collective for x in plan.xml_files})
     drawn: dict[str, str] = {}

@@ -1,30 +1,32 @@
-"""One yardstick for a plan: the runtime's ring (and allreduce tree) and synthesized programs
-after tuned lowering, simulated by the program model with the same constants.
+"""One yardstick for a plan: the runtime's own algorithms and the synthesized ones priced by
+one model (:mod:`collsynth.timing.pricing`), as exact lines (a linear model) or at sampled
+sizes (the program model, synthesized programs after tuned lowering).
 
 The details: ``docs/plan.md``, section "Pricing".
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+import math
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from collsynth.errors import CollsynthError
+from collsynth.errors import ExportError, InputTooLargeError, InvalidInstanceError
 from collsynth.export.pipeline import AUTO_CHANNELS
-from collsynth.plan.choose import NCCL, PROGRAM_MODEL, Candidate, Sample, algorithm_detail
-from collsynth.timing.runtime_baselines import (RING_COLLECTIVES, TREE_COLLECTIVES, baseline_rows,
-                                               runtime_rings, runtime_tree)
-from collsynth.timing.runtime_model import prepare_program, simulate_program
-from collsynth.timing.tune import TunedExport, tune_export, tune_sizes
+from collsynth.plan.choose import NCCL, Candidate, Line, Sample, algorithm_detail
+from collsynth.timing.pricing import (LinearPricingModel, PricingModel, RuntimeAlgorithm,
+                                      fastest_runtime_algorithm, runtime_algorithms)
+from collsynth.timing.program_model import ProgramModel, TuneOptions
+from collsynth.timing.tune import TunedExport, tune_sizes
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from collsynth.algorithm.model import Algorithm
-    from collsynth.timing.runtime_constants import RuntimeConstants
+    from collsynth.runtimes import Runtime
     from collsynth.topology.model import Topology
 
 __all__ = ["PLAN_SAMPLE_SIZES", "PLAN_BOUNDARY_STEPS", "PLAN_TUNE_LAYOUTS", "PLAN_TUNE_INSTANCES",
-           "PLAN_TUNE_MAX_SENDS",
-           "program_model_reason", "sample_sizes", "plan_layouts", "runtime_candidate",
-           "tree_candidate", "tuned_candidate", "Pricer"]
+           "PLAN_TUNE_MAX_SENDS", "sample_sizes", "plan_layouts", "runtime_candidates",
+           "line_candidates", "measured_candidate", "tuned_candidate", "sampled_price",
+           "TUNE_ERRORS"]
 
 #: Sizes every program-model plan samples besides the traced ones (every traced size is
 #: sampled): 1 KiB .. 1 GiB in x16 steps; the boundaries between them are bisected.
@@ -41,21 +43,6 @@ PLAN_TUNE_MAX_SENDS = 4096
 #: Instance counts a plan tunes: one. Instances multiply ``nchunksperloop``, so they would change
 #: which traced calls the runtime gives the program.
 PLAN_TUNE_INSTANCES = (1,)
-
-
-def program_model_reason(topology: "Topology", collective: str) -> str | None:
-    """``None`` when the program model can price ``collective`` on ``topology`` against the
-    runtime's own ring; otherwise why not (the plan then uses the closed form)."""
-    if collective not in RING_COLLECTIVES:
-        return (f"{collective}: the runtime's own algorithm is not written as a program "
-                f"(rings of {', '.join(RING_COLLECTIVES)} only)")
-    if topology.unit_gbps is None:
-        return f"topology {topology.name!r} has no physical figures (unit_gbps)"
-    try:
-        runtime_rings(topology)
-    except CollsynthError as exc:
-        return str(exc)
-    return None
 
 
 def sample_sizes(traced: Iterable[int]) -> tuple[int, ...]:
@@ -84,97 +71,96 @@ def plan_layouts(channels: int, channel_by: str, sends: int = 0
     return AUTO_CHANNELS[start:start + count]
 
 
-def runtime_candidate(collective: str, topology: "Topology", sizes: Sequence[int],
-                      constants: "RuntimeConstants", *, cache: dict | None = None) -> Candidate:
-    """The runtime's ring (:func:`~collsynth.timing.runtime_baselines.baseline_rows`, ``cache``
-    as there) at ``sizes``, as NCCL's one candidate."""
-    rows = baseline_rows(collective, topology, sizes, constants, cache=cache)
-    channels = len(runtime_rings(topology, constants.channels))
-    return Candidate(rows[0].name, NCCL, None,
-                     detail=f"the runtime's ring, {channels} channel(s), its protocol by size",
-                     samples=tuple(Sample(r.size_bytes, r.time_us, r.protocol) for r in rows),
-                     yardstick=PROGRAM_MODEL)
+def _line(expr: object) -> Line:
+    return Line.from_expr(expr)
 
 
-def tree_candidate(collective: str, topology: "Topology", sizes: Sequence[int],
-                   constants: "RuntimeConstants", *, cache: dict | None = None
-                   ) -> Candidate | None:
-    """The runtime's allreduce tree (:func:`~collsynth.timing.runtime_baselines.baseline_rows`
-    with ``algorithm="tree"``, ``cache`` as there) at ``sizes``, as NCCL's second candidate;
-    ``None`` when ``collective`` has no tree or ``topology`` lacks a link the tree needs."""
-    if collective not in TREE_COLLECTIVES:
-        return None
-    try:
-        nodes, _ = runtime_tree(topology, constants.channels)
-    except CollsynthError:
-        return None
-    rows = baseline_rows(collective, topology, sizes, constants, cache=cache, algorithm="tree")
-    shape = ("a chain in the node" if nodes == 1
-             else f"chains and a double binary tree of {nodes} nodes")
-    return Candidate(rows[0].name, NCCL, None,
-                     detail=f"the runtime's tree ({shape}), its protocol by size",
-                     samples=tuple(Sample(r.size_bytes, r.time_us, r.protocol) for r in rows),
-                     yardstick=PROGRAM_MODEL)
+def line_candidates(model: LinearPricingModel, subjects: Sequence["Algorithm"]
+                    ) -> list[Candidate]:
+    """A candidate per synthesized algorithm, its exact line by ``model``."""
+    return [Candidate(a.name, "collsynth", _line(model.line(a)), a, algorithm_detail(a),
+                      yardstick=model.name) for a in subjects]
 
 
-def tuned_candidate(algorithm: "Algorithm", runtime: str, topology: "Topology",
-                    sizes: Sequence[int], constants: "RuntimeConstants", *,
+def runtime_candidates(model: PricingModel, runtime: "Runtime", collective: str,
+                       topology: "Topology", sizes: Sequence[int]
+                       ) -> tuple[list[Candidate], list[str]]:
+    """NCCL's candidates by ``model`` and why the model could not price the others.
+
+    Each of :func:`~collsynth.timing.pricing.runtime_algorithms` the model prices is one
+    candidate: with a linear model one line per protocol (``"nccl-ring/LL"``...: the runtime picks
+    the fastest, and :func:`~collsynth.plan.choose.choose_ranges` takes the envelope), otherwise
+    its samples at ``sizes`` (the runtime's protocol by size).
+    """
+    candidates: list[Candidate] = []
+    why_not: list[str] = []
+    for subject in runtime_algorithms(runtime, collective, topology):
+        why = model.why_not(subject)
+        if why is not None:
+            why_not.append(why)
+            continue
+        if isinstance(model, LinearPricingModel):
+            for pinned in map(subject.pinned, runtime.protocols):
+                candidates.append(Candidate(pinned.name, NCCL, _line(model.line(pinned)),
+                                            detail=f"{runtime.family.upper()} "
+                                                   f"{subject.algorithm}/{pinned.protocol}",
+                                            yardstick=model.name))
+            continue
+        prices = model.price(subject, sizes)
+        channels = prices[0].channels if prices else None
+        candidates.append(Candidate(
+            subject.name, NCCL, None,
+            detail=f"the runtime's {subject.algorithm}, {channels} channel(s), its protocol by "
+                   "size",
+            samples=tuple(Sample(p.size_bytes, p.time_us, p.protocol or "") for p in prices),
+            yardstick=model.name))
+    return candidates, why_not
+
+
+def measured_candidate(model: LinearPricingModel, subject: RuntimeAlgorithm) -> Candidate:
+    """NCCL as a calibration measured it: one line."""
+    return Candidate(subject.name, NCCL, _line(model.line(subject)),
+                     detail="NCCL as measured (calibration fit)", yardstick=model.name)
+
+
+def tuned_candidate(model: ProgramModel, algorithm: "Algorithm", sizes: Sequence[int], *,
                     layouts: Sequence[tuple[int, str]], inplace: bool, outofplace: bool
                     ) -> tuple[Candidate, TunedExport]:
-    """``algorithm`` lowered and tuned for ``runtime`` (:func:`~collsynth.timing.tune.tune_export`
-    over ``layouts``, one instance, every protocol) and priced at ``sizes``: each sample is the
-    time of the layout its tuned range runs.
+    """``algorithm`` tuned by ``model`` (over ``layouts``, one instance, every protocol) and
+    priced at ``sizes``: each sample is the time of the layout its tuned range runs.
 
     Raises
     ------
-    CollsynthError
+    ExportError, InvalidInstanceError
         What :func:`~collsynth.timing.tune.tune_export` raises (no layout fits, a program the
         model refuses).
     """
-    tuned = tune_export(algorithm, runtime, topology, sizes, constants=constants,
-                        layouts=layouts, instances=PLAN_TUNE_INSTANCES, inplace=inplace,
-                        outofplace=outofplace, name=algorithm.name, render=False)
-    samples = tuple(Sample(r.size_bytes, r.time_us, r.variant.protocol, r.variant.label)
-                    for r in tuned.rows)
+    tuned = model.tuned_export(algorithm, sizes, TuneOptions(
+        layouts=tuple(layouts), instances=PLAN_TUNE_INSTANCES, inplace=inplace,
+        outofplace=outofplace))
+    samples = tuple(Sample(p.size_bytes, p.time_us, p.protocol or "",
+                           p.note.removeprefix("tuned: "))
+                    for p in model.price(algorithm, sizes))
     return (Candidate(algorithm.name, "collsynth", None, algorithm, algorithm_detail(algorithm),
-                      samples=samples, yardstick=PROGRAM_MODEL), tuned)
+                      samples=samples, yardstick=model.name), tuned)
 
 
-class Pricer:
-    """``pricer(name, size_bytes)``: the program-model time of a candidate at any size (the
-    boundaries between ranges); :data:`NCCL` is the faster of the runtime's ring and, once
-    :attr:`tree` is set, its tree (NCCL picks between them per size); another name the tuned
-    export registered with :meth:`add`, run by the layout of the tuned range holding the size."""
+def sampled_price(model: PricingModel, runtime: "Runtime", collective: str,
+                  topology: "Topology", algorithms: dict[str, "Algorithm"]
+                  ) -> Callable[[str, int], float]:
+    """``price(name, size_bytes)``: a candidate's time by ``model`` at any size (the boundaries
+    between sampled ranges): :data:`~collsynth.plan.choose.NCCL` is the fastest of the runtime's
+    algorithms the model prices; another name the algorithm of that name."""
 
-    def __init__(self, collective: str, topology: "Topology",
-                 constants: "RuntimeConstants") -> None:
-        self._collective = collective
-        self._topology = topology
-        self._constants = constants
-        self._tuned: dict[str, TunedExport] = {}
-        #: baseline_rows' prepared ring and tree programs (pass it as ``cache=``).
-        self.rings: dict = {}
-        #: Whether NCCL's tree is one of its candidates (set it when it is).
-        self.tree = False
-
-    def add(self, name: str, tuned: TunedExport) -> None:
-        self._tuned[name] = tuned
-
-    def __call__(self, name: str, size_bytes: int) -> float:
+    def price(name: str, size_bytes: int) -> float:
         if name == NCCL:
-            (row,) = baseline_rows(self._collective, self._topology, [size_bytes],
-                                   self._constants, cache=self.rings)
-            if not self.tree:
-                return row.time_us
-            (tree,) = baseline_rows(self._collective, self._topology, [size_bytes],
-                                    self._constants, cache=self.rings, algorithm="tree")
-            return min(row.time_us, tree.time_us)
-        tuned = self._tuned[name]
-        try:
-            r = tuned.range_of(size_bytes)
-        except CollsynthError:  # above an msccl export's last maxBytes: it cannot run there
-            return float("inf")
-        prepared = r.prepared if r.prepared is not None else prepare_program(r.program,
-                                                                              self._topology)
-        return simulate_program(prepared, None, size_bytes, self._constants,
-                                protocol=r.variant.protocol).time_us
+            found = fastest_runtime_algorithm(runtime, collective, topology, [size_bytes], model)
+            return found[0].time_us if found else math.inf
+        (p,) = model.price(algorithms[name], [size_bytes])
+        return p.time_us
+
+    return price
+
+
+#: Errors a plan expects when a synthesized algorithm cannot be tuned: it is then left out.
+TUNE_ERRORS = (ExportError, InvalidInstanceError, InputTooLargeError)

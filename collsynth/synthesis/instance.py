@@ -24,7 +24,8 @@ from collsynth.encoding.backend import Outcome, SolveInterrupted, Status
 from collsynth.encoding.problem import build_problem, check_encoding_size, decode
 from collsynth.graph.symmetry import find_automorphism
 from collsynth.errors import InvalidCollectiveError, SolverError
-from collsynth.synthesis.result import Deadline, SolveOptions, SynthesisResult
+from collsynth.limits import Deadline
+from collsynth.synthesis.result import SolveOptions, SynthesisResult
 from collsynth.topology.model import Topology
 
 __all__ = ["solve_instance", "check_inputs"]

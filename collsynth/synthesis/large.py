@@ -16,10 +16,12 @@ from fractions import Fraction
 from typing import Callable
 
 from collsynth.collective.model import Collective
-from collsynth.errors import CollsynthError, UnknownNameError
+from collsynth.errors import (InvalidCollectiveError, SolverError, UnimplementableError,
+                              UnknownNameError)
 from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
 from collsynth.bounds.throughput import broadcast_shape
-from collsynth.synthesis.result import Deadline, ScheduleResult
+from collsynth.limits import Deadline
+from collsynth.synthesis.result import ScheduleResult
 from collsynth.topology.model import Topology
 
 __all__ = ["ENGINES", "EXACT_MAX_RANKS", "choose_engine", "solve_large"]
@@ -133,7 +135,8 @@ def _lower_bound(topology: Topology, collective: Collective) -> Fraction:
 
     try:
         return optimal_throughput(topology, collective).rounds_per_chunk
-    except CollsynthError:  # no fabric bound for this shape: the exact LP (small systems)
+    except (InvalidCollectiveError, SolverError, UnimplementableError):
+        # no fabric bound for this shape: the exact LP (small systems)
         from collsynth.bounds import rounds_per_chunk_lower_bound
 
         return rounds_per_chunk_lower_bound(topology, collective)

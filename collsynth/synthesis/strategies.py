@@ -30,7 +30,8 @@ from collsynth.encoding.backend import SolveInterrupted, Status
 from collsynth.errors import InputTooLargeError, InvalidInstanceError
 from collsynth.encoding import get_backend
 from collsynth.synthesis.instance import check_inputs, solve_checked, supports_minimize
-from collsynth.synthesis.result import Deadline, SolveOptions, SynthesisResult
+from collsynth.limits import Deadline
+from collsynth.synthesis.result import SolveOptions, SynthesisResult
 from collsynth.topology.model import Topology
 
 __all__ = ["solve_least_steps", "pareto_front", "prune_dominated", "SweepLog", "ParetoFront",

@@ -1,44 +1,29 @@
-"""Timing models: what an algorithm costs in microseconds on real hardware.
+"""Timing models: what an algorithm, a program or the runtime's own algorithm costs, in
+microseconds, behind one pricing interface (:mod:`~collsynth.timing.pricing`).
 
-Synthesis works in exact, unitless quantities (steps, rounds per chunk). This package turns them
-into time with the physical figures of a topology (``alpha_us``, ``unit_gbps``):
-
-* :mod:`~collsynth.timing.alphabeta`: the alpha-beta value and nccl-tests size conventions;
-* :mod:`~collsynth.timing.model`: the closed form as a sympy expression, exact crossovers;
-* :mod:`~collsynth.timing.simulate`: step-by-step simulation with link and group contention;
-* :mod:`~collsynth.timing.nccl`: NCCL's own ring/tree cost model, algbw and busbw;
+* :mod:`~collsynth.timing.pricing`: subjects, :class:`Price`, the :class:`PricingModel`
+  protocol, :func:`price_table`, :func:`fastest_runtime_algorithm`;
+* models: :class:`ClosedForm` and :class:`Measured` (:mod:`~collsynth.timing.closed_form`, exact
+  lines over :mod:`~collsynth.timing.model`), :class:`ProgramModel`
+  (:mod:`~collsynth.timing.program_model`, over :mod:`~collsynth.timing.runtime_model`);
+* the runtime's own algorithms: :mod:`~collsynth.timing.tuning_model` (NCCL's and RCCL's cost
+  model and choices), :mod:`~collsynth.timing.rings`, :mod:`~collsynth.timing.runtime_baselines`;
 * :mod:`~collsynth.timing.kernels`: memory-bound kernel predictors (gamma), GEMM, embedding bags;
-* :mod:`~collsynth.timing.logs`, :mod:`~collsynth.timing.fit`, :mod:`~collsynth.timing.calibration`:
-  nccl-tests and PARAM log readers, alpha-beta and piecewise fits, calibration files.
+* :mod:`~collsynth.timing.logs`, :mod:`~collsynth.timing.fit`, :mod:`~collsynth.timing.calibration`,
+  :mod:`~collsynth.timing.runtime_fit`: benchmark logs, their fits and calibration files.
 """
 
-from collsynth.timing.alphabeta import (
-    AlphaBeta,
-    algorithm_time_us,
-    base_chunk_bytes,
-    crossover_bytes,
-    from_topology,
-    instance_time_us,
-)
-
-__all__ = [
-    "AlphaBeta",
-    "from_topology",
-    "base_chunk_bytes",
-    "instance_time_us",
-    "algorithm_time_us",
-    "crossover_bytes",
-]
-
-# Benchmark logs, their fits and calibration files (see those modules).
-from collsynth.timing.calibration import (  # noqa: E402
+from collsynth.collective.kinds import base_chunk_bytes
+from collsynth.timing.alphabeta import AlphaBeta, from_topology
+from collsynth.timing.calibration import (
     Calibration,
     CalibrationEntry,
     calibration_from_fits,
     load_calibration,
     save_calibration,
 )
-from collsynth.timing.fit import (  # noqa: E402
+from collsynth.timing.closed_form import ClosedForm, Measured
+from collsynth.timing.fit import (
     AlphaBetaFit,
     FitOptions,
     LogFits,
@@ -46,13 +31,49 @@ from collsynth.timing.fit import (  # noqa: E402
     fit_alpha_beta,
     fit_log,
     fit_piecewise,
-    gmae,
     plot_fits,
     save_figure,
 )
-from collsynth.timing.logs import BenchmarkLog, BenchmarkRow, load_log, parse_log  # noqa: E402
+from collsynth.timing.logs import BenchmarkLog, BenchmarkRow, load_log, parse_log
+from collsynth.timing.metrics import algbw_gbps, busbw_gbps, gmae
+from collsynth.timing.model import SIZE, crossover, lower_envelope, symbolic_time
+from collsynth.timing.pricing import (
+    MEASURED,
+    LinearPricingModel,
+    Price,
+    PriceTable,
+    PricingModel,
+    RuntimeAlgorithm,
+    fastest_runtime_algorithm,
+    price_table,
+    runtime_algorithms,
+)
+from collsynth.timing.program_model import ProgramModel, TuneOptions
 
-__all__ += [
+__all__ = [
+    # pricing
+    "PricingModel",
+    "LinearPricingModel",
+    "Price",
+    "PriceTable",
+    "RuntimeAlgorithm",
+    "MEASURED",
+    "runtime_algorithms",
+    "price_table",
+    "fastest_runtime_algorithm",
+    "ClosedForm",
+    "Measured",
+    "ProgramModel",
+    "TuneOptions",
+    # the closed form's pieces
+    "AlphaBeta",
+    "from_topology",
+    "base_chunk_bytes",
+    "SIZE",
+    "symbolic_time",
+    "crossover",
+    "lower_envelope",
+    # logs, fits, calibration
     "BenchmarkLog",
     "BenchmarkRow",
     "load_log",
@@ -65,6 +86,8 @@ __all__ += [
     "fit_piecewise",
     "fit_log",
     "gmae",
+    "algbw_gbps",
+    "busbw_gbps",
     "plot_fits",
     "save_figure",
     "Calibration",

@@ -7,35 +7,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
-from numbers import Rational, Real
-from typing import TYPE_CHECKING, Sequence, Union
+from numbers import Real
+from typing import TYPE_CHECKING
 
-from collsynth.collective.kinds import KINDS, canonical_name
-from collsynth.errors import InvalidInstanceError, InvalidTopologyError, UnknownNameError
+from collsynth.errors import InvalidTopologyError
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
-    from collsynth.algorithm.model import Algorithm
     from collsynth.topology.model import Topology
 
-__all__ = [
-    "AlphaBeta",
-    "from_topology",
-    "base_chunk_bytes",
-    "instance_time_us",
-    "algorithm_time_us",
-    "crossover_bytes",
-    "BUFFER_CHUNKS",
-]
-
-#: A (steps, rounds per chunk) point, e.g. ``(3, Fraction(7, 6))``.
-Point = Sequence[Union[int, Fraction]]
-
-#: How many base chunks the ``size_bytes`` of each standard collective holds (nccl-tests
-#: convention), as a function of the number of ranks ``n``: ``base chunk = size_bytes / count``
-#: (from :mod:`collsynth.collective.kinds`).
-BUFFER_CHUNKS = {kind.name: kind.chunks for kind in KINDS if kind.chunks is not None}
-
+__all__ = ["AlphaBeta", "from_topology"]
 
 @dataclass(frozen=True)
 class AlphaBeta:
@@ -49,7 +29,8 @@ class AlphaBeta:
         Microseconds one bandwidth unit takes per byte (>= 0): ``1 / (unit_gbps * 1e3)``.
 
     Both accept any real number (``int``, ``float`` or ``Fraction``); give Fractions to keep
-    :func:`crossover_bytes` exact for figures without a short decimal form.
+    crossovers (:func:`collsynth.timing.model.crossover`) exact for figures without a short
+    decimal form.
 
     Raises
     ------
@@ -101,162 +82,3 @@ def from_topology(topology: "Topology") -> AlphaBeta:
             "(--unit-gbps GBPS --alpha-us US), or in the topology file; or build "
             "AlphaBeta(alpha_us=..., beta_us_per_byte=...) yourself")
     return AlphaBeta(alpha_us=topology.alpha_us, beta_us_per_byte=1 / (topology.unit_gbps * 1e3))
-
-
-def base_chunk_bytes(collective_name: str, num_ranks: int, size_bytes: Real) -> Fraction:
-    """The size of one base chunk, in bytes, of a collective called with ``size_bytes``.
-
-    ``size_bytes`` follows the nccl-tests convention:
-
-    ==============  ==========================================  ========================
-    collective      ``size_bytes`` is                           base chunk
-    ==============  ==========================================  ========================
-    allgather       the output buffer, ``n`` x per-rank input   ``size_bytes / n``
-    reduce_scatter  the input buffer, ``n`` x per-rank output   ``size_bytes / n``
-    allreduce       the buffer                                  ``size_bytes``
-    alltoall        a rank's buffer, ``n`` x per-pair block     ``size_bytes / n``
-    broadcast       the buffer                                  ``size_bytes``
-    reduce          the buffer                                  ``size_bytes``
-    gather          the root's buffer, ``n`` x per-rank part    ``size_bytes / n``
-    scatter         the root's buffer, ``n`` x per-rank part    ``size_bytes / n``
-    ==============  ==========================================  ========================
-
-    Names are case-insensitive, ``-`` and ``_`` alike. Other collectives have no agreed buffer
-    convention: use :func:`instance_time_us` with the base chunk size directly.
-
-    Raises
-    ------
-    UnknownNameError
-        For a collective not in the table.
-    InvalidInstanceError
-        For ``num_ranks < 1`` or a negative or non-finite size.
-
-    >>> base_chunk_bytes("allgather", 4, 4096)
-    Fraction(1024, 1)
-    >>> base_chunk_bytes("All-Reduce", 4, 4096)
-    Fraction(4096, 1)
-    """
-    key = canonical_name(collective_name)
-    if key not in BUFFER_CHUNKS:
-        raise UnknownNameError(
-            f"no buffer-size convention for collective {collective_name!r}; known: "
-            f"{', '.join(sorted(BUFFER_CHUNKS))}; use instance_time_us with the base chunk size")
-    if isinstance(num_ranks, bool) or not isinstance(num_ranks, int) or num_ranks < 1:
-        raise InvalidInstanceError(f"num_ranks = {num_ranks!r}; expected a positive integer")
-    return exact_fraction(size_bytes, "size_bytes") / BUFFER_CHUNKS[key](num_ranks)
-
-
-def instance_time_us(steps: int, rounds_per_chunk: Real, chunk_bytes: Real,
-                     model: AlphaBeta) -> float:
-    """Microseconds of ``steps`` steps and ``rounds_per_chunk`` rounds per base chunk of
-    ``chunk_bytes`` bytes: ``steps * alpha + rounds_per_chunk * chunk_bytes * beta``.
-
-    Raises
-    ------
-    InvalidInstanceError
-        For a negative or non-finite figure.
-
-    On the 4-ring of the module example (2 us per step, 10**4 bytes per us per unit), 2 steps at
-    3/2 rounds per chunk of 1000 bytes cost 4 us of latency and 0.15 us of transfer:
-
-    >>> round(instance_time_us(2, Fraction(3, 2), 1000, AlphaBeta(2.0, 1e-4)), 6)
-    4.15
-    """
-    volume = (exact_fraction(rounds_per_chunk, "rounds_per_chunk")
-              * exact_fraction(chunk_bytes, "chunk_bytes"))
-    steps_value = float(exact_fraction(steps, "steps"))
-    return steps_value * model.alpha_us + float(volume) * model.beta_us_per_byte
-
-
-def algorithm_time_us(algorithm: "Algorithm", size_bytes: Real, model: AlphaBeta) -> float:
-    """Microseconds ``algorithm`` takes on a ``size_bytes`` buffer in the alpha-beta model.
-
-    ``size_bytes`` is mapped to the base chunk by :func:`base_chunk_bytes` (nccl-tests
-    convention, using the collective's name and rank count); the time is
-    ``num_steps * alpha + rounds_per_chunk * base_chunk_bytes * beta``.
-
-    Raises
-    ------
-    UnknownNameError
-        For a collective without a buffer convention (use :func:`instance_time_us`).
-
-    Examples
-    --------
-    A 4-GPU unidirectional ring with 10 GB/s links and 2 us per step, and its 3-step allgather (in
-    step ``t`` every rank ``r`` forwards chunk ``r - t`` to ``r + 1``):
-
-    >>> from collsynth.algorithm import Algorithm, Send, Step, verify
-    >>> from collsynth.collective import allgather
-    >>> from collsynth.topology import Topology
-    >>> ring = Topology("ring4", ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0)),
-    ...                 unit_gbps=10.0, alpha_us=2.0)
-    >>> steps = tuple(Step(1, tuple(Send((r - t) % 4, r, (r + 1) % 4) for r in range(4)))
-    ...               for t in range(3))
-    >>> ring_allgather = verify(Algorithm("ring", ring, allgather(4), steps))
-    >>> model = from_topology(ring)
-    >>> model
-    AlphaBeta(alpha_us=2.0, beta_us_per_byte=0.0001)
-
-    A 4 MB allgather (output buffer) moves base chunks of 1 MB: 3 steps of 2 us plus 3 rounds per
-    chunk of 10**6 bytes at 10**4 bytes per us:
-
-    >>> round(algorithm_time_us(ring_allgather, 4_000_000, model), 6)
-    306.0
-    """
-    collective = algorithm.collective
-    chunk = base_chunk_bytes(collective.name, collective.num_ranks, size_bytes)
-    return instance_time_us(algorithm.num_steps, algorithm.rounds_per_chunk, chunk, model)
-
-
-def crossover_bytes(a: Point, b: Point, collective_name: str, num_ranks: int,
-                    model: AlphaBeta) -> Fraction | None:
-    """The buffer size at which two (steps, rounds per chunk) points cost the same, or ``None``.
-
-    With ``k`` base chunks per buffer (:func:`base_chunk_bytes`) the costs are equal when
-    ``(S_a - S_b) * alpha = (r_b - r_a) * (size / k) * beta``, that is at
-    ``size = k * (S_a - S_b) * alpha / ((r_b - r_a) * beta)``. Below that size the point with
-    fewer steps is faster, above it the one with fewer rounds per chunk.
-
-    The answer is exact: model figures given as floats are read as the shortest decimal that
-    rounds to them (``0.7`` is ``7/10``), ints and Fractions as they are.
-
-    Returns ``None`` when the costs never cross at a positive size: equal rounds per chunk, a
-    point no worse in both figures, or a zero ``alpha`` or ``beta``.
-
-    >>> model = AlphaBeta(alpha_us=2.0, beta_us_per_byte=1e-4)
-    >>> crossover_bytes((2, 2), (3, Fraction(3, 2)), "allgather", 4, model)
-    Fraction(160000, 1)
-    >>> crossover_bytes((2, 2), (3, 2), "allgather", 4, model) is None
-    True
-    """
-    steps_a, rounds_a = _point(a)
-    steps_b, rounds_b = _point(b)
-    per_buffer = 1 / base_chunk_bytes(collective_name, num_ranks, 1)
-    alpha = exact_fraction(model.alpha_us, "alpha_us")
-    beta = exact_fraction(model.beta_us_per_byte, "beta")
-    if rounds_a == rounds_b or beta == 0:
-        return None
-    size = per_buffer * (steps_a - steps_b) * alpha / ((rounds_b - rounds_a) * beta)
-    return size if size > 0 else None
-
-
-def _point(point: Point) -> tuple[Fraction, Fraction]:
-    """``(steps, rounds per chunk)`` as two Fractions."""
-    if len(point) != 2:
-        raise InvalidInstanceError(f"point {point!r}: expected (steps, rounds_per_chunk)")
-    return exact_fraction(point[0], "steps"), exact_fraction(point[1], "rounds_per_chunk")
-
-
-def exact_fraction(value: Real, name: str) -> Fraction:
-    """``value`` as a Fraction: ints and Fractions as they are, floats by their shortest decimal."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise InvalidInstanceError(f"{name} = {value!r}; expected a number")
-    if isinstance(value, Rational):
-        result = Fraction(value)
-    else:
-        if not math.isfinite(value):
-            raise InvalidInstanceError(f"{name} = {value!r}; expected a finite number")
-        result = Fraction(repr(float(value)))
-    if result < 0:
-        raise InvalidInstanceError(f"{name} = {value!r}; expected a number >= 0")
-    return result

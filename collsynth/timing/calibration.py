@@ -1,8 +1,10 @@
-"""Calibration files: the cost-model figures fitted to a machine's benchmark logs.
+"""Calibration files: one format for every calibration collsynth writes, with a ``kind``.
 
-A :class:`Calibration` holds, for one machine (``topology``: a name, as given to
-``collsynth calibrate --topology``, and ``nodes``, its ``--nodes``), one entry per fitted log and
-model, saved as versioned JSON.
+A :class:`CurveCalibration` (``kind: "curve"``, ``collsynth calibrate``) holds, for one machine,
+one entry per fitted log and model: the closed form's measured figures and the runtime's
+measured lines. A :class:`RuntimeCalibration` (``kind: "runtime-constants"``,
+``collsynth calibrate --model program``) holds a runtime's fitted constants for the program
+model. :func:`load_calibration` reads either (and the files of earlier versions).
 
 The details: ``docs/timing.md``, section "Calibration files (collsynth.timing.calibration)".
 """
@@ -15,7 +17,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence, Union
 
 from collsynth._atomic import write_text_atomic
 from collsynth._files import read_bytes_bounded
@@ -33,30 +35,42 @@ from collsynth.errors import (
     InvalidTopologyError,
     UnknownNameError,
 )
+from collsynth.runtimes import RuntimeConstants, get_runtime
+from collsynth.runtimes.constants import constants_from_dict, constants_to_dict
 from collsynth.timing.alphabeta import AlphaBeta
 from collsynth.timing.fit import MODELS, LogFits
-from collsynth.timing.logs import busbw_factor, canonical_collective
+from collsynth.collective.kinds import busbw_factor
+from collsynth.timing.logs import canonical_collective
+from collsynth.timing.tuning_model import ring_steps
 from collsynth.topology.model import Topology
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "KINDS",
     "MAX_CALIBRATION_BYTES",
     "CalibrationEntry",
+    "CurveCalibration",
+    "RuntimeCalibration",
     "Calibration",
     "calibration_from_fits",
+    "runtime_constants",
     "calibration_to_json",
     "calibration_from_json",
     "save_calibration",
     "load_calibration",
     "egress_units",
-    "ring_steps",
+    "calibration_steps",
 ]
 
 _log = logging.getLogger(__name__)
 
 FORMAT_NAME = "collsynth-calibration"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The kinds of calibration a file holds.
+KINDS = ("curve", "runtime-constants")
+#: The format of runtime-constants files before version 2 (still read).
+_LEGACY_RUNTIME_FORMAT = "collsynth-runtime-constants"
 #: Largest calibration file read (bytes).
 MAX_CALIBRATION_BYTES = 16 * 1024 * 1024
 #: The most entries a calibration file may have.
@@ -145,11 +159,15 @@ class CalibrationEntry:
         """Microseconds per byte of the whole collective at large sizes (``1 / algbw``)."""
         if "beta_us_per_byte" in self.params:
             return float(self.params["beta_us_per_byte"])
-        return busbw_factor(self.collective, self.ranks) / (self.busbw_gbps * 1e3)
+        try:
+            factor = float(busbw_factor(self.collective, self.ranks))
+        except UnknownNameError:  # no nccl-tests convention: busbw is algbw
+            factor = 1.0
+        return factor / (self.busbw_gbps * 1e3)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The entry as stored in a calibration file."""
-        obj: dict[str, Any] = {"file": self.file, "collective": self.collective,
+        obj: dict[str, object] = {"file": self.file, "collective": self.collective,
                                "ranks": self.ranks, "model": self.model}
         for key in ("runtime", "runtime_version", "channels"):
             if getattr(self, key) is not None:
@@ -163,8 +181,8 @@ class CalibrationEntry:
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """Fitted figures of one machine: see docs/timing.md.
+class CurveCalibration:
+    """Fitted figures of one machine (``kind`` ``"curve"``): see docs/timing.md.
 
     Parameters
     ----------
@@ -181,7 +199,7 @@ class Calibration:
     >>> entry = CalibrationEntry("ar.txt", "allreduce", 8, "alpha-beta",
     ...                          {"alpha_us": 35.0, "beta_us_per_byte": 7.5e-06,
     ...                           "busbw_gbps": 240.0}, gmae=0.1)
-    >>> calibration = Calibration("dgx1", (entry,))
+    >>> calibration = CurveCalibration("dgx1", (entry,))
     >>> calibration.alpha_beta_for("all_reduce")
     AlphaBeta(alpha_us=35.0, beta_us_per_byte=7.5e-06)
     >>> dgx1 = calibration.apply(get_topology("dgx1"))
@@ -192,6 +210,7 @@ class Calibration:
     topology: str
     entries: tuple[CalibrationEntry, ...]
     nodes: int = 1
+    kind: ClassVar[str] = "curve"
 
     def __post_init__(self) -> None:
         if not isinstance(self.entries, tuple):
@@ -241,15 +260,15 @@ class Calibration:
         entry = _preferred(entries)
         return AlphaBeta(alpha_us=entry.alpha_us, beta_us_per_byte=entry.beta_us_per_byte)
 
-    def apply(self, topology: Topology) -> Topology:
-        """``topology`` with ``alpha_us`` and ``unit_gbps`` from the fit (see
-        docs/timing.md for the mapping); the figures used are recorded in its metadata under
-        ``"calibration"``.
+    def applied_entry(self, topology: Topology) -> CalibrationEntry:
+        """The entry :meth:`apply` takes its figures from for ``topology``: of its rank count,
+        the allreduce one first (its bus bandwidth is the usual yardstick), the alpha-beta fit
+        before the piecewise one.
 
         Raises
         ------
         InvalidTopologyError
-            When no entry has the topology's rank count, or no rank of the topology can send.
+            When no entry has the topology's rank count.
         """
         n = topology.num_ranks
         candidates = [e for e in self.entries if e.ranks == n]
@@ -261,24 +280,25 @@ class Calibration:
                 f"{n}: calibrate with logs measured on {n} ranks")
         allreduce = [e for e in candidates if e.collective == "allreduce"]
         first = (allreduce or candidates)[0].collective
-        entry = _preferred([e for e in candidates if e.collective == first])
-        units = egress_units(topology)
-        steps = ring_steps(entry.collective, entry.ranks)
-        unit_gbps = entry.busbw_gbps / units
-        alpha_us = entry.alpha_us / steps
+        return _preferred([e for e in candidates if e.collective == first])
+
+    def apply(self, topology: Topology) -> Topology:
+        """``topology`` with ``alpha_us`` and ``unit_gbps`` from the fit of
+        :meth:`applied_entry` (see docs/timing.md for the mapping: bus bandwidth over the
+        egress units, alpha over :func:`calibration_steps`).
+
+        Raises
+        ------
+        InvalidTopologyError
+            When no entry has the topology's rank count, or no rank of the topology can send.
+        """
+        entry = self.applied_entry(topology)
+        unit_gbps = entry.busbw_gbps / egress_units(topology)
+        alpha_us = entry.alpha_us / calibration_steps(entry.collective, entry.ranks)
         if self.topology.strip().lower() != topology.name.strip().lower():
             _log.info("applying the calibration for %r to topology %r", self.topology,
                       topology.name)
-        metadata = dict(topology.metadata)
-        metadata["calibration"] = {
-            "calibration_topology": self.topology, "calibration_nodes": self.nodes,
-            "file": entry.file,
-            "collective": entry.collective, "ranks": entry.ranks, "model": entry.model,
-            "busbw_gbps": entry.busbw_gbps, "collective_alpha_us": entry.alpha_us,
-            "egress_units": units, "ring_steps": steps, "gmae": entry.gmae,
-        }
-        return dataclasses.replace(topology, unit_gbps=unit_gbps, alpha_us=alpha_us,
-                                   metadata=metadata)
+        return dataclasses.replace(topology, unit_gbps=unit_gbps, alpha_us=alpha_us)
 
     def _distinct(self) -> list[CalibrationEntry]:
         seen: dict[tuple[str, int], CalibrationEntry] = {}
@@ -293,6 +313,23 @@ def _preferred(entries: Sequence[CalibrationEntry]) -> CalibrationEntry:
         if entry.model == "alpha-beta":
             return entry
     return entries[0]
+
+
+def calibration_steps(collective: str, ranks: int) -> int:
+    """The steps a fitted collective's whole-call alpha is spread over (at least 1): those of
+    the runtime's ring (:func:`collsynth.timing.tuning_model.ring_steps`: ``2(n-1)`` allreduce,
+    ``n-1`` allgather and reduce-scatter, ``n`` broadcast and reduce), and ``n-1`` for a
+    collective the runtime runs as send/recv (alltoall, gather, scatter: one message per peer).
+
+    >>> calibration_steps("allreduce", 8), calibration_steps("broadcast", 8)
+    (14, 8)
+    >>> calibration_steps("alltoall", 8), calibration_steps("allgather", 1)
+    (7, 1)
+    """
+    try:
+        return max(ring_steps(collective, ranks), 1)
+    except UnknownNameError:
+        return max(ranks - 1, 1)
 
 
 def egress_units(topology: Topology) -> int:
@@ -325,19 +362,31 @@ def egress_units(topology: Topology) -> int:
     return best
 
 
-def ring_steps(collective: str, ranks: int) -> int:
-    """Steps of NCCL's ring for a collective on ``ranks`` ranks: ``2(n-1)`` for allreduce,
-    ``n-1`` for the others (at least 1).
 
-    >>> ring_steps("allreduce", 8), ring_steps("all_gather", 8)
-    (14, 7)
+@dataclass(frozen=True)
+class RuntimeCalibration:
+    """A runtime's constants fitted to its measured curve (``kind`` ``"runtime-constants"``,
+    :func:`collsynth.timing.runtime_fit.fit_runtime`): what the program model prices with.
+
+    >>> from collsynth.runtimes import get_runtime
+    >>> RuntimeCalibration(get_runtime("rccl").defaults).constants.runtime
+    'rccl'
     """
-    n = max(ranks, 2)
-    return 2 * (n - 1) if canonical_collective(collective) == "allreduce" else n - 1
+
+    constants: RuntimeConstants
+    kind: ClassVar[str] = "runtime-constants"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.constants, RuntimeConstants):
+            raise InvalidInstanceError("runtime calibration: expected RuntimeConstants")
+
+
+#: Any calibration a file holds (``kind`` tells them apart).
+Calibration = Union[CurveCalibration, RuntimeCalibration]
 
 
 def calibration_from_fits(topology: str, results: Sequence[LogFits], *,
-                          nodes: int = 1) -> Calibration:
+                          nodes: int = 1) -> CurveCalibration:
     """A calibration with both fits of every log, in order (alpha-beta, then piecewise), and
     what each log was measured with."""
     entries = []
@@ -351,20 +400,24 @@ def calibration_from_fits(topology: str, results: Sequence[LogFits], *,
                                             runtime=log.runtime,
                                             runtime_version=log.runtime_version,
                                             channels=log.channels))
-    return Calibration(topology, tuple(entries), nodes=nodes)
+    return CurveCalibration(topology, tuple(entries), nodes=nodes)
 
 
 # -- the file format ------------------------------------------------------------------------------
 
 
-def calibration_to_json(calibration: Calibration) -> dict[str, Any]:
-    """The JSON object of a calibration file."""
-    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "topology": calibration.topology,
-            "nodes": calibration.nodes, "entries": [e.to_json() for e in calibration.entries]}
+def calibration_to_json(calibration: Calibration) -> dict[str, object]:
+    """The JSON object of a calibration file (version 2, with its ``kind``)."""
+    head = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "kind": calibration.kind}
+    if isinstance(calibration, RuntimeCalibration):
+        return {**head, **constants_to_dict(calibration.constants)}
+    return {**head, "topology": calibration.topology, "nodes": calibration.nodes,
+            "entries": [e.to_json() for e in calibration.entries]}
 
 
-def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibration:
-    """Check and read the JSON object of a calibration file.
+def calibration_from_json(obj: object, *, source: str = "<calibration>") -> Calibration:
+    """Check and read the JSON object of a calibration file of any kind: version 2, version 1
+    (curves), or the ``collsynth-runtime-constants`` files of earlier versions.
 
     Raises
     ------
@@ -373,15 +426,47 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
     """
     if not isinstance(obj, dict):
         raise FileFormatError(source, "expected a JSON object")
+    if obj.get("format") == _LEGACY_RUNTIME_FORMAT:
+        return _runtime_from_json(obj, source, legacy=True)
     if obj.get("format") != FORMAT_NAME:
         raise FileFormatError(source, f"format: {shown(obj.get('format'))}; expected "
                                       f"{FORMAT_NAME!r} "
                                       "(is this a calibration file?)")
     version = obj.get("version")
-    if isinstance(version, bool) or version != FORMAT_VERSION:
-        raise FileFormatError(source, f"version: {shown(version)}; this collsynth reads version "
-                                      f"{FORMAT_VERSION}")
-    unknown = sorted(set(obj) - {"format", "version", "topology", "nodes", "entries"})
+    if isinstance(version, bool) or version not in (1, FORMAT_VERSION):
+        raise FileFormatError(source, f"version: {shown(version)}; this collsynth reads versions "
+                                      f"1 and {FORMAT_VERSION}")
+    kind = obj.get("kind", "curve") if version == FORMAT_VERSION else "curve"
+    if version == FORMAT_VERSION and "kind" not in obj:
+        raise FileFormatError(source, f"kind: missing; expected one of {', '.join(KINDS)}")
+    if kind not in KINDS:
+        raise FileFormatError(source, f"kind: {shown(kind)}; expected one of {', '.join(KINDS)}")
+    if kind == "runtime-constants":
+        return _runtime_from_json(obj, source, legacy=False)
+    return _curve_from_json(obj, source, version)
+
+
+def _runtime_from_json(obj: dict, source: str, *, legacy: bool) -> RuntimeCalibration:
+    if legacy:
+        version = obj.get("version")
+        if isinstance(version, bool) or version != 1:
+            raise FileFormatError(source, "missing field 'version'" if version is None else
+                                  f"version = {shown(version)}: unknown; this collsynth reads "
+                                  "version 1 of collsynth-runtime-constants files")
+    fields = {k: v for k, v in obj.items() if k not in ("format", "version", "kind")}
+    runtime = fields.get("runtime")
+    try:
+        base = get_runtime(runtime).defaults if isinstance(runtime, str) else \
+            get_runtime("nccl").defaults
+    except UnknownNameError:  # a runtime collsynth does not know: NCCL's figures
+        base = get_runtime("nccl").defaults
+    return RuntimeCalibration(constants_from_dict(fields, base=base, label=source))
+
+
+def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:
+    fields = {"format", "version", "topology", "nodes", "entries"} | (
+        {"kind"} if version == FORMAT_VERSION else set())
+    unknown = sorted(set(obj) - fields)
     if unknown:
         raise FileFormatError(source, f"unknown field(s) {', '.join(map(repr, unknown))}")
     topology = obj.get("topology")
@@ -431,7 +516,7 @@ def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibra
                                         gmae_heldout=entry.gmae_heldout, runtime=entry.runtime,
                                         runtime_version=entry.runtime_version,
                                         channels=entry.channels))
-    return Calibration(topology, tuple(entries), nodes=nodes)
+    return CurveCalibration(topology, tuple(entries), nodes=nodes)
 
 
 @dataclass(frozen=True)
@@ -506,13 +591,30 @@ def _number_problem(value: Any, kind: str) -> str | None:
     return None
 
 
+def runtime_constants(calibration: Calibration, source: str) -> RuntimeConstants:
+    """The constants of a runtime-constants calibration (read from ``source``).
+
+    Raises
+    ------
+    FileFormatError
+        A curve calibration: it gives the closed form figures, not the program model constants.
+    """
+    if isinstance(calibration, RuntimeCalibration):
+        return calibration.constants
+    raise FileFormatError(source, "a curve calibration ('collsynth calibrate'): it gives the "
+                                  "closed form its measured figures; the program model reads a "
+                                  "runtime-constants one ('collsynth calibrate --model program')")
+
+
 def save_calibration(calibration: Calibration, path: str | os.PathLike[str]) -> None:
-    """Write ``calibration`` to ``path`` as JSON (atomically: never a half-written file)."""
+    """Write ``calibration`` (either kind) to ``path`` as JSON (atomically: never a
+    half-written file)."""
     write_text_atomic(path, json.dumps(calibration_to_json(calibration), indent=1) + "\n")
 
 
 def load_calibration(path: str | os.PathLike[str]) -> Calibration:
-    """Read a calibration file.
+    """Read a calibration file of any kind (a :class:`CurveCalibration` or a
+    :class:`RuntimeCalibration`; ``kind`` says which), of this version or an earlier one.
 
     Raises
     ------

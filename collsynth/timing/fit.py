@@ -3,7 +3,7 @@
 Both fits work on the *sweep* of a :class:`~collsynth.timing.logs.BenchmarkLog`: one point per
 distinct size, whose time is the geometric mean of the rows of that size (nccl-tests measures
 every size twice, out of place and in place; a repeated run adds more rows). Each fit reports
-three errors (:func:`gmae`): ``gmae`` over the sweep's points, the figure the fits are judged by;
+three errors (:func:`collsynth.timing.metrics.gmae`): ``gmae`` over the sweep's points, the figure the fits are judged by;
 ``gmae_rows`` over every row, which also counts the scatter between the halves (an outlier half,
 like a 22 us out-of-place call between two 13 us ones, weighs there in full); and
 ``gmae_heldout``, the error of the same model fitted to every other size of the sweep (the
@@ -20,12 +20,13 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import numpy as np
 
 from collsynth.errors import FileFormatError, UnknownNameError
 from collsynth.timing.logs import BenchmarkLog
+from collsynth.timing.metrics import gmae
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from matplotlib.figure import Figure
@@ -37,7 +38,6 @@ __all__ = [
     "LogFits",
     "MODELS",
     "FIGURE_FORMATS",
-    "gmae",
     "fit_alpha_beta",
     "fit_piecewise",
     "fit_log",
@@ -65,6 +65,9 @@ _KNEE_CANDIDATES = 48  # sizes tried as knees (all of them in sweeps of up to 48
 #: 65536 distinct sizes took 3.9 GB and a minute; nccl-tests sweeps have about 30).
 _MAX_FIT_POINTS = 1024
 
+
+#: Sizes a fit is evaluated at: one number, a sequence, or an array (bytes).
+Sizes = Union[float, Sequence[float], np.ndarray]
 
 @dataclass(frozen=True)
 class FitOptions:
@@ -111,7 +114,7 @@ class AlphaBetaFit:
     gmae_heldout: float | None = None
     model: str = field(default="alpha-beta", init=False)
 
-    def time_us(self, size_bytes: Any) -> Any:
+    def time_us(self, size_bytes: "Sizes") -> np.ndarray:
         """Predicted microseconds at ``size_bytes`` (a number or an array)."""
         return self.alpha_us + np.asarray(size_bytes, dtype=float) * self.beta_us_per_byte
 
@@ -153,12 +156,12 @@ class PiecewiseFit:
     gmae_heldout: float | None = None
     model: str = field(default="piecewise", init=False)
 
-    def busbw_at(self, size_bytes: Any) -> Any:
+    def busbw_at(self, size_bytes: "Sizes") -> np.ndarray:
         """Predicted bus bandwidth (GB/s) at ``size_bytes`` (a number or an array)."""
         sizes = np.asarray(size_bytes, dtype=float)
         return self.factor * sizes / (self.time_us(sizes) * 1e3)
 
-    def time_us(self, size_bytes: Any) -> Any:
+    def time_us(self, size_bytes: "Sizes") -> np.ndarray:
         """Predicted microseconds at ``size_bytes`` (a number or an array)."""
         sizes = np.asarray(size_bytes, dtype=float)
         return np.exp(_piecewise_log_time(np.log2(sizes), _Curve.of(self),
@@ -185,16 +188,6 @@ class LogFits:
         """Both fits, in :data:`MODELS` order."""
         return self.alpha_beta, self.piecewise
 
-
-def gmae(predicted: Any, measured: Any) -> float:
-    """The geometric-mean absolute error ``exp(mean(|log(predicted / measured)|)) - 1``.
-
-    >>> round(gmae([110.0, 100.0], [100.0, 110.0]), 4)
-    0.1
-    """
-    p = np.asarray(predicted, dtype=float)
-    m = np.asarray(measured, dtype=float)
-    return float(np.expm1(np.mean(np.abs(np.log(p / m)))))
 
 
 # -- the data -------------------------------------------------------------------------------------

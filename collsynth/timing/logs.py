@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from collsynth.collective.kinds import KINDS, canonical_name
+from collsynth.collective.kinds import KINDS, busbw_factor, canonical_name
 from collsynth._files import read_bytes_bounded
 from collsynth._parse import (
     MAX_GBPS,
@@ -45,7 +45,6 @@ __all__ = [
     "parse_log",
     "csv_rows",
     "canonical_collective",
-    "busbw_factor",
 ]
 
 #: Largest benchmark log read (bytes). Real logs are < 1 MiB; NCCL_DEBUG=INFO runs reach a few MiB.
@@ -155,8 +154,13 @@ class BenchmarkLog:
 
     @property
     def busbw_factor(self) -> float:
-        """nccl-tests' ``busbw / algbw`` for this collective and rank count."""
-        return busbw_factor(self.collective, self.ranks)
+        """nccl-tests' ``busbw / algbw`` for this collective and rank count
+        (:func:`collsynth.collective.kinds.busbw_factor`); 1 for a collective nccl-tests has no
+        bus-bandwidth convention for (busbw is then algbw)."""
+        try:
+            return float(busbw_factor(self.collective, self.ranks))
+        except UnknownNameError:
+            return 1.0
 
 
 def canonical_collective(name: str) -> str:
@@ -172,20 +176,6 @@ def canonical_collective(name: str) -> str:
     """
     return canonical_name(name)
 
-
-def busbw_factor(collective: str, ranks: int) -> float:
-    """nccl-tests' bus-bandwidth factor ``busbw / algbw`` of a collective on ``ranks`` ranks.
-
-    allreduce ``2(n-1)/n``; allgather, reduce_scatter, alltoall, gather, scatter ``(n-1)/n``;
-    broadcast, reduce, sendrecv ``1``. Other collectives: ``1``.
-
-    >>> busbw_factor("allreduce", 8), busbw_factor("allgather", 8), busbw_factor("broadcast", 8)
-    (1.75, 0.875, 1.0)
-    """
-    factor = _BUSBW_FACTORS.get(canonical_collective(collective))
-    if factor is None or ranks < 2:
-        return 1.0
-    return float(factor(ranks))
 
 
 # -- entry points -------------------------------------------------------------------------------
@@ -921,7 +911,10 @@ def _parse_busbw_table(text: str, name: str, collective: str | None,
         raise FileFormatError(name, "cannot tell the number of ranks: a busbw table does not say "
                                     "it; add a line '## ranks: N' or pass the rank count "
                                     "(e.g. --ranks 8)")
-    bus_factor = busbw_factor(coll, ranks or 1)
+    bus_factor = float(busbw_factor(coll, ranks or 1)) if coll in _BUSBW_FACTORS else 1.0
+    if bus_factor == 0:
+        raise FileFormatError(name, f"a {coll} busbw table of one rank: nccl-tests' bus bandwidth "
+                                    "is 0 there, so no time derives from it")
     rows: list[BenchmarkRow] = []
     for number in range(start + 2, len(lines) + 1):
         line = lines[number - 1].strip()

@@ -8,15 +8,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from numbers import Real
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, Union, runtime_checkable
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 import sympy
 
-from collsynth.errors import CollsynthError, InvalidInstanceError, InvalidTopologyError
-from collsynth.timing.alphabeta import AlphaBeta, base_chunk_bytes, exact_fraction, from_topology
+from collsynth.collective.kinds import base_chunk_bytes
+from collsynth.errors import InvalidInstanceError, InvalidTopologyError
+from collsynth.exact import as_fraction, exact_fraction, sympy_rational
+from collsynth.timing.alphabeta import AlphaBeta, from_topology
+
+from collsynth.algorithm.model import Algorithm
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
-    from collsynth.algorithm.model import Algorithm
+    from collsynth.collective.model import Collective
     from collsynth.topology.model import Topology
 
 __all__ = [
@@ -24,6 +28,8 @@ __all__ = [
     "NETWORK_ALPHA_US",
     "CostModel",
     "cost_model",
+    "as_cost_model",
+    "Priceable",
     "step_figures",
     "reduced_pieces",
     "symbolic_time",
@@ -31,7 +37,6 @@ __all__ = [
     "crossover",
     "Segment",
     "lower_envelope",
-    "as_fraction",
 ]
 
 #: The symbol every symbolic time is written in: the buffer size in bytes (nccl-tests convention).
@@ -49,10 +54,16 @@ Point = Sequence[Union[int, Fraction]]
 
 @runtime_checkable
 class SymbolicCost(Protocol):
-    """Anything with its own closed form (e.g. an NCCL baseline, :mod:`collsynth.timing.nccl`)."""
+    """Anything with its own closed form (e.g. one of NCCL's lines,
+    :class:`collsynth.timing.tuning_model.NcclChoice`)."""
 
     def symbolic_time(self) -> sympy.Expr:  # pragma: no cover - protocol
         ...
+
+
+#: What :func:`symbolic_time` prices: an algorithm, a point, anything with its own closed form,
+#: or a sympy expression in :data:`SIZE`.
+Priceable = Union[Algorithm, Point, SymbolicCost, sympy.Expr]
 
 
 @dataclass(frozen=True)
@@ -113,25 +124,22 @@ class CostModel:
 
 
 def cost_model(topology: "Topology", *, gamma_us_per_byte: Real = 0.0,
-               network_alpha_us: Real | None = None, calibration: Any = None) -> CostModel:
+               network_alpha_us: Real | None = None) -> CostModel:
     """The cost model of a topology's physical figures.
 
     Parameters
     ----------
     topology:
-        Needs ``alpha_us`` and ``unit_gbps`` (:func:`~collsynth.timing.alphabeta.from_topology`).
+        Needs ``alpha_us`` and ``unit_gbps`` (:func:`~collsynth.timing.alphabeta.from_topology`);
+        a calibration's measured figures are put on it first
+        (:meth:`collsynth.timing.calibration.CurveCalibration.apply`,
+        :class:`collsynth.timing.closed_form.ClosedForm` does so).
     gamma_us_per_byte:
         Reduction cost per byte (see :mod:`collsynth.timing.kernels`).
     network_alpha_us:
         Latency of a step over a link between nodes (composed topologies only); default
         ``metadata["network"]["alpha_us"]`` when the topology carries one, else
         :data:`NETWORK_ALPHA_US`.
-    calibration:
-        A calibration (:func:`collsynth.timing.calibration.load_calibration`): its
-        ``apply(topology)`` puts measured per-step ``alpha_us`` and per-unit ``unit_gbps`` on the
-        topology, and the classes are derived from that. (Its ``alpha_beta_for(collective)`` is
-        the *whole-collective* line measured for NCCL, a baseline, not a per-step figure; see
-        :func:`collsynth.timing.compare.compare`.)
 
     Raises
     ------
@@ -142,8 +150,6 @@ def cost_model(topology: "Topology", *, gamma_us_per_byte: Real = 0.0,
     >>> cost_model(get_topology("dgx1")).class_names
     ('link',)
     """
-    if calibration is not None:
-        topology = calibration.apply(topology)
     base = from_topology(topology)
     gamma = float(gamma_us_per_byte)
     layout = topology.layout
@@ -160,19 +166,29 @@ def cost_model(topology: "Topology", *, gamma_us_per_byte: Real = 0.0,
     return CostModel(base, AlphaBeta(float(network_alpha_us), beta), per_node, gamma)
 
 
-def _as_model(model: "CostModel | AlphaBeta | Topology | None",
-              algorithm: "Algorithm | None") -> CostModel:
-    if model is None:
-        if algorithm is None:
-            raise InvalidInstanceError(
-                "a (steps, rounds per chunk) point needs model= (a CostModel, AlphaBeta or "
-                "Topology with alpha_us and unit_gbps)")
-        return cost_model(algorithm.topology)
+def as_cost_model(model: "CostModel | AlphaBeta | Topology") -> CostModel:
+    """A :class:`CostModel` from the figures given: itself, one class of an
+    :class:`~collsynth.timing.alphabeta.AlphaBeta`, or :func:`cost_model` of a topology.
+
+    >>> as_cost_model(AlphaBeta(0.7, 1 / 25e3)).links.alpha_us
+    0.7
+    """
     if isinstance(model, CostModel):
         return model
     if isinstance(model, AlphaBeta):
         return CostModel(model)
     return cost_model(model)
+
+
+def _model_for(model: "CostModel | AlphaBeta | Topology | None",
+               algorithm: "Algorithm | None") -> CostModel:
+    if model is not None:
+        return as_cost_model(model)
+    if algorithm is None:
+        raise InvalidInstanceError(
+            "a (steps, rounds per chunk) point needs model= (a CostModel, AlphaBeta or "
+            "Topology with alpha_us and unit_gbps)")
+    return cost_model(algorithm.topology)
 
 
 def step_figures(algorithm: "Algorithm", model: CostModel | AlphaBeta | None = None
@@ -182,15 +198,15 @@ def step_figures(algorithm: "Algorithm", model: CostModel | AlphaBeta | None = N
     ``alpha`` is the largest alpha and ``beta`` the largest beta (per unit) among the classes of
     the links that carry a send in the step; a step without sends gets the default class.
     """
-    cm = _as_model(model, algorithm)
+    cm = _model_for(model, algorithm)
     result = []
     for step in algorithm.steps:
         used = {cm.class_of(s.src, s.dst): cm.figures(s.src, s.dst) for s in step.sends}
         if not used:
             result.append(cm.links)
             continue
-        alpha = max((f.alpha_us for f in used.values()), key=_exact_key)
-        beta = max((f.beta_us_per_byte for f in used.values()), key=_exact_key)
+        alpha = max((f.alpha_us for f in used.values()), key=exact_fraction)
+        beta = max((f.beta_us_per_byte for f in used.values()), key=exact_fraction)
         result.append(AlphaBeta(alpha, beta))
     return tuple(result)
 
@@ -210,8 +226,8 @@ def reduced_pieces(algorithm: "Algorithm") -> tuple[int, ...]:
     return tuple(result)
 
 
-def symbolic_time(source: "Algorithm | Point | SymbolicCost | sympy.Expr",
-                  collective: Any = None, n: int | None = None, *,
+def symbolic_time(source: Priceable, collective: "str | Collective | None" = None,
+                  n: int | None = None, *,
                   model: "CostModel | AlphaBeta | Topology | None" = None,
                   reduced_chunks: Real = 0) -> sympy.Expr:
     """Microseconds as a sympy expression in :data:`SIZE`, with exact rational coefficients.
@@ -243,38 +259,39 @@ def symbolic_time(source: "Algorithm | Point | SymbolicCost | sympy.Expr",
     """
     if isinstance(source, sympy.Expr):
         return source
-    if isinstance(source, SymbolicCost) and not _is_algorithm(source):
-        return source.symbolic_time()
-    if _is_algorithm(source):
+    if isinstance(source, Algorithm):
         algorithm = source
-        cm = _as_model(model, algorithm)
+        cm = _model_for(model, algorithm)
         coll = algorithm.collective
         per_chunk = base_chunk_bytes(coll.name, coll.num_ranks, 1)  # 1 / k
         piece = sympy.Rational(per_chunk.numerator, per_chunk.denominator) / algorithm.chunks
         total = sympy.Integer(0)
-        gamma = _rational(cm.gamma_us_per_byte)
+        gamma = sympy_rational(cm.gamma_us_per_byte)
         for step, figures, reduced in zip(algorithm.steps, step_figures(algorithm, cm),
                                           reduced_pieces(algorithm)):
-            total += _rational(figures.alpha_us)
-            total += step.rounds * piece * SIZE * _rational(figures.beta_us_per_byte)
+            total += sympy_rational(figures.alpha_us)
+            total += step.rounds * piece * SIZE * sympy_rational(figures.beta_us_per_byte)
             total += gamma * reduced * piece * SIZE
         return sympy.expand(total)
+    if isinstance(source, SymbolicCost):
+        return source.symbolic_time()
     steps, rpc = _point(source)
     if collective is None or n is None:
         raise InvalidInstanceError(
             "a (steps, rounds per chunk) point needs the collective's name and rank count")
     name = collective if isinstance(collective, str) else collective.name
-    cm = _as_model(model, None)
+    cm = _model_for(model, None)
     per_chunk = base_chunk_bytes(name, n, 1)
     chunk = sympy.Rational(per_chunk.numerator, per_chunk.denominator) * SIZE
-    alpha, beta = _rational(cm.links.alpha_us), _rational(cm.links.beta_us_per_byte)
-    gamma = _rational(cm.gamma_us_per_byte)
-    reduced = _rational(reduced_chunks)
-    return sympy.expand(_rational(steps) * alpha + _rational(rpc) * chunk * beta
+    alpha, beta = sympy_rational(cm.links.alpha_us), sympy_rational(cm.links.beta_us_per_byte)
+    gamma = sympy_rational(cm.gamma_us_per_byte)
+    reduced = sympy_rational(reduced_chunks)
+    return sympy.expand(sympy_rational(steps) * alpha + sympy_rational(rpc) * chunk * beta
                         + gamma * reduced * chunk)
 
 
-def time_us(source: Any, size_bytes: Real, collective: Any = None, n: int | None = None, *,
+def time_us(source: Priceable, size_bytes: Real, collective: "str | Collective | None" = None,
+            n: int | None = None, *,
             model: "CostModel | AlphaBeta | Topology | None" = None,
             reduced_chunks: Real = 0) -> float:
     """:func:`symbolic_time` evaluated at ``size_bytes`` (a float, in microseconds).
@@ -283,10 +300,11 @@ def time_us(source: Any, size_bytes: Real, collective: Any = None, n: int | None
     8.9
     """
     expr = symbolic_time(source, collective, n, model=model, reduced_chunks=reduced_chunks)
-    return float(expr.subs(SIZE, _rational(size_bytes)))
+    return float(expr.subs(SIZE, sympy_rational(size_bytes)))
 
 
-def crossover(a: Any, b: Any, collective: Any = None, n: int | None = None, *,
+def crossover(a: Priceable, b: Priceable, collective: "str | Collective | None" = None,
+              n: int | None = None, *,
               model: "CostModel | AlphaBeta | Topology | None" = None) -> Fraction | None:
     """The buffer size (bytes, exact) at which ``a`` and ``b`` cost the same, or ``None``.
 
@@ -408,21 +426,9 @@ def lower_envelope(times: Mapping[str, sympy.Expr], from_bytes: Real, to_bytes: 
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def as_fraction(value: Any) -> Fraction:
-    """An exact sympy number (or int, Fraction) as a :class:`~fractions.Fraction`."""
-    if isinstance(value, (int, Fraction)):
-        return Fraction(value)
-    value = sympy.sympify(value)
-    if not value.is_Rational:
-        raise CollsynthError(f"expected an exact rational number, got {value}")
-    return Fraction(int(value.p), int(value.q))
 
 
-def _is_algorithm(value: Any) -> bool:
-    return hasattr(value, "steps") and hasattr(value, "collective") and hasattr(value, "topology")
-
-
-def _point(point: Any) -> tuple[Fraction, Fraction]:
+def _point(point: object) -> tuple[Fraction, Fraction]:
     if not isinstance(point, (tuple, list)) or len(point) != 2:
         raise InvalidInstanceError(
             f"{point!r}: expected an algorithm, a (steps, rounds_per_chunk) point, an NCCL "
@@ -430,10 +436,3 @@ def _point(point: Any) -> tuple[Fraction, Fraction]:
     return exact_fraction(point[0], "steps"), exact_fraction(point[1], "rounds_per_chunk")
 
 
-def _exact_key(value: Real) -> Fraction:
-    return exact_fraction(value, "figure")
-
-
-def _rational(value: Any) -> sympy.Rational:
-    f = exact_fraction(value, "figure")
-    return sympy.Rational(f.numerator, f.denominator)

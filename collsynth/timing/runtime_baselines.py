@@ -9,21 +9,19 @@ synthesized program ("one yardstick"). The programs' steps are in docs/runtime-m
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from collsynth.collective.kinds import canonical_name
-from collsynth.errors import InvalidInstanceError, UnknownNameError
+from collsynth.errors import InvalidInstanceError, NoRingError, NoTreeError, UnknownNameError
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 
 if TYPE_CHECKING:  # pragma: no cover
-    from collsynth.timing.runtime_constants import RuntimeConstants
     from collsynth.topology.model import Topology
 
 __all__ = ["RING_COLLECTIVES", "TREE_COLLECTIVES", "ring_program", "runtime_rings",
-           "double_binary_tree", "tree_program", "runtime_tree", "baseline_name", "TimedRow",
-           "baseline_rows", "program_rows"]
+           "double_binary_tree", "tree_program", "runtime_tree"]
 
+#: Collectives whose ring :func:`ring_program` writes.
 RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 #: Collectives NCCL and RCCL also run on their double binary tree.
 TREE_COLLECTIVES = ("allreduce",)
@@ -31,15 +29,10 @@ TREE_COLLECTIVES = ("allreduce",)
 TREE_PIPELINE = 4
 
 
-def baseline_name(runtime: str, algorithm: str = "ring") -> str:
-    """The row name of a runtime's ring or tree: ``nccl-ring``, ``rccl-tree``... (msccl runs
-    NCCL's)."""
-    return f"{'rccl' if runtime == 'rccl' else 'nccl'}-{algorithm}"
-
 
 def runtime_rings(topology: "Topology", channels: int | None = None
                   ) -> tuple[tuple[int, ...], ...]:
-    """The rings the runtime would use: :func:`collsynth.timing.nccl.ring_channels`, the first
+    """The rings the runtime would use: :func:`collsynth.timing.rings.ring_channels`, the first
     ``channels`` of them (reused in turn when fewer were found), or all.
 
     Raises
@@ -50,15 +43,15 @@ def runtime_rings(topology: "Topology", channels: int | None = None
         ``channels`` above :data:`~collsynth.timing.runtime_constants.MAX_CHANNELS` (refused
         before any ring is searched).
     """
-    from collsynth.timing.nccl import ring_channels
-    from collsynth.timing.runtime_constants import check_channels
+    from collsynth.timing.rings import ring_channels
+    from collsynth.runtimes import check_channels
 
     if channels is not None:
         check_channels(channels)
     rings = ring_channels(topology)
     if not rings:
-        raise InvalidInstanceError(f"topology {topology.name!r} has no directed ring through all "
-                                   f"{topology.num_ranks} ranks; the runtime's ring cannot run")
+        raise NoRingError(f"topology {topology.name!r} has no directed ring through all "
+                          f"{topology.num_ranks} ranks; the runtime's ring cannot run")
     if channels is None:
         return rings
     return tuple(rings[i % len(rings)] for i in range(channels))
@@ -352,102 +345,7 @@ def runtime_tree(topology: "Topology", channels: int | None = None
                   for k, (_, downs) in enumerate(tree) for d in downs]
         for a, b in pairs:
             if not (links[a][b] and links[b][a]):
-                raise InvalidInstanceError(
+                raise NoTreeError(
                     f"topology {topology.name!r} has no link both ways between ranks {a} and "
                     f"{b}; the runtime's tree cannot run")
     return nodes, tuple(chains)
-
-# -- pricing programs and the runtime's ring together ----------------------------------------------
-
-
-@dataclass(frozen=True)
-class TimedRow:
-    """One (program or baseline, size): ``name``, nccl-tests ``size_bytes``, ``time_us``,
-    ``algbw_gbps``, ``busbw_gbps``; ``kind`` is ``"program"`` or ``"baseline"``; ``protocol``
-    the protocol it ran with."""
-
-    name: str
-    size_bytes: int
-    time_us: float
-    algbw_gbps: float
-    busbw_gbps: float
-    kind: str
-    protocol: str
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "size_bytes": self.size_bytes, "time_us": self.time_us,
-                "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
-                "kind": self.kind, "protocol": self.protocol}
-
-
-def _protocols_of(runtime: str) -> tuple[str, ...]:
-    # RCCL leaves LL128 off by default on most AMD GPUs; NCCL offers all three.
-    return ("LL", "Simple") if runtime == "rccl" else ("LL", "LL128", "Simple")
-
-
-def baseline_rows(collective: str, topology: "Topology", sizes: Sequence[int],
-                  constants: "RuntimeConstants", *, channels: int | None = None,
-                  cache: dict | None = None, algorithm: str = "ring") -> list[TimedRow]:
-    """The runtime's own ring (or, ``algorithm="tree"``, its allreduce tree) of ``collective``
-    at each size, simulated with ``constants``: its rings (``channels``, else the constants',
-    else all found) or its trees (:func:`runtime_tree`, a pair per ring), its protocol at each
-    size (``constants.default_protocols``, else the fastest
-    predicted). ``cache``: a dictionary the caller keeps between calls with the same
-    collective, topology and channels, so the programs are prepared once.
-
-    Raises
-    ------
-    UnknownNameError
-        ``algorithm`` is not ``"ring"`` or ``"tree"``, or the collective has no such program.
-    InvalidInstanceError
-        The topology has no ring, or lacks a link the tree needs.
-    """
-    from collsynth.timing.runtime_model import prepare_program, simulate_program
-
-    if algorithm not in ("ring", "tree"):
-        raise UnknownNameError(f"algorithm = {algorithm!r}; expected 'ring' or 'tree'")
-    name = baseline_name(constants.runtime, algorithm)
-    if algorithm == "tree":
-        if canonical_name(collective) not in TREE_COLLECTIVES:
-            raise UnknownNameError(f"no tree program for {collective!r}; there is one for "
-                                   f"{', '.join(TREE_COLLECTIVES)}")
-        nodes, chains = runtime_tree(
-            topology, channels if channels is not None else constants.channels)
-
-        def build(protocol: str) -> Program:
-            return tree_program(nodes, chains, protocol=protocol, name=name)
-    else:
-        rings = runtime_rings(topology, channels if channels is not None else constants.channels)
-
-        def build(protocol: str) -> Program:
-            return ring_program(collective, rings, protocol=protocol, name=name)
-    prepared: dict = cache if cache is not None else {}
-
-    def timed(protocol: str, size: int):
-        key = (algorithm, protocol)
-        if key not in prepared:
-            prepared[key] = prepare_program(build(protocol), topology)
-        return simulate_program(prepared[key], None, size, constants)
-
-    rows = []
-    for size in sizes:
-        chosen = constants.default_protocol(size)
-        options = (chosen,) if chosen is not None else _protocols_of(constants.runtime)
-        best = min((timed(p, size) for p in options), key=lambda t: t.time_us)
-        rows.append(TimedRow(name, int(size), best.time_us, best.algbw_gbps, best.busbw_gbps,
-                             "baseline", best.breakdown["protocol"]))
-    return rows
-
-
-def program_rows(name: str, program: Program, topology: "Topology", sizes: Sequence[int],
-                 constants: "RuntimeConstants") -> list[TimedRow]:
-    """``program`` simulated at each size (prepared once)."""
-    from collsynth.timing.runtime_model import prepare_program, simulate_program
-
-    prepared = prepare_program(program, topology)
-    rows = []
-    for size in sizes:
-        t = simulate_program(prepared, None, size, constants)
-        rows.append(TimedRow(name, int(size), t.time_us, t.algbw_gbps, t.busbw_gbps,
-                             "program", t.breakdown["protocol"]))
-    return rows

@@ -12,18 +12,24 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from collsynth.errors import FileFormatError, InvalidInstanceError
+from collsynth.errors import (FileFormatError, InputTooLargeError, InvalidInstanceError,
+                              InvalidTopologyError)
 from collsynth.timing.runtime_baselines import ring_program, runtime_rings
-from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MAX_TIME_US, MIN_GBPS
-from collsynth.timing.runtime_constants import (LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US,
-                                                PROTOCOLS, RuntimeConstants, default_constants)
+from collsynth._parse import MAX_GBPS, MIN_GBPS
+from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
+from collsynth.runtimes.constants import LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US
+from collsynth.timing.metrics import gmae
 from collsynth.timing.runtime_model import PreparedProgram, prepare_program, simulate_program
 
 if TYPE_CHECKING:  # pragma: no cover
     from collsynth.topology.model import Topology
 
 __all__ = ["RuntimeFit", "fit_runtime", "read_curve", "apply_parameters", "predict_ring",
-           "protocol_split"]
+           "protocol_split", "CURVE_FIT_ERRORS"]
+
+#: What :func:`fit_runtime` raises on a curve or topology it cannot fit (too few sizes, no ring,
+#: no figures, a ring too large to simulate); a caller with a fallback catches exactly these.
+CURVE_FIT_ERRORS = (InvalidInstanceError, InvalidTopologyError, InputTooLargeError)
 
 _MAX_CSV_BYTES = 16 * 1024 * 1024
 #: Most rows of a measured curve: every fit evaluation simulates the ring at each size, about 60
@@ -49,10 +55,6 @@ class RuntimeFit:
     held_out_gmae: float | None
     rings: tuple[tuple[int, ...], ...] = field(default=())
 
-
-def _gmae(predicted: Sequence[float], measured: Sequence[float]) -> float:
-    p, m = np.asarray(predicted, float), np.asarray(measured, float)
-    return float(np.expm1(np.mean(np.abs(np.log(p / m)))))
 
 
 def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
@@ -171,7 +173,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
     used = list(protocols) if protocols is not None else protocol_split(times)
     if len(used) != len(rows):
         raise InvalidInstanceError(f"{len(used)} protocols for {len(rows)} sizes")
-    base = constants if constants is not None else default_constants(runtime)
+    base = constants if constants is not None else get_runtime(runtime).defaults
     ring_set = tuple(tuple(r) for r in rings) if rings is not None else \
         runtime_rings(topology, channels)
     prepared = {p: prepare_program(ring_program(collective, ring_set, protocol=p), topology)
@@ -190,7 +192,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         train = range(0, len(rows), 2)
         test = list(range(1, len(rows), 2))
         _, partial = fit(train)
-        held = _gmae(predict_ring(prepared, [sizes[i] for i in test], [used[i] for i in test],
+        held = gmae(predict_ring(prepared, [sizes[i] for i in test], [used[i] for i in test],
                                   partial), [times[i] for i in test])
     switch = [(sizes[i - 1], used[i - 1]) for i in range(1, len(used)) if used[i] != used[i - 1]]
     fitted = fitted.replace(
@@ -200,7 +202,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
                 + ", ".join(f"{k} = {v:.4g}" for k, v in parameters.items())
                 + f"; other figures: {base.source}"))
     return RuntimeFit(fitted, parameters, tuple(sizes), tuple(times), tuple(predicted),
-                      tuple(used), _gmae(predicted, times), held, ring_set)
+                      tuple(used), gmae(predicted, times), held, ring_set)
 
 
 def _bandwidth_guess(prepared: PreparedProgram, size: int, time_us: float) -> float:

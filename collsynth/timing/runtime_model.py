@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
-from collsynth.errors import (CollsynthError, InputTooLargeError, InvalidInstanceError,
-                              InvalidTopologyError)
+from collsynth.collective.kinds import busbw_factor
+from collsynth.errors import (InputTooLargeError, InvalidInstanceError, InvalidTopologyError,
+                              UnknownNameError)
 from collsynth.export.program import Program
 from collsynth.export.semantics import Scheduler
-from collsynth.timing.runtime_constants import PROTOCOL_EFFICIENCY, RuntimeConstants
+from collsynth.runtimes import RuntimeConstants
+from collsynth.runtimes.protocols import PROTOCOL_EFFICIENCY
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -63,7 +65,7 @@ class ProgramTime:
     time_us: float
     algbw_gbps: float
     busbw_gbps: float
-    breakdown: Mapping[str, Any] = field(default_factory=dict)
+    breakdown: Mapping[str, float | int | str] = field(default_factory=dict)
 
 
 @dataclass
@@ -116,17 +118,16 @@ steps; the program model simulates at most 1048576
 
 def _buffer_chunks(program: Program) -> int:
     """Chunks of the buffer the nccl-tests size counts (the larger of input and output)."""
-    from collsynth.export.check import buffer_chunks
+    from collsynth.export.check import buffer_sizes
 
-    return max(buffer_chunks(program.coll, program.ngpus, program.nchunksperloop))
+    return max(buffer_sizes(program.coll, program.ngpus, program.nchunksperloop))
 
 
 def _busbw_factor(coll: str, n: int) -> float:
-    from collsynth.collective.kinds import collective_kind
-
+    """nccl-tests' factor of the program's collective; 1 (busbw = algbw) for a custom one."""
     try:
-        return float(collective_kind(coll).busbw(n))
-    except CollsynthError:
+        return float(busbw_factor(coll, n))
+    except UnknownNameError:
         return 1.0
 
 
@@ -317,12 +318,12 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
     one slice costs ``base + k (alpha + chunk * beta)``.
 
     >>> from collsynth.timing.runtime_baselines import ring_program
-    >>> from collsynth.timing.runtime_constants import default_constants
+    >>> from collsynth.runtimes import get_runtime
     >>> from collsynth.topology import get_topology
     >>> from collsynth.topology.builtins import with_figures
     >>> ring4 = with_figures(get_topology("ring:4"), unit_gbps=10.0, alpha_us=2.0)
     >>> program = ring_program("allgather", [(0, 1, 2, 3)], protocol="Simple")
-    >>> c = default_constants("nccl")
+    >>> c = get_runtime("nccl").defaults
     >>> t = simulate_program(program, ring4, 4000, c)
     >>> round(t.time_us - c.base_latency("Simple"), 6)  # 3 hops of 3.4 us + 1000 B at 10 GB/s
     10.5

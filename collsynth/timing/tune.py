@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,9 +21,8 @@ from collsynth.errors import ExportError, InvalidInstanceError
 from collsynth.export.limits import estimate_limits, limit_error
 from collsynth.export.lower import lower
 from collsynth.export.pipeline import AUTO_CHANNELS, check_exported, check_text
-from collsynth.export.runtimes import get_runtime
 from collsynth.export.xml_writer import write_program
-from collsynth.timing.runtime_constants import RuntimeConstants, default_constants
+from collsynth.runtimes import Runtime, RuntimeConstants, get_runtime, xml_dialect
 from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, prepare_program,
                                             simulate_program, simulate_sizes)
 
@@ -56,10 +55,16 @@ _TIE = 1e-9
 _MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 
 
-def runtime_protocols(runtime: str) -> tuple[str, ...]:
-    """The protocols a tuned export tries for ``runtime``: RCCL leaves LL128 off by default on
-    most AMD GPUs, so ``rccl`` gets LL and Simple; the NCCL-based runtimes all three."""
-    return ("Simple", "LL") if get_runtime(runtime).name == "rccl" else ("Simple", "LL", "LL128")
+def runtime_protocols(runtime: "str | Runtime") -> tuple[str, ...]:
+    """The protocols a tuned export tries for ``runtime``: Simple (the untuned export's, which
+    ties keep) first, then the others the runtime runs by default
+    (:attr:`~collsynth.runtimes.Runtime.protocols`: RCCL leaves LL128 off on most AMD GPUs).
+
+    >>> runtime_protocols("rccl"), runtime_protocols("msccl")
+    (('Simple', 'LL'), ('Simple', 'LL', 'LL128'))
+    """
+    rt = get_runtime(runtime)
+    return ("Simple",) + tuple(p for p in rt.protocols if p != "Simple")
 
 
 def tune_sizes(min_bytes: int = 1024, max_bytes: int = 1 << 30, factor: int = 4
@@ -95,7 +100,7 @@ class Variant:
         """``"2ch/peer x1 LL"``: channels/policy, instances, protocol."""
         return f"{self.channels}ch/{self.channel_by} x{self.instances} {self.protocol}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"channels": self.channels, "channel_by": self.channel_by,
                 "instances": self.instances, "protocol": self.protocol}
 
@@ -117,7 +122,7 @@ class TunedRow:
         """Untuned time over tuned time (>= 1 when the range's variant is the size's fastest)."""
         return self.untuned_time_us / self.time_us if self.time_us > 0 else 1.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"size_bytes": self.size_bytes, "variant": self.variant.label,
                 **self.variant.as_dict(), "time_us": self.time_us,
                 "algbw_gbps": self.algbw_gbps, "untuned_time_us": self.untuned_time_us,
@@ -286,13 +291,13 @@ def tune_export(algorithm: "Algorithm", runtime: str, topology: "Topology | None
         A topology without ``unit_gbps``.
     """
     say = progress or (lambda line: None)
-    rt = get_runtime(runtime)
+    rt = xml_dialect(runtime)
     requested = _check_sizes(sizes)
     where = topology if topology is not None else algorithm.topology
     if where.num_ranks != algorithm.topology.num_ranks:
         raise InvalidInstanceError(f"tune: the algorithm has {algorithm.topology.num_ranks} "
                                    f"ranks but topology {where.name!r} has {where.num_ranks}")
-    constants = constants if constants is not None else default_constants(rt.name)
+    constants = constants if constants is not None else get_runtime(rt.name).defaults
     protos = tuple(protocols) if protocols is not None else runtime_protocols(rt.name)
     if not protos or "Simple" not in protos:
         raise InvalidInstanceError("tune: the protocols must include Simple (the untuned "

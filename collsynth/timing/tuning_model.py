@@ -12,49 +12,48 @@ from a machine's facts. Sources, approximations and what is left out: docs/runti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from fractions import Fraction
+from numbers import Real
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+import sympy
 
 from collsynth.collective.kinds import canonical_name
-from collsynth.errors import InvalidInstanceError, UnknownNameError
+from collsynth.errors import InvalidInstanceError, NoRingError, UnknownNameError
+from collsynth.exact import exact_fraction
+from collsynth.runtimes.constants import (NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US,
+                                          RCCL_BASE_LATENCY_US, RCCL_HOP_LATENCY_US)
+from collsynth.runtimes.protocols import PROTOCOLS
+from collsynth.timing.model import SIZE, CostModel, as_cost_model
+from collsynth.timing.rings import ring_channels
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.machine import MachineFacts
     from collsynth.topology.model import Topology
 
 __all__ = [
-    "ALGORITHMS", "PROTOCOLS", "COLLECTIVES", "DEFAULT_VERSION", "RCCL_DEFAULT_VERSION",
+    "ALGORITHMS", "PROTOCOLS", "COLLECTIVES", "ring_steps", "DEFAULT_VERSION", "RCCL_DEFAULT_VERSION",
     "GraphFigures", "TuningSetup", "Estimate", "CallShape", "RuntimeChoice",
     "bandwidth_gbps", "latency_us", "enabled", "algo_time_us", "estimates", "fastest", "choose",
     "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
     "gpu_bandwidth_gbps",
+    "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
+    "nccl_choices", "best_choice",
 ]
 
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
 #: choice scans them in this order and keeps the first of equal times.
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
-PROTOCOLS = ("LL", "LL128", "Simple")
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reduce_scatter", "allreduce")
 DEFAULT_VERSION = (2, 30)
 RCCL_DEFAULT_VERSION = (2, 28)
 _RUNTIMES = ("nccl", "rccl")
 
 # -- NCCL 2.30.7 constants (src/graph/tuning.cc ncclTunerConstantsDefaults) ---------------------
+# baseLat and hwLat: NCCL_BASE_LATENCY_US and NCCL_HOP_LATENCY_US (collsynth.runtimes.constants).
 
-_BASE_LAT = {"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
-             "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0),
-             "pat": (8.0, 8.0, 8.0)}
-_HW_LAT = {
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
-               "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25),
-               "pat": (0, 0, 4.0)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
-            "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0),
-            "pat": (0, 0, 4.0)},
-    "net": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
-            "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9),
-            "pat": (0, 0, 14)},
-}
 # [compute-capability index: Volta, Ampere, Hopper, Blackwell][1 node, 2 nodes, >= 3 nodes]
 _LL_MAX_BWS = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0))
 _PER_CH_RING_LL128 = ((20, 20, 20), (20, 20, 20), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
@@ -95,17 +94,14 @@ _PCI_GBPS = 12.0
 
 # -- RCCL (ROCm/rocm-systems projects/rccl src/graph/tuning.cc, 2.28-2.31) ----------------------
 
-_RCCL_BASE_LAT = (12.0, 12.0, 17.0)  # Tree, Ring, CollNet; NVLS and PAT 0
-# model -> hwLat {hw: {tree, ring}} and bwRatio {<=2 nodes, >2 nodes}: {tree, ring}
+# baseLat per protocol (tree, ring, CollNet; NVLS and PAT 0): RCCL_BASE_LATENCY_US; hwLat per
+# tuning model: RCCL_HOP_LATENCY_US (collsynth.runtimes.constants).
+# model -> bwRatio {<=2 nodes, >2 nodes}: {tree, ring}
 _RCCL_MODELS = {
-    0: {"nvlink": {"tree": (0.8, 1.4, 2.5), "ring": (0.8, 2.2, 3.6)},
-        "pci": {"tree": (2.2, 2.2, 5.7), "ring": (2.2, 2.2, 5.7)},
-        "net": {"tree": (11.8, 18.2, 20.8), "ring": (9.5, 19.8, 15.1)},
+    0: {**RCCL_HOP_LATENCY_US[0],
         "ratio": ({"tree": (.04, .22, .91), "ring": (.04, .34, 1.00)},
                   {"tree": (.04, .22, .95), "ring": (.04, .34, 1.00)})},
-    5: {"nvlink": {"tree": (0.9, 0.9, 2.3), "ring": (0.8, 0.8, 2.1)},
-        "pci": {"tree": (2.2, 2.2, 5.7), "ring": (2.2, 2.2, 5.7)},
-        "net": {"tree": (10.5, 10.5, 25.0), "ring": (9.5, 9.5, 320.0)},
+    5: {**RCCL_HOP_LATENCY_US[5],
         "ratio": ({"tree": (.06, .06, .11), "ring": (.08, .08, 1.00)},
                   {"tree": (.06, .06, .59), "ring": (.08, .08, 1.00)})},
 }
@@ -322,9 +318,22 @@ def _ll_max_bw(setup: TuningSetup) -> float:
     return _LL_MAX_BWS[row][_nodes_index(setup.nodes)]
 
 
-def _nsteps(collective: str, ranks: int) -> int:
+def ring_steps(collective: str, ranks: int) -> int:
+    """Steps of the runtime's ring (``nsteps`` in ``ncclTopoTuneModel``): ``2(n-1)`` for allreduce,
+    ``n-1`` for allgather and reduce-scatter, ``n`` for broadcast and reduce (NCCL counts one
+    step per rank of the pipelined chain). The latency of a ring pays a hop per step.
+
+    >>> ring_steps("allreduce", 8), ring_steps("allgather", 8), ring_steps("broadcast", 8)
+    (14, 7, 8)
+
+    Raises
+    ------
+    UnknownNameError
+        A collective NCCL runs without its ring (alltoall, gather, scatter: send/recv).
+    """
+    key = _collective(collective)
     return {"allreduce": 2 * (ranks - 1), "allgather": ranks - 1,
-            "reduce_scatter": ranks - 1}.get(collective, ranks)
+            "reduce_scatter": ranks - 1}.get(key, ranks)
 
 
 def _graph(setup: TuningSetup, algorithm: str) -> GraphFigures | None:
@@ -425,7 +434,7 @@ def bandwidth_gbps(setup: TuningSetup, collective: str, algorithm: str, protocol
         if bus == 0.0:
             return 0.0
     if not (algorithm != "ring" and collective in ("allgather", "reduce_scatter")):
-        bus *= ranks / _nsteps(collective, ranks) if algorithm in ("ring", "nvls", "nvls_tree") \
+        bus *= ranks / ring_steps(collective, ranks) if algorithm in ("ring", "nvls", "nvls_tree") \
             else 0.5
     return bus
 
@@ -497,19 +506,19 @@ def _hw_lat(setup: TuningSetup, hw: str, algorithm: str, protocol: str) -> float
     if hw == "net" and algorithm == "nvls_tree" and protocol == "Simple" \
             and setup.version < (2, 29):
         return 14.0
-    return float(_HW_LAT[hw][algorithm][p])
+    return float(NCCL_HOP_LATENCY_US[hw][algorithm][p])
 
 
 def _base_lat(setup: TuningSetup, algorithm: str, protocol: str) -> float:
     p = PROTOCOLS.index(protocol)
     if setup.runtime == "rccl":
-        return _RCCL_BASE_LAT[p] if algorithm in ("tree", "ring", "collnet_direct",
+        return RCCL_BASE_LATENCY_US[p] if algorithm in ("tree", "ring", "collnet_direct",
                                                   "collnet_chain") else 0.0
     if algorithm == "tree" and protocol == "Simple" and setup.version < (2, 23):
         return 0.0
     if algorithm == "pat" and setup.version < (2, 28):
         return 0.0
-    return float(_BASE_LAT[algorithm][p])
+    return float(NCCL_BASE_LATENCY_US[algorithm][p])
 
 
 def latency_us(setup: TuningSetup, collective: str, algorithm: str, protocol: str) -> float:
@@ -534,7 +543,7 @@ def latency_us(setup: TuningSetup, collective: str, algorithm: str, protocol: st
              else _hw_lat(setup, "net", algorithm, protocol)) + graph.latency_inter_us
     if protocol == "Simple":
         inter += graph.latency_inter_us
-    nsteps = _nsteps(collective, ranks)
+    nsteps = ring_steps(collective, ranks)
     if algorithm == "ring":
         if collective in ("broadcast", "reduce"):
             if graph.same_channels:
@@ -1059,6 +1068,250 @@ def tuning_setup(topology: "Topology", *, runtime: str | None = None,
     total, pair = gpu_bandwidth_gbps(topology, facts)
     return setup_from_facts(facts, gpu_gbps=total, path_gbps=pair, runtime=runtime,
                             version=version, collnet=collnet, latency_inter_us=latency_inter_us)
+
+
+# -- NCCL's ring and tree as exact lines: what the closed form prices ----------------------------
+# The same baseLat, hwLat and bandwidth factors as above, without the per-architecture caps
+# (LL's ceiling, LL128's and the tree's per-channel caps), the tree correction factors and the
+# multi-node overheads, so that each (algorithm, protocol) is a line in the size with exact
+# coefficients and its crossovers with a synthesized algorithm are exact. Channels and their
+# GB/s come from the rings found on the topology itself (collsynth.timing.rings).
+
+#: NCCL's own algorithms the exact lines cover.
+LINEAR_ALGORITHMS = ("ring", "tree")
+
+
+def _exact(value: object) -> Fraction:
+    return Fraction(value) if isinstance(value, (Fraction, str)) else exact_fraction(value)
+
+
+def _per_protocol(**rows: tuple) -> Mapping[str, Mapping[str, Fraction]]:
+    """``{row: {protocol: Fraction}}`` from one (LL, LL128, Simple) tuple per row, read-only."""
+    return MappingProxyType({name: MappingProxyType(dict(zip(PROTOCOLS, map(_exact, values))))
+                             for name, values in rows.items()})
+
+
+_EXACT_BASE = _per_protocol(**{a: NCCL_BASE_LATENCY_US[a] for a in LINEAR_ALGORITHMS})
+_EXACT_HOP: Mapping[str, Mapping[str, Mapping[str, Fraction]]] = MappingProxyType({
+    hw: _per_protocol(**{a: table[a] for a in LINEAR_ALGORITHMS})
+    for hw, table in NCCL_HOP_LATENCY_US.items()})
+
+#: ``BANDWIDTH_FACTOR[algorithm][protocol]`` on the bus bandwidth, one node (the tree's LL128
+#: factor on several nodes is :data:`TREE_LL128_MULTINODE`).
+BANDWIDTH_FACTOR = _per_protocol(
+    ring=(Fraction(1, 2), "0.92", 1),
+    tree=(Fraction("0.92") / Fraction("3.8"), Fraction("0.92") * Fraction(7, 9), "0.92"),
+)
+
+#: Tree LL128 factor on several nodes: 0.92 x 120/128.
+TREE_LL128_MULTINODE = Fraction("0.92") * Fraction(120, 128)
+
+#: Collectives NCCL runs with its ring (and, for allreduce, tree) algorithms.
+_RING_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
+
+@dataclass(frozen=True)
+class NcclSetup:
+    """What NCCL's graph search finds on a topology, as far as its cost model needs.
+
+    Parameters
+    ----------
+    num_ranks, nodes:
+        Ranks and nodes (ranks per node = ``num_ranks // nodes``).
+    rings:
+        The channels: each a directed ring, ranks in order.
+    channel_gbps:
+        GB/s of each channel (one unit of its slowest hop).
+    hardware:
+        ``"nvlink"`` or ``"pci"``: which per-hop latencies apply inside a node.
+    """
+
+    num_ranks: int
+    nodes: int
+    rings: tuple[tuple[int, ...], ...]
+    channel_gbps: tuple[Fraction, ...]
+    hardware: str = "nvlink"
+
+    def __post_init__(self) -> None:
+        if self.hardware not in ("nvlink", "pci"):
+            raise UnknownNameError(f"hardware {self.hardware!r}; expected 'nvlink' or 'pci'")
+        if len(self.rings) != len(self.channel_gbps):
+            raise InvalidInstanceError("NcclSetup: one channel_gbps per ring")
+        if self.nodes < 1 or self.num_ranks % self.nodes:
+            raise InvalidInstanceError(f"NcclSetup: {self.num_ranks} ranks on {self.nodes} nodes")
+
+    @property
+    def bus_gbps(self) -> float:
+        """The bus bandwidth of all channels together (GB/s)."""
+        return float(self.bus_gbps_exact)
+
+    @property
+    def bus_gbps_exact(self) -> Fraction:
+        return sum(self.channel_gbps, Fraction(0))
+
+
+@dataclass(frozen=True)
+class NcclChoice:
+    """One (algorithm, protocol) of NCCL for one collective: ``latency_us + size / (1000 algbw)``.
+
+    ``latency_us`` and ``algbw_gbps`` are exact (NCCL's decimal constants as Fractions), so
+    crossovers with synthesized algorithms are exact (:func:`collsynth.timing.model.crossover`).
+    """
+
+    algorithm: str
+    protocol: str
+    collective: str
+    num_ranks: int
+    latency_us: Fraction
+    algbw_gbps: Fraction
+
+    @property
+    def name(self) -> str:
+        """``"ring/LL"``, ``"tree/Simple"``..."""
+        return f"{self.algorithm}/{self.protocol}"
+
+    def time_us(self, size_bytes: Real) -> float:
+        """Microseconds for a ``size_bytes`` buffer (nccl-tests convention)."""
+        return float(self.latency_us) + float(size_bytes) / (1000 * float(self.algbw_gbps))
+
+    def symbolic_time(self) -> sympy.Expr:
+        """The time as a sympy expression in ``size_bytes`` with exact coefficients."""
+        lat = sympy.Rational(self.latency_us.numerator, self.latency_us.denominator)
+        bw = sympy.Rational(self.algbw_gbps.numerator, self.algbw_gbps.denominator)
+        return lat + SIZE / (1000 * bw)
+
+
+def nccl_setup(topology: "Topology", *, model: "CostModel | None" = None,
+               hardware: str = "nvlink", channels: int | None = None,
+               channel_gbps: Real | None = None) -> NcclSetup:
+    """The channels NCCL would use on ``topology`` and their bandwidth.
+
+    Parameters
+    ----------
+    topology:
+        Needs ``unit_gbps`` (unless ``channel_gbps`` is given). A composed topology
+        (``metadata["network"]``) counts its nodes.
+    model:
+        The link figures (default: :func:`~collsynth.timing.model.cost_model` of the topology);
+        a channel's GB/s is one unit of its slowest hop: ``1 / (1000 * beta)``.
+    hardware:
+        ``"nvlink"`` (default) or ``"pci"``: NCCL's per-hop latency class inside a node.
+    channels, channel_gbps:
+        Override what the search finds: ``channels`` rings (the rings found are reused, cycling
+        if needed, for their names only) each of ``channel_gbps`` GB/s.
+
+    Raises
+    ------
+    NoRingError
+        When the topology has no directed ring through every rank and ``channels`` is not given.
+    InvalidTopologyError
+        When the topology lacks ``unit_gbps`` (and ``channel_gbps`` is not given).
+    """
+    n = topology.num_ranks
+    nodes = topology.layout.nodes if topology.layout is not None else 1
+    rings = ring_channels(topology)
+    if channels is not None:
+        if not isinstance(channels, int) or channels < 1:
+            raise InvalidInstanceError(f"channels = {channels!r}; expected an integer >= 1")
+        base = rings or (tuple(range(n)),)
+        rings = tuple(base[i % len(base)] for i in range(channels))
+    if not rings:
+        raise NoRingError(
+            f"topology {topology.name!r} has no directed ring through all {n} ranks, so NCCL's "
+            "ring and tree have no channel here; pass channels= and channel_gbps=")
+    if channel_gbps is not None:
+        per = exact_fraction(channel_gbps, "channel_gbps")
+        gbps = tuple(per for _ in rings)
+    else:
+        cm = as_cost_model(model if model is not None else topology)
+        gbps = tuple(min(1 / (1000 * exact_fraction(cm.figures(a, b).beta_us_per_byte, "beta"))
+                         for a, b in zip(ring, ring[1:] + ring[:1]))
+                     for ring in rings)
+    return NcclSetup(n, nodes, rings, gbps, hardware)
+
+
+
+def nccl_choices(setup: "NcclSetup | Topology", collective: str, *,
+                 protocols: Sequence[str] = PROTOCOLS,
+                 algorithms: Sequence[str] = LINEAR_ALGORITHMS) -> tuple[NcclChoice, ...]:
+    """Every (algorithm, protocol) NCCL would consider for ``collective`` (docs/timing.md).
+
+    Ring for allreduce, allgather, reduce-scatter, broadcast and reduce; tree for allreduce only.
+    Other collectives (alltoall, gather, scatter: grouped point-to-point in NCCL, outside its
+    tuning model) get ``()``.
+
+    >>> from collsynth.topology import get_topology
+    >>> [c.name for c in nccl_choices(get_topology("dgx1"), "allreduce")]
+    ['ring/LL', 'ring/LL128', 'ring/Simple', 'tree/LL', 'tree/LL128', 'tree/Simple']
+
+    Examples
+    --------
+    On the DGX-1 (6 directed NVLink rings of 25 GB/s = 150 GB/s bus bandwidth), an 8-rank allgather
+    with ring/Simple: latency ``8.4 + 7 * 3.4 = 32.2`` us, ``algbw = 150 * 8 / 7`` GB/s:
+
+    >>> from collsynth.topology import get_topology
+    >>> setup = nccl_setup(get_topology("dgx1"))
+    >>> len(setup.rings), setup.bus_gbps
+    (6, 150.0)
+    >>> simple = [c for c in nccl_choices(setup, "allgather") if c.name == "ring/Simple"][0]
+    >>> float(simple.latency_us), round(float(simple.algbw_gbps), 3)
+    (32.2, 171.429)
+    >>> best_choice(nccl_choices(setup, "allgather"), 1000).name
+    'ring/LL'
+    """
+    if not isinstance(setup, NcclSetup):
+        setup = nccl_setup(setup)
+    for p in protocols:
+        if p not in PROTOCOLS:
+            raise UnknownNameError(f"protocol {p!r}; expected one of {', '.join(PROTOCOLS)}")
+    for a in algorithms:
+        if a not in LINEAR_ALGORITHMS:
+            raise UnknownNameError(f"algorithm {a!r}; expected one of "
+                                   f"{', '.join(LINEAR_ALGORITHMS)}")
+    key = canonical_name(collective)
+    if key not in _RING_COLLECTIVES:
+        return ()
+    n, nodes = setup.num_ranks, setup.nodes
+    intra = _EXACT_HOP[setup.hardware]
+    net = _EXACT_HOP["net"]
+    bus = setup.bus_gbps_exact
+    choices = []
+    if "ring" in algorithms:
+        nsteps = ring_steps(key, n)
+        inter_steps = ring_steps(key, nodes) if nodes > 1 else 0
+        for p in protocols:
+            latency = _EXACT_BASE["ring"][p]
+            if key in ("broadcast", "reduce"):
+                hop_table = intra if nodes == 1 else net
+                hop = hop_table["tree" if p == "Simple" else "ring"][p]
+                latency += nsteps * hop
+            else:
+                latency += (nsteps - inter_steps) * intra["ring"][p] + inter_steps * net["ring"][p]
+            algbw = bus * BANDWIDTH_FACTOR["ring"][p] * Fraction(n, nsteps)
+            choices.append(NcclChoice("ring", p, key, n, latency, algbw))
+    if "tree" in algorithms and key == "allreduce":
+        for p in protocols:
+            latency = _EXACT_BASE["tree"][p] + 2 * (
+                (n // nodes - 1) * intra["tree"][p] + _log2i(nodes) * net["tree"][p])
+            factor = BANDWIDTH_FACTOR["tree"][p]
+            if p == "LL128" and nodes > 1:
+                factor = TREE_LL128_MULTINODE
+            choices.append(NcclChoice("tree", p, key, n, latency, bus * factor / 2))
+    return tuple(choices)
+
+
+def best_choice(choices: Iterable[NcclChoice], size_bytes: Real) -> NcclChoice:
+    """The fastest choice at ``size_bytes``, as NCCL picks (ties: the first given).
+
+    Raises
+    ------
+    InvalidInstanceError
+        When ``choices`` is empty.
+    """
+    choices = tuple(choices)
+    if not choices:
+        raise InvalidInstanceError("no NCCL choice to pick from")
+    size = exact_fraction(size_bytes, "size_bytes")
+    return min(choices, key=lambda c: c.latency_us + size / (1000 * c.algbw_gbps))
 
 
 def _h100_facts() -> "MachineFacts":

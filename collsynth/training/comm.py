@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameError
+from collsynth.errors import (InvalidInstanceError, InvalidTopologyError, NoRingError,
+                              UnknownNameError)
+from collsynth.synthesis.result import SYNTHESIS_FAILURES
 from collsynth.collective.kinds import canonical_name
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.algorithm.model import Algorithm
     from collsynth.timing.model import CostModel
-    from collsynth.timing.nccl import NcclSetup
+    from collsynth.timing.tuning_model import NcclSetup
     from collsynth.topology.model import Topology
 
 __all__ = [
@@ -271,7 +273,7 @@ class NcclComm:
     """
 
     def __init__(self, topology: "Topology", *, protocols: Sequence[str] | None = None) -> None:
-        from collsynth.timing.nccl import PROTOCOLS
+        from collsynth.runtimes import PROTOCOLS
 
         self.topology = topology
         self.protocols = tuple(protocols) if protocols is not None else PROTOCOLS
@@ -293,15 +295,13 @@ class NcclComm:
         return self._subs[key]
 
     def _setup(self, sub: "Topology") -> "NcclSetup":
-        from collsynth.timing.nccl import nccl_setup
+        from collsynth.timing.tuning_model import nccl_setup
 
         signature = topology_signature(sub)
         if signature not in self._setups:
             try:
                 self._setups[signature] = nccl_setup(sub)
-            except InvalidInstanceError:
-                raise
-            except CollsynthError as exc:
+            except (NoRingError, InvalidTopologyError) as exc:
                 raise InvalidInstanceError(
                     f"NCCL baseline on {sub.name}: {exc}; place the group on ranks that form a "
                     "ring (another strategy order or ranks=)") from exc
@@ -321,7 +321,7 @@ class NcclComm:
         elif key == "send":
             result = CommChoice("p2p", self.send_time_us(group[0], group[1], size_bytes))
         else:
-            from collsynth.timing.nccl import best_choice, nccl_choices
+            from collsynth.timing.tuning_model import best_choice, nccl_choices
 
             setup = self._setup(self.sub_topology(ranks))
             best = best_choice(nccl_choices(setup, key, protocols=self.protocols), size_bytes)
@@ -508,7 +508,7 @@ class PlannedComm:
             else:
                 found += pareto_front(sub, collective, max_chunks=self.max_part_chunks,
                                       options=options)
-        except CollsynthError as exc:
+        except SYNTHESIS_FAILURES as exc:
             _log.warning("synthesis of %s on %s failed (%s); using NCCL there", key, sub.name, exc)
         _log.debug("synthesized %d %s algorithm(s) on %s", len(found), key, sub.name)
         return [r.algorithm for r in found if r.algorithm is not None]

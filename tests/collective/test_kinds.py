@@ -6,10 +6,11 @@ from fractions import Fraction
 
 import pytest
 
-from collsynth.collective.kinds import KINDS, buffer_chunks, busbw_factor, canonical_name
+from collsynth.collective.kinds import (KINDS, base_chunk_bytes, buffer_chunks, busbw_factor,
+                                        canonical_name)
 from collsynth.collective.standard import standard_collective, standard_name
 from collsynth.errors import UnknownNameError
-from collsynth.timing import alphabeta, logs, nccl
+from collsynth.timing import logs
 from collsynth.training.comm import _collective_key
 
 SPELLINGS = {
@@ -38,21 +39,18 @@ def test_bus_bandwidth_factors_by_hand():
             "broadcast": Fraction(1), "reduce": Fraction(1)}
     for name, factor in hand.items():
         assert busbw_factor(name, n) == factor
-        assert nccl.busbw_factor(name, n) == factor
-        assert logs.busbw_factor(name, n) == float(factor)
 
 
 def test_buffer_chunks_by_hand():
     # allgather's size is its output (8 inputs); allreduce's the buffer itself.
     assert buffer_chunks("allgather", 8) == 8 and buffer_chunks("allreduce", 8) == 1
-    assert alphabeta.base_chunk_bytes("Reduce-Scatter", 4, 4096) == 1024
+    assert base_chunk_bytes("Reduce-Scatter", 4, 4096) == 1024
 
 
 def test_unknown_names():
     with pytest.raises(UnknownNameError):
         busbw_factor("pairs", 4)
     assert canonical_name("pairs") == "pairs"
-    assert logs.busbw_factor("pairs", 4) == 1.0
     assert _collective_key("p2p") == "send"
 
 

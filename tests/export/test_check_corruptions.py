@@ -21,13 +21,13 @@ from collsynth.errors import VerificationError
 from collsynth.export.check import PROBLEM_KINDS, CheckReport, Problem, check_program
 from collsynth.export.lower import lower
 from collsynth.export.program import RECV_OPS, SEND_OPS, Program, XmlStep
-from collsynth.export.runtimes import get_runtime, runtime_names
+from collsynth.runtimes import MSCCL_XML, runtime_names, xml_dialect
 from collsynth.export.xml_reader import read_checked
 from collsynth.export.xml_writer import write_program
 from collsynth.synthesis import solve_instance, solve_least_steps
 from collsynth.topology import get_topology
 
-RUNTIMES = tuple(runtime_names())
+RUNTIMES = tuple(runtime_names(MSCCL_XML))
 N = 4
 
 
@@ -226,7 +226,7 @@ def accumulate(program: Program, runtime: str, rank: int, tid: int, pos: int,
     st = tb_of(program, rank, tid).steps[pos]
     assert st.type == "r"
     buf, off = local if local is not None else (st.dstbuf, st.dstoff)
-    if get_runtime(runtime).fused_ops:
+    if xml_dialect(runtime).fused_ops:
         return set_step(program, rank, tid, pos, type="rrc", srcbuf=buf, srcoff=off)
     if (buf, off) == (st.dstbuf, st.dstoff):
         program, slot = add_scratch(program, rank)

@@ -20,10 +20,10 @@ from collsynth.cli import main
 from collsynth.collective import allgather
 from collsynth.errors import ExportError
 from collsynth.export.program import Program
-from collsynth.export.runtimes import runtime_names
+from collsynth.runtimes import MSCCL_XML, runtime_names
 from collsynth.topology import get_topology
 
-RUNTIMES = tuple(runtime_names())
+RUNTIMES = tuple(runtime_names(MSCCL_XML))
 
 
 def drop_last_step(program: Program) -> Program:

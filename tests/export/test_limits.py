@@ -23,14 +23,15 @@ from collsynth.export.limits import (CHANNELS, COUNT, DEPID, FUSION, LIMITS, NOD
 from collsynth.export.lower import check_limits
 from collsynth.export.stats import program_stats
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
-from collsynth.export.runtimes import RUNTIMES, runtime_names
+from collsynth.runtimes import MSCCL_XML, runtime_names
+from collsynth.runtimes.dialect import DIALECTS
 from collsynth.topology import get_topology
 
 # -- the table --------------------------------------------------------------------------------
 
 
 def test_every_runtime_has_its_limits():
-    assert set(LIMITS) == set(RUNTIMES)
+    assert set(LIMITS) == set(runtime_names(MSCCL_XML)) == set(DIALECTS)
     for runtime, limits in LIMITS.items():
         names = [limit.name for limit in limits]
         assert len(names) == len(set(names)), runtime
@@ -42,8 +43,8 @@ def test_every_runtime_has_its_limits():
 
 
 def test_the_table_agrees_with_the_runtime_rules():
-    # runtimes.py drives the writer and the checker; the table must say the same.
-    for name, rt in RUNTIMES.items():
+    # The dialects drive the writer and the checker; the table must say the same.
+    for name, rt in DIALECTS.items():
         assert get_limit(name, STEPS).allowed == rt.max_steps_per_tb
         assert get_limit(name, THREADBLOCKS).allowed == rt.max_threadblocks
         assert get_limit(name, PER_CHANNEL).allowed == rt.max_tbs_per_channel
@@ -147,7 +148,7 @@ def test_each_limit_is_found_with_its_amount(kind):
 
 def test_a_program_within_the_limits_has_no_violation(ring_allgather):
     program = lower(ring_allgather(8), runtime="rccl")
-    for runtime in runtime_names():
+    for runtime in runtime_names(MSCCL_XML):
         assert find_limit_violations(program, runtime) == []
     # Fusable 're' runs are broken by anything else: two runs of 10 are fine.
     steps = [_step(s, "re", srcbuf="s") for s in range(10)] + [_step(10)] + \
@@ -186,7 +187,7 @@ OPTIONS = [dict(), dict(channels=2, instances=2), dict(inplace=True, outofplace=
            dict(channels=3, channel_by="peer", instances=2)]
 
 
-@pytest.mark.parametrize("runtime", runtime_names())
+@pytest.mark.parametrize("runtime", runtime_names(MSCCL_XML))
 def test_estimates_bound_the_lowered_program(algorithms, runtime):
     compared = 0
     for name, algorithm in algorithms.items():
@@ -212,14 +213,14 @@ def test_estimates_bound_the_lowered_program(algorithms, runtime):
 def test_a_direct_allgather_is_refused_from_its_sends(monkeypatch):
     algorithm = _direct_allgather(70)
     by_runtime = estimate_all(algorithm, channels=2)
-    for runtime in runtime_names():
+    for runtime in runtime_names(MSCCL_XML):
         assert by_runtime[runtime] == estimate_limits(algorithm, runtime, channels=2)
     # A rank's chunk travels on one channel: 69 sending threadblocks there; it receives from
     # 35 odd (or even) ranks on the other channel.
     per_channel = {(v.runtime, v.what): v.actual for vs in by_runtime.values() for v in vs
                    if v.limit == PER_CHANNEL}
     assert per_channel == {(runtime, f"{kind} threadblocks per channel"): count
-                           for runtime in runtime_names()
+                           for runtime in runtime_names(MSCCL_XML)
                            for kind, count in (("sending", 69), ("receiving", 35))}
     # rccl also runs out of threadblocks, counted exactly: 69 + 35 + one for local copies.
     (tbs,) = [v for v in by_runtime["rccl"] if v.limit == THREADBLOCKS]
@@ -254,7 +255,7 @@ def test_out_of_range_sends_are_left_to_the_verifier():
     algorithm = Algorithm("bad", get_topology("ring:3"), allgather(3), (Step(1, (Send(0, 0, 7),)),))
     assert estimate_figures(algorithm, "msccl") is None
     assert estimate_limits(algorithm, "msccl") == []
-    assert estimate_all(algorithm) == {name: [] for name in runtime_names()}
+    assert estimate_all(algorithm) == {name: [] for name in runtime_names(MSCCL_XML)}
 
 
 # -- export refuses -----------------------------------------------------------------------------
@@ -287,7 +288,7 @@ def test_the_cli_prints_one_line_per_exceeded_limit(tmp_path, capsys):
     assert f"{path}: not exported: 6 limits of msccl, msccl-executor, rccl exceeded" in lines[0]
     body = [line.removeprefix("collsynth: error: ") for line in lines[1:]]
     assert len(body) == 6
-    for runtime in runtime_names():
+    for runtime in runtime_names(MSCCL_XML):
         assert sum(line.startswith(f"{runtime}: {PER_CHANNEL}: {runtime} allows 32 ")
                    for line in body) == 2
     # One runtime: only its limits; and channels that fit change nothing for the senders.
@@ -356,7 +357,7 @@ def test_channels_auto_spreads_a_large_tree_schedule_until_it_fits(tmp_path, cap
     assert main(["check", str(out), "--runtime", "msccl-executor", "--strict"]) == 0
 
 
-@pytest.mark.parametrize("runtime", runtime_names())
+@pytest.mark.parametrize("runtime", runtime_names(MSCCL_XML))
 def test_peer_channels_are_correct_programs(algorithms, runtime):
     """Spreading peers over channels changes only which threadblock carries a message: every
     program still passes the strict check, and each rank's peers are spread evenly."""

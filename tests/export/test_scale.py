@@ -14,7 +14,7 @@ from collsynth.errors import ExportError, VerificationError
 from collsynth.export import check_program, lower, read_program, write_program
 from collsynth.export.limits import PER_CHANNEL, estimate_limits, find_limit_violations
 from collsynth.export.stats import program_stats
-from collsynth.export.runtimes import runtime_names
+from collsynth.runtimes import MSCCL_XML, runtime_names
 from collsynth.resolve import resolve_topology
 from collsynth.topology import get_topology
 
@@ -68,7 +68,7 @@ def mid_size() -> dict[str, Algorithm]:
 
 
 @pytest.mark.parametrize("name, runtime", [
-    *(("direct32x4", runtime) for runtime in runtime_names()),
+    *(("direct32x4", runtime) for runtime in runtime_names(MSCCL_XML)),
     ("hier64", "msccl"), ("hier64", "rccl")])   # with and without fused ops
 def test_a_mid_size_algorithm_exports_checks_and_rereads(mid_size, name, runtime, tmp_path):
     algorithm = mid_size[name]
@@ -88,7 +88,7 @@ def test_a_mid_size_algorithm_exports_checks_and_rereads(mid_size, name, runtime
 def test_a_64_rank_direct_allgather_is_refused_with_amounts(monkeypatch):
     algorithm = direct_allgather(8)
     assert algorithm.num_sends == 64 * 63
-    for runtime in runtime_names():
+    for runtime in runtime_names(MSCCL_XML):
         violations = estimate_limits(algorithm, runtime, channels=4)
         # Rank r's chunk travels on channel r % 4 to its 63 peers: one threadblock each.
         sending = [v for v in violations if v.what.startswith("sending")]
@@ -112,7 +112,7 @@ def test_long_runs_of_messages_are_split_at_the_cnt_limit():
              Step(pieces, tuple(Send(pieces + i, 1, 0) for i in range(pieces))))
     algorithm = verify(Algorithm("pairs", get_topology("fully-connected:2"),
                                  allgather(2).split(pieces), steps))
-    for runtime in runtime_names():
+    for runtime in runtime_names(MSCCL_XML):
         # In place: no local copies of the own 100 pieces (rccl allows 64 steps).
         program = lower(algorithm, runtime=runtime, inplace=True, outofplace=False)
         counts = sorted(s.cnt for g in program.gpus for tb in g.threadblocks for s in tb.steps

@@ -142,7 +142,7 @@ def test_a_deadlock_is_explained_as_a_cycle():
 
 def test_checker_and_executor_have_no_loader_or_queue_of_their_own():
     """Both run the shared Scheduler; neither folds nops, keeps FIFOs or finds flags itself."""
-    for name in ("collsynth/export/check.py", "collsynth/runtime/program.py"):
+    for name in ("collsynth/export/check.py", "collsynth/executor/program.py"):
         tree = ast.parse((ROOT / name).read_text(encoding="utf-8"))
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                     and node.module == "collsynth.export.semantics" for alias in node.names}

@@ -12,8 +12,8 @@ import random
 import pytest
 
 from collsynth.errors import CollsynthError, ExportError, InvalidInstanceError, OutputPathError
-from collsynth.export.tuner.config import (ALGORITHMS, COLLECTIVES, MAX_LINE_BYTES, PROTOCOLS,
-                                           SIZE_MAX, TunerRule, format_rule, match,
+from collsynth.export.tuner.config import (ALGORITHMS, COLLECTIVES, CONFIG_PROTOCOLS,
+                                           MAX_LINE_BYTES, SIZE_MAX, TunerRule, format_rule, match,
                                            parse_as_nccl_example, parse_as_rccl,
                                            render_tuner_config, runtime_outcome,
                                            write_tuner_config)
@@ -151,7 +151,7 @@ def test_rule_lines_of_the_parser_are_physical_lines():
 
 def _junk(rnd: random.Random) -> bytes:
     alphabet = b",#\t \r\n\x00\x0b\x0c0123456789-+x" + b"".join(
-        n.encode() for n in COLLECTIVES + ALGORITHMS + PROTOCOLS)
+        n.encode() for n in COLLECTIVES + ALGORITHMS + CONFIG_PROTOCOLS)
     size = rnd.choice([0, 1, 10, 254, 255, 256, 600, 3000])
     return bytes(rnd.choice(alphabet) for _ in range(size))
 

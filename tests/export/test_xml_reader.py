@@ -230,7 +230,7 @@ RULES = {
     # names and spellings
     "unknown proto": (
         "msccl", 'proto="Simple"', 'proto="simple"', "structure",
-        "proto='simple' is not one of Simple, LL, LL128", None),
+        "proto='simple' is not one of LL, LL128, Simple", None),
     "msccl refuses reducescatter": (
         "msccl", 'coll="allgather"', 'coll="reducescatter"', "structure",
         "coll='reducescatter' is not a collective msccl knows", None),

@@ -128,14 +128,18 @@ def test_measured_against_the_runtime(algo: Path, fake: Path, tmp_path: Path,
     assert "the logs hold 4 sizes" not in report  # the default log holds every size asked
     # Predictions are labelled as such, one per measured size: the program as benchmarked and
     # the runtime's ring, both by the program model with constants fitted on the default run.
-    program_key = "two_step (program model, constants fitted on the default run)"
-    ring_key = "runtime default (its ring, program model, constants fitted on the default run)"
+    program_key = "two_step (program-model, rccl constants (fitted on the default run))"
+    ring_key = ("runtime default (rccl-ring, program-model, rccl constants (fitted on the "
+                "default run))")
     assert f"predicted: {program_key}" in report and f"predicted: {ring_key}" in report
-    assert len(obj["predicted"][program_key]) == 4
+    predicted = obj["predicted"]
+    assert predicted["model"] == "program-model"
+    assert [p["size_bytes"] for p in predicted["program"]] == [1024, 2048, 4096, 8192]
     # The ring's prediction reproduces the default run it was fitted on (same yardstick), and
     # the program is priced from its XML, as benchmarked.
-    for predicted, measured in zip(obj["predicted"][ring_key], (20.0, 21.0, 23.0, 27.0)):
-        assert predicted == pytest.approx(measured, rel=0.15)
+    for price, measured in zip(predicted["runtime"], (20.0, 21.0, 23.0, 27.0)):
+        assert price["name"] == "rccl-ring"
+        assert price["time_us"] == pytest.approx(measured, rel=0.15)
     from collsynth.timing.runtime_fit import fit_runtime
     from collsynth.timing.runtime_model import simulate_program
 
@@ -143,10 +147,10 @@ def test_measured_against_the_runtime(algo: Path, fake: Path, tmp_path: Path,
                          two_step().topology, "allgather", runtime="rccl", channels=2,
                          held_out=False).constants
     bench_program = read_program(out / "xml" / "two_step.xml", runtime="rccl")
-    for size, predicted in zip((1024, 2048, 4096, 8192), obj["predicted"][program_key]):
-        assert predicted == pytest.approx(simulate_program(
+    for size, price in zip((1024, 2048, 4096, 8192), predicted["program"]):
+        assert price["time_us"] == pytest.approx(simulate_program(
             bench_program, two_step().topology, size, fitted).time_us, rel=1e-9)
-        assert predicted >= 12.0   # never below RCCL's documented base latency
+        assert price["time_us"] >= 12.0   # never below RCCL's documented base latency
     # The calibration of the default run: its runtime and channels as the log says.
     calibration = load_calibration(out / "calibration.json")
     assert calibration.topology == "ring:4"

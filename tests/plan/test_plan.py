@@ -388,23 +388,23 @@ def test_report_sections(fc4_plan):
 
 
 def test_a_calibration_sets_the_figures_and_the_nccl_baseline(fast, options, run_of, traced):
-    from collsynth.timing.calibration import Calibration, CalibrationEntry
+    from collsynth.timing.calibration import CurveCalibration, CalibrationEntry
 
     measured = CalibrationEntry("ar.txt", "allreduce", 4, "alpha-beta",
                                 {"alpha_us": 30.0, "beta_us_per_byte": 5e-05,
                                  "busbw_gbps": 30.0}, gmae=0.1)
-    calibration = Calibration("fc4", (measured,))
+    calibration = CurveCalibration("fc4", (measured,))
     group = (0, 1, 2, 3)
     calls = [traced("allreduce", 1 << 16, group), traced("allgather", 1 << 16, group)]
     plan = plan_calls(run_of(4, calls), fast, options=options(
         calibration=calibration, calibration_file="cal.json", model="closed-form"))
     entries = {e.collective: e for e in plan.entries}
     (nccl,) = [c for c in entries["allreduce"].candidates if c.source == NCCL]
-    assert nccl.name == "nccl measured"
+    assert nccl.name == "nccl-measured"
     assert float(nccl.line.at(1 << 16)) == pytest.approx(30.0 + 5e-05 * (1 << 16))
     # No measured allgather: NCCL's model, on the calibrated figures.
     assert {c.name for c in entries["allgather"].candidates if c.source == NCCL} == \
-        {"nccl ring/LL", "nccl ring/LL128", "nccl ring/Simple"}
+        {"nccl-ring/LL", "nccl-ring/LL128", "nccl-ring/Simple"}
     # 30 us over NCCL's 6 ring steps: 5 us per step instead of the file's 1 us.
     assert any("calibrated: 5 us per step" in note for note in plan.notes)
     (ag,) = [c for c in entries["allgather"].candidates if c.source != NCCL]
@@ -468,11 +468,12 @@ def test_a_multi_node_trace_is_planned_with_the_tree_engine(tmp_path):
 def test_cli_runtime_constants_and_model(tmp_path, capsys, front_cache):
     """``--calibration`` with a runtime-constants file prices with those constants (the plan
     names the file); ``--model closed-form`` prices every entry with the closed form."""
-    from collsynth.timing.runtime_constants import default_constants, save_runtime_constants
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.calibration import RuntimeCalibration, save_calibration
 
     constants_file = tmp_path / "rccl-constants.json"
-    save_runtime_constants(default_constants("rccl").replace(source="test constants"),
-                           constants_file)
+    save_calibration(RuntimeCalibration(get_runtime("rccl").defaults.replace(
+        source="test constants")), constants_file)
     common = [str(TRACES / "fc4-mixed"), "--topology",
               str(Path(__file__).parent / "data" / "fc4-fast.json"), "--cache",
               str(front_cache.directory), "--synth-time-limit", "20", "--runtime", "rccl"]
@@ -480,8 +481,8 @@ def test_cli_runtime_constants_and_model(tmp_path, capsys, front_cache):
                           str(constants_file)]) == 0
     program = json.loads((tmp_path / "a" / "plan.json").read_text())
     assert str(constants_file) in json.dumps(program)
-    assert "program model" in {e["yardstick"] for e in program["entries"]}
+    assert "program-model" in {e["yardstick"] for e in program["entries"]}
     assert _run_plan_cli([*common, "-o", str(tmp_path / "b"), "--model", "closed-form"]) == 0
     closed = json.loads((tmp_path / "b" / "plan.json").read_text())
-    assert {e["yardstick"] for e in closed["entries"]} == {"closed form"}
+    assert {e["yardstick"] for e in closed["entries"]} == {"closed-form"}
     capsys.readouterr()

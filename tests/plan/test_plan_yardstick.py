@@ -1,7 +1,7 @@
 """One yardstick: with physical figures, a plan prices both sides with the program model.
 
 Expected values come from the simulator run separately: the runtime's ring through
-``baseline_rows`` called here, the synthesized side by reading the written XML back from disk
+the program model's price of it called here, the synthesized side by reading the written XML back from disk
 and simulating it, so a plan that priced anything else (the closed form, another layout than
 the one it wrote, other constants) fails.
 """
@@ -14,14 +14,22 @@ import pytest
 
 from collsynth.export.xml_reader import read_checked, read_text
 from collsynth.plan import NCCL, plan_calls, write_plan
-from collsynth.plan.choose import CLOSED_FORM, PROGRAM_MODEL
 from collsynth.plan.groups import topology_for_group
-from collsynth.timing.runtime_baselines import baseline_rows
-from collsynth.timing.runtime_constants import PROTOCOLS, default_constants
+from collsynth.runtimes import PROTOCOLS, get_runtime
+from collsynth.timing.closed_form import ClosedForm
+from collsynth.timing.pricing import RuntimeAlgorithm
+from collsynth.timing.program_model import ProgramModel
 from collsynth.timing.runtime_model import prepare_program, simulate_program
 from collsynth.topology import get_topology
 
 GROUP = (0, 1, 2, 3)
+CLOSED_FORM, PROGRAM_MODEL = ClosedForm.name, ProgramModel.name
+
+
+def baseline_rows(collective, topology, sizes, constants, algorithm="ring"):
+    """The runtime's own ``algorithm`` by the program model, with ``constants``."""
+    subject = RuntimeAlgorithm(get_runtime(constants.runtime), algorithm, collective, topology)
+    return ProgramModel(constants).price(subject, sizes)
 SIZES = {"allgather": (4096, 1 << 20, 16 << 20), "allreduce": (4096, 1 << 20),
          "reduce_scatter": (1 << 16,)}
 
@@ -54,12 +62,12 @@ def test_ring_collectives_are_priced_by_the_program_model(yard_plan):
     assert yardsticks == {"allgather": PROGRAM_MODEL, "allreduce": PROGRAM_MODEL,
                           "reduce_scatter": PROGRAM_MODEL, "alltoall": CLOSED_FORM}
     report = (target / "report.md").read_text()
-    assert "Priced by: program model." in report and "Priced by: closed form (" in report
+    assert "Priced by: program-model." in report and "Priced by: closed-form (" in report
 
 
 def test_the_nccl_row_is_the_runtime_ring_simulated(yard_plan):
     plan, _, fast = yard_plan
-    constants = default_constants(plan.runtime)
+    constants = get_runtime(plan.runtime).defaults
     group_topology = topology_for_group(fast, GROUP)
     for kind, sizes in SIZES.items():
         entry = _entries(plan)[kind]
@@ -76,7 +84,7 @@ def test_the_nccl_row_is_the_runtime_ring_simulated(yard_plan):
 
 def test_the_program_row_is_the_written_xml_simulated(yard_plan):
     plan, target, fast = yard_plan
-    constants = default_constants(plan.runtime)
+    constants = get_runtime(plan.runtime).defaults
     group_topology = topology_for_group(fast, GROUP)
     checked = 0
     for kind, sizes in SIZES.items():
@@ -101,7 +109,7 @@ def test_the_program_row_is_the_written_xml_simulated(yard_plan):
 
 def test_no_prediction_below_the_runtime_base_latency(yard_plan):
     plan, _, _ = yard_plan
-    constants = default_constants(plan.runtime)
+    constants = get_runtime(plan.runtime).defaults
     floor = min(constants.base_latency(p) for p in PROTOCOLS)
     for kind, sizes in SIZES.items():
         entry = _entries(plan)[kind]
@@ -150,7 +158,7 @@ def test_no_program_slower_than_nccl_is_picked(yard_plan):
 def test_runtime_constants_price_both_sides(fast, options, run_of, traced):
     """A runtime-constants calibration (here: a 40 us base latency, 3x the hop latencies)
     prices the ring and the programs alike."""
-    base = default_constants("msccl-executor")
+    base = get_runtime("msccl-executor").defaults
     slow = base.replace(
         base_latency_us={p: 40.0 for p in PROTOCOLS},
         hop_latency_us={k: {p: 3 * v for p, v in row.items()}
@@ -177,7 +185,7 @@ def test_the_closed_form_is_the_quick_path(fast, options, run_of, traced):
     assert entry.yardstick == CLOSED_FORM and "asked for" in entry.yardstick_note
     assert all(c.line is not None and not c.samples for c in entry.candidates)
     _, planned, choice, _ = entry.predict(4096, 4)
-    assert choice != NCCL and planned < min(default_constants("nccl").base_latency(p)
+    assert choice != NCCL and planned < min(get_runtime("nccl").defaults.base_latency(p)
                                             for p in PROTOCOLS)
 
 
@@ -258,14 +266,12 @@ def test_a_program_faster_than_the_tree_and_the_ring_is_chosen(monkeypatch, opti
 def test_the_price_of_nccl_between_samples_is_the_faster_of_ring_and_tree():
     """The boundaries between ranges are placed with NCCL's price at unsampled sizes: the
     faster of its ring and its tree once the tree is one of its candidates."""
-    from collsynth.plan.yardstick import Pricer
+    from collsynth.plan.yardstick import sampled_price
 
     topology = _eight_nodes()
-    constants = default_constants("nccl")
+    constants = get_runtime("nccl").defaults
     ring = baseline_rows("allreduce", topology, [1500], constants)[0].time_us
     tree = baseline_rows("allreduce", topology, [1500], constants, algorithm="tree")[0].time_us
     assert tree < ring
-    pricer = Pricer("allreduce", topology, constants)
-    assert pricer(NCCL, 1500) == ring
-    pricer.tree = True
-    assert pricer(NCCL, 1500) == tree
+    price = sampled_price(ProgramModel(constants), get_runtime("nccl"), "allreduce", topology, {})
+    assert price(NCCL, 1500) == tree

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from collsynth.collective import allgather, broadcast
 from collsynth.errors import FileFormatError
+from collsynth.runtimes import get_runtime
 from collsynth.plan import (
     NCCL,
     Candidate,
@@ -328,17 +329,17 @@ def test_large_groups_use_the_bandwidth_optimal_engine():
 
 def test_environment_per_runtime():
     files = ["/p/xml/a.xml", "/p/xml/b.xml"]
-    msccl, _ = runtime_environment("msccl", xml_dir="/p/xml", xml_paths=files,
+    msccl, _ = runtime_environment(get_runtime("msccl"), xml_dir="/p/xml", xml_paths=files,
                                    collectives={"allgather"})
     assert [(v.name, v.value) for v in msccl] == [("MSCCL_XML_FILES", ":".join(files))]
-    msccl_ar, _ = runtime_environment("msccl", xml_dir="/p/xml", xml_paths=files,
+    msccl_ar, _ = runtime_environment(get_runtime("msccl"), xml_dir="/p/xml", xml_paths=files,
                                       collectives={"allreduce"})
     assert ("NCCL_ALGO", "MSCCL,RING,TREE") in [(v.name, v.value) for v in msccl_ar]
-    rccl, rccl_notes = runtime_environment("rccl", xml_dir="/p/xml", xml_paths=files,
+    rccl, rccl_notes = runtime_environment(get_runtime("rccl"), xml_dir="/p/xml", xml_paths=files,
                                            collectives=())
     assert {v.name: v.value for v in rccl}["MSCCL_ALGO_DIR"] == "/p/xml"
     assert "RCCL_MSCCL_FORCE_ENABLE" in {v.name for v in rccl}
-    executor, _ = runtime_environment("msccl-executor", xml_dir="/p/xml", xml_paths=files,
+    executor, _ = runtime_environment(get_runtime("msccl-executor"), xml_dir="/p/xml", xml_paths=files,
                                       collectives=())
     assert {v.name: v.value for v in executor} == {"MSCCL_ALGO_DIR": "/p/xml",
                                                    "NCCL_MSCCL_ENABLE": "1"}

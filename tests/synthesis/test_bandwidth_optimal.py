@@ -40,6 +40,15 @@ SMALL_SYSTEMS = [
 ]
 
 
+def algorithm_time_us(algorithm, size_bytes, model):
+    """An algorithm's (steps, rounds per chunk) on one alpha and beta (``model``)."""
+    from collsynth.timing.model import time_us
+
+    coll = algorithm.collective
+    return time_us((algorithm.num_steps, algorithm.rounds_per_chunk), size_bytes, coll.name,
+                   coll.num_ranks, model=model)
+
+
 def _system(spec, nodes, nic_units):
     return resolve_topology(spec, nodes=nodes, nic_units=nic_units)
 
@@ -245,7 +254,7 @@ def test_cli_bandwidth_optimal_bad_input(capsys):
 def test_stages_follow_the_message_size():
     """Small buffers get one stage (fewest steps), large ones more (closer to the steady state),
     and the chosen schedule is never slower at its size than the other two."""
-    from collsynth.timing.alphabeta import algorithm_time_us, from_topology
+    from collsynth.timing.alphabeta import from_topology
 
     topology = resolve_topology("dgx-a100", nodes=4)
     collective = standard_collective("allgather", 32)
@@ -277,11 +286,11 @@ def test_predictions_charge_the_base_latency_to_both_sides():
     """NCCL's lines include its base latency (8.4 us for its Simple ring, NCCL tuning.cc); a
     synthesized algorithm runs in the same launch and pays it too: at any size its predicted
     time is 8.4 us more than its alpha-beta time."""
-    from collsynth.timing.alphabeta import algorithm_time_us, from_topology
-    from collsynth.timing.compare import predicted_against_nccl
+    from collsynth.timing.alphabeta import from_topology
+    from collsynth.timing.closed_form import predicted_against_runtime
 
     system = compose_nodes(get_topology("dgx-a100"), 2)
     result = solve_bandwidth_optimal(system, standard_collective("allgather", 16), stages=2)
-    rows = predicted_against_nccl(result.algorithm, [1 << 20])
+    rows = predicted_against_runtime(result.algorithm, [1 << 20])
     alone = algorithm_time_us(result.algorithm, 1 << 20, from_topology(system))
-    assert rows[0]["collsynth"] == pytest.approx(alone + 8.4)
+    assert rows[0].collsynth_us == pytest.approx(alone + 8.4)

@@ -12,7 +12,7 @@ from collsynth.limits import ResourceLimitError, TimeLimitReached
 from collsynth.synthesis.alltoall_scale import solve_alltoall_at_scale
 from collsynth.synthesis.hierarchical import hierarchical_algorithm
 from collsynth.synthesis.large import solve_large
-from collsynth.synthesis.result import Deadline
+from collsynth.limits import Deadline
 from collsynth.topology import Topology, compose_nodes, get_topology
 from collsynth.topology.families import fully_connected, ring
 

@@ -11,14 +11,24 @@ from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.collective import allgather, broadcast
 from collsynth.errors import CollsynthError, InvalidInstanceError, InvalidTopologyError, UnknownNameError
 from collsynth.topology import Topology, get_topology
-from collsynth.timing import (
-    AlphaBeta,
-    algorithm_time_us,
-    base_chunk_bytes,
-    crossover_bytes,
-    from_topology,
-    instance_time_us,
-)
+from collsynth.timing import AlphaBeta, ClosedForm, base_chunk_bytes, from_topology
+from collsynth.timing.model import crossover, time_us
+
+
+def instance_time_us(steps, rounds_per_chunk, chunk_bytes, model):
+    """A (steps, rounds per chunk) point on one base chunk of ``chunk_bytes`` (an allreduce's
+    buffer is its base chunk)."""
+    return time_us((steps, rounds_per_chunk), chunk_bytes, "allreduce", 2, model=model)
+
+
+def algorithm_time_us(algorithm, size_bytes, model):
+    """The closed form's price of ``algorithm`` (its topology has the figures of ``model``)."""
+    assert from_topology(algorithm.topology) == model
+    return ClosedForm().price(algorithm, [size_bytes])[0].time_us
+
+
+def crossover_bytes(a, b, collective, n, model):
+    return crossover(a, b, collective, n, model=model)
 
 RING4 = ((0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 0, 0))
 
@@ -93,7 +103,7 @@ def test_base_chunk_bytes(name, n, size, chunk):
 
 
 def test_base_chunk_bytes_refuses():
-    with pytest.raises(UnknownNameError, match="instance_time_us"):
+    with pytest.raises(UnknownNameError, match="no buffer-size convention"):
         base_chunk_bytes("multiroot_broadcast", 4, 100)
     with pytest.raises(InvalidInstanceError):
         base_chunk_bytes("allgather", 0, 100)
@@ -122,7 +132,7 @@ def test_algorithm_time_ring_allgather():
     # 4 KB output buffer: 1 KB base chunks: 3 * 2 + 3 * 1000 * 1e-4 = 6.3 us
     assert algorithm_time_us(algorithm, 4000, model) == pytest.approx(6.3)
     # 4 GB: 6 + 3 * 1e9 * 1e-4 = 300_006 us
-    assert algorithm_time_us(algorithm, 4e9, model) == pytest.approx(300_006.0)
+    assert algorithm_time_us(algorithm, 4 * 10**9, model) == pytest.approx(300_006.0)
 
 
 def test_algorithm_time_uses_rounds_per_base_chunk():

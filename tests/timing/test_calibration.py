@@ -18,13 +18,13 @@ from collsynth.errors import (
 from collsynth.timing import from_topology
 from collsynth.timing import calibration as calibration_module
 from collsynth.timing.calibration import (
-    Calibration,
+    CurveCalibration,
     CalibrationEntry,
     calibration_from_fits,
     calibration_from_json,
     egress_units,
     load_calibration,
-    ring_steps,
+    calibration_steps,
     save_calibration,
 )
 from collsynth.timing.fit import fit_log
@@ -42,7 +42,7 @@ TWO_NODE = SHARED / "A100-16gpu-2node-p4d_all_reduce_awsdocs.txt"
 
 
 @pytest.fixture(scope="module")
-def a100() -> Calibration:
+def a100() -> CurveCalibration:
     if not SHARED.is_dir():
         pytest.fail(f"{SHARED} is missing: the tests read the repository's data/nccl-tests")
     return calibration_from_fits("DGX-A100", [fit_log(load_log(p)) for p in (A100_AG, A100_AR)])
@@ -51,7 +51,7 @@ def a100() -> Calibration:
 # -- the file -------------------------------------------------------------------------------------
 
 
-def test_round_trip(a100: Calibration, tmp_path: Path):
+def test_round_trip(a100: CurveCalibration, tmp_path: Path):
     path = tmp_path / "sub" / "a100.json"
     path.parent.mkdir()  # writers never create missing folders
     save_calibration(a100, path)
@@ -59,8 +59,8 @@ def test_round_trip(a100: Calibration, tmp_path: Path):
     assert again == a100
     assert [e.params for e in again.entries] == [e.params for e in a100.entries]
     obj = json.loads(path.read_text())
-    assert (obj["format"], obj["version"], obj["topology"]) == ("collsynth-calibration", 1,
-                                                                "DGX-A100")
+    assert (obj["format"], obj["version"], obj["kind"], obj["topology"]) == (
+        "collsynth-calibration", 2, "curve", "DGX-A100")
     assert [(e["collective"], e["model"]) for e in obj["entries"]] == [
         ("allgather", "alpha-beta"), ("allgather", "piecewise"),
         ("allreduce", "alpha-beta"), ("allreduce", "piecewise")]
@@ -79,6 +79,44 @@ def _valid() -> dict:
          "alpha_us": 48.7, "busbw_gbps": 129.0, "knee_bytes": 16384,
          "saturation_bytes": 134217728, "sigmoid_low_gbps": 0.0175, "sigmoid_high_gbps": 209.1,
          "center_bytes": 57577.0, "steepness": 0.278, "gmae": 0.022, "gmae_rows": 0.023}]}
+
+
+def test_one_format_of_two_kinds_and_the_files_of_earlier_versions(tmp_path: Path):
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.calibration import RuntimeCalibration
+
+    # runtime constants: written as version 2 of the one format, with their kind
+    fitted = RuntimeCalibration(get_runtime("rccl").defaults.replace(channels=2,
+                                                                     source="fitted"))
+    path = tmp_path / "rt.json"
+    save_calibration(fitted, path)
+    obj = json.loads(path.read_text())
+    assert (obj["format"], obj["version"], obj["kind"], obj["runtime"]) == (
+        "collsynth-calibration", 2, "runtime-constants", "rccl")
+    assert load_calibration(path) == fitted
+    # a collsynth-runtime-constants file of version 1 is read as runtime constants
+    legacy = {k: v for k, v in obj.items() if k not in ("format", "version", "kind")}
+    path.write_text(json.dumps({"format": "collsynth-runtime-constants", "version": 1,
+                                **legacy}))
+    assert load_calibration(path) == fitted
+    # a curve file of version 1 (no kind) is a curve calibration
+    assert load_calibration_text(tmp_path, _valid()).kind == "curve"
+    # version 2 names its kind
+    for kind, message in ((KeyError, "kind: missing"), ("fits", "kind: 'fits'; expected one of "
+                                                                "curve, runtime-constants")):
+        bad = {**_valid(), "version": 2}
+        if kind is not KeyError:
+            bad["kind"] = kind
+        with pytest.raises(FileFormatError, match=message):
+            load_calibration_text(tmp_path, bad)
+    with pytest.raises(FileFormatError, match="unknown field 'entries'; the fields are"):
+        load_calibration_text(tmp_path, {**_valid(), "version": 2, "kind": "runtime-constants"})
+
+
+def load_calibration_text(folder: Path, obj: dict):
+    path = folder / "c.json"
+    path.write_text(json.dumps(obj))
+    return load_calibration(path)
 
 
 def test_minimal_file_reads():
@@ -107,7 +145,7 @@ def _edit(path: list, value: object) -> dict:
 BAD_CALIBRATIONS = [
     (["format"], "collsynth-topology", r"format: 'collsynth-topology'; expected "
                                        r"'collsynth-calibration'"),
-    (["version"], 2, r"version: 2; this collsynth reads version 1"),
+    (["version"], 3, r"version: 3; this collsynth reads versions 1 and 2"),
     (["topology"], "", r"topology: ''; expected a name"),
     (["entries"], {}, r"entries: expected a list"),
     (["extra"], 1, r"unknown field\(s\) 'extra'"),
@@ -179,7 +217,7 @@ def test_entry_checks_its_figures():
 # -- alpha_beta_for -------------------------------------------------------------------------------
 
 
-def test_alpha_beta_for(a100: Calibration):
+def test_alpha_beta_for(a100: CurveCalibration):
     line = a100.entries_for("allreduce", model="alpha-beta")[0]
     for spelling in ("allreduce", "all_reduce", "AllReduce", "all-reduce"):
         model = a100.alpha_beta_for(spelling)
@@ -195,7 +233,7 @@ def test_alpha_beta_for(a100: Calibration):
 
 
 def test_alpha_beta_for_piecewise_only_and_several_rank_counts():
-    only = Calibration("x", tuple(e for e in calibration_from_json(_valid()).entries
+    only = CurveCalibration("x", tuple(e for e in calibration_from_json(_valid()).entries
                                   if e.model == "piecewise"))
     model = only.alpha_beta_for("allreduce")
     assert model.alpha_us == 48.7
@@ -218,15 +256,16 @@ def test_apply_dgx1_from_the_v100_log():
     assert dgx1.alpha_us == pytest.approx(line.alpha_us / 14)
     assert 15 < dgx1.unit_gbps < 25  # V100 NVLink2: 25 GB/s per direction on paper
     assert dgx1.links == get_topology("dgx1").links
-    assert dgx1.metadata["calibration"]["egress_units"] == 6
+    assert calibration.applied_entry(get_topology("dgx1")) is line  # the one applied
+    assert "calibration" not in dgx1.metadata   # provenance is the calibration's, not the topology's
     model = from_topology(dgx1)
     assert model.beta_us_per_byte == pytest.approx(1 / (dgx1.unit_gbps * 1e3))
 
 
-def test_apply_prefers_allreduce_and_checks_ranks(a100: Calibration):
+def test_apply_prefers_allreduce_and_checks_ranks(a100: CurveCalibration):
     topology = a100.apply(get_topology("DGX-A100"))
     entry = a100.entries_for("allreduce", model="alpha-beta")[0]
-    assert topology.metadata["calibration"]["collective"] == "allreduce"
+    assert a100.applied_entry(get_topology("DGX-A100")).collective == "allreduce"
     assert topology.unit_gbps == pytest.approx(entry.busbw_gbps / 12)
     assert topology.alpha_us == pytest.approx(entry.alpha_us / 14)
     with pytest.raises(InvalidTopologyError, match="has fits for 8 ranks; topology 'DGX2' has "
@@ -237,8 +276,10 @@ def test_apply_prefers_allreduce_and_checks_ranks(a100: Calibration):
 def test_egress_units_and_ring_steps():
     assert egress_units(get_topology("DGX-A100")) == 12  # capped by its switch groups
     assert egress_units(get_topology("hub:4")) == 1
-    assert ring_steps("allreduce", 8) == 14 and ring_steps("alltoall", 8) == 7
-    assert ring_steps("broadcast", 1) == 1
+    # NCCL's ring: 2(n-1) steps for allreduce, n for broadcast (ncclTopoTuneModel's nsteps);
+    # alltoall runs as n-1 messages per rank.
+    assert calibration_steps("allreduce", 8) == 14 and calibration_steps("alltoall", 8) == 7
+    assert calibration_steps("broadcast", 8) == 8 and calibration_steps("broadcast", 1) == 1
 
 
 # -- the command line -----------------------------------------------------------------------------

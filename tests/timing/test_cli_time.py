@@ -20,11 +20,9 @@ import pytest
 from collsynth import cli
 from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.algorithm.fileformat import save_algorithm
-from collsynth.timing.compare import compare
 from collsynth.cli.common import format_size, parse_size
 from collsynth.cli.common import parse_size_range, parse_sizes
 from collsynth.collective import allgather, broadcast
-from collsynth.timing import AlphaBeta
 from collsynth.topology.families import ring
 
 
@@ -116,7 +114,7 @@ def test_time_table(capsys, files):
     # busbw = x 3/4.
     assert cells[1] == "two_step" and cells[2] == "4.050" and cells[3] == "0.247"
     assert cells[4] == "0.185" and cells[5] == "*"
-    assert any("nccl ring/LL" in line and "8.475" in line for line in lines)  # 8.4 + 1000/(40000/3)
+    assert any("nccl-ring/LL" in line and "8.475" in line for line in lines)  # 8.4 + 1000/(40000/3)
     assert "best: 1 KB two_step; 1 MB three_step; 1 GB three_step" in out
     assert "two_step -> three_step at 160000 bytes (160 KB)" in out
     assert "NCCL has no tree for allgather" in out
@@ -130,14 +128,14 @@ def test_time_json(capsys, files):
     first = data["sizes"][0]
     assert first["size_bytes"] == 1000 and first["best"] == "two_step"
     names = [c["name"] for c in first["candidates"]]
-    assert names == ["two_step", "three_step", "nccl ring/LL"]
+    assert names == ["two_step", "three_step", "nccl-ring/LL"]
     assert first["candidates"][0]["time_us"] == pytest.approx(4.05)
     assert data["crossovers"] == [{"from": "two_step", "to": "three_step",
                                    "size_bytes": "160000", "size_bytes_float": 160000.0}]
     # At 1 GB: three_step 6 + 37500 us; NCCL ring/Simple 8.4 + 3 x 3.4 + 10**9 / (1000 x 80/3).
     last = {c["name"]: c for c in data["sizes"][1]["candidates"]}
     assert last["three_step"]["time_us"] == pytest.approx(37506)
-    assert last["nccl ring/Simple"]["time_us"] == pytest.approx(18.6 + 37500)
+    assert last["nccl-ring/Simple"]["time_us"] == pytest.approx(18.6 + 37500)
 
 
 def test_time_usage_errors(capsys, files):
@@ -172,46 +170,55 @@ def test_time_with_a_calibration_file(capsys, files, tmp_path):
         "ag.txt", "allgather", 4, "alpha-beta",
         {"alpha_us": 30.0, "beta_us_per_byte": 1e-4, "busbw_gbps": 16.0}, gmae=0.1)
     path = tmp_path / "cal.json"
-    calibration.save_calibration(calibration.Calibration("ring:4", (entry,)), path)
+    calibration.save_calibration(calibration.CurveCalibration("ring:4", (entry,)), path)
     code, out, err = run(capsys, "time", files[0], "--sizes", "1KB", "--calibration", path,
                          "--json")
     assert code == 0, err
     rows = {c["name"]: c for c in json.loads(out)["sizes"][0]["candidates"]}
     # two_step: 2 x 10 + 2 x (1000/4) / 8000 = 20.0625 us.
     assert rows["two_step"]["time_us"] == pytest.approx(20.0625)
-    assert rows["measured allgather"]["time_us"] == pytest.approx(30.1)
-    assert rows["measured allgather"]["kind"] == "measured"
+    assert rows["nccl-measured"]["time_us"] == pytest.approx(30.1)
+    assert rows["nccl-measured"]["kind"] == "measured"
     code, _, err = run(capsys, "time", files[0], "--calibration", tmp_path / "missing-cal.json")
     assert code == cli.EXIT_ERROR and "missing-cal.json" in err
 
 
-def test_compare_with_a_duck_typed_calibration():
-    class Calibration:  # the interface of collsynth.timing.calibration.Calibration
-        def apply(self, topology):
-            return dataclasses.replace(topology, unit_gbps=5.0, alpha_us=1.0)
+def test_the_closed_form_with_a_calibration_and_the_measured_model():
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing import calibration
+    from collsynth.timing.closed_form import ClosedForm, Measured
+    from collsynth.timing.pricing import MEASURED, RuntimeAlgorithm, runtime_algorithms
 
-        def alpha_beta_for(self, name, *, ranks=None):
-            assert (name, ranks) == ("allgather", 4)
-            return AlphaBeta(alpha_us=7.0, beta_us_per_byte=2e-4)
+    # An allgather fit on 4 ranks: busbw 10 GB/s over ring:4's 2 egress units = 5 GB/s per
+    # unit; alpha 3 us over NCCL's 3 ring steps = 1 us per step; the line 7 us + 2e-4 us/byte.
+    entry = calibration.CalibrationEntry(
+        "ag.txt", "allgather", 4, "alpha-beta",
+        {"alpha_us": 3.0, "beta_us_per_byte": 2e-4, "busbw_gbps": 10.0}, gmae=0.1)
+    cal = calibration.CurveCalibration("ring:4", (entry,))
+    model = ClosedForm(calibration=cal)
+    (price,) = model.price(two_step(), [1000])
+    # 2 x 1 + 2 x (1000/4) / 5000 = 2.1 us
+    assert price.time_us == pytest.approx(2.1)
+    nccl = get_runtime("nccl")
+    (ring,) = runtime_algorithms(nccl, "allgather", ring4())
+    assert model.nccl_setup(ring4()).bus_gbps == 10.0  # 2 channels of one 5 GB/s unit
+    measured = RuntimeAlgorithm(nccl, MEASURED, "allgather", ring4())
+    assert Measured(cal).price(measured, [1000])[0].time_us == pytest.approx(3.2)
+    assert model.why_not(measured) is not None and Measured(cal).why_not(ring) is not None
 
-    comparison = compare([two_step()], calibration=Calibration())
-    # 2 x 1 + 2 x (1000/4) / 5000 = 2.1 us; NCCL's channels now run at 5 GB/s (10 GB/s bus).
-    assert comparison.time_us("two_step", 1000) == pytest.approx(2.1)
-    assert comparison.time_us("measured allgather", 1000) == pytest.approx(7.2)
-    assert [shown for shown, _ in comparison.rows(1000)] == [
-        "two_step", "nccl ring/LL", "measured allgather"]
-    assert any("10 GB/s bus" in note for note in comparison.notes)
 
-
-def test_compare_device_gamma_for_combining():
+def test_closed_form_device_gamma_for_combining():
     from collsynth.collective import reduce_scatter
+    from collsynth.timing.closed_form import ClosedForm
+    from collsynth.timing.kernels import reduce_gamma_us_per_byte
     from collsynth.topology import Topology
 
     pair = Topology("pair", ((0, 1), (1, 0)), unit_gbps=10.0, alpha_us=1.0)
     step = Step(1, (Send(0, 1, 0, reduce=True), Send(1, 0, 1, reduce=True)))
     algorithm = verify(Algorithm("rs", pair, reduce_scatter(2), (step,)))
-    plain = compare([algorithm]).time_us("rs", 2 * 10**6)
-    charged = compare([algorithm], device="v100").time_us("rs", 2 * 10**6)
+    plain = ClosedForm().price(algorithm, [2 * 10**6])[0].time_us
+    gamma = reduce_gamma_us_per_byte("v100")
+    charged = ClosedForm(gamma_us_per_byte=gamma).price(algorithm, [2 * 10**6])[0].time_us
     # 10**6 reduced bytes at 3 / 9e5 us each.
     assert charged - plain == pytest.approx(10**6 * 3 / 9e5)
 
@@ -234,3 +241,43 @@ def test_plot_usage_errors(capsys, files, tmp_path):
     assert code == cli.EXIT_USAGE and ".png or .svg" in err
     code, _, err = run(capsys, "plot", *files, "--sizes", "1GB:1KB", "-o", tmp_path / "p.png")
     assert code == cli.EXIT_USAGE
+
+
+def test_time_reads_every_calibration_collsynth_writes(capsys, files, tmp_path):
+    """One file format with a kind: a curve calibration feeds the closed form, runtime
+    constants the program model; without --model the kind picks it, and a file of an earlier
+    version reads as well."""
+    import json as json_module
+
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing import calibration
+
+    entry = calibration.CalibrationEntry(
+        "ag.txt", "allgather", 4, "alpha-beta",
+        {"alpha_us": 30.0, "beta_us_per_byte": 1e-4, "busbw_gbps": 16.0}, gmae=0.1)
+    curve = tmp_path / "curve.json"
+    calibration.save_calibration(calibration.CurveCalibration("ring:4", (entry,)), curve)
+    constants = get_runtime("nccl").defaults.replace(source="slow", base_latency_us={
+        "LL": 100.0, "LL128": 100.0, "Simple": 100.0})
+    rt = tmp_path / "rt.json"
+    calibration.save_calibration(calibration.RuntimeCalibration(constants), rt)
+    legacy = tmp_path / "legacy-rt.json"
+    obj = json_module.loads(rt.read_text())
+    legacy.write_text(json_module.dumps({**{k: v for k, v in obj.items() if k != "kind"},
+                                         "format": "collsynth-runtime-constants",
+                                         "version": 1}))
+    code, out, err = run(capsys, "time", files[0], "--sizes", "1KB", "--calibration", curve,
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["model"] == "closed-form"
+    for path in (rt, legacy):   # the program model, its constants: every row pays base 100 us
+        code, out, err = run(capsys, "time", files[0], "--sizes", "1KB", "--calibration", path,
+                             "--json")
+        assert code == 0, err
+        rows = json.loads(out)
+        assert {r["model"] for r in rows} == {"program-model"}
+        assert all(r["time_us"] >= 100.0 for r in rows)
+    code, _, err = run(capsys, "time", files[0], "--model", "closed-form", "--calibration", rt)
+    assert code == cli.EXIT_ERROR and "runtime constants go with the program model" in err
+    code, _, err = run(capsys, "time", files[0], "--model", "program", "--calibration", curve)
+    assert code == cli.EXIT_ERROR and "a curve calibration gives the closed form" in err

@@ -10,7 +10,7 @@ import sympy
 from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.collective import allgather, reduce_scatter
 from collsynth.errors import InvalidInstanceError, InvalidTopologyError
-from collsynth.timing import AlphaBeta, algorithm_time_us, from_topology
+from collsynth.timing import AlphaBeta, from_topology
 from collsynth.timing.model import (
     NETWORK_ALPHA_US,
     SIZE,
@@ -23,7 +23,7 @@ from collsynth.timing.model import (
     symbolic_time,
     time_us,
 )
-from collsynth.timing.nccl import NcclChoice
+from collsynth.timing.tuning_model import NcclChoice
 from collsynth.topology import Topology, get_topology
 from collsynth.topology.compose import compose_nodes
 
@@ -64,9 +64,13 @@ def test_symbolic_time_of_a_ring_by_hand():
 
 @pytest.mark.parametrize("size", [1, 1000, 4_000_000, 10**9])
 def test_symbolic_time_agrees_with_alphabeta(size):
+    # Step by step (the algorithm) and as one (steps, rounds per chunk) point: the same time on
+    # a topology of one link class.
     algorithm = ring_allgather()
     model = from_topology(algorithm.topology)
-    assert time_us(algorithm, size) == pytest.approx(algorithm_time_us(algorithm, size, model))
+    point = (algorithm.num_steps, algorithm.rounds_per_chunk)
+    assert time_us(algorithm, size) == pytest.approx(
+        time_us(point, size, "allgather", 4, model=model))
 
 
 def test_point_dgx1_by_hand():
@@ -181,13 +185,16 @@ def test_cost_model_validation():
 
 
 def test_calibration_is_applied_to_the_topology():
-    class FakeCalibration:  # the interface of collsynth.timing.calibration.Calibration
+    class FakeCalibration:  # the interface of collsynth.timing.calibration.CurveCalibration
         def apply(self, topology):
             from dataclasses import replace
             return replace(topology, alpha_us=3.0, unit_gbps=5.0)
 
+    from collsynth.timing.closed_form import ClosedForm
+
     ring = ring_allgather().topology
-    assert cost_model(ring, calibration=FakeCalibration()).links == AlphaBeta(3.0, 1 / 5e3)
+    model = ClosedForm(calibration=FakeCalibration())
+    assert model.cost_model(ring).links == AlphaBeta(3.0, 1 / 5e3)
 
 
 # -- gamma ----------------------------------------------------------------------------------------

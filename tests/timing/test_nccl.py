@@ -12,17 +12,11 @@ import pytest
 
 from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameError
 from collsynth.timing.model import crossover
-from collsynth.timing.nccl import (
-    NcclChoice,
-    algbw_gbps,
-    best_choice,
-    busbw_factor,
-    busbw_gbps,
-    nccl_choices,
-    nccl_setup,
-    ring_channels,
-    ring_steps,
-)
+from collsynth.collective.kinds import busbw_factor
+from collsynth.timing.metrics import algbw_gbps, busbw_gbps
+from collsynth.timing.rings import ring_channels
+from collsynth.timing.tuning_model import NcclChoice, best_choice, nccl_choices, nccl_setup
+from collsynth.timing.tuning_model import ring_steps
 from collsynth.topology import Topology, get_topology
 from collsynth.topology.compose import compose_nodes
 from collsynth.topology.families import fully_connected, hub, ring, star

@@ -18,10 +18,11 @@ from collsynth.cli import main
 from collsynth.errors import CollsynthError, FileFormatError, InvalidInstanceError
 from collsynth.export.check import check_program
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
-from collsynth.timing.runtime_baselines import baseline_rows, ring_program
-from collsynth.timing.runtime_constants import (PROTOCOLS, constants_from_dict,
-                                                constants_to_dict, default_constants,
-                                                load_runtime_constants, save_runtime_constants)
+from collsynth.timing.runtime_baselines import ring_program
+from collsynth.runtimes import PROTOCOLS, get_runtime
+from collsynth.timing.calibration import (RuntimeCalibration, calibration_from_json,
+                                          calibration_to_json, load_calibration,
+                                          save_calibration)
 from collsynth.timing.runtime_model import (SimulationOptions, prepare_program,
                                             simulate_program)
 from collsynth.topology.model import Topology
@@ -30,10 +31,19 @@ ROOT = Path(__file__).resolve().parents[2]
 MI250_CSV = ROOT / "data" / "measurements" / "mi250-16gcd-x2" / "rccl_all_gather_outofplace.csv"
 
 
+
+def runtime_prices(collective, topology, sizes, constants, algorithm="ring"):
+    """The runtime's own ``algorithm`` priced by the program model with ``constants``."""
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
+
+    subject = RuntimeAlgorithm(get_runtime(constants.runtime), algorithm, collective, topology)
+    return ProgramModel(constants).price(subject, sizes)
+
 def constants(*, base=4.0, hop=2.0, ceiling=None, slot=None, fifo=8, chunk_slots=4,
               slice_slots=2, gamma=0.0):
     """NCCL's defaults with the figures a test needs, the same for every protocol and class."""
-    c = default_constants("nccl")
+    c = get_runtime("nccl").defaults
     return c.replace(
         base_latency_us={p: base for p in PROTOCOLS},
         hop_latency_us={k: {p: hop for p in PROTOCOLS} for k in ("intra", "network")},
@@ -229,9 +239,9 @@ def test_baseline_picks_the_recorded_protocol_by_size():
     links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
     ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
     c = constants().replace(default_protocols=((1000, "LL"), (None, "Simple")), channels=1)
-    rows = baseline_rows("allgather", ring4, [1000, 10**6], c)
+    rows = runtime_prices("allgather", ring4, [1000, 10**6], c)
     assert [r.protocol for r in rows] == ["LL", "Simple"]
-    assert rows[0].name == "nccl-ring"
+    assert rows[0].subject == "nccl-ring"
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -257,19 +267,21 @@ def test_a_deadlock_is_refused():
 
 
 def test_constants_file_round_trip_and_bad_file(tmp_path):
-    c = default_constants("rccl").replace(channels=2, default_protocols=((1024, "LL"),
+    c = get_runtime("rccl").defaults.replace(channels=2, default_protocols=((1024, "LL"),
                                                                          (None, "Simple")))
-    assert constants_from_dict(json.loads(json.dumps(constants_to_dict(c)))) == c
+    calibration = RuntimeCalibration(c)
+    assert calibration_from_json(json.loads(json.dumps(calibration_to_json(calibration)))) == \
+        calibration
     path = tmp_path / "rt.json"
-    save_runtime_constants(c, path)
-    assert load_runtime_constants(path) == c
+    save_calibration(calibration, path)
+    assert load_calibration(path).constants == c
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "collsynth-runtime-constants", "version": 1,
                                "runtime": "rccl", "hop_latency_us": {"intra": {"LL": -1}}}))
     with pytest.raises(CollsynthError, match=r"hop_latency_us\['intra'\]\['LL'\] = -1"):
-        load_runtime_constants(bad)
-    with pytest.raises(FileFormatError, match="collsynth-runtime-constants"):
-        constants_from_dict({"format": "other"})
+        load_calibration(bad)
+    with pytest.raises(FileFormatError, match="collsynth-calibration"):
+        calibration_from_json({"format": "other"})
 
 
 def _xml(tmp_path: Path) -> Path:
@@ -343,7 +355,7 @@ def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
     n = 4
     links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
     ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=25.0, alpha_us=1.0)
-    base = default_constants("nccl")
+    base = get_runtime("nccl").defaults
     truth = base.replace(
         base_latency_us={p: 20.0 for p in PROTOCOLS},
         hop_latency_us={k: {p: 2 * v for p, v in row.items()}
@@ -356,11 +368,12 @@ def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
     csv_path.write_text("size_bytes,time_us,algbw_gbps\n" + "".join(
         f"{s},{simulate_program(p, ring4, s, truth).time_us},0\n" for s in sizes))
     out = tmp_path / "rt.json"
-    assert main(["calibrate-runtime", str(csv_path), "--topology", "ring:4,unit_gbps=25",
-                 "--runtime", "nccl", "--channels", "1", "-o", str(out), "--json"]) == 0
+    assert main(["calibrate", str(csv_path), "--model", "program", "--topology",
+                 "ring:4,unit_gbps=25", "--runtime", "nccl", "--channels", "1", "-o", str(out),
+                 "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["gmae"] < 0.01
-    fitted = load_runtime_constants(out)
+    fitted = load_calibration(out).constants
     assert fitted.ceiling("intra", "Simple") == pytest.approx(3.0, rel=0.02)
     assert fitted.base_latency("Simple") + 3 * fitted.hop_latency("intra", "Simple") == \
         pytest.approx(20.0 + 3 * 6.8, rel=0.05)
@@ -373,23 +386,20 @@ def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
 ])
 def test_runtime_constants_files_are_parsed_safely(tmp_path, text, fragment):
     from collsynth.errors import FileFormatError
-    from collsynth.timing.runtime_constants import (is_runtime_constants_file,
-                                                    load_runtime_constants)
 
     path = tmp_path / "rt.json"
     path.write_text(text)
-    assert not is_runtime_constants_file(path)
     with pytest.raises(FileFormatError, match=fragment) as caught:
-        load_runtime_constants(path)
+        load_calibration(path)
     assert str(path) in str(caught.value)
 
 
 def test_cli_time_allreduce_lists_the_runtime_ring_and_tree(tmp_path, capsys):
     """For an allreduce the runtime has two algorithms; both rows are the simulator's, each
-    equal to baseline_rows called here."""
+    equal to the program model's price of it called here."""
     from collsynth.export.xml_writer import write_program
     from collsynth.resolve import resolve_topology
-    from collsynth.timing.runtime_baselines import baseline_rows, runtime_rings
+    from collsynth.timing.runtime_baselines import runtime_rings
 
     topology = resolve_topology("dgx-a100", nodes=2)
     path = tmp_path / "ar.xml"
@@ -398,10 +408,10 @@ def test_cli_time_allreduce_lists_the_runtime_ring_and_tree(tmp_path, capsys):
     assert main(["time", str(path), "--topology", "dgx-a100", "--nodes", "2", "--sizes",
                  "1KB,1GB", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    constants = default_constants("msccl")
+    constants = get_runtime("msccl").defaults
     for algorithm, name in (("ring", "nccl-ring"), ("tree", "nccl-tree")):
-        expected = baseline_rows("allreduce", topology, [1000, 10**9], constants,
-                                 algorithm=algorithm)
+        expected = runtime_prices("allreduce", topology, [1000, 10**9], constants,
+                                  algorithm=algorithm)
         got = sorted((r["size_bytes"], r["time_us"]) for r in rows if r["name"] == name)
         assert [size for size, _ in got] == [e.size_bytes for e in expected]
         assert [t for _, t in got] == pytest.approx([e.time_us for e in expected])

@@ -8,16 +8,25 @@ import pytest
 
 from collsynth.errors import InvalidInstanceError, UnknownNameError
 from collsynth.export.check import check_program
-from collsynth.timing.runtime_baselines import (baseline_rows, double_binary_tree,
+from collsynth.timing.runtime_baselines import (double_binary_tree,
                                                 runtime_tree, tree_program)
-from collsynth.timing.runtime_constants import PROTOCOLS, default_constants
+from collsynth.runtimes import PROTOCOLS, get_runtime
 from collsynth.timing.runtime_model import simulate_program
 from collsynth.topology.model import Topology
 
 
+
+def runtime_prices(collective, topology, sizes, constants, algorithm="ring"):
+    """The runtime's own ``algorithm`` priced by the program model with ``constants``."""
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
+
+    subject = RuntimeAlgorithm(get_runtime(constants.runtime), algorithm, collective, topology)
+    return ProgramModel(constants).price(subject, sizes)
+
 def constants(*, base: float, hop: float):
     """NCCL's defaults with one base and one hop latency for every protocol and link class."""
-    c = default_constants("nccl")
+    c = get_runtime("nccl").defaults
     return c.replace(base_latency_us={p: base for p in PROTOCOLS},
                      hop_latency_us={k: {p: hop for p in PROTOCOLS} for k in ("intra", "network")},
                      ceiling_gbps={k: {p: None for p in PROTOCOLS} for k in ("intra", "network")})
@@ -94,25 +103,26 @@ def test_baseline_rows_price_the_tree_on_a_composed_system():
     assert len({chain[0] for chain in chains}) > 1
     report = check_program(tree_program(nodes, chains), runtime="msccl", collective="allreduce")
     assert report.ok, [str(x) for x in report.problems]
-    c = default_constants("nccl")
-    (row,) = baseline_rows("allreduce", system, [1 << 20], c, algorithm="tree")
-    assert row.name == "nccl-tree" and row.time_us > c.base_latency(row.protocol)
+    c = get_runtime("nccl").defaults
+    (row,) = runtime_prices("allreduce", system, [1 << 20], c, algorithm="tree")
+    assert row.subject == "nccl-tree" and row.time_us > c.base_latency(row.protocol)
     # The plan's NCCL time is the faster of the ring and the tree at each size (NCCL picks),
     # and on two nodes the tree's log depth wins at 1 KiB, so that is not the ring's time.
     from collsynth.plan.choose import NCCL
-    from collsynth.plan.yardstick import Pricer, runtime_candidate, tree_candidate
+    from collsynth.plan.yardstick import runtime_candidates, sampled_price
+    from collsynth.timing.program_model import ProgramModel
 
-    pricer = Pricer("allreduce", system, c)
-    ring = runtime_candidate("allreduce", system, [1024], c, cache=pricer.rings)
-    tree = tree_candidate("allreduce", system, [1024], c, cache=pricer.rings)
-    assert tree is not None and tree.name == "nccl-tree"
-    pricer.tree = True
+    model = ProgramModel(c)
+    nccl = get_runtime("nccl")
+    ring, tree = runtime_candidates(model, nccl, "allreduce", system, [1024])[0]
+    assert (ring.name, tree.name) == ("nccl-ring", "nccl-tree")
     ring_us, tree_us = float(ring.time_at(1024)), float(tree.time_at(1024))
     assert tree_us < ring_us
-    assert pricer(NCCL, 1024) == min(ring_us, tree_us)
-    (rccl,) = baseline_rows("allreduce", system, [1 << 20], default_constants("rccl"),
-                            algorithm="tree")
-    assert rccl.name == "rccl-tree"
+    assert sampled_price(model, nccl, "allreduce", system, {})(NCCL, 1024) == \
+        min(ring_us, tree_us)
+    (rccl,) = runtime_prices("allreduce", system, [1 << 20], get_runtime("rccl").defaults,
+                             algorithm="tree")
+    assert rccl.subject == "rccl-tree"
 
 
 def test_bad_input_is_refused():
@@ -120,12 +130,12 @@ def test_bad_input_is_refused():
         tree_program(2, [[0, 2]])
     with pytest.raises(InvalidInstanceError, match="nodes"):
         tree_program(0, [[0]])
-    with pytest.raises(UnknownNameError, match="no tree program for 'allgather'"):
-        baseline_rows("allgather", pair(10.0), [1000], default_constants("nccl"),
-                      algorithm="tree")
-    with pytest.raises(UnknownNameError, match="'ring' or 'tree'"):
-        baseline_rows("allreduce", pair(10.0), [1000], default_constants("nccl"),
-                      algorithm="star")
+    with pytest.raises(InvalidInstanceError, match="no nccl tree for allgather"):
+        runtime_prices("allgather", pair(10.0), [1000], get_runtime("nccl").defaults,
+                       algorithm="tree")
+    with pytest.raises(InvalidInstanceError, match="no program of nccl's star"):
+        runtime_prices("allreduce", pair(10.0), [1000], get_runtime("nccl").defaults,
+                       algorithm="star")
     one_way = Topology("ring3", ((0, 1, 0), (0, 0, 1), (1, 0, 0)), unit_gbps=10.0, alpha_us=1.0)
     with pytest.raises(InvalidInstanceError, match="no link both ways"):
         runtime_tree(one_way)

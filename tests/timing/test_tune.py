@@ -19,7 +19,7 @@ from collsynth.export.check import check_program
 from collsynth.export.lower import lower
 from collsynth.export.pipeline import export_programs
 from collsynth.export.xml_reader import read_program, text_problems
-from collsynth.timing.runtime_constants import PROTOCOLS, default_constants
+from collsynth.runtimes import PROTOCOLS, get_runtime
 from collsynth.timing.runtime_model import prepare_program, simulate_program
 from collsynth.timing.tune import Variant, tune_export, write_tuned
 from collsynth.topology import get_topology
@@ -41,7 +41,7 @@ def ring_allgather() -> Algorithm:
 
 def ceilinged(gbps: dict[str, float]):
     """NCCL's defaults with a per-connection data ceiling per protocol (GB/s)."""
-    c = default_constants("msccl")
+    c = get_runtime("msccl").defaults
     return c.replace(ceiling_gbps={k: {p: gbps[p] for p in PROTOCOLS}
                                    for k in ("intra", "network")})
 
@@ -62,7 +62,7 @@ def test_never_slower_than_the_untuned_export_which_is_searched(ring_allgather, 
     # The untuned column is the default export, priced on its own path.
     default = export_programs(ring_allgather, ["msccl"], subject="ring")["msccl"].program
     prepared = prepare_program(default, ring_allgather.topology)
-    constants = default_constants("msccl")
+    constants = get_runtime("msccl").defaults
     for row in tuned_msccl.rows:
         alone = simulate_program(prepared, None, row.size_bytes, constants).time_us
         assert row.untuned_time_us == pytest.approx(alone, rel=1e-9)
@@ -71,7 +71,7 @@ def test_never_slower_than_the_untuned_export_which_is_searched(ring_allgather, 
 
 
 def test_the_choice_is_the_fastest_of_every_variant_priced_exactly(ring_allgather, tuned_rccl):
-    constants = default_constants("rccl")
+    constants = get_runtime("rccl").defaults
     prepared = {}
     for row in tuned_rccl.rows:
         times = {}
@@ -165,7 +165,7 @@ def test_the_boundary_lies_where_the_two_winners_cross(ring_allgather, tuned_rcc
     # Here each variant's time is affine in the size between the sampled sizes, so two
     # winners cross once: the next range's variant wins from its first byte on, and the
     # previous one still wins just below (the bisection brackets the crossing within 0.1%).
-    constants = default_constants("rccl")
+    constants = get_runtime("rccl").defaults
 
     def time(variant, size):
         program = lower(ring_allgather, runtime="rccl", channels=variant.channels,

@@ -24,7 +24,7 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
 import torch._dynamo  # noqa: E402,F401
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from collsynth.runtime import launch  # noqa: E402
+from collsynth.executor import launch  # noqa: E402
 from collsynth.trace import read_trace, trace_ddp, tracing  # noqa: E402
 
 WORLD = 4

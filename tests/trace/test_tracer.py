@@ -19,7 +19,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 from collsynth.errors import UnknownNameError  # noqa: E402
-from collsynth.runtime import launch  # noqa: E402
+from collsynth.executor import launch  # noqa: E402
 from collsynth.trace import TRACED_FUNCTIONS, TracingError, read_trace, tracing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

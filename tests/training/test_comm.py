@@ -10,7 +10,7 @@ from collsynth.algorithm import Algorithm, Send, Step, verify
 from collsynth.collective import allgather
 from collsynth.errors import InvalidInstanceError, UnknownNameError
 from collsynth.timing.model import NETWORK_ALPHA_US
-from collsynth.timing.nccl import best_choice, nccl_choices, nccl_setup
+from collsynth.timing.tuning_model import best_choice, nccl_choices, nccl_setup
 from collsynth.topology import Topology, compose_nodes, get_topology
 from collsynth.topology.families import fully_connected
 from collsynth.training import CommModel, NcclComm, PlannedComm, induced_topology, p2p_time_us

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["MscclppLimits", "MSCCLPP", "OPERATIONS", "BUFFER_TYPES", "CHANNEL_TYPES",
-           "PROTOCOLS", "COLLECTIVES"]
+           "PLAN_PROTOCOLS", "COLLECTIVES"]
 
 #: Every operation name the parser knows (``getOpType``); any other refuses the file.
 OPERATIONS = ("nop", "barrier", "put", "pws", "pwsf", "get", "copy", "signal", "wait", "flush",
@@ -24,7 +24,7 @@ BUFFER_TYPES = ("i", "o", "s")
 CHANNEL_TYPES = ("memory", "port", "switch", "none")
 #: Protocols: ``LL`` doubles the scratch buffer for packets (data + flag); anything else is
 #: read as Simple by the parser, which only tests for ``"LL"``.
-PROTOCOLS = ("Simple", "LL")
+PLAN_PROTOCOLS = ("Simple", "LL")
 #: Collectives collsynth knows the postcondition of, in MSCCL++'s spelling.
 COLLECTIVES = ("allgather", "allreduce", "reducescatter", "alltoall", "sendrecv")
 

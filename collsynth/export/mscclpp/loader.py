@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from collsynth.export.check import Problem
-from collsynth.export.mscclpp.limits import MSCCLPP, PROTOCOLS
+from collsynth.export.mscclpp.limits import MSCCLPP, PLAN_PROTOCOLS
 from collsynth.export.mscclpp.model import BufferRef, GpuPlan, Operation, Plan, Threadblock
 
 __all__ = ["SwitchGroup", "LoadedThreadblock", "LoadedPlan", "load_plan", "op_name",
@@ -118,9 +118,9 @@ class _Rules:
 
     def run(self) -> None:
         plan = self.plan
-        if plan.protocol not in PROTOCOLS:
+        if plan.protocol not in PLAN_PROTOCOLS:
             self.add("structure", f"protocol={plan.protocol!r} is not one of "
-                                  f"{', '.join(PROTOCOLS)} (the parser reads it as Simple; the "
+                                  f"{', '.join(PLAN_PROTOCOLS)} (the parser reads it as Simple; the "
                                   "DSL never writes it)")
         if plan.num_threads_per_block > MSCCLPP.max_threads_per_block:
             self.add("limit", f"num_threads_per_block={plan.num_threads_per_block}: the kernel "

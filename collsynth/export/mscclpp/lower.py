@@ -20,7 +20,7 @@ from collsynth.algorithm.verify import verify
 from collsynth.errors import ExportError
 from collsynth.export.layout import Layout, collective_layout, standard_kind
 from collsynth.export.mscclpp.checker import LAYOUT_DIALECT, check_plan, refuse_unless_correct
-from collsynth.export.mscclpp.limits import MSCCLPP, PROTOCOLS
+from collsynth.export.mscclpp.limits import MSCCLPP, PLAN_PROTOCOLS
 from collsynth.export.mscclpp.model import (
     BufferRef,
     Channel,
@@ -557,8 +557,8 @@ def lower_to_plan(algorithm: Algorithm, *, protocol: str = "Simple", inplace: bo
     >>> plan.collective, [g.output_chunks for g in plan.gpus]
     ('allgather', [3, 3, 3])
     """
-    if protocol not in PROTOCOLS:
-        raise ExportError(f"protocol {protocol!r}; MSCCL++ plans use {', '.join(PROTOCOLS)}")
+    if protocol not in PLAN_PROTOCOLS:
+        raise ExportError(f"protocol {protocol!r}; MSCCL++ plans use {', '.join(PLAN_PROTOCOLS)}")
     top = MSCCLPP.max_message_bytes if max_message_size is None else max_message_size
     if not 0 <= min_message_size <= top <= MSCCLPP.max_message_bytes:
         raise ExportError(f"message sizes {min_message_size}..{top}: expected 0 <= min <= max "

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from collsynth.errors import InvalidInstanceError
-from collsynth.export.tuner.config import (ALGORITHMS, PROTOCOLS, SIZE_MAX, TunerRule,
+from collsynth.export.tuner.config import (ALGORITHMS, CONFIG_PROTOCOLS, SIZE_MAX, TunerRule,
                                            keep_channels)
 
 __all__ = ["Choice", "SizeRow", "TunedRange", "RuntimeTuning", "tune_runtime", "tuning_rules",
@@ -46,9 +46,9 @@ class Choice:
         if self.algorithm not in ALGORITHMS:
             raise InvalidInstanceError(f"Choice.algorithm = {self.algorithm!r}: expected one of "
                                        f"{', '.join(ALGORITHMS)}")
-        if self.protocol not in PROTOCOLS:
+        if self.protocol not in CONFIG_PROTOCOLS:
             raise InvalidInstanceError(f"Choice.protocol = {self.protocol!r}: expected one of "
-                                       f"{', '.join(PROTOCOLS)}")
+                                       f"{', '.join(CONFIG_PROTOCOLS)}")
         c = self.channels
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise InvalidInstanceError(f"Choice.channels = {c!r}: expected None (the runtime's "

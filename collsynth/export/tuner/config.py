@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Container, Iterable, Sequence
 
 from collsynth.errors import ExportError, InvalidInstanceError, UnknownNameError
+from collsynth.runtimes import PROTOCOLS, TUNER_CONFIG, runtime_names
 
-__all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "RUNTIMES", "SIZE_MAX", "MAX_LINE_BYTES",
+__all__ = ["COLLECTIVES", "ALGORITHMS", "CONFIG_PROTOCOLS", "RUNTIMES", "SIZE_MAX",
+           "MAX_LINE_BYTES",
            "FIELDS", "TunerRule", "ParseNote", "ParsedConfig", "RuntimeOutcome", "format_rule",
            "render_tuner_config", "write_tuner_config", "parse_as_nccl_example",
            "parse_as_rccl", "parse_tuner_config", "match", "runtime_outcome",
@@ -29,9 +31,11 @@ __all__ = ["COLLECTIVES", "ALGORITHMS", "PROTOCOLS", "RUNTIMES", "SIZE_MAX", "MA
 #: (``ncclFunc_t``, ``NCCL_ALGO_*``, ``NCCL_PROTO_*``).
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
-PROTOCOLS = ("ll", "ll128", "simple")
-#: ``nccl``: NCCL's example tuner plugin; ``rccl``: RCCL's built-in CSV tuner (2.28.3 and later).
-RUNTIMES = ("nccl", "rccl")
+#: The protocols as a config spells them: NCCL's, lower-case.
+CONFIG_PROTOCOLS = tuple(p.lower() for p in PROTOCOLS)
+#: The runtimes that load a tuner config (the registry's): ``nccl``, NCCL's example tuner
+#: plugin; ``rccl``, RCCL's built-in CSV tuner (2.28.3 and later).
+RUNTIMES = runtime_names(TUNER_CONFIG)
 #: ``max_bytes`` of a range without an upper end (``SIZE_MAX`` on 64-bit Linux).
 SIZE_MAX = 2**64 - 1
 #: Longest line (bytes, without its newline) the writer emits. Both parsers read a line into a
@@ -67,8 +71,8 @@ class TunerRule:
     """One line of the tuner CSV, with the names and numbers as the runtimes store them.
 
     ``collective`` / ``algorithm`` / ``protocol`` are spelt as in the file (:data:`COLLECTIVES`,
-    :data:`ALGORITHMS`, :data:`PROTOCOLS`). ``min_bytes``..``max_bytes`` is an inclusive range of
-    NCCL's ``nBytes`` (the nccl-tests size: the whole buffer for allgather and reduce-scatter),
+    :data:`ALGORITHMS`, :data:`CONFIG_PROTOCOLS`). ``min_bytes``..``max_bytes`` is an inclusive
+    range of NCCL's ``nBytes`` (the nccl-tests size: the whole buffer for allgather and reduce-scatter),
     ``SIZE_MAX`` for no upper end. ``channels`` is the number written: what it means differs
     (:func:`runtime_outcome`): NCCL's example plugin takes ``-1`` as ONE channel and ``0`` as
     NCCL's own count; RCCL takes ``-1`` as its own count. ``n_nodes``, ``n_ranks``,
@@ -98,7 +102,7 @@ class TunerRule:
 
     def __post_init__(self) -> None:
         for name, known in (("collective", COLLECTIVES), ("algorithm", ALGORITHMS),
-                            ("protocol", PROTOCOLS)):
+                            ("protocol", CONFIG_PROTOCOLS)):
             value = getattr(self, name)
             if not isinstance(value, str) or value not in known:
                 raise UnknownNameError(f"TunerRule.{name} = {value!r}: expected one of "
@@ -413,7 +417,7 @@ def parse_as_nccl_example(text: str | bytes) -> ParsedConfig:
         names = []
         for token, known, default, what in ((tokens[0], COLLECTIVES, "allreduce", "collective"),
                                             (tokens[3], ALGORITHMS, "ring", "algorithm"),
-                                            (tokens[4], PROTOCOLS, "simple", "protocol")):
+                                            (tokens[4], CONFIG_PROTOCOLS, "simple", "protocol")):
             name = token.decode("latin-1")
             if name not in known:
                 notes.append(ParseNote(number, "defaulted", f"unknown {what} {_shown(token)} "
@@ -497,7 +501,7 @@ def parse_as_rccl(text: str | bytes) -> ParsedConfig:
         names, unknown = [], []
         for token, known, what in ((tokens[0], COLLECTIVES, "collective"),
                                    (tokens[3], ALGORITHMS, "algorithm"),
-                                   (tokens[4], PROTOCOLS, "protocol")):
+                                   (tokens[4], CONFIG_PROTOCOLS, "protocol")):
             name = token.decode("latin-1")
             if name not in known:
                 unknown.append(f"{what} {_shown(token)}")

@@ -150,7 +150,7 @@ def test_a_run_says_what_it_is_doing_on_stderr(files, capsys, monkeypatch):
     # stderr quiet. Here the heartbeat comes every 0.01 s, so even a quick run shows it.
     import importlib
 
-    launching = importlib.import_module("collsynth.runtime.launch")  # not the function
+    launching = importlib.import_module("collsynth.executor.launch")  # not the function
     real = launching.launch
 
     def slower(*args, **keywords):

@@ -4,7 +4,7 @@ The details (formats, conventions, rules) are in docs/executor.md.
 
 Example
 -------
-Inside every rank of a 4-rank group (see :mod:`collsynth.runtime.launch`)::
+Inside every rank of a 4-rank group (see :mod:`collsynth.executor.launch`)::
 
     algorithm = load_algorithm("allgather_ring4.json")
     x = torch.randn(1000)
@@ -24,11 +24,11 @@ from collsynth.algorithm.verify import verify
 from collsynth.collective.model import Collective
 from collsynth.errors import ExportError
 from collsynth.export.layout import standard_kind
-from collsynth.runtime._common import (
+from collsynth.limits import Deadline
+from collsynth.executor._common import (
     DEFAULT_TIMEOUT_S,
     REDUCE_OPS,
     BackendUnavailableError,
-    Deadline,
     ExecutionError,
     ExecutionTimeoutError,
     InvalidBufferError,
@@ -184,7 +184,7 @@ class PreparedRun:
         torch, dist = torch_modules()
         if not dist.is_initialized():
             raise ExecutionError("torch.distributed is not initialised: call "
-                                 "init_process_group first (or use collsynth.runtime.launch)")
+                                 "init_process_group first (or use collsynth.executor.launch)")
         self.algorithm = algorithm
         self.group = group
         self.timeout_s = timeout_s
@@ -491,4 +491,4 @@ def run(algorithm: Algorithm, input: "torch.Tensor | Sequence[torch.Tensor] | No
     return output
 
 
-from collsynth.runtime.program import PreparedProgram, prepare_program, run_program  # noqa: E402
+from collsynth.executor.program import PreparedProgram, prepare_program, run_program  # noqa: E402

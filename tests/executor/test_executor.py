@@ -1,7 +1,7 @@
 """The executor and the XML interpreter, run for real on gloo and compared with torch.
 
 For each group size (2, 4, 8) one process group is started and a whole table of cases runs in
-it (:func:`collsynth.runtime.run_cases`): every collective family (allgather, reduce_scatter,
+it (:func:`collsynth.executor.run_cases`): every collective family (allgather, reduce_scatter,
 allreduce, alltoall, broadcast, reduce, gather, scatter and custom collectives, combining and
 not), each with a multi-step, multi-chunk algorithm from the synthesizer, in and out of place,
 float32 / bfloat16 / float16 / int32, odd sizes and sizes smaller than the chunk count, and the
@@ -26,7 +26,7 @@ from collsynth.collective import multiroot_broadcast, standard_collective  # noq
 from collsynth.collective.model import Collective, from_conditions  # noqa: E402
 from collsynth.export import lower  # noqa: E402
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep  # noqa: E402
-from collsynth.runtime import (  # noqa: E402
+from collsynth.executor import (  # noqa: E402
     Case,
     InvalidBufferError,
     UnrunnableProgramError,
@@ -34,7 +34,7 @@ from collsynth.runtime import (  # noqa: E402
     run_cases,
     schedule,
 )
-from collsynth.runtime.executor import block_counts, collective_kind, piece_range  # noqa: E402
+from collsynth.executor.executor import block_counts, collective_kind, piece_range  # noqa: E402
 from collsynth.synthesis import SolveOptions, solve_least_steps  # noqa: E402
 from collsynth.topology import get_topology  # noqa: E402
 
@@ -288,7 +288,7 @@ def buffered_program() -> Program:
 
 
 def _run_buffered(rank: int, world_size: int):
-    from collsynth.runtime import run_program
+    from collsynth.executor import run_program
 
     x = torch.arange(7, dtype=torch.float32) + 100 * rank
     out = torch.full((7,), -1.0)

@@ -1,50 +1,39 @@
-"""The constants of a runtime (NCCL, RCCL, MSCCL) that the program model needs, and their file.
+"""The constants of a runtime that the program model prices with, and their documented values.
 
-:class:`RuntimeConstants` holds them per runtime; the defaults and their sources are in
-:data:`DEFAULTS` and docs/runtime-model.md, which also describes the file
-(``collsynth calibrate-runtime -o rt.json``) that :func:`load_runtime_constants` and
-:func:`save_runtime_constants` read and write.
+:class:`RuntimeConstants` holds one runtime's figures (validated against plausible ranges); the
+tables of NCCL's and RCCL's own latencies (``baseLat``, ``hwLat``) live here once, for the
+defaults of :mod:`collsynth.runtimes.registry` and for :mod:`collsynth.timing.tuning_model`.
+Sources: docs/runtime-model.md, "Constants".
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Mapping
 
-from collsynth._files import read_bytes_bounded
-from collsynth._parse import (MAX_GBPS, MAX_SIZE_BYTES, MIN_GBPS, clean_name, clean_text,
-                              parse_json, shown)
-from collsynth.errors import (CollsynthError, FileFormatError, InputTooLargeError,
-                              InvalidInstanceError, UnknownNameError)
-from collsynth.export.runtimes import RUNTIMES
+from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MIN_GBPS, clean_name, clean_text, shown
+from collsynth.errors import FileFormatError, InputTooLargeError, InvalidInstanceError, UnknownNameError
+from collsynth.runtimes.dialect import DIALECTS
+from collsynth.runtimes.protocols import (BUFFER_BYTES, NCCL_STEPS, PROTOCOL_EFFICIENCY, PROTOCOLS,
+                                         check_protocol)
 
-__all__ = ["PROTOCOLS", "LINK_CLASSES", "PROTOCOL_EFFICIENCY", "NCCL_STEPS", "FORMAT",
-           "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "MIN_LATENCY_US",
-           "MAX_LATENCY_US", "MAX_GAMMA_US_PER_BYTE", "check_channels",
-           "RuntimeConstants", "DEFAULTS", "default_constants", "runtime_names",
-           "constants_to_dict", "constants_from_dict", "load_runtime_constants",
-           "save_runtime_constants", "is_runtime_constants_file"]
+__all__ = ["LINK_CLASSES", "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "MIN_LATENCY_US",
+           "MAX_LATENCY_US", "MAX_GAMMA_US_PER_BYTE", "FIELDS", "check_channels",
+           "RuntimeConstants", "NCCL_BASE_LATENCY_US", "NCCL_HOP_LATENCY_US",
+           "RCCL_BASE_LATENCY_US", "RCCL_HOP_LATENCY_US", "NCCL_DEFAULTS", "RCCL_DEFAULTS",
+           "constants_to_dict", "constants_from_dict"]
 
-PROTOCOLS = ("LL", "LL128", "Simple")
+#: Link classes of the program model: inside a node, and between nodes.
 LINK_CLASSES = ("intra", "network")
-#: Data bytes per wire byte: LL lines carry 8 bytes of data and 8 of flags, LL128 lines 120 of
-#: 128 bytes (NCCL ``src/include/device.h``), Simple only data.
-PROTOCOL_EFFICIENCY = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}
-#: FIFO slots per connection (``NCCL_STEPS``, NCCL ``src/include/device.h``; RCCL the same).
-NCCL_STEPS = 8
-FORMAT = "collsynth-runtime-constants"
-_VERSION = 1
-_MAX_FILE_BYTES = 1024 * 1024
 
 # Plausible ranges of the constants (docs/runtime-model.md, "Constants"); a figure outside is a
 # unit mistake or a hostile file, refused with the figure rather than priced.
 #: Most channels of a runtime: rccl's MAXCHANNELS (128; NCCL's and msccl's is 32). Every
 #: channel is a ring of the runtime's own algorithm that the program model builds and
 #: simulates, so the count sizes the work; a channel beyond MAXCHANNELS does not exist.
-MAX_CHANNELS = max(rt.max_channels for rt in RUNTIMES.values())
+MAX_CHANNELS = max(d.max_channels for d in DIALECTS.values())
 #: Most FIFO slots per connection (and slots per iteration or slice): NCCL_STEPS is 8 in every
 #: NCCL and RCCL release; 1024 leaves room for a rebuilt runtime and none for a typo of 10^9.
 MAX_FIFO_SLOTS = 1024
@@ -61,9 +50,10 @@ MAX_LATENCY_US = 1e6
 MAX_GAMMA_US_PER_BYTE = 1 / (MIN_GBPS * 1e3)
 #: The most entries of ``default_protocols`` (one per protocol switch; 3 protocols).
 _MAX_PROTOCOL_SWITCHES = 64
-_FIELDS = frozenset({"format", "version", "runtime", "base_latency_us", "hop_latency_us",
-                     "ceiling_gbps", "slot_bytes", "chunk_slots", "slice_slots", "fifo_slots",
-                     "gamma_us_per_byte", "default_protocols", "channels", "source"})
+#: The fields of :func:`constants_to_dict`.
+FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
+                    "ceiling_gbps", "slot_bytes", "chunk_slots", "slice_slots", "fifo_slots",
+                    "gamma_us_per_byte", "default_protocols", "channels", "source"})
 
 
 def check_channels(channels: object, what: str = "channels") -> int:
@@ -89,22 +79,10 @@ runtime has (rccl's MAXCHANNELS; NCCL's is 32)
                                  "channels any runtime has (rccl's MAXCHANNELS; NCCL's is 32)")
     return channels
 
-# Wire bytes of the per-connection FIFO per protocol (NCCL defaults, RCCL the same):
-# Simple NCCL_BUFFSIZE = 4 MiB; LL NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS (512) x
-# NCCL_STEPS x 16-byte lines = 512 KiB; LL128 NCCL_LL128_ELEMS_PER_THREAD (120) x
-# NCCL_LL128_MAX_NTHREADS (640) x NCCL_STEPS x 8 bytes.
-_BUFFER_BYTES = {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8,
-                 "Simple": 4 * 1024 * 1024}
-
-
-def _table(**rows: tuple[float | None, float | None, float | None]
-           ) -> dict[str, dict[str, float | None]]:
-    return {name: dict(zip(PROTOCOLS, values)) for name, values in rows.items()}
-
 
 @dataclass(frozen=True)
 class RuntimeConstants:
-    """What a runtime costs, for :func:`collsynth.timing.runtime_model.simulate_program`.
+    """What a runtime costs, for the program model (:mod:`collsynth.timing.runtime_model`).
 
     Parameters
     ----------
@@ -134,7 +112,7 @@ class RuntimeConstants:
         predicted.
     channels:
         How many channels (rings) the runtime's own algorithms use on the machine measured
-        (``None``: as many as :func:`collsynth.timing.nccl.ring_channels` finds).
+        (``None``: as many as :func:`collsynth.timing.rings.ring_channels` finds).
     source:
         Where the figures come from (free text, kept in the file).
     """
@@ -144,7 +122,7 @@ class RuntimeConstants:
     hop_latency_us: Mapping[str, Mapping[str, float]]
     ceiling_gbps: Mapping[str, Mapping[str, float | None]]
     slot_bytes: Mapping[str, int] = field(default_factory=lambda: {
-        p: _BUFFER_BYTES[p] // NCCL_STEPS for p in PROTOCOLS})
+        p: BUFFER_BYTES[p] // NCCL_STEPS for p in PROTOCOLS})
     chunk_slots: Mapping[str, int] = field(default_factory=lambda: {
         "LL": 1, "LL128": 1, "Simple": 4})
     slice_slots: Mapping[str, int] = field(default_factory=lambda: {
@@ -193,14 +171,12 @@ class RuntimeConstants:
                 return protocol
         return None
 
-    def replace(self, **changes: Any) -> "RuntimeConstants":
+    def replace(self, **changes: object) -> "RuntimeConstants":
         return replace(self, **changes)
 
 
 def _protocol(name: str) -> str:
-    if name not in PROTOCOLS:
-        raise UnknownNameError(f"protocol {name!r}; expected one of {', '.join(PROTOCOLS)}")
-    return name
+    return check_protocol(name)
 
 
 def _link_class(name: str) -> str:
@@ -298,63 +274,92 @@ def _known_keys(table: Any, where: str, known: tuple[str, ...]) -> None:
                                    f"expected {', '.join(known)}")
 
 
-#: Documented defaults per runtime (docs/runtime-model.md lists the sources).
-DEFAULTS: Mapping[str, RuntimeConstants] = {}
+# -- the runtimes' own latency tables (one home) ------------------------------------------------
 
-_NCCL = RuntimeConstants(
+
+def _rows(**rows: tuple[float, float, float]) -> Mapping[str, tuple[float, float, float]]:
+    return MappingProxyType(dict(rows))
+
+
+#: NCCL's ``baseLat[algorithm]``, us per protocol (LL, LL128, Simple): NCCL 2.30.7
+#: ``src/graph/tuning.cc`` (``ncclTunerConstantsDefaults``); the ring and tree rows are those of
+#: every release since 2.19.
+NCCL_BASE_LATENCY_US = _rows(
+    tree=(6.8, 14.0, 8.4), ring=(6.6, 14.0, 8.4), collnet_direct=(0, 0, 0),
+    collnet_chain=(0, 0, 0), nvls=(0, 0, 0), nvls_tree=(0, 0, 0), pat=(8.0, 8.0, 8.0))
+#: NCCL's ``hwLat[hardware][algorithm]``, us per hop per protocol (same source).
+NCCL_HOP_LATENCY_US: Mapping[str, Mapping[str, tuple[float, float, float]]] = MappingProxyType({
+    "nvlink": _rows(tree=(0.6, 1.25, 4.0), ring=(0.6, 1.9, 3.4), collnet_direct=(0, 0, 3.7),
+                    collnet_chain=(0, 0, 2.8), nvls=(0, 0, 25), nvls_tree=(0, 0, 25),
+                    pat=(0, 0, 4.0)),
+    "pci": _rows(tree=(1.0, 1.9, 4.0), ring=(1.0, 2.5, 5.7), collnet_direct=(0, 0, 3.7),
+                 collnet_chain=(0, 0, 2.8), nvls=(0, 0, 0), nvls_tree=(0, 0, 0),
+                 pat=(0, 0, 4.0)),
+    "net": _rows(tree=(5.0, 8.5, 14), ring=(2.7, 4.0, 14.0), collnet_direct=(0, 0, 31),
+                 collnet_chain=(0, 0, 30), nvls=(0, 0, 18), nvls_tree=(0, 0, 20.9),
+                 pat=(0, 0, 14)),
+})
+#: RCCL's ``baseLat`` per protocol (tree, ring and CollNet alike; NVLS and PAT 0): ROCm RCCL
+#: ``src/graph/tuning.cc`` (2.28-2.31).
+RCCL_BASE_LATENCY_US = (12.0, 12.0, 17.0)
+#: RCCL's ``hwLat`` per tuning model (0: gfx90a and older; 5: gfx942, and gfx950's model 6
+#: uses it), ``[hardware][algorithm]`` per protocol (same source).
+RCCL_HOP_LATENCY_US: Mapping[int, Mapping[str, Mapping[str, tuple[float, float, float]]]] = \
+    MappingProxyType({
+        0: MappingProxyType({"nvlink": _rows(tree=(0.8, 1.4, 2.5), ring=(0.8, 2.2, 3.6)),
+                             "pci": _rows(tree=(2.2, 2.2, 5.7), ring=(2.2, 2.2, 5.7)),
+                             "net": _rows(tree=(11.8, 18.2, 20.8), ring=(9.5, 19.8, 15.1))}),
+        5: MappingProxyType({"nvlink": _rows(tree=(0.9, 0.9, 2.3), ring=(0.8, 0.8, 2.1)),
+                             "pci": _rows(tree=(2.2, 2.2, 5.7), ring=(2.2, 2.2, 5.7)),
+                             "net": _rows(tree=(10.5, 10.5, 25.0), ring=(9.5, 9.5, 320.0))}),
+    })
+
+
+def _per_protocol(values: tuple[float, float, float]) -> dict[str, float]:
+    return dict(zip(PROTOCOLS, (float(v) for v in values)))
+
+
+def _table(**rows: tuple[float | None, float | None, float | None]
+           ) -> dict[str, dict[str, float | None]]:
+    return {name: dict(zip(PROTOCOLS, values)) for name, values in rows.items()}
+
+
+#: NCCL's documented constants: its ring's ``baseLat``, ``hwLat`` over NVLink inside a node and
+#: over the network between nodes, NCCL's FIFO geometry; no per-connection ceiling.
+NCCL_DEFAULTS = RuntimeConstants(
     runtime="nccl",
-    # NCCL src/graph/tuning.cc (2.19+): baseLat for the ring; hwLat NVLink and NET for the ring.
-    base_latency_us={"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
-    hop_latency_us=_table(intra=(0.6, 1.9, 3.4), network=(2.7, 4.0, 14.0)),
+    base_latency_us=_per_protocol(NCCL_BASE_LATENCY_US["ring"]),
+    hop_latency_us={"intra": _per_protocol(NCCL_HOP_LATENCY_US["nvlink"]["ring"]),
+                    "network": _per_protocol(NCCL_HOP_LATENCY_US["net"]["ring"])},
     ceiling_gbps=_table(intra=(None, None, None), network=(None, None, None)),
     source="NCCL src/graph/tuning.cc (2.19+): ring baseLat and hwLat (NVLink inside a node, NET "
            "between nodes); FIFO: NCCL_BUFFSIZE 4 MiB, LL and LL128 buffers, NCCL_STEPS 8, "
            "MSCCL_CHUNKSTEPS 4 and MSCCL_SLICESTEPS 2; no per-connection ceiling",
 )
-_RCCL = RuntimeConstants(
+#: RCCL's documented constants: its ring's ``baseLat`` and tuning model 0's ``hwLat``.
+RCCL_DEFAULTS = RuntimeConstants(
     runtime="rccl",
-    # ROCm/rccl src/graph/tuning.cc @9e22c79d: baseLat (ring) and tuning_model_0 hwLat (ring).
-    base_latency_us={"LL": 12.0, "LL128": 12.0, "Simple": 17.0},
-    hop_latency_us=_table(intra=(0.8, 2.2, 3.6), network=(9.5, 19.8, 15.1)),
+    base_latency_us=_per_protocol(RCCL_BASE_LATENCY_US),
+    hop_latency_us={"intra": _per_protocol(RCCL_HOP_LATENCY_US[0]["nvlink"]["ring"]),
+                    "network": _per_protocol(RCCL_HOP_LATENCY_US[0]["net"]["ring"])},
     ceiling_gbps=_table(intra=(None, None, None), network=(None, None, None)),
     source="ROCm/rccl src/graph/tuning.cc @9e22c79d: ring baseLat and tuning_model_0 hwLat "
            "(NVLINK class, used for xGMI, inside a node; NET between nodes); FIFO as NCCL's "
            "(NCCL_BUFFSIZE 4 MiB, NCCL_STEPS 8); no per-connection ceiling",
 )
-DEFAULTS = {"nccl": _NCCL, "msccl": _NCCL.replace(runtime="msccl"),
-            "msccl-executor": _NCCL.replace(runtime="msccl-executor"), "rccl": _RCCL}
 
 
-def runtime_names() -> tuple[str, ...]:
-    return tuple(DEFAULTS)
-
-
-def default_constants(runtime: str) -> RuntimeConstants:
-    """The documented defaults of ``runtime`` (``nccl``, ``msccl``, ``msccl-executor``, ``rccl``).
-
-    Raises
-    ------
-    UnknownNameError
-        For another name.
-
-    >>> c = default_constants("nccl")
-    >>> c.hop_latency("network", "Simple"), c.slot_bytes["Simple"]
-    (14.0, 524288)
-    """
-    try:
-        return DEFAULTS[runtime]
-    except KeyError:
-        raise UnknownNameError(f"runtime {runtime!r}; expected one of "
-                               f"{', '.join(DEFAULTS)}") from None
-
-
-# -- the file --------------------------------------------------------------------------------------
+# -- as a dictionary --------------------------------------------------------------------------------
 
 
 def constants_to_dict(c: RuntimeConstants) -> dict[str, Any]:
-    """A JSON-ready dictionary (the file's content)."""
+    """The fields of ``c`` as a JSON-ready dictionary (what a calibration file stores).
+
+    >>> sorted(constants_to_dict(NCCL_DEFAULTS)) == sorted(FIELDS)
+    True
+    """
     return {
-        "format": FORMAT, "version": _VERSION, "runtime": c.runtime,
+        "runtime": c.runtime,
         "base_latency_us": dict(c.base_latency_us),
         "hop_latency_us": {k: dict(v) for k, v in c.hop_latency_us.items()},
         "ceiling_gbps": {k: dict(v) for k, v in c.ceiling_gbps.items()},
@@ -366,30 +371,28 @@ def constants_to_dict(c: RuntimeConstants) -> dict[str, Any]:
     }
 
 
-def constants_from_dict(data: Any, *, label: str = "runtime constants") -> RuntimeConstants:
-    """The constants a dictionary describes (fields missing from it keep the runtime's
-    defaults, or NCCL's for an unknown runtime).
+def constants_from_dict(data: Mapping[str, Any], *, base: RuntimeConstants,
+                        label: str = "runtime constants") -> RuntimeConstants:
+    """The constants ``data`` describes; fields missing from it keep ``base``'s (the runtime's
+    documented defaults, :func:`collsynth.runtimes.get_runtime`).
 
     Raises
     ------
     FileFormatError
-        A wrong ``format``, a missing ``runtime`` or a field of the wrong shape.
+        An unknown field, a missing ``runtime`` or a field of the wrong shape (``label`` names
+        the file).
+    InvalidInstanceError, InputTooLargeError
+        A figure outside its plausible range.
 
-    >>> c = default_constants("nccl")
-    >>> constants_from_dict(constants_to_dict(c)) == c
+    >>> constants_from_dict(constants_to_dict(NCCL_DEFAULTS), base=NCCL_DEFAULTS) == NCCL_DEFAULTS
     True
     """
-    if not isinstance(data, Mapping) or data.get("format") != FORMAT:
-        raise FileFormatError(label, f"expected a JSON object with \"format\": \"{FORMAT}\"")
-    version = data.get("version")
-    if isinstance(version, bool) or version != _VERSION:
-        raise FileFormatError(label, "missing field 'version'" if version is None else
-                              f"version = {shown(version)}: unknown; this collsynth reads "
-                              f"version {_VERSION}")
-    unknown = sorted(str(k) for k in data if k not in _FIELDS)
+    if not isinstance(data, Mapping):
+        raise FileFormatError(label, "expected a JSON object of runtime constants")
+    unknown = sorted(str(k) for k in data if k not in FIELDS)
     if unknown:
         raise FileFormatError(label, f"unknown field {shown(unknown[0])}; the fields are "
-                                     f"{', '.join(sorted(_FIELDS))}")
+                                     f"{', '.join(sorted(FIELDS))}")
     runtime = data.get("runtime")
     if not isinstance(runtime, str) or not runtime:
         raise FileFormatError(label, "field 'runtime': expected a runtime name")
@@ -401,7 +404,6 @@ def constants_from_dict(data: Any, *, label: str = "runtime constants") -> Runti
             not isinstance(e, list) for e in protocols):
         raise FileFormatError(label, f"default_protocols = {shown(protocols)}: expected a list "
                                      f"of at most {_MAX_PROTOCOL_SWITCHES} [max_bytes, protocol]")
-    base = DEFAULTS.get(runtime, _NCCL)
     changes: dict[str, Any] = {"runtime": runtime}
     try:
         for key in ("base_latency_us", "slot_bytes", "chunk_slots", "slice_slots"):
@@ -421,41 +423,3 @@ def constants_from_dict(data: Any, *, label: str = "runtime constants") -> Runti
         return base.replace(**changes)
     except (TypeError, ValueError, AttributeError) as exc:
         raise FileFormatError(label, " ".join(str(exc).split())) from exc
-
-
-def is_runtime_constants_file(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a JSON file with this module's ``format`` (False for other
-    content).
-
-    Raises
-    ------
-    FileFormatError, InputTooLargeError
-        A file that cannot be read at all (missing, not a regular file, too large): said as
-        such, not taken for a file of another format.
-    """
-    raw = read_bytes_bounded(path, _MAX_FILE_BYTES, what="a calibration file may have")
-    try:
-        data = parse_json(raw, str(path))
-    except CollsynthError:
-        return False
-    return isinstance(data, Mapping) and data.get("format") == FORMAT
-
-
-def load_runtime_constants(path: str | os.PathLike[str]) -> RuntimeConstants:
-    """Read a runtime-constants file.
-
-    Raises
-    ------
-    FileFormatError
-        Unreadable, not JSON, or not such a file.
-    """
-    raw = read_bytes_bounded(path, _MAX_FILE_BYTES, what="a runtime-constants file may have")
-    data = parse_json(raw, str(path))   # NaN, Infinity, 1e999, deep nesting: refused
-    return constants_from_dict(data, label=str(path))
-
-
-def save_runtime_constants(c: RuntimeConstants, path: str | os.PathLike[str]) -> None:
-    """Write ``c`` to ``path`` (atomically)."""
-    from collsynth._output import write_text_atomic
-
-    write_text_atomic(path, json.dumps(constants_to_dict(c), indent=1) + "\n")

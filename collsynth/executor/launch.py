@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from collsynth.errors import CollsynthError
-from collsynth.runtime._common import BackendUnavailableError, torch_modules
+from collsynth.executor._common import BackendUnavailableError, torch_modules
 
 __all__ = ["launch", "LaunchError", "RankFailure", "free_port", "BACKENDS",
            "DEFAULT_LAUNCH_TIMEOUT_S"]
@@ -257,7 +257,7 @@ def _launch_once(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any]
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
         # Import torch once in the server; effective only before the server first starts.
-        ctx.set_forkserver_preload(["torch", "torch.distributed", "collsynth.runtime"])
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "collsynth.executor"])
     workdir = tempfile.mkdtemp(prefix="collsynth-launch-")
     init_method = (f"file://{os.path.join(workdir, 'store')}" if init == "file"
                    else f"tcp://127.0.0.1:{free_port()}")

@@ -1,19 +1,19 @@
 """Run synthesized algorithms for real with torch.distributed, and prove them against torch.
 
 * :func:`run` executes an :class:`~collsynth.algorithm.Algorithm` on this rank's tensors, laid
-  out as torch's collective of the same name lays them out (:mod:`collsynth.runtime.executor`);
+  out as torch's collective of the same name lays them out (:mod:`collsynth.executor.executor`);
   :func:`prepare` plans it once for repeated calls.
-* :func:`run_program` interprets an MSCCL XML program (:mod:`collsynth.runtime.program`);
-  :func:`execute_plan` replays an MSCCL++ plan (:mod:`collsynth.runtime.mscclpp_plan`).
+* :func:`run_program` interprets an MSCCL XML program (:mod:`collsynth.executor.program`);
+  :func:`execute_plan` replays an MSCCL++ plan (:mod:`collsynth.executor.mscclpp_plan`).
 * :func:`launch` starts ``N`` local processes in one process group and collects their results
-  (:mod:`collsynth.runtime.launch`).
+  (:mod:`collsynth.executor.launch`).
 * :func:`run_case` / :func:`run_cases` check a run against torch's own collective and time both
-  (:mod:`collsynth.runtime.compare`).
+  (:mod:`collsynth.executor.compare`).
 
 PyTorch is optional for collsynth; it is imported when these functions are called.
 """
 
-from collsynth.runtime._common import (
+from collsynth.executor._common import (
     DEFAULT_TIMEOUT_S,
     REDUCE_OPS,
     BackendUnavailableError,
@@ -22,11 +22,11 @@ from collsynth.runtime._common import (
     InvalidBufferError,
     UnrunnableProgramError,
 )
-from collsynth.runtime.compare import Case, CaseResult, Timing, busbw_factor, run_case, run_cases
-from collsynth.runtime.executor import PreparedRun, prepare, run
-from collsynth.runtime.launch import LaunchError, RankFailure, launch
-from collsynth.runtime.mscclpp_plan import PreparedPlan, execute_plan, prepare_plan
-from collsynth.runtime.program import PreparedProgram, prepare_program, run_program, schedule
+from collsynth.executor.compare import Case, CaseResult, Timing, run_case, run_cases
+from collsynth.executor.executor import PreparedRun, prepare, run
+from collsynth.executor.launch import LaunchError, RankFailure, launch
+from collsynth.executor.mscclpp_plan import PreparedPlan, execute_plan, prepare_plan
+from collsynth.executor.program import PreparedProgram, prepare_program, run_program, schedule
 
 __all__ = [
     "run",
@@ -47,7 +47,6 @@ __all__ = [
     "Timing",
     "run_case",
     "run_cases",
-    "busbw_factor",
     "REDUCE_OPS",
     "DEFAULT_TIMEOUT_S",
     "ExecutionError",

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from collsynth.export.check import layouts
 from collsynth.export.program import RECV_OPS, SEND_OPS, Program, ThreadBlock
 from collsynth.export.semantics import EXECUTABLE, OPERANDS, Event, Scheduler, cnt_mismatch
-from collsynth.runtime._common import (
+from collsynth.limits import Deadline
+from collsynth.executor._common import (
     DEFAULT_TIMEOUT_S,
-    Deadline,
     ExecutionError,
     InvalidBufferError,
     UnrunnableProgramError,
@@ -225,7 +225,7 @@ class PreparedProgram:
         torch, dist = torch_modules()
         if not dist.is_initialized():
             raise ExecutionError("torch.distributed is not initialised: call "
-                                 "init_process_group first (or use collsynth.runtime.launch)")
+                                 "init_process_group first (or use collsynth.executor.launch)")
         self.program, self.group, self.timeout_s = program, group, timeout_s
         self.rank = me = dist.get_rank(group)
         n = dist.get_world_size(group)
@@ -543,7 +543,7 @@ def run_program(program: Program, input: "torch.Tensor | None",
     program:
         From :func:`collsynth.export.read_program` or :func:`collsynth.export.lower`.
     input, output:
-        torch's tensors for the program's ``coll`` (see :mod:`collsynth.runtime.executor`;
+        torch's tensors for the program's ``coll`` (see :mod:`collsynth.executor.executor`;
         ``custom``: input and output of ``nchunksperloop`` chunks each). ``output=None``: in
         place where both have the same size.
     op:

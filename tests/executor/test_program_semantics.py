@@ -16,10 +16,10 @@ import pytest
 
 from collsynth.export.check import _static, check_program
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
-from collsynth.export.runtimes import get_runtime
+from collsynth.runtimes import xml_dialect
 from collsynth.export.semantics import Scheduler
 from collsynth.export.xml_reader import read_program
-from collsynth.runtime import UnrunnableProgramError, schedule
+from collsynth.executor import UnrunnableProgramError, schedule
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "msccl-xml"
 
@@ -106,7 +106,7 @@ def test_the_checker_proves_the_programs_the_executor_runs(program):
 def _run_both(rank: int, world_size: int) -> list[list[float]]:
     import torch
 
-    from collsynth.runtime import run_program
+    from collsynth.executor import run_program
 
     found = []
     for program in (FUSED, LATE_FLAG):
@@ -123,7 +123,7 @@ def test_the_executor_computes_what_the_checker_proved():
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
         pytest.skip("torch.distributed with gloo is needed")
-    from collsynth.runtime import launch
+    from collsynth.executor import launch
 
     assert torch is not None
     outs = launch(_run_both, 3, timeout_s=120)
@@ -144,7 +144,7 @@ def test_checker_and_executor_derive_one_graph_for_msccl_tools_programs(path):
     tests/export/test_check.py proves all of them correct)."""
     program = read_program(path)
     runtime = "msccl" if program.outofplace is None else "msccl-executor"
-    static = _static(program, get_runtime(runtime))
+    static = _static(program, xml_dialect(runtime))
     seen = []
     Scheduler(static.tbs, static.loaded).run(lambda e, _: seen.append(e))
     assert _graph(op.step for op in schedule(program).ops) == _graph(seen)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from collsynth.export.mscclpp.checker import run_plan
 from collsynth.export.mscclpp.model import Plan
 from collsynth.export.mscclpp.steps import Access
-from collsynth.runtime._common import (
+from collsynth.limits import Deadline
+from collsynth.executor._common import (
     DEFAULT_TIMEOUT_S,
-    Deadline,
     ExecutionError,
     InvalidBufferError,
     UnrunnableProgramError,
@@ -48,7 +48,7 @@ class PreparedPlan:
         torch, dist = torch_modules()
         if not dist.is_initialized():
             raise ExecutionError("torch.distributed is not initialised: call "
-                                 "init_process_group first (or use collsynth.runtime.launch)")
+                                 "init_process_group first (or use collsynth.executor.launch)")
         if op != "sum":
             raise InvalidBufferError(f"op={op!r}: MSCCL++'s kernel reduces with a sum only")
         self.plan, self.group, self.timeout_s = plan, group, timeout_s

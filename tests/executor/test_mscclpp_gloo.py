@@ -20,7 +20,7 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
 from collsynth.export.mscclpp import read_plan  # noqa: E402
 from collsynth.export.mscclpp.lower import lower_to_plan  # noqa: E402
 from collsynth.export.mscclpp.model import BufferRef  # noqa: E402
-from collsynth.runtime import Case, launch, run_cases  # noqa: E402
+from collsynth.executor import Case, launch, run_cases  # noqa: E402
 from collsynth.collective import alltoall, reduce_scatter  # noqa: E402
 from collsynth.synthesis import solve_least_steps  # noqa: E402
 from collsynth.topology import get_topology  # noqa: E402

@@ -7,11 +7,10 @@ and a missing installation is one clear :class:`BackendUnavailableError`.
 
 from __future__ import annotations
 
-import datetime
-import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from collsynth.errors import CollsynthError
+from collsynth.limits import Deadline
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -27,7 +26,6 @@ __all__ = [
     "torch_modules",
     "check_op",
     "reducer",
-    "Deadline",
     "global_rank",
     "is_nccl",
     "wait_all",
@@ -78,7 +76,7 @@ def torch_modules() -> tuple[Any, Any]:
         import torch.distributed as dist
     except ImportError as exc:  # pragma: no cover - torch is installed where tests run
         raise BackendUnavailableError(
-            "collsynth.runtime needs PyTorch: pip install torch (see the README)") from exc
+            "collsynth.executor needs PyTorch: pip install torch (see the README)") from exc
     if not dist.is_available():  # pragma: no cover - builds without distributed
         raise BackendUnavailableError("this PyTorch build has no torch.distributed")
     return torch, dist
@@ -138,19 +136,6 @@ def is_nccl(dist: Any, group: Any) -> bool:
     return str(dist.get_backend(group)).lower() == "nccl"
 
 
-class Deadline:
-    """The end of one call: every wait gets the time that is left."""
-
-    def __init__(self, seconds: float | None) -> None:
-        self.seconds = seconds
-        self.end = None if seconds is None else time.monotonic() + seconds
-
-    def remaining(self) -> datetime.timedelta | None:
-        if self.end is None:
-            return None
-        return datetime.timedelta(seconds=max(0.001, self.end - time.monotonic()))
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
@@ -172,7 +157,7 @@ def wait_all(works: list[Any], descriptions: list[str], *, deadline: Deadline, n
             if nccl:
                 work.wait()
             else:
-                left = deadline.remaining()
+                left = deadline.remaining_timedelta()
                 done = work.wait() if left is None else work.wait(timeout=left)
                 if done is False:
                     raise RuntimeError("the wait returned without completing")

@@ -14,7 +14,7 @@ if not dist.is_available() or not dist.is_gloo_available():  # pragma: no cover
     pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
 
 from collsynth.collective import standard_collective  # noqa: E402
-from collsynth.runtime import (  # noqa: E402
+from collsynth.executor import (  # noqa: E402
     BackendUnavailableError,
     ExecutionTimeoutError,
     LaunchError,
@@ -22,7 +22,7 @@ from collsynth.runtime import (  # noqa: E402
     run,
     run_cases,
 )
-from collsynth.runtime.launch import free_port  # noqa: E402
+from collsynth.executor.launch import free_port  # noqa: E402
 from collsynth.synthesis import solve_least_steps  # noqa: E402
 from collsynth.topology import get_topology  # noqa: E402
 
@@ -210,10 +210,10 @@ def test_a_group_that_never_connected_is_launched_again(monkeypatch):
     once more; any other failure is raised at once."""
     import importlib
 
-    from collsynth.runtime.launch import LaunchError, RankFailure
+    from collsynth.executor.launch import LaunchError, RankFailure
 
-    # collsynth.runtime re-exports the function launch under the module's name.
-    launch_module = importlib.import_module("collsynth.runtime.launch")
+    # collsynth.executor re-exports the function launch under the module's name.
+    launch_module = importlib.import_module("collsynth.executor.launch")
 
     calls = []
 

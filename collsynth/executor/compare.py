@@ -12,11 +12,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.model import Collective
-from collsynth.collective.kinds import KINDS, canonical_name
-from collsynth.collective.kinds import busbw_factor as kinds_busbw_factor
 from collsynth.export.mscclpp.model import Plan
 from collsynth.export.program import Program
-from collsynth.runtime._common import (
+from collsynth.executor._common import (
     DEFAULT_TIMEOUT_S,
     ExecutionError,
     InvalidBufferError,
@@ -24,15 +22,15 @@ from collsynth.runtime._common import (
     check_op,
     torch_modules,
 )
-from collsynth.runtime.executor import block_counts, collective_kind, prepare
-from collsynth.runtime.mscclpp_plan import plan_kind, prepare_plan
-from collsynth.runtime.program import prepare_program, program_kind
+from collsynth.executor.executor import block_counts, collective_kind, prepare
+from collsynth.executor.mscclpp_plan import plan_kind, prepare_plan
+from collsynth.executor.program import prepare_program, program_kind
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
 __all__ = ["Case", "CaseResult", "Timing", "run_case", "run_cases", "tolerance",
-           "busbw_factor", "size_bytes", "DTYPES", "parse_dtype", "TORCH_CALLS"]
+           "size_bytes", "DTYPES", "parse_dtype", "TORCH_CALLS"]
 
 #: dtype names accepted by :func:`parse_dtype` (also ``torch.float32`` spellings).
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32",
@@ -69,18 +67,6 @@ def tolerance(dtype: "torch.dtype", num_ranks: int, op: str) -> float:
     return 4 * num_ranks * torch.finfo(dtype).eps
 
 
-def busbw_factor(kind: str, num_ranks: int) -> float:
-    """nccl-tests' bus-bandwidth factor: allreduce ``2(n-1)/n``; allgather, reduce_scatter,
-    alltoall, gather, scatter ``(n-1)/n``; broadcast, reduce (and custom) ``1``.
-
-    >>> busbw_factor("allreduce", 4), busbw_factor("allgather", 4), busbw_factor("reduce", 4)
-    (1.5, 0.75, 1.0)
-    """
-    key = {"custom_gather": "gather", "custom_scatter": "scatter"}.get(kind, kind)
-    if canonical_name(key) not in {k.name for k in KINDS}:
-        return 1.0
-    return float(kinds_busbw_factor(key, num_ranks))
-
 
 def size_bytes(kind: str, num_ranks: int, block_elems: int, element_size: int,
                base_chunks: int = 1) -> int:
@@ -107,7 +93,7 @@ class Case:
     as in the algorithm it came from; only ``program``'s root and custom conditions are read
     from it, and it may be ``None`` for a standard, unrooted ``coll``), or an MSCCL++ ``plan``.
     ``block_elems`` is ``m``, the elements of one base chunk (see
-    :mod:`collsynth.runtime.executor`).
+    :mod:`collsynth.executor.executor`).
     """
 
     name: str
@@ -453,7 +439,7 @@ def run_case(case: Case, *, group: Any = None, device: Any = None) -> CaseResult
     """Run ``case`` on this rank (collectively: every rank of ``group`` calls it).
 
     Errors that every rank raises alike (bad tensors, an op the dtype cannot take) are
-    returned as a failed result; an :class:`~collsynth.runtime.ExecutionError` (the group is
+    returned as a failed result; an :class:`~collsynth.executor.ExecutionError` (the group is
     broken) propagates.
     """
     torch, dist = torch_modules()
@@ -532,7 +518,7 @@ def run_case(case: Case, *, group: Any = None, device: Any = None) -> CaseResult
 
 def run_cases(rank: int, world_size: int, cases: Sequence[Case], *, group: Any = None
               ) -> list[CaseResult]:
-    """:func:`run_case` over a table, for :func:`collsynth.runtime.launch.launch`
+    """:func:`run_case` over a table, for :func:`collsynth.executor.launch.launch`
     (``launch(run_cases, n, args=(cases,))``).
 
     After an :class:`ExecutionError` the group is broken: that case and every later one are

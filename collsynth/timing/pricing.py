@@ -1,0 +1,269 @@
+"""One pricing interface: what a subject costs at some sizes, by a model given as a parameter.
+
+A *subject* is a synthesized :class:`~collsynth.algorithm.Algorithm`, an MSCCL
+:class:`~collsynth.export.program.Program`, or one of a runtime's own algorithms
+(:class:`RuntimeAlgorithm`). A *model* (:class:`PricingModel`) says whether it can price a
+subject and prices it: the closed form (:class:`collsynth.timing.closed_form.ClosedForm`), the
+program model (:class:`collsynth.timing.program_model.ProgramModel`), a measured curve
+(:class:`collsynth.timing.closed_form.Measured`). Callers never branch on a model's name, as
+networkx's flow functions take ``flow_func``; docs/timing.md, "One pricing interface".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, Union, runtime_checkable
+
+from collsynth.algorithm.model import Algorithm
+from collsynth.collective.kinds import canonical_name
+from collsynth.errors import InvalidInstanceError
+from collsynth.export.program import Program
+from collsynth.runtimes import Runtime, check_protocol
+from collsynth.timing.runtime_baselines import TREE_COLLECTIVES
+
+if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
+    import sympy
+
+    from collsynth.topology.model import Topology
+
+__all__ = ["Subject", "RuntimeAlgorithm", "MEASURED", "runtime_algorithms", "subject_name",
+           "Price", "PricingModel", "LinearPricingModel", "PriceTable", "price_table",
+           "fastest_runtime_algorithm", "RUNS_ON_RING"]
+
+#: Collectives the NCCL-family runtimes run on their ring (their tree: TREE_COLLECTIVES); the
+#: others (alltoall, gather, scatter) run as grouped send/recv.
+RUNS_ON_RING = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
+#: The algorithm of a :class:`RuntimeAlgorithm` that stands for whatever the runtime ran, as one
+#: measured curve (:class:`collsynth.timing.closed_form.Measured` prices it).
+MEASURED = "measured"
+
+
+@dataclass(frozen=True)
+class RuntimeAlgorithm:
+    """One of a runtime's own algorithms for a collective on a topology: what NCCL or RCCL run
+    without any custom program.
+
+    ``channels`` and ``protocol`` pin them (``None``: the runtime's own choice, per size).
+
+    >>> from collsynth.runtimes import get_runtime
+    >>> from collsynth.topology import get_topology
+    >>> RuntimeAlgorithm(get_runtime("rccl"), "ring", "allgather", get_topology("ring:4")).name
+    'rccl-ring'
+    >>> RuntimeAlgorithm(get_runtime("msccl"), "tree", "allreduce", get_topology("ring:4"),
+    ...                  protocol="LL").name
+    'nccl-tree/LL'
+    """
+
+    runtime: Runtime
+    algorithm: str
+    collective: str
+    topology: "Topology" = field(compare=False)
+    channels: int | None = None
+    protocol: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.runtime, Runtime):
+            raise InvalidInstanceError(f"RuntimeAlgorithm: runtime = {self.runtime!r}; expected "
+                                       "a Runtime (collsynth.runtimes.get_runtime)")
+        object.__setattr__(self, "collective", canonical_name(self.collective))
+        if self.protocol is not None:
+            check_protocol(self.protocol)
+        if self.channels is not None and (isinstance(self.channels, bool) or
+                                          not isinstance(self.channels, int) or self.channels < 1):
+            raise InvalidInstanceError(f"RuntimeAlgorithm: channels = {self.channels!r}; "
+                                       "expected a whole number >= 1")
+
+    @property
+    def name(self) -> str:
+        """``"nccl-ring"``, ``"rccl-tree"``; ``"nccl-ring/LL"`` with a pinned protocol,
+        ``"nccl-ring/LL/2ch"`` with pinned channels too (msccl and msccl-executor run NCCL's)."""
+        text = f"{self.runtime.family}-{self.algorithm}"
+        if self.protocol is not None:
+            text += f"/{self.protocol}"
+        if self.channels is not None:
+            text += f"/{self.channels}ch"
+        return text
+
+    def pinned(self, protocol: str) -> "RuntimeAlgorithm":
+        """The same algorithm with its protocol fixed."""
+        return RuntimeAlgorithm(self.runtime, self.algorithm, self.collective, self.topology,
+                                self.channels, protocol)
+
+
+#: What a model prices.
+Subject = Union[Algorithm, Program, RuntimeAlgorithm]
+
+
+def subject_name(subject: Subject) -> str:
+    """The name a price carries: the algorithm's or program's name, the runtime algorithm's."""
+    if isinstance(subject, RuntimeAlgorithm):
+        return subject.name
+    return subject.name or ("algorithm" if isinstance(subject, Algorithm) else "program")
+
+
+def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
+                       ) -> tuple[RuntimeAlgorithm, ...]:
+    """Every own algorithm ``runtime`` would consider for ``collective`` on ``topology``: its
+    ring for the collectives it runs on rings, and its tree for allreduce. A model may still be
+    unable to price one here (:meth:`PricingModel.why_not` says why: no ring through every rank,
+    a link the tree needs). Callers never list ring and tree themselves.
+
+    >>> from collsynth.runtimes import get_runtime
+    >>> from collsynth.topology import get_topology
+    >>> [a.name for a in runtime_algorithms(get_runtime("nccl"), "allreduce",
+    ...                                     get_topology("dgx1"))]
+    ['nccl-ring', 'nccl-tree']
+    >>> runtime_algorithms(get_runtime("nccl"), "alltoall", get_topology("dgx1"))
+    ()
+    """
+    key = canonical_name(collective)
+    found = []
+    for algorithm in runtime.own_algorithms:
+        runs = RUNS_ON_RING if algorithm == "ring" else \
+            TREE_COLLECTIVES if algorithm == "tree" else ()
+        if key in runs:
+            found.append(RuntimeAlgorithm(runtime, algorithm, key, topology))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Price:
+    """What ``subject`` costs at ``size_bytes`` (nccl-tests convention) by ``model``:
+    ``time_us``, nccl-tests ``algbw_gbps`` and ``busbw_gbps``, and how it ran (``protocol``,
+    ``channels``, ``note``: e.g. ``"tuned: 2ch/chunk x1 LL128"``)."""
+
+    subject: str
+    size_bytes: int
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    model: str
+    protocol: str | None = None
+    channels: int | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.subject, "size_bytes": self.size_bytes, "time_us": self.time_us,
+                "algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps,
+                "model": self.model, "protocol": self.protocol, "channels": self.channels,
+                "note": self.note}
+
+
+@runtime_checkable
+class PricingModel(Protocol):
+    """A model that prices subjects. ``name`` (``"closed-form"``, ``"program-model"``,
+    ``"measured"``) and ``provenance`` (where its figures come from) are shown with its
+    prices."""
+
+    name: str
+    provenance: str
+
+    def why_not(self, subject: Subject) -> str | None:  # pragma: no cover - protocol
+        """``None`` when the model can price ``subject``; otherwise why not (one line)."""
+        ...
+
+    def price(self, subject: Subject, sizes: Sequence[int]) -> tuple[Price, ...]:
+        """One :class:`Price` per size, in the order given (pragma: protocol)."""
+        ...  # pragma: no cover - protocol
+
+
+@runtime_checkable
+class LinearPricingModel(PricingModel, Protocol):
+    """A model whose times are lines in the size: exact crossovers and envelopes."""
+
+    def line(self, subject: Subject) -> "sympy.Expr":  # pragma: no cover - protocol
+        """The time as a sympy expression in :data:`collsynth.timing.model.SIZE`, exact."""
+        ...
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """Several subjects priced by one model: ``prices`` (subject by subject, each at every
+    size), ``subjects`` (the names priced, in order) and ``errors`` (name -> why the model
+    could not price it; the others are still priced)."""
+
+    model: str
+    provenance: str
+    sizes: tuple[int, ...]
+    subjects: tuple[str, ...]
+    prices: tuple[Price, ...]
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    def of(self, subject: str) -> tuple[Price, ...]:
+        """The prices of one subject, by size."""
+        return tuple(p for p in self.prices if p.subject == subject)
+
+    def at(self, size_bytes: int) -> tuple[Price, ...]:
+        """Every subject's price at one size, in subject order."""
+        return tuple(p for p in self.prices if p.size_bytes == size_bytes)
+
+    def best(self, size_bytes: int) -> Price:
+        """The fastest at ``size_bytes`` (ties: the first subject).
+
+        Raises
+        ------
+        InvalidInstanceError
+            No subject was priced at that size.
+        """
+        here = self.at(size_bytes)
+        if not here:
+            raise InvalidInstanceError(f"no price at {size_bytes} bytes")
+        return min(here, key=lambda p: p.time_us)
+
+
+def price_table(subjects: Sequence[Subject], sizes: Sequence[int], model: PricingModel
+                ) -> PriceTable:
+    """Price every subject at every size with ``model``; a subject the model cannot price gets
+    an entry in ``errors`` (:meth:`PricingModel.why_not`) and the others are priced.
+
+    >>> from collsynth.runtimes import get_runtime
+    >>> from collsynth.timing.closed_form import ClosedForm
+    >>> from collsynth.topology import get_topology
+    >>> subjects = runtime_algorithms(get_runtime("nccl"), "allgather", get_topology("dgx1"))
+    >>> table = price_table(subjects, [1000, 10**9], ClosedForm())
+    >>> [(p.subject, p.protocol) for p in table.prices]
+    [('nccl-ring', 'LL'), ('nccl-ring', 'Simple')]
+    """
+    sizes = _check_sizes(sizes)
+    prices: list[Price] = []
+    names: list[str] = []
+    errors: dict[str, str] = {}
+    for subject in subjects:
+        name = subject_name(subject)
+        why = model.why_not(subject)
+        if why is not None:
+            errors[name] = why
+            continue
+        names.append(name)
+        prices.extend(model.price(subject, sizes))
+    return PriceTable(model.name, model.provenance, tuple(sizes), tuple(names), tuple(prices),
+                      MappingProxyType(errors))
+
+
+def fastest_runtime_algorithm(runtime: Runtime, collective: str, topology: "Topology",
+                              sizes: Sequence[int], model: PricingModel) -> tuple[Price, ...]:
+    """Per size, the fastest of :func:`runtime_algorithms` that ``model`` can price, named
+    (``"nccl-tree"``...): the runtime's own answer, what a synthesized algorithm is compared with.
+    ``()`` when the model can price none of them.
+
+    >>> from collsynth.runtimes import get_runtime
+    >>> from collsynth.timing.closed_form import ClosedForm
+    >>> from collsynth.topology import get_topology
+    >>> [(p.subject, p.protocol) for p in fastest_runtime_algorithm(
+    ...     get_runtime("nccl"), "allreduce", get_topology("dgx1"), [1000, 10**9], ClosedForm())]
+    [('nccl-ring', 'LL'), ('nccl-ring', 'Simple')]
+    """
+    table = price_table(runtime_algorithms(runtime, collective, topology), sizes, model)
+    if not table.subjects:
+        return ()
+    return tuple(table.best(size) for size in table.sizes)
+
+
+def _check_sizes(sizes: Sequence[int]) -> list[int]:
+    result = []
+    for size in sizes:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise InvalidInstanceError(f"size {size!r}; expected whole bytes >= 0")
+        result.append(size)
+    return result
