@@ -105,26 +105,54 @@ def subject_name(subject: Subject) -> str:
 def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
                        ) -> tuple[RuntimeAlgorithm, ...]:
     """Every own algorithm ``runtime`` would consider for ``collective`` on ``topology``: its
-    ring for the collectives it runs on rings, and its tree for allreduce. A model may still be
-    unable to price one here (:meth:`PricingModel.why_not` says why: no ring through every rank,
-    a link the tree needs). Callers never list ring and tree themselves.
+    ring for the collectives it runs on rings, its tree for allreduce, and NVLS, NVLS-tree and
+    PAT where the runtime's own rules offer them on the machine (its facts: NVLink SHARP, one
+    GPU per node...; :func:`collsynth.timing.tuning_model.offered_protocols`, the one home of
+    those rules). CollNet is never listed: it needs SHARP in the network, which no machine
+    collsynth describes has. A model may still be unable to price one here
+    (:meth:`PricingModel.why_not` says why: no ring through every rank, a link the tree
+    needs). Callers never list the algorithms themselves.
 
     >>> from collsynth.runtimes import get_runtime
     >>> from collsynth.topology import get_topology
     >>> [a.name for a in runtime_algorithms(get_runtime("nccl"), "allreduce",
     ...                                     get_topology("dgx1"))]
     ['nccl-ring', 'nccl-tree']
+    >>> [a.name for a in runtime_algorithms(get_runtime("nccl"), "allreduce",
+    ...                                     get_topology("dgx-h100"))]
+    ['nccl-ring', 'nccl-tree', 'nccl-nvls']
     >>> runtime_algorithms(get_runtime("nccl"), "alltoall", get_topology("dgx1"))
     ()
     """
     key = canonical_name(collective)
     found = []
+    offered: frozenset[str] | None = None
     for algorithm in runtime.own_algorithms:
-        runs = RUNS_ON_RING if algorithm == "ring" else \
-            TREE_COLLECTIVES if algorithm == "tree" else ()
-        if key in runs:
+        if algorithm in ("ring", "tree"):
+            runs = key in (RUNS_ON_RING if algorithm == "ring" else TREE_COLLECTIVES)
+        else:
+            if offered is None:
+                offered = _offered(runtime, key, topology)
+            runs = algorithm in offered
+        if runs:
             found.append(RuntimeAlgorithm(runtime, algorithm, key, topology))
     return tuple(found)
+
+
+def _offered(runtime: Runtime, collective: str, topology: "Topology") -> frozenset[str]:
+    """The algorithms the runtime's tuning offers for ``collective`` on ``topology``'s machine
+    (none when its facts cannot set the tuning up: no architecture, no NICs...)."""
+    from collsynth.errors import CollsynthError
+    from collsynth.timing.tuning_model import (ALGORITHMS, COLLECTIVES, offered_protocols,
+                                               tuning_setup)
+
+    if collective not in COLLECTIVES:
+        return frozenset()
+    try:
+        setup = tuning_setup(topology, runtime=runtime.family)
+    except CollsynthError:
+        return frozenset()
+    return frozenset(a for a in ALGORITHMS if offered_protocols(setup, collective, a))
 
 
 @dataclass(frozen=True)
