@@ -150,7 +150,8 @@ def _shown(price: "Price") -> str:
 def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _ClosedFormView:
     from collsynth.timing.closed_form import ClosedForm, Measured
     from collsynth.timing.kernels import reduce_gamma_us_per_byte
-    from collsynth.timing.pricing import MEASURED, RuntimeAlgorithm, runtime_algorithms
+    from collsynth.timing.pricing import (MEASURED, RuntimeAlgorithm, pinned_protocols,
+                                          runtime_algorithms)
 
     for path in args.files:
         if _is_xml(path):
@@ -179,7 +180,7 @@ def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _Clo
             notes.append(f"no NCCL baseline: {why}")
             continue
         priced.append(subject)
-        lines.update({p.name: model.line(p) for p in map(subject.pinned, runtime.protocols)})
+        lines.update({p.name: model.line(p) for p in pinned_protocols(subject, model)})
     if not ours:
         notes.append(f"no NCCL baseline: NCCL runs {coll} as grouped send/recv, outside its "
                      "ring/tree tuning model")
@@ -187,7 +188,11 @@ def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _Clo
         missing = [a for a in runtime.own_algorithms if a not in {r.algorithm for r in ours}]
         notes += [f"NCCL has no {a} for {coll} ({a} is "
                   f"{' and '.join(_collectives_of(runtime, a, topology))} only)"
-                  for a in missing]
+                  for a in missing if a in ("ring", "tree")]
+        others = [a for a in missing if a not in ("ring", "tree")]
+        if others:
+            notes.append(f"NCCL does not offer {', '.join(others)} for {coll} on "
+                         f"{topology.name} (its rules and the machine's facts)")
         setup = model.nccl_setup(topology)
         notes.append(f"NCCL: {len(setup.rings)} ring channel(s), {setup.bus_gbps:g} GB/s bus "
                      f"bandwidth, {setup.hardware} hops, {setup.nodes} node(s)")
@@ -484,6 +489,7 @@ def run_plot(args: argparse.Namespace) -> int:
     from collsynth._output import check_output_file, open_atomic
     from collsynth.timing.metrics import busbw_gbps
     from collsynth.timing.model import SIZE, lower_envelope
+    from collsynth.timing.pricing import pinned_protocols
 
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
@@ -510,7 +516,7 @@ def run_plot(args: argparse.Namespace) -> int:
     for algorithm in view.algorithms:
         ax.loglog(sizes, [metric(algorithm.name, s) for s in sizes], label=algorithm.name)
     for subject in view.runtime_algorithms:
-        names = [subject.pinned(p).name for p in subject.runtime.protocols]
+        names = [p.name for p in pinned_protocols(subject, view.model)]
         values = [min((metric(nm, s) for nm in names), key=lambda v: v if args.metric == "time"
                       else -v) for s in sizes]
         ax.loglog(sizes, values, linestyle="--", label=f"{subject.name} (best protocol)")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
 
 __all__ = ["Subject", "RuntimeAlgorithm", "MEASURED", "runtime_algorithms", "subject_name",
            "Price", "PricingModel", "LinearPricingModel", "PriceTable", "price_table",
-           "fastest_runtime_algorithm", "RUNS_ON_RING"]
+           "fastest_runtime_algorithm", "RUNS_ON_RING", "pinned_protocols"]
 
 #: Collectives the NCCL-family runtimes run on their ring (their tree: TREE_COLLECTIVES); the
 #: others (alltoall, gather, scatter) run as grouped send/recv.
@@ -137,6 +137,24 @@ def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
         if runs:
             found.append(RuntimeAlgorithm(runtime, algorithm, key, topology))
     return tuple(found)
+
+
+def pinned_protocols(subject: RuntimeAlgorithm, model: "PricingModel"
+                     ) -> tuple[RuntimeAlgorithm, ...]:
+    """``subject`` pinned to each protocol of its runtime that ``model`` prices it with (NVLS
+    and PAT run Simple only): the lines of a linear model, of which the runtime takes the
+    fastest at each size.
+
+    >>> from collsynth.runtimes import get_runtime
+    >>> from collsynth.timing.closed_form import ClosedForm
+    >>> from collsynth.topology import get_topology
+    >>> ring, tree, nvls = runtime_algorithms(get_runtime("nccl"), "allreduce",
+    ...                                       get_topology("dgx-h100"))
+    >>> [p.name for p in pinned_protocols(nvls, ClosedForm())]
+    ['nccl-nvls/Simple']
+    """
+    return tuple(p for p in map(subject.pinned, subject.runtime.protocols)
+                 if model.why_not(p) is None)
 
 
 def _offered(runtime: Runtime, collective: str, topology: "Topology") -> frozenset[str]:
