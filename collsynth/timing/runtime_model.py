@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
 __all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_program", "indirect_note",
+           "SEND", "RECEIVE", "FORWARD", "LOCAL",
            "simulate_sizes", "SimulationOptions", "MAX_SIMULATED_STEPS", "check_simulated_steps"]
 
 #: Most steps (all ranks' thread blocks together) a program may have to be simulated. Preparing
@@ -35,10 +36,11 @@ __all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_progra
 #: channels, and the 16384 thread blocks the checker executes at 64 steps each.
 MAX_SIMULATED_STEPS = 1 << 20
 
-# Transfer kinds: what a step does with its bytes.
-_SEND, _RECV, _FORWARD, _LOCAL = 0, 1, 2, 3
-_KIND = {"s": _SEND, "r": _RECV, "rrc": _RECV, "rcs": _FORWARD, "rrs": _FORWARD,
-         "rrcs": _FORWARD, "cpy": _LOCAL, "re": _LOCAL}
+#: Transfer kinds of a :class:`PreparedProgram` (what a step does with its bytes): it sends,
+#: receives, receives and sends on (forwards), or works on local data.
+SEND, RECEIVE, FORWARD, LOCAL = 0, 1, 2, 3
+_KIND = {"s": SEND, "r": RECEIVE, "rrc": RECEIVE, "rcs": FORWARD, "rrs": FORWARD,
+         "rrcs": FORWARD, "cpy": LOCAL, "re": LOCAL}
 _REDUCES = frozenset({"rrc", "rrs", "rrcs", "re"})
 
 
@@ -230,7 +232,7 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
             work[i] = len(t.srcoffs) if op == "re" else 1.0
         elif op == "cpy":
             work[i] = 1.0
-        if kind[i] in (_SEND, _FORWARD):
+        if kind[i] in (SEND, FORWARD):
             a, b = e.rank, e.send
             sends[i] = True
             if not 0 <= b < n:

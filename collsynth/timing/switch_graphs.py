@@ -21,7 +21,7 @@ from collsynth.errors import InvalidInstanceError, InvalidTopologyError, Unknown
 from collsynth.export.program import Program
 from collsynth.runtimes import check_channels
 from collsynth.timing.paths import INTRA, Fabric
-from collsynth.timing.runtime_model import (_FORWARD, _RECV, _SEND, PreparedProgram,
+from collsynth.timing.runtime_model import (FORWARD, RECEIVE, SEND, PreparedProgram,
                                             check_simulated_steps)
 from collsynth.timing.runtime_baselines import double_binary_tree
 
@@ -61,17 +61,17 @@ class _Graph:
 
     def send(self, resources: Sequence[int], link_class: int) -> int:
         """A GPU sends one chunk of its input."""
-        return self._add(_SEND, -1, (), resources, link_class, 0.0)
+        return self._add(SEND, -1, (), resources, link_class, 0.0)
 
     def forward(self, match: int, resources: Sequence[int], link_class: int, *,
                 inputs: Sequence[int] = (), work: float = 0.0) -> int:
         """Takes ``match`` (and every ``inputs``) as it arrives, reduced with ``work`` passes,
         and sends it on."""
-        return self._add(_FORWARD, match, inputs, resources, link_class, work)
+        return self._add(FORWARD, match, inputs, resources, link_class, work)
 
     def receive(self, match: int) -> int:
         """A GPU stores a chunk into its output."""
-        return self._add(_RECV, match, (), (), -1, 0.0)
+        return self._add(RECEIVE, match, (), (), -1, 0.0)
 
     def prepared(self, topology: "Topology", fabric: Fabric, program: Program
                  ) -> PreparedProgram:
@@ -80,7 +80,7 @@ class _Graph:
         return PreparedProgram(
             program=program, topology=topology, kind=self.kind, cnt=[1] * total,
             prev=[-1] * total, deps=[()] * total, match=self.match,
-            sends=(kinds == _SEND) | (kinds == _FORWARD),
+            sends=(kinds == SEND) | (kinds == FORWARD),
             link_class=np.array(self.link_class, dtype=np.int8),
             work=np.array(self.work), members=np.array(self.members, dtype=np.int64
                                                        ).reshape(-1, 2),
