@@ -128,7 +128,7 @@ _NEWLINE = b"\n"
 
 
 def decode_text(data: bytes, source: str, *, prefix: str = "") -> str:
-    """``data`` decoded as UTF-8, less a leading UTF-8 byte-order mark (Windows editors write
+    r"""``data`` decoded as UTF-8, less a leading UTF-8 byte-order mark (Windows editors write
     one). ``prefix`` starts messages (e.g. ``"line 3: "``).
 
     Raises

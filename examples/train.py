@@ -44,6 +44,10 @@ def main() -> None:
             if rank == 0:
                 mean = sum(float(x) for x in losses) / world
                 print(f"step {step + 1}: mean loss {mean:.4f}, lr {float(lr):.4f}")
+    # Every rank done before the group goes: a rank that tears down gloo while its peer still
+    # talks to the store can abort at exit ("terminate called without an active exception").
+    del ddp
+    dist.barrier()
     dist.destroy_process_group()
 
 

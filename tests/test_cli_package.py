@@ -20,7 +20,7 @@ PACKAGE = Path(cli.__file__).parent
 
 #: The commands the README and docs/cli.md document, written out by hand.
 DOCUMENTED = {"topologies", "bounds", "solve", "show", "verify", "export", "check", "time", "plot",
-              "calibrate", "bench", "run", "trace", "plan", "draw"}
+              "calibrate", "bench", "run", "trace", "plan", "draw", "tune-runtime"}
 
 
 def _leaves(parser: argparse.ArgumentParser, path: str):

@@ -210,3 +210,110 @@ def test_bus_bandwidth_of_the_program_model_is_the_kinds(collective, n):
     t = simulate_program(ring_program(collective, [tuple(range(n))]), topology, 1 << 20,
                          get_runtime("nccl").defaults)
     assert t.busbw_gbps == pytest.approx(t.algbw_gbps * float(busbw_factor(collective, n)))
+
+
+# -- (d) typed interfaces, public names -------------------------------------------------------
+
+
+def public_signatures_typed_any(root: Path) -> list[str]:
+    """``module:line name: annotation`` for each parameter or return of a public function or
+    method of ``collsynth/timing`` annotated with ``Any``."""
+    found = []
+    for path in sorted((root / "collsynth" / "timing").glob("*.py")):
+        if path.name.startswith("_") and path.name != "__init__.py":
+            continue
+
+        def visit(body: list[ast.stmt], prefix: str) -> None:
+            for node in body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    visit(node.body, f"{prefix}{node.name}.")
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                        not node.name.startswith("_"):
+                    args = node.args
+                    annotations = [a.annotation for a in (*args.posonlyargs, *args.args,
+                                                          *args.kwonlyargs, args.vararg,
+                                                          args.kwarg) if a is not None]
+                    for annotation in [*annotations, node.returns]:
+                        text = "" if annotation is None else ast.unparse(annotation)
+                        if "Any" in text.replace("'", " ").replace('"', " ").replace(
+                                "[", " ").replace("]", " ").replace("|", " ").replace(
+                                ",", " ").split():
+                            found.append(f"{path.name}:{node.lineno} {prefix}{node.name}: "
+                                         f"{text}")
+
+        visit(ast.parse(path.read_text(encoding="utf-8")).body, "")
+    return found
+
+
+def test_no_public_timing_signature_is_typed_any():
+    found = public_signatures_typed_any(ROOT)
+    assert not found, "; ".join(found)
+
+
+def private_imports(root: Path) -> list[str]:
+    """``module imports other._name`` for each private name imported from another module of
+    the package (private modules such as ``collsynth._parse`` are the package's own layer and
+    may be imported; their names without ``_`` are their interface)."""
+    found = []
+    for path in sorted((root / "collsynth").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.startswith("collsynth") and node.module != module:
+                found += [f"{module} imports {node.module}.{alias.name}" for alias in node.names
+                          if alias.name.startswith("_") and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    found = private_imports(ROOT)
+    assert not found, "; ".join(found)
+
+
+def test_the_type_and_import_checks_see_offenders(tmp_path):
+    timing = tmp_path / "collsynth" / "timing"
+    timing.mkdir(parents=True)
+    (timing / "m.py").write_text("from typing import Any\n"
+                                 "def f(x: Any) -> int:\n    return 1\n"
+                                 "def _g(x: Any) -> Any:\n    return x\n"
+                                 "class C:\n    def h(self) -> dict[str, Any]:\n        return {}\n")
+    (timing / "n.py").write_text("from collsynth.timing.m import _g, f\n")
+    assert [f.split(" ")[1] for f in public_signatures_typed_any(tmp_path)] == ["f:", "C.h:"]
+    assert private_imports(tmp_path) == ["collsynth.timing.n imports collsynth.timing.m._g"]
+
+
+#: Where catching every CollsynthError is the point: the CLI's one map from errors to exit
+#: codes.
+CATCH_ALL_ALLOWED = ("collsynth.cli.__init__",)
+
+
+def broad_catches(root: Path) -> list[str]:
+    """``module:line`` of each ``except CollsynthError`` (alone or in a tuple) whose handler
+    does not raise: a default returned for any error at all, a bug read as 'no result'."""
+    found = []
+    for path in sorted((root / "collsynth").rglob("*.py")):
+        module = ".".join(path.relative_to(root).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ExceptHandler) or node.type is None:
+                continue
+            names = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            broad = any(isinstance(n, ast.Name) and n.id == "CollsynthError" for n in names)
+            raises = any(isinstance(n, ast.Raise) for stmt in node.body for n in ast.walk(stmt))
+            if broad and not raises and module not in CATCH_ALL_ALLOWED:
+                found.append(f"{module}:{node.lineno}")
+    return found
+
+
+def test_no_catch_all_returns_a_default():
+    found = broad_catches(ROOT)
+    assert not found, "except CollsynthError without a raise: " + ", ".join(found)
+
+
+def test_the_catch_all_check_sees_one(tmp_path):
+    package = tmp_path / "collsynth"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "def f():\n    try:\n        g()\n    except CollsynthError:\n        return []\n"
+        "def h():\n    try:\n        g()\n    except (ValueError, CollsynthError) as e:\n"
+        "        raise KeyError from e\n")
+    assert broad_catches(tmp_path) == ["collsynth.a:4"]

@@ -278,8 +278,17 @@ def test_bench_plot_is_legible():
     setup = SimpleNamespace(program=SimpleNamespace(name="allgather-ring", collective="allgather",
                                                     ranks=8),
                             options=SimpleNamespace(runtime="rccl"))
-    result = SimpleNamespace(sizes=rows, predicted={"program model": [6 + s / 2.1e4
-                                                                      for s in sizes]})
+    from collsynth.plan.bench import BenchPrediction
+    from collsynth.timing.pricing import Price
+
+    def prices(name, times):
+        return tuple(Price(name, s, t, s / t / 1e3, s / t / 1e3, "program-model")
+                     for s, t in zip(sizes, times))
+
+    result = SimpleNamespace(sizes=rows, predicted=BenchPrediction(
+        "program-model", "rccl constants (documented)",
+        prices("allgather-ring", [6 + s / 2.1e4 for s in sizes]),
+        prices("rccl-ring", [7 + s / 2.0e4 for s in sizes])))
     figure = plot_bench(setup, result)
     assert _problems(figure, 100, no_overlap=False) == []
 

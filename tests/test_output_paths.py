@@ -243,6 +243,9 @@ COMMANDS = {
              ["collsynth.plan.make_plan", "collsynth.resolve.resolve_topology"]),
     "bench": (["bench", "{algo}", "--ranks", "4", "--runtime", "rccl", "--dry-run", "-o", "OUT"],
               ["collsynth.plan.bench.prepare_bench"]),
+    "tune-runtime": (["tune-runtime", "--topology", "dgx-a100", "--runtime", "nccl", "-o", "OUT"],
+                     ["collsynth.resolve.resolve_topology",
+                      "collsynth.export.tuner.machine.tune_machine"]),
 }
 #: The -o argument each command is given, and where the blocker goes (with --runtime all,
 #: -o out.xml writes out.msccl.xml, ...).
@@ -251,7 +254,8 @@ OUT_NAMES = {"export": ("out.xml", "out.xml"), "export-all": ("out.xml", "out.ms
              "bandwidth-optimal": ("out.json", "out.json"),
              "solve-instance": ("out.json", "out.json"), "solve-xml": ("out", "out"),
              "pareto-dir": ("out", "out"), "plot": ("out.png", "out.png"),
-             "plan": ("out", "out"), "bench": ("out", "out")}
+             "plan": ("out", "out"), "bench": ("out", "out"),
+             "tune-runtime": ("out.conf", "out.conf")}
 SUFFIX = {command: Path(names[0]).suffix for command, names in OUT_NAMES.items()
           if Path(names[0]).suffix}
 

@@ -221,7 +221,7 @@ def test_a_measured_curve_of_too_many_rows_is_refused(tmp_path):
     with within(5), pytest.raises(FileFormatError, match=f"more than {MAX_CURVE_ROWS} measured"):
         read_curve(path)
     path.write_text("size_bytes,time_us\n4096,1e12\n")
-    with pytest.raises(FileFormatError, match="time_us = 1e\\+12"):
+    with pytest.raises(FileFormatError, match="line 2: time_us = 1000000000000.0: expected"):
         read_curve(path)
 
 

@@ -32,7 +32,7 @@ from collsynth.errors import (
     UnimplementableError,
     UnknownNameError,
 )
-from collsynth.bounds.throughput import _small_max_flow, broadcast_shape, fabric_rounds
+from collsynth.bounds.throughput import small_max_flow, broadcast_shape, fabric_rounds
 from collsynth.graph.fabric import (INFINITE, UnsupportedFabricError, build_fabric,
                                     composed_quotient)
 from collsynth.graph.arborescence import min_arborescence_cost
@@ -1168,7 +1168,7 @@ def _quotient_cut(fabric, inside: np.ndarray) -> int:
     dst = np.concatenate([fabric.dst, ranks[inside], np.full((~inside).sum(), sink)])
     cap = [huge if c >= INFINITE else c for c in fabric.cap.tolist()]
     cap += [huge] * int(inside.sum() + (~inside).sum())
-    return _small_max_flow(v + 2, src, dst, cap, source, sink)[0]
+    return small_max_flow(v + 2, src, dst, cap, source, sink)[0]
 
 
 # -- arborescence packing (every chunk from one rank to all others, no bandwidth groups) ----------

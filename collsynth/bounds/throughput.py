@@ -104,7 +104,7 @@ def tree_rounds(fabric: Fabric, roots: dict[int, int], *,
             capacities = arc_caps + [q * int(c) for c in chunks[root_list]]
 
             def min_cut(v: int) -> tuple[int, np.ndarray]:
-                return _small_max_flow(total_vertices + 1, rows, cols, capacities,
+                return small_max_flow(total_vertices + 1, rows, cols, capacities,
                                        total_vertices, v)
         else:
             # Arcs that are not limits (between regions) stay effectively infinite when clamped;
@@ -150,7 +150,7 @@ _SMALL_ARCS = 4096
 _SMALL_VERTICES = 512
 
 
-def _small_max_flow(num_vertices: int, src: np.ndarray, dst: np.ndarray, cap: list[int],
+def small_max_flow(num_vertices: int, src: np.ndarray, dst: np.ndarray, cap: list[int],
                     source: int, sink: int) -> tuple[int, np.ndarray]:
     """Dinic's maximum flow on a small graph, in Python integers (no 32-bit limit): the flow's
     value and the vertices reachable from ``source`` in the residual graph (a minimum cut)."""

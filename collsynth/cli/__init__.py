@@ -25,6 +25,7 @@ from collsynth.cli import (
     time,
     topologies,
     trace,
+    tune_runtime,
     verify,
 )
 from collsynth.cli.common import (
@@ -50,8 +51,8 @@ __all__ = ["main", "run", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_ERROR", "
            "EXIT_UNSATISFIABLE", "EXIT_TIMEOUT", "EXIT_INTERRUPTED", "EXIT_CODES"]
 
 #: The command modules, in the order ``collsynth --help`` lists their commands.
-COMMANDS = (topologies, bounds, solve, show, verify, export, check, time, calibrate, bench,
-            execute, trace, plan, draw)
+COMMANDS = (topologies, bounds, solve, show, verify, export, tune_runtime, check, time, calibrate,
+            bench, execute, trace, plan, draw)
 
 
 def build_parser() -> Parser:

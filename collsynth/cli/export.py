@@ -21,7 +21,7 @@ from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_o
                                   format_size, out, parse_sizes, positive_int, table)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
 from collsynth.errors import ExportError, InvalidTopologyError
-from collsynth.export.limits import LimitViolation
+from collsynth.export.limits import CHANNEL_POLICIES, LimitViolation
 from collsynth.export.pipeline import check_instances, export_programs
 from collsynth.runtimes import MSCCL_XML, PROTOCOLS, runtime_names
 from collsynth.export.stats import program_stats
@@ -47,6 +47,16 @@ def _bytes(text: str) -> int:
     return value
 
 
+def _stages(text: str) -> int | str:
+    if text in ("auto", "keep"):
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a number of stages >= 1, 'auto' or 'keep', "
+                                         f"got {text!r}") from None
+
+
 def register(subparsers) -> None:
     """Add ``export`` to ``subparsers`` (from ``add_subparsers``)."""
     export = subparsers.add_parser(
@@ -63,13 +73,19 @@ def register(subparsers) -> None:
                              "execution plan (JSON, docs/mscclpp.md)")
     export.add_argument("--proto", choices=PROTOCOLS, default=None,
                         help="NCCL protocol (default Simple)")
-    export.add_argument("--channel-by", choices=("chunk", "peer"), default=None,
-                        help="spread over channels by chunk (default) or by peer (for ranks "
-                             "with more than 32 peers)")
+    export.add_argument("--channel-by", choices=CHANNEL_POLICIES, default=None,
+                        help="spread over channels by chunk, by block (of 71 chunks: merged "
+                             "messages stay whole) or by peer (for ranks with more than 32 "
+                             "peers); default: each in turn with --channels auto, else chunk")
     export.add_argument("--channels", type=channels_or_auto, default=None, metavar="N",
-                        help="channels to spread connections over (default 1); 'auto': the "
-                             "fewest of 1, 2, 4, ..., 32 (by chunk, then by peer) that meets "
+                        help="channels to spread connections over; 'auto' (the default): the "
+                             "fewest of 1, 2, 4, ..., 32 (by block, chunk, then peer) that meets "
                              "the runtime's limits")
+    export.add_argument("--stages", type=_stages, default=None, metavar="S",
+                        help="pipeline stages to lower the schedule in: S merges its waves into "
+                             "S groups (fewer, larger steps); 'keep' lowers it as it is; 'auto' "
+                             "(the default): as it is if that fits one channel, else the most "
+                             "stages that fit (docs/export.md, 'Restaging')")
     export.add_argument("--instances", type=positive_int, default=None, metavar="K",
                         help="parallel copies of the schedule, each on 1/K of every chunk "
                              "(default 1)")
@@ -142,8 +158,8 @@ def run_export(args: argparse.Namespace) -> int:
     for flag in ("sizes", "runtime_constants", "json"):
         if getattr(args, flag):
             raise UsageError.of("export", f"--{flag.replace('_', '-')} goes with --tune")
-    args.channels = 1 if args.channels is None else args.channels
-    args.channel_by = args.channel_by or "chunk"
+    args.channels = "auto" if args.channels is None else args.channels
+    stages = args.stages or "auto"
     args.instances = args.instances or 1
     args.proto = args.proto or "Simple"
     if args.min_bytes is not None and args.max_bytes is not None and \
@@ -159,7 +175,8 @@ def run_export(args: argparse.Namespace) -> int:
         algorithm = load_algorithm(args.file)
         exported = export_programs(
             algorithm, runtimes, subject=args.file, channels=args.channels,
-            channel_by=args.channel_by, proto=args.proto, instances=args.instances,
+            channel_by=args.channel_by, stages=None if stages == "keep" else stages,
+            proto=args.proto, instances=args.instances,
             inplace=inplace, outofplace=outofplace, min_bytes=args.min_bytes,
             max_bytes=args.max_bytes, name=args.name)
     except ExportError as exc:
@@ -179,8 +196,9 @@ def run_export(args: argparse.Namespace) -> int:
         stats = program_stats(done.program)
         spread = (f"{done.channels} channel(s) by {done.channel_by}, "
                   if args.channels == "auto" else "")
+        staged = "" if done.stages is None else f"{done.stages} stage(s), "
         out(f"wrote {path} ({runtime}, {len(done.text.splitlines())} lines; "
-            f"{spread}{stats.summary()})")
+            f"{staged}{spread}{stats.summary()})")
     return EXIT_OK
 
 
@@ -189,6 +207,8 @@ def _run_tuned(args: argparse.Namespace) -> int:
     given = [flag for attr, flag in _CHOSEN_BY_TUNING if getattr(args, attr) is not None]
     if given:
         raise UsageError.of("export", f"{', '.join(given)}: --tune chooses these itself")
+    if args.stages is not None:
+        raise UsageError.of("export", "--stages: --tune lowers the schedule as it is")
     if args.runtime == "all":
         raise UsageError.of("export", "--tune: one runtime at a time (--runtime msccl, rccl "
                                       "or msccl-executor)")

@@ -400,7 +400,7 @@ def _local_copies(algorithm: Algorithm, sends: _Sends) -> np.ndarray:
 
 def estimate_figures(algorithm: Algorithm, runtime: str, *, channels: int = 1,
                      instances: int = 1, inplace: bool = False, outofplace: bool = True,
-                     channel_by: str = "chunk") -> LimitFigures | None:
+                     channel_by: str = "chunk", predict: bool = False) -> LimitFigures | None:
     """Figures of ``lower(algorithm, runtime=..., channels=..., instances=..., inplace=...,
     outofplace=...)`` computed from the sends without lowering: exact or lower bounds.
 
@@ -409,9 +409,15 @@ def estimate_figures(algorithm: Algorithm, runtime: str, *, channels: int = 1,
     for local copies, times ``instances``; for in-place exports the local one is not
     counted). Lower bounds (``Peak.at_least``): steps per threadblock, from the messages of
     each connection in each algorithm step (at most 71 merged into one step when ``instances
-    == 1``; a reduction received on a runtime without fused ops takes two steps), paired into
+    == 1``; a reduction received on a runtime without fused ops takes two steps, and such
+    messages merge only among themselves) and the local copies (merged likewise), paired into
     threadblocks as lowering pairs them, without ``nop`` steps; elements per rank. ``cnt``,
     offsets and dependencies are not estimated.
+
+    With ``predict`` the steps count the runs of consecutive chunks of each connection and
+    step instead (what the lowering merges: consecutive slots are almost always consecutive
+    chunks): close to the lowered program, but not a bound (an alltoall's consecutive slots may
+    hold chunks that are not), so the export uses it only to choose what to lower first.
 
     Returns ``None`` when a send names a rank or chunk out of range (the verifier says which).
     """
@@ -419,34 +425,58 @@ def estimate_figures(algorithm: Algorithm, runtime: str, *, channels: int = 1,
     if sends is None:
         return None
     return _estimate(algorithm, sends, xml_dialect(runtime), channels, instances, inplace,
-                     outofplace, channel_by)
+                     outofplace, channel_by, predict)
 
 
 #: How a send's channel is chosen: ``"chunk"`` (chunk ``c`` on channel ``c % channels``: the
-#: pieces of a message spread over channels) or ``"peer"`` (the pair ``s -> d`` on channel
-#: ``((d - s) mod n) % channels``: a rank's peers spread over channels, for schedules whose ranks
-#: talk to more peers than one channel's 32 threadblocks).
-CHANNEL_POLICIES = ("chunk", "peer")
+#: pieces of a message spread over channels), ``"block"`` (chunks in blocks of as many as one step
+#: may carry, 71, block ``b`` on channel ``b % channels``: messages merged into ``cnt > 1`` steps
+#: stay whole, and the merged steps spread over channels) or ``"peer"`` (the pair ``s -> d`` on
+#: channel ``((d - s) mod n) % channels``: a rank's peers spread over channels, for schedules whose
+#: ranks talk to more peers than one channel's 32 threadblocks).
+CHANNEL_POLICIES = ("chunk", "block", "peer")
 
 
-def channel_of(chunk, src, dst, num_ranks: int, channels: int, by: str = "chunk"):
-    """The channel of sends ``chunk: src -> dst`` (ints or numpy arrays) under policy ``by``.
+def channel_of(chunk, src, dst, num_ranks: int, channels: int, by: str = "chunk",
+               block: int = 1):
+    """The channel of sends ``chunk: src -> dst`` (ints or numpy arrays) under policy ``by``;
+    ``block`` is the block size of policy ``"block"`` (the runtime's largest ``cnt``).
 
     >>> channel_of(5, 0, 3, 8, 4), channel_of(5, 0, 3, 8, 4, by="peer")
     (1, 3)
+    >>> [channel_of(c, 0, 1, 2, 2, by="block", block=2) for c in range(6)]
+    [0, 0, 1, 1, 0, 0]
     """
     if by == "peer":
         return ((dst - src) % num_ranks) % channels
+    if by == "block":
+        return (chunk // block) % channels
     return chunk % channels
 
 
+def _runs(group: np.ndarray, chunk: np.ndarray, split: np.ndarray, groups: int, cap: int
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """Per group of messages (one connection in one step): the steps its plain and its split
+    messages take when runs of consecutive chunks merge, ``cap`` chunks at most per step."""
+    order = np.lexsort((chunk, split, group))
+    g, c, x = group[order], chunk[order], split[order]
+    new = np.r_[True, (g[1:] != g[:-1]) | (x[1:] != x[:-1]) | (c[1:] != c[:-1] + 1)]
+    starts = np.flatnonzero(new)
+    lengths = np.diff(np.r_[starts, len(c)])
+    steps = -(-lengths // cap)
+    plain = np.bincount(g[starts], weights=np.where(x[starts], 0, steps), minlength=groups)
+    split_steps = np.bincount(g[starts], weights=np.where(x[starts], steps, 0), minlength=groups)
+    return plain, split_steps
+
+
 def _estimate(algorithm: Algorithm, sends: _Sends, rt: XmlDialect, channels: int, instances: int,
-              inplace: bool, outofplace: bool, channel_by: str = "chunk") -> LimitFigures:
+              inplace: bool, outofplace: bool, channel_by: str = "chunk",
+              predict: bool = False) -> LimitFigures:
     n = algorithm.topology.num_ranks
     C, K = max(1, channels), max(1, instances)
     T = max(1, algorithm.num_steps)
     merge_cap = rt.max_count - 1 if K == 1 else 1
-    ch = channel_of(sends.chunk, sends.src, sends.dst, n, C, channel_by)
+    ch = channel_of(sends.chunk, sends.src, sends.dst, n, C, channel_by, rt.max_count - 1)
     if not rt.fused_ops and sends.reduce.any():
         split = sends.reduce & _has_value(algorithm, sends)
     else:
@@ -454,8 +484,12 @@ def _estimate(algorithm: Algorithm, sends: _Sends, rt: XmlDialect, channels: int
     # Messages per (connection, algorithm step): mergeable ones, and split ones (r + re).
     conn = (sends.src * n + sends.dst) * C + ch
     per_step, inverse = _unique_inverse(conn * T + sends.t)
-    splits = np.bincount(inverse, weights=split, minlength=len(per_step))
-    merged = np.ceil((np.bincount(inverse, minlength=len(per_step)) - splits) / merge_cap)
+    if predict:  # runs of consecutive chunks, each split at the cnt limit
+        merged, splits = _runs(inverse, sends.chunk, split, len(per_step), merge_cap)
+    else:
+        splits = np.bincount(inverse, weights=split, minlength=len(per_step))
+        merged = np.ceil((np.bincount(inverse, minlength=len(per_step)) - splits) / merge_cap)
+        splits = np.ceil(splits / merge_cap)   # split messages merge among themselves
     conns, cinv = _unique_inverse(per_step // T)
     send_steps = np.rint(np.bincount(cinv, weights=merged + splits,
                                      minlength=len(conns))).astype(np.int64)
@@ -473,6 +507,7 @@ def _estimate(algorithm: Algorithm, sends: _Sends, rt: XmlDialect, channels: int
     exact_local = outofplace and not inplace
     copies = _local_copies(algorithm, sends) if exact_local else np.zeros(n, np.int64)
     local = (copies > 0).astype(np.int64)
+    copies = -(-copies // merge_cap)        # consecutive local copies merge too
     tbs = np.where(paired > 0, K * (paired + local), np.maximum(1, K * local))
 
     # Pair connections into threadblocks as lowering does: to and from one peer share one;
@@ -582,11 +617,12 @@ def estimate_limits(algorithm: Algorithm, runtime: str, *, channels: int = 1,
 
 def estimate_all(algorithm: Algorithm, runtimes: Sequence[str] | None = None, *,
                  channels: int = 1, instances: int = 1, inplace: bool = False,
-                 outofplace: bool = True, channel_by: str = "chunk"
+                 outofplace: bool = True, channel_by: str = "chunk", predict: bool = False
                  ) -> dict[str, list[LimitViolation]]:
     """:func:`estimate_limits` for several runtimes (default: all), reading the sends once and
     computing the figures once per distinct (fused ops when there are reductions, ``cnt``
-    limit) pair."""
+    limit) pair. With ``predict``, the limits the predicted figures exceed
+    (:func:`estimate_figures`)."""
     names = [xml_dialect(runtime).name for runtime in (runtimes or runtime_names(MSCCL_XML))]
     sends = _send_table(algorithm)
     if sends is None:
@@ -599,6 +635,6 @@ def estimate_all(algorithm: Algorithm, runtimes: Sequence[str] | None = None, *,
         key = (rt.fused_ops or not reductions, rt.max_count)
         if key not in cache:
             cache[key] = _estimate(algorithm, sends, rt, channels, instances, inplace,
-                                   outofplace, channel_by)
+                                   outofplace, channel_by, predict)
         result[name] = find_limit_violations(cache[key], name)
     return result

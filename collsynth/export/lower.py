@@ -68,7 +68,8 @@ def lower(algorithm: Algorithm, *, runtime: str, proto: str = "Simple", channels
     channels:
         Channels to spread connections over.
     channel_by:
-        ``"chunk"`` (chunk ``c`` uses channel ``c % channels``) or ``"peer"`` (the pair
+        ``"chunk"`` (chunk ``c`` uses channel ``c % channels``), ``"block"`` (chunk ``c`` uses
+        channel ``(c // 71) % channels``, keeping merged messages whole) or ``"peer"`` (the pair
         ``s -> d`` uses channel ``((d - s) mod n) % channels``, spreading a rank's peers), see
         :func:`~collsynth.export.limits.channel_of`.
     instances:
@@ -294,8 +295,9 @@ class _Lowering:
         self.merge = merge
         # Messages merged into one step: at most cnt < max_count chunks.
         self.max_merge = rt.max_count - 1
-        # (send op, receive ops) of every algorithm send, for merging messages.
+        # (send op, receive ops) of every algorithm send, and the local copies, for merging.
         self.messages: list[tuple[_Op, list[_Op]]] = []
+        self.local_copies: list[_Op] = []
         self.collective = algorithm.collective
         self.rt = rt
         self.layout = layout
@@ -327,7 +329,7 @@ class _Lowering:
             self.allocate_scratch(plan)
         if self.merge:
             self.merge_messages()
-        self.messages = []
+        self.messages, self.local_copies = [], []
         for plan in self.ranks:
             self.add_dependencies(plan)
             self.place(plan)
@@ -335,7 +337,8 @@ class _Lowering:
 
     # threadblocks ------------------------------------------------------------------------
     def channel(self, chunk: int, src: int, dst: int) -> int:
-        return channel_of(chunk, src, dst, len(self.ranks), self.channels, self.channel_by)
+        return channel_of(chunk, src, dst, len(self.ranks), self.channels, self.channel_by,
+                          self.rt.max_count - 1)
 
     def assign_threadblocks(self) -> None:
         n = len(self.ranks)
@@ -426,6 +429,8 @@ class _Lowering:
                  phase: int, order: tuple, reads=(), writes=(), war=False) -> _Op:
             op = _Op(q, tb, op_type, src, dst, t, phase, order, reads, writes, war)
             ranks[q].ops.append(op)
+            if tb is _LOCAL_TB:
+                self.local_copies.append(op)
             for slots in (reads, writes):
                 for slot in slots:
                     if slot[0] == "v":
@@ -481,7 +486,9 @@ class _Lowering:
                     if now != slot:  # same memory in place: copy, a no-op in place
                         emit(q, tb, "cpy", now, slot, t, 1, order + (0,), reads=(now,),
                              writes=(slot,))
-                    temp = temps.get((q, tb, t))
+                    # One receive buffer per message when messages may merge (consecutive
+                    # buffers for consecutive messages), else one per threadblock and step.
+                    temp = None if self.merge else temps.get((q, tb, t))
                     if temp is None:
                         temp = temps[(q, tb, t)] = self.virtual()
                     emit(q, tb, "r", temp, temp, t, 1, order + (1,), writes=(temp,))
@@ -520,13 +527,17 @@ class _Lowering:
     # scratch ------------------------------------------------------------------------------
     def allocate_scratch(self, plan: _RankPlan) -> None:
         """Give every virtual slot a scratch index; an index is reused from the step after the
-        last step that touched its previous value. Among free indices the one the same
-        threadblock used last is preferred, else the smallest."""
-        virtuals: dict[int, _TbKey] = {}
+        last step that touched its previous value. The slots a threadblock starts using in one
+        step get consecutive indices, in the order of the steps that first touch them, so that
+        messages into consecutive slots can merge (see :meth:`merge_messages`): the block of
+        free indices starting where the threadblock's last block started, else the first free
+        block, else new indices. A single slot takes the index the threadblock used last when
+        it is free, else the smallest free one."""
+        virtuals: dict[int, tuple[_TbKey, tuple]] = {}
         for op in plan.ops:
             for slot in (*op.reads, *op.writes):
-                if slot[0] == "v":
-                    virtuals.setdefault(slot[1], op.tb)
+                if slot[0] == "v" and slot[1] not in virtuals:
+                    virtuals[slot[1]] = (op.tb, (op.t, op.phase, op.order))
         if not virtuals:
             return
         by_start: dict[int, list[int]] = defaultdict(list)
@@ -536,14 +547,31 @@ class _Lowering:
         free_heap: list[int] = []       # the same, lazily: may hold indices taken since
         busy: list[tuple[int, int]] = []   # heap of (last step of its value, index)
         last_of_tb: dict[_TbKey, int] = {}
+
+        def take(index: int, vid: int, tb: _TbKey) -> None:
+            free.discard(index)
+            heapq.heappush(busy, (self.lifetime[vid][1], index))
+            plan.scratch[vid] = index
+
         for t in sorted(by_start):
             while busy and busy[0][0] < t:
                 index = heapq.heappop(busy)[1]
                 free.add(index)
                 heapq.heappush(free_heap, index)
+            batches: dict[_TbKey, list[int]] = defaultdict(list)
             for vid in sorted(by_start[t]):
-                tb = virtuals[vid]
+                batches[virtuals[vid][0]].append(vid)
+            for tb, vids in batches.items():
                 preferred = last_of_tb.get(tb)
+                if len(vids) > 1:
+                    vids.sort(key=lambda v: virtuals[v][1])
+                    start = _free_block(free, len(vids), preferred, plan.s_chunks)
+                    plan.s_chunks = max(plan.s_chunks, start + len(vids))
+                    for i, vid in enumerate(vids):
+                        take(start + i, vid, tb)
+                    last_of_tb[tb] = start
+                    continue
+                vid = vids[0]
                 if preferred is not None and preferred in free:
                     index = preferred
                 elif free:
@@ -553,10 +581,8 @@ class _Lowering:
                 else:
                     index = plan.s_chunks
                     plan.s_chunks += 1
-                free.discard(index)
-                heapq.heappush(busy, (self.lifetime[vid][1], index))
+                take(index, vid, tb)
                 last_of_tb[tb] = index
-                plan.scratch[vid] = index
 
         scratch = plan.scratch
 
@@ -571,51 +597,52 @@ class _Lowering:
     # merging -------------------------------------------------------------------------------
     def merge_messages(self) -> None:
         """Merge consecutive messages of one connection in one step into one ``cnt > 1`` step
-        on both sides when their slots are consecutive on both sides (fewer, larger transfers;
-        msccl-tools does the same), up to the runtime's ``cnt`` limit. Only plain ``s`` ->
-        ``r``/``rrc`` messages are merged."""
+        on both sides when every step of the one follows the same step of the other: same
+        type, and its slots right after the head's on both sides (fewer, larger transfers;
+        msccl-tools does the same), up to the runtime's ``cnt`` limit. Receives of any shape
+        merge (``r``, ``rrc``, and the ``r`` + ``re`` of runtimes without fused ops, whose
+        receive buffers are consecutive scratch slots), and so do a rank's local copies of one
+        step. Dependencies are computed afterwards from the merged steps' slots, so a merged
+        step waits for everything each of its parts waited for and every step that waited for a
+        part waits for it."""
         runs: dict[tuple, list[tuple[_Op, list[_Op]]]] = defaultdict(list)
         for send, receive in self.messages:
             runs[(send.rank, send.tb, receive[0].rank, receive[0].tb, send.t)].append(
                 (send, receive))
+        for op in self.local_copies:
+            runs[(op.rank, op.t)].append((op, []))
         removed: dict[int, set[int]] = defaultdict(set)
         cap = self.max_merge
         for messages in runs.values():
             messages.sort(key=lambda m: m[0].order)
-            first: tuple[_Op, _Op] | None = None
-            for send, receive in messages:
-                if len(receive) != 1 or receive[0].type not in ("r", "rrc"):
-                    first = None
-                    continue
-                recv = receive[0]
-                if first is not None and first[0].cnt < cap and \
-                        self._mergeable(first, send, recv):
-                    head_send, head_recv = first
-                    head_send.reads += send.reads
-                    head_recv.reads += recv.reads
-                    head_recv.writes += recv.writes
-                    head_send.cnt += 1
-                    head_recv.cnt += 1
-                    removed[send.rank].add(id(send))
-                    removed[recv.rank].add(id(recv))
+            head: tuple[_Op, list[_Op]] | None = None
+            for message in messages:
+                if head is not None and head[0].cnt < cap and self._mergeable(head, message):
+                    for into, part in zip((head[0], *head[1]), (message[0], *message[1])):
+                        into.reads += part.reads
+                        into.writes += part.writes
+                        into.cnt += 1
+                        removed[part.rank].add(id(part))
                 else:
-                    first = (send, recv)
+                    head = message
         for plan in self.ranks:
             if removed[plan.rank]:
                 gone = removed[plan.rank]
                 plan.ops = [op for op in plan.ops if id(op) not in gone]
 
     @staticmethod
-    def _mergeable(first: tuple[_Op, _Op], send: _Op, recv: _Op) -> bool:
-        head_send, head_recv = first
-        cnt = head_send.cnt
-
-        def follows(a: _VSlot, b: _VSlot) -> bool:
-            return a[0] == b[0] and b[1] == a[1] + cnt
-
-        return (recv.type == head_recv.type and send.war == head_send.war
-                and follows(head_send.src, send.src) and follows(head_recv.src, recv.src)
-                and follows(head_recv.dst, recv.dst))
+    def _mergeable(head: tuple[_Op, list[_Op]], message: tuple[_Op, list[_Op]]) -> bool:
+        """Every step of ``message`` has the type of the head's and its slots right after the
+        head's (``cnt`` slots on)."""
+        if message[0].war != head[0].war or len(message[1]) != len(head[1]):
+            return False
+        cnt = head[0].cnt
+        for first, op in zip((head[0], *head[1]), (message[0], *message[1])):
+            a, b, c, d = first.src, op.src, first.dst, op.dst
+            if (op.type != first.type or a[0] != b[0] or b[1] != a[1] + cnt or c[0] != d[0]
+                    or d[1] != c[1] + cnt):
+                return False
+        return True
 
     # dependencies --------------------------------------------------------------------------
     def add_dependencies(self, plan: _RankPlan) -> None:
@@ -753,6 +780,30 @@ class _Lowering:
             clock = dict(known)
             clock[op.tb] = op.pos
             clock_of[id(op)] = clock
+
+
+def _free_block(free: set[int], size: int, preferred: int | None, end: int) -> int:
+    """The first index of ``size`` consecutive indices that are free or at or past ``end`` (not
+    yet used): from ``preferred`` if possible, else the lowest such block.
+
+    >>> _free_block({0, 2, 3, 5}, 2, None, 6), _free_block({0, 2, 3, 5}, 2, 5, 6)
+    (2, 5)
+    >>> _free_block({0, 2, 3, 5}, 3, None, 6), _free_block(set(), 3, None, 6)
+    (5, 6)
+    """
+    if preferred is not None and all(i in free or i >= end
+                                     for i in range(preferred, preferred + size)):
+        return preferred
+    run_start = previous = -2
+    for index in sorted(free):
+        if index != previous + 1:
+            run_start = index
+        if index - run_start + 1 >= size:
+            return run_start
+        previous = index
+    if previous == end - 1:  # the last free run goes on into new indices
+        return run_start
+    return end
 
 
 # -- assembly -----------------------------------------------------------------------------------

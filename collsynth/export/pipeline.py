@@ -1,4 +1,5 @@
-"""The export pipeline: estimate the limits, lower on the fewest channels that fit, check, render.
+"""The export pipeline: estimate the limits, restage and lower on the first layout that fits, check,
+render.
 
 Nothing leaves it unchecked: :func:`check_exported` runs the checker on every lowered program and
 :func:`check_text` the reader's rules on its text (docs/msccl-xml.md §16). The command line
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from collsynth._output import write_text_atomic
 from collsynth.algorithm.model import Algorithm
 from collsynth.errors import ExportError, InputTooLargeError
 from collsynth.export.check import check_program
+from collsynth.export.coarsen import restage, stage_choices
 from collsynth.export.layout import collective_layout
 from collsynth.export.limits import estimate_all, limit_error
 from collsynth.export.lower import lower
@@ -23,14 +25,23 @@ from collsynth.runtimes import xml_dialect
 from collsynth.export.xml_reader import text_problems
 from collsynth.export.xml_writer import write_program
 
-__all__ = ["AUTO_CHANNELS", "Exported", "check_exported", "check_text", "check_instances",
-           "export_algorithm", "export_programs"]
+__all__ = ["AUTO_CHANNELS", "FIT_CHANNELS", "Exported", "check_exported", "check_text",
+           "check_instances", "export_algorithm", "export_programs", "fit_layouts"]
 
-#: (channels, policy) pairs ``--channels auto`` tries, fewest channels first: more channels
-#: spread a rank's steps (policy "chunk") or its peers (policy "peer") over more threadblocks, so
-#: per-threadblock and per-channel limits are met by the first that fits.
+#: (channels, policy) pairs a plan tunes over, fewest channels first (collsynth.plan): more
+#: channels spread a rank's steps (policy "chunk") or its peers (policy "peer") over more
+#: threadblocks, so per-threadblock and per-channel limits are met by the first that fits.
 AUTO_CHANNELS = ((1, "chunk"),) + tuple((c, by) for c in (2, 4, 8, 16, 32)
                                          for by in ("chunk", "peer"))
+_MORE_CHANNELS = (2, 4, 8, 16, 32)
+#: With ``stages="auto"``, fewer stages are tried before more channels than this (every channel
+#: adds a threadblock, one GPU multiprocessor, per peer).
+PREFERRED_CHANNELS = 8
+#: (channels, policy) pairs ``collsynth export`` tries by default (``--channels auto``), fewest
+#: channels first: policy "block" keeps merged messages whole, "chunk" spreads single pieces,
+#: "peer" spreads a rank's peers.
+FIT_CHANNELS = ((1, "chunk"),) + tuple((c, by) for c in _MORE_CHANNELS
+                                        for by in ("block", "chunk", "peer"))
 #: Problems shown in an ExportError when the check fails.
 _SHOWN = 5
 _NOT_CHECKED = "postcondition not checked"
@@ -118,13 +129,15 @@ def export_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *, runt
 
 @dataclass(frozen=True)
 class Exported:
-    """One runtime's checked program, its XML text, and the (channels, policy) it was laid
-    out with."""
+    """One runtime's checked program, its XML text, the (channels, policy) it was laid out with,
+    and the stages it was restaged to (``None``: the algorithm as it is,
+    :func:`~collsynth.export.coarsen.restage`)."""
 
     program: Program
     text: str
     channels: int
     channel_by: str
+    stages: int | None = None
 
 
 def _lower_checked(algorithm: Algorithm, runtime: str, *, channels: int, channel_by: str,
@@ -146,53 +159,108 @@ def _lower_checked(algorithm: Algorithm, runtime: str, *, channels: int, channel
     return program, []
 
 
+def fit_layouts(channels: int | str, channel_by: str | None) -> tuple[tuple[int, str], ...]:
+    """The (channels, policy) pairs an export tries, in order: ``channels`` with ``channel_by``
+    (default ``"chunk"``), or for ``channels="auto"`` :data:`FIT_CHANNELS` (only policy
+    ``channel_by`` beyond one channel when it is given).
+
+    >>> fit_layouts(2, None), fit_layouts("auto", "peer")[:3]
+    (((2, 'chunk'),), ((1, 'chunk'), (2, 'peer'), (4, 'peer')))
+    """
+    if channels != "auto":
+        return ((int(channels), channel_by or "chunk"),)
+    if channel_by is None:
+        return FIT_CHANNELS
+    return ((1, "chunk"),) + tuple((c, channel_by) for c in _MORE_CHANNELS)
+
+
 def export_programs(algorithm: Algorithm, runtimes: Sequence[str], *, subject: str,
-                    channels: int | str = 1, channel_by: str = "chunk", proto: str = "Simple",
+                    channels: int | str = 1, channel_by: str | None = None,
+                    stages: int | str | None = None, proto: str = "Simple",
                     instances: int = 1, inplace: bool = False, outofplace: bool = True,
                     min_bytes: int | None = None, max_bytes: int | None = None,
                     name: str | None = None) -> dict[str, Exported]:
     """Every runtime's checked program and text, nothing written.
 
-    ``channels="auto"`` gives each runtime the fewest of :data:`AUTO_CHANNELS` that meet its
-    limits. Limits every choice certainly exceeds (estimated from the sends) are refused
-    before anything is lowered. ``subject`` names the algorithm in errors.
+    ``channels="auto"`` tries the layouts of :func:`fit_layouts`, fewest channels first.
+    ``stages`` restages the algorithm first (:func:`~collsynth.export.coarsen.restage`):
+    ``None`` keeps it as it is; a number restages it to that many stages; ``"auto"`` tries the
+    algorithm as it is on the first layout (one channel for ``channels="auto"``), then
+    :func:`~collsynth.export.coarsen.stage_choices` (most stages first), each on the layouts of
+    up to :data:`PREFERRED_CHANNELS` channels in order, then each on the layouts of more
+    channels. Each runtime gets the first choice that
+    meets its limits: a choice that certainly exceeds one (estimated from the sends) is not
+    lowered, and a restaged one predicted to exceed one (``estimate_all(..., predict=True)``)
+    only after every other. ``subject`` names the algorithm in errors.
 
     Raises
     ------
     ExportError
-        With every exceeded limit in its ``violations`` (all runtimes' together), or the first
-        check that failed.
+        With every exceeded limit of the last choice tried in its ``violations`` (all runtimes'
+        together) when no choice fits, or the first check that failed.
     """
     check_instances(instances, runtimes)
-    choices = AUTO_CHANNELS if channels == "auto" else ((channels, channel_by),)
-    estimated = {choice: estimate_all(algorithm, runtimes, channels=choice[0],
-                                      channel_by=choice[1], instances=instances,
-                                      inplace=inplace, outofplace=outofplace)
-                 for choice in choices}
-    hopeless = [runtime for runtime in runtimes
-                if all(estimated[choice][runtime] for choice in choices)]
-    if hopeless:  # refused before lowering anything, with the largest channel count's figures
-        raise limit_error([v for runtime in hopeless for v in estimated[choices[-1]][runtime]],
-                          subject, before_lowering=True)
+    layouts = fit_layouts(channels, channel_by)
+    if stages == "auto":
+        counts = stage_choices(algorithm)
+        few = tuple(x for x in layouts if x[0] <= PREFERRED_CHANNELS)
+        many = tuple(x for x in layouts if x[0] > PREFERRED_CHANNELS)
+        choices: list[tuple[int | None, tuple[tuple[int, str], ...]]] = [(None, layouts[:1])]
+        choices += [(count, few) for count in counts]
+        choices += [(count, many) for count in counts if many]
+    else:
+        choices = [(stages if stages is None else int(stages), layouts)]
+    restaged: dict[int | None, Algorithm] = {}
+    estimated: dict[tuple, dict] = {}
+
+    def variant(count: int | None) -> Algorithm:
+        if count not in restaged:
+            restaged[count] = algorithm if count is None else restage(algorithm, count)
+        return restaged[count]
+
+    def estimate(count: int | None, layout: tuple[int, str], predict: bool = False) -> dict:
+        key = (count, layout, predict)
+        if key not in estimated:
+            estimated[key] = estimate_all(
+                variant(count), runtimes, channels=layout[0], channel_by=layout[1],
+                instances=instances, inplace=inplace, outofplace=outofplace, predict=predict)
+        return estimated[key]
+
+    def candidates(runtime: str, failed: list) -> Iterator[tuple[int | None, tuple[int, str]]]:
+        """The choices worth lowering for ``runtime``, in order: those within the estimate's
+        bounds, the restaged ones predicted over a limit last. ``failed`` is set to the
+        violations of the last choice bounded out."""
+        deferred = []
+        for count, tried in choices:
+            for layout in tried:
+                bound = estimate(count, layout)[runtime]
+                if bound:
+                    failed[:] = bound
+                elif count is not None and estimate(count, layout, predict=True)[runtime]:
+                    deferred.append((count, layout))
+                else:
+                    yield count, layout
+        yield from deferred
+
     exported: dict[str, Exported] = {}
     exceeded: list = []
     for runtime in runtimes:
         failed: list = []
-        for choice in choices:  # each runtime gets the fewest channels that fit it
-            if estimated[choice][runtime]:
-                failed = estimated[choice][runtime]
-                continue
-            program, failed = _lower_checked(
-                algorithm, runtime, channels=choice[0], channel_by=choice[1], proto=proto,
-                instances=instances, inplace=inplace, outofplace=outofplace,
+        for count, layout in candidates(runtime, failed):
+            program, violations = _lower_checked(
+                variant(count), runtime, channels=layout[0], channel_by=layout[1],
+                proto=proto, instances=instances, inplace=inplace, outofplace=outofplace,
                 min_bytes=min_bytes, max_bytes=max_bytes, name=name)
             if program is not None:
                 text = write_program(program, runtime)
                 check_text(text, runtime)
-                exported[runtime] = Exported(program, text, *choice)
+                exported[runtime] = Exported(program, text, *layout, count)
                 break
+            failed[:] = violations
         else:
             exceeded.extend(failed)
     if exceeded:
-        raise limit_error(exceeded, subject)
+        raise limit_error(exceeded, subject, before_lowering=all(
+            all(estimate(count, layout)[r] for count, tried in choices for layout in tried)
+            for r in runtimes if r not in exported))
     return exported

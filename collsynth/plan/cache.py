@@ -19,7 +19,8 @@ from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm
 from collsynth.algorithm.verify import verify
 from collsynth.collective.model import Collective
-from collsynth.errors import CollsynthError
+from collsynth.errors import (FileFormatError, InputTooLargeError, OutputPathError,
+                              VerificationError)
 from collsynth.plan.groups import topology_fingerprint
 from collsynth.topology.model import Topology
 
@@ -114,7 +115,8 @@ class FrontCache:
                     raise ValueError(f"bad file name {name!r}")
                 algorithms.append(self._rehome(load_algorithm(folder / name), topology,
                                                collective))
-        except (OSError, ValueError, KeyError, TypeError, CollsynthError) as exc:
+        except (OSError, ValueError, KeyError, TypeError, FileFormatError, InputTooLargeError,
+                VerificationError) as exc:   # a damaged or foreign entry: search again
             _log.warning("ignoring the cache entry %s: %s", folder, exc)
             return None
         return CachedFront(tuple(algorithms), complete,
@@ -143,7 +145,7 @@ class FrontCache:
                         "time_limit_s": time_limit, "detail": detail, "files": files}
             write_text_atomic(folder / "manifest.json",
                               json.dumps(manifest, indent=1, default=str) + "\n")
-        except (OSError, CollsynthError) as exc:
+        except (OSError, OutputPathError) as exc:   # a cache is an optimisation
             _log.warning("could not write the cache entry %s: %s", folder, exc)
 
     @staticmethod

@@ -18,12 +18,12 @@ import sympy
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.model import Collective
 from collsynth.errors import (
-    CollsynthError,
     InvalidCollectiveError,
     InvalidInstanceError,
     UnimplementableError,
 )
 from collsynth.plan.cache import FrontCache
+from collsynth.synthesis.result import SYNTHESIS_FAILURES
 from collsynth.exact import as_fraction
 from collsynth.timing.closed_form import ClosedForm
 from collsynth.timing.model import SIZE, lower_envelope
@@ -237,7 +237,7 @@ def synthesize_front(topology: Topology, collective: Collective, *, options: Syn
                                                      f"group's links: {exc}")
     except InvalidCollectiveError as exc:  # a collective the engine does not handle
         return FrontOutcome((), engine, True, False, f"not synthesized: {exc}")
-    except CollsynthError as exc:  # a solver that crashed or is missing: NCCL keeps the calls
+    except SYNTHESIS_FAILURES as exc:  # a solver that crashed or is missing: NCCL keeps them
         _log.warning("synthesis of %s on %s failed: %s", collective.describe(), topology.name,
                      exc)
         return FrontOutcome((), engine, False, False, f"synthesis failed: {exc}")

@@ -37,7 +37,8 @@ from collsynth.timing.closed_form import ClosedForm
 from collsynth.topology.model import Topology
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
-    from collsynth.runtimes import Runtime
+    from collsynth.runtimes import Runtime, RuntimeConstants
+    from collsynth.timing.calibration import CurveCalibration
     from collsynth.timing.program_model import ProgramModel
 
 __all__ = ["PLANNED_KINDS", "PlanOptions", "XmlFile", "RangePlan", "BucketRow", "PlanEntry",
@@ -111,14 +112,14 @@ class PlanOptions:
 
     runtime: str = "msccl-executor"
     synth: SynthOptions = SynthOptions()
-    calibration: Any = None
+    calibration: "CurveCalibration | None" = None
     calibration_file: str | None = None
     device: str | None = None
     cache: FrontCache | None = None
     proto: str = "Simple"
     all_ranges: bool = False
     model: str = "auto"
-    runtime_constants: Any = None
+    runtime_constants: "RuntimeConstants | None" = None
     runtime_constants_file: str | None = None
 
     def __post_init__(self) -> None:
@@ -440,7 +441,8 @@ def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = Pla
                 options.model, options.runtime_constants_file)
 
 
-def _plan_constants(runtime: str, options: PlanOptions, gamma: float, notes: list[str]) -> Any:
+def _plan_constants(runtime: str, options: PlanOptions, gamma: float, notes: list[str]
+                    ) -> "RuntimeConstants | None":
     """The program model's constants: the plan's runtime-constants calibration, else the
     runtime's documented defaults; a ``--device`` gamma where they charge no reduction."""
     from collsynth.runtimes import get_runtime
@@ -522,7 +524,8 @@ def _signature(topology: Topology) -> tuple[Any, ...]:
 
 
 def _plan_entries(keyed: dict[_Key, list[TracedCall]], run: TracedRun, machine: Topology,
-                  runtime: str, options: PlanOptions, gamma: float, constants: Any,
+                  runtime: str, options: PlanOptions, gamma: float,
+                  constants: "RuntimeConstants | None",
                   say: Callable[[str], None]) -> tuple[list[PlanEntry], list[XmlFile]]:
     # Group the keys the runtime cannot tell apart: same collective, same number of ranks.
     by_runtime: dict[tuple[str, int], list[_Key]] = defaultdict(list)
@@ -592,7 +595,8 @@ def _status(owner: _Key, shared: bool, ranges: Sequence[RangePlan], blocked: str
 
 def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]],
               keys: Sequence[_Key], topologies: Mapping[_Key, Topology], runtime: str,
-              options: PlanOptions, gamma: float, constants: Any, blocked: str | None, own: bool,
+              options: PlanOptions, gamma: float, constants: "RuntimeConstants | None",
+              blocked: str | None, own: bool,
               say: Callable[[str], None], xml_files: list[XmlFile]
               ) -> tuple[list[Candidate], tuple[RangePlan, ...], str, str, dict[str, int],
                          dict[str, str], str, str]:

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
 from collsynth._output import check_folder_writable, check_output_dir, write_text_atomic
-from collsynth.errors import CollsynthError, ExportError
+from collsynth.errors import CollsynthError, ExportError, FileFormatError, InputTooLargeError
 from collsynth.plan.choose import NCCL
 from collsynth.runtimes import get_runtime
 from collsynth.plan.environment import runtime_environment
@@ -174,7 +174,7 @@ def _listed(target: Path) -> tuple[set[PurePosixPath], set[PurePosixPath]] | Non
 
     try:
         manifest = read_json(target / MANIFEST_NAME, max_bytes=_MAX_MANIFEST_BYTES)
-    except CollsynthError:
+    except (FileFormatError, InputTooLargeError):  # no manifest, or not one of ours
         manifest = None
     if isinstance(manifest, dict) and manifest.get("format") == MANIFEST_FORMAT and \
             manifest.get("version") == 1:
@@ -186,7 +186,7 @@ def _listed(target: Path) -> tuple[set[PurePosixPath], set[PurePosixPath]] | Non
         return set(files) | {PurePosixPath(MANIFEST_NAME)}, set(folders)
     try:
         old = read_json(target / "plan.json", max_bytes=_MAX_MANIFEST_BYTES << 4)
-    except CollsynthError:
+    except (FileFormatError, InputTooLargeError):  # no plan.json, or not one of ours
         return None
     if not isinstance(old, dict) or old.get("format") != PLAN_FORMAT:
         return None

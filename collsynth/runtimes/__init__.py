@@ -17,6 +17,7 @@ from collsynth.runtimes.registry import (
     MSCCL_XML,
     MSCCLPP_PLAN,
     RUNTIMES,
+    TUNER_CONFIG,
     Artifact,
     Environment,
     EnvVar,
@@ -27,5 +28,5 @@ from collsynth.runtimes.registry import (
 )
 
 __all__ = ["Runtime", "RUNTIMES", "get_runtime", "runtime_names", "xml_dialect", "Artifact",
-           "Environment", "EnvVar", "MSCCL_XML", "MSCCLPP_PLAN", "XmlDialect", "PROTOCOLS",
+           "Environment", "EnvVar", "MSCCL_XML", "MSCCLPP_PLAN", "TUNER_CONFIG", "XmlDialect", "PROTOCOLS",
            "check_protocol", "RuntimeConstants", "check_channels"]

@@ -18,12 +18,14 @@ from collsynth.runtimes.dialect import MSCCL, MSCCL_EXECUTOR, RCCL, XmlDialect
 from collsynth.runtimes.protocols import PROTOCOLS
 
 __all__ = ["Artifact", "EnvVar", "Environment", "Runtime", "RUNTIMES", "get_runtime",
-           "runtime_names", "xml_dialect", "MSCCL_XML", "MSCCLPP_PLAN", "SPEC",
+           "runtime_names", "xml_dialect", "MSCCL_XML", "MSCCLPP_PLAN", "TUNER_CONFIG", "SPEC",
            "EXECUTOR_SOURCE"]
 
-#: Artifact kinds: an MSCCL XML program, an MSCCL++ JSON execution plan.
+#: Artifact kinds: an MSCCL XML program, an MSCCL++ JSON execution plan, a tuner config (a CSV
+#: of rules re-ranking the runtime's own algorithms, docs/tuner-config.md).
 MSCCL_XML = "msccl-xml"
 MSCCLPP_PLAN = "mscclpp-plan"
+TUNER_CONFIG = "tuner-csv"
 #: Where the msccl and rccl loading rules are documented (cited as ``f"{SPEC} §13.1"``).
 SPEC = "docs/msccl-xml.md"
 #: Where the msccl-executor loading rules come from.
@@ -183,7 +185,12 @@ _OWN_NCCL = ("ring", "tree", "nvls", "nvls_tree", "pat")
 #: Every runtime by name, in this order.
 RUNTIMES: Mapping[str, Runtime] = MappingProxyType({rt.name: rt for rt in (
     Runtime(name="nccl", family="nccl", protocols=PROTOCOLS, own_algorithms=_OWN_NCCL,
-            defaults=NCCL_DEFAULTS),
+            defaults=NCCL_DEFAULTS,
+            artifacts=(Artifact(kind=TUNER_CONFIG,
+                                versions="NCCL 2.28 and later with the example tuner plugin built "
+                                         "from NCCL 2.30.3 or newer",
+                                how="NCCL_TUNER_PLUGIN=libnccl-tuner-example.so and "
+                                    "NCCL_TUNER_CONFIG_FILE; torch's backend='nccl' unchanged"),)),
     Runtime(name="msccl", family="nccl", protocols=PROTOCOLS, own_algorithms=_OWN,
             defaults=NCCL_DEFAULTS.replace(runtime="msccl"), dialect=MSCCL,
             artifacts=(Artifact(kind=MSCCL_XML, versions="microsoft/msccl (NCCL 2.12.12 fork)",
@@ -201,7 +208,11 @@ RUNTIMES: Mapping[str, Runtime] = MappingProxyType({rt.name: rt for rt in (
             artifacts=(Artifact(kind=MSCCL_XML,
                                 versions="RCCL <= 2.27.7 (ROCm <= 7.2); RCCL >= 2.28.3 removed "
                                          "MSCCL XML support",
-                                how="built into RCCL; torch's backend='nccl' on ROCm uses it"),),
+                                how="built into RCCL; torch's backend='nccl' on ROCm uses it"),
+                       Artifact(kind=TUNER_CONFIG,
+                                versions="RCCL 2.28.3 and later (ROCm 7.13): the built-in CSV "
+                                         "tuner",
+                                how="NCCL_TUNER_CONFIG_FILE; torch's backend='nccl' on ROCm")),
             environment=_RCCL_ENV),
     Runtime(name="mscclpp", family="nccl", protocols=("LL", "Simple"), own_algorithms=(),
             defaults=NCCL_DEFAULTS.replace(runtime="mscclpp"),

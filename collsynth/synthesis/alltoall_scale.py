@@ -23,16 +23,16 @@ from collsynth.collective.standard import alltoall
 from collsynth.errors import InvalidInstanceError, InvalidTopologyError
 from collsynth.synthesis.hierarchical import (
     DEFAULT_NODE_TIME_S,
-    _best_alltoall,
-    _build,
-    _Capacity,
-    _check_build_fits,
-    _check_node_algorithm,
-    _check_time,
-    _node_time,
-    _scaled_rounds,
-    _solve_node,
+    Capacity,
+    best_alltoall,
+    build_schedule,
+    check_build_fits,
+    check_node_algorithm,
+    check_time,
     network_layout,
+    node_time_limit,
+    scaled_rounds,
+    solve_node,
 )
 from collsynth.limits import Deadline
 from collsynth.synthesis.result import ScheduleResult
@@ -245,7 +245,7 @@ def _composed_bound(structure: _Composed) -> CutBound:
 def _generic_bound(topology: Topology) -> CutBound:
     """Every single rank, out and in, on any topology."""
     total = topology.num_ranks
-    capacity = _Capacity(topology)
+    capacity = Capacity(topology)
     links = capacity.links
     groups = capacity.groups.tocsc() if capacity.groups is not None else None
     blocks = total - 1
@@ -370,7 +370,7 @@ def _direct_pieces(loads: np.ndarray, caps: np.ndarray, max_chunks: int,
     rounds per chunk of a one-step direct schedule (stopping early at ``target``)."""
     best = None
     for pieces in range(1, max_chunks + 1):
-        rounds = max(1, _scaled_rounds(loads, caps, pieces))
+        rounds = max(1, scaled_rounds(loads, caps, pieces))
         value = Fraction(rounds, pieces)
         if best is None or value < best[0]:
             best = (value, pieces, rounds)
@@ -437,7 +437,7 @@ def _rail_paths(nodes: int, per_node: int, pieces: int) -> list[tuple[np.ndarray
     return hops
 
 
-def _routed(capacity: _Capacity, max_pieces: int, paths=None, deadline: Deadline | None = None):
+def _routed(capacity: Capacity, max_pieces: int, paths=None, deadline: Deadline | None = None):
     """``(key, steps, step rounds, pieces)`` of the best routed schedule tried, ``key`` =
     ``(rounds per chunk, steps, pieces)``; ``paths(pieces)`` gives the hops (default: shortest
     paths, :func:`_routed_paths`). Once ``deadline`` has passed, or when the next piece count
@@ -463,7 +463,7 @@ def _routed(capacity: _Capacity, max_pieces: int, paths=None, deadline: Deadline
             groupings.append([(c, u, v, np.zeros(len(c), dtype=bool)) for c, u, v in
                               zip(*(np.split(a, cuts) for a in cat))])
         for steps in groupings:
-            rounds = [max(1, _scaled_rounds(*capacity.demand(u, v), 1)) for _, u, v, _ in steps]
+            rounds = [max(1, scaled_rounds(*capacity.demand(u, v), 1)) for _, u, v, _ in steps]
             key = (Fraction(sum(rounds), pieces), len(steps), pieces)
             if best is None or key < best[0]:
                 best = (key, steps, rounds, pieces)
@@ -544,19 +544,19 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
     total = topology.num_ranks
     node_time = DEFAULT_NODE_TIME_S if time_limit is None else time_limit
     cut = alltoall_cut_bound(topology)
-    _check_time(deadline, "computing the alltoall cut bound")
+    check_time(deadline, "computing the alltoall cut bound")
     exact = None
     if exact_bound or (exact_bound is None and total <= EXACT_BOUND_RANKS):
         from collsynth.bounds import rounds_per_chunk_lower_bound
 
         exact = rounds_per_chunk_lower_bound(topology, alltoall(total))
     bound = max(cut.rounds_per_chunk, exact) if exact is not None else cut.rounds_per_chunk
-    _check_time(deadline, "computing the alltoall bounds")
+    check_time(deadline, "computing the alltoall bounds")
 
     def out_of_time() -> bool:  # a schedule is in hand and the deadline has passed
         return best is not None and deadline is not None and deadline.expired()
 
-    capacity = _Capacity(topology)
+    capacity = Capacity(topology)
     chunk_cap = max(1, min(max_chunks, MAX_CHUNKS // max(1, total * total)))
 
     candidates: list[tuple[str, Fraction, int, int]] = []
@@ -597,13 +597,13 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
             layout = None
         if layout is not None:
             if node_algorithm is None:
-                node = _solve_node(layout.node, alltoall(layout.ranks_per_node), _node_time(
+                node = solve_node(layout.node, alltoall(layout.ranks_per_node), node_time_limit(
                     node_time, deadline, "synthesising the node alltoall"))
             else:
-                node = _check_node_algorithm(node_algorithm, layout.node,
+                node = check_node_algorithm(node_algorithm, layout.node,
                                              alltoall(layout.ranks_per_node), "alltoall")
-            _check_time(deadline, "pricing the hierarchical alltoall")
-            steps, step_rounds, pieces, _ = _best_alltoall(
+            check_time(deadline, "pricing the hierarchical alltoall")
+            steps, step_rounds, pieces, _ = best_alltoall(
                 capacity, layout.nodes, layout.ranks_per_node, node,
                 max_refine=max(1, max_chunks // node.chunks), deadline=deadline)
             value = Fraction(sum(step_rounds), pieces)
@@ -617,7 +617,7 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
                     f"topology {topology.name!r}: alltoall at scale needs a link between every "
                     "pair of ranks (direct), a topology composed from nodes (hierarchical), or "
                     f"at most {ROUTED_MAX_RANKS} ranks (routed)")
-            _check_time(deadline, "routing the alltoall")
+            check_time(deadline, "routing the alltoall")
             key, steps, step_rounds, pieces = _routed(capacity, chunk_cap, deadline=deadline)
             candidates.append(("routed", key[0], len(steps), pieces))
             best = (key, "routed", steps, step_rounds, pieces)
@@ -627,10 +627,10 @@ def solve_alltoall_at_scale(topology: Topology, *, time_limit: float | None = No
     # skipped or cut short.
     stopped = "time_limit" if value > bound and deadline is not None and deadline.expired() \
         else None
-    _check_build_fits(deadline, chunks=total * total * pieces, ranks_per_chunk=1,
+    check_build_fits(deadline, chunks=total * total * pieces, ranks_per_chunk=1,
                       sends=sum(len(s[0]) for s in steps),
                       what=f"the {schedule} alltoall on {topology.name}")
-    algorithm = _build(f"alltoall-{schedule}-{topology.name}", topology,
+    algorithm = build_schedule(f"alltoall-{schedule}-{topology.name}", topology,
                        alltoall(total).split(pieces), steps, step_rounds,
                        {"strategy": f"alltoall at scale ({schedule})", "cut_bound": cut.cut})
     value = algorithm.rounds_per_chunk

@@ -157,7 +157,7 @@ def network_layout(topology: Topology) -> NetworkLayout:
 # -- pricing steps exactly -----------------------------------------------------------------------
 
 
-class _Capacity:
+class Capacity:
     """A topology's link bandwidths and binding bandwidth groups as arrays, to price a step: the
     fewest whole rounds in which its sends fit (:class:`~collsynth.topology.capacity.LinkCapacity`,
     the rule :func:`~collsynth.algorithm.verify` checks), with ``links`` as an ``n x n`` matrix."""
@@ -187,7 +187,7 @@ class _Capacity:
         return max(1, int((-(-loads // caps)).max()))
 
 
-def _scaled_rounds(loads: np.ndarray, caps: np.ndarray, pieces: int) -> int:
+def scaled_rounds(loads: np.ndarray, caps: np.ndarray, pieces: int) -> int:
     """Rounds for ``pieces`` times the demand ``loads`` (0 when there is none)."""
     if pieces == 0 or len(loads) == 0:
         return 0
@@ -234,7 +234,7 @@ class _Plan:
         """The non-empty steps in order, each as one set of arrays."""
         return [self.at(step) for step in sorted(self._parts)]
 
-    def price(self, capacity: _Capacity) -> tuple[list[_Arrays], list[int]]:
+    def price(self, capacity: Capacity) -> tuple[list[_Arrays], list[int]]:
         steps = self.steps()
         return steps, [capacity.rounds(s[1], s[2]) for s in steps]
 
@@ -268,14 +268,14 @@ def _send_arrays(sends: Sequence[Send]) -> _Arrays:
             np.asarray(flags, dtype=bool))
 
 
-def _check_time(deadline: Deadline | None, doing: str) -> None:
+def check_time(deadline: Deadline | None, doing: str) -> None:
     """Raise :class:`~collsynth.limits.TimeLimitReached` when ``deadline`` has passed."""
     if deadline is not None and deadline.expired():
         raise TimeLimitReached(f"time limit of {deadline.seconds:g} s reached while {doing}; "
                                "nothing found (raise --time-limit)")
 
 
-def _check_build_fits(deadline: Deadline | None, *, chunks: int, ranks_per_chunk: int,
+def check_build_fits(deadline: Deadline | None, *, chunks: int, ranks_per_chunk: int,
                       sends: int, what: str) -> None:
     """Refuse to build and verify an algorithm of ``chunks`` chunks (each chunk's conditions
     naming about ``ranks_per_chunk`` ranks) and ``sends`` sends when the time left before
@@ -298,13 +298,13 @@ def _check_build_fits(deadline: Deadline | None, *, chunks: int, ranks_per_chunk
             f"{max(left, 0.0):.0f} s")
 
 
-def _node_time(time_limit: float, deadline: Deadline | None, doing: str) -> float:
+def node_time_limit(time_limit: float, deadline: Deadline | None, doing: str) -> float:
     """Seconds for a node synthesis: ``time_limit``, or less when the deadline is nearer."""
-    _check_time(deadline, doing)
+    check_time(deadline, doing)
     return time_limit if deadline is None else min(time_limit, deadline.remaining())
 
 
-def _build(name: str, topology: Topology, collective: Collective, steps: list[_Arrays],
+def build_schedule(name: str, topology: Topology, collective: Collective, steps: list[_Arrays],
            rounds: list[int], provenance: Mapping[str, object]) -> Algorithm:
     """The verified algorithm made of priced steps."""
     algorithm = Algorithm(
@@ -321,7 +321,7 @@ def _node_steps(algorithm: Algorithm) -> list[_Arrays]:
     return [_send_arrays(step.sends) for step in algorithm.steps]
 
 
-def _solve_node(node: Topology, collective: Collective, time_limit: float) -> Algorithm:
+def solve_node(node: Topology, collective: Collective, time_limit: float) -> Algorithm:
     """The bandwidth-best point of the node's Pareto front (fewest rounds per chunk, then
     fewest steps)."""
     if node.num_ranks == 1:  # nothing moves inside a one-rank node
@@ -340,7 +340,7 @@ def _solve_node(node: Topology, collective: Collective, time_limit: float) -> Al
     return best.algorithm
 
 
-def _check_node_algorithm(given: Algorithm, node: Topology, expected: Collective,
+def check_node_algorithm(given: Algorithm, node: Topology, expected: Collective,
                           family: str) -> Algorithm:
     """``given`` re-verified on ``node``, each step re-priced to the fewest rounds its sends need
     there (so an algorithm for the node in its own units works on a rescaled copy)."""
@@ -355,7 +355,7 @@ def _check_node_algorithm(given: Algorithm, node: Topology, expected: Collective
         raise InvalidCollectiveError(
             f"node_algorithm {given.name!r} implements {coll.describe()}, but a hierarchical "
             f"{family} needs {expected.describe()} on the {node.num_ranks} ranks of one node")
-    capacity = _Capacity(node)
+    capacity = Capacity(node)
     steps = []
     for step in given.steps:
         chunk, src, dst, _ = _send_arrays(step.sends)
@@ -571,7 +571,7 @@ def _inter_pairs(nodes: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return src[keep], dst[keep]
 
 
-def _alltoall_plan(capacity: _Capacity, nodes: int, n: int, pieces: int,
+def _alltoall_plan(capacity: Capacity, nodes: int, n: int, pieces: int,
                    node_steps: list[_Arrays]) -> _Plan:
     """The node alltoall in every node, with the ``pieces`` pieces of every block between nodes
     sent direct and spread over its steps: each step first takes what fits in the rounds the
@@ -596,12 +596,12 @@ def _alltoall_plan(capacity: _Capacity, nodes: int, n: int, pieces: int,
     share = [0] * slots
     left = pieces
     for t in range(slots):  # what fits for free
-        while left and _scaled_rounds(loads, caps, share[t] + 1) <= budget[t]:
+        while left and scaled_rounds(loads, caps, share[t] + 1) <= budget[t]:
             share[t] += 1
             left -= 1
     while left:  # one piece at a time where it costs least
-        cost = [max(budget[t], _scaled_rounds(loads, caps, share[t] + 1))
-                - max(budget[t], _scaled_rounds(loads, caps, share[t])) for t in range(slots)]
+        cost = [max(budget[t], scaled_rounds(loads, caps, share[t] + 1))
+                - max(budget[t], scaled_rounds(loads, caps, share[t])) for t in range(slots)]
         t = int(np.argmin(cost))
         share[t] += 1
         left -= 1
@@ -651,12 +651,12 @@ def _check_network(topology: Topology, layout: NetworkLayout, family: str) -> No
 def _node_algorithm(layout: NetworkLayout, expected: Collective, family: str, given,
                     time_limit: float, deadline: Deadline | None = None) -> Algorithm:
     if given is None:
-        return _solve_node(layout.node, expected, _node_time(
+        return solve_node(layout.node, expected, node_time_limit(
             time_limit, deadline, f"synthesising the node {expected.describe()}"))
-    return _check_node_algorithm(given, layout.node, expected, family)
+    return check_node_algorithm(given, layout.node, expected, family)
 
 
-def _best(candidates, capacity: _Capacity, deadline: Deadline | None = None):
+def _best(candidates, capacity: Capacity, deadline: Deadline | None = None):
     """Price each ``(label, chunks, plan)``; return ``(steps, rounds, label)`` with the fewest
     rounds per chunk, then the fewest steps, then the fewest chunks. Once ``deadline`` has
     passed, the best priced so far (at least one is priced)."""
@@ -764,7 +764,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
                                   or value < 1):
             raise InvalidCollectiveError(f"{key} = {value!r}; expected a positive whole number")
     _check_network(topology, layout, family)
-    capacity = _Capacity(topology)
+    capacity = Capacity(topology)
     others = K - 1
 
     if family == "allreduce":
@@ -788,7 +788,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
         best = None
         for p in _parts_choices(K, total, pieces, parts):
             if best is None:
-                _check_time(deadline, f"pipelining the hierarchical {family}")
+                check_time(deadline, f"pipelining the hierarchical {family}")
             elif deadline is not None and deadline.expired():
                 break  # keep the best pipeline priced so far
             _check_size(total * pieces * p, family)
@@ -819,7 +819,7 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
         nodes_used = (node,)
         if family in ("allgather", "reduce_scatter"):
             make = _allgather_plan if family == "allgather" else _reduce_scatter_plan
-            _check_time(deadline, f"pipelining the hierarchical {family}")
+            check_time(deadline, f"pipelining the hierarchical {family}")
             for p in _parts_choices(K, total, pieces, parts):
                 _check_size(total * pieces * p, family)
             # lazily, so that a deadline stops the pricing between candidates
@@ -834,22 +834,22 @@ def hierarchical_algorithm(topology: Topology, collective_name: str, *, root: in
             make = _broadcast_plan if family == "broadcast" else _reduce_plan
             choices = [batches] if batches is not None else ([1, 2, 4, 8] if others else [1])
             plans = (((b, b), b, make(K, n, pieces, node_steps, root, b)) for b in choices)
-            _check_time(deadline, f"pipelining the hierarchical {family}")
+            check_time(deadline, f"pipelining the hierarchical {family}")
             steps, rounds, label = _best(plans, capacity, deadline)
             chunks = label[1] * pieces
             pipeline = (label,)
         else:
-            _check_time(deadline, "pricing the hierarchical alltoall")
-            steps, rounds, pieces, node = _best_alltoall(capacity, K, n, node, deadline=deadline)
+            check_time(deadline, "pricing the hierarchical alltoall")
+            steps, rounds, pieces, node = best_alltoall(capacity, K, n, node, deadline=deadline)
             nodes_used = (node,)
             chunks = total * total * pieces
             pipeline = ()
     # Refuse what the time left cannot build and verify before building its conditions.
-    _check_build_fits(deadline, chunks=chunks,
+    check_build_fits(deadline, chunks=chunks,
                       ranks_per_chunk=1 if family == "alltoall" else total,
                       sends=sum(len(s[0]) for s in steps),
                       what=f"the hierarchical {family} on {topology.name}")
-    algorithm = _build(
+    algorithm = build_schedule(
         f"hierarchical-{family}-{topology.name}", topology,
         _whole_collective(family, total, root, chunks), steps, rounds,
         {"strategy": "hierarchical", "node_algorithms": [a.name for a in nodes_used],
@@ -880,7 +880,7 @@ def _check_size(chunks: int, family: str) -> None:
                                  f"than {MAX_CHUNKS}")
 
 
-def _best_alltoall(capacity: _Capacity, nodes: int, n: int, node: Algorithm,
+def best_alltoall(capacity: Capacity, nodes: int, n: int, node: Algorithm,
                    max_refine: int = _MAX_ALLTOALL_REFINE, *, deadline: Deadline | None = None):
     """The hierarchical alltoall with the fewest rounds per chunk over refinements of the node
     algorithm by 1 .. ``max_refine`` (then fewest steps, then fewest chunks):

@@ -16,7 +16,8 @@ from fractions import Fraction
 from typing import Callable
 
 from collsynth.collective.model import Collective
-from collsynth.errors import CollsynthError, UnknownNameError
+from collsynth.errors import (InvalidCollectiveError, SolverError, UnimplementableError,
+                              UnknownNameError)
 from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
 from collsynth.bounds.throughput import broadcast_shape
 from collsynth.limits import Deadline
@@ -134,7 +135,8 @@ def _lower_bound(topology: Topology, collective: Collective) -> Fraction:
 
     try:
         return optimal_throughput(topology, collective).rounds_per_chunk
-    except CollsynthError:  # no fabric bound for this shape: the exact LP (small systems)
+    except (InvalidCollectiveError, SolverError, UnimplementableError):
+        # no fabric bound for this shape: the exact LP (small systems)
         from collsynth.bounds import rounds_per_chunk_lower_bound
 
         return rounds_per_chunk_lower_bound(topology, collective)

@@ -16,9 +16,11 @@ from typing import Any, Callable, Mapping
 
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.encoding.backend import Backend, Status
-from collsynth.errors import InvalidInstanceError
+from collsynth.errors import (InputTooLargeError, InvalidCollectiveError, InvalidInstanceError,
+                              SolverError, UnimplementableError)
+from collsynth.limits import TimeLimitReached
 
-__all__ = ["Status", "SynthesisResult", "ScheduleResult", "SolveOptions",
+__all__ = ["Status", "SynthesisResult", "ScheduleResult", "SolveOptions", "SYNTHESIS_FAILURES",
            "STOP_CAUSES"]
 
 #: Why a search ended before it was complete (the ``stopped_by`` of a result): its time limit
@@ -28,6 +30,15 @@ __all__ = ["Status", "SynthesisResult", "ScheduleResult", "SolveOptions",
 STOP_CAUSES = ("time_limit", "interrupt", "solver", "backend", "iteration_limit", "unfinished")
 _STATUS_CAUSE = {Status.TIMEOUT: "time_limit", Status.INTERRUPTED: "interrupt",
                  Status.UNKNOWN: "solver"}
+
+
+#: What a synthesis call may fail with when nothing is wrong with the caller's input: a solver
+#: that crashed or is missing, an instance the engine cannot take, a memory budget, an engine
+#: without partial results out of time, a collective it does not handle, links that cannot
+#: implement it. A caller with a fallback (keep the runtime's own algorithm) catches exactly
+#: these; anything else is a bug and surfaces.
+SYNTHESIS_FAILURES = (SolverError, InvalidInstanceError, InputTooLargeError, TimeLimitReached,
+                      InvalidCollectiveError, UnimplementableError)
 
 
 @dataclass(frozen=True)

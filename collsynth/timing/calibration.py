@@ -165,9 +165,9 @@ class CalibrationEntry:
             factor = 1.0
         return factor / (self.busbw_gbps * 1e3)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The entry as stored in a calibration file."""
-        obj: dict[str, Any] = {"file": self.file, "collective": self.collective,
+        obj: dict[str, object] = {"file": self.file, "collective": self.collective,
                                "ranks": self.ranks, "model": self.model}
         for key in ("runtime", "runtime_version", "channels"):
             if getattr(self, key) is not None:
@@ -406,7 +406,7 @@ def calibration_from_fits(topology: str, results: Sequence[LogFits], *,
 # -- the file format ------------------------------------------------------------------------------
 
 
-def calibration_to_json(calibration: Calibration) -> dict[str, Any]:
+def calibration_to_json(calibration: Calibration) -> dict[str, object]:
     """The JSON object of a calibration file (version 2, with its ``kind``)."""
     head = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "kind": calibration.kind}
     if isinstance(calibration, RuntimeCalibration):
@@ -415,7 +415,7 @@ def calibration_to_json(calibration: Calibration) -> dict[str, Any]:
             "entries": [e.to_json() for e in calibration.entries]}
 
 
-def calibration_from_json(obj: Any, *, source: str = "<calibration>") -> Calibration:
+def calibration_from_json(obj: object, *, source: str = "<calibration>") -> Calibration:
     """Check and read the JSON object of a calibration file of any kind: version 2, version 1
     (curves), or the ``collsynth-runtime-constants`` files of earlier versions.
 

@@ -20,7 +20,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 import numpy as np
 
@@ -65,6 +65,9 @@ _KNEE_CANDIDATES = 48  # sizes tried as knees (all of them in sweeps of up to 48
 #: 65536 distinct sizes took 3.9 GB and a minute; nccl-tests sweeps have about 30).
 _MAX_FIT_POINTS = 1024
 
+
+#: Sizes a fit is evaluated at: one number, a sequence, or an array (bytes).
+Sizes = Union[float, Sequence[float], np.ndarray]
 
 @dataclass(frozen=True)
 class FitOptions:
@@ -111,7 +114,7 @@ class AlphaBetaFit:
     gmae_heldout: float | None = None
     model: str = field(default="alpha-beta", init=False)
 
-    def time_us(self, size_bytes: Any) -> Any:
+    def time_us(self, size_bytes: "Sizes") -> np.ndarray:
         """Predicted microseconds at ``size_bytes`` (a number or an array)."""
         return self.alpha_us + np.asarray(size_bytes, dtype=float) * self.beta_us_per_byte
 
@@ -153,12 +156,12 @@ class PiecewiseFit:
     gmae_heldout: float | None = None
     model: str = field(default="piecewise", init=False)
 
-    def busbw_at(self, size_bytes: Any) -> Any:
+    def busbw_at(self, size_bytes: "Sizes") -> np.ndarray:
         """Predicted bus bandwidth (GB/s) at ``size_bytes`` (a number or an array)."""
         sizes = np.asarray(size_bytes, dtype=float)
         return self.factor * sizes / (self.time_us(sizes) * 1e3)
 
-    def time_us(self, size_bytes: Any) -> Any:
+    def time_us(self, size_bytes: "Sizes") -> np.ndarray:
         """Predicted microseconds at ``size_bytes`` (a number or an array)."""
         sizes = np.asarray(size_bytes, dtype=float)
         return np.exp(_piecewise_log_time(np.log2(sizes), _Curve.of(self),

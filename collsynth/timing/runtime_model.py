@@ -68,7 +68,7 @@ class ProgramTime:
     time_us: float
     algbw_gbps: float
     busbw_gbps: float
-    breakdown: Mapping[str, Any] = field(default_factory=dict)
+    breakdown: Mapping[str, float | int | str] = field(default_factory=dict)
 
 
 @dataclass

@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -100,7 +100,7 @@ class Variant:
         """``"2ch/peer x1 LL"``: channels/policy, instances, protocol."""
         return f"{self.channels}ch/{self.channel_by} x{self.instances} {self.protocol}"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"channels": self.channels, "channel_by": self.channel_by,
                 "instances": self.instances, "protocol": self.protocol}
 
@@ -122,7 +122,7 @@ class TunedRow:
         """Untuned time over tuned time (>= 1 when the range's variant is the size's fastest)."""
         return self.untuned_time_us / self.time_us if self.time_us > 0 else 1.0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"size_bytes": self.size_bytes, "variant": self.variant.label,
                 **self.variant.as_dict(), "time_us": self.time_us,
                 "algbw_gbps": self.algbw_gbps, "untuned_time_us": self.untuned_time_us,

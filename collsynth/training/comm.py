@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from collsynth.errors import (CollsynthError, InvalidInstanceError, InvalidTopologyError,
-                              NoRingError, UnknownNameError)
+from collsynth.errors import (InvalidInstanceError, InvalidTopologyError, NoRingError,
+                              UnknownNameError)
+from collsynth.synthesis.result import SYNTHESIS_FAILURES
 from collsynth.collective.kinds import canonical_name
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
@@ -507,7 +508,7 @@ class PlannedComm:
             else:
                 found += pareto_front(sub, collective, max_chunks=self.max_part_chunks,
                                       options=options)
-        except CollsynthError as exc:
+        except SYNTHESIS_FAILURES as exc:
             _log.warning("synthesis of %s on %s failed (%s); using NCCL there", key, sub.name, exc)
         _log.debug("synthesized %d %s algorithm(s) on %s", len(found), key, sub.name)
         return [r.algorithm for r in found if r.algorithm is not None]

@@ -279,7 +279,8 @@ def test_the_cli_prints_one_line_per_exceeded_limit(tmp_path, capsys):
     save_algorithm(verify(_direct_allgather(40)), path)
     out = tmp_path / "out"
     out.mkdir()
-    code = main(["export", str(path), "-o", str(out), "--runtime", "all"])
+    # One channel: more channels by peer would fit (the default tries them).
+    code = main(["export", str(path), "-o", str(out), "--runtime", "all", "--channels", "1"])
     assert code == 1
     assert list(out.iterdir()) == []
     lines = capsys.readouterr().err.splitlines()
@@ -304,7 +305,8 @@ def test_the_cli_gathers_the_limits_lowering_finds(tmp_path, capsys, monkeypatch
     save_algorithm(verify(_direct_allgather(40)), path)
     monkeypatch.setattr("collsynth.export.pipeline.estimate_all",
                         lambda algorithm, runtimes, **options: {r: [] for r in runtimes})
-    code = main(["export", str(path), "-o", str(tmp_path / "x.xml"), "--runtime", "all"])
+    code = main(["export", str(path), "-o", str(tmp_path / "x.xml"), "--runtime", "all",
+                 "--channels", "1"])
     err = capsys.readouterr().err.splitlines()
     assert code == 1 and len(err) == 7 and not list(tmp_path.glob("*.xml"))
     assert "6 limits of msccl, msccl-executor, rccl exceeded" in err[0]
@@ -339,13 +341,19 @@ def test_channels_auto_spreads_a_large_tree_schedule_until_it_fits(tmp_path, cap
     path = tmp_path / "ag32.json"
     save_algorithm(result.algorithm, path)
     out = tmp_path / "ag32.xml"
-    assert main(["export", str(path), "-o", str(out), "--runtime", "msccl-executor"]) == 1
+    keep = ["--stages", "keep"]   # lowered as it is (the default may restage it)
+    assert main(["export", str(path), "-o", str(out), "--runtime", "msccl-executor",
+                 "--channels", "1", *keep]) == 1
     assert "MSCCL_MAX_NUM_STEPS" in capsys.readouterr().err and not out.exists()
     assert main(["export", str(path), "-o", str(out), "--runtime", "msccl-executor",
-                 "--channels", "auto"]) == 0
+                 "--channels", "auto", *keep]) == 0
     written = capsys.readouterr().out
     channels = int(written.split(" channel(s)")[0].rsplit(" ", 1)[1])
-    assert channels > 1
+    assert channels > 1 and "stage(s)" not in written
+    assert main(["check", str(out), "--runtime", "msccl-executor", "--strict"]) == 0
+    # The default finds a layout too.
+    out.unlink()
+    assert main(["export", str(path), "-o", str(out), "--runtime", "msccl-executor"]) == 0
     assert main(["check", str(out), "--runtime", "msccl-executor", "--strict"]) == 0
 
 

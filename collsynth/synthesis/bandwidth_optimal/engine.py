@@ -23,7 +23,7 @@ from collsynth.algorithm.verify import verify
 from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import allgather, reduce_scatter
-from collsynth.errors import CollsynthError, InvalidCollectiveError, InvalidInstanceError
+from collsynth.errors import InvalidCollectiveError, InvalidInstanceError, UnknownNameError
 from collsynth.collective.standard import is_standard_allreduce
 from collsynth.graph.fabric import UnsupportedFabricError
 from collsynth.limits import ResourceLimitError, TimeLimitReached, check_memory
@@ -289,7 +289,7 @@ def _stages(topology, collective, packing, num_roots, size_bytes) -> int:
     name = collective.name
     try:
         chunk = float(base_chunk_bytes(name, topology.num_ranks, size_bytes))
-    except CollsynthError:  # no buffer convention (multi-root broadcast): one chunk per root
+    except UnknownNameError:  # no buffer convention (multi-root broadcast): one per root
         chunk = float(size_bytes) / max(1, num_roots)
     return stages_for_size(packing, topology.num_ranks, num_roots, chunk_bytes=chunk,
                            alpha_us=model.alpha_us, beta_us_per_byte=model.beta_us_per_byte)

@@ -1,0 +1,181 @@
+"""``collsynth tune-runtime``: a tuner config for stock NCCL or RCCL on a machine.
+
+Per collective and size range it forces the runtime's own (algorithm, protocol, channels) where
+that is predicted faster than the runtime's own choice
+(:func:`collsynth.export.tuner.machine.tune_machine`), writes the CSV that NCCL's example tuner
+plugin or RCCL's built-in tuner reads and prints the predicted-vs-default table. The file, its
+quirks and how to load it: docs/tuner-config.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from collsynth.cli.common import (EXIT_OK, UsageError, out, parse_size_range, positive_int,
+                                  table)
+
+__all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
+
+COMMAND = "tune-runtime"
+DEFAULT_COLLECTIVES = "allreduce,allgather,reducescatter"
+#: Sampled sizes: 64 B to 4 GiB in x2 steps (boundaries are then bisected to the byte).
+DEFAULT_SIZES = "64B:4GiB"
+
+
+def _fraction(text: str) -> float:
+    """A threshold: ``0.03`` or ``3%``, from 0 to 10."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction like 0.03 or 3%, got "
+                                         f"{text!r}") from None
+    if not 0 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to 10, got {text!r}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    """Add ``tune-runtime`` to ``subparsers`` (from ``add_subparsers``)."""
+    parser = subparsers.add_parser(
+        COMMAND, help="write a tuner config for stock NCCL or RCCL",
+        description="Pick, per collective and size range, the runtime's own algorithm, "
+                    "protocol and channel count predicted fastest on the machine, and write "
+                    "the CSV that NCCL's example tuner plugin (NCCL_TUNER_PLUGIN, "
+                    "NCCL_TUNER_CONFIG_FILE) or RCCL's built-in CSV tuner "
+                    "(NCCL_TUNER_CONFIG_FILE) reads. Predictions, not measurements: see "
+                    "docs/tuner-config.md.")
+    parser.add_argument("--topology", required=True, metavar="T",
+                        help="the machine (a built-in, a family member or a topology file)")
+    parser.add_argument("--nodes", type=positive_int, metavar="K", help="K nodes of it")
+    parser.add_argument("--runtime", required=True, choices=("nccl", "rccl"),
+                        help="nccl: NCCL's example tuner plugin; rccl: RCCL's built-in tuner")
+    parser.add_argument("--collectives", default=DEFAULT_COLLECTIVES, metavar="LIST",
+                        help=f"comma-separated (default {DEFAULT_COLLECTIVES}; also broadcast, "
+                             "reduce)")
+    parser.add_argument("--sizes", type=parse_size_range, default=DEFAULT_SIZES,
+                        metavar="A:B", help=f"sampled sizes, x2 steps (default {DEFAULT_SIZES})")
+    parser.add_argument("--threshold", type=_fraction, default=0.03, metavar="F",
+                        help="write a rule only where it is predicted more than F faster than "
+                             "the runtime's own choice (default 0.03, i.e. 3%%)")
+    parser.add_argument("--calibration", metavar="FILE",
+                        help="not used yet: the prices come from the runtime's own tuning model")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="the tuner config to write (e.g. nccl_tuner.conf)")
+    parser.add_argument("--json", action="store_true", help="machine-readable summary")
+    parser.set_defaults(handler=run_tune_runtime)
+
+
+def _sizes(bounds: tuple[int, int]) -> list[int]:
+    """``A``, ``2A``, ``4A``, ... and ``B`` itself."""
+    from collsynth.timing.tune import tune_sizes
+
+    lo, hi = bounds
+    return sorted(set(tune_sizes(lo, hi, 2)) | {hi})
+
+
+def _span(values: list[float], unit: str = "") -> str:
+    if not values:
+        return "-"
+    low, high = min(values), max(values)
+    return f"{low:.3g}{unit}" if f"{low:.3g}" == f"{high:.3g}" else \
+        f"{low:.3g}-{high:.3g}{unit}"
+
+
+def _bytes_text(value: int) -> str:
+    from collsynth.export.tuner.config import SIZE_MAX
+
+    return "max" if value == SIZE_MAX else str(value)
+
+
+def _range_rows(tuned: Any, runtime: str) -> list[list[str]]:
+    rows = []
+    for r in tuned.tuning.ranges:
+        shown = [row for row in r.rows if row.sampled] or list(r.rows)
+        if r.keep:
+            written = f"{r.choice.label} (own, pinned)" if runtime == "nccl" else "- (own)"
+        else:
+            written = r.choice.label
+        owns = sorted({row.default.label for row in shown}) or [r.choice.label]
+        rows.append([f"{_bytes_text(r.min_bytes)}..{_bytes_text(r.max_bytes)}", written,
+                     str(sum(row.sampled for row in r.rows)),
+                     "-" if r.keep else _span([row.time_us for row in shown]),
+                     ",".join(owns), _span([row.default_time_us for row in shown]),
+                     "-" if r.keep else _span([row.speedup for row in shown], "x")])
+    return rows
+
+
+def run_tune_runtime(args: argparse.Namespace) -> int:
+    """Run ``collsynth tune-runtime``; return 0 (errors raise)."""
+    from collsynth._output import check_output_file
+    from collsynth.errors import InvalidTopologyError
+    from collsynth.export.tuner.config import format_rule, write_tuner_config
+    from collsynth.export.tuner.machine import tune_machine
+    from collsynth.resolve import resolve_topology
+    from collsynth.timing.tuning_model import tuning_setup
+    from collsynth.topology.machine import machine_facts
+
+    check_output_file(args.output, label=f"-o {args.output}")
+    if args.calibration is not None:
+        raise UsageError.of(COMMAND, "--calibration: not used yet: tune-runtime prices with the "
+                                     "runtime's own tuning model, which has no calibration "
+                                     "(docs/tuner-config.md)")
+    collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
+    if not collectives:
+        raise UsageError.of(COMMAND, f"--collectives {args.collectives!r}: expected names "
+                                     "separated by commas")
+    topology = resolve_topology(args.topology, nodes=args.nodes)
+    facts = machine_facts(topology)
+    if facts.runtime is None:
+        raise InvalidTopologyError(f"topology {topology.name!r}: no NVIDIA or AMD GPU "
+                                   "architecture is known for it (metadata.machine.arch); "
+                                   "tune-runtime needs the machine NCCL or RCCL runs on")
+    if facts.runtime != args.runtime:
+        raise UsageError.of(COMMAND, f"--runtime {args.runtime}: {topology.name} has "
+                                     f"{facts.arch} GPUs, which run {facts.runtime}")
+    setup = tuning_setup(topology, runtime=args.runtime)
+    sizes = _sizes(args.sizes)
+    tuned = tune_machine(setup, collectives, sizes, threshold=args.threshold)
+    write_tuner_config(tuned.rules, args.output, runtime=args.runtime,
+                       header=tuned.summary_lines(topology.name))
+    name = {"nccl": "NCCL", "rccl": "RCCL"}[args.runtime]
+    version = ".".join(map(str, setup.version))
+    if args.json:
+        out(json.dumps({
+            "output": args.output, "runtime": args.runtime, "model_version": version,
+            "topology": topology.name, "nodes": setup.nodes, "ranks": setup.ranks,
+            "threshold": tuned.threshold, "sizes": sizes,
+            "rules": [format_rule(rule) for rule in tuned.rules],
+            "collectives": [{"collective": c.collective, "requested": c.requested,
+                             "exact": c.tuning.exact,
+                             "ranges": [r.as_dict() for r in c.tuning.ranges],
+                             "rules": [format_rule(rule) for rule in c.rules]}
+                            for c in tuned.collectives]}, indent=1))
+        return EXIT_OK
+    out(f"{name} {version} tuning model on {topology.name} ({setup.nodes} node(s), {setup.ranks} "
+        f"ranks): predicted times in us, not measurements; a rule where the gain is over "
+        f"{tuned.threshold:.0%}")
+    headers = ("bytes", "written", "samples", "predicted us", f"{name}'s own", "its us", "gain")
+    for c in tuned.collectives:
+        if not c.requested:
+            continue
+        out("")
+        out(f"{c.collective}:")
+        for line in table(headers, _range_rows(c, args.runtime), left=(0, 1, 4)):
+            out("  " + line)
+    gains = sum(len(c.tuning.gains) for c in tuned.collectives)
+    out("")
+    if not gains:
+        out(f"no range is predicted more than {tuned.threshold:.0%} faster than {name}'s own "
+            "choice" + (": the file holds no rule" if args.runtime == "rccl" else ""))
+    if args.runtime == "nccl":
+        others = [c.collective for c in tuned.collectives if not c.requested]
+        out(f"note: NCCL's example plugin runs any call that no row matches on ONE channel, so "
+            f"the file pins NCCL's own choice (as predicted) everywhere else, for "
+            f"{', '.join(others) + ' too' if others else 'every collective'}; rows match "
+            f"nNodes={setup.nodes} nRanks={setup.ranks} only: a communicator of another size "
+            "(a process subgroup) gets one channel")
+    out(f"wrote {args.output} ({len(tuned.rules)} rule(s))")
+    return EXIT_OK
