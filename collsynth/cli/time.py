@@ -349,7 +349,8 @@ def _runtime_pick(runtime: "Runtime", collective: str, topology: "Topology",
     """The runtime's own default pick per size (its cost model,
     :func:`collsynth.timing.tuning_model.choose`): ``{size: "algorithm/protocol"}``, or why it
     cannot be told."""
-    from collsynth.timing.tuning_model import COLLECTIVES, choose, tuning_setup
+    from collsynth.timing.tuning_model import (COLLECTIVES, SETUP_FAILURES, choose,
+                                               tuning_setup)
 
     if collective not in COLLECTIVES:
         return {}, None
@@ -357,7 +358,7 @@ def _runtime_pick(runtime: "Runtime", collective: str, topology: "Topology",
         setup = tuning_setup(topology, runtime=runtime.family)
         return {size: f"{c.algorithm}/{c.protocol}" for size in sizes
                 for c in (choose(setup, collective, size),)}, None
-    except CollsynthError as exc:
+    except SETUP_FAILURES as exc:
         return {}, f"{runtime.family}'s own pick unknown: {exc}"
 
 
@@ -365,7 +366,8 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     """The program model: each file (a program that cannot be lowered or priced is an error
     row), then the runtime's own algorithms, the fastest and the runtime's own pick marked."""
     from collsynth.collective.kinds import canonical_name
-    from collsynth.timing.pricing import RuntimeAlgorithm, price_table, runtime_algorithms
+    from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
+                                          runtime_algorithms)
     from collsynth.timing.program_model import ProgramModel
 
     constants, source = _constants(args, calibration)
@@ -386,13 +388,14 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     prices: list["Price"] = []
     errors: list[tuple[str, str]] = []
     for subject in subjects:  # a program that cannot be lowered or priced: an error row
-        try:
-            why = model.why_not(subject)
-            if why is not None:
-                raise CollsynthError(why)
-            prices.extend(model.price(subject, sizes))
-        except CollsynthError as exc:
-            errors.append((subject.name, " ".join(str(exc).split())))
+        why = model.why_not(subject)
+        if why is None:
+            try:
+                prices.extend(model.price(subject, sizes))
+            except PRICING_FAILURES as exc:
+                why = str(exc)
+        if why is not None:
+            errors.append((subject.name, " ".join(why.split())))
     ours = [RuntimeAlgorithm(r.runtime, r.algorithm, r.collective, r.topology,
                              channels=args.channels)
             for r in runtime_algorithms(runtime, collective, where)]

@@ -17,8 +17,8 @@ import sympy
 
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.kinds import base_chunk_bytes
-from collsynth.errors import (CollsynthError, InvalidInstanceError, InvalidTopologyError,
-                              NoRingError, UnknownNameError)
+from collsynth.errors import (InvalidInstanceError, InvalidTopologyError, NoRingError,
+                              UnknownNameError)
 from collsynth.exact import exact_fraction, sympy_rational
 from collsynth.export.program import Program
 from collsynth.timing.alphabeta import from_topology
@@ -27,8 +27,9 @@ from collsynth.timing.model import SIZE, CostModel, cost_model, symbolic_time
 from collsynth.timing.pricing import (MEASURED, RUNS_ON_RING, Price, RuntimeAlgorithm, Subject,
                                       subject_name)
 from collsynth.timing.runtime_baselines import TREE_COLLECTIVES
-from collsynth.timing.tuning_model import (LINEAR_ALGORITHMS, NcclChoice, NcclSetup,
-                                           TuningSetup, bandwidth_gbps, best_choice, latency_us,
+from collsynth.timing.tuning_model import (LINEAR_ALGORITHMS, SETUP_FAILURES, NcclChoice,
+                                           NcclSetup, TuningSetup, bandwidth_gbps, best_choice,
+                                           latency_us,
                                            nccl_choices, nccl_setup, offered_protocols,
                                            tuning_setup)
 
@@ -158,7 +159,7 @@ class ClosedForm:
         if subject.algorithm in TUNING_LINE_ALGORITHMS:
             try:
                 found = self._choices(subject)
-            except CollsynthError as exc:
+            except SETUP_FAILURES as exc:
                 return str(exc)
             if not found:
                 return (f"{subject.runtime.family}'s tuning does not offer "

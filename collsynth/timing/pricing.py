@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, Union, runtime_ch
 
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.kinds import canonical_name
-from collsynth.errors import InvalidInstanceError
+from collsynth.errors import (ExportError, InputTooLargeError, InvalidInstanceError,
+                              InvalidTopologyError, UnimplementableError, UnknownNameError,
+                              VerificationError)
 from collsynth.export.program import Program
 from collsynth.runtimes import Runtime, check_protocol
 from collsynth.timing.runtime_baselines import TREE_COLLECTIVES
@@ -29,8 +31,15 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
 
 __all__ = ["Subject", "RuntimeAlgorithm", "MEASURED", "runtime_algorithms", "subject_name",
            "Price", "PricingModel", "LinearPricingModel", "PriceTable", "price_table",
-           "fastest_runtime_algorithm", "RUNS_ON_RING", "pinned_protocols"]
+           "fastest_runtime_algorithm", "RUNS_ON_RING", "pinned_protocols", "PRICING_FAILURES"]
 
+#: What a model raises for a subject it cannot price, beyond :meth:`PricingModel.why_not`: a
+#: lowering the runtime cannot express (ExportError, a thread block over its limits), a program
+#: that deadlocks or names a rank outside the topology, one too large to simulate, a topology
+#: without figures, an algorithm that fails its verification. A caller that lists several
+#: subjects reports these per subject and prices the others.
+PRICING_FAILURES = (ExportError, InvalidInstanceError, InputTooLargeError, InvalidTopologyError,
+                    UnknownNameError, VerificationError, UnimplementableError)
 #: Collectives the NCCL-family runtimes run on their ring (their tree: TREE_COLLECTIVES); the
 #: others (alltoall, gather, scatter) run as grouped send/recv.
 RUNS_ON_RING = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
@@ -160,15 +169,14 @@ def pinned_protocols(subject: RuntimeAlgorithm, model: "PricingModel"
 def _offered(runtime: Runtime, collective: str, topology: "Topology") -> frozenset[str]:
     """The algorithms the runtime's tuning offers for ``collective`` on ``topology``'s machine
     (none when its facts cannot set the tuning up: no architecture, no NICs...)."""
-    from collsynth.errors import CollsynthError
-    from collsynth.timing.tuning_model import (ALGORITHMS, COLLECTIVES, offered_protocols,
-                                               tuning_setup)
+    from collsynth.timing.tuning_model import (ALGORITHMS, COLLECTIVES, SETUP_FAILURES,
+                                               offered_protocols, tuning_setup)
 
     if collective not in COLLECTIVES:
         return frozenset()
     try:
         setup = tuning_setup(topology, runtime=runtime.family)
-    except CollsynthError:
+    except SETUP_FAILURES:  # no tuning here: the ring and the tree only
         return frozenset()
     return frozenset(a for a in ALGORITHMS if offered_protocols(setup, collective, a))
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from collsynth.algorithm.model import Algorithm
-from collsynth.errors import CollsynthError, InvalidInstanceError, UnknownNameError
+from collsynth.errors import InvalidInstanceError, UnknownNameError
 from collsynth.export.program import Program
 from collsynth.runtimes import MSCCL_XML, Runtime, RuntimeConstants, get_runtime, runtime_names
 from collsynth.timing.metrics import bandwidths
-from collsynth.timing.pricing import MEASURED, Price, RuntimeAlgorithm, Subject, subject_name
+from collsynth.timing.pricing import (MEASURED, PRICING_FAILURES, Price, RuntimeAlgorithm,
+                                      Subject, subject_name)
 from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, indirect_note,
                                             prepare_program, simulate_program)
 from collsynth.timing.runtime_programs import RUNTIME_PROGRAMS
@@ -228,7 +229,7 @@ class ProgramModel:
             return f"topology {subject.topology.name!r} has no physical figures (unit_gbps)"
         try:
             self._runtime_prepared(subject, subject.protocol or entry.protocols[-1])
-        except CollsynthError as exc:
+        except PRICING_FAILURES as exc:
             return str(exc)
         return None
 

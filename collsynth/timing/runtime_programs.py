@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, Union
 
-from collsynth.errors import CollsynthError
 from collsynth.export.program import Program
 from collsynth.runtimes.protocols import PROTOCOLS
 from collsynth.timing.runtime_baselines import (PAT_COLLECTIVES, RING_COLLECTIVES,
@@ -84,11 +83,11 @@ def _found_rings(topology: "Topology") -> int | None:
 def _nvls_channels(topology: "Topology") -> int | None:
     """NCCL's NVLS channels on the machine (16 on Hopper, 24 or 32 on Blackwell:
     :func:`collsynth.timing.tuning_model.tuning_setup`)."""
-    from collsynth.timing.tuning_model import tuning_setup
+    from collsynth.timing.tuning_model import SETUP_FAILURES, tuning_setup
 
     try:
         channels = tuning_setup(topology, runtime="nccl").nvls_channels
-    except CollsynthError:
+    except SETUP_FAILURES:  # no tuning: the builder's own default (one channel)
         return None
     return channels or None
 

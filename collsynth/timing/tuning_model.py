@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import sympy
 
 from collsynth.collective.kinds import canonical_name
-from collsynth.errors import InvalidInstanceError, NoRingError, UnknownNameError
+from collsynth.errors import (InvalidInstanceError, InvalidTopologyError, NoRingError,
+                              UnknownNameError)
 from collsynth.exact import exact_fraction
 from collsynth.runtimes.constants import (NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US,
                                           RCCL_BASE_LATENCY_US, RCCL_HOP_LATENCY_US)
@@ -38,7 +39,7 @@ __all__ = [
     "GraphFigures", "TuningSetup", "Estimate", "CallShape", "RuntimeChoice",
     "bandwidth_gbps", "latency_us", "enabled", "algo_time_us", "estimates", "fastest", "choose",
     "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
-    "gpu_bandwidth_gbps", "nvls_efficiency", "offered_protocols",
+    "gpu_bandwidth_gbps", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice",
 ]
@@ -390,6 +391,12 @@ def enabled(setup: TuningSetup, collective: str, algorithm: str, protocol: str) 
             and setup.nodes == 1 and setup.arch in ("gfx942", "gfx950"):
         return False
     return True
+
+
+#: What :func:`tuning_setup` and :func:`choose` raise when a machine's facts cannot set the
+#: runtime's tuning up (no NICs on several nodes, a malformed ``metadata.machine``, a runtime
+#: the facts cannot tell): callers that can do without the tuning catch these.
+SETUP_FAILURES = (InvalidInstanceError, InvalidTopologyError, UnknownNameError)
 
 
 def offered_protocols(setup: TuningSetup, collective: str, algorithm: str) -> tuple[str, ...]:
