@@ -365,7 +365,7 @@ def _runtime_pick(runtime: "Runtime", collective: str, topology: "Topology",
 def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -> int:
     """The program model: each file (a program that cannot be lowered or priced is an error
     row), then the runtime's own algorithms, the fastest and the runtime's own pick marked."""
-    from collsynth.collective.kinds import canonical_name
+    from collsynth.collective.kinds import collective_kind
     from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
                                           runtime_algorithms)
     from collsynth.timing.program_model import ProgramModel
@@ -380,7 +380,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     if len({(c, n) for _, c, n in shapes}) > 1:
         listed = ", ".join(f"{name} ({c}, {n} ranks)" for name, c, n in shapes)
         raise CollsynthError(f"the programs are of different collectives or rank counts: {listed}")
-    collective = canonical_name(args.collective) if args.collective else shapes[0][1]
+    collective = collective_kind(args.collective).name if args.collective else shapes[0][1]
     if shapes and shapes[0][1] != collective:
         raise CollsynthError(f"--collective {args.collective}: the files are {shapes[0][1]}")
     where = topology if topology is not None else model.where(subjects[0])
@@ -457,8 +457,11 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     headers = ("size", "program" if subjects else "algorithm", "proto", "ch", "time (us)",
                "algbw (GB/s)", "busbw (GB/s)") + (("vs fastest",) if subjects else ()) + \
         ("mark",)
-    for line in table(headers, cells, left=(0, 1, 2) + ((7, 8) if subjects else (7,))):
-        out(line)
+    if cells:
+        for line in table(headers, cells, left=(0, 1, 2) + ((7, 8) if subjects else (7,))):
+            out(line)
+    else:
+        out("  nothing priced")
     for name, why in errors:
         out(f"error: {name}: {why}")
     return EXIT_OK
@@ -468,6 +471,7 @@ def run_time(args: argparse.Namespace) -> int:
     """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``;
     a program that cannot be lowered or priced is an error row, not an error)."""
     from collsynth._files import check_input_file
+    from collsynth.runtimes import check_channels
 
     if not args.files:
         if args.collective is None or args.topology is None:
@@ -476,6 +480,8 @@ def run_time(args: argparse.Namespace) -> int:
         if args.model == "closed-form":
             raise UsageError.of("time", "without files, time prices the runtime's own "
                                         "algorithms with the program model (--model program)")
+    if args.channels is not None:
+        check_channels(args.channels, "--channels")
     for path in args.files:  # every input a regular file, before the first is priced
         check_input_file(path)
     calibration = _calibration(args.calibration)

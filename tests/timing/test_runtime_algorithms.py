@@ -369,6 +369,12 @@ def test_time_without_files_channels_and_usage(capsys):
     assert "--collective C and --topology T" in capsys.readouterr().err
     assert main(["time", "--topology", "dgx-h100", "--collective", "allreduce", "--model",
                  "closed-form"]) == 2
+    capsys.readouterr()
+    assert main(["time", "--topology", "dgx-h100", "--collective", "allreduse"]) == 1
+    assert "unknown collective 'allreduse'" in capsys.readouterr().err
+    assert main(["time", "--topology", "dgx-h100", "--collective", "allreduce", "--channels",
+                 "100000"]) == 1
+    assert "more than the 128 channels" in capsys.readouterr().err
 
 
 def test_time_with_files_keeps_going_past_a_program_it_cannot_price(tmp_path, capsys):
