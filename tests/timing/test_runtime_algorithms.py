@@ -88,6 +88,17 @@ def test_nvls_allreduce_on_two_gpus_by_hand():
     assert t.time_us == pytest.approx(8.0 + 60_000 / 85_000, rel=1e-9)
 
 
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter"])
+def test_nvls_allgather_and_reduce_scatter_on_two_gpus_by_hand(collective):
+    # The pair again (P = 85_000 B/us), 20_000 bytes, one channel: D = 10_000 bytes per shard.
+    # Allgather: GPU k stores its shard (a hop, D/P up its own port); the switch writes both
+    # shards into each GPU at once (a hop, 2D/P down each port). Reduce-scatter: each GPU
+    # sends both shards at once (a hop, 2D/P up); the switch returns the sum of shard k (a
+    # hop, D/P down). Both: base 4 + 2 hops + 3D/P = 6 + 30_000 / 85_000 = 6.3529 us.
+    t = simulate_program(nvls_graph(collective, nvls_pair(), 1), None, 20_000, constants())
+    assert t.time_us == pytest.approx(6.0 + 30_000 / 85_000, rel=1e-9)
+
+
 @pytest.mark.parametrize("collective, up, down", [
     ("allreduce", 9 / 8, 9 / 8),        # n shards up + the stored sum; the sum + n copies down
     ("allgather", 1 / 8, 1.0),          # its shard up once; every shard down
