@@ -463,7 +463,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     else:
         out("  nothing priced")
     for name, why in errors:
-        out(f"error: {name}: {why}")
+        out(f"not priced: {name}: {why}")
     return EXIT_OK
 
 

@@ -406,7 +406,7 @@ def test_time_with_files_keeps_going_past_a_program_it_cannot_price(tmp_path, ca
             "--sizes", "1KB"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "error: dead.xml: program 'dead.xml' deadlocks" in out
+    assert "not priced: dead.xml: program 'dead.xml' deadlocks" in out
     assert "ag2.xml" in out and "x nccl-ring" in out   # compared with the fastest, named
     assert main(args + ["--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -313,7 +313,7 @@ def test_cli_xml_rank_mismatch_is_an_error_row(tmp_path, capsys):
     """A program that cannot be priced gets an error row; the runtime's rows still print."""
     assert main(["time", str(_xml(tmp_path)), "--topology", "dgx1", "--sizes", "1KB"]) == 0
     out = capsys.readouterr().out
-    assert "error: ring4.xml: ring4.xml has 4 ranks but topology 'DGX1' has 8" in out
+    assert "not priced: ring4.xml: ring4.xml has 4 ranks but topology 'DGX1' has 8" in out
     assert "allgather on DGX1 (8 ranks)" in out and "nccl-ring" in out
 
 
