@@ -1,8 +1,8 @@
 """``collsynth solve bandwidth-optimal``: the large-system engines, for systems of any size.
 
 Prints the verified algorithm, its rounds per chunk (and its pipeline's steady state) against the
-lower bound, and, when the topology has physical figures, its predicted time next to NCCL's ring
-and tree (alpha-beta model, :mod:`collsynth.timing`).
+lower bound, and, when the topology has physical figures, its predicted time next to the fastest
+of NCCL's own algorithms at each size, named (alpha-beta model, :mod:`collsynth.timing`).
 """
 
 from __future__ import annotations
@@ -108,12 +108,12 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
         f" -> {'optimal' if figures['optimal'] else 'not proven optimal'}")
     out(f"seconds: {figures['seconds']}")
     if figures["predicted_us"]:
-        out("predicted time (us)   collsynth   NCCL ring   NCCL tree")
+        out("predicted time (us)   collsynth   fastest NCCL   (which)")
         for row in figures["predicted_us"]:
-            ring = "-" if row["nccl_ring"] is None else f"{row['nccl_ring']:.1f}"
-            tree = "-" if row["nccl_tree"] is None else f"{row['nccl_tree']:.1f}"
-            out(f"{format_size(row['bytes']):>18}   {row['collsynth']:>9.1f}   {ring:>9}   "
-                f"{tree:>9}")
+            fastest = "-" if row["runtime_fastest_us"] is None else \
+                f"{row['runtime_fastest_us']:.1f}"
+            out(f"{format_size(row['bytes']):>18}   {row['collsynth']:>9.1f}   {fastest:>12}   "
+                f"{row['runtime_fastest'] or '-'}")
     if args.output:
         out(f"wrote {args.output}")
     return EXIT_OK

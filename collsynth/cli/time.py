@@ -15,8 +15,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from collsynth.cli.common import (EXIT_OK, UsageError, add_figure_arguments, format_size, out,
-                                  parse_size_range, parse_sizes, table)
+from collsynth.cli.common import (EXIT_OK, UsageError, add_figure_arguments, err, format_size,
+                                  out, parse_size_range, parse_sizes, positive_int, table)
 from collsynth.errors import CollsynthError
 from collsynth.exact import fraction_text
 from collsynth.runtimes import get_runtime, runtime_names
@@ -103,11 +103,12 @@ def _same_problem(algorithms: Sequence["Algorithm"]) -> None:
 
 
 def wants_program_model(args: argparse.Namespace, calibration: "Calibration | None") -> bool:
-    """``--model program``, or without ``--model`` an XML file, ``--topology`` or a
-    runtime-constants calibration."""
+    """``--model program``, or without ``--model`` no file, an XML file, ``--topology``,
+    ``--channels`` or a runtime-constants calibration."""
     if args.model is not None:
         return args.model == "program"
-    if any(_is_xml(f) for f in args.files) or args.topology is not None:
+    if not args.files or any(_is_xml(f) for f in args.files) or args.topology is not None \
+            or args.channels is not None:
         return True
     return calibration is not None and calibration.kind == "runtime-constants"
 
@@ -149,7 +150,8 @@ def _shown(price: "Price") -> str:
 def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _ClosedFormView:
     from collsynth.timing.closed_form import ClosedForm, Measured
     from collsynth.timing.kernels import reduce_gamma_us_per_byte
-    from collsynth.timing.pricing import MEASURED, RuntimeAlgorithm, runtime_algorithms
+    from collsynth.timing.pricing import (MEASURED, RuntimeAlgorithm, pinned_protocols,
+                                          runtime_algorithms)
 
     for path in args.files:
         if _is_xml(path):
@@ -178,7 +180,7 @@ def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _Clo
             notes.append(f"no NCCL baseline: {why}")
             continue
         priced.append(subject)
-        lines.update({p.name: model.line(p) for p in map(subject.pinned, runtime.protocols)})
+        lines.update({p.name: model.line(p) for p in pinned_protocols(subject, model)})
     if not ours:
         notes.append(f"no NCCL baseline: NCCL runs {coll} as grouped send/recv, outside its "
                      "ring/tree tuning model")
@@ -186,7 +188,11 @@ def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _Clo
         missing = [a for a in runtime.own_algorithms if a not in {r.algorithm for r in ours}]
         notes += [f"NCCL has no {a} for {coll} ({a} is "
                   f"{' and '.join(_collectives_of(runtime, a, topology))} only)"
-                  for a in missing]
+                  for a in missing if a in ("ring", "tree")]
+        others = [a for a in missing if a not in ("ring", "tree")]
+        if others:
+            notes.append(f"NCCL does not offer {', '.join(others)} for {coll} on "
+                         f"{topology.name} (its rules and the machine's facts)")
         setup = model.nccl_setup(topology)
         notes.append(f"NCCL: {len(setup.rings)} ring channel(s), {setup.bus_gbps:g} GB/s bus "
                      f"bandwidth, {setup.hardware} hops, {setup.nodes} node(s)")
@@ -222,7 +228,12 @@ def _time_closed_form(args: argparse.Namespace, calibration: "Calibration | None
 
     if args.nodes is not None:
         raise CollsynthError("--nodes goes with --topology (the program model)")
+    if args.channels is not None:
+        raise CollsynthError("--channels goes with the program model (--model program)")
     view = _closed_form(args, calibration)
+    if args.collective is not None and args.collective.strip().lower().replace("-", "_") != \
+            view.collective:
+        raise CollsynthError(f"--collective {args.collective}: the files are {view.collective}")
     sizes = args.sizes
     envelope = lower_envelope(view.lines, sizes[0], sizes[-1])
     changes = [(a.name, b.name, b.from_bytes) for a, b in zip(envelope, envelope[1:])]
@@ -324,10 +335,40 @@ def _subjects(args: argparse.Namespace, topology: "Topology | None", runtime: st
     return found
 
 
-def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -> int:
+def _shape(subject: "Program | Algorithm") -> tuple[str, int]:
+    """``(collective, ranks)`` of a program or an algorithm."""
     from collsynth.collective.kinds import canonical_name
     from collsynth.export.program import Program
-    from collsynth.timing.pricing import price_table, runtime_algorithms
+
+    if isinstance(subject, Program):
+        return canonical_name(subject.coll), subject.ngpus
+    return subject.collective.name, subject.collective.num_ranks
+
+
+def _runtime_pick(runtime: "Runtime", collective: str, topology: "Topology",
+                  sizes: Sequence[int]) -> tuple[dict[int, str], str | None]:
+    """The runtime's own default pick per size (its cost model,
+    :func:`collsynth.timing.tuning_model.choose`): ``{size: "algorithm/protocol"}``, or why it
+    cannot be told."""
+    from collsynth.timing.tuning_model import (COLLECTIVES, SETUP_FAILURES, choose,
+                                               tuning_setup)
+
+    if collective not in COLLECTIVES:
+        return {}, None
+    try:
+        setup = tuning_setup(topology, runtime=runtime.family)
+        return {size: f"{c.algorithm}/{c.protocol}" for size in sizes
+                for c in (choose(setup, collective, size),)}, None
+    except SETUP_FAILURES as exc:
+        return {}, f"{runtime.family}'s own pick unknown: {exc}"
+
+
+def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -> int:
+    """The program model: each file (a program that cannot be lowered or priced is an error
+    row), then the runtime's own algorithms, the fastest and the runtime's own pick marked."""
+    from collsynth.collective.kinds import collective_kind
+    from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
+                                          runtime_algorithms)
     from collsynth.timing.program_model import ProgramModel
 
     constants, source = _constants(args, calibration)
@@ -336,55 +377,112 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     topology = _topology(args)
     model = ProgramModel(constants, runtime=runtime, topology=topology, source=source)
     subjects = _subjects(args, topology, model.export_runtime)
-    shapes = []
-    for subject in subjects:
-        why = model.why_not(subject)
-        if why is not None:
-            raise CollsynthError(f"{subject.name}: {why}")
-        if isinstance(subject, Program):
-            shapes.append((subject.name, canonical_name(subject.coll), subject.ngpus))
-        else:
-            shapes.append((subject.name, subject.collective.name, subject.collective.num_ranks))
+    shapes = [(subject.name, *_shape(subject)) for subject in subjects]
     if len({(c, n) for _, c, n in shapes}) > 1:
         listed = ", ".join(f"{name} ({c}, {n} ranks)" for name, c, n in shapes)
         raise CollsynthError(f"the programs are of different collectives or rank counts: {listed}")
-    collective = shapes[0][1]
-    where = model.where(subjects[0])
+    collective = collective_kind(args.collective).name if args.collective else shapes[0][1]
+    if shapes and shapes[0][1] != collective:
+        raise CollsynthError(f"--collective {args.collective}: the files are {shapes[0][1]}")
+    where = topology if topology is not None else model.where(subjects[0])
     sizes = args.sizes
-    programs = price_table(subjects, sizes, model)
-    baselines = price_table(runtime_algorithms(runtime, collective, where), sizes, model)
-    notes = [f"{why}: no baseline row" for why in baselines.errors.values()]
-    if not baselines.subjects and not baselines.errors:
-        notes.append(f"no {constants.runtime} ring for {collective}: no baseline row")
-    rows = [(p, "program") for p in programs.prices] + \
-        [(p, "baseline") for p in baselines.prices]
-    rows.sort(key=lambda r: (r[0].size_bytes, r[1] != "program"))
+    prices: list["Price"] = []
+    errors: list[tuple[str, str]] = []
+    for subject in subjects:  # a program that cannot be lowered or priced: an error row
+        why = model.why_not(subject)
+        if why is None:
+            try:
+                prices.extend(model.price(subject, sizes))
+            except PRICING_FAILURES as exc:
+                why = str(exc)
+        if why is not None:
+            errors.append((subject.name, " ".join(why.split())))
+    ours = [RuntimeAlgorithm(r.runtime, r.algorithm, r.collective, r.topology,
+                             channels=args.channels)
+            for r in runtime_algorithms(runtime, collective, where)]
+    baselines = price_table(ours, sizes, model)
+    algorithm_of = {r.name: r.algorithm for r in ours}
+    notes = [f"{name}: {why}: no row" for name, why in baselines.errors.items()]
+    if not ours:
+        notes.append(f"{runtime.family} runs {collective} outside its own algorithms (ring, "
+                     "tree, NVLS, PAT): no runtime row")
+    picks, unknown = _runtime_pick(runtime, collective, where, sizes)
+    if unknown:
+        notes.append(unknown)
+    for warning in dict.fromkeys(f"{p.subject}: {p.note}" for p in prices + list(baselines.prices)
+                                 if "no direct link" in p.note):
+        err(f"warning: {warning}")
+    rows = []
+    for size in sizes:
+        runtime_here = baselines.at(size)
+        fastest = min(runtime_here, key=lambda p: p.time_us) if runtime_here else None
+        pick = picks.get(size)
+        for p in (p for p in prices if p.size_bytes == size):
+            versus = None if fastest is None else {
+                "name": fastest.subject, "time_us": fastest.time_us,
+                "speedup": fastest.time_us / p.time_us if p.time_us > 0 else None}
+            rows.append({**p.as_dict(), "kind": "program", "vs_runtime": versus})
+        for p in runtime_here:
+            picked = pick if pick is not None and \
+                pick.split("/")[0] == algorithm_of[p.subject] else None
+            rows.append({**p.as_dict(), "kind": "baseline", "fastest_runtime": p is fastest,
+                         "runtime_pick": picked})
+    rows += [{"name": name, "kind": "error", "error": why} for name, why in errors]
     if args.json:
-        out(json.dumps([{**p.as_dict(), "kind": kind} for p, kind in rows], indent=1))
+        out(json.dumps(rows, indent=1))
         return EXIT_OK
-    out(f"{collective} on {where.name} ({shapes[0][2]} ranks): program model, "
-        f"{constants.runtime} constants" + (f" ({args.calibration})" if args.calibration else
-                                            " (documented defaults)"))
+    ranks = where.num_ranks
+    what = "the runtime's own algorithms" if not subjects else "program model"
+    out(f"{collective} on {where.name} ({ranks} ranks): {what}, {constants.runtime} constants"
+        + (f" ({args.calibration})" if args.calibration else " (documented defaults)"))
     for note in notes:
         out(f"  {note}")
+    out(f"  marks: * fastest; 'pick' is {runtime.family}'s own choice (its cost model) where it "
+        "differs" + ("; 'vs fastest' is the fastest runtime algorithm's time over the "
+                     "program's" if subjects else ""))
     cells = []
     for size in sizes:
-        here = [p for p, _ in rows if p.size_bytes == size]
-        best = min(here, key=lambda p: p.time_us)
-        for index, p in enumerate(here):
-            cells.append((format_size(size) if index == 0 else "", p.subject, p.protocol or "",
-                          f"{p.time_us:.3f}", f"{p.algbw_gbps:.3f}", f"{p.busbw_gbps:.3f}",
-                          "*" if p is best else ""))
-    for line in table(("size", "program", "proto", "time (us)", "algbw (GB/s)",
-                       "busbw (GB/s)", "best"), cells, left=(0, 1, 2, 6)):
-        out(line)
+        here = [r for r in rows if r.get("size_bytes") == size]
+        best = min(here, key=lambda r: r["time_us"]) if here else None
+        for index, r in enumerate(here):
+            marks = ["*"] if r is best else []
+            if r.get("runtime_pick") and not r.get("fastest_runtime"):
+                marks.append(f"pick ({r['runtime_pick']})")
+            versus = r.get("vs_runtime")
+            vs = "" if not versus or versus["speedup"] is None else \
+                f"{versus['speedup']:.2f}x {versus['name']}"
+            cells.append((format_size(size) if index == 0 else "", r["name"],
+                          r["protocol"] or "", str(r["channels"] or ""), f"{r['time_us']:.3f}",
+                          f"{r['algbw_gbps']:.3f}", f"{r['busbw_gbps']:.3f}")
+                         + ((vs,) if subjects else ()) + (" ".join(marks),))
+    headers = ("size", "program" if subjects else "algorithm", "proto", "ch", "time (us)",
+               "algbw (GB/s)", "busbw (GB/s)") + (("vs fastest",) if subjects else ()) + \
+        ("mark",)
+    if cells:
+        for line in table(headers, cells, left=(0, 1, 2) + ((7, 8) if subjects else (7,))):
+            out(line)
+    else:
+        out("  nothing priced")
+    for name, why in errors:
+        out(f"not priced: {name}: {why}")
     return EXIT_OK
 
 
 def run_time(args: argparse.Namespace) -> int:
-    """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
+    """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``;
+    a program that cannot be lowered or priced is an error row, not an error)."""
     from collsynth._files import check_input_file
+    from collsynth.runtimes import check_channels
 
+    if not args.files:
+        if args.collective is None or args.topology is None:
+            raise UsageError.of("time", "give algorithm or program files, or --collective C "
+                                        "and --topology T for the runtime's own algorithms")
+        if args.model == "closed-form":
+            raise UsageError.of("time", "without files, time prices the runtime's own "
+                                        "algorithms with the program model (--model program)")
+    if args.channels is not None:
+        check_channels(args.channels, "--channels")
     for path in args.files:  # every input a regular file, before the first is priced
         check_input_file(path)
     calibration = _calibration(args.calibration)
@@ -401,6 +499,7 @@ def run_plot(args: argparse.Namespace) -> int:
     from collsynth._output import check_output_file, open_atomic
     from collsynth.timing.metrics import busbw_gbps
     from collsynth.timing.model import SIZE, lower_envelope
+    from collsynth.timing.pricing import pinned_protocols
 
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
@@ -427,7 +526,7 @@ def run_plot(args: argparse.Namespace) -> int:
     for algorithm in view.algorithms:
         ax.loglog(sizes, [metric(algorithm.name, s) for s in sizes], label=algorithm.name)
     for subject in view.runtime_algorithms:
-        names = [subject.pinned(p).name for p in subject.runtime.protocols]
+        names = [p.name for p in pinned_protocols(subject, view.model)]
         values = [min((metric(nm, s) for nm in names), key=lambda v: v if args.metric == "time"
                       else -v) for s in sizes]
         ax.loglog(sizes, values, linestyle="--", label=f"{subject.name} (best protocol)")
@@ -463,7 +562,7 @@ def _range_type(text: str) -> tuple[int, int]:
 
 
 def _common(parser: argparse.ArgumentParser, *, program: bool) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE",
+    parser.add_argument("files", nargs="*" if program else "+", metavar="FILE",
                         help="algorithm files (ALGO.json; same collective and topology)"
                              + (", or MSCCL XML programs (FILE.xml, with --topology)"
                                 if program else ""))
@@ -484,11 +583,13 @@ def _common(parser: argparse.ArgumentParser, *, program: bool) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``time`` and ``plot`` to ``subparsers`` (from ``add_subparsers``)."""
     parser = subparsers.add_parser(
-        "time", help="predicted times of algorithms and NCCL's ring/tree",
+        "time", help="predicted times of algorithms and the runtime's own algorithms",
         description="Predict the time, algbw and busbw of algorithm files (closed form) or "
-                    "MSCCL XML programs (program model) and of the runtime's own ring and tree "
-                    "on the same topology at given sizes, and with the closed form the exact "
-                    "sizes where the fastest changes. Sizes: B, KB/MB/GB (decimal), "
+                    "MSCCL XML programs (program model) and of the runtime's own algorithms "
+                    "(ring, tree, NVLS, NVLS-tree, PAT where the machine has them) on the same "
+                    "topology at given sizes, and with the closed form the exact sizes where "
+                    "the fastest changes. Without files, --collective C --topology T prints "
+                    "the runtime's own algorithms alone. Sizes: B, KB/MB/GB (decimal), "
                     "KiB/MiB/GiB (binary).")
     _common(parser, program=True)
     parser.add_argument("--sizes", type=_sizes_type, default=parse_sizes("1KB,1MB,1GB"),
@@ -499,6 +600,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "its ranks in order); selects the program model")
     parser.add_argument("--nodes", type=int, metavar="K",
                         help="with --topology: K copies of it joined by their NICs")
+    parser.add_argument("--collective", metavar="C",
+                        help="the collective (allreduce, allgather, ...): without files, with "
+                             "--topology, time prices the runtime's own algorithms for it")
+    parser.add_argument("--channels", type=positive_int, metavar="N",
+                        help="the runtime's own algorithms on N channels (default: as the "
+                             "runtime would, per algorithm)")
     parser.add_argument("--runtime", choices=PRICED_RUNTIMES,
                         help="runtime whose default constants the program model uses (default: "
                              "the calibration's, else nccl)")

@@ -236,7 +236,7 @@ class BenchPrediction:
                   else self.model, tuple(p.time_us for p in self.program))]
         if self.runtime:
             used = "/".join(dict.fromkeys(p.subject for p in self.runtime))
-            found.append((f"runtime default ({used}, {self.model}, {self.provenance})",
+            found.append((f"runtime fastest ({used}, {self.model}, {self.provenance})",
                           tuple(p.time_us for p in self.runtime)))
         return found
 

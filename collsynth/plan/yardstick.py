@@ -14,7 +14,8 @@ from collsynth.errors import ExportError, InputTooLargeError, InvalidInstanceErr
 from collsynth.export.pipeline import AUTO_CHANNELS
 from collsynth.plan.choose import NCCL, Candidate, Line, Sample, algorithm_detail
 from collsynth.timing.pricing import (LinearPricingModel, PricingModel, RuntimeAlgorithm,
-                                      fastest_runtime_algorithm, runtime_algorithms)
+                                      fastest_runtime_algorithm, pinned_protocols,
+                                      runtime_algorithms)
 from collsynth.timing.program_model import ProgramModel, TuneOptions
 from collsynth.timing.tune import TunedExport, tune_sizes
 
@@ -100,7 +101,7 @@ def runtime_candidates(model: PricingModel, runtime: "Runtime", collective: str,
             why_not.append(why)
             continue
         if isinstance(model, LinearPricingModel):
-            for pinned in map(subject.pinned, runtime.protocols):
+            for pinned in pinned_protocols(subject, model):
                 candidates.append(Candidate(pinned.name, NCCL, _line(model.line(pinned)),
                                             detail=f"{runtime.family.upper()} "
                                                    f"{subject.algorithm}/{pinned.protocol}",

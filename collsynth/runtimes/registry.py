@@ -80,7 +80,8 @@ class Runtime:
     protocols:
         The protocols it runs by default (RCCL leaves LL128 off on most AMD GPUs).
     own_algorithms:
-        Its own algorithms collsynth models (``("ring", "tree")``).
+        Its own algorithms collsynth models, by NCCL's names (``("ring", "tree")``; NCCL 2.23+
+        adds ``"nvls"``, ``"nvls_tree"``, ``"pat"``).
     defaults:
         Its documented constants (:class:`~collsynth.runtimes.constants.RuntimeConstants`).
     dialect:
@@ -174,11 +175,16 @@ _EXECUTOR_ENV = Environment(
         f"(mscclInternalSchedulerSelectAlgo, {EXECUTOR_SOURCE}).",
     ))
 
+#: Own algorithms: NCCL 2.12 (msccl's base) and RCCL run rings and trees; NCCL 2.23 and later
+#: (nccl, msccl-executor's base) also NVLS, NVLS-tree and PAT, each where the machine and the
+#: tuning allow (collsynth.timing.tuning_model.offered_protocols). CollNet needs SHARP in the
+#: network, which no machine collsynth describes has: not listed.
 _OWN = ("ring", "tree")
+_OWN_NCCL = ("ring", "tree", "nvls", "nvls_tree", "pat")
 
 #: Every runtime by name, in this order.
 RUNTIMES: Mapping[str, Runtime] = MappingProxyType({rt.name: rt for rt in (
-    Runtime(name="nccl", family="nccl", protocols=PROTOCOLS, own_algorithms=_OWN,
+    Runtime(name="nccl", family="nccl", protocols=PROTOCOLS, own_algorithms=_OWN_NCCL,
             defaults=NCCL_DEFAULTS,
             artifacts=(Artifact(kind=TUNER_CONFIG,
                                 versions="NCCL 2.28 and later with the example tuner plugin built "
@@ -190,7 +196,8 @@ RUNTIMES: Mapping[str, Runtime] = MappingProxyType({rt.name: rt for rt in (
             artifacts=(Artifact(kind=MSCCL_XML, versions="microsoft/msccl (NCCL 2.12.12 fork)",
                                 how=_XML_HOW),),
             environment=_MSCCL_ENV),
-    Runtime(name="msccl-executor", family="nccl", protocols=PROTOCOLS, own_algorithms=_OWN,
+    Runtime(name="msccl-executor", family="nccl", protocols=PROTOCOLS,
+            own_algorithms=_OWN_NCCL,
             defaults=NCCL_DEFAULTS.replace(runtime="msccl-executor"), dialect=MSCCL_EXECUTOR,
             artifacts=(Artifact(kind=MSCCL_XML,
                                 versions="Azure/msccl-executor-nccl (NCCL 2.23.4 fork)",

@@ -19,7 +19,7 @@ from collsynth.algorithm.model import Algorithm
 from collsynth.collective.kinds import base_chunk_bytes
 from collsynth.errors import (InvalidInstanceError, InvalidTopologyError, NoRingError,
                               UnknownNameError)
-from collsynth.exact import sympy_rational
+from collsynth.exact import exact_fraction, sympy_rational
 from collsynth.export.program import Program
 from collsynth.timing.alphabeta import from_topology
 from collsynth.timing.metrics import bandwidths
@@ -27,8 +27,11 @@ from collsynth.timing.model import SIZE, CostModel, cost_model, symbolic_time
 from collsynth.timing.pricing import (MEASURED, RUNS_ON_RING, Price, RuntimeAlgorithm, Subject,
                                       subject_name)
 from collsynth.timing.runtime_baselines import TREE_COLLECTIVES
-from collsynth.timing.tuning_model import (LINEAR_ALGORITHMS, NcclChoice, NcclSetup, best_choice,
-                                           nccl_choices, nccl_setup)
+from collsynth.timing.tuning_model import (LINEAR_ALGORITHMS, SETUP_FAILURES, NcclChoice,
+                                           NcclSetup, TuningSetup, bandwidth_gbps, best_choice,
+                                           latency_us,
+                                           nccl_choices, nccl_setup, offered_protocols,
+                                           tuning_setup)
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.collective.model import Collective
@@ -37,7 +40,12 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
 __all__ = ["ClosedForm", "Measured", "StepsAndRounds", "Prediction", "predicted_against_runtime",
-           "PREDICTION_SIZES"]
+           "PREDICTION_SIZES", "TUNING_LINE_ALGORITHMS"]
+
+#: The runtime's algorithms the closed form prices with the runtime's own estimate
+#: (:func:`collsynth.timing.tuning_model.latency_us` + size / :func:`bandwidth_gbps`, on the graph
+#: figures approximated from the machine's facts) rather than with the topology's rings.
+TUNING_LINE_ALGORITHMS = ("nvls", "nvls_tree", "pat")
 
 
 class ClosedForm:
@@ -77,6 +85,7 @@ class ClosedForm:
         self.network_alpha_us = network_alpha_us
         self.source = source
         self._setups: dict[int, tuple["Topology", NcclSetup | Exception]] = {}
+        self._tunings: dict[tuple[str, int], tuple["Topology", TuningSetup]] = {}
         self._topologies: dict[int, tuple["Topology", "Topology"]] = {}
 
     @property
@@ -147,6 +156,17 @@ class ClosedForm:
             return None
         if subject.algorithm == MEASURED:
             return "the closed form models the runtime's algorithms; a measured curve is Measured's"
+        if subject.algorithm in TUNING_LINE_ALGORITHMS:
+            try:
+                found = self._choices(subject)
+            except SETUP_FAILURES as exc:
+                return str(exc)
+            if not found:
+                return (f"{subject.runtime.family}'s tuning does not offer "
+                        f"{subject.algorithm}" + (f"/{subject.protocol}" if subject.protocol
+                                                  else "") + f" for {subject.collective} on "
+                        f"{subject.topology.name}")
+            return None
         if subject.algorithm == "tree" and subject.collective in RUNS_ON_RING and \
                 subject.collective not in TREE_COLLECTIVES:
             return f"NCCL has no tree for {subject.collective} (tree is allreduce only)"
@@ -186,7 +206,7 @@ class ClosedForm:
             choices = self._choices(subject)
             if not choices:
                 raise InvalidInstanceError(self.why_not(subject) or subject.name)
-            channels = len(self.nccl_setup(subject.topology).rings)
+            channels = self._channels(subject)
             found = []
             for size in sizes:
                 choice = best_choice(choices, size)
@@ -202,7 +222,34 @@ class ClosedForm:
 
     # -- helpers --------------------------------------------------------------------------------
 
+    def _tuning(self, subject: RuntimeAlgorithm) -> TuningSetup:
+        """The runtime's own tuning on the subject's machine (once per topology)."""
+        key = (subject.runtime.family, id(subject.topology))
+        found = self._tunings.get(key)
+        if found is None or found[0] is not subject.topology:
+            found = self._tunings[key] = (subject.topology, tuning_setup(
+                subject.topology, runtime=subject.runtime.family))
+        return found[1]
+
+    def _channels(self, subject: RuntimeAlgorithm) -> int:
+        if subject.algorithm in TUNING_LINE_ALGORITHMS:
+            setup = self._tuning(subject)
+            return setup.comm_channels if subject.algorithm == "pat" else setup.nvls_channels
+        return subject.channels or len(self.nccl_setup(subject.topology).rings)
+
     def _choices(self, subject: RuntimeAlgorithm) -> tuple[NcclChoice, ...]:
+        if subject.algorithm in TUNING_LINE_ALGORITHMS:
+            # NCCL's own estimate, latency + size / bandwidth: a line (docs/timing.md).
+            setup = self._tuning(subject)
+            n = subject.topology.num_ranks
+            return tuple(
+                NcclChoice(subject.algorithm, p, subject.collective, n,
+                           exact_fraction(latency_us(setup, subject.collective,
+                                                     subject.algorithm, p)),
+                           exact_fraction(bandwidth_gbps(setup, subject.collective,
+                                                         subject.algorithm, p)))
+                for p in offered_protocols(setup, subject.collective, subject.algorithm)
+                if subject.protocol in (None, p))
         if subject.algorithm not in LINEAR_ALGORITHMS:
             return ()
         protocols = (subject.protocol,) if subject.protocol is not None else \
@@ -312,18 +359,34 @@ class Prediction:
     collsynth_us: float
     runtime_us: Mapping[str, float | None]
 
-    def as_dict(self) -> dict[str, float | int | None]:
-        """``{"bytes", "collsynth", "nccl_ring", "nccl_tree"}`` (names with ``_`` for ``-``)."""
+    @property
+    def fastest(self) -> tuple[str, float] | None:
+        """``(name, us)`` of the fastest runtime algorithm priced here (ties: the first), what
+        the schedule is compared with; ``None`` when none is."""
+        priced = [(t, index, name) for index, (name, t) in enumerate(self.runtime_us.items())
+                  if t is not None]
+        if not priced:
+            return None
+        t, _, name = min(priced)
+        return name, t
+
+    def as_dict(self) -> dict[str, float | int | str | None]:
+        """``{"bytes", "collsynth", "nccl_ring", "nccl_tree", ..., "runtime_fastest",
+        "runtime_fastest_us"}`` (names with ``_`` for ``-``)."""
+        fastest = self.fastest
         return {"bytes": self.size_bytes, "collsynth": self.collsynth_us,
-                **{name.replace("-", "_"): t for name, t in self.runtime_us.items()}}
+                **{name.replace("-", "_"): t for name, t in self.runtime_us.items()},
+                "runtime_fastest": fastest[0] if fastest else None,
+                "runtime_fastest_us": fastest[1] if fastest else None}
 
 
 def predicted_against_runtime(schedule: StepsAndRounds, sizes: Sequence[int] = PREDICTION_SIZES,
                               *, runtime: "Runtime | None" = None) -> tuple[Prediction, ...]:
     """The closed form of ``schedule`` (its steps and rounds per chunk, one alpha and beta: the
-    topology's) against the runtime's own ring and tree (:class:`ClosedForm`, best protocol per
-    size) at each size; ``()`` when the topology has no physical figures or the runtime has no
-    ring through it. The schedule pays the runtime's base latency (``Simple``) besides its steps:
+    topology's) against each of the runtime's own algorithms (:func:`runtime_algorithms`, by
+    :class:`ClosedForm`, best protocol per size; :attr:`Prediction.fastest` names the fastest)
+    at each size; ``()`` when the topology has no physical figures or the runtime has no
+    algorithm the closed form prices there. The schedule pays the runtime's base latency (``Simple``) besides its steps:
     an MSCCL program runs inside the same kernel launch and proxy machinery as the runtime's own
     algorithms, whose lines include it.
 
@@ -338,6 +401,8 @@ def predicted_against_runtime(schedule: StepsAndRounds, sizes: Sequence[int] = P
     ...                                  [4_000_000])
     >>> round(row.collsynth_us, 6), row.runtime_us["nccl-tree"]  # 8.4 + 3 x 2 + 300 us
     (314.4, None)
+    >>> row.fastest[0]
+    'nccl-ring'
     """
     from collsynth.runtimes import get_runtime
     from collsynth.timing.pricing import runtime_algorithms
@@ -356,7 +421,9 @@ def predicted_against_runtime(schedule: StepsAndRounds, sizes: Sequence[int] = P
     if not ours:
         return ()
     base = runtime.defaults.base_latency("Simple")
-    names = [r.name for r in runtime_algorithms(runtime, "allreduce", schedule.topology)]
+    names = list(dict.fromkeys(
+        [r.name for r in runtime_algorithms(runtime, "allreduce", schedule.topology)]
+        + [r.name for r in ours]))
     prices = {r.name: model.price(r, sizes) for r in ours}
     return tuple(Prediction(int(size), base + float(point.subs(SIZE, size)),
                             {name: (prices[name][i].time_us if name in prices else None)

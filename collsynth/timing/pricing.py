@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, Union, runtime_ch
 
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.kinds import canonical_name
-from collsynth.errors import InvalidInstanceError
+from collsynth.errors import (ExportError, InputTooLargeError, InvalidInstanceError,
+                              InvalidTopologyError, UnimplementableError, UnknownNameError,
+                              VerificationError)
 from collsynth.export.program import Program
 from collsynth.runtimes import Runtime, check_protocol
 from collsynth.timing.runtime_baselines import TREE_COLLECTIVES
@@ -29,8 +31,15 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
 
 __all__ = ["Subject", "RuntimeAlgorithm", "MEASURED", "runtime_algorithms", "subject_name",
            "Price", "PricingModel", "LinearPricingModel", "PriceTable", "price_table",
-           "fastest_runtime_algorithm", "RUNS_ON_RING"]
+           "fastest_runtime_algorithm", "RUNS_ON_RING", "pinned_protocols", "PRICING_FAILURES"]
 
+#: What a model raises for a subject it cannot price, beyond :meth:`PricingModel.why_not`: a
+#: lowering the runtime cannot express (ExportError, a thread block over its limits), a program
+#: that deadlocks or names a rank outside the topology, one too large to simulate, a topology
+#: without figures, an algorithm that fails its verification. A caller that lists several
+#: subjects reports these per subject and prices the others.
+PRICING_FAILURES = (ExportError, InvalidInstanceError, InputTooLargeError, InvalidTopologyError,
+                    UnknownNameError, VerificationError, UnimplementableError)
 #: Collectives the NCCL-family runtimes run on their ring (their tree: TREE_COLLECTIVES); the
 #: others (alltoall, gather, scatter) run as grouped send/recv.
 RUNS_ON_RING = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
@@ -105,26 +114,71 @@ def subject_name(subject: Subject) -> str:
 def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
                        ) -> tuple[RuntimeAlgorithm, ...]:
     """Every own algorithm ``runtime`` would consider for ``collective`` on ``topology``: its
-    ring for the collectives it runs on rings, and its tree for allreduce. A model may still be
-    unable to price one here (:meth:`PricingModel.why_not` says why: no ring through every rank,
-    a link the tree needs). Callers never list ring and tree themselves.
+    ring for the collectives it runs on rings, its tree for allreduce, and NVLS, NVLS-tree and
+    PAT where the runtime's own rules offer them on the machine (its facts: NVLink SHARP, one
+    GPU per node...; :func:`collsynth.timing.tuning_model.offered_protocols`, the one home of
+    those rules). CollNet is never listed: it needs SHARP in the network, which no machine
+    collsynth describes has. A model may still be unable to price one here
+    (:meth:`PricingModel.why_not` says why: no ring through every rank, a link the tree
+    needs). Callers never list the algorithms themselves.
 
     >>> from collsynth.runtimes import get_runtime
     >>> from collsynth.topology import get_topology
     >>> [a.name for a in runtime_algorithms(get_runtime("nccl"), "allreduce",
     ...                                     get_topology("dgx1"))]
     ['nccl-ring', 'nccl-tree']
+    >>> [a.name for a in runtime_algorithms(get_runtime("nccl"), "allreduce",
+    ...                                     get_topology("dgx-h100"))]
+    ['nccl-ring', 'nccl-tree', 'nccl-nvls']
     >>> runtime_algorithms(get_runtime("nccl"), "alltoall", get_topology("dgx1"))
     ()
     """
     key = canonical_name(collective)
     found = []
+    offered: frozenset[str] | None = None
     for algorithm in runtime.own_algorithms:
-        runs = RUNS_ON_RING if algorithm == "ring" else \
-            TREE_COLLECTIVES if algorithm == "tree" else ()
-        if key in runs:
+        if algorithm in ("ring", "tree"):
+            runs = key in (RUNS_ON_RING if algorithm == "ring" else TREE_COLLECTIVES)
+        else:
+            if offered is None:
+                offered = _offered(runtime, key, topology)
+            runs = algorithm in offered
+        if runs:
             found.append(RuntimeAlgorithm(runtime, algorithm, key, topology))
     return tuple(found)
+
+
+def pinned_protocols(subject: RuntimeAlgorithm, model: "PricingModel"
+                     ) -> tuple[RuntimeAlgorithm, ...]:
+    """``subject`` pinned to each protocol of its runtime that ``model`` prices it with (NVLS
+    and PAT run Simple only): the lines of a linear model, of which the runtime takes the
+    fastest at each size.
+
+    >>> from collsynth.runtimes import get_runtime
+    >>> from collsynth.timing.closed_form import ClosedForm
+    >>> from collsynth.topology import get_topology
+    >>> ring, tree, nvls = runtime_algorithms(get_runtime("nccl"), "allreduce",
+    ...                                       get_topology("dgx-h100"))
+    >>> [p.name for p in pinned_protocols(nvls, ClosedForm())]
+    ['nccl-nvls/Simple']
+    """
+    return tuple(p for p in map(subject.pinned, subject.runtime.protocols)
+                 if model.why_not(p) is None)
+
+
+def _offered(runtime: Runtime, collective: str, topology: "Topology") -> frozenset[str]:
+    """The algorithms the runtime's tuning offers for ``collective`` on ``topology``'s machine
+    (none when its facts cannot set the tuning up: no architecture, no NICs...)."""
+    from collsynth.timing.tuning_model import (ALGORITHMS, COLLECTIVES, SETUP_FAILURES,
+                                               offered_protocols, tuning_setup)
+
+    if collective not in COLLECTIVES:
+        return frozenset()
+    try:
+        setup = tuning_setup(topology, runtime=runtime.family)
+    except SETUP_FAILURES:  # no tuning here: the ring and the tree only
+        return frozenset()
+    return frozenset(a for a in ALGORITHMS if offered_protocols(setup, collective, a))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 
 :class:`ProgramModel` prices an MSCCL program, a synthesized algorithm after lowering (as
 ``collsynth export`` writes it, or tuned: :func:`collsynth.timing.tune.tune_export`), and the
-runtime's own ring and tree written as programs (:mod:`collsynth.timing.runtime_baselines`),
-all with the same constants (:mod:`collsynth.timing.runtime_model`; docs/runtime-model.md).
+runtime's own algorithms written as programs or switch graphs
+(:mod:`collsynth.timing.runtime_programs`), all with the same constants
+(:mod:`collsynth.timing.runtime_model`; docs/runtime-model.md).
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from collsynth.algorithm.model import Algorithm
-from collsynth.errors import InvalidInstanceError, NoRingError, NoTreeError, UnknownNameError
+from collsynth.errors import InvalidInstanceError, UnknownNameError
 from collsynth.export.program import Program
 from collsynth.runtimes import MSCCL_XML, Runtime, RuntimeConstants, get_runtime, runtime_names
 from collsynth.timing.metrics import bandwidths
-from collsynth.timing.pricing import MEASURED, Price, RuntimeAlgorithm, Subject, subject_name
-from collsynth.timing.runtime_baselines import (RING_COLLECTIVES, TREE_COLLECTIVES, ring_program,
-                                                runtime_rings, runtime_tree, tree_program)
-from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, prepare_program,
-                                            simulate_program)
+from collsynth.timing.pricing import (MEASURED, PRICING_FAILURES, Price, RuntimeAlgorithm,
+                                      Subject, subject_name)
+from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, indirect_note,
+                                            prepare_program, simulate_program)
+from collsynth.timing.runtime_programs import RUNTIME_PROGRAMS
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.timing.tune import TunedExport
@@ -213,65 +214,70 @@ class ProgramModel:
         if subject.algorithm == MEASURED:
             return "the program model simulates the runtime's algorithms; a measured curve is Measured's"
         family = subject.runtime.family
-        if subject.algorithm == "ring":
-            if subject.collective not in RING_COLLECTIVES:
-                return (f"no {family} ring for {subject.collective}: the runtime's own algorithm "
-                        f"is written as a program for {', '.join(RING_COLLECTIVES)} only")
-        elif subject.algorithm == "tree":
-            if subject.collective not in TREE_COLLECTIVES:
-                return f"no {family} tree for {subject.collective} (tree is allreduce only)"
-        else:
+        entry = RUNTIME_PROGRAMS.get(subject.algorithm)
+        if entry is None:
             return f"the program model has no program of {family}'s {subject.algorithm}"
+        if subject.collective not in entry.collectives:
+            if subject.algorithm == "tree":
+                return f"no {family} tree for {subject.collective} (tree is allreduce only)"
+            return (f"no {family} {subject.algorithm} for {subject.collective}: the runtime's own "
+                    f"algorithm is written as a program for {', '.join(entry.collectives)} only")
+        if subject.protocol is not None and subject.protocol not in entry.protocols:
+            return (f"{family}'s {subject.algorithm} runs with {', '.join(entry.protocols)} only, "
+                    f"not {subject.protocol}")
         if subject.topology.unit_gbps is None:
             return f"topology {subject.topology.name!r} has no physical figures (unit_gbps)"
         try:
-            self._programs(subject)
-        except (NoRingError, NoTreeError) as exc:
+            self._runtime_prepared(subject, subject.protocol or entry.protocols[-1])
+        except PRICING_FAILURES as exc:
             return str(exc)
         return None
 
     def _channels(self, subject: RuntimeAlgorithm) -> int | None:
-        return subject.channels if subject.channels is not None else self.constants.channels
-
-    def _programs(self, subject: RuntimeAlgorithm) -> tuple[str, object]:
-        """``(kind, shape)``: the rings or ``(nodes, chains)`` of the tree (raises NoRingError,
-        NoTreeError)."""
-        key = ("shape", subject.algorithm, id(subject.topology), self._channels(subject))
+        """The subject's channels: pinned, else the calibration's ring count (ring, tree, PAT),
+        else the table's default (:data:`~collsynth.timing.runtime_programs.RUNTIME_PROGRAMS`)."""
+        if subject.channels is not None:
+            return subject.channels
+        entry = RUNTIME_PROGRAMS[subject.algorithm]
+        if self.constants.channels is not None and entry.algorithm in ("ring", "tree", "pat"):
+            return self.constants.channels
+        key = ("channels", subject.algorithm, id(subject.topology))
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
-            if subject.algorithm == "tree":
-                shape: object = runtime_tree(subject.topology, self._channels(subject))
-            else:
-                shape = runtime_rings(subject.topology, self._channels(subject))
-            found = self._prepared[key] = (subject.topology, shape)  # type: ignore[assignment]
-        return subject.algorithm, found[1]
+            found = self._prepared[key] = (subject.topology,  # type: ignore[assignment]
+                                           entry.channels(subject.topology))
+        return found[1]  # type: ignore[return-value]
 
     def _runtime_prepared(self, subject: RuntimeAlgorithm, protocol: str) -> PreparedProgram:
-        key = ("program", subject.algorithm, subject.collective, id(subject.topology),
-               self._channels(subject), protocol)
+        """The subject's program (or graph) with ``protocol``, prepared once (raises what the
+        builder or :func:`prepare_program` raises)."""
+        channels = self._channels(subject)
+        key = ("program", subject.algorithm, subject.collective, id(subject.topology), channels,
+               protocol)
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
-            algorithm, shape = self._programs(subject)
-            name = subject.runtime.family + "-" + algorithm
-            if algorithm == "tree":
-                nodes, chains = shape  # type: ignore[misc]
-                program = tree_program(nodes, chains, protocol=protocol, name=name)
+            entry = RUNTIME_PROGRAMS[subject.algorithm]
+            built = entry.build(subject.collective, subject.topology, channels, protocol)
+            name = subject.runtime.family + "-" + subject.algorithm
+            if isinstance(built, Program):
+                prepared = prepare_program(dataclasses.replace(built, name=name),
+                                           subject.topology)
             else:
-                program = ring_program(subject.collective, shape,  # type: ignore[arg-type]
-                                       protocol=protocol, name=name)
-            found = self._prepared[key] = (subject.topology,
-                                           prepare_program(program, subject.topology))
+                prepared = built
+            found = self._prepared[key] = (subject.topology, prepared)
         return found[1]
 
     def _price_runtime(self, subject: RuntimeAlgorithm, sizes: Sequence[int]
                        ) -> tuple[Price, ...]:
+        runs = RUNTIME_PROGRAMS[subject.algorithm].protocols
         found = []
         for size in sizes:
             if subject.protocol is not None:
                 options: tuple[str, ...] = (subject.protocol,)
             else:
                 chosen = self.constants.default_protocol(size)
-                options = (chosen,) if chosen is not None else subject.runtime.protocols
+                options = (chosen,) if chosen in runs else \
+                    tuple(p for p in subject.runtime.protocols if p in runs) or runs
             best = min((self._price(subject.name, self._runtime_prepared(subject, p), size,
                                     protocol=p) for p in options), key=lambda t: t.time_us)
             found.append(best)
@@ -300,6 +306,9 @@ class ProgramModel:
                              options=self.options)
         program = prepared.program
         algbw, busbw = bandwidths(program.coll, program.ngpus, size, t.time_us)
+        warning = indirect_note(prepared)
+        if warning:
+            note = f"{note}; {warning}" if note else warning
         return Price(name, int(size), t.time_us, algbw, busbw, self.name,
                      str(t.breakdown["protocol"]), program.nchannels, note)
 

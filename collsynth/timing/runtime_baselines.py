@@ -18,13 +18,16 @@ from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 if TYPE_CHECKING:  # pragma: no cover
     from collsynth.topology.model import Topology
 
-__all__ = ["RING_COLLECTIVES", "TREE_COLLECTIVES", "ring_program", "runtime_rings",
-           "double_binary_tree", "tree_program", "runtime_tree"]
+__all__ = ["RING_COLLECTIVES", "TREE_COLLECTIVES", "PAT_COLLECTIVES", "ring_program",
+           "runtime_rings", "double_binary_tree", "tree_program", "runtime_tree", "pat_steps",
+           "pat_program"]
 
 #: Collectives whose ring :func:`ring_program` writes.
 RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 #: Collectives NCCL and RCCL also run on their double binary tree.
 TREE_COLLECTIVES = ("allreduce",)
+#: Collectives NCCL runs with PAT (one GPU per node, Simple).
+PAT_COLLECTIVES = ("allgather", "reduce_scatter")
 #: Pipeline chunks per tree (per half of the buffer) that :func:`tree_program` writes at least.
 TREE_PIPELINE = 4
 
@@ -349,3 +352,152 @@ def runtime_tree(topology: "Topology", channels: int | None = None
                     f"topology {topology.name!r} has no link both ways between ranks {a} and "
                     f"{b}; the runtime's tree cannot run")
     return nodes, tuple(chains)
+
+
+# -- NCCL's PAT (allgather and reduce-scatter at one GPU per node) -------------------------------
+
+
+def pat_steps(ranks: int) -> tuple[tuple[int, int], ...]:
+    """``(distance, blocks)`` of each step of the log-step allgather PAT varies (Bruck's): a
+    rank holding ``h`` blocks (its own and the next ``h - 1``) sends ``min(h, ranks - h)`` of
+    them to the rank ``h`` before it; ``ceil(log2(ranks))`` steps, ``ranks - 1`` blocks sent.
+
+    >>> pat_steps(8), pat_steps(6)
+    (((1, 1), (2, 2), (4, 4)), ((1, 1), (2, 2), (4, 2)))
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise InvalidInstanceError(f"ranks = {ranks!r}; expected a whole number >= 1")
+    steps, held = [], 1
+    while held < ranks:
+        count = min(held, ranks - held)
+        steps.append((held, count))
+        held += count
+    return tuple(steps)
+
+
+def pat_program(collective: str, ranks: int, channels: int = 1, *, protocol: str = "Simple",
+                name: str | None = None, runtime: str | None = None) -> Program:
+    """NCCL's PAT ``collective`` (allgather or reduce-scatter) over ``ranks`` ranks (one GPU
+    per node) as a Program: its log-step schedule (:func:`pat_steps`).
+
+    Allgather: at the step of distance ``d`` every rank ``r`` sends the blocks it holds,
+    ``r, r + 1, ...`` (its own from its input), to ``r - d`` and receives ``r + d, ...`` from
+    ``r + d``; each received block is forwarded at a later step after it arrives (a
+    dependency). Reduce-scatter is the same schedule reversed: the steps last to first, each
+    partial sum sent back along the way its block came, reduced into the receiver's input, the
+    rank's own block last into its output. One thread block per (rank, step, channel); channel
+    ``c`` carries chunk ``c`` of every block, one step per block. ``runtime``: as for
+    :func:`ring_program`.
+
+    Raises
+    ------
+    UnknownNameError
+        A collective other than allgather and reduce-scatter.
+    InvalidInstanceError, InputTooLargeError
+        Bad ranks or channels, or more steps than the program model simulates.
+
+    >>> p = pat_program("allgather", 4)
+    >>> [[st.type for st in tb.steps] for tb in p.gpus[0].threadblocks]
+    [['cpy'], ['s', 'r'], ['s', 's', 'r', 'r']]
+    """
+    from collsynth.runtimes import check_channels
+    from collsynth.timing.runtime_model import check_simulated_steps
+
+    key = canonical_name(collective)
+    if key not in PAT_COLLECTIVES:
+        raise UnknownNameError(f"no PAT program for {collective!r}; there is one for "
+                               f"{', '.join(PAT_COLLECTIVES)}")
+    check_channels(channels)
+    n = ranks
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise InvalidInstanceError(f"PAT on {n!r} ranks: expected a whole number >= 2")
+    schedule = pat_steps(n)
+    check_simulated_steps(n * channels * 2 * n, f"the PAT {key} of {n} ranks on {channels} "
+                                                "channel(s)")
+
+    def chunk(block: int, c: int) -> int:   # rank ``block``'s part on channel c
+        return block % n * channels + c
+
+    gpus = []
+    for rank in range(n):
+        blocks: list[ThreadBlock] = []
+        for c in range(channels):
+            first = len(blocks)
+            if key == "allgather":
+                tbs = _pat_allgather(rank, n, c, schedule, chunk, first)
+            else:
+                tbs = _pat_reduce_scatter(rank, n, c, schedule, chunk, first)
+            blocks.extend(ThreadBlock(first + t, send, recv, c, steps)
+                          for t, (send, recv, steps) in enumerate(tbs))
+        i_chunks, o_chunks = (channels, n * channels) if key == "allgather" else \
+            (n * channels, channels)
+        gpus.append(GpuProgram(rank, i_chunks, o_chunks, 0, tuple(blocks)))
+    program = Program(name=name or f"pat-{key}", proto=protocol, nchannels=channels,
+                      nchunksperloop=n * channels, ngpus=n, coll=key, inplace=0,
+                      gpus=tuple(gpus), outofplace=1, min_bytes=0)
+    return program if runtime is None else _for_runtime(program, runtime)
+
+
+def _pat_allgather(rank: int, n: int, c: int, schedule: Sequence[tuple[int, int]],
+                   chunk, first: int) -> list[tuple[int, int, tuple[XmlStep, ...]]]:
+    """``(send, recv, steps)`` of the thread blocks of ``rank`` on channel ``c``: the copy of
+    its own block, then one per step of the schedule (tb ids from ``first``)."""
+    got: dict[int, tuple[int, int]] = {}     # block -> (tb, step) that received it
+    raw: list[tuple[int, int, list[list]]] = [(-1, -1, [["cpy", "i", c, "o", chunk(rank, c),
+                                                         -1, -1]])]
+    for t, (distance, count) in enumerate(schedule, start=1):
+        steps: list[list] = []
+        for i in range(count):
+            block = (rank + i) % n
+            if i == 0:
+                steps.append(["s", "i", c, "o", chunk(block, c), -1, -1])
+            else:
+                steps.append(["s", "o", chunk(block, c), "o", chunk(block, c),
+                              *_after(got[block], first)])
+        for i in range(count):
+            block = (rank + distance + i) % n
+            got[block] = (t, len(steps))
+            steps.append(["r", "o", chunk(block, c), "o", chunk(block, c), -1, -1])
+        raw.append(((rank - distance) % n, (rank + distance) % n, steps))
+    return _with_hasdep(raw, first)
+
+
+def _pat_reduce_scatter(rank: int, n: int, c: int, schedule: Sequence[tuple[int, int]],
+                        chunk, first: int) -> list[tuple[int, int, tuple[XmlStep, ...]]]:
+    """The allgather's schedule reversed: at the step of distance ``d`` (last step first) the
+    rank sends its partial sums of blocks ``r + d, ...`` to ``r + d`` and reduces those of
+    blocks ``r, r + 1, ...`` from ``r - d`` into its input (its own block, at the last step,
+    into its output)."""
+    last: dict[int, tuple[int, int]] = {}    # block -> (tb, step) of its latest reduction
+    raw: list[tuple[int, int, list[list]]] = []
+    for t, (distance, count) in enumerate(reversed(schedule)):
+        final = t == len(schedule) - 1
+        steps: list[list] = []
+        for i in range(count):
+            block = (rank + distance + i) % n
+            steps.append(["s", "i", chunk(block, c), "i", chunk(block, c),
+                          *_after(last.get(block), first)])
+        for i in range(count):
+            block = (rank + i) % n
+            own = final and i == 0
+            after = _after(last.get(block), first)
+            last[block] = (t, len(steps))
+            steps.append(["rrc", "i", chunk(block, c), "o" if own else "i",
+                          c if own else chunk(block, c), *after])
+        raw.append(((rank + distance) % n, (rank - distance) % n, steps))
+    return _with_hasdep(raw, first)
+
+
+def _after(step: tuple[int, int] | None, first: int) -> tuple[int, int]:
+    """``(depid, deps)`` of a dependency on ``(tb, step)`` (tb counted from ``first``)."""
+    return (-1, -1) if step is None else (first + step[0], step[1])
+
+
+def _with_hasdep(raw: Sequence[tuple[int, int, list[list]]], first: int
+                 ) -> list[tuple[int, int, tuple[XmlStep, ...]]]:
+    """The thread blocks with ``hasdep`` set on every step another one waits for."""
+    awaited = {(depid, deps) for _, _, steps in raw for *_, depid, deps in steps if depid >= 0}
+    return [(send, recv, tuple(XmlStep(s, op, sb, so, db, do, 1, depid, deps,
+                                       int((first + t, s) in awaited))
+                               for s, (op, sb, so, db, do, depid, deps) in enumerate(steps)))
+            for t, (send, recv, steps) in enumerate(raw)]

@@ -21,11 +21,13 @@ from collsynth.export.program import Program
 from collsynth.export.semantics import Scheduler
 from collsynth.runtimes import RuntimeConstants
 from collsynth.runtimes.protocols import PROTOCOL_EFFICIENCY
+from collsynth.timing.paths import Fabric
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
-__all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_program",
+__all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_program", "indirect_note",
+           "SEND", "RECEIVE", "FORWARD", "LOCAL",
            "simulate_sizes", "SimulationOptions", "MAX_SIMULATED_STEPS", "check_simulated_steps"]
 
 #: Most steps (all ranks' thread blocks together) a program may have to be simulated. Preparing
@@ -34,10 +36,11 @@ __all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_progra
 #: channels, and the 16384 thread blocks the checker executes at 64 steps each.
 MAX_SIMULATED_STEPS = 1 << 20
 
-# Transfer kinds: what a step does with its bytes.
-_SEND, _RECV, _FORWARD, _LOCAL = 0, 1, 2, 3
-_KIND = {"s": _SEND, "r": _RECV, "rrc": _RECV, "rcs": _FORWARD, "rrs": _FORWARD,
-         "rrcs": _FORWARD, "cpy": _LOCAL, "re": _LOCAL}
+#: Transfer kinds of a :class:`PreparedProgram` (what a step does with its bytes): it sends,
+#: receives, receives and sends on (forwards), or works on local data.
+SEND, RECEIVE, FORWARD, LOCAL = 0, 1, 2, 3
+_KIND = {"s": SEND, "r": RECEIVE, "rrc": RECEIVE, "rcs": FORWARD, "rrs": FORWARD,
+         "rrcs": FORWARD, "cpy": LOCAL, "re": LOCAL}
 _REDUCES = frozenset({"rrc", "rrs", "rrcs", "re"})
 
 
@@ -78,7 +81,11 @@ class PreparedProgram:
     steps), ``link_class`` (0 inside a node, 1 between nodes; -1 when it sends nothing),
     ``work`` (data passes over its bytes a reduction or copy makes; 0 for none). ``members``
     pairs (transfer, resource) for every link or group a send crosses; ``capacity_gbps`` and
-    ``resource_names`` describe the resources.
+    ``resource_names`` describe the resources. ``inputs`` (``None``, or per transfer the further
+    sends a receive takes at once, as a switch reducing several streams in-line:
+    :mod:`collsynth.timing.switch_graphs`); ``indirect`` the sends between ranks with no direct
+    link, priced over the runtime's own path: ``(sender, receiver, via, sends)`` per pair
+    (:func:`collsynth.timing.paths.runtime_path`, :func:`indirect_note`).
     """
 
     program: Program
@@ -96,10 +103,40 @@ class PreparedProgram:
     resource_names: list[str]
     buffer_chunks: int
     busbw_factor: float
+    inputs: list[tuple[int, ...]] | None = None
+    indirect: tuple[tuple[int, int, str, int], ...] = ()
 
     @property
     def num_transfers(self) -> int:
         return len(self.kind)
+
+
+def indirect_note(prepared: PreparedProgram, *, most: int = 6) -> str:
+    """One line naming the sends of ``prepared`` priced over the runtime's own path (no direct
+    link), ``""`` when there are none: the pairs, the path and the sends of each, ``most``
+    pairs at most.
+
+    A ring over two ranks linked one way only: the way back goes through the host (a topology
+    without machine facts: PCIe at NCCL's PCI_BW).
+
+    >>> from collsynth.timing.runtime_baselines import ring_program
+    >>> from collsynth.topology.model import Topology
+    >>> one_way = Topology("one-way", ((0, 1), (0, 0)), unit_gbps=10.0)
+    >>> indirect_note(prepare_program(ring_program("allgather", [(0, 1)]), one_way))
+    "1 send between ranks with no direct link in topology 'one-way', priced over the \
+runtime's own path: 1->0 via PCIe through the host, 12 GB/s (1 send)"
+    """
+    if not prepared.indirect:
+        return ""
+    sends = sum(count for *_, count in prepared.indirect)
+    shown = [f"{a}->{b} via {via} ({count} send{'s' if count > 1 else ''})"
+             for a, b, via, count in prepared.indirect[:most]]
+    more = len(prepared.indirect) - most
+    if more > 0:
+        shown.append(f"and {more} more pair{'s' if more > 1 else ''}")
+    return (f"{sends} send{'s' if sends > 1 else ''} between ranks with no direct link in "
+            f"topology {prepared.topology.name!r}, priced over the runtime's own path: "
+            + "; ".join(shown))
 
 
 def check_simulated_steps(steps: int, what: str) -> None:
@@ -139,8 +176,11 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
     Raises
     ------
     InvalidInstanceError
-        The program's rank count differs from the topology's, a rank sends to a rank it has
-        no link to, or the program deadlocks (the first reason is named).
+        The program's rank count differs from the topology's, a rank sends to a rank outside
+        it, or the program deadlocks (the first reason is named).
+
+    A send between ranks with no direct link is priced over the path the runtime takes
+    (:func:`collsynth.timing.paths.runtime_path`) and listed in ``indirect``.
     InvalidTopologyError
         The topology has no ``unit_gbps``.
     """
@@ -166,27 +206,7 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
         reasons = scheduler.explain_deadlock()
         detail = reasons[0][0] if reasons else "some thread blocks never finish"
         raise InvalidInstanceError(f"program {program.name!r} deadlocks: {detail}")
-    layout = topology.layout
-    per_node = layout.ranks_per_node if layout is not None and layout.multi_node else None
-    links = topology.links
-    unit = float(topology.unit_gbps)
-    groups_of: dict[tuple[int, int], list[int]] = {}
-    names: list[str] = []
-    capacity: list[float] = []
-    resource_of: dict[Any, int] = {}
-    group_list = topology.effective_groups
-    for index, (_, covered) in enumerate(group_list):
-        for link in covered:
-            groups_of.setdefault(link, []).append(index)
-
-    def resource(key: Any, name: str, gbps: float) -> int:
-        found = resource_of.get(key)
-        if found is None:
-            found = resource_of[key] = len(names)
-            names.append(name)
-            capacity.append(gbps)
-        return found
-
+    fabric = Fabric(topology)
     total = len(events)
     kind = [0] * total
     cnt = [0] * total
@@ -197,7 +217,7 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
     link_class = np.full(total, -1, dtype=np.int8)
     work = np.zeros(total)
     members: list[tuple[int, int]] = []
-    pair_resources: dict[tuple[int, int], list[int]] = {}
+    indirect: dict[tuple[int, int], list] = {}
     for e in events:
         i = e.index
         t = e.transfer
@@ -212,35 +232,34 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
             work[i] = len(t.srcoffs) if op == "re" else 1.0
         elif op == "cpy":
             work[i] = 1.0
-        if kind[i] in (_SEND, _FORWARD):
+        if kind[i] in (SEND, FORWARD):
             a, b = e.rank, e.send
             sends[i] = True
-            if not (0 <= b < n) or not links[a][b]:
+            if not 0 <= b < n:
                 raise InvalidInstanceError(
-                    f"{e.name()} sends to rank {b}, but topology {topology.name!r} has no link "
-                    f"{a}->{b}")
-            link_class[i] = 1 if per_node is not None and a // per_node != b // per_node else 0
-            found = pair_resources.get((a, b))
-            if found is None:
-                found = [resource(("link", a, b), f"link {a}->{b}", links[a][b] * unit)]
-                for g in groups_of.get((a, b), ()):
-                    group = group_list[g][0]
-                    found.append(resource(("group", g), f"group {group.name or g!r}",
-                                          group.limit * unit))
-                pair_resources[(a, b)] = found
-            members.extend((i, r) for r in found)
+                    f"{e.name()} sends to rank {b}, but topology {topology.name!r} has ranks "
+                    f"0..{n - 1}")
+            route = fabric.route(a, b)
+            if route.via is not None:  # a foreign program (docs: "Foreign programs")
+                indirect.setdefault((a, b), [a, b, route.via, 0])[3] += 1
+            link_class[i] = route.link_class
+            members.extend((i, r) for r in route.resources)
     return PreparedProgram(
         program=program, topology=topology, kind=kind, cnt=cnt, prev=prev, deps=deps,
         match=match, sends=sends, link_class=link_class, work=work,
         members=np.array(members, dtype=np.int64).reshape(-1, 2),
-        capacity_gbps=np.array(capacity, dtype=float), resource_names=names,
-        buffer_chunks=_buffer_chunks(program), busbw_factor=_busbw_factor(program.coll, n))
+        capacity_gbps=np.array(fabric.capacity_gbps, dtype=float),
+        resource_names=fabric.names, buffer_chunks=_buffer_chunks(program),
+        busbw_factor=_busbw_factor(program.coll, n),
+        indirect=tuple(tuple(v) for v in indirect.values()))  # type: ignore[misc]
 
 
 def _pass(prep: PreparedProgram, own: list[float], tail: list[float], first: list[float],
           alpha: list[float]) -> tuple[list[float], list[float]]:
-    """One timing pass in event order: start and finish (us) of every transfer."""
-    kind, prev, deps, match = prep.kind, prep.prev, prep.deps, prep.match
+    """One timing pass in event order: start and finish (us) of every transfer. A receive with
+    further ``inputs`` starts when the first slice of each has arrived and ends after the last
+    slice of each."""
+    kind, prev, deps, match, inputs = prep.kind, prep.prev, prep.deps, prep.match, prep.inputs
     total = len(kind)
     start = [0.0] * total
     finish = [0.0] * total
@@ -254,12 +273,20 @@ def _pass(prep: PreparedProgram, own: list[float], tail: list[float], first: lis
         m = match[i]
         f = s + own[i]
         if m >= 0:
+            more = inputs[i] if inputs is not None else ()
+            for x in more:
+                if arrive[x] > s:
+                    s = arrive[x]
             if arrive[m] > s:
                 s = arrive[m]
-                f = s + own[i]
+            f = s + own[i]
             last = finish[m] + alpha[m] + tail[i]
             if last > f:
                 f = last
+            for x in more:
+                last = finish[x] + alpha[x] + tail[i]
+                if last > f:
+                    f = last
         start[i] = s
         finish[i] = f
         if alpha[i] >= 0.0:

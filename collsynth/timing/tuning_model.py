@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 import sympy
 
 from collsynth.collective.kinds import canonical_name
-from collsynth.errors import InvalidInstanceError, NoRingError, UnknownNameError
+from collsynth.errors import (InvalidInstanceError, InvalidTopologyError, NoRingError,
+                              UnknownNameError)
 from collsynth.exact import exact_fraction
 from collsynth.runtimes.constants import (NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US,
                                           RCCL_BASE_LATENCY_US, RCCL_HOP_LATENCY_US)
@@ -38,7 +39,7 @@ __all__ = [
     "GraphFigures", "TuningSetup", "Estimate", "CallShape", "RuntimeChoice",
     "bandwidth_gbps", "latency_us", "enabled", "algo_time_us", "estimates", "fastest", "choose",
     "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
-    "gpu_bandwidth_gbps",
+    "gpu_bandwidth_gbps", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice",
 ]
@@ -390,6 +391,38 @@ def enabled(setup: TuningSetup, collective: str, algorithm: str, protocol: str) 
             and setup.nodes == 1 and setup.arch in ("gfx942", "gfx950"):
         return False
     return True
+
+
+#: What :func:`tuning_setup` and :func:`choose` raise when a machine's facts cannot set the
+#: runtime's tuning up (no NICs on several nodes, a malformed ``metadata.machine``, a runtime
+#: the facts cannot tell): callers that can do without the tuning catch these.
+SETUP_FAILURES = (InvalidInstanceError, InvalidTopologyError, UnknownNameError)
+
+
+def offered_protocols(setup: TuningSetup, collective: str, algorithm: str) -> tuple[str, ...]:
+    """The protocols the runtime would run ``algorithm`` with for ``collective`` on ``setup``:
+    those :func:`enabled` with a bandwidth above 0 (NVLS on a graph of one channel has none),
+    in NCCL's order; ``()`` when it would not run it at all. The one home of the rules that
+    decide which of its own algorithms a runtime considers (collsynth.timing.pricing).
+
+    >>> s = setup_from_facts(_h100_facts(), gpu_gbps=370.8, path_gbps=370.8)
+    >>> offered_protocols(s, "allreduce", "nvls"), offered_protocols(s, "allgather", "pat")
+    (('Simple',), ())
+    """
+    collective = _collective(collective)
+    return tuple(p for p in PROTOCOLS
+                 if enabled(setup, collective, algorithm, p)
+                 and bandwidth_gbps(setup, collective, algorithm, p) > 0)
+
+
+def nvls_efficiency(compute_capability: int | None) -> float:
+    """NCCL's ``nvlsEfficiency`` (2.28 and later): the share of a GPU's NVLink bandwidth NVLS
+    moves through the switch, 0.85 on Hopper, 0.74 on Blackwell, 0 before Hopper.
+
+    >>> nvls_efficiency(90), nvls_efficiency(100), nvls_efficiency(80)
+    (0.85, 0.74, 0.0)
+    """
+    return _NVLS_EFFICIENCY[_cc_index(compute_capability)]
 
 
 # -- the cost model: bandwidth and latency ---------------------------------------------------

@@ -18,7 +18,8 @@ from collsynth.errors import InvalidTopologyError
 from collsynth.topology.model import Topology
 
 __all__ = ["MachineFacts", "machine_facts", "with_machine", "machine_metadata_problem",
-           "INTRA_CLASSES", "NETWORK_CLASSES", "CPU_VENDORS", "MACHINE_FIELDS"]
+           "INTRA_CLASSES", "NETWORK_CLASSES", "CPU_VENDORS", "MACHINE_FIELDS", "PCIE_GBPS",
+           "DEFAULT_PCIE_GBPS"]
 
 #: Links between the GPUs of one node (``neuronlink``: AWS Trainium, not an NCCL class).
 INTRA_CLASSES = ("nvlink", "xgmi", "pcie", "neuronlink")
@@ -29,6 +30,15 @@ CPU_VENDORS = ("intel", "amd", "arm", "power")
 #: The keys of ``metadata["machine"]`` besides ``source`` (and ``doc``), with their types.
 MACHINE_FIELDS = {"arch": str, "intra_class": str, "nvswitch": bool, "nvls": bool,
                   "network_class": str, "cpu_vendor": str}
+#: GB/s per direction of a GPU's PCIe x16 link to its host, by architecture: what a send between
+#: two GPUs of a node with no direct link crosses (the runtime's P2P/SHM path through the host,
+#: docs/runtime-model.md "Foreign programs"). Gen3 x16 carries about 12 GB/s of data (NCCL's own
+#: PCI_BW, src/graph/topo.h), Gen4 twice that, Gen5 four times: V100 (Gen3), A100 and MI250
+#: (Gen4), H100, B200, MI300X, MI325X and MI355X (Gen5).
+PCIE_GBPS = {"sm70": 12.0, "sm80": 24.0, "sm90": 48.0, "sm100": 48.0,
+             "gfx90a": 24.0, "gfx942": 48.0, "gfx950": 48.0}
+#: The PCIe figure of an unknown architecture: NCCL's PCI_BW (Gen3 x16).
+DEFAULT_PCIE_GBPS = 12.0
 _ARCH = re.compile(r"^(?:sm(\d{2,3})|gfx[0-9a-f]{3,4}|trn\d)$")
 _CHOICES = {"intra_class": INTRA_CLASSES, "network_class": NETWORK_CLASSES,
             "cpu_vendor": CPU_VENDORS}
@@ -84,6 +94,12 @@ class MachineFacts:
         if self.arch is None:
             return None
         return {"sm": "nvidia", "gf": "amd", "tr": "aws"}[self.arch[:2]]
+
+    @property
+    def pcie_gbps(self) -> float:
+        """GB/s per direction of a GPU's PCIe link to the host: :data:`PCIE_GBPS` by ``arch``,
+        :data:`DEFAULT_PCIE_GBPS` for another or an unknown one."""
+        return PCIE_GBPS.get(self.arch or "", DEFAULT_PCIE_GBPS)
 
     @property
     def runtime(self) -> str | None:

@@ -129,7 +129,7 @@ def test_measured_against_the_runtime(algo: Path, fake: Path, tmp_path: Path,
     # Predictions are labelled as such, one per measured size: the program as benchmarked and
     # the runtime's ring, both by the program model with constants fitted on the default run.
     program_key = "two_step (program-model, rccl constants (fitted on the default run))"
-    ring_key = ("runtime default (rccl-ring, program-model, rccl constants (fitted on the "
+    ring_key = ("runtime fastest (rccl-ring, program-model, rccl constants (fitted on the "
                 "default run))")
     assert f"predicted: {program_key}" in report and f"predicted: {ring_key}" in report
     predicted = obj["predicted"]

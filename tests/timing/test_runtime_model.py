@@ -23,7 +23,7 @@ from collsynth.runtimes import PROTOCOLS, get_runtime
 from collsynth.timing.calibration import (RuntimeCalibration, calibration_from_json,
                                           calibration_to_json, load_calibration,
                                           save_calibration)
-from collsynth.timing.runtime_model import (SimulationOptions, prepare_program,
+from collsynth.timing.runtime_model import (SimulationOptions, indirect_note, prepare_program,
                                             simulate_program)
 from collsynth.topology.model import Topology
 
@@ -253,10 +253,21 @@ def test_rank_count_mismatch_is_refused():
         prepare_program(p, line(2, 10.0))
 
 
-def test_a_send_without_a_link_is_refused():
-    p = program(2, {1: [(0, -1, 0, ["s"])], 0: [(-1, 1, 0, ["r"])]})  # line2 has no 1 -> 0
-    with pytest.raises(InvalidInstanceError, match="no link 1->0"):
-        prepare_program(p, line(2, 10.0))
+def test_a_send_without_a_link_goes_through_the_host_and_is_named():
+    # line2 has no link 1 -> 0 and no machine facts: the runtime's path is PCIe through the
+    # host at NCCL's PCI_BW, 12 GB/s (12_000 bytes/us) out of rank 1 and into rank 0. By hand:
+    # base 4 + hop 1.5 + 60_000 / 12_000 = 10.5 us. The send is listed, not refused.
+    p = program(2, {1: [(0, -1, 0, ["s"])], 0: [(-1, 1, 0, ["r"])]})
+    prepared = prepare_program(p, line(2, 10.0))
+    assert prepared.indirect == ((1, 0, "PCIe through the host, 12 GB/s", 1),)
+    t = simulate_program(prepared, None, 60_000, constants(base=4.0, hop=1.5))
+    assert t.time_us == pytest.approx(10.5, rel=1e-12)
+    assert indirect_note(prepared).startswith("1 send between ranks with no direct link")
+    # A rank outside the topology is still refused.
+    outside = program(2, {1: [(5, -1, 0, ["s"])]})
+    with pytest.raises(InvalidInstanceError, match="sends to rank 5, but topology 'line2' has "
+                                                   "ranks 0..1"):
+        prepare_program(outside, line(2, 10.0))
 
 
 def test_a_deadlock_is_refused():
@@ -298,10 +309,12 @@ def test_cli_xml_needs_a_topology(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and "needs --topology" in err
 
 
-def test_cli_xml_rank_mismatch(tmp_path, capsys):
-    assert main(["time", str(_xml(tmp_path)), "--topology", "dgx1"]) == 1
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "4 ranks but topology 'DGX1' has 8" in err
+def test_cli_xml_rank_mismatch_is_an_error_row(tmp_path, capsys):
+    """A program that cannot be priced gets an error row; the runtime's rows still print."""
+    assert main(["time", str(_xml(tmp_path)), "--topology", "dgx1", "--sizes", "1KB"]) == 0
+    out = capsys.readouterr().out
+    assert "not priced: ring4.xml: ring4.xml has 4 ranks but topology 'DGX1' has 8" in out
+    assert "allgather on DGX1 (8 ranks)" in out and "nccl-ring" in out
 
 
 def test_cli_time_json_rows(tmp_path, capsys):

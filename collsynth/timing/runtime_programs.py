@@ -1,0 +1,135 @@
+"""The runtime's own algorithms as what the program model simulates: one table.
+
+:data:`RUNTIME_PROGRAMS` maps each algorithm (NCCL's names: ``ring``, ``tree``, ``nvls``,
+``nvls_tree``, ``pat``) to its builder, ``build(collective, topology, channels, protocol)``,
+which returns an MSCCL :class:`~collsynth.export.program.Program` the checker proves (ring,
+tree, PAT: :mod:`collsynth.timing.runtime_baselines`) or a timing graph through a switch vertex
+(NVLS, NVLS-tree: :mod:`collsynth.timing.switch_graphs`). Which of them a runtime considers on a
+machine is the tuning model's rule (:func:`collsynth.timing.pricing.runtime_algorithms`); which
+protocol and how many channels at a size is the caller's. docs/runtime-model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Mapping, Union
+
+from collsynth.export.program import Program
+from collsynth.runtimes.protocols import PROTOCOLS
+from collsynth.timing.runtime_baselines import (PAT_COLLECTIVES, RING_COLLECTIVES,
+                                                TREE_COLLECTIVES, pat_program, ring_program,
+                                                runtime_rings, runtime_tree, tree_program)
+from collsynth.timing.runtime_model import PreparedProgram
+from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES, nvls_graph,
+                                            nvls_tree_graph)
+
+if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
+    from collsynth.topology.model import Topology
+
+__all__ = ["RuntimeProgram", "RUNTIME_PROGRAMS", "Built", "runtime_program"]
+
+#: What a builder returns: a program (to prepare on the topology) or a prepared timing graph.
+Built = Union[Program, PreparedProgram]
+
+
+@dataclass(frozen=True)
+class RuntimeProgram:
+    """How the program model writes one of the runtime's own algorithms.
+
+    ``collectives`` it is written for; ``protocols`` the runtime runs it with (NVLS, NVLS-tree
+    and PAT: Simple only, ``ncclTopoTuneModel``); ``build(collective, topology, channels,
+    protocol)``; ``channels(topology)`` its channel count when none is given (``None``: the
+    builder's own default); ``checkable``: it is an MSCCL program the checker proves.
+    """
+
+    algorithm: str
+    collectives: tuple[str, ...]
+    protocols: tuple[str, ...]
+    build: Callable[[str, "Topology", "int | None", str], Built]
+    channels: Callable[["Topology"], "int | None"]
+    checkable: bool
+
+
+def _ring(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
+    return ring_program(collective, runtime_rings(topology, channels), protocol=protocol)
+
+
+def _tree(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
+    nodes, chains = runtime_tree(topology, channels)
+    return tree_program(nodes, chains, protocol=protocol)
+
+
+def _pat(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
+    return pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
+
+
+def _nvls(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
+    return nvls_graph(collective, topology, channels or 1, protocol)
+
+
+def _nvls_tree(collective: str, topology: "Topology", channels: int | None, protocol: str
+               ) -> Built:
+    return nvls_tree_graph(collective, topology, channels or 1, protocol)
+
+
+def _found_rings(topology: "Topology") -> int | None:
+    """As many channels as the runtime's rings (its communicator's channels), at least 1."""
+    from collsynth.timing.rings import ring_channels
+
+    return max(1, len(ring_channels(topology)))
+
+
+def _nvls_channels(topology: "Topology") -> int | None:
+    """NCCL's NVLS channels on the machine (16 on Hopper, 24 or 32 on Blackwell:
+    :func:`collsynth.timing.tuning_model.tuning_setup`)."""
+    from collsynth.timing.tuning_model import SETUP_FAILURES, tuning_setup
+
+    try:
+        channels = tuning_setup(topology, runtime="nccl").nvls_channels
+    except SETUP_FAILURES:  # no tuning: the builder's own default (one channel)
+        return None
+    return channels or None
+
+
+#: Every algorithm the program model writes, by NCCL's name for it.
+RUNTIME_PROGRAMS: Mapping[str, RuntimeProgram] = MappingProxyType({
+    "ring": RuntimeProgram("ring", RING_COLLECTIVES, PROTOCOLS, _ring, lambda t: None, True),
+    "tree": RuntimeProgram("tree", TREE_COLLECTIVES, PROTOCOLS, _tree, lambda t: None, True),
+    "nvls": RuntimeProgram("nvls", NVLS_COLLECTIVES, ("Simple",), _nvls, _nvls_channels, False),
+    "nvls_tree": RuntimeProgram("nvls_tree", NVLS_TREE_COLLECTIVES, ("Simple",), _nvls_tree,
+                                _nvls_channels, False),
+    "pat": RuntimeProgram("pat", PAT_COLLECTIVES, ("Simple",), _pat, _found_rings, True),
+})
+
+
+def runtime_program(algorithm: str, collective: str, topology: "Topology",
+                    channels: int | None = None, protocol: str = "Simple") -> Built:
+    """:data:`RUNTIME_PROGRAMS`'s ``algorithm`` built for ``collective`` on ``topology`` with
+    ``channels`` (``None``: the entry's default) and ``protocol``.
+
+    Raises
+    ------
+    UnknownNameError
+        An algorithm the table does not have, or a collective it is not written for.
+    CollsynthError
+        What the builder raises (no ring, no NVLink SHARP, ...).
+
+    >>> from collsynth.topology import get_topology
+    >>> runtime_program("nvls", "allgather", get_topology("dgx-h100")).program.nchannels
+    16
+    """
+    from collsynth.collective.kinds import canonical_name
+    from collsynth.errors import UnknownNameError
+
+    entry = RUNTIME_PROGRAMS.get(algorithm)
+    if entry is None:
+        raise UnknownNameError(f"no program of the runtime's {algorithm!r}; there is one of "
+                               f"{', '.join(RUNTIME_PROGRAMS)}")
+    key = canonical_name(collective)
+    if key not in entry.collectives:
+        raise UnknownNameError(f"the runtime's {algorithm} is written for "
+                               f"{', '.join(entry.collectives)}, not {collective!r}")
+    if channels is None:
+        channels = entry.channels(topology)
+    return entry.build(key, topology, channels, protocol)

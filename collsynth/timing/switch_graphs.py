@@ -1,0 +1,314 @@
+"""NCCL's NVLS and NVLS-tree algorithms as timing graphs through a switch vertex.
+
+NVLink SHARP (NVLS) reduces and multicasts inside the NVSwitch: a GPU's load-reduce of a
+multicast address makes the switch read a shard from every GPU and return the sum, and a
+multicast store writes one copy into every GPU. No rank does the reduction, so this is not an
+MSCCL program; the graph is built here transfer by transfer for the program model's simulator
+(:func:`collsynth.timing.runtime_model.simulate_program`), priced with the same constants as
+every program. Each node gets a switch vertex whose ports carry a GPU's NVLink bandwidth times
+NCCL's NVLS efficiency. The transfers and the bytes per port: docs/runtime-model.md, "NVLS" and
+"NVLS-tree".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from collsynth.collective.kinds import busbw_factor, canonical_name
+from collsynth.errors import InvalidInstanceError, InvalidTopologyError, UnknownNameError
+from collsynth.export.program import Program
+from collsynth.runtimes import check_channels
+from collsynth.timing.paths import INTRA, Fabric
+from collsynth.timing.runtime_model import (FORWARD, RECEIVE, SEND, PreparedProgram,
+                                            check_simulated_steps)
+from collsynth.timing.runtime_baselines import double_binary_tree
+
+if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
+    from collsynth.topology.model import Topology
+
+__all__ = ["NVLS_COLLECTIVES", "NVLS_TREE_COLLECTIVES", "nvls_graph", "nvls_tree_graph",
+           "switch_ports"]
+
+#: Collectives NCCL runs with NVLS on one node (``ncclTopoTuneModel``: Simple only).
+NVLS_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
+#: Collectives NCCL runs with NVLS-tree (allreduce only).
+NVLS_TREE_COLLECTIVES = ("allreduce",)
+
+
+class _Graph:
+    """Transfers appended in a causal order (every transfer after those it waits for)."""
+
+    def __init__(self) -> None:
+        self.kind: list[int] = []
+        self.match: list[int] = []
+        self.inputs: list[tuple[int, ...]] = []
+        self.link_class: list[int] = []
+        self.work: list[float] = []
+        self.members: list[tuple[int, int]] = []
+
+    def _add(self, kind: int, match: int, inputs: Sequence[int], resources: Sequence[int],
+             link_class: int, work: float) -> int:
+        index = len(self.kind)
+        self.kind.append(kind)
+        self.match.append(match)
+        self.inputs.append(tuple(inputs))
+        self.link_class.append(link_class)
+        self.work.append(float(work))
+        self.members.extend((index, r) for r in resources)
+        return index
+
+    def send(self, resources: Sequence[int], link_class: int) -> int:
+        """A GPU sends one chunk of its input."""
+        return self._add(SEND, -1, (), resources, link_class, 0.0)
+
+    def forward(self, match: int, resources: Sequence[int], link_class: int, *,
+                inputs: Sequence[int] = (), work: float = 0.0) -> int:
+        """Takes ``match`` (and every ``inputs``) as it arrives, reduced with ``work`` passes,
+        and sends it on."""
+        return self._add(FORWARD, match, inputs, resources, link_class, work)
+
+    def receive(self, match: int) -> int:
+        """A GPU stores a chunk into its output."""
+        return self._add(RECEIVE, match, (), (), -1, 0.0)
+
+    def prepared(self, topology: "Topology", fabric: Fabric, program: Program
+                 ) -> PreparedProgram:
+        total = len(self.kind)
+        kinds = np.array(self.kind)
+        return PreparedProgram(
+            program=program, topology=topology, kind=self.kind, cnt=[1] * total,
+            prev=[-1] * total, deps=[()] * total, match=self.match,
+            sends=(kinds == SEND) | (kinds == FORWARD),
+            link_class=np.array(self.link_class, dtype=np.int8),
+            work=np.array(self.work), members=np.array(self.members, dtype=np.int64
+                                                       ).reshape(-1, 2),
+            capacity_gbps=np.array(fabric.capacity_gbps, dtype=float),
+            resource_names=fabric.names, buffer_chunks=program.nchunksperloop,
+            busbw_factor=float(busbw_factor(program.coll, program.ngpus)), inputs=self.inputs)
+
+
+def switch_ports(topology: "Topology") -> tuple[tuple[float, float], ...]:
+    """Per rank, ``(to the switch, from the switch)`` GB/s its NVLS port carries: the GPU's
+    NVLink bandwidth inside its node (the units of its links to the node's other ranks, capped
+    by its egress or ingress group, times ``unit_gbps``) times NCCL's NVLS efficiency (0.85
+    Hopper, 0.74 Blackwell: :func:`collsynth.timing.tuning_model.nvls_efficiency`).
+
+    >>> from collsynth.topology import get_topology
+    >>> switch_ports(get_topology("dgx-h100"))[0]  # 18 NVLinks x 25 GB/s x 0.85
+    (382.5, 382.5)
+
+    Raises
+    ------
+    InvalidInstanceError
+        The machine has no NVLink SHARP (its facts say ``nvls`` false) or no ``unit_gbps``.
+    """
+    from collsynth.timing.tuning_model import nvls_efficiency
+    from collsynth.topology.machine import machine_facts
+
+    facts = machine_facts(topology)
+    efficiency = nvls_efficiency(facts.compute_capability)
+    if not facts.nvls or efficiency <= 0:
+        raise InvalidInstanceError(
+            f"topology {topology.name!r} has no NVLink SHARP (its machine facts: nvls "
+            f"{facts.nvls}, arch {facts.arch}); NVLS needs an NVSwitch with multicast, sm90 or "
+            "later")
+    if topology.unit_gbps is None:
+        raise InvalidTopologyError(f"topology {topology.name!r} has no unit_gbps; the program "
+                                   "model needs it")
+    n = topology.num_ranks
+    per = facts.ranks_per_node
+    links, unit = topology.links, float(topology.unit_gbps)
+    out = [0.0] * n
+    into = [0.0] * n
+    for a in range(n):
+        start = a // per * per
+        node = range(start, start + per)
+        out[a] = float(sum(links[a][x] for x in node))
+        into[a] = float(sum(links[x][a] for x in node))
+    for group, covered in topology.effective_groups:
+        inside = all(s // per == d // per for s, d in covered)
+        if not inside:
+            continue
+        if len(group.sources) == 1:
+            (a,) = group.sources
+            out[a] = min(out[a], float(group.limit))
+        if len(group.destinations) == 1:
+            (a,) = group.destinations
+            into[a] = min(into[a], float(group.limit))
+    return tuple((out[a] * unit * efficiency, into[a] * unit * efficiency) for a in range(n))
+
+
+def _check(topology: "Topology", channels: int, protocol: str, collective: str,
+           allowed: tuple[str, ...], what: str) -> str:
+    key = canonical_name(collective)
+    if key not in allowed:
+        raise UnknownNameError(f"no {what} for {collective!r}; NCCL runs {what} for "
+                               f"{', '.join(allowed)}")
+    check_channels(channels)
+    if protocol != "Simple":
+        raise InvalidInstanceError(f"{what} runs with the Simple protocol only, not {protocol!r}")
+    return key
+
+
+def _ports(topology: "Topology", fabric: Fabric) -> tuple[list[int], list[int]]:
+    """Resource indices of every rank's NVLS port, to and from its node's switch."""
+    up, down = [], []
+    for a, (to, back) in enumerate(switch_ports(topology)):
+        node = fabric.node_of(a)
+        up.append(fabric.resource(("nvls", a, "up"), f"NVLS port of rank {a} to switch {node}",
+                                  to))
+        down.append(fabric.resource(("nvls", a, "down"),
+                                    f"NVLS port of rank {a} from switch {node}", back))
+    return up, down
+
+
+def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: str = "Simple",
+               *, name: str | None = None) -> PreparedProgram:
+    """NCCL's NVLS ``collective`` on one node of ``topology`` over ``channels`` channels, as a
+    timing graph through the node's switch.
+
+    Each channel carries ``1 / channels`` of the buffer, cut into one shard per GPU (GPU ``k``
+    owns shard ``k``):
+
+    * allreduce: every GPU sends each shard to the switch; the switch reduces shard ``k`` as
+      the streams arrive and returns the sum to GPU ``k`` (the load-reduce), which stores it
+      back (the multicast store); the switch writes a copy into every GPU. Per GPU and
+      direction its port carries ``(n + 1) / n`` of the buffer.
+    * allgather: GPU ``k`` stores its shard once; the switch writes it into every GPU (a port
+      carries ``1 / n`` of the output up and all of it down).
+    * reduce-scatter: every GPU sends each shard; the switch returns the sum of shard ``k`` to
+      GPU ``k`` (all of the input up, ``1 / n`` of it down).
+
+    Every leg (GPU to switch, switch to GPU) is one hop of the intra-node class.
+
+    Raises
+    ------
+    InvalidInstanceError
+        Several nodes (NVLS across nodes needs CollNet/SHARP: NCCL runs NVLS-tree there), no
+        NVLink SHARP, a protocol other than Simple, or bad channels.
+    UnknownNameError
+        A collective NVLS does not run.
+
+    >>> from collsynth.topology import get_topology
+    >>> g = nvls_graph("allreduce", get_topology("dgx-h100"), 1)
+    >>> g.num_transfers  # per shard: 8 sends, 1 reduce, 1 store, 8 copies, 8 receives
+    208
+    """
+    key = _check(topology, channels, protocol, collective, NVLS_COLLECTIVES, "NVLS")
+    layout = topology.layout
+    if layout is not None and layout.multi_node:
+        raise InvalidInstanceError(
+            f"NVLS across the {layout.nodes} nodes of {topology.name!r} needs CollNet (SHARP) "
+            "in the network, which no collsynth machine has; NCCL runs NVLS-tree there")
+    n = topology.num_ranks
+    per_shard = {"allreduce": 3 * n + 2, "allgather": 2 * n + 1, "reduce_scatter": n + 2}[key]
+    check_simulated_steps(channels * n * per_shard, f"NVLS {key} of {n} ranks on {channels} "
+                                                    "channel(s)")
+    fabric = Fabric(topology)
+    up, down = _ports(topology, fabric)
+    graph = _Graph()
+    for _ in range(channels):
+        if key == "allgather":
+            for k in range(n):
+                store = graph.send([up[k]], INTRA)
+                for j in range(n):
+                    graph.receive(graph.forward(store, [down[j]], INTRA))
+            continue
+        scatter = [[graph.send([up[g]], INTRA) for k in range(n)] for g in range(n)]
+        for k in range(n):
+            reduced = graph.forward(scatter[0][k], [down[k]], INTRA,
+                                    inputs=[scatter[g][k] for g in range(1, n)])
+            if key == "reduce_scatter":
+                graph.receive(reduced)
+                continue
+            store = graph.forward(reduced, [up[k]], INTRA)
+            for j in range(n):
+                graph.receive(graph.forward(store, [down[j]], INTRA))
+    program = Program(name=name or f"nvls-{key}", proto=protocol, nchannels=channels,
+                      nchunksperloop=channels * n, ngpus=n, coll=key, inplace=0, gpus=(),
+                      outofplace=1, min_bytes=0)
+    return graph.prepared(topology, fabric, program)
+
+
+def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
+                    protocol: str = "Simple", *, name: str | None = None) -> PreparedProgram:
+    """NCCL's NVLS-tree allreduce on ``topology`` (nodes of ``m`` GPUs) over ``channels``
+    channels: NVLS inside each node, a tree over the network between nodes.
+
+    Each channel carries ``1 / channels`` of the buffer, cut into ``m`` shards; GPU ``k`` of
+    every node is the head of shard ``k``. Inside node ``v`` the switch reduces shard ``k`` and
+    returns it to its head; the heads of shard ``k`` reduce up NCCL's double binary tree over the
+    nodes (:func:`~collsynth.timing.runtime_baselines.double_binary_tree`, the first tree on
+    even channels, the second on odd ones: each head adds its children's sums to its node's as
+    they arrive and sends on to its parent); the root's sum comes back down the tree, and each
+    head stores it into its switch, which writes a copy into every GPU of the node. Network legs
+    take the topology's links and NICs; each leg is one hop of its class.
+
+    Raises
+    ------
+    InvalidInstanceError
+        No NVLink SHARP, a protocol other than Simple, or bad channels.
+    UnknownNameError
+        A collective other than allreduce.
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.topology.compose import compose_nodes
+    >>> g = nvls_tree_graph("allreduce", compose_nodes(get_topology("dgx-h100"), 2), 1)
+    >>> g.num_transfers  # 8 shards x (2 nodes x (8 + 1 + 1 + 8 + 8) + one leg up, one down)
+    432
+    """
+    key = _check(topology, channels, protocol, collective, NVLS_TREE_COLLECTIVES, "NVLS-tree")
+    layout = topology.layout
+    nodes, m = (layout.nodes, layout.ranks_per_node) if layout is not None else \
+        (1, topology.num_ranks)
+    n = nodes * m
+    check_simulated_steps(channels * m * nodes * (3 * m + 4),
+                          f"NVLS-tree allreduce of {n} ranks on {channels} channel(s)")
+    fabric = Fabric(topology)
+    up, down = _ports(topology, fabric)
+    trees = double_binary_tree(nodes)
+    graph = _Graph()
+    for c in range(channels):
+        tree = trees[c % 2]
+        root = next(v for v, (parent, _) in enumerate(tree) if parent == -1)
+        order: list[int] = []      # pre-order from the root: parents before children
+        stack = [root]
+        while stack:
+            v = stack.pop()
+            order.append(v)
+            stack.extend(reversed(tree[v][1]))
+        for k in range(m):
+            def head(v: int) -> int:
+                return v * m + k
+            scatter = [[graph.send([up[v * m + g]], INTRA) for g in range(m)]
+                       for v in range(nodes)]
+            reduced = [graph.forward(scatter[v][0], [down[head(v)]], INTRA,
+                                     inputs=scatter[v][1:]) for v in range(nodes)]
+            partial: dict[int, int] = {}
+            for v in reversed(order):  # children before parents
+                parent, children = tree[v]
+                if parent == -1:
+                    continue
+                route = fabric.route(head(v), head(parent))
+                partial[v] = graph.forward(reduced[v], route.resources, route.link_class,
+                                           inputs=[partial[x] for x in children],
+                                           work=len(children))
+            total: dict[int, tuple[int, tuple[int, ...], float]] = {}
+            for v in order:  # the sum, down from the root
+                parent, children = tree[v]
+                if parent == -1:
+                    total[v] = (reduced[v], tuple(partial[x] for x in children), len(children))
+                source, extra, work = total[v]
+                for child in children:
+                    route = fabric.route(head(v), head(child))
+                    total[child] = (graph.forward(source, route.resources, route.link_class,
+                                                  inputs=extra, work=work), (), 0.0)
+                store = graph.forward(source, [up[head(v)]], INTRA, inputs=extra, work=work)
+                for j in range(m):
+                    graph.receive(graph.forward(store, [down[v * m + j]], INTRA))
+    program = Program(name=name or f"nvls_tree-{key}", proto=protocol, nchannels=channels,
+                      nchunksperloop=channels * m, ngpus=n, coll=key, inplace=0, gpus=(),
+                      outofplace=1, min_bytes=0)
+    return graph.prepared(topology, fabric, program)

@@ -1,0 +1,422 @@
+"""NCCL's other algorithms in the yardstick (NVLS, NVLS-tree, PAT), foreign programs priced over
+the runtime's own path, and ``collsynth time`` without files.
+
+Every expected time is derived by hand in the comments from the program model's definition
+(docs/runtime-model.md): base latency once per call; per transfer a hop latency of its link
+class and its bytes over its rate; a receive ends when the last slice of each input has
+arrived; transfers crossing a port at the same time share it equally. Chunks here fit in one
+slice (Simple: 1 MiB), so a transfer's first slice is all of it: no pipelining within a chunk.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from collsynth.cli import main
+from collsynth.errors import InvalidInstanceError, UnknownNameError
+from collsynth.export.check import check_program
+from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
+from collsynth.runtimes import PROTOCOLS, get_runtime
+from collsynth.timing.closed_form import ClosedForm
+from collsynth.timing.pricing import (RuntimeAlgorithm, fastest_runtime_algorithm,
+                                      runtime_algorithms)
+from collsynth.timing.program_model import ProgramModel
+from collsynth.timing.runtime_baselines import pat_program, pat_steps, ring_program
+from collsynth.timing.runtime_model import prepare_program, simulate_program
+from collsynth.timing.runtime_programs import RUNTIME_PROGRAMS, runtime_program
+from collsynth.timing.switch_graphs import nvls_graph, nvls_tree_graph, switch_ports
+from collsynth.topology import get_topology
+from collsynth.topology.compose import compose_nodes
+from collsynth.topology.model import Topology
+
+HOPPER = {"arch": "sm90", "intra_class": "nvlink", "nvswitch": True, "nvls": True,
+          "network_class": "ib", "cpu_vendor": "intel"}
+
+
+def constants(*, base=4.0, intra=1.0, network=3.0, gamma=0.0):
+    """NCCL's defaults with one base latency, one hop latency per link class, no ceiling."""
+    c = get_runtime("nccl").defaults
+    return c.replace(base_latency_us={p: base for p in PROTOCOLS},
+                     hop_latency_us={"intra": {p: intra for p in PROTOCOLS},
+                                     "network": {p: network for p in PROTOCOLS}},
+                     ceiling_gbps={k: {p: None for p in PROTOCOLS}
+                                   for k in ("intra", "network")},
+                     gamma_us_per_byte=gamma)
+
+
+def nvls_pair(unit_gbps: float = 25.0) -> Topology:
+    """Two Hopper GPUs on an NVSwitch with multicast, 4 NVLinks each; a 10 GB/s NIC per GPU."""
+    return Topology("nvls-pair", ((0, 4), (4, 0)), unit_gbps=unit_gbps, alpha_us=1.0,
+                    metadata={"machine": HOPPER,
+                              "nic": {"count": 2, "gbps": 10.0, "per_gpu": True}})
+
+
+def one_gpu_nodes(nodes: int) -> Topology:
+    """``nodes`` nodes of one Hopper GPU each, a 10 GB/s NIC per node."""
+    gpu = Topology("gpu", ((0,),), unit_gbps=10.0, alpha_us=1.0,
+                   metadata={"machine": {**HOPPER, "nvswitch": False, "nvls": False},
+                             "nic": {"count": 1, "gbps": 10.0, "per_gpu": True}})
+    return compose_nodes(gpu, nodes)
+
+
+def port_bytes(prepared, size: int) -> dict[str, float]:
+    """Data bytes each resource carries at ``size``: every transfer's chunks on each resource
+    it crosses (counted from the graph, not simulated)."""
+    chunk = size / prepared.buffer_chunks
+    found: dict[str, float] = {}
+    for t, r in prepared.members:
+        name = prepared.resource_names[r]
+        found[name] = found.get(name, 0.0) + prepared.cnt[t] * chunk
+    return found
+
+
+# -- NVLS ----------------------------------------------------------------------------------------
+
+
+def test_nvls_allreduce_on_two_gpus_by_hand():
+    # Ports: 4 NVLinks x 25 GB/s x 0.85 (Hopper's NVLS efficiency) = 85 GB/s = P = 85_000 B/us
+    # each way. 20_000 bytes, one channel: 2 shards of D = 10_000 bytes. Hops 1 us, base 4 us.
+    #   scatter: each GPU sends both shards to the switch at once, sharing its port: 2D/P;
+    #   the switch's sum of shard k reaches GPU k after a hop, then D/P down the port;
+    #   GPU k stores it back into the switch: a hop, D/P up;
+    #   the switch writes both shards into each GPU at once: a hop, 2D/P down; a last hop.
+    # 4 hops + 6D/P: 4 + 4 + 60_000 / 85_000 = 8.70588 us.
+    t = simulate_program(nvls_graph("allreduce", nvls_pair(), 1), None, 20_000, constants())
+    assert t.time_us == pytest.approx(8.0 + 60_000 / 85_000, rel=1e-9)
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter"])
+def test_nvls_allgather_and_reduce_scatter_on_two_gpus_by_hand(collective):
+    # The pair again (P = 85_000 B/us), 20_000 bytes, one channel: D = 10_000 bytes per shard.
+    # Allgather: GPU k stores its shard (a hop, D/P up its own port); the switch writes both
+    # shards into each GPU at once (a hop, 2D/P down each port). Reduce-scatter: each GPU
+    # sends both shards at once (a hop, 2D/P up); the switch returns the sum of shard k (a
+    # hop, D/P down). Both: base 4 + 2 hops + 3D/P = 6 + 30_000 / 85_000 = 6.3529 us.
+    t = simulate_program(nvls_graph(collective, nvls_pair(), 1), None, 20_000, constants())
+    assert t.time_us == pytest.approx(6.0 + 30_000 / 85_000, rel=1e-9)
+
+
+@pytest.mark.parametrize("collective, up, down", [
+    ("allreduce", 9 / 8, 9 / 8),        # n shards up + the stored sum; the sum + n copies down
+    ("allgather", 1 / 8, 1.0),          # its shard up once; every shard down
+    ("reduce_scatter", 1.0, 1 / 8),     # every shard up; its sum down
+])
+def test_nvls_bytes_per_port_on_a_dgx_h100(collective, up, down):
+    # Each GPU's port to the switch and from it, in units of the buffer (S = 16 MiB), over the
+    # 16 NVLS channels: counted by hand from the steps (docs/runtime-model.md, "NVLS").
+    size = 16 << 20
+    prepared = nvls_graph(collective, get_topology("dgx-h100"), 16)
+    carried = port_bytes(prepared, size)
+    assert len(carried) == 16
+    for rank in range(8):
+        assert carried[f"NVLS port of rank {rank} to switch 0"] == pytest.approx(up * size)
+        assert carried[f"NVLS port of rank {rank} from switch 0"] == pytest.approx(down * size)
+
+
+def test_switch_ports_carry_nvlink_times_nvls_efficiency():
+    # DGX H100: 18 NVLinks of 25 GB/s, Hopper 0.85; DGX B200: 18 of 50 GB/s, Blackwell 0.74.
+    assert switch_ports(get_topology("dgx-h100"))[3] == pytest.approx((382.5, 382.5))
+    assert switch_ports(get_topology("dgx-b200"))[0] == pytest.approx((18 * 50 * 0.74,) * 2)
+    with pytest.raises(InvalidInstanceError, match="no NVLink SHARP"):
+        switch_ports(get_topology("dgx-a100"))
+
+
+def test_nvls_tree_on_two_nodes_by_hand():
+    # Two nodes of nvls-pair (ports 4 x 10 GB/s x 0.85 = P = 34_000 B/us; one 10 GB/s NIC per
+    # GPU, B = 10_000 B/us); intra hop 1 us, network hop 3 us, base 4 us; 20_000 bytes, one
+    # channel (the first tree: node 0 the root, node 1 its child): shards of D = 10_000 bytes.
+    # Node 1, shard k, in order: scatter 2D/P (both shards share a port) + 1; the switch's sum
+    # to GPU k D/P + 1; up the tree to node 0 D/B + 3; node 0 adds its own sum and sends it
+    # back D/B + 3; store into node 1's switch D/P + 1; copies into both GPUs 2D/P + 1.
+    # 4 + 4 x 1 + 2 x 3 + 6D/P + 2D/B = 14 + 60_000 / 34_000 + 2 = 17.7647 us.
+    two = compose_nodes(nvls_pair(unit_gbps=10.0), 2)
+    t = simulate_program(nvls_tree_graph("allreduce", two, 1), None, 20_000, constants())
+    assert t.time_us == pytest.approx(16.0 + 60_000 / 34_000, rel=1e-9)
+    # Network bytes: per shard one sum up and one back, D each way between the heads.
+    carried = port_bytes(nvls_tree_graph("allreduce", two, 1), 20_000)
+    assert carried["link 2->0"] == carried["link 0->2"] == pytest.approx(10_000)
+    assert carried["link 3->1"] == carried["link 1->3"] == pytest.approx(10_000)
+
+
+def test_nvls_tree_pays_gamma_where_a_head_adds_its_child():
+    # The same case with reductions of 1e-4 us per byte: the root's head adds node 1's sum to
+    # its own as it arrives, one pass over its last slice (the whole chunk here): its send back
+    # to node 1 ends D x gamma = 1 us later, and so does everything after it on node 1's path.
+    # One more effect of the model's time-averaged shares: the two copies into each GPU of node
+    # 1 now wait for the stored sum rather than for their port, so their mean load leaves the
+    # port room and each takes all of it for its last slice: D/P instead of 2D/P.
+    # 17.7647 + 1 - D/P = 18.4706 us.
+    two = compose_nodes(nvls_pair(unit_gbps=10.0), 2)
+    t = simulate_program(nvls_tree_graph("allreduce", two, 1), None, 20_000,
+                         constants(gamma=1e-4))
+    assert t.time_us == pytest.approx(17.0 + 50_000 / 34_000, rel=1e-9)
+
+
+def test_nvls_refuses_what_nccl_does_not_run():
+    with pytest.raises(InvalidInstanceError, match="needs CollNet"):
+        nvls_graph("allreduce", compose_nodes(get_topology("dgx-h100"), 2), 16)
+    with pytest.raises(InvalidInstanceError, match="Simple protocol only"):
+        nvls_graph("allreduce", get_topology("dgx-h100"), 16, "LL")
+    with pytest.raises(UnknownNameError, match="no NVLS-tree for 'allgather'"):
+        nvls_tree_graph("allgather", get_topology("dgx-h100"), 16)
+    with pytest.raises(InvalidInstanceError, match="no NVLink SHARP"):
+        nvls_graph("allreduce", get_topology("dgx-a100"), 16)
+
+
+# -- PAT -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter"])
+@pytest.mark.parametrize("ranks, channels", [(2, 1), (3, 2), (4, 1), (5, 1), (6, 3), (8, 2),
+                                             (13, 1)])
+def test_the_checker_proves_pat(collective, ranks, channels):
+    report = check_program(pat_program(collective, ranks, channels), runtime="msccl",
+                           collective=collective)
+    assert report.ok, report
+
+
+def test_pat_sends_log2_steps_and_each_block_once():
+    # 8 ranks: distances 1, 2, 4 sending 1, 2, 4 blocks (7 = n - 1 in all); 6 ranks: 1, 2, 2.
+    assert pat_steps(8) == ((1, 1), (2, 2), (4, 4))
+    assert pat_steps(6) == ((1, 1), (2, 2), (4, 2))
+    p = pat_program("allgather", 8)
+    sends = [st for g in p.gpus for tb in g.threadblocks for st in tb.steps if st.type == "s"]
+    assert len(sends) == 8 * 7
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter"])
+def test_pat_against_the_ring_on_four_one_gpu_nodes_by_hand(collective):
+    # 4 nodes of one GPU, NICs of B = 10_000 B/us, network hop 3 us, base 4 us; 40_000 bytes:
+    # blocks of D = 10_000 bytes.
+    # PAT allgather: at 0 a rank sends its block to r - 1 and (the other step's thread block)
+    # to r - 2, sharing its NIC: 2D/B = 2 us, in at 2 + 3; then the block from r + 1 goes on
+    # to r - 2: D/B = 1 us, in at 6 + 3 = 9. 4 + 9 = 13 us. Reduce-scatter, the steps
+    # reversed: two partial sums to r + 2 (2D/B = 2, in at 5), then the reduced one to r + 1
+    # (D/B, in at 9): 13 us too.
+    # Ring: 3 steps of a hop and D/B: 4 + 3 x (3 + 1) = 16 us.
+    four = one_gpu_nodes(4)
+    pat = simulate_program(pat_program(collective, 4), four, 40_000, constants())
+    ring = simulate_program(ring_program(collective, [(0, 1, 2, 3)]), four, 40_000, constants())
+    assert pat.time_us == pytest.approx(13.0, rel=1e-9)
+    assert ring.time_us == pytest.approx(16.0, rel=1e-9)
+
+
+def test_pat_refuses_one_rank_and_other_collectives():
+    with pytest.raises(InvalidInstanceError, match=">= 2"):
+        pat_program("allgather", 1)
+    with pytest.raises(UnknownNameError, match="no PAT program for 'allreduce'"):
+        pat_program("allreduce", 4)
+
+
+# -- which algorithms the runtime considers ---------------------------------------------------
+
+
+def _names(runtime, collective, topology):
+    return [a.algorithm for a in runtime_algorithms(get_runtime(runtime), collective, topology)]
+
+
+def test_runtime_algorithms_follow_nccls_rules():
+    h100 = get_topology("dgx-h100")
+    assert _names("nccl", "allreduce", h100) == ["ring", "tree", "nvls"]
+    assert _names("nccl", "allgather", h100) == ["ring", "nvls"]
+    assert _names("nccl", "allreduce", compose_nodes(h100, 2)) == ["ring", "tree", "nvls_tree"]
+    # NVLS across nodes needs CollNet (SHARP): not for allgather on two nodes.
+    assert _names("nccl", "allgather", compose_nodes(h100, 2)) == ["ring"]
+    assert _names("nccl", "allgather", one_gpu_nodes(8)) == ["ring", "pat"]
+    assert _names("nccl", "allreduce", one_gpu_nodes(8)) == ["ring", "tree"]
+    assert _names("nccl", "allreduce", get_topology("dgx-a100")) == ["ring", "tree"]
+    # RCCL has no NVLS; msccl (NCCL 2.12) neither.
+    assert _names("rccl", "allreduce", get_topology("mi300x")) == ["ring", "tree"]
+    assert _names("msccl", "allreduce", h100) == ["ring", "tree"]
+    assert _names("msccl-executor", "allreduce", h100) == ["ring", "tree", "nvls"]
+    assert _names("nccl", "alltoall", h100) == []
+
+
+def test_the_rules_have_one_home(monkeypatch):
+    # runtime_algorithms asks the tuning model; with its rules offering nothing, no NVLS.
+    import collsynth.timing.tuning_model as tuning
+
+    monkeypatch.setattr(tuning, "offered_protocols", lambda *args: ())
+    assert _names("nccl", "allreduce", get_topology("dgx-h100")) == ["ring", "tree"]
+
+
+def test_every_algorithm_has_a_builder_and_the_checkable_ones_are_proved():
+    assert set(RUNTIME_PROGRAMS) == {"ring", "tree", "nvls", "nvls_tree", "pat"}
+    h100 = get_topology("dgx-h100")
+    for name, collective, topology in (("ring", "allgather", h100), ("pat", "allgather",
+                                                                      one_gpu_nodes(4))):
+        program = runtime_program(name, collective, topology, 2)
+        assert RUNTIME_PROGRAMS[name].checkable
+        assert check_program(program, runtime="msccl", collective=collective).ok
+    assert runtime_program("nvls", "allreduce", h100).program.nchannels == 16  # NCCL on sm90
+
+
+# -- the fastest of the runtime's algorithms -------------------------------------------------
+
+
+def test_the_fastest_runtime_algorithm_on_a_dgx_h100_is_nvls_at_1_gib():
+    # 1 GiB allreduce, documented NCCL constants, no ceilings. Lower bounds by hand: a ring
+    # moves 2 x 7/8 of the buffer through each GPU's 450 GB/s: >= 4176 us; NVLS moves 9/8 of
+    # it through each 382.5 GB/s port: >= 3158 us. At 1 KiB latency decides: the ring with LL
+    # pays 6.6 + 14 x 0.6 = 15.0 us, NVLS (Simple only) 8.4 + 4 legs x 3.4 = 22.0 us.
+    model = ProgramModel(get_runtime("nccl").defaults)
+    small, big = fastest_runtime_algorithm(get_runtime("nccl"), "allreduce",
+                                           get_topology("dgx-h100"), [1024, 1 << 30], model)
+    assert big.subject == "nccl-nvls" and big.protocol == "Simple" and big.channels == 16
+    assert 1.125 * (1 << 30) / 382_500 < big.time_us < 1.75 * (1 << 30) / 450_000
+    assert small.subject != "nccl-nvls" and small.time_us == pytest.approx(15.0, abs=0.01)
+    nvls = RuntimeAlgorithm(get_runtime("nccl"), "nvls", "allreduce", get_topology("dgx-h100"))
+    assert model.price(nvls, [1])[0].time_us == pytest.approx(8.4 + 4 * 3.4, abs=0.01)
+
+
+def test_the_closed_form_prices_nvls_with_nccls_own_estimate():
+    # NCCL 2.30 on a DGX H100 (docs/runtime-tuning.md): NVLS graph of 8 heads at 40 GB/s (the
+    # fastest sm90 speed with 9 x speed <= 18 x 20.6 GB/s); per channel min(40 x 0.85 x 7/8 x 2,
+    # 2 x 40) = 59.5 GB/s; bus 8 x 59.5 = 476; algbw 476 x 8/14 = 272 GB/s; latency 25 us
+    # (hwLat NVLINK NVLS Simple, no base). 1 GiB: 25 + 2^30 / 272_000 us.
+    nvls = RuntimeAlgorithm(get_runtime("nccl"), "nvls", "allreduce", get_topology("dgx-h100"))
+    (price,) = ClosedForm().price(nvls, [1 << 30])
+    assert price.time_us == pytest.approx(25 + (1 << 30) / 272_000, rel=1e-9)
+    assert ClosedForm().why_not(nvls.pinned("LL")) is not None  # NVLS runs Simple only
+
+
+def test_solve_bandwidth_optimal_names_the_fastest_runtime_algorithm(capsys):
+    assert main(["solve", "bandwidth-optimal", "dgx-h100", "allreduce", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["predicted_us"]
+    last = rows[-1]  # 1 GiB: NVLS (272 GB/s by NCCL's estimate) beats the ring's lines
+    assert last["runtime_fastest"] == "nccl-nvls"
+    assert last["runtime_fastest_us"] == pytest.approx(min(last["nccl_ring"], last["nccl_tree"],
+                                                           last["nccl_nvls"]))
+
+
+# -- foreign programs ------------------------------------------------------------------------------
+
+
+def _send(n: int, src: int, dst: int) -> Program:
+    """``src`` sends its one chunk to ``dst`` (a custom collective)."""
+    gpus = []
+    for rank in range(n):
+        tbs = ()
+        if rank == src:
+            tbs = (ThreadBlock(0, dst, -1, 0, (XmlStep(0, "s", "i", 0, "o", 0, 1),)),)
+        elif rank == dst:
+            tbs = (ThreadBlock(0, -1, src, 0, (XmlStep(0, "r", "i", 0, "o", 0, 1),)),)
+        gpus.append(GpuProgram(rank, 1, 1, 0, tbs))
+    return Program("send", "Simple", 1, 1, n, "custom", 0, tuple(gpus))
+
+
+def test_a_foreign_send_on_mi250_goes_through_the_host_by_hand():
+    # GCDs 7 and 8 of an MI250 node share no xGMI link: RCCL moves the data over PCIe through
+    # the host, Gen4 x16 on MI250: 24 GB/s out of GCD 7 and into GCD 8. 240_000 bytes:
+    # base 4 + intra hop 1 + 240_000 / 24_000 = 15 us.
+    mi250 = get_topology("mi250-16gcd")
+    assert mi250.links[7][8] == 0
+    prepared = prepare_program(_send(16, 7, 8), mi250)
+    assert prepared.indirect == ((7, 8, "PCIe through the host, 24 GB/s", 1),)
+    t = simulate_program(prepared, None, 240_000, constants())
+    assert t.time_us == pytest.approx(15.0, rel=1e-12)
+    # Between nodes the path is the NICs (25 GB/s per OAM here); inside an NVSwitch node the
+    # switch ports (a DGX H100 links every pair anyway, so nothing is indirect there).
+    two = compose_nodes(get_topology("dgx-h100"), 2)
+    assert prepare_program(_send(16, 0, 9), two).indirect == ()
+
+
+def test_a_foreign_program_is_priced_with_a_warning_on_the_command_line(tmp_path, capsys):
+    from collsynth.export.xml_writer import write_program
+
+    # RCCL's ring allgather written for 16 GCDs in rank order: six of its hops (1->2, 3->4,
+    # 7->8, 9->10, 11->12, 15->0) have no xGMI link.
+    path = tmp_path / "ring16.xml"
+    path.write_text(write_program(ring_program("allgather", [tuple(range(16))], runtime="rccl"),
+                                  "rccl"))
+    assert main(["time", str(path), "--topology", "mi250-16gcd", "--runtime", "rccl",
+                 "--sizes", "1MB", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    (ours,) = [r for r in rows if r["name"] == "ring16.xml"]
+    assert "7->8 via PCIe through the host, 24 GB/s (15 sends)" in ours["note"]
+    assert captured.err.startswith("warning: ring16.xml: 90 sends between ranks with no direct")
+    assert ours["time_us"] > 0
+
+
+# -- collsynth time without files -----------------------------------------------------------------
+
+
+def test_time_without_files_prints_the_runtimes_own_algorithms(capsys):
+    assert main(["time", "--collective", "allreduce", "--topology", "dgx-h100", "--sizes",
+                 "1KiB,1GiB"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("allreduce on DGX-H100 (8 ranks): the runtime's own algorithms")
+    rows = [[c.strip() for c in line.split("|")] for line in out.splitlines() if "nccl-" in line]
+    assert [r[1] for r in rows] == ["nccl-ring", "nccl-tree", "nccl-nvls"] * 2
+    assert rows[0][0] == "1 KiB" and rows[0][-1] == "*"          # the ring with LL at 1 KiB
+    assert rows[2][2:4] == ["Simple", "16"]                       # NVLS: Simple, 16 channels
+    assert rows[5][-1].startswith("*")                            # NVLS fastest at 1 GiB
+
+
+def test_time_without_files_json_marks_the_fastest_and_the_runtimes_pick(capsys):
+    assert main(["time", "--collective", "allreduce", "--topology", "dgx-h100", "--sizes",
+                 "64MiB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["kind"] for r in rows} == {"baseline"}
+    fastest = [r for r in rows if r["fastest_runtime"]]
+    assert len(fastest) == 1 and fastest[0]["time_us"] == min(r["time_us"] for r in rows)
+    # NCCL's own cost model picks NVLS at 64 MiB (its estimate: 25 + 2^26 / 272_000 = 272 us
+    # against its ring's 56 + 2^26 / 205_714 = 382 us).
+    picked = [r for r in rows if r["runtime_pick"]]
+    assert [r["name"] for r in picked] == ["nccl-nvls"] and picked[0]["runtime_pick"] == \
+        "nvls/Simple"
+
+
+def test_time_without_files_channels_and_usage(capsys):
+    assert main(["time", "--collective", "allgather", "--topology", "dgx-h100", "--channels",
+                 "2", "--sizes", "1MB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"]: r["channels"] for r in rows} == {"nccl-ring/2ch": 2, "nccl-nvls/2ch": 2}
+    assert main(["time", "--collective", "allgather"]) == 2
+    assert "--collective C and --topology T" in capsys.readouterr().err
+    assert main(["time", "--topology", "dgx-h100", "--collective", "allreduce", "--model",
+                 "closed-form"]) == 2
+    capsys.readouterr()
+    assert main(["time", "--topology", "dgx-h100", "--collective", "allreduse"]) == 1
+    assert "unknown collective 'allreduse'" in capsys.readouterr().err
+    assert main(["time", "--topology", "dgx-h100", "--collective", "allreduce", "--channels",
+                 "100000"]) == 1
+    assert "more than the 128 channels" in capsys.readouterr().err
+
+
+def test_time_with_files_keeps_going_past_a_program_it_cannot_price(tmp_path, capsys):
+    from collsynth.export.xml_writer import write_program
+
+    good = tmp_path / "ag2.xml"
+    good.write_text(write_program(ring_program("allgather", [(0, 1)]), "msccl"))
+
+    def tb(send, recv):  # receive, then send: both ranks wait for each other
+        return (ThreadBlock(0, send, recv, 0, (XmlStep(0, "r", "o", 0, "o", 0, 1),
+                                               XmlStep(1, "s", "o", 0, "o", 0, 1))),)
+    dead = Program("dead", "Simple", 1, 2, 2, "allgather", 0,
+                   (GpuProgram(0, 1, 2, 0, tb(1, 1)), GpuProgram(1, 1, 2, 0, tb(0, 0))),
+                   outofplace=1, min_bytes=0)
+    bad = tmp_path / "dead.xml"
+    bad.write_text(write_program(dead, "msccl"))
+    args = ["time", str(good), str(bad), "--topology", "ring:2,unit_gbps=10,alpha_us=1",
+            "--sizes", "1KB"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "not priced: dead.xml: program 'dead.xml' deadlocks" in out
+    assert "ag2.xml" in out and "x nccl-ring" in out   # compared with the fastest, named
+    assert main(args + ["--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["kind"] for r in rows] == ["program", "baseline", "error"]
+    assert rows[0]["vs_runtime"]["name"] == "nccl-ring"
+    assert rows[0]["vs_runtime"]["speedup"] == pytest.approx(rows[1]["time_us"] /
+                                                             rows[0]["time_us"])
+
+
+def test_the_simulated_graphs_are_deterministic_arrays():
+    g = nvls_graph("allgather", get_topology("dgx-h100"), 2)
+    assert isinstance(g.sends, np.ndarray) and g.members.shape[1] == 2
+    assert all(i < len(g.kind) for i in g.match) and g.inputs is not None
