@@ -15,9 +15,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from collsynth.cli.common import (EXIT_OK, UsageError, add_figure_arguments, err, format_size,
-                                  out, parse_size_range, parse_sizes, positive_int, table)
-from collsynth.errors import CollsynthError
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments, err,
+                                  format_size, out, parse_size_range, parse_sizes, positive_int,
+                                  table)
+from collsynth.errors import CollsynthError, FileFormatError
 from collsynth.exact import fraction_text
 from collsynth.runtimes import get_runtime, runtime_names
 
@@ -316,23 +317,30 @@ def _topology(args: argparse.Namespace) -> "Topology | None":
 
 
 def _subjects(args: argparse.Namespace, topology: "Topology | None", runtime: str
-              ) -> list["Program | Algorithm"]:
-    """Each file as what the program model prices, named by the file; an XML file read as
-    ``collsynth check --runtime RUNTIME`` reads it (the one bounded reader)."""
+              ) -> tuple[list["Program | Algorithm"], list[tuple[str, str]]]:
+    """Each file as what the program model prices, named by the file, and ``(name, why)`` for
+    each XML file the reader refuses: it is read as ``collsynth check --runtime RUNTIME`` reads
+    it (the one bounded reader), so a program the checker refuses is never priced."""
     from collsynth.export.xml_reader import load_program
 
     found: list["Program | Algorithm"] = []
+    refused: list[tuple[str, str]] = []
     for path in args.files:
         name = Path(path).name
         if _is_xml(path):
             if topology is None:
                 raise CollsynthError(f"{path}: an MSCCL XML program needs --topology (its ranks "
                                      "map to the topology's ranks in order)")
-            found.append(dataclasses.replace(load_program(path, runtime=runtime), name=name))
+            try:
+                found.append(dataclasses.replace(load_program(path, runtime=runtime), name=name))
+            except FileFormatError as exc:
+                refused.append((name, str(exc)))
         else:
             (algorithm,) = _algorithms([path], args)
             found.append(dataclasses.replace(algorithm, name=name))
-    return found
+    if refused and not found:   # nothing left to price: the first refusal is the error
+        raise CollsynthError(refused[0][1])
+    return found, refused
 
 
 def _shape(subject: "Program | Algorithm") -> tuple[str, int]:
@@ -376,7 +384,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     runtime = get_runtime(name if name in runtime_names() else "nccl")
     topology = _topology(args)
     model = ProgramModel(constants, runtime=runtime, topology=topology, source=source)
-    subjects = _subjects(args, topology, model.export_runtime)
+    subjects, refused = _subjects(args, topology, model.export_runtime)
     shapes = [(subject.name, *_shape(subject)) for subject in subjects]
     if len({(c, n) for _, c, n in shapes}) > 1:
         listed = ", ".join(f"{name} ({c}, {n} ranks)" for name, c, n in shapes)
@@ -387,7 +395,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     where = topology if topology is not None else model.where(subjects[0])
     sizes = args.sizes
     prices: list["Price"] = []
-    errors: list[tuple[str, str]] = []
+    errors: list[tuple[str, str]] = [(name, " ".join(why.split())) for name, why in refused]
     for subject in subjects:  # a program that cannot be lowered or priced: an error row
         why = model.why_not(subject)
         if why is None:
@@ -428,9 +436,11 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
             rows.append({**p.as_dict(), "kind": "baseline", "fastest_runtime": p is fastest,
                          "runtime_pick": picked})
     rows += [{"name": name, "kind": "error", "error": why} for name, why in errors]
+    # A file the reader refused is bad input: the rest is printed, the exit status says so.
+    status = EXIT_ERROR if refused else EXIT_OK
     if args.json:
         out(json.dumps(rows, indent=1))
-        return EXIT_OK
+        return status
     ranks = where.num_ranks
     what = "the runtime's own algorithms" if not subjects else "program model"
     out(f"{collective} on {where.name} ({ranks} ranks): {what}, {constants.runtime} constants"
@@ -465,7 +475,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
         out("  nothing priced")
     for name, why in errors:
         out(f"not priced: {name}: {why}")
-    return EXIT_OK
+    return status
 
 
 def run_time(args: argparse.Namespace) -> int:

@@ -404,11 +404,13 @@ def test_time_with_files_keeps_going_past_a_program_it_cannot_price(tmp_path, ca
     bad.write_text(write_program(dead, "msccl"))
     args = ["time", str(good), str(bad), "--topology", "ring:2,unit_gbps=10,alpha_us=1",
             "--sizes", "1KB"]
-    assert main(args) == 0
+    # The checker refuses the deadlock, so it is not priced (issue 19); the rest is still
+    # printed (issue 21) and the exit status says an input was refused.
+    assert main(args) == 1
     out = capsys.readouterr().out
-    assert "not priced: dead.xml: program 'dead.xml' deadlocks" in out
+    assert "not priced: dead.xml:" in out and "deadlock: a cycle of waits" in out
     assert "ag2.xml" in out and "x nccl-ring" in out   # compared with the fastest, named
-    assert main(args + ["--json"]) == 0
+    assert main(args + ["--json"]) == 1
     rows = json.loads(capsys.readouterr().out)
     assert [r["kind"] for r in rows] == ["program", "baseline", "error"]
     assert rows[0]["vs_runtime"]["name"] == "nccl-ring"
