@@ -237,11 +237,16 @@ class ProgramModel:
 
     def _channels(self, subject: RuntimeAlgorithm) -> int | None:
         """The subject's channels when no size says otherwise: pinned, else the table's
-        default (:data:`~collsynth.timing.runtime_programs.RUNTIME_PROGRAMS`). Never a
-        calibration's: channels are the machine's and the size's, not the measured log's."""
+        default (:data:`~collsynth.timing.runtime_programs.RUNTIME_PROGRAMS`). A calibration's
+        channel count (the measured log's) only on a machine without facts, where the runtime's
+        own channels cannot be derived; with facts, channels are the machine's and the size's
+        (:meth:`runtime_choice`), never carried over."""
         if subject.channels is not None:
             return subject.channels
         entry = RUNTIME_PROGRAMS[subject.algorithm]
+        if self.constants.channels is not None and entry.algorithm in ("ring", "tree", "pat") \
+                and self.tuning(subject.topology, subject.runtime.family) is None:
+            return self.constants.channels
         key = ("channels", subject.algorithm, id(subject.topology))
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
@@ -252,15 +257,17 @@ class ProgramModel:
     def tuning(self, topology: "Topology", family: str) -> "TuningSetup | None":
         """The runtime's tuning setup on ``topology`` (:func:`~collsynth.timing.tuning_model.
         tuning_setup`; NCCL's for the MSCCL runtimes), ``None`` when the machine's facts cannot
-        set one up. Once per topology."""
+        set one up or name no GPU architecture (a ``ring:8``). Once per topology."""
         from collsynth.timing.tuning_model import SETUP_FAILURES, tuning_setup
+        from collsynth.topology.machine import machine_facts
 
         family = family if family in ("nccl", "rccl") else "nccl"
         key = ("setup", family, id(topology))
         found = self._prepared.get(key)
         if found is None or found[0] is not topology:
             try:
-                setup = tuning_setup(topology, runtime=family)
+                setup = tuning_setup(topology, runtime=family) \
+                    if machine_facts(topology).arch is not None else None
             except SETUP_FAILURES:  # no facts: no tuning
                 setup = None
             found = self._prepared[key] = (topology, setup)  # type: ignore[assignment]

@@ -148,19 +148,17 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
 
 
 def protocol_split(times: Sequence[float], protocols: Sequence[str] = ("LL", "Simple"),
-                   sizes: Sequence[int] | None = None, *, persist: int = 3,
-                   min_bytes: int = 4096) -> list[str]:
-    """The protocol of each size (ascending sizes): the first up to a drop of the time (a size
-    whose time is below the previous size's by more than 5%) that persists (the next
-    ``persist - 1`` sizes stay below the time before the drop) at ``min_bytes`` or more (when
-    ``sizes`` are given), the second from there on; of several such drops the largest. One
-    protocol (the last) when there is none: a one-off spike, or a drop at tiny sizes where
-    another algorithm takes over, is not a protocol switch.
+                   sizes: Sequence[int] | None = None, *, min_bytes: int = 4096) -> list[str]:
+    """The protocol of each size (ascending sizes): the first up to the largest drop of the
+    time (a size whose time is below the previous size's by more than 5%), the second from
+    there on; one protocol (the last) when the time never drops. A drop back to within 10% of
+    the time two sizes before is a one-off spike, not a switch; with ``sizes``, a drop below
+    ``min_bytes`` (another algorithm taking over at tiny sizes) is not one either.
 
-    >>> protocol_split([100, 100, 300, 200, 400])
+    >>> protocol_split([100, 120, 300, 200, 400])
+    ['LL', 'LL', 'LL', 'Simple', 'Simple']
+    >>> protocol_split([13, 13, 22, 14, 15])  # the spike at the third size is not a switch
     ['Simple', 'Simple', 'Simple', 'Simple', 'Simple']
-    >>> protocol_split([100, 110, 300, 200, 210, 250, 400])
-    ['LL', 'LL', 'LL', 'Simple', 'Simple', 'Simple', 'Simple']
     """
     drops = []
     for i in range(1, len(times)):
@@ -168,8 +166,7 @@ def protocol_split(times: Sequence[float], protocols: Sequence[str] = ("LL", "Si
             continue
         if sizes is not None and sizes[i] < min_bytes:
             continue
-        after = times[i:i + persist]
-        if len(after) < persist or any(t >= times[i - 1] for t in after):
+        if i >= 2 and times[i] <= 1.1 * times[i - 2]:
             continue
         drops.append((times[i - 1] / times[i], i))
     if not drops:
