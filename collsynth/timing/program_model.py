@@ -350,11 +350,38 @@ class ProgramModel:
         found = []
         for size in sizes:
             best = min((self._price(subject.name, self._runtime_prepared(subject, p, ch), size,
-                                    protocol=p, subject=subject)
+                                    protocol=p, subject=subject, channels=ch)
                         for p, ch in self.runtime_choice(subject, size)),
                        key=lambda t: t.time_us)
             found.append(best)
         return tuple(found)
+
+    def _call_constants(self, c: RuntimeConstants, subject: RuntimeAlgorithm, protocol: str,
+                        channels: int) -> RuntimeConstants:
+        """``c`` with the runtime's cap on a whole call (LL's ``llMaxBws``:
+        :func:`~collsynth.timing.tuning_model.call_cap_gbps`) spread over the call's
+        ``channels``: each of a rank's connections carries at most its share."""
+        from collsynth.runtimes.constants import LINK_CLASSES
+        from collsynth.timing.tuning_model import call_cap_gbps
+
+        setup = self.tuning(subject.topology, subject.runtime.family)
+        if setup is None:
+            return c
+        cap = call_cap_gbps(setup, subject.algorithm, protocol)
+        if not math.isfinite(cap):
+            return c
+        key = (id(c), protocol, channels, subject.algorithm)
+        found = self._on.get(key)
+        if found is not None and found[0] is c:
+            return found[2]
+        share = cap / max(1, channels)
+        ceilings = {k: dict(c.ceiling_gbps[k]) for k in LINK_CLASSES}
+        for k in LINK_CLASSES:
+            now = ceilings[k][protocol]
+            ceilings[k][protocol] = share if now is None else min(now, share)
+        capped = c.replace(ceiling_gbps=ceilings)
+        self._on[key] = (c, subject.topology, capped)
+        return capped
 
     def _price_tuned(self, algorithm: Algorithm, sizes: Sequence[int]) -> tuple[Price, ...]:
         tuned = self.tuned_export(algorithm, sizes)
@@ -375,9 +402,12 @@ class ProgramModel:
 
     def _price(self, name: str, prepared: PreparedProgram, size: int, *,
                protocol: str | None = None, note: str = "",
-               subject: Subject | None = None) -> Price:
-        t = simulate_program(prepared, None, size, self.constants_on(prepared.topology, subject),
-                             protocol=protocol, options=self.options)
+               subject: Subject | None = None, channels: int | None = None) -> Price:
+        constants = self.constants_on(prepared.topology, subject)
+        if isinstance(subject, RuntimeAlgorithm) and protocol is not None and channels:
+            constants = self._call_constants(constants, subject, protocol, channels)
+        t = simulate_program(prepared, None, size, constants, protocol=protocol,
+                             options=self.options)
         program = prepared.program
         algbw, busbw = bandwidths(program.coll, program.ngpus, size, t.time_us)
         warning = indirect_note(prepared)

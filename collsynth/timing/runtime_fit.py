@@ -443,9 +443,11 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         def loss(b: float) -> float:
             r = np.log((b + makespans) / target)
             return float(np.sum(2 * 0.05 ** 2 * (np.sqrt(1 + (r / 0.05) ** 2) - 1)))
-        high = min(max(float(target.min()), floor * 1.001), MAX_LATENCY_US)
-        return float(minimize_scalar(loss, bounds=(min(floor, high), high), method="bounded",
-                                     options={"xatol": 1e-3}).x)
+        # at most the smallest time measured (physics), at least the runtime's documented
+        # base where that leaves room
+        high = min(float(target.min()), MAX_LATENCY_US)
+        return float(minimize_scalar(loss, bounds=(min(floor, 0.999 * high), high),
+                                     method="bounded", options={"xatol": 1e-3}).x)
 
     def fit(indices: Sequence[int], tries: int) -> tuple[np.ndarray, float, float]:
         target = measured[list(indices)]

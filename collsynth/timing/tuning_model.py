@@ -41,7 +41,7 @@ __all__ = [
     "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
     "gpu_bandwidth_gbps", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
-    "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps",
+    "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
 ]
 
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
@@ -762,6 +762,21 @@ def algorithm_choice(setup: TuningSetup, collective: str, algorithm: str, size_b
         if rule is not None and (protocols is None or ruled in protocols):
             protocol = ruled
     return protocol, call_shape(setup, collective, algorithm, protocol, size_bytes)
+
+
+def call_cap_gbps(setup: TuningSetup, algorithm: str, protocol: str) -> float:
+    """The most data GB/s one rank sends in a call of ``(algorithm, protocol)`` whatever its
+    channels, by the runtime's own tables: NCCL's ``llMaxBws`` for LL (its cap on a whole LL
+    call's bus bandwidth, which on a ring is each rank's send rate); ``math.inf`` otherwise and
+    for RCCL (which compiles the cap out).
+
+    >>> s = setup_from_facts(_h100_facts(), gpu_gbps=370.8, path_gbps=370.8)
+    >>> call_cap_gbps(s, "ring", "LL"), call_cap_gbps(s, "ring", "Simple")
+    (141.0, inf)
+    """
+    if setup.runtime != "nccl" or protocol != "LL" or algorithm not in ("ring", "tree"):
+        return math.inf
+    return _ll_max_bw(setup)
 
 
 def connection_gbps(setup: TuningSetup, algorithm: str, protocol: str, network: bool = False
