@@ -26,11 +26,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["RuntimeFit", "fit_runtime", "read_curve", "apply_parameters", "predict_ring",
            "protocol_split", "CURVE_FIT_ERRORS", "FittedConstant", "WARN_GMAE",
-           "fit_runtime_choice"]
+           "fit_runtime_choice", "MAX_BASE_US"]
 
 #: A calibration whose in-sample or held-out GMAE is above this is reported with a warning
 #: (and ``collsynth calibrate --model program --strict`` exits non-zero).
 WARN_GMAE = 0.10
+#: The largest base latency per call a calibration may return, us: 1 ms, about 4 times the
+#: slowest small-size call of any public two-node run in data/ (RCCL over RoCE: 220 us).
+MAX_BASE_US = 1000.0
 
 #: What :func:`fit_runtime` raises on a curve or topology it cannot fit (too few sizes, no ring,
 #: no figures, a ring too large to simulate); a caller with a fallback catches exactly these.
@@ -414,7 +417,10 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         guess.append(2 * g_low)
     lower, upper = np.log(lows), np.log(highs)
     floor = min(base.base_latency(p) for p in PROTOCOLS)
-    top = float(measured.min())
+    top = min(float(measured.min()), MAX_BASE_US)
+    # A curve whose smallest size is above 64 KiB (large sizes only) cannot tell the base from
+    # the bandwidth: three collinear points are matched by any base (issue 21: 9.2 ms).
+    fit_base = sizes[0] <= 64 * 1024
 
     def constants_for(x: np.ndarray, base_us: float) -> RuntimeConstants:
         values = dict(zip(names, np.exp(x)))
@@ -445,7 +451,9 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             return float(np.sum(2 * 0.05 ** 2 * (np.sqrt(1 + (r / 0.05) ** 2) - 1)))
         # at most the smallest time measured (physics), at least the runtime's documented
         # base where that leaves room
-        high = min(float(target.min()), MAX_LATENCY_US)
+        high = min(float(target.min()), MAX_BASE_US)
+        if not fit_base:  # no size small enough to tell a call's latency: the documented one
+            return min(floor, high)
         return float(minimize_scalar(loss, bounds=(min(floor, 0.999 * high), high),
                                      method="bounded", options={"xatol": 1e-3}).x)
 
@@ -485,7 +493,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     parameters = {"base_latency_us": base_us}
     parameters.update(zip(names, (float(v) for v in np.exp(x))))
     report = [FittedConstant("base_latency_us", base_us, 0.0, top,
-                             "0 to the smallest measured time")]
+                             f"0 to the smallest measured time, at most {MAX_BASE_US:g} us"
+                             + ("" if fit_base else "; not fitted: no size of 64 KiB or less"))]
     report += [FittedConstant(nm, float(np.exp(v)), lo, hi, why)
                for nm, v, lo, hi, why in zip(names, x, lows, highs, whys)]
     fitted = constants_for(x, base_us)

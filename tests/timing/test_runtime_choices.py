@@ -129,6 +129,9 @@ def test_a_spike_or_a_tiny_size_drop_is_not_a_protocol_switch():
     sizes = [8, 16, 32, 64, 128, 256]
     times = [12.9, 13.0, 22.0, 14.0, 15.0, 16.0]
     assert set(protocol_split(times, sizes=sizes)) == {"Simple"}
+    # The same spike at larger sizes: back to within 10% of the time two sizes before.
+    assert set(protocol_split([40, 42, 70, 43, 45, 48], sizes=[8 * KiB << i for i in range(6)])
+               ) == {"Simple"}
     # A drop at 1 KiB where another algorithm takes over (RCCL's MSCCL on MI300X): not one.
     assert set(protocol_split([19, 23, 23, 14, 14, 15], sizes=[128, 256, 512, 1024, 2048,
                                                                 4096])) == {"Simple"}
