@@ -464,7 +464,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             m = spans(x, indices)
             # A weak pull of the hop scale toward the documented hops: one curve cannot tell
             # a call's fixed cost from its hops', so the base takes what the hops need not.
-            return np.append(np.log((best_base(m, target) + m) / target), 0.1 * x[0])
+            return np.append(np.log((best_base(m, target) + m) / target), 0.5 * x[0])
 
         best: tuple[float, np.ndarray] | None = None
         for k in range(max(1, tries)):
