@@ -342,6 +342,10 @@ class ProgramModel:
                 protocol, shape = choice
                 channels = subject.channels if subject.channels is not None else \
                     max(1, shape.channels)
+                if subject.algorithm == "tree" and subject.channels is None:
+                    # each of NCCL's channels runs one of the two trees; the tree program
+                    # builds both trees per chain
+                    channels = max(1, (channels + 1) // 2)
                 return [(protocol, channels)]
         return [(p, self._channels(subject)) for p in options]
 
