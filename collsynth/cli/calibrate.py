@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import (EXIT_OK, UsageError, add_figure_arguments, channel_count, out,
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments, channel_count, out,
                                   positive_int, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
@@ -89,6 +89,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--channels", type=channel_count, metavar="N",
                         help="the runtime's channel count in the logs, for logs that do not say "
                              "(--model program: default every ring found)")
+    parser.add_argument("--strict", action="store_true",
+                        help="--model program: exit 1 when the calibration warns (in-sample or "
+                             "held-out GMAE above 10%%, a constant at a bound of its plausible "
+                             "range); the file is still written")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     add_figure_arguments(parser)
     parser.set_defaults(handler=run_calibrate)
@@ -110,6 +114,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     if args.model == "program":
         return _calibrate_program(args)
+    if args.strict:
+        raise UsageError.of("calibrate", "--strict goes with --model program")
     for flag, value in (("--unit-gbps", args.unit_gbps), ("--alpha-us", args.alpha_us)):
         if value is not None:
             raise UsageError.of("calibrate", f"{flag} goes with --model program (the topology "
@@ -172,7 +178,10 @@ def _calibrate_program(args: argparse.Namespace) -> int:
                                          f"{len(args.logs)} files given")
     check_output_file(args.output, label=f"-o {args.output}")
     check_input_file(args.logs[0])
-    rows = read_curve(args.logs[0])
+    rows = _curve_rows(args.logs[0], args.collective)
+    if args.collective is None and rows[1] is not None:
+        collective = rows[1]
+    rows = rows[0]
     topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
                                 unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
     fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels)
@@ -183,15 +192,54 @@ def _calibrate_program(args: argparse.Namespace) -> int:
                "rows": [{"size_bytes": s, "time_us": m, "predicted_us": p, "protocol": q}
                         for s, m, p, q in zip(fit.sizes, fit.measured_us, fit.predicted_us,
                                               fit.protocols)]}
+    summary["report"] = [c.as_dict() for c in fit.report]
+    summary["warnings"] = list(fit.warnings)
+    if fit.algorithms:
+        summary["channels"] = None
+        for row, ran in zip(summary["rows"], fit.algorithms):
+            row["ran"] = ran
+    code = EXIT_ERROR if args.strict and fit.warnings else EXIT_OK
     if args.json:
         out(json.dumps(summary, indent=1))
-        return EXIT_OK
+        return code
     held = "n/a" if fit.held_out_gmae is None else f"{fit.held_out_gmae:.1%}"
-    out(f"{runtime} {collective} on {topology.name}, {len(fit.rings)} channel(s): "
+    how = ("each size as the runtime runs it (its own algorithm, protocol and channels)"
+           if fit.algorithms else f"{len(fit.rings)} channel(s)")
+    out(f"{runtime} {collective} on {topology.name}, {how}: "
         f"GMAE {fit.gmae:.1%} in-sample, {held} held out (fit on every other size)")
-    out("  " + ", ".join(f"{k} = {v:.4g}" for k, v in fit.parameters.items()))
+    if fit.report:
+        for line in table(("constant", "value", "plausible from", "to", "at bound"),
+                          [(c.name, f"{c.value:.4g}", f"{c.low:.4g}", f"{c.high:.4g}",
+                            "yes" if c.at_bound else "") for c in fit.report],
+                          left=(0,), separator="  ", rule=False):
+            out(line)
+    else:
+        out("  " + ", ".join(f"{k} = {v:.4g}" for k, v in fit.parameters.items()))
+    for warning in fit.warnings:
+        out(f"warning: {warning}")
     out(f"wrote {args.output}")
-    return EXIT_OK
+    return code
+
+
+def _curve_rows(path: str, collective: str | None) -> tuple[list[tuple[int, float]], str | None]:
+    """The measured ``(size_bytes, time_us)`` of a CSV with those columns, or of a benchmark
+    log (its out-of-place rows, in-place where it has none; times of one size averaged), and
+    the collective the log names (``None`` for a CSV)."""
+    from collsynth.errors import FileFormatError
+    from collsynth.timing.runtime_fit import read_curve
+
+    try:
+        return read_curve(path), None
+    except FileFormatError as csv_error:
+        try:
+            log = load_log(path, collective=collective)
+        except FileFormatError:
+            raise csv_error from None
+    rows = [r for r in log.rows if not r.in_place] or list(log.rows)
+    by_size: dict[int, list[float]] = {}
+    for r in rows:
+        by_size.setdefault(r.size_bytes, []).append(r.time_us)
+    return sorted((s, sum(t) / len(t)) for s, t in by_size.items()), log.collective
 
 
 def _summary_lines(entries: list[dict[str, Any]]) -> list[str]:

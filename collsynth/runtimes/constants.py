@@ -23,7 +23,8 @@ __all__ = ["LINK_CLASSES", "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "
            "MAX_LATENCY_US", "MAX_GAMMA_US_PER_BYTE", "FIELDS", "check_channels",
            "RuntimeConstants", "NCCL_BASE_LATENCY_US", "NCCL_HOP_LATENCY_US",
            "RCCL_BASE_LATENCY_US", "RCCL_HOP_LATENCY_US", "NCCL_DEFAULTS", "RCCL_DEFAULTS",
-           "constants_to_dict", "constants_from_dict"]
+           "constants_to_dict", "constants_from_dict", "CLASS_LATENCY_US", "NETWORK_CLASSES",
+           "DEVICE_MEMORY_GBPS", "gamma_range", "HOP_SCALE_RANGE"]
 
 #: Link classes of the program model: inside a node, and between nodes.
 LINK_CLASSES = ("intra", "network")
@@ -53,7 +54,36 @@ _MAX_PROTOCOL_SWITCHES = 64
 #: The fields of :func:`constants_to_dict`.
 FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
                     "ceiling_gbps", "slot_bytes", "chunk_slots", "slice_slots", "fifo_slots",
-                    "gamma_us_per_byte", "default_protocols", "channels", "source"})
+                    "gamma_us_per_byte", "default_protocols", "channels", "source",
+                    "network_class", "network_base_us"})
+#: Networks between nodes, as machine facts name them (collsynth.topology.machine).
+NETWORK_CLASSES = ("ib", "roce", "efa", "slingshot", "tcp")
+#: Per link class: the hop latency per protocol (LL, LL128, Simple), us, and a base latency
+#: added once per call that crosses the class (the proxy, the network plugin), us. Inside a
+#: node: NCCL's hwLat ring rows (NVLINK, PCI; NCCL 2.30.7 src/graph/tuning.cc) and RCCL's
+#: tuning model 5 NVLINK ring row for xGMI (gfx942). Between nodes every class hops as NCCL's
+#: NET ring row (2.7, 4.0, 14.0); the base per call is 0 for InfiniBand (NCCL's built-in IB
+#: reports latency 0) and, for the others, the extra small-size time of a public two-node run
+#: over the same machine's one node, less two NET LL hops: EFA 50 us (H100 p5: 69 - 13 - 5.4),
+#: RoCE 5 us (B200 a4, one GPU per node: 14 - 6.6 - 2.7), Slingshot 5.6 us (GH200 Alps:
+#: 19 - 8 - 5.4), TCP 15 us (H200 over one TCP interface: 33 - 13 - 5.4). docs/runtime-model.md,
+#: "Link classes".
+CLASS_LATENCY_US: Mapping[str, tuple[tuple[float, float, float], float]] = MappingProxyType({
+    "nvlink": ((0.6, 1.9, 3.4), 0.0), "xgmi": ((0.8, 0.8, 2.1), 0.0),
+    "pcie": ((1.0, 2.5, 5.7), 0.0), "neuronlink": ((0.6, 1.9, 3.4), 0.0),
+    "ib": ((2.7, 4.0, 14.0), 0.0), "roce": ((2.7, 4.0, 14.0), 5.0),
+    "efa": ((2.7, 4.0, 14.0), 50.0), "slingshot": ((2.7, 4.0, 14.0), 5.6),
+    "tcp": ((2.7, 4.0, 14.0), 15.0),
+})
+#: Device memory (HBM) GB/s by architecture, from the vendors' datasheets: V100 900, A100
+#: 1555 (40 GB; 2039 for 80 GB), H100 SXM 3350, B200 8000, MI250X 1638 per GCD (3277 per
+#: package), MI300X 5300, MI355X 8000. A reduction reads two inputs and writes one, so a byte
+#: reduced costs at least 3 / that (gamma_range).
+DEVICE_MEMORY_GBPS: Mapping[str, float] = MappingProxyType({
+    "sm70": 900.0, "sm80": 1555.0, "sm90": 3350.0, "sm100": 8000.0, "gfx90a": 1638.0,
+    "gfx942": 5300.0, "gfx950": 8000.0})
+#: The range a calibration may scale the documented hop latencies by (1/8 to 8 times).
+HOP_SCALE_RANGE = (0.125, 8.0)
 
 
 def check_channels(channels: object, what: str = "channels") -> int:
@@ -111,10 +141,16 @@ class RuntimeConstants:
         ascending, the last ``max_bytes`` may be ``None`` (no limit). Empty: the fastest
         predicted.
     channels:
-        How many channels (rings) the runtime's own algorithms use on the machine measured
-        (``None``: as many as :func:`collsynth.timing.rings.ring_channels` finds).
+        How many channels the log measured had, when known (kept for the record: the program
+        model derives the channels of the runtime's own algorithms from the machine and the
+        size, never from here).
     source:
         Where the figures come from (free text, kept in the file).
+    network_class, network_base_us:
+        The network (``ib``, ``roce``, ``efa``, ``slingshot``, ``tcp``) the ``network`` hop
+        latencies and ``network_base_us`` (us added once per call that crosses nodes) were
+        fitted on; ``None``: not fitted, so a machine's network takes its class's documented
+        figures (:data:`CLASS_LATENCY_US`).
     """
 
     runtime: str
@@ -132,6 +168,8 @@ class RuntimeConstants:
     default_protocols: tuple[tuple[int | None, str], ...] = ()
     channels: int | None = None
     source: str = ""
+    network_class: str | None = None
+    network_base_us: float = 0.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -242,6 +280,12 @@ def _validate(c: RuntimeConstants) -> None:
     _whole(c.fifo_slots, "fifo_slots", MAX_FIFO_SLOTS, f"NCCL_STEPS is 8; {MAX_FIFO_SLOTS} at most")
     _number(c.gamma_us_per_byte, "gamma_us_per_byte", hi=MAX_GAMMA_US_PER_BYTE,
             why="a reduction of at least 1 kB/s")
+    if c.network_class is not None and c.network_class not in NETWORK_CLASSES:
+        raise InvalidInstanceError(f"runtime constants: network_class = "
+                                   f"{shown(c.network_class)}; expected null or one of "
+                                   f"{', '.join(NETWORK_CLASSES)}")
+    _number(c.network_base_us, "network_base_us", lo=MIN_LATENCY_US, hi=MAX_LATENCY_US,
+            why=_LATENCY_WHY)
     if c.channels is not None:
         _whole(c.channels, "channels", MAX_CHANNELS, "or null; rccl's MAXCHANNELS, the most "
                "any runtime has")
@@ -349,6 +393,21 @@ RCCL_DEFAULTS = RuntimeConstants(
 )
 
 
+def gamma_range(arch: str | None) -> tuple[float, float]:
+    """The plausible reduction cost of a device, us per byte: at least 3 bytes of device memory
+    traffic per byte reduced at its HBM rate, at most 20 times that (a reduction kernel at 5%
+    of the memory's rate); ``(0, MAX_GAMMA_US_PER_BYTE)`` for an unknown device.
+
+    >>> [f"{g:.3g}" for g in gamma_range("sm80")]
+    ['1.93e-06', '3.86e-05']
+    """
+    hbm = DEVICE_MEMORY_GBPS.get(arch or "")
+    if hbm is None:
+        return 0.0, MAX_GAMMA_US_PER_BYTE
+    low = 3 / (hbm * 1e3)
+    return low, 20 * low
+
+
 # -- as a dictionary --------------------------------------------------------------------------------
 
 
@@ -368,6 +427,7 @@ def constants_to_dict(c: RuntimeConstants) -> dict[str, Any]:
         "gamma_us_per_byte": c.gamma_us_per_byte,
         "default_protocols": [list(entry) for entry in c.default_protocols],
         "channels": c.channels, "source": c.source,
+        "network_class": c.network_class, "network_base_us": c.network_base_us,
     }
 
 
@@ -415,7 +475,8 @@ def constants_from_dict(data: Mapping[str, Any], *, base: RuntimeConstants,
                 for k, v in dict(data[key]).items():
                     merged.setdefault(k, {}).update(dict(v))
                 changes[key] = merged
-        for key in ("fifo_slots", "gamma_us_per_byte", "channels", "source"):
+        for key in ("fifo_slots", "gamma_us_per_byte", "channels", "source", "network_class",
+                    "network_base_us"):
             if key in data:
                 changes[key] = data[key]
         if "default_protocols" in data:

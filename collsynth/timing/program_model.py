@@ -27,6 +27,7 @@ from collsynth.timing.runtime_programs import RUNTIME_PROGRAMS
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.timing.tune import TunedExport
+    from collsynth.timing.tuning_model import TuningSetup
     from collsynth.topology.model import Topology
 
 __all__ = ["ProgramModel", "TuneOptions"]
@@ -99,6 +100,7 @@ class ProgramModel:
         self.source = source
         self._prepared: dict[tuple, tuple[object, PreparedProgram]] = {}
         self._tuned: dict[int, tuple[Algorithm, "TunedExport"]] = {}
+        self._on: dict[tuple, tuple[RuntimeConstants, "Topology", RuntimeConstants]] = {}
 
     @property
     def provenance(self) -> str:
@@ -234,12 +236,16 @@ class ProgramModel:
         return None
 
     def _channels(self, subject: RuntimeAlgorithm) -> int | None:
-        """The subject's channels: pinned, else the calibration's ring count (ring, tree, PAT),
-        else the table's default (:data:`~collsynth.timing.runtime_programs.RUNTIME_PROGRAMS`)."""
+        """The subject's channels when no size says otherwise: pinned, else the table's
+        default (:data:`~collsynth.timing.runtime_programs.RUNTIME_PROGRAMS`). A calibration's
+        channel count (the measured log's) only on a machine without facts, where the runtime's
+        own channels cannot be derived; with facts, channels are the machine's and the size's
+        (:meth:`runtime_choice`), never carried over."""
         if subject.channels is not None:
             return subject.channels
         entry = RUNTIME_PROGRAMS[subject.algorithm]
-        if self.constants.channels is not None and entry.algorithm in ("ring", "tree", "pat"):
+        if self.constants.channels is not None and entry.algorithm in ("ring", "tree", "pat") \
+                and self.tuning(subject.topology, subject.runtime.family) is None:
             return self.constants.channels
         key = ("channels", subject.algorithm, id(subject.topology))
         found = self._prepared.get(key)
@@ -248,10 +254,55 @@ class ProgramModel:
                                            entry.channels(subject.topology))
         return found[1]  # type: ignore[return-value]
 
-    def _runtime_prepared(self, subject: RuntimeAlgorithm, protocol: str) -> PreparedProgram:
-        """The subject's program (or graph) with ``protocol``, prepared once (raises what the
-        builder or :func:`prepare_program` raises)."""
-        channels = self._channels(subject)
+    def tuning(self, topology: "Topology", family: str) -> "TuningSetup | None":
+        """The runtime's tuning setup on ``topology`` (:func:`~collsynth.timing.tuning_model.
+        tuning_setup`; NCCL's for the MSCCL runtimes), ``None`` when the machine's facts cannot
+        set one up or name no GPU architecture (a ``ring:8``). Once per topology."""
+        from collsynth.timing.tuning_model import SETUP_FAILURES, tuning_setup
+        from collsynth.topology.machine import machine_facts
+
+        family = family if family in ("nccl", "rccl") else "nccl"
+        key = ("setup", family, id(topology))
+        found = self._prepared.get(key)
+        if found is None or found[0] is not topology:
+            try:
+                setup = tuning_setup(topology, runtime=family) \
+                    if machine_facts(topology).arch is not None else None
+            except SETUP_FAILURES:  # no facts: no tuning
+                setup = None
+            found = self._prepared[key] = (topology, setup)  # type: ignore[assignment]
+        return found[1]  # type: ignore[return-value]
+
+    def constants_on(self, topology: "Topology | None", subject: Subject | None = None
+                     ) -> RuntimeConstants:
+        """:attr:`constants` as they apply on ``topology``: across nodes, the network's own
+        hop latencies and base latency per call (the constants' when they were fitted on that
+        network class, else its documented ones: ``CLASS_LATENCY_US``); for the runtime's own
+        algorithms, each per-connection ceiling left open filled from the runtime's own tables
+        (:func:`~collsynth.timing.tuning_model.connection_gbps`). docs/runtime-model.md."""
+        c = self.constants
+        if topology is None:
+            return c
+        runtime = subject.runtime.family if isinstance(subject, RuntimeAlgorithm) else None
+        algorithm = subject.algorithm if isinstance(subject, RuntimeAlgorithm) else None
+        key = (id(c), id(topology), runtime, algorithm)
+        found = self._on.get(key)
+        if found is not None and found[0] is c and found[1] is topology:
+            return found[2]
+        if len(self._on) > 64:
+            self._on.clear()
+        adjusted = _on_machine(c, topology, self.tuning(topology, runtime) if runtime else None,
+                               algorithm)
+        self._on[key] = (c, topology, adjusted)
+        return adjusted
+
+    def _runtime_prepared(self, subject: RuntimeAlgorithm, protocol: str,
+                          channels: int | None = None) -> PreparedProgram:
+        """The subject's program (or graph) with ``protocol`` on ``channels`` (default:
+        :meth:`_channels`), prepared once (raises what the builder or :func:`prepare_program`
+        raises)."""
+        if channels is None:
+            channels = self._channels(subject)
         key = ("program", subject.algorithm, subject.collective, id(subject.topology), channels,
                protocol)
         found = self._prepared.get(key)
@@ -267,21 +318,74 @@ class ProgramModel:
             found = self._prepared[key] = (subject.topology, prepared)
         return found[1]
 
+    def runtime_choice(self, subject: RuntimeAlgorithm, size: int
+                       ) -> list[tuple[str, int | None]]:
+        """The (protocol, channels) the runtime would run ``subject`` with at ``size``: pinned
+        ones kept; the protocol a calibration measured, else the runtime's own choice for that
+        algorithm (:func:`~collsynth.timing.tuning_model.algorithm_choice`) and its channels
+        for the call; without a tuning setup, every protocol the algorithm runs with (the
+        fastest is priced) on the table's channels."""
+        from collsynth.timing.tuning_model import algorithm_choice
+
+        runs = RUNTIME_PROGRAMS[subject.algorithm].protocols
+        if subject.protocol is not None:
+            options: tuple[str, ...] = (subject.protocol,)
+        else:
+            chosen = self.constants.default_protocol(size)
+            options = (chosen,) if chosen in runs else \
+                tuple(p for p in subject.runtime.protocols if p in runs) or runs
+        setup = self.tuning(subject.topology, subject.runtime.family)
+        if setup is not None:
+            choice = algorithm_choice(setup, subject.collective, subject.algorithm, int(size),
+                                      options)
+            if choice is not None:
+                protocol, shape = choice
+                channels = subject.channels if subject.channels is not None else \
+                    max(1, shape.channels)
+                if subject.algorithm == "tree" and subject.channels is None:
+                    # each of NCCL's channels runs one of the two trees; the tree program
+                    # builds both trees per chain
+                    channels = max(1, (channels + 1) // 2)
+                return [(protocol, channels)]
+        return [(p, self._channels(subject)) for p in options]
+
     def _price_runtime(self, subject: RuntimeAlgorithm, sizes: Sequence[int]
                        ) -> tuple[Price, ...]:
-        runs = RUNTIME_PROGRAMS[subject.algorithm].protocols
         found = []
         for size in sizes:
-            if subject.protocol is not None:
-                options: tuple[str, ...] = (subject.protocol,)
-            else:
-                chosen = self.constants.default_protocol(size)
-                options = (chosen,) if chosen in runs else \
-                    tuple(p for p in subject.runtime.protocols if p in runs) or runs
-            best = min((self._price(subject.name, self._runtime_prepared(subject, p), size,
-                                    protocol=p) for p in options), key=lambda t: t.time_us)
+            best = min((self._price(subject.name, self._runtime_prepared(subject, p, ch), size,
+                                    protocol=p, subject=subject, channels=ch)
+                        for p, ch in self.runtime_choice(subject, size)),
+                       key=lambda t: t.time_us)
             found.append(best)
         return tuple(found)
+
+    def _call_constants(self, c: RuntimeConstants, subject: RuntimeAlgorithm, protocol: str,
+                        channels: int) -> RuntimeConstants:
+        """``c`` with the runtime's cap on a whole call (LL's ``llMaxBws``:
+        :func:`~collsynth.timing.tuning_model.call_cap_gbps`) spread over the call's
+        ``channels``: each of a rank's connections carries at most its share."""
+        from collsynth.runtimes.constants import LINK_CLASSES
+        from collsynth.timing.tuning_model import call_cap_gbps
+
+        setup = self.tuning(subject.topology, subject.runtime.family)
+        if setup is None:
+            return c
+        cap = call_cap_gbps(setup, subject.algorithm, protocol)
+        if not math.isfinite(cap):
+            return c
+        key = (id(c), protocol, channels, subject.algorithm)
+        found = self._on.get(key)
+        if found is not None and found[0] is c:
+            return found[2]
+        share = cap / max(1, channels)
+        ceilings = {k: dict(c.ceiling_gbps[k]) for k in LINK_CLASSES}
+        for k in LINK_CLASSES:
+            now = ceilings[k][protocol]
+            ceilings[k][protocol] = share if now is None else min(now, share)
+        capped = c.replace(ceiling_gbps=ceilings)
+        self._on[key] = (c, subject.topology, capped)
+        return capped
 
     def _price_tuned(self, algorithm: Algorithm, sizes: Sequence[int]) -> tuple[Price, ...]:
         tuned = self.tuned_export(algorithm, sizes)
@@ -301,8 +405,12 @@ class ProgramModel:
         return tuple(found)
 
     def _price(self, name: str, prepared: PreparedProgram, size: int, *,
-               protocol: str | None = None, note: str = "") -> Price:
-        t = simulate_program(prepared, None, size, self.constants, protocol=protocol,
+               protocol: str | None = None, note: str = "",
+               subject: Subject | None = None, channels: int | None = None) -> Price:
+        constants = self.constants_on(prepared.topology, subject)
+        if isinstance(subject, RuntimeAlgorithm) and protocol is not None and channels:
+            constants = self._call_constants(constants, subject, protocol, channels)
+        t = simulate_program(prepared, None, size, constants, protocol=protocol,
                              options=self.options)
         program = prepared.program
         algbw, busbw = bandwidths(program.coll, program.ngpus, size, t.time_us)
@@ -312,3 +420,67 @@ class ProgramModel:
         return Price(name, int(size), t.time_us, algbw, busbw, self.name,
                      str(t.breakdown["protocol"]), program.nchannels, note)
 
+
+
+def _on_machine(c: RuntimeConstants, topology: "Topology", setup: "TuningSetup | None",
+                algorithm: str | None) -> RuntimeConstants:
+    """``c`` on ``topology`` (:meth:`ProgramModel.constants_on`)."""
+    from collsynth.errors import InvalidTopologyError
+    from collsynth.runtimes.constants import CLASS_LATENCY_US, LINK_CLASSES
+    from collsynth.runtimes.protocols import PROTOCOLS
+    from collsynth.timing.tuning_model import connection_gbps
+    from collsynth.topology.machine import machine_facts
+
+    changes: dict = {}
+    layout = topology.layout
+    if layout is not None and layout.multi_node:
+        try:
+            network = machine_facts(topology).network_class
+        except InvalidTopologyError:  # facts that do not hold together: no network figures
+            network = None
+        if network is not None:
+            if c.network_class == network:
+                extra = c.network_base_us
+            else:
+                hops, extra = CLASS_LATENCY_US[network]
+                changes["hop_latency_us"] = {**{k: dict(v) for k, v in c.hop_latency_us.items()},
+                                             "network": dict(zip(PROTOCOLS, hops))}
+            if extra:
+                changes["base_latency_us"] = {p: c.base_latency_us[p] + extra for p in PROTOCOLS}
+    if setup is not None and algorithm is not None:
+        ceilings = {k: dict(c.ceiling_gbps[k]) for k in LINK_CLASSES}
+        for k in LINK_CLASSES:
+            for p in PROTOCOLS:
+                if ceilings[k][p] is None:
+                    ceilings[k][p] = connection_gbps(setup, algorithm, p, k == "network")
+        changes["ceiling_gbps"] = ceilings
+    return c.replace(**changes) if changes else c
+
+
+def chosen_algorithms(model: ProgramModel, runtime: Runtime, collective: str,
+                      topology: "Topology", sizes: Sequence[int]) -> tuple[RuntimeAlgorithm, ...]:
+    """Per size, the runtime's own algorithm that it would run (its cost model's pick:
+    :func:`~collsynth.timing.tuning_model.choose`), as a :class:`RuntimeAlgorithm` ``model``
+    can price; where it cannot price the pick, the next of the runtime's estimates, fastest
+    first. Without a tuning setup: the fastest ``model`` prices, per size. What a measured
+    curve of the runtime ran (benchmarks/predictions.py, the calibration)."""
+    from collsynth.timing.pricing import runtime_algorithms
+    from collsynth.timing.tuning_model import choose
+
+    own = {a.algorithm: a for a in runtime_algorithms(runtime, collective, topology)
+           if model.why_not(a) is None}
+    if not own:
+        raise InvalidInstanceError(f"the program model prices none of {runtime.family}'s own "
+                                   f"algorithms for {collective} on {topology.name!r}")
+    setup = model.tuning(topology, runtime.family)
+    found = []
+    for size in sizes:
+        if setup is None:
+            prices = [(model.price(a, [size])[0].time_us, a) for a in own.values()]
+            found.append(min(prices, key=lambda x: x[0])[1])
+            continue
+        choice = choose(setup, collective, int(size))
+        order = [choice.algorithm] + [e.algorithm for e in sorted(choice.estimates,
+                                                                  key=lambda e: e.time_us)]
+        found.append(next((own[a] for a in order if a in own), next(iter(own.values()))))
+    return tuple(found)

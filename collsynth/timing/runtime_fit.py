@@ -25,7 +25,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from collsynth.topology.model import Topology
 
 __all__ = ["RuntimeFit", "fit_runtime", "read_curve", "apply_parameters", "predict_ring",
-           "protocol_split", "CURVE_FIT_ERRORS"]
+           "protocol_split", "CURVE_FIT_ERRORS", "FittedConstant", "WARN_GMAE",
+           "fit_runtime_choice", "MAX_BASE_US"]
+
+#: A calibration whose in-sample or held-out GMAE is above this is reported with a warning
+#: (and ``collsynth calibrate --model program --strict`` exits non-zero).
+WARN_GMAE = 0.10
+#: The largest base latency per call a calibration may return, us: 1 ms, about 4 times the
+#: slowest small-size call of any public two-node run in data/ (RCCL over RoCE: 220 us).
+MAX_BASE_US = 1000.0
 
 #: What :func:`fit_runtime` raises on a curve or topology it cannot fit (too few sizes, no ring,
 #: no figures, a ring too large to simulate); a caller with a fallback catches exactly these.
@@ -36,6 +44,32 @@ _MAX_CSV_BYTES = 16 * 1024 * 1024
 #: evaluations per fit and two fits. An nccl-tests sweep from 1 B to 16 GiB has 35 sizes;
 #: 1024 allow repeated runs of each, and bound the fit to minutes at worst.
 MAX_CURVE_ROWS = 1024
+
+
+@dataclass(frozen=True)
+class FittedConstant:
+    """One fitted constant of a calibration report: its ``value``, the plausible range it was
+    bounded to (``low``, ``high``, and ``why``), and whether it ended at a bound."""
+
+    name: str
+    value: float
+    low: float
+    high: float
+    why: str
+
+    @property
+    def at_bound(self) -> bool:
+        span = max(abs(self.high), abs(self.low), 1e-12)
+        return (abs(self.value - self.low) <= 1e-3 * max(abs(self.low), 1e-9 * span)
+                or abs(self.value - self.high) <= 1e-3 * abs(self.high))
+
+    @property
+    def within(self) -> bool:
+        return self.low * (1 - 1e-6) <= self.value <= self.high * (1 + 1e-6)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"name": self.name, "value": self.value, "low": self.low, "high": self.high,
+                "at_bound": self.at_bound, "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -54,6 +88,22 @@ class RuntimeFit:
     gmae: float
     held_out_gmae: float | None
     rings: tuple[tuple[int, ...], ...] = field(default=())
+    report: tuple[FittedConstant, ...] = ()
+    algorithms: tuple[str, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What a user must be told: a GMAE above :data:`WARN_GMAE`, a constant at a bound."""
+        found = []
+        if self.gmae > WARN_GMAE:
+            found.append(f"in-sample GMAE {self.gmae:.1%} is above {WARN_GMAE:.0%}")
+        if self.held_out_gmae is not None and self.held_out_gmae > WARN_GMAE:
+            found.append(f"held-out GMAE {self.held_out_gmae:.1%} is above {WARN_GMAE:.0%}")
+        for c in self.report:
+            if c.at_bound:
+                found.append(f"{c.name} = {c.value:.4g} sits at a bound of its plausible range "
+                             f"[{c.low:.4g}, {c.high:.4g}] ({c.why})")
+        return tuple(found)
 
 
 
@@ -100,17 +150,28 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
     return sorted(rows)
 
 
-def protocol_split(times: Sequence[float], protocols: Sequence[str] = ("LL", "Simple")
-                   ) -> list[str]:
-    """The protocol of each size (ascending sizes): the first up to the largest drop of the time
-    (a size whose time is below the previous size's by more than 5%), the second from there on;
-    one protocol (the last) when the time never drops.
+def protocol_split(times: Sequence[float], protocols: Sequence[str] = ("LL", "Simple"),
+                   sizes: Sequence[int] | None = None, *, min_bytes: int = 4096) -> list[str]:
+    """The protocol of each size (ascending sizes): the first up to the largest drop of the
+    time (a size whose time is below the previous size's by more than 5%), the second from
+    there on; one protocol (the last) when the time never drops. A drop back to within 10% of
+    the time two sizes before is a one-off spike, not a switch; with ``sizes``, a drop below
+    ``min_bytes`` (another algorithm taking over at tiny sizes) is not one either.
 
-    >>> protocol_split([100, 100, 300, 200, 400])
+    >>> protocol_split([100, 120, 300, 200, 400])
     ['LL', 'LL', 'LL', 'Simple', 'Simple']
+    >>> protocol_split([13, 13, 22, 14, 15])  # the spike at the third size is not a switch
+    ['Simple', 'Simple', 'Simple', 'Simple', 'Simple']
     """
-    drops = [(times[i - 1] / times[i], i) for i in range(1, len(times))
-             if times[i] < times[i - 1] / 1.05]
+    drops = []
+    for i in range(1, len(times)):
+        if not times[i] < times[i - 1] / 1.05:
+            continue
+        if sizes is not None and sizes[i] < min_bytes:
+            continue
+        if i >= 2 and times[i] <= 1.1 * times[i - 2]:
+            continue
+        drops.append((times[i - 1] / times[i], i))
     if not drops:
         return [protocols[-1]] * len(times)
     i = max(drops)[1]
@@ -170,7 +231,12 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         raise InvalidInstanceError("a runtime calibration needs at least 2 measured sizes")
     sizes = [s for s, _ in rows]
     times = [t for _, t in rows]
-    used = list(protocols) if protocols is not None else protocol_split(times)
+    if channels is None and rings is None and protocols is None:
+        choice = fit_runtime_choice(rows, topology, collective, runtime=runtime,
+                                    constants=constants, held_out=held_out)
+        if choice is not None:
+            return choice
+    used = list(protocols) if protocols is not None else protocol_split(times, sizes=sizes)
     if len(used) != len(rows):
         raise InvalidInstanceError(f"{len(used)} protocols for {len(rows)} sizes")
     base = constants if constants is not None else get_runtime(runtime).defaults
@@ -264,3 +330,183 @@ def _fit(base: RuntimeConstants, prepared: dict[str, PreparedProgram], sizes: li
     parameters = {"base_latency_us": base_us}
     parameters.update(zip(names, (float(v) for v in np.exp(result.x))))
     return parameters, constants_for(result.x, base_us)
+
+
+# -- the runtime's own choices: algorithm, protocol and channels per size ----------------------
+
+
+def _traffic_per_rank(collective: str, n: int) -> float:
+    """Bytes one rank sends per byte of the nccl-tests size, on its ring: allreduce 2(n-1)/n,
+    allgather and reduce-scatter (n-1)/n, broadcast and reduce 1."""
+    if collective == "allreduce":
+        return 2 * (n - 1) / n
+    if collective in ("allgather", "reduce_scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Topology",
+                       collective: str = "allreduce", *, runtime: str = "nccl",
+                       constants: RuntimeConstants | None = None, held_out: bool = True,
+                       starts: int = 2) -> RuntimeFit | None:
+    """Fit ``runtime``'s constants so that what it runs at each measured size (its own
+    algorithm, protocol and channels: :func:`~collsynth.timing.program_model.chosen_algorithms`,
+    :meth:`~collsynth.timing.program_model.ProgramModel.runtime_choice`) reproduces
+    ``measurements``; ``None`` when the machine has no tuning setup (no facts). Every constant is
+    bounded by physics (the report says which sit at a bound), the starting guesses come from
+    the collective's traffic per connection, and the best of ``starts`` starts is kept.
+    docs/runtime-model.md, "Fitting the runtime constants"."""
+    from scipy.optimize import least_squares, minimize_scalar
+
+    from collsynth.runtimes.constants import HOP_SCALE_RANGE, gamma_range
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel, chosen_algorithms
+    from collsynth.timing.tuning_model import connection_gbps, gpu_bandwidth_gbps
+    from collsynth.topology.machine import machine_facts
+
+    rows = sorted((int(s), float(t)) for s, t in measurements)
+    if len(rows) < 2:
+        raise InvalidInstanceError("a runtime calibration needs at least 2 measured sizes")
+    family = get_runtime(runtime)
+    base = constants if constants is not None else family.defaults
+    probe = ProgramModel(base, runtime=family)
+    setup = probe.tuning(topology, family.family)
+    if setup is None:
+        return None
+    facts = machine_facts(topology)
+    sizes = [s for s, _ in rows]
+    times = [t for _, t in rows]
+    measured = np.asarray(times, float)
+    layout = topology.layout
+    multi = layout is not None and layout.multi_node
+    bound_class = "network" if multi else "intra"
+    network = facts.network_class if multi else None
+    subjects = chosen_algorithms(probe, family, collective, topology, sizes)
+    shapes = [probe.runtime_choice(a, s)[0] for a, s in zip(subjects, sizes)]
+    used = [p for p, _ in shapes]
+    # Physics: a connection carries at most its link (the GPU pair's, or one NIC's), at least a
+    # tenth of what the runtime's own tables give a channel.
+    total, pair = gpu_bandwidth_gbps(topology, facts)
+    link = (facts.nic_gbps or pair) if multi else pair
+    names: list[str] = ["hop_scale"]
+    lows: list[float] = [HOP_SCALE_RANGE[0]]
+    highs: list[float] = [HOP_SCALE_RANGE[1]]
+    whys: list[str] = ["1/8 to 8 times the runtime's documented hop latencies"]
+    guess: list[float] = [1.0]
+    n = topology.num_ranks
+    for p in sorted(set(used)):
+        default = connection_gbps(setup, "ring", p, multi)
+        largest = max(i for i, q in enumerate(used) if q == p)
+        channels = max(1, shapes[largest][1] or 1)
+        traffic = _traffic_per_rank(collective, n) * sizes[largest] / channels
+        span = max(times[largest] - min(times), 0.05 * times[largest])
+        names.append(f"ceiling_{p}")
+        lows.append(0.1 * default)
+        highs.append(max(link, 0.1 * default * 1.01))
+        whys.append(f"a tenth of the runtime's {default:.3g} GB/s per channel to the link's "
+                    f"{link:.3g} GB/s")
+        guess.append(traffic / span / 1e3)
+    combining = collective in ("allreduce", "reduce_scatter", "reduce")
+    g_low, g_high = gamma_range(facts.arch)
+    if combining and g_low > 0:
+        names.append("gamma_us_per_byte")
+        lows.append(g_low)
+        highs.append(g_high)
+        whys.append(f"3 bytes of device memory traffic per byte reduced, at 100% to 5% of "
+                    f"{facts.arch}'s HBM rate")
+        guess.append(2 * g_low)
+    lower, upper = np.log(lows), np.log(highs)
+    floor = min(base.base_latency(p) for p in PROTOCOLS)
+    top = min(float(measured.min()), MAX_BASE_US)
+    # A curve whose smallest size is above 64 KiB (large sizes only) cannot tell the base from
+    # the bandwidth: three collinear points are matched by any base (issue 21: 9.2 ms).
+    fit_base = sizes[0] <= 64 * 1024
+
+    def constants_for(x: np.ndarray, base_us: float) -> RuntimeConstants:
+        values = dict(zip(names, np.exp(x)))
+        scale = values.pop("hop_scale")
+        hops = {k: dict(base.hop_latency_us[k]) for k in LINK_CLASSES}
+        if multi and network is not None and base.network_class != network:
+            from collsynth.runtimes.constants import CLASS_LATENCY_US
+
+            hops["network"] = dict(zip(PROTOCOLS, CLASS_LATENCY_US[network][0]))
+        hops[bound_class] = {p: v * scale for p, v in hops[bound_class].items()}
+        ceilings = {k: dict(base.ceiling_gbps[k]) for k in LINK_CLASSES}
+        for p in PROTOCOLS:
+            if f"ceiling_{p}" in values:
+                ceilings[bound_class][p] = float(values[f"ceiling_{p}"])
+        return base.replace(
+            base_latency_us={p: base_us for p in PROTOCOLS}, hop_latency_us=hops,
+            ceiling_gbps=ceilings, network_class=network, network_base_us=0.0,
+            gamma_us_per_byte=float(values.get("gamma_us_per_byte", base.gamma_us_per_byte)),
+            default_protocols=(), channels=None)
+
+    def spans(x: np.ndarray, indices: Sequence[int]) -> np.ndarray:
+        probe.constants = constants_for(x, 0.0)
+        return np.array([probe.price(subjects[i], [sizes[i]])[0].time_us for i in indices])
+
+    def best_base(makespans: np.ndarray, target: np.ndarray) -> float:
+        def loss(b: float) -> float:
+            r = np.log((b + makespans) / target)
+            return float(np.sum(2 * 0.05 ** 2 * (np.sqrt(1 + (r / 0.05) ** 2) - 1)))
+        # at most the smallest time measured (physics), at least the runtime's documented
+        # base where that leaves room
+        high = min(float(target.min()), MAX_BASE_US)
+        if not fit_base:  # no size small enough to tell a call's latency: the documented one
+            return min(floor, high)
+        return float(minimize_scalar(loss, bounds=(min(floor, 0.999 * high), high),
+                                     method="bounded", options={"xatol": 1e-3}).x)
+
+    def fit(indices: Sequence[int], tries: int) -> tuple[np.ndarray, float, float]:
+        target = measured[list(indices)]
+
+        def residuals(x: np.ndarray) -> np.ndarray:
+            m = spans(x, indices)
+            # A weak pull of the hop scale toward the documented hops: one curve cannot tell
+            # a call's fixed cost from its hops', so the base takes what the hops need not.
+            return np.append(np.log((best_base(m, target) + m) / target), 0.5 * x[0])
+
+        best: tuple[float, np.ndarray] | None = None
+        for k in range(max(1, tries)):
+            # a second start from the other side: slower links and faster hops
+            factor = np.array([1.0] + [0.5 ** k if nm.startswith("ceiling") else 1.0
+                                       for nm in names[1:]])
+            start = np.clip(np.log(np.asarray(guess) * factor), lower + 1e-9, upper - 1e-9)
+            result = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1",
+                                   f_scale=0.05, diff_step=1e-2, xtol=1e-3, ftol=1e-3,
+                                   max_nfev=30)
+            if best is None or result.cost < best[0]:
+                best = (float(result.cost), result.x)
+        x = best[1]
+        m = spans(x, indices)
+        b = best_base(m, target)
+        return x, b, gmae(list(b + m), list(target))
+
+    x, base_us, in_sample = fit(range(len(rows)), starts)
+    predicted = list(base_us + spans(x, range(len(rows))))
+    held: float | None = None
+    if held_out and len(rows) >= 4:
+        train = list(range(0, len(rows), 2))
+        test = list(range(1, len(rows), 2))
+        hx, hb, _ = fit(train, 1)
+        held = gmae(list(hb + spans(hx, test)), [times[i] for i in test])
+    parameters = {"base_latency_us": base_us}
+    parameters.update(zip(names, (float(v) for v in np.exp(x))))
+    report = [FittedConstant("base_latency_us", base_us, 0.0, top,
+                             f"0 to the smallest measured time, at most {MAX_BASE_US:g} us"
+                             + ("" if fit_base else "; not fitted: no size of 64 KiB or less"))]
+    report += [FittedConstant(nm, float(np.exp(v)), lo, hi, why)
+               for nm, v, lo, hi, why in zip(names, x, lows, highs, whys)]
+    fitted = constants_for(x, base_us)
+    algorithms = tuple(f"{a.algorithm}/{p}/{ch}ch" for a, (p, ch) in zip(subjects, shapes))
+    switches = sorted({a for a in algorithms})
+    fitted = fitted.replace(source=(
+        f"fitted on {len(rows)} measured sizes of {runtime}'s {collective} on {topology.name}, "
+        f"each priced as the runtime runs it ({', '.join(switches[:6])}"
+        f"{'...' if len(switches) > 6 else ''}): "
+        + ", ".join(f"{k} = {v:.4g}" for k, v in parameters.items())
+        + f"; GMAE {in_sample:.1%} in-sample"
+        + (f", {held:.1%} held out" if held is not None else "")
+        + f"; other figures: {base.source}")[:4096])
+    return RuntimeFit(fitted, parameters, tuple(sizes), tuple(times), tuple(predicted),
+                      tuple(used), in_sample, held, (), tuple(report), algorithms)

@@ -41,7 +41,7 @@ __all__ = [
     "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
     "gpu_bandwidth_gbps", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
-    "nccl_choices", "best_choice",
+    "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
 ]
 
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
@@ -735,6 +735,73 @@ def choose(setup: TuningSetup, collective: str, size_bytes: int, *,
         time_us = chosen.time_us if chosen is not None else math.nan
     shape = call_shape(setup, collective, algorithm, protocol, size_bytes)
     return RuntimeChoice(collective, size_bytes, algorithm, protocol, time_us, shape, found, rule)
+
+
+def algorithm_choice(setup: TuningSetup, collective: str, algorithm: str, size_bytes: int,
+                     protocols: Sequence[str] | None = None) -> tuple[str, CallShape] | None:
+    """The protocol and call shape the runtime runs ``algorithm`` with at ``size_bytes``: the
+    fastest of its own estimates among the protocols it offers for that algorithm (and
+    ``protocols``, when given), then RCCL's size rules where they keep the algorithm; ``None``
+    when it would not run the algorithm at all. What the program model prices a runtime's own
+    algorithm with (docs/runtime-model.md, "The runtime's own choices").
+
+    >>> s = setup_from_facts(_h100_facts(), gpu_gbps=370.8, path_gbps=370.8)
+    >>> [(p, c.channels) for p, c in (algorithm_choice(s, "allreduce", "ring", n)
+    ...                               for n in (1 << 10, 1 << 20, 1 << 30))]
+    [('LL', 1), ('LL', 24), ('Simple', 24)]
+    """
+    collective = _collective(collective)
+    found = [e for e in (algo_time_us(setup, collective, algorithm, p, size_bytes)
+                         for p in offered_protocols(setup, collective, algorithm)
+                         if protocols is None or p in protocols) if e is not None]
+    if not found:
+        return None
+    protocol = fastest(found).protocol
+    if setup.runtime == "rccl":
+        _, ruled, rule = _rccl_rule(setup, collective, size_bytes, algorithm, protocol)
+        if rule is not None and (protocols is None or ruled in protocols):
+            protocol = ruled
+    return protocol, call_shape(setup, collective, algorithm, protocol, size_bytes)
+
+
+def call_cap_gbps(setup: TuningSetup, algorithm: str, protocol: str) -> float:
+    """The most data GB/s one rank sends in a call of ``(algorithm, protocol)`` whatever its
+    channels, by the runtime's own tables: NCCL's ``llMaxBws`` for LL (its cap on a whole LL
+    call's bus bandwidth, which on a ring is each rank's send rate); ``math.inf`` otherwise and
+    for RCCL (which compiles the cap out).
+
+    >>> s = setup_from_facts(_h100_facts(), gpu_gbps=370.8, path_gbps=370.8)
+    >>> call_cap_gbps(s, "ring", "LL"), call_cap_gbps(s, "ring", "Simple")
+    (141.0, inf)
+    """
+    if setup.runtime != "nccl" or protocol != "LL" or algorithm not in ("ring", "tree"):
+        return math.inf
+    return _ll_max_bw(setup)
+
+
+def connection_gbps(setup: TuningSetup, algorithm: str, protocol: str, network: bool = False
+                    ) -> float:
+    """Data GB/s one channel's connection carries at most by the runtime's own tables: the
+    graph's per-channel bandwidth spread over the communicator's channels (Simple), half of it
+    for LL, ``min(0.92 x bw, perChMaxRingLL128Bw)`` for LL128 (``ncclTopoTuneModel``);
+    ``network``: the graph's inter-node figure. The default ceiling of a connection in the
+    program model.
+
+    >>> s = setup_from_facts(_h100_facts(), gpu_gbps=370.8, path_gbps=370.8)
+    >>> [round(connection_gbps(s, "ring", p), 2) for p in PROTOCOLS]
+    [7.5, 13.8, 15.0]
+    """
+    graph = setup.tree if algorithm == "tree" else setup.ring
+    per_graph = graph.bw_inter_gbps if network else graph.bw_intra_gbps
+    spread = graph.channels / max(1, setup.comm_channels)
+    bw = per_graph * spread
+    if protocol == "LL":
+        return 0.5 * bw
+    if protocol == "LL128":
+        if setup.runtime == "nccl":
+            return min(0.92 * bw, _cap(_PER_CH_RING_LL128, setup) * spread)
+        return 0.92 * bw
+    return bw
 
 
 # -- channels, threads and chunks of one call ----------------------------------------------------

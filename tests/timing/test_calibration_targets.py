@@ -1,0 +1,174 @@
+"""Issue 21's targets on public measured runs, and the plausible-range property of every
+calibration of a log in data/ (slow: each fit simulates the runtime's own algorithm at every
+measured size some hundred times; tests/conftest.py lists them).
+
+The machines are the built-in nodes with the network the logs' headers state (p4d/p4de: 4 x 100
+Gb/s EFA; p5: 3200 Gb/s EFA as 8 x 50 GB/s; a3-mega: 8 x 200 Gb/s TCPXO...). Limits: the
+issue's where the model meets them; where it does not, the figure reached (docs/performance.md
+says by how much each misses and why), so that a change that makes a prediction worse fails.
+Independent plausible ranges (not the fit's own bounds): no GPU link or NIC in data/ carries
+more than 900 GB/s (B200's NVLink5), an LL connection at 0.00025 GB/s (issue 21) is not
+plausible, the base latency cannot exceed the smallest measured time, and a reduction slower
+than 10 GB/s is no GPU's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from collsynth.timing.logs import load_log
+from collsynth.timing.runtime_fit import fit_runtime_choice
+from collsynth.topology import get_topology
+from collsynth.topology.compose import compose_nodes
+from collsynth.topology.machine import with_machine
+
+ROOT = Path(__file__).resolve().parents[2]
+KiB, MiB = 1 << 10, 1 << 20
+BANDS = ((0, 64 * KiB), (128 * KiB, 32 * MiB), (64 * MiB, 1 << 62))
+
+
+def machine(node: str, nodes: int = 1, nics: int | None = None, nic_gbps: float | None = None,
+            network: str | None = None):
+    topology = get_topology(node)
+    if nics is not None or nic_gbps is not None:
+        nic = dict(topology.metadata.get("nic") or {})
+        nic.update({k: v for k, v in (("count", nics), ("gbps", nic_gbps)) if v is not None})
+        nic["per_gpu"] = nic["count"] == topology.num_ranks
+        topology = dataclasses.replace(topology, metadata={**topology.metadata, "nic": nic})
+    if nodes > 1:
+        topology = compose_nodes(topology, nodes)
+    return with_machine(topology, network_class=network) if network else topology
+
+
+def curve(path: Path):
+    log = load_log(path)
+    rows = [r for r in log.rows if not r.in_place] or list(log.rows)
+    by_size: dict[int, list[float]] = {}
+    for r in rows:
+        by_size.setdefault(r.size_bytes, []).append(r.time_us)
+    return log.collective, sorted((s, sum(t) / len(t)) for s, t in by_size.items())
+
+
+def band_errors(measured, predicted):
+    found = []
+    for low, high in BANDS:
+        e = [abs(p / m - 1) for (s, m), p in zip(measured, predicted) if low <= s <= high]
+        found.append(sum(e) / len(e) if e else None)
+    return found
+
+
+def predict(constants, runtime: str, collective: str, topology, rows, only=None):
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.pricing import price_table, runtime_algorithms
+    from collsynth.timing.program_model import ProgramModel, chosen_algorithms
+
+    family = get_runtime(runtime)
+    model = ProgramModel(constants, runtime=family)
+    sizes = [s for s, _ in rows]
+    if only is None:
+        chosen = chosen_algorithms(model, family, collective, topology, sizes)
+        return [model.price(a, [s])[0].time_us for a, s in zip(chosen, sizes)]
+    subjects = [a for a in runtime_algorithms(family, collective, topology) if a.algorithm in only]
+    table = price_table(subjects, sizes, model)
+    return [table.best(s).time_us for s in sizes]
+
+
+@pytest.fixture(scope="module")
+def a100_fit():
+    collective, rows = curve(ROOT / "data/nccl-tests/A100-8gpu_all_reduce_superbench.txt")
+    return fit_runtime_choice(rows, machine("DGX-A100"), collective, runtime="nccl",
+                              held_out=False, starts=1)
+
+
+@pytest.mark.parametrize("name", ["A100-8gpu_all_gather_superbench.txt",
+                                  "A100-8gpu_reduce_scatter_superbench.txt"])
+def test_a100_allreduce_predicts_allgather_and_reduce_scatter(a100_fit, name):
+    collective, rows = curve(ROOT / "data/nccl-tests" / name)
+    small, mid, large = band_errors(rows, predict(a100_fit.constants, "nccl", collective,
+                                                  machine("DGX-A100"), rows))
+    assert large <= 0.10          # the issue's target
+    assert small <= 0.12          # target 10%: met for allgather, 10.0% for reduce-scatter
+    assert mid <= 0.35            # target 15%: missed (docs/performance.md)
+
+
+def test_a100_one_node_predicts_two_nodes(a100_fit):
+    collective, rows = curve(ROOT / "data/nccl-tests/A100-16gpu-2node-p4d_all_reduce_awsdocs.txt")
+    two = machine("DGX-A100", 2, nics=4, nic_gbps=12.5, network="efa")
+    errors = band_errors(rows, predict(a100_fit.constants, "nccl", collective, two, rows,
+                                       only=("ring",)))  # NCCL_ALGO=ring in the log
+    # target 25% in every band: missed (NCCL 2.7.8 over 2020's EFA stack: docs/performance.md)
+    assert all(e <= 0.65 for e in errors)
+
+
+def test_h100_allreduce_in_sample_with_nvls():
+    collective, rows = curve(ROOT / "data/nccl-tests/H100-8gpu-p5_all_reduce_awsome.txt")
+    fit = fit_runtime_choice(rows, machine("DGX-H100"), collective, runtime="nccl",
+                             held_out=False, starts=1)
+    assert any(a.startswith("nvls/") for a in fit.algorithms)
+    small, mid, large = band_errors(rows, fit.predicted_us)
+    assert small <= 0.10 and mid <= 0.10      # the issue's target
+    assert large <= 0.20                      # target 10%: missed (docs/performance.md)
+
+
+# -- every log in data/: no constant outside its plausible range --------------------------------
+
+#: log -> (runtime, machine); logs not listed: alltoall (no ring), GH200 and GB200 (no built-in
+#: node), one GPU per node (no built-in one-GPU node).
+LOGS = {
+    "nccl-tests/A100-8gpu_all_reduce_superbench.txt": ("nccl", ("DGX-A100",)),
+    "nccl-tests/A100-8gpu_all_gather_superbench.txt": ("nccl", ("DGX-A100",)),
+    "nccl-tests/A100-8gpu_reduce_scatter_superbench.txt": ("nccl", ("DGX-A100",)),
+    "nccl-tests/H100-8gpu-p5_all_reduce_awsome.txt": ("nccl", ("DGX-H100",)),
+    "nccl-tests/V100-8gpu-dgx1topo_all_reduce_konnase.txt": ("nccl", ("DGX1",)),
+    "nccl-tests/A100-16gpu-2node-p4d_all_reduce_awsdocs.txt":
+        ("nccl", ("DGX-A100", 2, 4, 12.5, "efa")),
+    "public-logs/A100-8gpu-azure-nda100v4_all_reduce_busbw-table_azure-guide.txt":
+        ("nccl", ("NDv4",)),
+    "public-logs/A100-16gpu-2node-p4de_all_reduce_awsome.txt":
+        ("nccl", ("DGX-A100", 2, 4, 12.5, "efa")),
+    "public-logs/H100-8gpu-azure-ndh100v5_all_reduce_busbw-table_azure-guide.txt":
+        ("nccl", ("DGX-H100",)),
+    "public-logs/H100-16gpu-2node-p5_all_reduce_awsome.txt":
+        ("nccl", ("DGX-H100", 2, 8, 50.0, "efa")),
+    "public-logs/H100-16gpu-2node-gcp-a3mega_all_reduce_lessizzmore.txt":
+        ("nccl", ("DGX-H100", 2, 8, 25.0, "tcp")),
+    "public-logs/H200-8gpu-azure-ndh200v5_all_reduce_busbw-table_azure-guide.txt":
+        ("nccl", ("DGX-H200",)),
+    "public-logs/B200-16gpu-2node-gcp-a4_all_gather_dranet.txt":
+        ("nccl", ("DGX-B200", 2, 8, 50.0, "roce")),
+    "public-logs/MI300X-8gpu_all_reduce_hisohara-aac8.txt": ("rccl", ("MI300X",)),
+    "public-logs/MI300X-8gpu-azure-ndmi300xv5_all_reduce_busbw-table_azure-guide.txt":
+        ("rccl", ("MI300X",)),
+    "public-logs/MI300X-16gpu-2node_all_reduce_hisohara-aac10.txt":
+        ("rccl", ("MI300X", 2, None, None, "roce")),
+    "public-logs/MI325X-8gpu-1node_all_reduce_largesizes_hisohara-aac11.txt":
+        ("rccl", ("MI325X",)),
+    "public-logs/MI325X-16gpu-2node_all_reduce_largesizes_hisohara-aac11.txt":
+        ("rccl", ("MI325X", 2)),
+    "public-logs/MI355X-16gpu-2node-pollara_all_reduce_hisohara-aac14.txt":
+        ("rccl", ("MI355X", 2, None, None, "roce")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOGS))
+def test_no_calibration_returns_an_implausible_constant(name):
+    runtime, spec = LOGS[name]
+    collective, rows = curve(ROOT / "data" / name)
+    fit = fit_runtime_choice(rows, machine(*spec), collective, runtime=runtime,
+                             held_out=False, starts=1)
+    p = fit.parameters
+    assert 0 < p["base_latency_us"] <= min(t for _, t in rows) * (1 + 1e-6)
+    # no call in data/ costs more than about 260 us at its smallest size (MI300X over RoCE):
+    # a base of milliseconds is the bandwidth's time taken for latency (issue 21: 9.2 ms)
+    assert p["base_latency_us"] <= 1000
+    assert 0.125 * (1 - 1e-6) <= p["hop_scale"] <= 8 * (1 + 1e-6)
+    for key, value in p.items():
+        if key.startswith("ceiling_"):
+            assert 0.05 <= value <= 900, (key, value)
+    assert p.get("gamma_us_per_byte", 0) <= 1e-4
+    assert all(c.within for c in fit.report)
+    assert all(math.isfinite(t) for t in fit.predicted_us)
