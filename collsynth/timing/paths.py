@@ -103,6 +103,26 @@ class Route:
     via: str | None = None
 
 
+def sustained_unit_gbps(topology: "Topology") -> float | None:
+    """GB/s one bandwidth unit of ``topology``'s links inside a node sustains under the
+    runtime: NCCL's per-NVLink figure where the machine's facts say its GPUs are linked by
+    NVLink and a unit is one NVLink (``unit_gbps`` at most 1.5x that figure), else ``None``
+    (the nominal ``unit_gbps``)."""
+    from collsynth.errors import InvalidTopologyError
+    from collsynth.timing.tuning_model import nvlink_gbps
+    from collsynth.topology.machine import machine_facts
+
+    if not topology.unit_gbps:
+        return None
+    try:
+        per_link = nvlink_gbps(machine_facts(topology))
+    except InvalidTopologyError:
+        return None
+    if per_link is None or not per_link <= topology.unit_gbps <= 1.5 * per_link:
+        return None
+    return per_link
+
+
 class Fabric:
     """The resources sends on ``topology`` share, registered as routes are asked for: a direct
     link ``a -> b`` (``links[a][b]`` units) and the bandwidth groups covering it, or, with no
@@ -113,8 +133,8 @@ class Fabric:
     >>> fabric = Fabric(get_topology("dgx-h100"))
     >>> route = fabric.route(0, 1)
     >>> [(fabric.names[r], fabric.capacity_gbps[r]) for r in route.resources]
-    [('link 0->1', 450.0), ("group 'rank 0 egress (18 NVLinks)'", 450.0), \
-("group 'rank 1 ingress (18 NVLinks)'", 450.0)]
+    [('link 0->1', 370.8), ("group 'rank 0 egress (18 NVLinks)'", 370.8), \
+("group 'rank 1 ingress (18 NVLinks)'", 370.8)]
     """
 
     def __init__(self, topology: "Topology") -> None:
@@ -123,6 +143,10 @@ class Fabric:
         self.per_node = layout.ranks_per_node if layout is not None and layout.multi_node \
             else None
         self.unit = float(topology.unit_gbps or 0.0)
+        # Links inside a node carry what the runtime sustains over them, for every program alike:
+        # on NVLink, NCCL's per-link figure (20.6 GB/s on H100) rather than the nominal rate
+        # (25 GB/s), as NCCL's own ring is priced (docs/runtime-model.md, "Sustained NVLink").
+        self.intra_unit = min(self.unit, sustained_unit_gbps(topology) or self.unit)
         self.names: list[str] = []
         self.capacity_gbps: list[float] = []
         self._index: dict[Any, int] = {}
@@ -152,10 +176,12 @@ class Fabric:
         if found is not None:
             return found
         links = self.topology.links[a][b]
+        unit = self.unit
         if links:
-            own = [self.resource(("link", a, b), f"link {a}->{b}", links * self.unit)]
-            covering: tuple[int, ...] = tuple(self._groups_of.get((a, b), ()))
             link_class = NETWORK if self.node_of(a) != self.node_of(b) else INTRA
+            unit = self.intra_unit if link_class == INTRA else self.unit
+            own = [self.resource(("link", a, b), f"link {a}->{b}", links * unit)]
+            covering: tuple[int, ...] = tuple(self._groups_of.get((a, b), ()))
             via = None
         else:
             path = runtime_path(self.topology, a, b)
@@ -165,6 +191,6 @@ class Fabric:
         for g in covering:
             group = self._groups[g][0]
             own.append(self.resource(("group", g), f"group {group.name or g!r}",
-                                     group.limit * self.unit))
+                                     group.limit * unit))
         found = self._routes[(a, b)] = Route(link_class, tuple(own), via)
         return found

@@ -1026,6 +1026,16 @@ def _dup(channels: int, bw: float, cc: int | None) -> tuple[int, float]:
     return min(2 * channels, _MAX_CHANNELS // 2), bw / 2
 
 
+def nvlink_gbps(facts: "MachineFacts") -> float | None:
+    """GB/s one NVLink carries per direction in the runtime's own terms (NCCL's per-link figure:
+    18 sm60, 20 sm70/sm80, 20.6 sm90, 40.1 sm100), below the link's nominal rate; ``None`` when
+    the machine's GPUs are not linked by NVLink or its architecture is unknown."""
+    if facts.intra_class != "nvlink" or facts.compute_capability is None:
+        return None
+    return _NVLINK_GBPS.get(facts.compute_capability,
+                            20.6 if facts.compute_capability >= 90 else 20.0)
+
+
 def gpu_bandwidth_gbps(topology: "Topology", facts: "MachineFacts") -> tuple[float, float]:
     """``(total, largest pair)`` GB/s a GPU of ``topology``'s node reaches its peers with, in the
     runtime's own terms: NVLinks x NCCL's per-link figure (20 for sm70/sm80, 20.6 for sm90, 40.1
@@ -1052,9 +1062,8 @@ def gpu_bandwidth_gbps(topology: "Topology", facts: "MachineFacts") -> tuple[flo
         totals.append(total)
         pairs.append(min(max(row, default=0), total))
     units, pair_units = min(totals, default=0), min(pairs, default=0)
-    if facts.intra_class == "nvlink" and facts.compute_capability is not None:
-        per_link = _NVLINK_GBPS.get(facts.compute_capability,
-                                    20.6 if facts.compute_capability >= 90 else 20.0)
+    per_link = nvlink_gbps(facts)
+    if per_link is not None:
         return units * per_link, pair_units * per_link
     unit = topology.unit_gbps if topology.unit_gbps is not None else _PCI_GBPS
     if composition is not None:

@@ -164,3 +164,24 @@ def test_calibrate_strict_fails_on_an_implausible_curve(tmp_path, capsys):
     assert names[:2] == ["base_latency_us", "hop_scale"] and "gamma_us_per_byte" in names
     assert all(c["low"] <= c["value"] <= c["high"] for c in summary["report"])
     assert main(args) == 0
+
+
+def test_a_program_sees_the_nvlink_rate_nccls_ring_is_priced_with():
+    """One yardstick: on NVLink, a program's links carry NCCL's per-link figure (20 GB/s on
+    sm70), not the nominal 25 GB/s, as NCCL's own ring does. A one-channel ring allgather on
+    DGX-1 whose slowest hop is one NVLink moves 7/8 of the buffer over it: 7/8 x 1 GiB at
+    20 GB/s, by hand (at 25 GB/s it would be 20% faster than anything NCCL can run)."""
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.program_model import ProgramModel
+    from collsynth.timing.runtime_baselines import ring_program
+    from collsynth.topology import get_topology
+
+    dgx1 = get_topology("dgx1")
+    ring = [0, 1, 2, 3, 7, 6, 5, 4]
+    assert min(dgx1.links[a][b] for a, b in zip(ring, ring[1:] + ring[:1])) == 1
+    nccl = get_runtime("nccl")
+    model = ProgramModel(nccl.defaults, runtime=nccl, topology=dgx1)
+    size = 1 << 30
+    (price,) = model.price(ring_program("allgather", [ring]), [size])
+    by_hand_us = 7 / 8 * size / 20e3
+    assert price.time_us == pytest.approx(by_hand_us, rel=0.01)
