@@ -236,3 +236,23 @@ def test_a_fallback_that_may_be_unavailable_is_refused():
     with pytest.raises(InvalidInstanceError, match="fallback"):
         tuning_rules(_tuning(), "allreduce", runtime="nccl", n_nodes=1, n_ranks=8,
                      fallback=lambda r: Choice("tree", "simple"))
+
+
+def test_near_ties_go_to_the_earlier_candidate_and_the_depth_bounds_the_bisection():
+    """Two candidates 0.5% apart flip the decision at every size when the later is ahead by
+    a hair; with tie=0.01 the earlier always wins (one forced range). Between 1000 and 2000 B
+    a boundary at 1500 B is found to the byte unbounded, and within 1000 / 2**3 B at depth 3."""
+    a, b = Choice("ring", "ll", 1), Choice("ring", "ll", 2)
+    wobble = lambda c, s: 10.0 if c == a else 10.0 * (0.995 if s % 3 else 1.005)
+    own = lambda s: (Choice("ring", "simple"), 20.0)
+    sizes = list(range(100, 200))
+    flips = tune_runtime([a, b], sizes, wobble, own)
+    assert len(flips.gains) > 10
+    tied = tune_runtime([a, b], sizes, wobble, own, tie=0.01)
+    assert [r.choice for r in tied.gains] == [a]
+    step = lambda c, s: 1.0 if s >= 1500 else 100.0
+    exact = tune_runtime([a], [1000, 2000], step, own)
+    assert exact.exact and exact.gains[0].min_bytes == 1500
+    coarse = tune_runtime([a], [1000, 2000], step, own, max_depth=3)
+    assert not coarse.exact and 1500 <= coarse.gains[0].min_bytes <= 1500 + 1000 // 8
+    assert coarse.evaluations == 2 + 3
