@@ -1,0 +1,116 @@
+"""What a plan deploys besides its MSCCL XML: a tuner config per stock runtime asked for.
+
+:func:`tuner_deployment` tunes NCCL's or RCCL's own choices for the traced sizes of the plan's
+whole-communicator allreduce, allgather and reduce-scatter calls
+(:func:`collsynth.export.tuner.machine.tune_machine`, priced by the program model) and renders
+the CSV, read back with the runtime's own parse rules before it is kept. Which runtimes load
+what, and how under PyTorch: the runtime registry (:mod:`collsynth.runtimes`), docs/plan.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from collsynth.errors import ExportError, InvalidTopologyError
+from collsynth.runtimes import TUNER_CONFIG, Runtime
+
+if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from collsynth.plan.planner import Plan
+    from collsynth.runtimes import RuntimeConstants
+    from collsynth.topology.model import Topology
+
+__all__ = ["Deployment", "tuner_deployment", "TUNED_COLLECTIVES", "TUNER_FILES"]
+
+#: The collectives a plan's tuner config tunes (those the program model has programs of).
+TUNED_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
+#: Where in the plan directory each runtime's tuner config goes.
+TUNER_FILES = {"nccl": "tuner/nccl_tuner.conf", "rccl": "tuner/rccl_tuner.csv"}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One file a plan writes for ``runtime``: ``path`` (relative to the plan directory),
+    ``text``, the artifact ``kind`` (:data:`collsynth.runtimes.TUNER_CONFIG`...), ``versions``
+    that load it and ``how`` PyTorch reaches it (from the registry), the environment
+    ``variables`` (name, value with ``{path}`` for the file's absolute path, why) and ``summary``
+    lines for the report."""
+
+    runtime: str
+    path: str
+    text: str
+    kind: str
+    versions: str
+    how: str
+    variables: tuple[tuple[str, str, str], ...]
+    summary: tuple[str, ...]
+
+
+def _traced_sizes(plan: "Plan") -> dict[str, list[int]]:
+    """Per tuned collective, the traced sizes of the calls over the whole communicator: each
+    bucket's ends (a tuner row matches the communicator's node and rank counts only)."""
+    found: dict[str, set[int]] = {}
+    for entry in plan.entries:
+        if entry.collective not in TUNED_COLLECTIVES or len(entry.group) != plan.world_size:
+            continue
+        for b in entry.buckets:
+            if b.calls:
+                found.setdefault(entry.collective, set()).update(
+                    s for s in b.bucket if isinstance(s, int) and s >= 1)
+    return {c: sorted(s) for c, s in found.items() if s}
+
+
+def tuner_deployment(plan: "Plan", topology: "Topology", runtime: Runtime, *,
+                     constants: "RuntimeConstants | None" = None,
+                     source: str = "") -> Deployment:
+    """The tuner config for ``runtime`` (``nccl`` or ``rccl``) of the plan's traced calls.
+
+    Raises
+    ------
+    InvalidTopologyError
+        The topology's machine does not run ``runtime`` (no GPU architecture, or the other
+        vendor's).
+    ExportError
+        No traced allreduce, allgather or reduce-scatter over the whole communicator, or a
+        config that does not read back to its rules.
+    """
+    from collsynth.export.tuner.config import parse_tuner_config, render_tuner_config
+    from collsynth.export.tuner.machine import ProgramModelPrice, tune_machine
+    from collsynth.timing.tuning_model import tuning_setup
+    from collsynth.topology.machine import machine_facts
+
+    artifact = next((a for a in runtime.artifacts if a.kind == TUNER_CONFIG), None)
+    if artifact is None or runtime.name not in TUNER_FILES:
+        raise ExportError(f"runtime {runtime.name!r} loads no tuner config")
+    facts = machine_facts(topology)
+    if facts.runtime != runtime.name:
+        what = f"{facts.arch} GPUs, which run {facts.runtime}" if facts.runtime else \
+            "no known GPU architecture (metadata.machine.arch)"
+        raise InvalidTopologyError(f"topology {topology.name!r}: a {runtime.name} tuner config "
+                                   f"needs a machine that runs {runtime.name}; it has {what}")
+    sizes = _traced_sizes(plan)
+    if not sizes:
+        raise ExportError(f"--runtime {runtime.name}: the trace has no allreduce, allgather or "
+                          f"reduce-scatter over all {plan.world_size} ranks to tune")
+    setup = tuning_setup(topology, runtime=runtime.name)
+    price = ProgramModelPrice(topology, constants=constants, source=source)
+    every = sorted({s for found in sizes.values() for s in found})
+    tuned = tune_machine(setup, list(sizes), every, price=price)
+    header = tuned.summary_lines(topology.name)
+    text = render_tuner_config(tuned.rules, runtime=runtime.name, header=header)
+    parsed = parse_tuner_config(text.encode("ascii"), runtime=runtime.name)
+    if parsed.rules != tuned.rules or parsed.notes:
+        raise ExportError(f"{TUNER_FILES[runtime.name]}: does not read back to its rules "
+                          f"under {runtime.name}'s parse rules")
+    variables = [("NCCL_TUNER_CONFIG_FILE", "{path}", "the tuner config to read")]
+    if runtime.name == "nccl":
+        variables.insert(0, ("NCCL_TUNER_PLUGIN", "/path/to/libnccl-tuner-example.so",
+                             "NCCL's example tuner plugin (plugins/tuner/example, built from "
+                             "NCCL 2.30.3 or newer), which reads the file"))
+    gains = sum(len(c.tuning.gains) for c in tuned.collectives)
+    summary = (f"{len(tuned.rules)} rule(s) for nNodes={setup.nodes} nRanks={setup.ranks}; "
+               f"{gains} size range(s) forced where {tuned.prices} predicts more than "
+               f"{tuned.threshold:.0%} over {runtime.name}'s own choice",) + \
+        tuple(line.strip() for line in header[3:3 + gains])
+    return Deployment(runtime.name, TUNER_FILES[runtime.name], text, TUNER_CONFIG,
+                      artifact.versions, artifact.how, tuple(variables), summary)
