@@ -57,7 +57,8 @@ def register(subparsers: Any) -> None:
                         help="the runtimes to deploy for, comma-separated: at most one of "
                              f"{', '.join(runtime_names(MSCCL_XML))} (the XML files are for it; "
                              "default msccl-executor); nccl and rccl-tuner: a tuner config for "
-                             "the traced sizes (docs/plan.md)")
+                             "the traced sizes; mscclpp: MSCCL++ plans of the chosen algorithms "
+                             "(docs/plan.md)")
     parser.add_argument("--synth-time-limit", type=seconds, default=DEFAULT_SYNTH_TIME_LIMIT,
                         metavar="SECONDS",
                         help="synthesis time per (collective, group) problem "
@@ -79,13 +80,15 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run_plan)
 
 
-def _runtimes(text: str) -> tuple[str, tuple[str, ...]]:
+def _runtimes(text: str) -> tuple[str, tuple[str, ...], bool]:
     """``--runtime LIST``: the XML runtime (default msccl-executor) and the runtimes that get a
-    tuner config, by the registry's names and artifacts: a name deploys the runtime's first
-    artifact (rccl: XML, nccl: its tuner config), ``NAME-tuner`` its tuner config."""
+    tuner config, and whether MSCCL++ plans are asked for, by the registry's names and
+    artifacts: a name deploys the runtime's first artifact (rccl: XML, nccl: its tuner config,
+    mscclpp: execution plans), ``NAME-tuner`` its tuner config."""
     from collsynth.errors import CollsynthError
-    from collsynth.runtimes import MSCCL_XML, TUNER_CONFIG, get_runtime
+    from collsynth.runtimes import MSCCL_XML, MSCCLPP_PLAN, TUNER_CONFIG, get_runtime
 
+    mscclpp = False
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if not names:
         raise UsageError.of("plan", f"--runtime {text!r}: expected runtime names separated by "
@@ -103,6 +106,8 @@ def _runtimes(text: str) -> tuple[str, tuple[str, ...]]:
             xml.append(runtime.name)
         elif kind == TUNER_CONFIG and runtime.loads(TUNER_CONFIG):
             tuners.append(runtime.name)
+        elif kind == MSCCLPP_PLAN:
+            mscclpp = True
         elif name != base:
             raise UsageError.of("plan", f"--runtime {name}: {runtime.name} loads no tuner config")
         else:
@@ -112,7 +117,7 @@ def _runtimes(text: str) -> tuple[str, tuple[str, ...]]:
         raise UsageError.of("plan", f"--runtime {text}: at most one runtime that loads MSCCL XML "
                                     f"(got {', '.join(sorted(set(xml)))}): the XML files are "
                                     "lowered for it")
-    return (xml[0] if xml else "msccl-executor"), tuple(dict.fromkeys(tuners))
+    return (xml[0] if xml else "msccl-executor"), tuple(dict.fromkeys(tuners)), mscclpp
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -128,7 +133,7 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     from collsynth.resolve import resolve_topology
 
-    xml_runtime, tuners = _runtimes(args.runtime)
+    xml_runtime, tuners, mscclpp = _runtimes(args.runtime)
     if args.max_group_ranks < 2:
         raise UsageError.of("plan", f"--max-group-ranks {args.max_group_ranks}: expected at "
                                     "least 2")
@@ -183,6 +188,10 @@ def run_plan(args: argparse.Namespace) -> int:
             deployments.append(tuner_deployment(plan, topology, get_runtime(name),
                                                 constants=constants,
                                                 source=args.calibration or ""))
+        if mscclpp:
+            from collsynth.plan.deploy import mscclpp_deployments
+
+            deployments.extend(mscclpp_deployments(plan))
         target = write_plan(plan, args.output, deployments=deployments)
     except KeyboardInterrupt as exc:  # main says so; here: what is kept for the next run
         kept = ("nothing was synthesized yet" if cache is None else
@@ -198,7 +207,9 @@ def run_plan(args: argparse.Namespace) -> int:
         return EXIT_OK
     saving = totals["saving_us"]
     share = f" ({100 * saving / totals['nccl_us']:.1f}%)" if totals["nccl_us"] else ""
-    tuned = "".join(f", {d.path} for {d.runtime}" for d in deployments)
+    tuned = "".join(f", {d.path} for {d.runtime}" for d in deployments if d.runtime != "mscclpp")
+    plans = sum(d.runtime == "mscclpp" for d in deployments)
+    tuned += f", {plans} MSCCL++ plan(s)" if mscclpp else ""
     out(f"wrote {target}: {len(plan.xml_files)} XML file(s) for {plan.runtime}{tuned}; predicted "
         f"{totals['nccl_us']:.1f} us under NCCL, {totals['plan_us']:.1f} us with the plan, "
         f"saving {saving:.1f} us{share} over {totals['calls']} call(s); see "

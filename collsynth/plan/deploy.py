@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from collsynth.runtimes import RuntimeConstants
     from collsynth.topology.model import Topology
 
-__all__ = ["Deployment", "tuner_deployment", "TUNED_COLLECTIVES", "TUNER_FILES"]
+__all__ = ["Deployment", "tuner_deployment", "mscclpp_deployments", "TUNED_COLLECTIVES",
+           "TUNER_FILES"]
 
 #: The collectives a plan's tuner config tunes (those the program model has programs of).
 TUNED_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
@@ -114,3 +115,50 @@ def tuner_deployment(plan: "Plan", topology: "Topology", runtime: Runtime, *,
         tuple(line.strip() for line in header[3:3 + gains])
     return Deployment(runtime.name, TUNER_FILES[runtime.name], text, TUNER_CONFIG,
                       artifact.versions, artifact.how, tuple(variables), summary)
+
+
+def mscclpp_deployments(plan: "Plan") -> tuple[Deployment, ...]:
+    """MSCCL++ execution plans of the plan's chosen algorithms: one per XML file the plan
+    writes (the same algorithm and size range), lowered by the MSCCL++ exporter, read back and
+    proved by the plan checker before it is kept; at ``mscclpp/<name>.json``.
+
+    Raises
+    ------
+    ExportError
+        A chosen algorithm MSCCL++ has no plan for, or a plan that fails the checker.
+    """
+    from collsynth.export.mscclpp.checker import check_plan
+    from collsynth.export.mscclpp.lower import lower_to_plan
+    from collsynth.export.mscclpp.reader import parse_plan
+    from collsynth.export.mscclpp.writer import plan_to_json
+    from collsynth.runtimes import MSCCLPP_PLAN, get_runtime
+
+    artifact = next(a for a in get_runtime("mscclpp").artifacts if a.kind == MSCCLPP_PLAN)
+    found: dict[str, Deployment] = {}
+    for entry in plan.entries:
+        for r in entry.ranges:
+            if r.xml is None:
+                continue
+            name = "mscclpp/" + r.xml.rsplit(".", 1)[0] + ".json"
+            candidate = entry.candidate(r.choice)
+            if name in found or candidate is None or candidate.algorithm is None:
+                continue
+            lowered = lower_to_plan(candidate.algorithm, min_message_size=r.min_bytes,
+                                    max_message_size=r.max_bytes, name=r.choice)
+            text = plan_to_json(lowered, indent=1) + "\n"
+            report = check_plan(parse_plan(text, source=name), strict=True)
+            if not report.ok:
+                shown = "; ".join(str(p) for p in report.problems[:3])
+                raise ExportError(f"{name}: fails the plan checker: {shown}")
+            top = "max" if r.max_bytes is None else str(r.max_bytes)
+            found[name] = Deployment(
+                "mscclpp", name, text, MSCCLPP_PLAN, artifact.versions, artifact.how,
+                (("LD_PRELOAD", "/path/to/mscclpp/build/lib/libmscclpp_nccl.so",
+                  "MSCCL++'s NCCL shim: registered plans first, then its kernels, then NCCL"),
+                 ("MSCCLPP_NCCL_LIB_PATH", "/path/to/libnccl.so.2",
+                  "the real NCCL or RCCL the shim falls back to")),
+                (f"{entry.collective} over ranks {list(entry.group)}, {r.min_bytes}..{top} B: "
+                 f"{r.choice} (checked); register it with mscclpp.Algorithm(execution_plan="
+                 f"ExecutionPlan('{{path}}', rank)) before the process group is created "
+                 "(docs/mscclpp.md)",))
+    return tuple(found.values())

@@ -322,7 +322,7 @@ def _deployment_json(d: Any, target: Path) -> dict[str, Any]:
     return {"runtime": d.runtime, "file": d.path, "kind": d.kind, "versions": d.versions,
             "how": d.how, "environment": [{"name": n, "value": v.format(path=path), "why": w}
                                           for n, v, w in d.variables],
-            "summary": list(d.summary)}
+            "summary": [line.replace("{path}", path) for line in d.summary]}
 
 
 def _write_into(plan: Plan, staging: Path, target: Path, plots: bool,

@@ -75,14 +75,36 @@ def test_a_failed_deployment_leaves_nothing(dgx1_plan, nccl_deployment, tmp_path
     ("rccl", "rccl", ()),
     ("rccl,rccl-tuner", "rccl", ("rccl",)),
     ("msccl, nccl-tuner, nccl", "msccl", ("nccl",)),
+    ("mscclpp,rccl", "rccl", ()),
 ])
 def test_runtime_lists(text, xml, tuners):
-    assert _runtimes(text) == (xml, tuners)
+    assert _runtimes(text) == (xml, tuners, "mscclpp" in text)
 
 
 @pytest.mark.parametrize("text, fragment", [
     ("msccl,rccl", "at most one"), ("nosuch", "unknown runtime"), (",", "expected"),
-    ("mscclpp", "not deployed by plan yet"), ("msccl-tuner", "loads no tuner config")])
+    ("msccl-tuner", "loads no tuner config"), ("mscclpp-tuner", "loads no tuner config")])
 def test_bad_runtime_lists(text, fragment):
     with pytest.raises((UsageError, CollsynthError), match=fragment):
         _runtimes(text)
+
+
+def test_mscclpp_plans_of_the_chosen_algorithms(dgx1_plan, tmp_path):
+    """One MSCCL++ plan per XML file, for the same algorithm and size range; each reads back
+    and the plan checker proves it implements the entry's collective; named in the report."""
+    from collsynth.export.mscclpp.checker import check_plan
+    from collsynth.export.mscclpp.reader import read_plan
+    from collsynth.plan.deploy import mscclpp_deployments
+
+    plan, _ = dgx1_plan
+    deployed = mscclpp_deployments(plan)
+    assert len(deployed) == len(plan.xml_files) >= 1
+    target = write_plan(plan, tmp_path / "p", plots=False, deployments=deployed)
+    for d, xml in zip(deployed, plan.xml_files):
+        assert d.path == "mscclpp/" + xml.name[:-len(".xml")] + ".json"
+        read = read_plan(target / d.path)
+        assert read.collective.replace("_", "") == xml.collective.replace("_", "")
+        assert check_plan(read, strict=True).ok
+        assert f"## For mscclpp: `{d.path}`" in (target / "report.md").read_text()
+    report = (target / "report.md").read_text()
+    assert "MSCCL++ 0.9 and later" in report and "libmscclpp_nccl.so" in report
