@@ -178,7 +178,8 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
                  default: Callable[[int], tuple[Choice, float]], *,
                  threshold: float = DEFAULT_THRESHOLD,
                  max_evaluations: int = MAX_EVALUATIONS,
-                 max_depth: int | None = None, tie: float = 0.0) -> RuntimeTuning:
+                 max_depth: int | None = None, tie: float = 0.0,
+                 bisect_all: bool = True) -> RuntimeTuning:
     """The fastest candidate per size range, where it beats the runtime's own choice.
 
     Parameters
@@ -205,6 +206,10 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
     tie:
         Candidates within this fraction of the fastest count as tied, and the earliest of them
         is chosen: prices that differ by rounding no longer flip the decision.
+    bisect_all:
+        Price every candidate at the sizes the bisection tries (the default); ``False``: only
+        the fastest candidates of the two sizes the boundary lies between (a third decision in
+        between is then met only among those), for prices that are slow to compute.
 
     Returns
     -------
@@ -233,7 +238,7 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
     requested = _check_sizes(sizes)
     decisions: dict[int, _Decision] = {}
 
-    def decide(size: int) -> _Decision:
+    def decide(size: int, among: frozenset | None = None) -> _Decision:
         own = default(size)
         if not (isinstance(own, tuple) and len(own) == 2 and isinstance(own[0], Choice)):
             raise InvalidInstanceError(f"tune_runtime: default({size}) = {own!r}; expected "
@@ -241,6 +246,8 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
         own_time = _time(own[1], f"default({size}) time")
         timed = []
         for c in candidates:
+            if among is not None and c not in among:
+                continue
             t = price(c, size)
             if t is not None:
                 timed.append((c, _time(t, f"price({c.label}, {size})")))
@@ -274,7 +281,8 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
             exact = False
             continue
         mid = _mid(lo, hi)
-        decide(mid)
+        decide(mid, None if bisect_all else
+               frozenset(d.fastest for d in (decisions[lo], decisions[hi]) if d.fastest))
         for a, b in ((lo, mid), (mid, hi)):
             if decisions[a].key != decisions[b].key and b - a > 1:
                 gaps.append((a, b, depth + 1))

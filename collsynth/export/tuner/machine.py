@@ -340,7 +340,7 @@ def tune_machine(setup: "TuningSetup", collectives: Sequence[str], sizes: Sequen
 
         choices = candidate_choices(setup, collective) if requested else ()
         tuning = tune_runtime(choices, sizes, priced, default, threshold=threshold,
-                              max_depth=max_depth, tie=TIE)
+                              max_depth=max_depth, tie=TIE, bisect_all=False)
 
         def fallback(r: TunedRange, priced=priced) -> Choice:
             inside = [row.size_bytes for row in r.rows] or [max(1, min(r.min_bytes, SIZE_MAX))]
