@@ -147,6 +147,11 @@ def run_plan(args: argparse.Namespace) -> int:
                                     oversubscription=args.oversubscription, fabric=args.fabric,
                                     nodes_per_leaf=args.nodes_per_leaf,
                                     unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
+        if tuners:  # the machine must run each tuned runtime: refused before any planning
+            from collsynth.plan.deploy import check_tuner_machine
+
+            for name in tuners:
+                check_tuner_machine(topology, name)
         calibration = constants = None
         if args.calibration is not None:
             from collsynth.timing.calibration import RuntimeCalibration, load_calibration

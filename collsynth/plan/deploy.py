@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover - for annotations only
     from collsynth.runtimes import RuntimeConstants
     from collsynth.topology.model import Topology
 
-__all__ = ["Deployment", "tuner_deployment", "mscclpp_deployments", "TUNED_COLLECTIVES",
+__all__ = ["Deployment", "tuner_deployment", "mscclpp_deployments", "check_tuner_machine", "TUNED_COLLECTIVES",
            "TUNER_FILES"]
 
 #: The collectives a plan's tuner config tunes (those the program model has programs of).
@@ -61,6 +61,24 @@ def _traced_sizes(plan: "Plan") -> dict[str, list[int]]:
     return {c: sorted(s) for c, s in found.items() if s}
 
 
+def check_tuner_machine(topology: "Topology", runtime: str) -> None:
+    """Refuse a topology whose machine does not run ``runtime`` (``nccl`` or ``rccl``).
+
+    Raises
+    ------
+    InvalidTopologyError
+        No known GPU architecture, or the other vendor's.
+    """
+    from collsynth.topology.machine import machine_facts
+
+    facts = machine_facts(topology)
+    if facts.runtime != runtime:
+        what = f"{facts.arch} GPUs, which run {facts.runtime}" if facts.runtime else \
+            "no known GPU architecture (metadata.machine.arch)"
+        raise InvalidTopologyError(f"topology {topology.name!r}: a {runtime} tuner config "
+                                   f"needs a machine that runs {runtime}; it has {what}")
+
+
 def tuner_deployment(plan: "Plan", topology: "Topology", runtime: Runtime, *,
                      constants: "RuntimeConstants | None" = None,
                      source: str = "") -> Deployment:
@@ -78,17 +96,11 @@ def tuner_deployment(plan: "Plan", topology: "Topology", runtime: Runtime, *,
     from collsynth.export.tuner.config import parse_tuner_config, render_tuner_config
     from collsynth.export.tuner.machine import ProgramModelPrice, tune_machine
     from collsynth.timing.tuning_model import tuning_setup
-    from collsynth.topology.machine import machine_facts
 
     artifact = next((a for a in runtime.artifacts if a.kind == TUNER_CONFIG), None)
     if artifact is None or runtime.name not in TUNER_FILES:
         raise ExportError(f"runtime {runtime.name!r} loads no tuner config")
-    facts = machine_facts(topology)
-    if facts.runtime != runtime.name:
-        what = f"{facts.arch} GPUs, which run {facts.runtime}" if facts.runtime else \
-            "no known GPU architecture (metadata.machine.arch)"
-        raise InvalidTopologyError(f"topology {topology.name!r}: a {runtime.name} tuner config "
-                                   f"needs a machine that runs {runtime.name}; it has {what}")
+    check_tuner_machine(topology, runtime.name)
     sizes = _traced_sizes(plan)
     if not sizes:
         raise ExportError(f"--runtime {runtime.name}: the trace has no allreduce, allgather or "

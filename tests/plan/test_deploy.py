@@ -108,3 +108,15 @@ def test_mscclpp_plans_of_the_chosen_algorithms(dgx1_plan, tmp_path):
         assert f"## For mscclpp: `{d.path}`" in (target / "report.md").read_text()
     report = (target / "report.md").read_text()
     assert "MSCCL++ 0.9 and later" in report and "libmscclpp_nccl.so" in report
+
+
+def test_a_tuner_for_the_other_vendor_is_refused_before_planning(tmp_path, capsys):
+    """The machine check comes before any synthesis: a trace directory that does not exist is
+    never read."""
+    from collsynth import cli
+
+    code = cli.main(["plan", str(tmp_path / "no-trace"), "--topology", "dgx1", "--runtime",
+                     "rccl-tuner", "-o", str(tmp_path / "p"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 1 and "rccl tuner config" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "p").exists()
