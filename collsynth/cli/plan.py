@@ -53,8 +53,12 @@ def register(subparsers: Any) -> None:
                         help="charge synthesized combining algorithms this GPU's reduction cost")
     parser.add_argument("-o", "--output", required=True, metavar="PLAN_DIR",
                         help="directory to write (replaced if it holds an older plan)")
-    parser.add_argument("--runtime", choices=runtime_names(MSCCL_XML), default="msccl-executor",
-                        help="runtime the XML files are for (default msccl-executor)")
+    parser.add_argument("--runtime", default="msccl-executor", metavar="LIST",
+                        help="the runtimes to deploy for, comma-separated: at most one of "
+                             f"{', '.join(runtime_names(MSCCL_XML))} (the XML files are for it; "
+                             "default msccl-executor); nccl and rccl-tuner: a tuner config for "
+                             "the traced sizes; mscclpp: MSCCL++ plans of the chosen algorithms "
+                             "(docs/plan.md)")
     parser.add_argument("--synth-time-limit", type=seconds, default=DEFAULT_SYNTH_TIME_LIMIT,
                         metavar="SECONDS",
                         help="synthesis time per (collective, group) problem "
@@ -76,6 +80,46 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run_plan)
 
 
+def _runtimes(text: str) -> tuple[str, tuple[str, ...], bool]:
+    """``--runtime LIST``: the XML runtime (default msccl-executor) and the runtimes that get a
+    tuner config, and whether MSCCL++ plans are asked for, by the registry's names and
+    artifacts: a name deploys the runtime's first artifact (rccl: XML, nccl: its tuner config,
+    mscclpp: execution plans), ``NAME-tuner`` its tuner config."""
+    from collsynth.errors import CollsynthError
+    from collsynth.runtimes import MSCCL_XML, MSCCLPP_PLAN, TUNER_CONFIG, get_runtime
+
+    mscclpp = False
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError.of("plan", f"--runtime {text!r}: expected runtime names separated by "
+                                    "commas")
+    xml, tuners = [], []
+    for name in names:
+        base = name[:-len("-tuner")] if name.endswith("-tuner") else name
+        try:
+            runtime = get_runtime(base)
+        except CollsynthError as exc:
+            raise UsageError.of("plan", f"--runtime: {exc}") from None
+        kind = TUNER_CONFIG if name != base else \
+            (runtime.artifacts[0].kind if runtime.artifacts else None)
+        if kind == MSCCL_XML and runtime.loads(MSCCL_XML):
+            xml.append(runtime.name)
+        elif kind == TUNER_CONFIG and runtime.loads(TUNER_CONFIG):
+            tuners.append(runtime.name)
+        elif kind == MSCCLPP_PLAN:
+            mscclpp = True
+        elif name != base:
+            raise UsageError.of("plan", f"--runtime {name}: {runtime.name} loads no tuner config")
+        else:
+            raise UsageError.of("plan", f"--runtime {name}: not deployed by plan yet (export "
+                                        f"--runtime {name} writes its files; docs/plan.md)")
+    if len(set(xml)) > 1:
+        raise UsageError.of("plan", f"--runtime {text}: at most one runtime that loads MSCCL XML "
+                                    f"(got {', '.join(sorted(set(xml)))}): the XML files are "
+                                    "lowered for it")
+    return (xml[0] if xml else "msccl-executor"), tuple(dict.fromkeys(tuners)), mscclpp
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """Handle ``collsynth plan``: return 0 when the plan was written (errors raise)."""
     from collsynth.plan import (
@@ -89,6 +133,7 @@ def run_plan(args: argparse.Namespace) -> int:
     )
     from collsynth.resolve import resolve_topology
 
+    xml_runtime, tuners, mscclpp = _runtimes(args.runtime)
     if args.max_group_ranks < 2:
         raise UsageError.of("plan", f"--max-group-ranks {args.max_group_ranks}: expected at "
                                     "least 2")
@@ -102,6 +147,11 @@ def run_plan(args: argparse.Namespace) -> int:
                                     oversubscription=args.oversubscription, fabric=args.fabric,
                                     nodes_per_leaf=args.nodes_per_leaf,
                                     unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
+        if tuners:  # the machine must run each tuned runtime: refused before any planning
+            from collsynth.plan.deploy import check_tuner_machine
+
+            for name in tuners:
+                check_tuner_machine(topology, name)
         calibration = constants = None
         if args.calibration is not None:
             from collsynth.timing.calibration import RuntimeCalibration, load_calibration
@@ -121,7 +171,7 @@ def run_plan(args: argparse.Namespace) -> int:
             get_device(args.device)  # an unknown name fails before any synthesis
         cache = FrontCache(None if args.no_cache else (args.cache or default_cache_directory()))
         options = PlanOptions(
-            runtime=args.runtime,
+            runtime=xml_runtime,
             synth=SynthOptions(time_limit=args.synth_time_limit,
                                max_group_ranks=args.max_group_ranks, backend=args.backend),
             calibration=calibration,
@@ -131,7 +181,23 @@ def run_plan(args: argparse.Namespace) -> int:
             model=args.model, device=args.device, cache=cache, all_ranges=args.all_ranges)
         plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
                          progress=progress)
-        target = write_plan(plan, args.output)
+        deployments = []
+        for name in tuners:
+            from collsynth.plan.deploy import tuner_deployment
+            from collsynth.runtimes import get_runtime
+
+            if constants is not None and get_runtime(constants.runtime).family != name:
+                raise UsageError.of("plan", f"--calibration {args.calibration}: its constants "
+                                            f"are {constants.runtime!r}'s, not {name}'s, which "
+                                            "the tuner config is priced for")
+            deployments.append(tuner_deployment(plan, topology, get_runtime(name),
+                                                constants=constants,
+                                                source=args.calibration or ""))
+        if mscclpp:
+            from collsynth.plan.deploy import mscclpp_deployments
+
+            deployments.extend(mscclpp_deployments(plan))
+        target = write_plan(plan, args.output, deployments=deployments)
     except KeyboardInterrupt as exc:  # main says so; here: what is kept for the next run
         kept = ("nothing was synthesized yet" if cache is None else
                 "nothing is kept (--no-cache)" if cache.directory is None else
@@ -146,7 +212,10 @@ def run_plan(args: argparse.Namespace) -> int:
         return EXIT_OK
     saving = totals["saving_us"]
     share = f" ({100 * saving / totals['nccl_us']:.1f}%)" if totals["nccl_us"] else ""
-    out(f"wrote {target}: {len(plan.xml_files)} XML file(s) for {plan.runtime}; predicted "
+    tuned = "".join(f", {d.path} for {d.runtime}" for d in deployments if d.runtime != "mscclpp")
+    plans = sum(d.runtime == "mscclpp" for d in deployments)
+    tuned += f", {plans} MSCCL++ plan(s)" if mscclpp else ""
+    out(f"wrote {target}: {len(plan.xml_files)} XML file(s) for {plan.runtime}{tuned}; predicted "
         f"{totals['nccl_us']:.1f} us under NCCL, {totals['plan_us']:.1f} us with the plan, "
         f"saving {saving:.1f} us{share} over {totals['calls']} call(s); see "
         f"{target / 'report.md'}")

@@ -1,7 +1,8 @@
 """``collsynth tune-runtime``: a tuner config for stock NCCL or RCCL on a machine.
 
 Per collective and size range it forces the runtime's own (algorithm, protocol, channels) where
-that is predicted faster than the runtime's own choice
+the program model (with ``--calibration``'s constants, else the runtime's documented ones) predicts
+it faster than the runtime's own choice priced the same way
 (:func:`collsynth.export.tuner.machine.tune_machine`), writes the CSV that NCCL's example tuner
 plugin or RCCL's built-in tuner reads and prints the predicted-vs-default table. The file, its
 quirks and how to load it: docs/tuner-config.md.
@@ -61,7 +62,9 @@ def register(subparsers: Any) -> None:
                         help="write a rule only where it is predicted more than F faster than "
                              "the runtime's own choice (default 0.03, i.e. 3%%)")
     parser.add_argument("--calibration", metavar="FILE",
-                        help="not used yet: the prices come from the runtime's own tuning model")
+                        help="runtime constants the program model prices with (collsynth "
+                             "calibrate --model program); default: the runtime's documented "
+                             "ones")
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
                         help="the tuner config to write (e.g. nccl_tuner.conf)")
     parser.add_argument("--json", action="store_true", help="machine-readable summary")
@@ -112,16 +115,25 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     from collsynth._output import check_output_file
     from collsynth.errors import InvalidTopologyError
     from collsynth.export.tuner.config import format_rule, write_tuner_config
-    from collsynth.export.tuner.machine import tune_machine
+    from collsynth.export.tuner.machine import ProgramModelPrice, tune_machine
+    from collsynth.runtimes import runtime_names
     from collsynth.resolve import resolve_topology
     from collsynth.timing.tuning_model import tuning_setup
     from collsynth.topology.machine import machine_facts
 
     check_output_file(args.output, label=f"-o {args.output}")
+    constants = None
     if args.calibration is not None:
-        raise UsageError.of(COMMAND, "--calibration: not used yet: tune-runtime prices with the "
-                                     "runtime's own tuning model, which has no calibration "
-                                     "(docs/tuner-config.md)")
+        from collsynth.runtimes import get_runtime
+        from collsynth.timing.calibration import load_calibration, runtime_constants
+
+        constants = runtime_constants(load_calibration(args.calibration), args.calibration)
+        family = get_runtime(constants.runtime).family \
+            if constants.runtime in runtime_names() else None
+        if family != args.runtime:
+            raise UsageError.of(COMMAND, f"--calibration {args.calibration}: its constants are "
+                                         f"{constants.runtime!r}'s; --runtime {args.runtime} "
+                                         f"needs a calibration of {args.runtime}")
     collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
     if not collectives:
         raise UsageError.of(COMMAND, f"--collectives {args.collectives!r}: expected names "
@@ -137,7 +149,9 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
                                      f"{facts.arch} GPUs, which run {facts.runtime}")
     setup = tuning_setup(topology, runtime=args.runtime)
     sizes = _sizes(args.sizes)
-    tuned = tune_machine(setup, collectives, sizes, threshold=args.threshold)
+    price = ProgramModelPrice(topology, constants=constants,
+                              source=args.calibration or "")
+    tuned = tune_machine(setup, collectives, sizes, price=price, threshold=args.threshold)
     write_tuner_config(tuned.rules, args.output, runtime=args.runtime,
                        header=tuned.summary_lines(topology.name))
     name = {"nccl": "NCCL", "rccl": "RCCL"}[args.runtime]
@@ -145,6 +159,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     if args.json:
         out(json.dumps({
             "output": args.output, "runtime": args.runtime, "model_version": version,
+            "prices": tuned.prices,
             "topology": topology.name, "nodes": setup.nodes, "ranks": setup.ranks,
             "threshold": tuned.threshold, "sizes": sizes,
             "rules": [format_rule(rule) for rule in tuned.rules],
@@ -154,9 +169,9 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
                              "rules": [format_rule(rule) for rule in c.rules]}
                             for c in tuned.collectives]}, indent=1))
         return EXIT_OK
-    out(f"{name} {version} tuning model on {topology.name} ({setup.nodes} node(s), {setup.ranks} "
-        f"ranks): predicted times in us, not measurements; a rule where the gain is over "
-        f"{tuned.threshold:.0%}")
+    out(f"{topology.name} ({setup.nodes} node(s), {setup.ranks} ranks), {name} {version}: "
+        f"{tuned.prices}; predicted times in us, not measurements; a rule where the gain is "
+        f"over {tuned.threshold:.0%}")
     headers = ("bytes", "written", "samples", "predicted us", f"{name}'s own", "its us", "gain")
     for c in tuned.collectives:
         if not c.requested:

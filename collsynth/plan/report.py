@@ -88,8 +88,20 @@ def _title(entry: PlanEntry) -> str:
     return f"{entry.collective} on {_group_label(entry.group)}{root}"
 
 
+def _deployments_section(deployments: Sequence[dict]) -> list[str]:
+    """One subsection per runtime the plan also deploys for (plan.json's ``deployments``)."""
+    out: list[str] = []
+    for d in deployments:
+        out += ["", f"## For {d['runtime']}: `{d['file']}`", "",
+                f"- loaded by: {d['versions']}", f"- under PyTorch: {d['how']}"]
+        out += [f"- {line}" for line in d["summary"]]
+        out += ["", "```sh"] + [f"export {v['name']}={_shell(v['value'])}"
+                                for v in d["environment"]] + ["```"]
+    return out
+
+
 def render_report(plan: Plan, *, environment: Sequence[EnvVar], environment_notes: Sequence[str],
-                  plots: dict[str, str]) -> str:
+                  plots: dict[str, str], deployments: Sequence[dict] = ()) -> str:
     """The markdown report of ``plan``; ``plots`` maps an entry's :func:`plot_name` to its PNG
     path relative to the report."""
     out: list[str] = ["# collsynth plan", ""]
@@ -128,6 +140,7 @@ def render_report(plan: Plan, *, environment: Sequence[EnvVar], environment_note
         out += ["", "The plan has no XML file: NCCL keeps every call, nothing needs to be set."]
     if environment_notes:
         out += [""] + [f"- {note}" for note in environment_notes]
+    out += _deployments_section(deployments)
     out += ["", "## Collectives", ""]
     for entry in plan.entries:
         out += _entry_section(entry, plots.get(plot_name(entry)))

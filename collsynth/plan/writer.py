@@ -13,7 +13,7 @@ import shutil
 import stat
 import uuid
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from collsynth._output import check_folder_writable, check_output_dir, write_text_atomic
 from collsynth.errors import CollsynthError, ExportError, FileFormatError, InputTooLargeError
@@ -273,10 +273,13 @@ def _owned(target: Path) -> tuple[set[PurePosixPath], set[PurePosixPath]]:
     return listed
 
 
-def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = True) -> Path:
+def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = True,
+               deployments: Sequence[Any] = ()) -> Path:
     """Write ``plan`` to ``plan_dir`` (docs/plan.md); return the directory.
 
     ``plots=False`` leaves ``plots/`` empty (drawing is the slow part of writing).
+    ``deployments`` (:class:`collsynth.plan.deploy.Deployment`) are written too, each at its
+    path, and named in ``plan.json`` and ``report.md`` with the versions that load them.
 
     Raises
     ------
@@ -291,7 +294,7 @@ def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = Tr
     target = check_plan_directory(plan_dir)
     staging = _fresh_directory(target, "tmp")
     try:
-        _write_into(plan, staging, target, plots)
+        _write_into(plan, staging, target, plots, tuple(deployments))
         _write_manifest(staging)
         _swap(staging, target)
     except BaseException:
@@ -314,9 +317,24 @@ def _write_manifest(staging: Path) -> None:
     write_text_atomic(staging / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
 
 
-def _write_into(plan: Plan, staging: Path, target: Path, plots: bool) -> None:
+def _deployment_json(d: Any, target: Path) -> dict[str, Any]:
+    path = str(target / d.path)
+    return {"runtime": d.runtime, "file": d.path, "kind": d.kind, "versions": d.versions,
+            "how": d.how, "environment": [{"name": n, "value": v.format(path=path), "why": w}
+                                          for n, v, w in d.variables],
+            "summary": [line.replace("{path}", path) for line in d.summary]}
+
+
+def _write_into(plan: Plan, staging: Path, target: Path, plots: bool,
+                deployments: tuple[Any, ...] = ()) -> None:
     xml_dir = staging / "xml"
     xml_dir.mkdir()
+    for d in deployments:
+        rel = _relative(d.path)
+        if rel is None or rel.parts[0] in ("xml", "plots") or len(rel.parts) < 2:
+            raise ExportError(f"internal: deployment path {d.path!r}")
+        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(staging / rel, d.text)
     for xml in plan.xml_files:
         path = xml_dir / xml.name
         write_text_atomic(path, xml.text)
@@ -340,9 +358,11 @@ def _write_into(plan: Plan, staging: Path, target: Path, plots: bool) -> None:
             draw_plot(entries, staging / "plots" / name)
             drawn[name] = f"plots/{name}"
     obj = plan_to_json(plan, environment=environment, environment_notes=notes, plots=drawn)
+    obj["deployments"] = [_deployment_json(d, target) for d in deployments]
     write_text_atomic(staging / "plan.json", json.dumps(obj, indent=1) + "\n")
     write_text_atomic(staging / "report.md", render_report(
-        plan, environment=environment, environment_notes=notes, plots=drawn))
+        plan, environment=environment, environment_notes=notes, plots=drawn,
+        deployments=obj["deployments"]))
     # A file a plan names but that was not written would make the runtime's scan fail.
     for entry in plan.entries:
         for r in entry.ranges:

@@ -236,3 +236,43 @@ def test_a_fallback_that_may_be_unavailable_is_refused():
     with pytest.raises(InvalidInstanceError, match="fallback"):
         tuning_rules(_tuning(), "allreduce", runtime="nccl", n_nodes=1, n_ranks=8,
                      fallback=lambda r: Choice("tree", "simple"))
+
+
+def test_near_ties_go_to_the_earlier_candidate_and_the_depth_bounds_the_bisection():
+    """Two candidates 0.5% apart flip the decision at every size when the later is ahead by
+    a hair; with tie=0.01 the earlier always wins (one forced range). Between 1000 and 2000 B
+    a boundary at 1500 B is found to the byte unbounded, and within 1000 / 2**3 B at depth 3."""
+    a, b = Choice("ring", "ll", 1), Choice("ring", "ll", 2)
+    wobble = lambda c, s: 10.0 if c == a else 10.0 * (0.995 if s % 3 else 1.005)
+    own = lambda s: (Choice("ring", "simple"), 20.0)
+    sizes = list(range(100, 200))
+    flips = tune_runtime([a, b], sizes, wobble, own)
+    assert len(flips.gains) > 10
+    tied = tune_runtime([a, b], sizes, wobble, own, tie=0.01)
+    assert [r.choice for r in tied.gains] == [a]
+    step = lambda c, s: 1.0 if s >= 1500 else 100.0
+    exact = tune_runtime([a], [1000, 2000], step, own)
+    assert exact.exact and exact.gains[0].min_bytes == 1500
+    coarse = tune_runtime([a], [1000, 2000], step, own, max_depth=3)
+    assert not coarse.exact and 1500 <= coarse.gains[0].min_bytes <= 1500 + 1000 // 8
+    assert coarse.evaluations == 2 + 3
+
+
+def test_bisection_among_the_endpoints_fastest_prices_only_those():
+    """With bisect_all=False the sizes the bisection tries price only the fastest candidates
+    of the two sampled sizes around the boundary: a third candidate is priced at the samples
+    only, and the boundary is the same as with every candidate priced."""
+    a, b, c = Choice("ring", "ll", 1), Choice("ring", "ll", 2), Choice("ring", "ll", 4)
+    priced = []
+
+    def price(choice, size):
+        priced.append((choice, size))
+        return {a: 1.0 if size < 1500 else 9.0, b: 9.0 if size < 1500 else 1.0, c: 5.0}[choice]
+
+    own = lambda s: (Choice("ring", "simple"), 20.0)
+    full = tune_runtime([a, b, c], [1000, 2000], price, own)
+    priced.clear()
+    lean = tune_runtime([a, b, c], [1000, 2000], price, own, bisect_all=False)
+    assert [(r.min_bytes, r.choice) for r in lean.gains] == \
+        [(r.min_bytes, r.choice) for r in full.gains] and lean.gains[1].min_bytes == 1500
+    assert {s for ch, s in priced if ch == c} == {1000, 2000}

@@ -14,21 +14,29 @@ from collsynth.export.tuner.config import (COLLECTIVES, MAX_LINE_BYTES, SIZE_MAX
                                            parse_as_nccl_example, parse_as_rccl,
                                            parse_tuner_config, runtime_outcome,
                                            write_tuner_config)
-from collsynth.export.tuner.machine import (_price_with_tuning_model, candidate_choices,
-                                            channel_counts, config_collective, tune_machine)
+from collsynth.export.tuner.machine import (ProgramModelPrice, candidate_choices,
+                                            channel_counts, config_collective, forced_channels,
+                                            tune_machine)
+from collsynth.runtimes import get_runtime
+from collsynth.timing.pricing import RuntimeAlgorithm
+from collsynth.timing.program_model import ProgramModel
 from collsynth.resolve import resolve_topology
 from collsynth.timing import tuning_model as tm
 
-SIZES = [64 << (2 * k) for k in range(14)]   # 64 B .. 4 GiB in x4 steps
+SIZES = [64 << (3 * k) for k in range(10)]   # 64 B .. 8 GiB in x8 steps
 MACHINES = [("dgx-a100", 1, "nccl"), ("dgx-h100", 2, "nccl"), ("mi300x", 1, "rccl")]
 
 
 @pytest.fixture(scope="module", params=MACHINES, ids=lambda m: f"{m[0]}x{m[1]}")
 def tuned(request):
     name, nodes, runtime = request.param
-    setup = tm.tuning_setup(resolve_topology(name, nodes=nodes))
+    topology = resolve_topology(name, nodes=nodes)
+    setup = tm.tuning_setup(topology)
     assert setup.runtime == runtime
-    return name, setup, tune_machine(setup, ["allreduce", "allgather", "reducescatter"], SIZES)
+    # simulations of 16 ranks or 44 channels are slow: allgather only there (the CI budget)
+    collectives = ["allreduce", "allgather"] if name == "dgx-a100" else ["allgather"]
+    return name, setup, tune_machine(setup, collectives, SIZES,
+                                     price=ProgramModelPrice(topology))
 
 
 def _probes(r):
@@ -95,33 +103,46 @@ def test_a_forced_range_is_predicted_faster_by_the_threshold(tuned):
 def test_the_figures_of_the_three_machines(tuned):
     name, setup, machine = tuned
     assert sum(len(c.tuning.gains) for c in machine.collectives) > 0
-    if setup.runtime == "nccl":
-        # From 64 MiB every call of NCCL's own choice runs on all its channels, where the price
-        # is NCCL's own estimate and NCCL's choice is the least estimate: nothing can beat it.
-        for c in machine.collectives:
-            for r in c.tuning.gains:
-                assert r.max_bytes < 64 << 20, (c.collective, r)
+    assert "program model" in machine.prices
+    assert any("program model" in line for line in machine.summary_lines(name))
 
 
-def test_the_placeholder_price_by_hand():
-    """dgx-h100, one node, allreduce ring/LL at 64 KiB: NCCL's nMaxChannels is 2 (it drops
-    channels while 65536 < nc x 512 threads x 64 B), the cell scheduler would use 16 (LL traffic
-    64 KiB x 2 x 4 = 512 KiB over 32 KiB cells): the bandwidth term of NCCL's estimate is
-    scaled by 24/2 on its own and by 24/16 when 16 channels are forced; at 1 GiB the call uses
-    every channel and the price is NCCL's estimate."""
-    setup = tm.tuning_setup(resolve_topology("dgx-h100"))
-    assert setup.comm_channels == 24
-    estimate = tm.algo_time_us(setup, "allreduce", "ring", "LL", 65536)
-    bandwidth = 65536 / (1000 * estimate.algbw_gbps)
-    latency = estimate.time_us - bandwidth
-    own = _price_with_tuning_model(setup, "allreduce", Choice("ring", "ll"), 65536)
-    forced = _price_with_tuning_model(setup, "allreduce", Choice("ring", "ll", 16), 65536)
-    assert own == pytest.approx(latency + bandwidth * 24 / 2)
-    assert forced == pytest.approx(latency + bandwidth * 24 / 16)
-    big = tm.algo_time_us(setup, "allreduce", "nvls", "Simple", 1 << 30)
-    assert _price_with_tuning_model(setup, "allreduce", Choice("nvls", "simple"), 1 << 30) == \
-        pytest.approx(big.time_us)
-    assert _price_with_tuning_model(setup, "allgather", Choice("tree", "ll"), 4096) is None
+def test_the_program_model_prices_candidate_and_default_alike():
+    """Each price is the program model's for the runtime's algorithm pinned to the protocol and
+    to the channels the call runs on, built here directly. DGX A100, allgather ring/Simple at
+    16 MiB: NCCL runs it on several channels by itself (tuning_model.call_shape), on 1 when 1
+    is forced, and the model prices the two differently. One DGX H100, allreduce at
+    1 GiB: NCCL's own choice (tuning_model.choose) is NVLS/Simple, priced the same way."""
+    def direct(topology, algorithm, collective, protocol, channels, size):
+        subject = RuntimeAlgorithm(get_runtime("nccl"), algorithm, collective, topology,
+                                   channels=channels, protocol=protocol)
+        return ProgramModel(get_runtime("nccl").defaults).price(subject, [size])[0].time_us
+
+    a100 = resolve_topology("dgx-a100")
+    setup = tm.tuning_setup(a100)
+    price = ProgramModelPrice(a100)
+    size = 1 << 24
+    own = tm.call_shape(setup, "allgather", "ring", "Simple", size).channels
+    assert own > 1
+    assert forced_channels(setup, "allgather", Choice("ring", "simple"), size) == own
+    assert forced_channels(setup, "allgather", Choice("ring", "simple", 1), size) == 1
+    by_own = price(setup, "allgather", Choice("ring", "simple"), size)
+    by_one = price(setup, "allgather", Choice("ring", "simple", 1), size)
+    assert by_own == pytest.approx(direct(a100, "ring", "allgather", "Simple", own, size))
+    assert by_one == pytest.approx(direct(a100, "ring", "allgather", "Simple", 1, size))
+    assert by_one != pytest.approx(by_own)
+    # no program of tree for allgather: not a candidate there
+    assert price(setup, "allgather", Choice("tree", "ll"), 4096) is None
+
+    h100 = resolve_topology("dgx-h100")
+    setup = tm.tuning_setup(h100)
+    chosen = tm.choose(setup, "allreduce", 1 << 30)
+    assert (chosen.algorithm, chosen.protocol) == ("nvls", "Simple")
+    machine = tune_machine(setup, ["allreduce"], [1 << 30], price=ProgramModelPrice(h100))
+    row, = machine.collectives[0].tuning.rows
+    assert row.default == Choice("nvls", "simple")
+    assert row.default_time_us == pytest.approx(
+        direct(h100, "nvls", "allreduce", "Simple", chosen.shape.channels, 1 << 30))
 
 
 def test_candidates_are_the_enabled_pairs_on_each_channel_count():
@@ -162,16 +183,15 @@ def run(capsys, *argv):
 @pytest.mark.parametrize("topology, nodes, runtime", MACHINES)
 def test_tune_runtime_end_to_end(capsys, tmp_path, topology, nodes, runtime):
     out_file = tmp_path / "tuner.conf"
-    code, out, err = run(capsys, "tune-runtime", "--topology", topology, "--nodes", str(nodes),
-                         "--runtime", runtime, "--sizes", "64B:1GiB", "-o", str(out_file))
+    argv = ["tune-runtime", "--topology", topology, "--nodes", str(nodes), "--runtime", runtime,
+            "--sizes", "1MiB:8MiB", "--collectives", "allgather", "-o", str(out_file)]
+    code, out, err = run(capsys, *argv)
     assert code == 0, err
-    assert "allreduce:" in out and "reducescatter:" in out and "gain" in out
-    assert f"wrote {out_file}" in out
+    assert "allgather:" in out and "allreduce:" not in out and "gain" in out
+    assert "program model" in out and f"wrote {out_file}" in out
     parsed = parse_tuner_config(out_file.read_bytes(), runtime=runtime)
     assert parsed.rules and not parsed.notes
-    code, text, err = run(capsys, "tune-runtime", "--topology", topology, "--nodes", str(nodes),
-                          "--runtime", runtime, "--sizes", "64B:1GiB", "-o", str(out_file),
-                          "--json")
+    code, text, err = run(capsys, *argv, "--json")
     assert code == 0, err
     summary = json.loads(text)
     assert summary["rules"] == [",".join(map(str, r.values())) for r in parsed.rules]
@@ -194,8 +214,8 @@ def test_tune_runtime_one_collective_and_a_threshold(capsys, tmp_path):
 @pytest.mark.parametrize("argv, code, fragment", [
     (["--topology", "dgx-a100", "--runtime", "rccl"], 2, "run nccl"),
     (["--topology", "ring:8", "--runtime", "nccl"], 1, "architecture"),
-    (["--topology", "dgx-a100", "--runtime", "nccl", "--calibration", "x.json"], 2,
-     "--calibration"),
+    (["--topology", "dgx-a100", "--runtime", "nccl", "--calibration", "x.json"], 1,
+     "x.json"),
     (["--topology", "dgx-a100", "--runtime", "nccl", "--collectives", "alltoall"], 1,
      "alltoall"),
     (["--topology", "dgx-a100", "--runtime", "nccl", "--collectives", ","], 2, "--collectives"),
@@ -215,3 +235,27 @@ def test_tune_runtime_checks_the_output_first(capsys, tmp_path):
     got, _, err = run(capsys, "tune-runtime", "--topology", "dgx-a100", "--runtime", "nccl",
                       "-o", str(tmp_path / "missing" / "t.conf"))
     assert got == 1 and "does not exist" in err
+
+
+def test_tune_runtime_prices_with_the_calibration(capsys, tmp_path):
+    """A runtime-constants calibration replaces the documented constants: with every base
+    latency 100 us higher, NCCL's own choice at 1 MiB is priced 100 us slower (the base latency
+    is paid once per call); another runtime's calibration is refused."""
+    from collsynth.timing.calibration import RuntimeCalibration, save_calibration
+
+    nccl = get_runtime("nccl").defaults
+    slow = nccl.replace(base_latency_us={p: v + 100 for p, v in nccl.base_latency_us.items()})
+    save_calibration(RuntimeCalibration(slow), tmp_path / "slow.json")
+    save_calibration(RuntimeCalibration(get_runtime("rccl").defaults), tmp_path / "rccl.json")
+    argv = ["tune-runtime", "--topology", "dgx-a100", "--runtime", "nccl", "--collectives",
+            "allgather", "--sizes", "1MiB:2MiB", "-o", str(tmp_path / "t.conf"), "--json"]
+    times = []
+    for extra in ([], ["--calibration", str(tmp_path / "slow.json")]):
+        code, text, err = run(capsys, *argv, *extra)
+        assert code == 0, err
+        ranges = json.loads(text)["collectives"][0]["ranges"]
+        row, = [row for r in ranges for row in r["rows"] if row["size_bytes"] == 1 << 20]
+        times.append(row["default_time_us"])
+    assert times[1] == pytest.approx(times[0] + 100)
+    code, _, err = run(capsys, *argv, "--calibration", str(tmp_path / "rccl.json"))
+    assert code == 2 and "--calibration" in err and "rccl" in err

@@ -177,7 +177,9 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
                  price: Callable[[Choice, int], float | None],
                  default: Callable[[int], tuple[Choice, float]], *,
                  threshold: float = DEFAULT_THRESHOLD,
-                 max_evaluations: int = MAX_EVALUATIONS) -> RuntimeTuning:
+                 max_evaluations: int = MAX_EVALUATIONS,
+                 max_depth: int | None = None, tie: float = 0.0,
+                 bisect_all: bool = True) -> RuntimeTuning:
     """The fastest candidate per size range, where it beats the runtime's own choice.
 
     Parameters
@@ -195,6 +197,19 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
         A candidate is forced only where ``time x (1 + threshold) < default time``.
     max_evaluations:
         Most sizes priced, samples and bisection together.
+    max_depth:
+        Most bisection steps between two sampled sizes (``None``: to the byte). A price that
+        is not smooth in the size (a simulation's steps and chunks) can flip the decision many
+        times between two samples; a bounded depth places each boundary to within
+        ``gap / 2**max_depth`` bytes and keeps the flips it met, at most ``2**max_depth``
+        (``RuntimeTuning.exact`` is then false where a boundary was not placed to the byte).
+    tie:
+        Candidates within this fraction of the fastest count as tied, and the earliest of them
+        is chosen: prices that differ by rounding no longer flip the decision.
+    bisect_all:
+        Price every candidate at the sizes the bisection tries (the default); ``False``: only
+        the fastest candidates of the two sizes the boundary lies between (a third decision in
+        between is then met only among those), for prices that are slow to compute.
 
     Returns
     -------
@@ -223,20 +238,23 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
     requested = _check_sizes(sizes)
     decisions: dict[int, _Decision] = {}
 
-    def decide(size: int) -> _Decision:
+    def decide(size: int, among: frozenset | None = None) -> _Decision:
         own = default(size)
         if not (isinstance(own, tuple) and len(own) == 2 and isinstance(own[0], Choice)):
             raise InvalidInstanceError(f"tune_runtime: default({size}) = {own!r}; expected "
                                        "(Choice, time in us)")
         own_time = _time(own[1], f"default({size}) time")
-        best, best_time = None, math.inf
+        timed = []
         for c in candidates:
-            t = price(c, size)
-            if t is None:
+            if among is not None and c not in among:
                 continue
-            t = _time(t, f"price({c.label}, {size})")
-            if t < best_time:
-                best, best_time = c, t
+            t = price(c, size)
+            if t is not None:
+                timed.append((c, _time(t, f"price({c.label}, {size})")))
+        best, best_time = None, math.inf
+        if timed:
+            least = min(t for _, t in timed)
+            best, best_time = next((c, t) for c, t in timed if t <= least * (1 + tie))
         key = ("rule", best) if best is not None and best_time * (1 + threshold) < own_time \
             else ("keep", own[0])
         found = _Decision(key, best, best_time, own[0], own_time)
@@ -245,19 +263,29 @@ def tune_runtime(choices: Sequence[Choice], sizes: Sequence[int],
 
     for size in requested:
         decide(size)
+    if isinstance(tie, bool) or not isinstance(tie, (int, float)) or not 0 <= tie < 1:
+        raise InvalidInstanceError(f"tune_runtime: tie = {tie!r}; expected a fraction in [0, 1)")
+    if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int)
+                                  or max_depth < 0):
+        raise InvalidInstanceError(f"tune_runtime: max_depth = {max_depth!r}; expected None or "
+                                   "a whole number >= 0")
     exact = True
-    gaps = [(a, b) for a, b in zip(requested, requested[1:])
+    gaps = [(a, b, 0) for a, b in zip(requested, requested[1:])
             if decisions[a].key != decisions[b].key and b - a > 1]
     while gaps:
         if len(decisions) >= max_evaluations:
             exact = False
             break
-        lo, hi = gaps.pop()
+        lo, hi, depth = gaps.pop()
+        if max_depth is not None and depth >= max_depth:
+            exact = False
+            continue
         mid = _mid(lo, hi)
-        decide(mid)
+        decide(mid, None if bisect_all else
+               frozenset(d.fastest for d in (decisions[lo], decisions[hi]) if d.fastest))
         for a, b in ((lo, mid), (mid, hi)):
             if decisions[a].key != decisions[b].key and b - a > 1:
-                gaps.append((a, b))
+                gaps.append((a, b, depth + 1))
     points = sorted(decisions)
     groups: list[list[int]] = []
     for size in points:

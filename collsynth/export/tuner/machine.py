@@ -2,9 +2,9 @@
 
 :func:`tune_machine` takes the runtime's :class:`~collsynth.timing.tuning_model.TuningSetup`
 (the machine as NCCL or RCCL sees it), offers every (algorithm, protocol) the runtime enables
-there on its own channel count and on powers of two up to the communicator's, prices them with
-``price`` (for now :func:`_price_with_tuning_model`: the runtime's own estimate, which the
-program model will replace), runs :func:`~collsynth.export.tuner.choose.tune_runtime` per
+there on its own channel count and on powers of two up to the communicator's, prices them and
+the runtime's own choice with one ``price`` (:class:`ProgramModelPrice`: the program model, through
+:mod:`collsynth.timing.pricing`), runs :func:`~collsynth.export.tuner.choose.tune_runtime` per
 collective and builds the rules. What the predictions mean: docs/tuner-config.md.
 """
 
@@ -22,14 +22,29 @@ from collsynth.export.tuner.config import COLLECTIVES, SIZE_MAX, TunerRule
 import collsynth.timing.tuning_model as tm
 
 if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from collsynth.runtimes import RuntimeConstants
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
     from collsynth.timing.tuning_model import TuningSetup
+    from collsynth.topology.model import Topology
 
 __all__ = ["CollectiveTuning", "MachineTuning", "tune_machine", "candidate_choices",
-           "channel_counts", "config_collective", "PriceFunction"]
+           "channel_counts", "config_collective", "PriceFunction", "ProgramModelPrice",
+           "forced_channels", "runtime_estimate"]
 
 #: ``price(setup, collective, choice, size_bytes) -> time in us | None``; collective spelt as
 #: in the tuner config.
 PriceFunction = Callable[["TuningSetup", str, Choice, int], "float | None"]
+
+#: Bisection steps between two sampled sizes: the program model's prices are not smooth in the
+#: size (its chunks and slices), so to the byte its decisions flip thousands of times; 4 steps
+#: place a boundary between x2 samples to within 1/16 of the size (and keep tune-runtime fast).
+BISECTION_DEPTH = 4
+
+#: Candidates priced within 1% of the fastest are tied and the earliest wins (the runtime's own
+#: channel count, then the fewest channels): the simulated prices of neighbouring channel counts
+#: differ by rounding where the links, not the channels, limit a call.
+TIE = 0.01
 
 _MODEL_COLLECTIVE = {"broadcast": "broadcast", "reduce": "reduce", "allgather": "allgather",
                      "reducescatter": "reduce_scatter", "allreduce": "allreduce"}
@@ -97,33 +112,100 @@ def candidate_choices(setup: "TuningSetup", collective: str) -> tuple[Choice, ..
     return tuple(found)
 
 
-def _price_with_tuning_model(setup: "TuningSetup", collective: str, choice: Choice,
-                             size_bytes: int) -> float | None:
-    """PLACEHOLDER PRICE, to be replaced by the program model's: the runtime's own estimate
-    (``tuning_model.algo_time_us``: latency + size / algorithm bandwidth) with its bandwidth
-    term scaled by the share of channels the call runs on.
-
-    The estimate assumes every channel of the communicator (the NVLS channels for NVLS); a call
-    runs on ``tuning_model.call_shape(...).channels`` of them by itself, or, when a tuner forces
-    ``c`` channels, on what NCCL's cell scheduler makes of ``c`` (``cell_channels``). The
-    bandwidth term is divided by that share (linear in channels, no per-channel cost: forcing
-    more channels looks better than it may be; see docs/tuner-config.md).
-    ``None``: the runtime cannot run the pair here.
-    """
+def forced_channels(setup: "TuningSetup", collective: str, choice: Choice,
+                    size_bytes: int) -> int:
+    """The channels a call of ``size_bytes`` runs ``choice`` on: the runtime's own per-call count
+    (``tuning_model.call_shape``) when ``choice.channels`` is ``None``; otherwise what the cell
+    scheduler (NCCL 2.22 and later, RCCL) makes of the forced count, at most the communicator's
+    (the NVLS channels for NVLS); before NCCL 2.22 the forced count itself, so capped."""
     model, algorithm = _MODEL_COLLECTIVE[collective], choice.algorithm
     protocol = _MODEL_PROTOCOL[choice.protocol]
-    estimate = tm.algo_time_us(setup, model, algorithm, protocol, size_bytes)
-    if estimate is None or estimate.algbw_gbps <= 0:
-        return None
-    most = max(1, _kind_channels(setup, algorithm))
     if choice.channels is None:
-        used = tm.call_shape(setup, model, algorithm, protocol, size_bytes).channels
-    else:
-        used = tm.cell_channels(model, size_bytes, setup.ranks, protocol,
-                                max(1, min(choice.channels, most)))
-    bandwidth_us = size_bytes / (1000 * estimate.algbw_gbps)
-    latency_us = estimate.time_us - bandwidth_us
-    return latency_us + bandwidth_us * most / max(1, min(used, most))
+        return tm.call_shape(setup, model, algorithm, protocol, size_bytes).channels
+    forced = max(1, min(choice.channels, _kind_channels(setup, algorithm)))
+    if setup.runtime == "nccl" and setup.version < (2, 22):
+        return forced
+    return tm.cell_channels(model, size_bytes, setup.ranks, protocol, forced)
+
+
+def runtime_estimate(setup: "TuningSetup", collective: str, choice: Choice,
+                     size_bytes: int) -> float | None:
+    """The runtime's own estimate of ``choice`` (``tuning_model.algo_time_us``, on all its
+    channels): what it picks by, used only for the collectives a config covers without tuning
+    them (NCCL's one-channel rule); ``None`` where it cannot run the pair."""
+    estimate = tm.algo_time_us(setup, _MODEL_COLLECTIVE[collective], choice.algorithm,
+                               _MODEL_PROTOCOL[choice.protocol], size_bytes)
+    return None if estimate is None or estimate.algbw_gbps <= 0 else estimate.time_us
+
+
+class ProgramModelPrice:
+    """A :data:`PriceFunction`: the program model's price of a choice as the runtime runs it.
+
+    Each (algorithm, protocol, channels) is a
+    :class:`~collsynth.timing.pricing.RuntimeAlgorithm` with its protocol pinned and its
+    channels pinned to what the call runs on (:func:`forced_channels`), priced by one
+    :class:`~collsynth.timing.program_model.ProgramModel` on ``topology`` with ``constants``
+    (default: the runtime's documented ones). The runtime's own choice is priced the same way,
+    so a gain compares like with like. ``None``: the model has no program for the pair there
+    (:attr:`refused` keeps why). Prices are kept per (collective, pair, channels, size).
+    """
+
+    def __init__(self, topology: "Topology", *, constants: "RuntimeConstants | None" = None,
+                 source: str = "") -> None:
+        self.topology = topology
+        self.constants = constants
+        self.source = source
+        self.refused: dict[str, str] = {}
+        self._models: dict[str, "ProgramModel"] = {}
+        self._subjects: dict[tuple, "RuntimeAlgorithm | None"] = {}
+        self._times: dict[tuple, float] = {}
+
+    def model(self, runtime: str) -> "ProgramModel":
+        """The program model pricing ``runtime``'s (``nccl`` or ``rccl``) own algorithms."""
+        from collsynth.runtimes import get_runtime
+        from collsynth.timing.program_model import ProgramModel
+
+        found = self._models.get(runtime)
+        if found is None:
+            rt = get_runtime(runtime)
+            found = self._models[runtime] = ProgramModel(
+                self.constants or rt.defaults, runtime=rt, source=self.source)
+        return found
+
+    def provenance(self, runtime: str) -> str:
+        """Where the prices come from, for the config's header."""
+        return f"the program model with {self.model(runtime).provenance}"
+
+    def _subject(self, setup: "TuningSetup", collective: str, choice: Choice,
+                 channels: int) -> "RuntimeAlgorithm | None":
+        from collsynth.runtimes import get_runtime
+        from collsynth.timing.pricing import RuntimeAlgorithm
+
+        key = (setup.runtime, collective, choice.algorithm, choice.protocol, channels)
+        if key not in self._subjects:
+            subject = RuntimeAlgorithm(get_runtime(setup.runtime), choice.algorithm,
+                                       _MODEL_COLLECTIVE[collective], self.topology,
+                                       channels=channels,
+                                       protocol=_MODEL_PROTOCOL[choice.protocol])
+            why = self.model(setup.runtime).why_not(subject)
+            if why is not None:
+                self.refused[subject.name] = why
+                subject = None
+            self._subjects[key] = subject
+        return self._subjects[key]
+
+    def __call__(self, setup: "TuningSetup", collective: str, choice: Choice,
+                 size_bytes: int) -> float | None:
+        channels = forced_channels(setup, collective, choice, size_bytes)
+        subject = self._subject(setup, collective, choice, channels)
+        if subject is None:
+            return None
+        key = (setup.runtime, collective, choice.algorithm, choice.protocol, channels, size_bytes)
+        found = self._times.get(key)
+        if found is None:
+            price, = self.model(setup.runtime).price(subject, [size_bytes])
+            found = self._times[key] = price.time_us
+        return found
 
 
 @dataclass(frozen=True)
@@ -147,6 +229,7 @@ class MachineTuning:
     n_ranks: int
     threshold: float
     collectives: tuple[CollectiveTuning, ...]
+    prices: str = ""
 
     @property
     def rules(self) -> tuple[TunerRule, ...]:
@@ -159,8 +242,9 @@ class MachineTuning:
         version = ".".join(str(v) for v in self.version)
         lines = [f"Machine: {machine} ({self.n_nodes} node(s), {self.n_ranks} ranks); rules match "
                  f"nNodes={self.n_nodes} nRanks={self.n_ranks} only.",
-                 f"Prices: {name} {version}'s own tuning model, with a linear share of channels "
-                 "(predictions, not measurements; measure before and after).",
+                 f"Prices: {self.prices or 'as given'}; {name} {version}'s own choice from its "
+                 "tuning model, priced the same way (predictions, not measurements; measure "
+                 "before and after).",
                  f"A rule forces a choice only where it is predicted more than "
                  f"{self.threshold:.0%} faster than {name}'s own choice:"]
         gains = [(c.collective, r) for c in self.collectives for r in c.tuning.gains]
@@ -184,8 +268,8 @@ class MachineTuning:
 
 
 def tune_machine(setup: "TuningSetup", collectives: Sequence[str], sizes: Sequence[int], *,
-                 threshold: float = DEFAULT_THRESHOLD,
-                 price: PriceFunction | None = None) -> MachineTuning:
+                 price: PriceFunction, threshold: float = DEFAULT_THRESHOLD,
+                 max_depth: int | None = BISECTION_DEPTH) -> MachineTuning:
     """Tune ``setup.runtime``'s own choices for ``collectives`` at ``sizes``.
 
     Parameters
@@ -196,10 +280,14 @@ def tune_machine(setup: "TuningSetup", collectives: Sequence[str], sizes: Sequen
         Collective names (any collsynth spelling).
     sizes:
         Sampled sizes in bytes (NCCL's ``nBytes``).
+    price:
+        The prices of the candidates and of the runtime's own choice
+        (:class:`ProgramModelPrice` of the machine's topology).
     threshold:
         Force a choice only where it is predicted faster than the default by this fraction.
-    price:
-        The prices (default :func:`_price_with_tuning_model`).
+    max_depth:
+        Bisection steps between two sampled sizes (:func:`tune_runtime`; ``None``: to the
+        byte).
 
     Returns
     -------
@@ -209,12 +297,15 @@ def tune_machine(setup: "TuningSetup", collectives: Sequence[str], sizes: Sequen
         example plugin runs a call no rule matches on one channel).
 
     >>> from collsynth.topology.builtins import get_topology
-    >>> setup = tm.tuning_setup(get_topology("dgx-h100"))
-    >>> t = tune_machine(setup, ["allreduce"], [1 << 20])
+    >>> h100 = get_topology("dgx-h100")
+    >>> t = tune_machine(tm.tuning_setup(h100), ["allreduce"], [1 << 20],
+    ...                  price=ProgramModelPrice(h100))
     >>> [c.collective for c in t.collectives]
     ['allreduce', 'broadcast', 'reduce', 'allgather', 'reducescatter']
     """
-    price = price or _price_with_tuning_model
+    if not callable(price):
+        raise InvalidInstanceError("tune_machine: price must be a function "
+                                   "(ProgramModelPrice(topology))")
     wanted = []
     for name in collectives:
         key = config_collective(name)
@@ -228,21 +319,28 @@ def tune_machine(setup: "TuningSetup", collectives: Sequence[str], sizes: Sequen
     for collective in covered:
         model = _MODEL_COLLECTIVE[collective]
 
-        def priced(choice: Choice, size: int, collective: str = collective) -> float | None:
-            return price(setup, collective, choice, size)
+        requested = collective in wanted
+        # A collective covered only for NCCL's one-channel rule pins NCCL's own choice, which
+        # no price changes: its ranges follow the runtime's own estimate.
+        by = price if requested else runtime_estimate
+
+        def priced(choice: Choice, size: int, collective: str = collective,
+                   by=by) -> float | None:
+            return by(setup, collective, choice, size)
 
         def default(size: int, model: str = model, priced=priced) -> tuple[Choice, float]:
             own = tm.choose(setup, model, size)
             choice = Choice(own.algorithm, _CONFIG_PROTOCOL[own.protocol])
             time = priced(choice, size)
-            if time is None:  # pragma: no cover - the runtime's choice always runs
+            if time is None:
+                why = "; ".join(getattr(price, "refused", {}).values()) or "no price"
                 raise InvalidInstanceError(f"{collective} at {size} B: the runtime's own "
-                                           f"choice {choice.label} has no price")
+                                           f"choice {choice.label} cannot be priced: {why}")
             return choice, time
 
-        requested = collective in wanted
         choices = candidate_choices(setup, collective) if requested else ()
-        tuning = tune_runtime(choices, sizes, priced, default, threshold=threshold)
+        tuning = tune_runtime(choices, sizes, priced, default, threshold=threshold,
+                              max_depth=max_depth, tie=TIE, bisect_all=False)
 
         def fallback(r: TunedRange, priced=priced) -> Choice:
             inside = [row.size_bytes for row in r.rows] or [max(1, min(r.min_bytes, SIZE_MAX))]
@@ -254,5 +352,7 @@ def tune_machine(setup: "TuningSetup", collectives: Sequence[str], sizes: Sequen
         rules = tuning_rules(tuning, collective, runtime=setup.runtime, n_nodes=setup.nodes,
                              n_ranks=setup.ranks, fallback=fallback)
         results.append(CollectiveTuning(collective, tuning, rules, requested))
+    provenance = getattr(price, "provenance", None)
+    prices = provenance(setup.runtime) if callable(provenance) else ""
     return MachineTuning(setup.runtime, setup.version, setup.nodes, setup.ranks,
-                         float(threshold), tuple(results))
+                         float(threshold), tuple(results), prices)
