@@ -202,7 +202,7 @@ def test_bus_bandwidth_agrees_among_kinds_metrics_and_the_log_reader(collective,
                            [half.format(t=t, alg=s / t / 1e3, bus=s / t / 1e3 * float(factor))] * 2)
                        + "\n" for s, t in ((1 << 20, 100.0), (1 << 22, 300.0)))
         log = parse_log(text, name=f"{collective}_perf.txt", collective=collective, ranks=n)
-        assert log.busbw_factor == pytest.approx(float(factor))
+        assert log.busbw_per_algbw == pytest.approx(float(factor))
 
 
 @pytest.mark.parametrize("collective, n", [("allgather", 4), ("reduce_scatter", 4),

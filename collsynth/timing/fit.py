@@ -274,7 +274,7 @@ def _fit_alpha_beta(log: BenchmarkLog, sweep: _Sweep, options: FitOptions) -> Al
         beta = float(np.median(times[-large:] / sizes[-large:]))
     algbw = 1.0 / (beta * 1e3)
     return AlphaBetaFit(log.path, log.collective, log.ranks, alpha, beta, algbw,
-                        algbw * log.busbw_factor, int(sizes[small - 1]), int(sizes[-large]),
+                        algbw * log.busbw_per_algbw, int(sizes[small - 1]), int(sizes[-large]),
                         0.0, 0.0)
 
 
@@ -493,7 +493,7 @@ def fit_piecewise(log: BenchmarkLog, *, heldout: bool = True) -> PiecewiseFit:
 
 
 def _fit_piecewise(log: BenchmarkLog, sweep: _Sweep) -> PiecewiseFit:
-    factor = log.busbw_factor
+    factor = log.busbw_per_algbw
     log_factor = math.log(factor)
     x, y_t = _binned(np.log2(sweep.sizes), sweep.log_times, _MAX_FIT_POINTS)
     x_min = float(x[0])
@@ -618,7 +618,7 @@ def plot_fits(results: LogFits | Sequence[LogFits]) -> "Figure":
         log = item.log
         sizes = np.array([r.size_bytes for r in log.rows], dtype=float)
         times = np.array([r.time_us for r in log.rows], dtype=float)
-        factor = log.busbw_factor
+        factor = log.busbw_per_algbw
         grid = np.geomspace(sizes.min(), sizes.max(), 200)
         time_ax.scatter(sizes, times, s=12, color="black", label="measured", zorder=3)
         bw_ax.scatter(sizes, factor * sizes / (times * 1e3), s=12, color="black",

@@ -153,7 +153,7 @@ class BenchmarkLog:
         return tuple(sorted({row.size_bytes for row in self.rows}))
 
     @property
-    def busbw_factor(self) -> float:
+    def busbw_per_algbw(self) -> float:
         """nccl-tests' ``busbw / algbw`` for this collective and rank count
         (:func:`collsynth.collective.kinds.busbw_factor`); 1 for a collective nccl-tests has no
         bus-bandwidth convention for (busbw is then algbw)."""

@@ -156,7 +156,7 @@ def test_fits_are_bounded_and_sensible(fitted: dict[str, LogFits], name: str):
     # Alpha-beta: the small-message time and the large-message bus bandwidth of the log.
     assert min(times) <= line.alpha_us <= 1.2 * min(times)
     assert 0.85 * busbw <= line.busbw_gbps <= 1.1 * busbw
-    assert math.isclose(line.busbw_gbps, line.algbw_gbps * log.busbw_factor)
+    assert math.isclose(line.busbw_gbps, line.algbw_gbps * log.busbw_per_algbw)
     assert line.latency_max_bytes in sizes and line.bandwidth_min_bytes in sizes
     # Piecewise: knees at measured sizes, in order, the figures within the bounds.
     assert curve.knee_bytes in sizes and curve.saturation_bytes in sizes

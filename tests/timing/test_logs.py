@@ -226,7 +226,7 @@ def test_overrides_and_spellings():
     log = parse_log(_rows(1024, 4096), name="bench.log", collective="All-Gather", ranks=4)
     assert (log.collective, log.ranks) == ("allgather", 4)
     assert canonical_collective("reduce_scatter_perf") == "reduce_scatter"
-    assert log.busbw_factor == 0.75   # nccl-tests: (n - 1) / n
+    assert log.busbw_per_algbw == 0.75   # nccl-tests: (n - 1) / n
 
 
 def test_collective_from_command_line_beats_file_name():
