@@ -326,6 +326,20 @@ def _strtok(line: bytes) -> list[bytes]:
     return [part for part in line.split(b",") if part]
 
 
+def _line_tokens(line: bytes, number: int, continued: bool, notes: list[ParseNote]
+                 ) -> list[bytes]:
+    """``line``'s fields as both plugins split them (``strtok`` on commas), with the notes
+    they share: a continued (over-long) line, and the fields' own problems; ``[]`` when the
+    line has no field (both skip it)."""
+    tokens = _strtok(line)
+    if continued and tokens:
+        notes.append(ParseNote(number, "split", "the line is longer than 255 bytes: its rest "
+                               "is read as a line of its own"))
+    if tokens:
+        _notes_for_fields(line, number, notes)
+    return tokens
+
+
 def _notes_for_fields(line: bytes, number: int, notes: list[ParseNote]) -> None:
     if re.search(rb"^,|,,|,$", line.rstrip(b"\r")):
         notes.append(ParseNote(number, "collapsed", "an empty field (',,' or a comma at an end) "
@@ -399,13 +413,9 @@ def parse_as_nccl_example(text: str | bytes) -> ParsedConfig:
         if content.lstrip(b" \t\r\v\f")[:1] == b"#":
             notes.append(ParseNote(number, "not-comment", "only a '#' in the first column starts "
                                    "a comment: this line is read as fields"))
-        all_tokens = _strtok(content)
-        if continued and all_tokens:
-            notes.append(ParseNote(number, "split", "the line is longer than 255 bytes: its rest "
-                                   "is read as a line of its own"))
+        all_tokens = _line_tokens(content, number, continued, notes)
         if not all_tokens:
             continue
-        _notes_for_fields(content, number, notes)
         tokens = [t.strip(b" \t") for t in all_tokens[:_MAX_FIELDS]]
         if len(tokens) < _MIN_FIELDS:
             notes.append(ParseNote(number, "few-fields", f"{len(tokens)} field(s): fewer than 8, "
@@ -479,13 +489,9 @@ def parse_as_rccl(text: str | bytes) -> ParsedConfig:
         stripped = line.lstrip(b" \t")
         if stripped[:1] == b"#" or not stripped:
             continue
-        all_tokens = _strtok(line)
-        if continued and all_tokens:
-            notes.append(ParseNote(number, "split", "the line is longer than 255 bytes: its rest "
-                                   "is read as a line of its own"))
+        all_tokens = _line_tokens(line, number, continued, notes)
         if not all_tokens:
             continue
-        _notes_for_fields(line, number, notes)
         tokens = [t.strip(b" \t") for t in all_tokens[:_MAX_FIELDS]]
         if any(not t for t in tokens):
             notes.append(ParseNote(number, "empty-field", "a field holds only spaces: RCCL "
