@@ -354,8 +354,8 @@ def check_build_fits(deadline: Deadline | None, *, chunks: int, ranks_per_chunk:
     if needed > left:
         raise ResourceLimitError(
             f"{what}: building and verifying {chunks} chunks and {sends} sends takes about "
-            f"{needed:.0f} s; the time limit of {deadline.seconds:g} s leaves "
-            f"{max(left, 0.0):.0f} s")
+            f"{needed:.3g} s; the time limit of {deadline.seconds:g} s leaves "
+            f"{max(left, 0.0):.3g} s")
 
 
 def node_time_limit(time_limit: float, deadline: Deadline | None, doing: str) -> float:

@@ -117,8 +117,10 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     # Every chunk reaches the other n - 1 ranks once per piece: refuse before any work what
     # cannot fit (allreduce builds two such halves).
     chunks = 2 * n if is_standard_allreduce(collective) else collective.num_chunks
-    _check_fits(chunks * (n - 1) * (stages or 1),
-                deadline, f"{collective.describe()} on {topology.name}"
+    # Against the whole limit, not the clock: whether a request is refused up front must not
+    # depend on how busy the machine was while it was being parsed.
+    _check_fits(chunks * (n - 1) * (stages or 1), time_limit, time_limit,
+                f"{collective.describe()} on {topology.name}"
                 + (f" with {stages} stages" if stages else ""))
     say = progress or (lambda line: None)
     timings: dict[str, float] = {}
@@ -168,7 +170,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     tick = time.perf_counter()
     count = stages or _stages(topology, collective, packing, len(roots), size_bytes)
     _check_fits(count * packing.pieces_per_root * collective.num_chunks
-                * (topology.num_ranks - 1), deadline,
+                * (topology.num_ranks - 1), deadline - time.perf_counter(), time_limit,
                 f"the schedule of {collective.describe()} on {topology.name} ({count} stages of "
                 f"{packing.pieces_per_root} pieces per root)")
     algorithm = pipelined_algorithm(topology, collective, packing, count)
@@ -258,19 +260,30 @@ def check_request_fits(num_ranks: int, collective: str, *, stages: int | None,
         With the figures.
     """
     chunks = {"broadcast": 1, "reduce": 1, "allreduce": 2 * num_ranks}.get(collective, num_ranks)
-    _check_fits(chunks * (num_ranks - 1) * (stages or 1), time.perf_counter() + time_limit,
+    _check_fits(chunks * (num_ranks - 1) * (stages or 1), time_limit, time_limit,
                 f"{collective} on {num_ranks} ranks" + (f" with {stages} stages" if stages else ""))
 
 
-def _check_fits(sends: int, deadline: float, what: str) -> None:
-    """Refuse up front a schedule of ``sends`` sends that cannot fit in memory or in the time
-    left before ``deadline`` (:data:`BYTES_PER_SEND`, :data:`SECONDS_PER_SEND`)."""
+def _check_fits(sends: int, seconds_left: float, time_limit: float, what: str) -> None:
+    """Refuse a schedule of ``sends`` sends that cannot fit in memory or be built in
+    ``seconds_left`` seconds (:data:`BYTES_PER_SEND`, :data:`SECONDS_PER_SEND`).
+
+    Raises
+    ------
+    ResourceLimitError
+        The schedule is too large for the memory or for the seconds left.
+    TimeLimitReached
+        No time is left at all (``time_limit`` seconds, the caller's whole limit, are spent).
+    """
     check_memory(sends * BYTES_PER_SEND, f"{what}: {sends} sends")
-    left = deadline - time.perf_counter()
-    if sends * SECONDS_PER_SEND > left:
+    if seconds_left <= 0:
+        raise TimeLimitReached(f"time limit of {time_limit:g} s reached before {what} was "
+                               "built; nothing found (raise --time-limit)")
+    needed = sends * SECONDS_PER_SEND
+    if needed > seconds_left:
         raise ResourceLimitError(
-            f"{what}: {sends} sends take about {sends * SECONDS_PER_SEND:.0f} s or more to build "
-            f"and verify; the time limit leaves {max(left, 0.0):.0f} s")
+            f"{what}: {sends} sends take about {needed:.3g} s or more to build and verify; the "
+            f"time limit leaves {seconds_left:.3g} s")
 
 
 def _check_time(deadline: float, time_limit: float, doing: str) -> None:
