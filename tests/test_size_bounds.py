@@ -108,6 +108,8 @@ def _constants_file(tmp_path: Path, **changes) -> Path:
     ("base_latency_us", {"LL": 1e-310, "LL128": 1.0, "Simple": 1.0},
      "base_latency_us['LL'] = 1e-310"),
     ("gamma_us_per_byte", 1e30, "gamma_us_per_byte = 1e+30"),
+    ("nvls_efficiency", 0.1, "nvls_efficiency = 0.1; expected a number from 0.3 to 1"),
+    ("nvls_efficiency", 1.5, "nvls_efficiency = 1.5"),
     ("default_protocols", [[2**60, "LL"], [None, "Simple"]], "default_protocols[0]"),
     ("default_protocols", [[1, "LL"]] * 100, "at most 64"),
     ("version", 3, "version: 3; this collsynth reads versions 1 and 2"),
@@ -144,6 +146,7 @@ def test_runtime_constants_outside_their_range_are_refused(tmp_path, capsys, fie
     ("hop_latency_us.intra.LL", 0), ("hop_latency_us.network.Simple", 1e6),
     ("ceiling_gbps.intra.Simple", 1e-6), ("ceiling_gbps.intra.LL", 1e6),
     ("gamma_us_per_byte", 1e3), ("slot_bytes", {"LL": 1, "LL128": 1, "Simple": 2**30}),
+    ("nvls_efficiency", 0.3), ("nvls_efficiency", 1.0),
 ])
 def test_runtime_constants_at_the_edge_of_their_range_are_read(tmp_path, field, value):
     path = _constants_file(tmp_path, **{field: value})

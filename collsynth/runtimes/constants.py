@@ -55,7 +55,10 @@ _MAX_PROTOCOL_SWITCHES = 64
 FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
                     "ceiling_gbps", "slot_bytes", "chunk_slots", "slice_slots", "fifo_slots",
                     "gamma_us_per_byte", "default_protocols", "channels", "source",
-                    "network_class", "network_base_us"})
+                    "network_class", "network_base_us", "nvls_efficiency"})
+#: Plausible NVLink SHARP efficiencies: the share of a GPU's NVLink bandwidth its NVLS port
+#: carries (NCCL's tuning: 0.85 Hopper, 0.74 Blackwell; a measured H100 curve gives 0.69).
+NVLS_EFFICIENCY_RANGE = (0.3, 1.0)
 #: Networks between nodes, as machine facts name them (collsynth.topology.machine).
 NETWORK_CLASSES = ("ib", "roce", "efa", "slingshot", "tcp")
 #: Per link class: the hop latency per protocol (LL, LL128, Simple), us, and a base latency
@@ -151,6 +154,11 @@ class RuntimeConstants:
         latencies and ``network_base_us`` (us added once per call that crosses nodes) were
         fitted on; ``None``: not fitted, so a machine's network takes its class's documented
         figures (:data:`CLASS_LATENCY_US`).
+    nvls_efficiency:
+        The share of a GPU's NVLink bandwidth its NVLS (NVLink SHARP) port carries, fitted on a
+        curve where the runtime ran NVLS; ``None``: NCCL's tuning figure for the GPU
+        (:func:`collsynth.timing.tuning_model.nvls_efficiency`). Range
+        :data:`NVLS_EFFICIENCY_RANGE`.
     """
 
     runtime: str
@@ -170,6 +178,7 @@ class RuntimeConstants:
     source: str = ""
     network_class: str | None = None
     network_base_us: float = 0.0
+    nvls_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -286,6 +295,9 @@ def _validate(c: RuntimeConstants) -> None:
                                    f"{', '.join(NETWORK_CLASSES)}")
     _number(c.network_base_us, "network_base_us", lo=MIN_LATENCY_US, hi=MAX_LATENCY_US,
             why=_LATENCY_WHY)
+    _number(c.nvls_efficiency, "nvls_efficiency", allow_none=True, positive=True,
+            lo=NVLS_EFFICIENCY_RANGE[0], hi=NVLS_EFFICIENCY_RANGE[1],
+            why="the share of NVLink bandwidth an NVLS port carries")
     if c.channels is not None:
         _whole(c.channels, "channels", MAX_CHANNELS, "or null; rccl's MAXCHANNELS, the most "
                "any runtime has")
@@ -428,6 +440,7 @@ def constants_to_dict(c: RuntimeConstants) -> dict[str, Any]:
         "default_protocols": [list(entry) for entry in c.default_protocols],
         "channels": c.channels, "source": c.source,
         "network_class": c.network_class, "network_base_us": c.network_base_us,
+        "nvls_efficiency": c.nvls_efficiency,
     }
 
 
@@ -476,7 +489,7 @@ def constants_from_dict(data: Mapping[str, Any], *, base: RuntimeConstants,
                     merged.setdefault(k, {}).update(dict(v))
                 changes[key] = merged
         for key in ("fifo_slots", "gamma_us_per_byte", "channels", "source", "network_class",
-                    "network_base_us"):
+                    "network_base_us", "nvls_efficiency"):
             if key in data:
                 changes[key] = data[key]
         if "default_protocols" in data:

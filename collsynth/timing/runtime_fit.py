@@ -406,6 +406,17 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         whys.append(f"a tenth of the runtime's {default:.3g} GB/s per channel to the link's "
                     f"{link:.3g} GB/s")
         guess.append(traffic / span / 1e3)
+    if any(a.algorithm in ("nvls", "nvls_tree") for a in subjects):
+        # The switch's own rate: NCCL's tuning figure is where the search starts.
+        from collsynth.runtimes.constants import NVLS_EFFICIENCY_RANGE
+        from collsynth.timing.tuning_model import nvls_efficiency
+
+        names.append("nvls_efficiency")
+        lows.append(NVLS_EFFICIENCY_RANGE[0])
+        highs.append(NVLS_EFFICIENCY_RANGE[1])
+        whys.append("the share of NVLink bandwidth an NVLS port carries (NCCL's tuning: "
+                    f"{nvls_efficiency(facts.compute_capability):g})")
+        guess.append(base.nvls_efficiency or nvls_efficiency(facts.compute_capability))
     combining = collective in ("allreduce", "reduce_scatter", "reduce")
     g_low, g_high = gamma_range(facts.arch)
     if combining and g_low > 0:
@@ -439,6 +450,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             base_latency_us={p: base_us for p in PROTOCOLS}, hop_latency_us=hops,
             ceiling_gbps=ceilings, network_class=network, network_base_us=0.0,
             gamma_us_per_byte=float(values.get("gamma_us_per_byte", base.gamma_us_per_byte)),
+            nvls_efficiency=(float(values["nvls_efficiency"]) if "nvls_efficiency" in values
+                             else base.nvls_efficiency),
             default_protocols=(), channels=None)
 
     def spans(x: np.ndarray, indices: Sequence[int]) -> np.ndarray:

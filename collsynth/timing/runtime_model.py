@@ -85,7 +85,12 @@ class PreparedProgram:
     sends a receive takes at once, as a switch reducing several streams in-line:
     :mod:`collsynth.timing.switch_graphs`); ``indirect`` the sends between ranks with no direct
     link, priced over the runtime's own path: ``(sender, receiver, via, sends)`` per pair
-    (:func:`collsynth.timing.paths.runtime_path`, :func:`indirect_note`).
+    (:func:`collsynth.timing.paths.runtime_path`, :func:`indirect_note`). ``slice_bytes``: data
+    bytes a forwarding transfer must receive before passing them on when the runtime pipelines
+    this graph with its own slice (NVLS: ``NCCL_NVLS_CHUNKSIZE``); ``None``: the constants'
+    :meth:`~collsynth.runtimes.RuntimeConstants.slice_bytes`. ``switch_resources``: the NVLS
+    ports among the resources, whose ``capacity_gbps`` include ``switch_efficiency`` (NCCL's
+    figure); constants with their own ``nvls_efficiency`` rescale them.
     """
 
     program: Program
@@ -105,6 +110,9 @@ class PreparedProgram:
     busbw_factor: float
     inputs: list[tuple[int, ...]] | None = None
     indirect: tuple[tuple[int, int, str, int], ...] = ()
+    slice_bytes: float | None = None
+    switch_resources: tuple[int, ...] = ()
+    switch_efficiency: float = 1.0
 
     @property
     def num_transfers(self) -> int:
@@ -394,7 +402,8 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     efficiency = PROTOCOL_EFFICIENCY[proto]
     cnt = np.array(prep.cnt, dtype=float)
     data = cnt * chunk                                   # data bytes per transfer
-    grain = np.minimum(cnt * iteration, c.slice_bytes(proto))  # the pipelining slice
+    piece = c.slice_bytes(proto) if prep.slice_bytes is None else prep.slice_bytes
+    grain = np.minimum(cnt * iteration, piece)  # the pipelining slice
     gamma = c.gamma_us_per_byte
     sends = prep.sends
     cls = prep.link_class
@@ -408,6 +417,8 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     cap = np.minimum(cap, window)
     members = prep.members
     resource_cap = prep.capacity_gbps * 1e3 * efficiency   # data bytes/us per resource
+    if prep.switch_resources and c.nvls_efficiency is not None:
+        resource_cap[list(prep.switch_resources)] *= c.nvls_efficiency / prep.switch_efficiency
     if len(members):
         own_cap = np.full(total, np.inf)
         np.minimum.at(own_cap, members[:, 0], resource_cap[members[:, 1]])

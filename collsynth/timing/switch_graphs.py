@@ -35,6 +35,11 @@ __all__ = ["NVLS_COLLECTIVES", "NVLS_TREE_COLLECTIVES", "nvls_graph", "nvls_tree
 NVLS_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
 #: Collectives NCCL runs with NVLS-tree (allreduce only).
 NVLS_TREE_COLLECTIVES = ("allreduce",)
+#: Data bytes NCCL's NVLS kernels move per step of a channel's pipeline (``NCCL_NVLS_CHUNKSIZE``,
+#: default 128 KiB, src/transport/nvls.cc; NVLS-tree uses at most the same): the grain at which
+#: the switch's reduce, the store and the copies overlap, much finer than the Simple slice of the
+#: proxy-driven algorithms (1 MiB).
+NVLS_CHUNK_BYTES = 128 * 1024
 
 
 class _Graph:
@@ -73,8 +78,12 @@ class _Graph:
         """A GPU stores a chunk into its output."""
         return self._add(RECEIVE, match, (), (), -1, 0.0)
 
-    def prepared(self, topology: "Topology", fabric: Fabric, program: Program
+    def prepared(self, topology: "Topology", fabric: Fabric, program: Program,
+                 ports: Sequence[int] = (), slice_bytes: float | None = NVLS_CHUNK_BYTES
                  ) -> PreparedProgram:
+        from collsynth.timing.tuning_model import nvls_efficiency
+        from collsynth.topology.machine import machine_facts
+
         total = len(self.kind)
         kinds = np.array(self.kind)
         return PreparedProgram(
@@ -86,7 +95,9 @@ class _Graph:
                                                        ).reshape(-1, 2),
             capacity_gbps=np.array(fabric.capacity_gbps, dtype=float),
             resource_names=fabric.names, buffer_chunks=program.nchunksperloop,
-            busbw_factor=float(busbw_factor(program.coll, program.ngpus)), inputs=self.inputs)
+            busbw_factor=float(busbw_factor(program.coll, program.ngpus)), inputs=self.inputs,
+            slice_bytes=slice_bytes, switch_resources=tuple(ports),
+            switch_efficiency=nvls_efficiency(machine_facts(topology).compute_capability))
 
 
 def switch_ports(topology: "Topology") -> tuple[tuple[float, float], ...]:
@@ -229,7 +240,7 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
     program = Program(name=name or f"nvls-{key}", proto=protocol, nchannels=channels,
                       nchunksperloop=channels * n, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
-    return graph.prepared(topology, fabric, program)
+    return graph.prepared(topology, fabric, program, up + down)
 
 
 def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
@@ -311,4 +322,4 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
     program = Program(name=name or f"nvls_tree-{key}", proto=protocol, nchannels=channels,
                       nchunksperloop=channels * m, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
-    return graph.prepared(topology, fabric, program)
+    return graph.prepared(topology, fabric, program, up + down)

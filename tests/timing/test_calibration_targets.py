@@ -110,8 +110,10 @@ def test_h100_allreduce_in_sample_with_nvls():
                              held_out=False, starts=1)
     assert any(a.startswith("nvls/") for a in fit.algorithms)
     small, mid, large = band_errors(rows, fit.predicted_us)
-    assert small <= 0.10 and mid <= 0.10      # the target
-    assert large <= 0.20                      # target 10%: missed (docs/performance.md)
+    assert small <= 0.10 and mid <= 0.10 and large <= 0.10     # the target
+    # the switch's port efficiency is fitted, and lands below NCCL's 0.85 (the measured curve
+    # saturates at 276 GB/s of algbw: 9/8 x 276 = 310 GB/s of 450 per port, 0.69)
+    assert 0.6 <= fit.parameters["nvls_efficiency"] <= 0.8
 
 
 # -- every log in data/: no constant outside its plausible range --------------------------------

@@ -116,6 +116,21 @@ def test_nvls_bytes_per_port_on_a_dgx_h100(collective, up, down):
         assert carried[f"NVLS port of rank {rank} from switch 0"] == pytest.approx(down * size)
 
 
+@pytest.mark.parametrize("efficiency", [None, 0.425])
+def test_nvls_pipelines_at_its_own_chunk_size_by_hand(efficiency):
+    # NCCL's NVLS kernels move 128 KiB per pipeline step (NCCL_NVLS_CHUNKSIZE), not the 1 MiB
+    # Simple slice of the proxy-driven algorithms. Allgather on the pair, one channel, 2 MiB:
+    # shards of D = 1 MiB. Port P = 4 x 25 GB/s x 0.85 = 85_000 B/us (or x 0.425 / 0.85 when
+    # the constants carry their own NVLS efficiency). GPU k stores its shard (D/P up); the
+    # switch starts writing it on once the first 128 KiB has arrived (a hop + 131072/P), both
+    # shards into each GPU at once (2D/P down); a last hop. Base 4 us, hops 1 us:
+    # 4 + 2 + (131072 + 2 x 1048576) / P. With the 1 MiB slice it would be 4 + 2 + 3D/P.
+    c = constants().replace(nvls_efficiency=efficiency)
+    port = 85_000 * (efficiency or 0.85) / 0.85
+    t = simulate_program(nvls_graph("allgather", nvls_pair(), 1), None, 2 << 20, c)
+    assert t.time_us == pytest.approx(6.0 + (131072 + 2 * 1048576) / port, rel=1e-9)
+
+
 def test_switch_ports_carry_nvlink_times_nvls_efficiency():
     # DGX H100: 18 NVLinks of 25 GB/s, Hopper 0.85; DGX B200: 18 of 50 GB/s, Blackwell 0.74.
     assert switch_ports(get_topology("dgx-h100"))[3] == pytest.approx((382.5, 382.5))
