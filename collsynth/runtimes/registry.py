@@ -176,11 +176,11 @@ _EXECUTOR_ENV = Environment(
     ))
 
 #: Own algorithms: NCCL 2.12 (msccl's base) and RCCL run rings and trees; NCCL 2.23 and later
-#: (nccl, msccl-executor's base) also NVLS, NVLS-tree and PAT, each where the machine and the
-#: tuning allow (collsynth.timing.tuning_model.offered_protocols). CollNet needs SHARP in the
-#: network, which no machine collsynth describes has: not listed.
+#: (nccl, msccl-executor's base) also NVLS, NVLS-tree, PAT and CollNet, each where the machine
+#: and the tuning allow (collsynth.timing.tuning_model.offered_protocols; CollNet needs a
+#: network whose facts say sharp).
 _OWN = ("ring", "tree")
-_OWN_NCCL = ("ring", "tree", "nvls", "nvls_tree", "pat")
+_OWN_NCCL = ("ring", "tree", "nvls", "nvls_tree", "pat", "collnet_direct", "collnet_chain")
 
 #: Every runtime by name, in this order.
 RUNTIMES: Mapping[str, Runtime] = MappingProxyType({rt.name: rt for rt in (

@@ -45,7 +45,7 @@ __all__ = ["ClosedForm", "Measured", "StepsAndRounds", "Prediction", "predicted_
 #: The runtime's algorithms the closed form prices with the runtime's own estimate
 #: (:func:`collsynth.timing.tuning_model.latency_us` + size / :func:`bandwidth_gbps`, on the graph
 #: figures approximated from the machine's facts) rather than with the topology's rings.
-TUNING_LINE_ALGORITHMS = ("nvls", "nvls_tree", "pat")
+TUNING_LINE_ALGORITHMS = ("nvls", "nvls_tree", "pat", "collnet_direct", "collnet_chain")
 
 
 class ClosedForm:
@@ -234,7 +234,8 @@ class ClosedForm:
     def _channels(self, subject: RuntimeAlgorithm) -> int:
         if subject.algorithm in TUNING_LINE_ALGORITHMS:
             setup = self._tuning(subject)
-            return setup.comm_channels if subject.algorithm == "pat" else setup.nvls_channels
+            return setup.nvls_channels if subject.algorithm in ("nvls", "nvls_tree") \
+                else setup.comm_channels
         return subject.channels or len(self.nccl_setup(subject.topology).rings)
 
     def _choices(self, subject: RuntimeAlgorithm) -> tuple[NcclChoice, ...]:

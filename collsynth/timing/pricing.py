@@ -117,8 +117,8 @@ def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
     ring for the collectives it runs on rings, its tree for allreduce, and NVLS, NVLS-tree and
     PAT where the runtime's own rules offer them on the machine (its facts: NVLink SHARP, one
     GPU per node...; :func:`collsynth.timing.tuning_model.offered_protocols`, the one home of
-    those rules). CollNet is never listed: it needs SHARP in the network, which no machine
-    collsynth describes has. A model may still be unable to price one here
+    those rules), and CollNet (direct, chain) where the network's facts say ``sharp``. A model
+    may still be unable to price one here
     (:meth:`PricingModel.why_not` says why: no ring through every rank, a link the tree
     needs). Callers never list the algorithms themselves.
 

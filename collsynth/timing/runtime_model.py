@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -87,7 +87,8 @@ class PreparedProgram:
     link, priced over the runtime's own path: ``(sender, receiver, via, sends)`` per pair
     (:func:`collsynth.timing.paths.runtime_path`, :func:`indirect_note`). ``slice_bytes``: data
     bytes a forwarding transfer must receive before passing them on when the runtime pipelines
-    this graph with its own slice (NVLS: ``NCCL_NVLS_CHUNKSIZE``); ``None``: the constants'
+    this graph with its own slice (NVLS: ``NCCL_NVLS_CHUNKSIZE``), or a function of the call's
+    size giving them (the runtime shrinks its chunk for small calls); ``None``: the constants'
     :meth:`~collsynth.runtimes.RuntimeConstants.slice_bytes`. ``switch_resources``: the NVLS
     ports among the resources, whose ``capacity_gbps`` include ``switch_efficiency`` (NCCL's
     figure); constants with their own ``nvls_efficiency`` rescale them.
@@ -110,7 +111,7 @@ class PreparedProgram:
     busbw_factor: float
     inputs: list[tuple[int, ...]] | None = None
     indirect: tuple[tuple[int, int, str, int], ...] = ()
-    slice_bytes: float | None = None
+    slice_bytes: "float | Callable[[float], float] | None" = None
     switch_resources: tuple[int, ...] = ()
     switch_efficiency: float = 1.0
 
@@ -402,7 +403,8 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     efficiency = PROTOCOL_EFFICIENCY[proto]
     cnt = np.array(prep.cnt, dtype=float)
     data = cnt * chunk                                   # data bytes per transfer
-    piece = c.slice_bytes(proto) if prep.slice_bytes is None else prep.slice_bytes
+    piece = c.slice_bytes(proto) if prep.slice_bytes is None else \
+        prep.slice_bytes(size) if callable(prep.slice_bytes) else prep.slice_bytes
     grain = np.minimum(cnt * iteration, piece)  # the pipelining slice
     gamma = c.gamma_us_per_byte
     sends = prep.sends

@@ -1,10 +1,11 @@
 """The runtime's own algorithms as what the program model simulates: one table.
 
 :data:`RUNTIME_PROGRAMS` maps each algorithm (NCCL's names: ``ring``, ``tree``, ``nvls``,
-``nvls_tree``, ``pat``) to its builder, ``build(collective, topology, channels, protocol)``,
+``nvls_tree``, ``pat``, ``collnet_direct``, ``collnet_chain``) to its builder, ``build(collective, topology, channels, protocol)``,
 which returns an MSCCL :class:`~collsynth.export.program.Program` the checker proves (ring,
 tree, PAT: :mod:`collsynth.timing.runtime_baselines`) or a timing graph through a switch vertex
-(NVLS, NVLS-tree: :mod:`collsynth.timing.switch_graphs`). Which of them a runtime considers on a
+(NVLS, NVLS-tree, and CollNet and NVLS across nodes with SHARP:
+:mod:`collsynth.timing.switch_graphs`). Which of them a runtime considers on a
 machine is the tuning model's rule (:func:`collsynth.timing.pricing.runtime_algorithms`); which
 protocol and how many channels at a size is the caller's. docs/runtime-model.md.
 """
@@ -21,8 +22,9 @@ from collsynth.timing.runtime_baselines import (PAT_COLLECTIVES, RING_COLLECTIVE
                                                 TREE_COLLECTIVES, pat_program, ring_program,
                                                 runtime_rings, runtime_tree, tree_program)
 from collsynth.timing.runtime_model import PreparedProgram
-from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES, nvls_graph,
-                                            nvls_tree_graph)
+from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES,
+                                            SHARP_COLLECTIVES, nvls_graph, nvls_tree_graph,
+                                            sharp_graph)
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -65,7 +67,17 @@ def _pat(collective: str, topology: "Topology", channels: int | None, protocol: 
 
 
 def _nvls(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
+    layout = topology.layout
+    if layout is not None and layout.multi_node:  # across nodes: NVLS with SHARP
+        return sharp_graph("nvls", collective, topology, channels or 1, protocol)
     return nvls_graph(collective, topology, channels or 1, protocol)
+
+
+def _collnet(algorithm: str) -> Callable[[str, "Topology", "int | None", str], Built]:
+    def build(collective: str, topology: "Topology", channels: int | None, protocol: str
+              ) -> Built:
+        return sharp_graph(algorithm, collective, topology, channels or 1, protocol)
+    return build
 
 
 def _nvls_tree(collective: str, topology: "Topology", channels: int | None, protocol: str
@@ -78,6 +90,16 @@ def _found_rings(topology: "Topology") -> int | None:
     from collsynth.timing.rings import ring_channels
 
     return max(1, len(ring_channels(topology)))
+
+
+def _comm_channels(topology: "Topology") -> int | None:
+    """The communicator's channels (CollNet runs on them: ``comm->nChannels``)."""
+    from collsynth.timing.tuning_model import SETUP_FAILURES, tuning_setup
+
+    try:
+        return tuning_setup(topology, runtime="nccl").comm_channels or None
+    except SETUP_FAILURES:
+        return None
 
 
 def _nvls_channels(topology: "Topology") -> int | None:
@@ -100,6 +122,10 @@ RUNTIME_PROGRAMS: Mapping[str, RuntimeProgram] = MappingProxyType({
     "nvls_tree": RuntimeProgram("nvls_tree", NVLS_TREE_COLLECTIVES, ("Simple",), _nvls_tree,
                                 _nvls_channels, False),
     "pat": RuntimeProgram("pat", PAT_COLLECTIVES, ("Simple",), _pat, _found_rings, True),
+    "collnet_direct": RuntimeProgram("collnet_direct", SHARP_COLLECTIVES, ("Simple",),
+                                     _collnet("collnet_direct"), _comm_channels, False),
+    "collnet_chain": RuntimeProgram("collnet_chain", SHARP_COLLECTIVES, ("Simple",),
+                                    _collnet("collnet_chain"), _comm_channels, False),
 })
 
 

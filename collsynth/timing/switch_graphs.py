@@ -12,7 +12,7 @@ NCCL's NVLS efficiency. The transfers and the bytes per port: docs/runtime-model
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from collsynth.collective.kinds import busbw_factor, canonical_name
 from collsynth.errors import InvalidInstanceError, InvalidTopologyError, UnknownNameError
 from collsynth.export.program import Program
 from collsynth.runtimes import check_channels
-from collsynth.timing.paths import INTRA, Fabric
+from collsynth.timing.paths import INTRA, NETWORK, Fabric
 from collsynth.timing.runtime_model import (FORWARD, RECEIVE, SEND, PreparedProgram,
                                             check_simulated_steps)
 from collsynth.timing.runtime_baselines import double_binary_tree
@@ -28,7 +28,8 @@ from collsynth.timing.runtime_baselines import double_binary_tree
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
-__all__ = ["NVLS_COLLECTIVES", "NVLS_TREE_COLLECTIVES", "nvls_graph", "nvls_tree_graph",
+__all__ = ["NVLS_COLLECTIVES", "NVLS_TREE_COLLECTIVES", "SHARP_COLLECTIVES", "nvls_graph",
+           "nvls_tree_graph", "sharp_graph",
            "switch_ports"]
 
 #: Collectives NCCL runs with NVLS on one node (``ncclTopoTuneModel``: Simple only).
@@ -79,7 +80,8 @@ class _Graph:
         return self._add(RECEIVE, match, (), (), -1, 0.0)
 
     def prepared(self, topology: "Topology", fabric: Fabric, program: Program,
-                 ports: Sequence[int] = (), slice_bytes: float | None = NVLS_CHUNK_BYTES
+                 ports: Sequence[int] = (),
+                 slice_bytes: "float | Callable[[float], float] | None" = NVLS_CHUNK_BYTES
                  ) -> PreparedProgram:
         from collsynth.timing.tuning_model import nvls_efficiency
         from collsynth.topology.machine import machine_facts
@@ -240,7 +242,8 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
     program = Program(name=name or f"nvls-{key}", proto=protocol, nchannels=channels,
                       nchunksperloop=channels * n, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
-    return graph.prepared(topology, fabric, program, up + down)
+    return graph.prepared(topology, fabric, program, up + down,
+                          slice_bytes=lambda size: nvls_chunk_bytes(size, channels, n))
 
 
 def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
@@ -322,4 +325,216 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
     program = Program(name=name or f"nvls_tree-{key}", proto=protocol, nchannels=channels,
                       nchunksperloop=channels * m, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
-    return graph.prepared(topology, fabric, program, up + down)
+    return graph.prepared(topology, fabric, program, up + down,
+                          slice_bytes=lambda size: nvls_chunk_bytes(size, channels, m))
+
+
+#: NCCL's algorithms that reduce in the network's switches (SHARP): allreduce only.
+SHARP_COLLECTIVES = ("allreduce",)
+
+
+def _halved(chunk: int, ratio: "Callable[[int], float]", rules: Sequence[tuple[float, int]]
+            ) -> int:
+    """NCCL's chunk for a call: ``chunk`` halved while ``ratio(chunk)`` (the call's chunks per
+    channel and head) is below a rule's bound and the chunk above its floor, rule by rule."""
+    for bound, floor in rules:
+        while ratio(chunk) < bound and chunk > floor:
+            chunk //= 2
+    return chunk
+
+
+def nvls_chunk_bytes(size: float, channels: int, heads: int) -> int:
+    """Data bytes NCCL's NVLS kernels move per step for a call of ``size`` bytes over
+    ``channels`` channels of ``heads`` heads: :data:`NVLS_CHUNK_BYTES`, down to 16 KiB for small
+    calls (``computeColl``, ``src/enqueue.cc``)."""
+    chunk, ops = NVLS_CHUNK_BYTES, channels * heads
+    for times, smaller in ((32, 65536), (8, 32768), (2, 16384)):
+        if size < times * ops * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def collnet_chunk_bytes(algorithm: str, size: float, channels: int, heads: int, depth: int
+                        ) -> int:
+    """Data bytes of NCCL's CollNet chunk for a call of ``size`` bytes (``computeColl``): chain
+    256 KiB and direct 512 KiB (a Simple step), halved while the call has too few chunks per
+    channel (and head) for the pipeline's ``depth``."""
+    if algorithm == "collnet_chain":
+        return _halved(256 * 1024, lambda c: size // (channels * c),
+                       ((depth * 64, 131072), (depth * 8, 65536), (depth, 32768)))
+    return _halved(512 * 1024, lambda c: size // (channels * heads * c),
+                   ((depth * 64, 131072), (depth * 8, 65536), (depth * 8, 32768)))
+
+
+def _nic_ports(topology: "Topology", fabric: Fabric, per: int
+               ) -> tuple[list[list[int]], list[list[int]]]:
+    """Per rank, the resources of its NICs toward the network and back: the bandwidth groups of
+    the composed topology from some ranks of its node (its NIC's) to every rank of the other
+    nodes, and back (a group into another node's NIC is not this rank's)."""
+    n = topology.num_ranks
+    out: list[list[int]] = [[] for _ in range(n)]
+    into: list[list[int]] = [[] for _ in range(n)]
+    unit = float(topology.unit_gbps or 0.0)
+    nodes = n // per
+    for g, (group, _) in enumerate(topology.effective_groups):
+        sources, destinations = set(group.sources), set(group.destinations)
+        for side, far, found in ((sources, destinations, out), (destinations, sources, into)):
+            homes = {a // per for a in side}
+            if len(homes) != 1:
+                continue
+            (home,) = homes
+            if far != {r for r in range(n) if r // per != home} or nodes < 2:
+                continue
+            index = fabric.resource(("group", g), f"group {group.name or g!r}",
+                                    group.limit * unit)
+            for a in side:
+                found[a].append(index)
+    for a in range(n):
+        # No group: a rank whose one link to another node is its NIC (two one-GPU nodes).
+        peers = [b for b in range(n) if b // per != a // per and topology.links[a][b]]
+        if not out[a] and len(peers) == 1:
+            out[a] = list(fabric.route(a, peers[0]).resources)
+        peers = [b for b in range(n) if b // per != a // per and topology.links[b][a]]
+        if not into[a] and len(peers) == 1:
+            into[a] = list(fabric.route(peers[0], a).resources)
+    missing = [a for a in range(n) if not out[a] or not into[a]]
+    if missing:
+        raise InvalidTopologyError(f"topology {topology.name!r}: rank {missing[0]} has no NIC "
+                                   "group toward the network; SHARP needs the NICs described")
+    return out, into
+
+
+def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels: int,
+                protocol: str = "Simple", *, name: str | None = None) -> PreparedProgram:
+    """NCCL's allreduce with the reduction across nodes done by the network's switches (SHARP),
+    over ``channels`` channels of ``topology`` (nodes of ``m`` GPUs whose facts say ``sharp``):
+
+    * ``"collnet_chain"``: a channel's share of the buffer is reduced down a chain of the
+      node's GPUs to its head (local GPU ``channel mod m``), which sends it to the switch; the
+      switch sums the heads' streams in line and returns the total to every head, which passes
+      it back along the chain;
+    * ``"collnet_direct"``: a channel's share is cut into ``m`` shards; every GPU sends shard
+      ``k`` to local GPU ``k`` over NVLink, which adds them (``gamma``) and sends the node's sum
+      to the switch; the total comes back to GPU ``k``, which sends it to every local GPU;
+    * ``"nvls"`` (NVLS across nodes): as ``collnet_direct``, with the node's sums made and the
+      totals spread by NVLink SHARP (:func:`nvls_graph`'s ports).
+
+    A leg to or from the network switch takes the head's NIC (its bandwidth groups) and one hop
+    of the network class; the switch itself adds no hop and no gamma.
+
+    Raises
+    ------
+    InvalidInstanceError
+        One node, a network without SHARP, a protocol other than Simple, or bad channels.
+    UnknownNameError
+        An algorithm other than those three, or a collective other than allreduce.
+
+    >>> from collsynth.topology.compose import compose_nodes
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.topology.machine import with_machine
+    >>> two = with_machine(compose_nodes(get_topology("dgx-h100"), 2), sharp=True)
+    >>> # per node: 7 hops up the chain, a leg up, a leg down, 7 hops back and 8 receives
+    >>> sharp_graph("collnet_chain", "allreduce", two, 1).num_transfers
+    48
+    """
+    from collsynth.topology.machine import machine_facts
+
+    if algorithm not in ("collnet_chain", "collnet_direct", "nvls"):
+        raise UnknownNameError(f"no SHARP graph of {algorithm!r}; there is one of "
+                               "collnet_chain, collnet_direct, nvls")
+    what = {"nvls": "NVLS across nodes", "collnet_chain": "CollNet chain",
+            "collnet_direct": "CollNet direct"}[algorithm]
+    key = _check(topology, channels, protocol, collective, SHARP_COLLECTIVES, what)
+    layout = topology.layout
+    facts = machine_facts(topology)
+    if layout is None or not layout.multi_node or not facts.sharp:
+        raise InvalidInstanceError(
+            f"{what} needs several nodes on a network whose switches reduce (SHARP); "
+            f"{topology.name!r} has {layout.nodes if layout else 1} node(s), sharp "
+            f"{facts.sharp}")
+    nodes, m = layout.nodes, layout.ranks_per_node
+    n = nodes * m
+    check_simulated_steps(channels * nodes * m * (3 * m + 4),
+                          f"{what} allreduce of {n} ranks on {channels} channel(s)")
+    fabric = Fabric(topology)
+    nic_out, nic_in = _nic_ports(topology, fabric, m)
+    up = down = None
+    if algorithm == "nvls":
+        up, down = _ports(topology, fabric)
+    graph = _Graph()
+
+    def through_switch(sums: list[list[int]], heads: list[int], work: list[float]) -> list[int]:
+        """Each head sends its node's sum up its NIC (taking the transfers ``sums[v]`` as they
+        arrive and adding them to its own with ``work[v]`` passes; none: its own data alone);
+        the switch returns the total to every head."""
+        sent = [graph.forward(sums[v][0], nic_out[heads[v]], NETWORK, inputs=sums[v][1:],
+                              work=work[v])
+                if sums[v] else graph.send(nic_out[heads[v]], NETWORK)
+                for v in range(nodes)]
+        return [graph.forward(sent[0], nic_in[heads[v]], NETWORK, inputs=sent[1:])
+                for v in range(nodes)]
+
+    pieces = 1 if algorithm == "collnet_chain" else m
+    for c in range(channels):
+        if algorithm == "collnet_chain":
+            k = c % m
+            heads = [v * m + k for v in range(nodes)]
+            sums: list[list[int]] = []
+            work: list[float] = []
+            for v in range(nodes):
+                chain = [v * m + (k + 1 + i) % m for i in range(m - 1)] + [heads[v]]
+                last = -1
+                for a, b in zip(chain, chain[1:]):
+                    route = fabric.route(a, b)
+                    last = graph.send(route.resources, INTRA) if last < 0 else \
+                        graph.forward(last, route.resources, INTRA, work=1)
+                sums.append([last] if last >= 0 else [])
+                work.append(1.0 if m > 1 else 0.0)
+            totals = through_switch(sums, heads, work)
+            for v in range(nodes):
+                chain = [heads[v]] + [v * m + (k - 1 - i) % m for i in range(m - 1)]
+                graph.receive(totals[v])
+                last = totals[v]
+                for a, b in zip(chain, chain[1:]):
+                    last = graph.forward(last, fabric.route(a, b).resources, INTRA)
+                    graph.receive(last)
+            continue
+        for k in range(m):
+            heads = [v * m + k for v in range(nodes)]
+            sums, work = [], []
+            for v in range(nodes):
+                if algorithm == "nvls":
+                    scatter = [graph.send([up[v * m + g]], INTRA) for g in range(m)]
+                    sums.append([graph.forward(scatter[0], [down[heads[v]]], INTRA,
+                                               inputs=scatter[1:])])
+                    work.append(0.0)
+                    continue
+                # the others' shards, which the head adds to its own as they arrive
+                sums.append([graph.send(fabric.route(v * m + g, heads[v]).resources, INTRA)
+                             for g in range(m) if v * m + g != heads[v]])
+                work.append(float(m - 1))
+            totals = through_switch(sums, heads, work)
+            for v in range(nodes):
+                if algorithm == "nvls":
+                    store = graph.forward(totals[v], [up[heads[v]]], INTRA)
+                    for j in range(m):
+                        graph.receive(graph.forward(store, [down[v * m + j]], INTRA))
+                    continue
+                graph.receive(totals[v])
+                for j in range(m):
+                    if v * m + j != heads[v]:
+                        graph.receive(graph.forward(
+                            totals[v], fabric.route(heads[v], v * m + j).resources, INTRA))
+    program = Program(name=name or f"{algorithm}-sharp-{key}", proto=protocol,
+                      nchannels=channels, nchunksperloop=channels * pieces, ngpus=n, coll=key,
+                      inplace=0, gpus=(), outofplace=1, min_bytes=0)
+    ports = (up + down) if up is not None else ()
+    if algorithm == "nvls":
+        def chunk(size: float) -> float:
+            return nvls_chunk_bytes(size, channels, m)
+    else:   # chain: its depth is the node's chain; direct: heads with peers up and down
+        depth = m if algorithm == "collnet_chain" else 2
+
+        def chunk(size: float) -> float:
+            return collnet_chunk_bytes(algorithm, size, channels, m, depth)
+    return graph.prepared(topology, fabric, program, ports, slice_bytes=chunk)

@@ -1162,9 +1162,10 @@ def _ll128_enabled(runtime: str, version: tuple[int, int], cc: int | None, arch:
 
 
 def tuning_setup(topology: "Topology", *, runtime: str | None = None,
-                 version: tuple[int, int] | None = None, collnet: bool = False,
+                 version: tuple[int, int] | None = None, collnet: bool | None = None,
                  latency_inter_us: float = 0.0) -> TuningSetup:
-    """:func:`setup_from_facts` on ``topology``'s machine facts and GPU bandwidth.
+    """:func:`setup_from_facts` on ``topology``'s machine facts and GPU bandwidth; CollNet is on
+    where the facts say the network has SHARP on several nodes (``collnet=None``).
 
     >>> from collsynth.topology.builtins import get_topology
     >>> s = tuning_setup(get_topology("dgx-h100"))
@@ -1175,6 +1176,8 @@ def tuning_setup(topology: "Topology", *, runtime: str | None = None,
 
     facts = machine_facts(topology)
     total, pair = gpu_bandwidth_gbps(topology, facts)
+    if collnet is None:
+        collnet = facts.sharp and facts.nodes > 1
     return setup_from_facts(facts, gpu_gbps=total, path_gbps=pair, runtime=runtime,
                             version=version, collnet=collnet, latency_inter_us=latency_inter_us)
 

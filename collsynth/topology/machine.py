@@ -29,7 +29,7 @@ NETWORK_CLASSES = ("ib", "roce", "efa", "slingshot", "tcp")
 CPU_VENDORS = ("intel", "amd", "arm", "power")
 #: The keys of ``metadata["machine"]`` besides ``source`` (and ``doc``), with their types.
 MACHINE_FIELDS = {"arch": str, "intra_class": str, "nvswitch": bool, "nvls": bool,
-                  "network_class": str, "cpu_vendor": str}
+                  "network_class": str, "cpu_vendor": str, "sharp": bool}
 #: GB/s per direction of a GPU's PCIe x16 link to its host, by architecture: what a send between
 #: two GPUs of a node with no direct link crosses (the runtime's P2P/SHM path through the host,
 #: docs/runtime-model.md "Foreign programs"). Gen3 x16 carries about 12 GB/s of data (NCCL's own
@@ -70,6 +70,9 @@ class MachineFacts:
     cpu_vendor:
         One of :data:`CPU_VENDORS` or ``None`` (NCCL picks its ``llMaxBws`` row and network
         overhead by it).
+    sharp:
+        Whether the network's switches reduce in line (InfiniBand SHARP), so that NCCL offers
+        its CollNet algorithms and NVLS across nodes; ``False`` unless declared.
     """
 
     arch: str | None
@@ -83,6 +86,7 @@ class MachineFacts:
     nic_gbps: float | None
     cpu_vendor: str | None
     nvswitch: bool = False
+    sharp: bool = False
 
     @property
     def num_ranks(self) -> int:
@@ -135,6 +139,9 @@ def machine_metadata_problem(raw: Any) -> str | None:
                     "sm100, gfx90a, gfx942, gfx950 or trn2")
         if key in _CHOICES and value not in _CHOICES[key]:
             return f"{where} = {value!r}: expected one of {', '.join(_CHOICES[key])}"
+    if raw.get("sharp") and raw.get("network_class") not in (None, "ib"):
+        return ("metadata.machine.sharp = true: SHARP is InfiniBand's in-network reduction, "
+                f"got network_class = {raw.get('network_class')!r}")
     if raw.get("nvls"):
         capability = _capability(raw.get("arch"))
         if not raw.get("nvswitch") or capability is None or capability < 90:
@@ -240,7 +247,7 @@ def machine_facts(topology: Topology) -> MachineFacts:
         intra_class=facts.get("intra_class"), nvls=bool(facts.get("nvls", False)),
         network_class=facts.get("network_class"), nodes=nodes, ranks_per_node=per_node,
         nics_per_node=count, nic_gbps=gbps, cpu_vendor=facts.get("cpu_vendor"),
-        nvswitch=bool(facts.get("nvswitch", False)))
+        nvswitch=bool(facts.get("nvswitch", False)), sharp=bool(facts.get("sharp", False)))
 
 
 def with_machine(topology: Topology, **changes: Any) -> Topology:

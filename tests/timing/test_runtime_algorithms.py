@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from collsynth.cli import main
-from collsynth.errors import InvalidInstanceError, UnknownNameError
+from collsynth.errors import InvalidInstanceError, InvalidTopologyError, UnknownNameError
 from collsynth.export.check import check_program
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
 from collsynth.runtimes import PROTOCOLS, get_runtime
@@ -27,9 +27,11 @@ from collsynth.timing.program_model import ProgramModel
 from collsynth.timing.runtime_baselines import pat_program, pat_steps, ring_program
 from collsynth.timing.runtime_model import prepare_program, simulate_program
 from collsynth.timing.runtime_programs import RUNTIME_PROGRAMS, runtime_program
-from collsynth.timing.switch_graphs import nvls_graph, nvls_tree_graph, switch_ports
+from collsynth.timing.switch_graphs import (collnet_chunk_bytes, nvls_chunk_bytes, nvls_graph,
+                                            nvls_tree_graph, sharp_graph, switch_ports)
 from collsynth.topology import get_topology
 from collsynth.topology.compose import compose_nodes
+from collsynth.topology.machine import with_machine
 from collsynth.topology.model import Topology
 
 HOPPER = {"arch": "sm90", "intra_class": "nvlink", "nvswitch": True, "nvls": True,
@@ -118,17 +120,43 @@ def test_nvls_bytes_per_port_on_a_dgx_h100(collective, up, down):
 
 @pytest.mark.parametrize("efficiency", [None, 0.425])
 def test_nvls_pipelines_at_its_own_chunk_size_by_hand(efficiency):
-    # NCCL's NVLS kernels move 128 KiB per pipeline step (NCCL_NVLS_CHUNKSIZE), not the 1 MiB
-    # Simple slice of the proxy-driven algorithms. Allgather on the pair, one channel, 2 MiB:
-    # shards of D = 1 MiB. Port P = 4 x 25 GB/s x 0.85 = 85_000 B/us (or x 0.425 / 0.85 when
-    # the constants carry their own NVLS efficiency). GPU k stores its shard (D/P up); the
-    # switch starts writing it on once the first 128 KiB has arrived (a hop + 131072/P), both
-    # shards into each GPU at once (2D/P down); a last hop. Base 4 us, hops 1 us:
-    # 4 + 2 + (131072 + 2 x 1048576) / P. With the 1 MiB slice it would be 4 + 2 + 3D/P.
+    # NCCL's NVLS kernels move at most 128 KiB per pipeline step (NCCL_NVLS_CHUNKSIZE), not the
+    # 1 MiB Simple slice of the proxy-driven algorithms, and less for small calls (enqueue.cc:
+    # 64 KiB when size < 32 x channels x heads x 128 KiB; 32 KiB when < 8 x ... x 64 KiB).
+    # Allgather on the pair, one channel, 2 MiB: 2 heads, 2 MiB < 32 x 2 x 128 KiB = 8 MiB, not
+    # < 8 x 2 x 64 KiB = 1 MiB: 64 KiB steps. Shards of D = 1 MiB. Port P = 4 x 25 GB/s x 0.85
+    # = 85_000 B/us (or x 0.425 / 0.85 when the constants carry their own NVLS efficiency).
+    # GPU k stores its shard (D/P up); the switch starts writing it on once the first 64 KiB
+    # has arrived (a hop + 65536/P), both shards into each GPU at once (2D/P down); a last hop.
+    # Base 4 us, hops 1 us: 4 + 2 + (65536 + 2 x 1048576) / P. With the 1 MiB slice it would be
+    # 4 + 2 + 3D/P.
     c = constants().replace(nvls_efficiency=efficiency)
     port = 85_000 * (efficiency or 0.85) / 0.85
     t = simulate_program(nvls_graph("allgather", nvls_pair(), 1), None, 2 << 20, c)
-    assert t.time_us == pytest.approx(6.0 + (131072 + 2 * 1048576) / port, rel=1e-9)
+    assert t.time_us == pytest.approx(6.0 + (65536 + 2 * 1048576) / port, rel=1e-9)
+
+
+@pytest.mark.parametrize("size, channels, heads, expected", [
+    (1 << 30, 16, 8, 131072),           # large: NCCL_NVLS_CHUNKSIZE
+    (256 << 20, 16, 8, 65536),          # < 32 x 128 ops x 128 KiB = 512 MiB
+    (32 << 20, 16, 8, 32768),           # < 8 x 128 x 64 KiB = 64 MiB
+    (4 << 20, 16, 8, 16384),            # < 2 x 128 x 32 KiB = 8 MiB
+])
+def test_nvls_chunk_follows_nccls_rule(size, channels, heads, expected):
+    assert nvls_chunk_bytes(size, channels, heads) == expected
+
+
+@pytest.mark.parametrize("algorithm, size, expected", [
+    ("collnet_chain", 1 << 30, 131072),     # 1 GiB / (16 x 256 KiB) = 256 < 8 x 64: 128 KiB
+    ("collnet_chain", 64 << 20, 65536),     # 16 < 512: 128 KiB; 32 < 8 x 8: 64 KiB (64: stop)
+    ("collnet_chain", 1 << 20, 32768),      # 0 chunks: down to the 32 KiB floor
+    ("collnet_direct", 1 << 30, 131072),    # 1 GiB / (16 x 8 x 512 KiB) = 16 < 2 x 64: 128 KiB
+    ("collnet_direct", 1 << 20, 32768),
+])
+def test_collnet_chunk_follows_nccls_rule(algorithm, size, expected):
+    # 16 channels, 8 heads; depth 8 for the chain (its GPUs), 2 for direct (enqueue.cc rules)
+    depth = 8 if algorithm == "collnet_chain" else 2
+    assert collnet_chunk_bytes(algorithm, size, 16, 8, depth) == expected
 
 
 def test_switch_ports_carry_nvlink_times_nvls_efficiency():
@@ -137,6 +165,53 @@ def test_switch_ports_carry_nvlink_times_nvls_efficiency():
     assert switch_ports(get_topology("dgx-b200"))[0] == pytest.approx((18 * 50 * 0.74,) * 2)
     with pytest.raises(InvalidInstanceError, match="no NVLink SHARP"):
         switch_ports(get_topology("dgx-a100"))
+
+
+# -- SHARP: CollNet and NVLS across nodes ---------------------------------------------------------
+
+
+def test_collnet_chain_on_two_one_gpu_nodes_by_hand():
+    # Two nodes of one GPU, 10 GB/s NICs (B = 10_000 B/us), the network's switch reduces
+    # (sharp). 20_000 bytes, one channel: each GPU is its node's whole chain and head. It sends
+    # its data up its NIC (S/B = 2 us, a network hop of 3 us); the switch sums both streams as
+    # they arrive and returns the total down each NIC (starts when the first slice is in, at
+    # 5 us: S/B more, ends at 7), a last hop: 10 us, + base 4 = 14 us. (A 20_000-byte chunk
+    # fits one slice: NCCL's 32 KiB floor.)
+    two = with_machine(one_gpu_nodes(2), sharp=True)
+    t = simulate_program(sharp_graph("collnet_chain", "allreduce", two, 1), None, 20_000,
+                         constants())
+    assert t.time_us == pytest.approx(4 + 2 * 3 + 2 * 20_000 / 10_000, rel=1e-9)
+
+
+def test_collnet_direct_bytes_per_nic_and_link():
+    # Two nodes of nvls-pair (sharp), one channel, S = 1 MiB in 2 shards: GPU k of each node
+    # is the head of shard k. Each GPU sends the other's shard over NVLink (S/2), heads send
+    # their node's sum up their NIC (S/2) and get the total back (S/2), then send it to the
+    # other GPU (S/2): NVLink a -> b carries S, each NIC S/2 each way (counted by hand).
+    size = 1 << 20
+    four = with_machine(compose_nodes(nvls_pair(), 2), sharp=True)
+    carried = port_bytes(sharp_graph("collnet_direct", "allreduce", four, 1), size)
+    for a, b in ((0, 1), (1, 0), (2, 3), (3, 2)):
+        assert carried[f"link {a}->{b}"] == pytest.approx(size)
+    nics = {k: v for k, v in carried.items() if "NIC" in k}
+    assert len(nics) == 8 and all(v == pytest.approx(size / 2) for v in nics.values())
+
+
+def test_sharp_algorithms_are_offered_only_where_the_network_reduces():
+    nccl = get_runtime("nccl")
+    two = compose_nodes(get_topology("dgx-h100"), 2)
+    names = [a.algorithm for a in runtime_algorithms(nccl, "allreduce", two)]
+    assert "collnet_direct" not in names and "collnet_chain" not in names
+    sharp = with_machine(two, sharp=True)
+    names = [a.algorithm for a in runtime_algorithms(nccl, "allreduce", sharp)]
+    assert {"collnet_direct", "collnet_chain", "nvls"} <= set(names)
+    model = ProgramModel(nccl.defaults, runtime=nccl)
+    for a in runtime_algorithms(nccl, "allreduce", sharp):
+        assert model.why_not(a) is None and ClosedForm().why_not(a) is None, a.name
+    with pytest.raises(InvalidInstanceError, match="SHARP"):
+        sharp_graph("collnet_chain", "allreduce", two, 1)
+    with pytest.raises(InvalidTopologyError, match="sharp = true"):
+        with_machine(two, sharp=True, network_class="roce")
 
 
 def test_nvls_tree_on_two_nodes_by_hand():
@@ -259,7 +334,8 @@ def test_the_rules_have_one_home(monkeypatch):
 
 
 def test_every_algorithm_has_a_builder_and_the_checkable_ones_are_proved():
-    assert set(RUNTIME_PROGRAMS) == {"ring", "tree", "nvls", "nvls_tree", "pat"}
+    assert set(RUNTIME_PROGRAMS) == {"ring", "tree", "nvls", "nvls_tree", "pat",
+                                     "collnet_direct", "collnet_chain"}
     h100 = get_topology("dgx-h100")
     for name, collective, topology in (("ring", "allgather", h100), ("pat", "allgather",
                                                                       one_gpu_nodes(4))):
