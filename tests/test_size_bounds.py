@@ -117,6 +117,7 @@ def _constants_file(tmp_path: Path, **changes) -> Path:
     ("gamma_us_per_byte", 1e30, "gamma_us_per_byte = 1e+30"),
     ("nvls_efficiency", 0.1, "nvls_efficiency = 0.1; expected a number from 0.3 to 1"),
     ("nvls_efficiency", 1.5, "nvls_efficiency = 1.5"),
+    ("nvls_channel_gbps", 1e-300, "nvls_channel_gbps = 1e-300"),
     ("default_protocols", [[2**60, "LL"], [None, "Simple"]], "default_protocols[0]"),
     ("default_protocols", [[1, "LL"]] * 100, "at most 64"),
     ("version", 3, "version: 3; this collsynth reads versions 1 and 2"),

@@ -55,7 +55,8 @@ _MAX_PROTOCOL_SWITCHES = 64
 FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
                     "ceiling_gbps", "slot_bytes", "chunk_slots", "slice_slots", "fifo_slots",
                     "gamma_us_per_byte", "default_protocols", "channels", "source",
-                    "network_class", "network_base_us", "nvls_efficiency"})
+                    "network_class", "network_base_us", "nvls_efficiency",
+                    "nvls_channel_gbps"})
 #: Plausible NVLink SHARP efficiencies: the share of a GPU's NVLink bandwidth its NVLS port
 #: carries (NCCL's tuning: 0.85 Hopper, 0.74 Blackwell; a measured H100 curve gives 0.69).
 NVLS_EFFICIENCY_RANGE = (0.3, 1.0)
@@ -159,6 +160,9 @@ class RuntimeConstants:
         curve where the runtime ran NVLS; ``None``: NCCL's tuning figure for the GPU
         (:func:`collsynth.timing.tuning_model.nvls_efficiency`). Range
         :data:`NVLS_EFFICIENCY_RANGE`.
+    nvls_channel_gbps:
+        Data GB/s one NVLS channel's head load-reduces or stores at most (one SM's multimem
+        rate), fitted with ``nvls_efficiency``; ``None``: no bound but the ports.
     """
 
     runtime: str
@@ -179,6 +183,7 @@ class RuntimeConstants:
     network_class: str | None = None
     network_base_us: float = 0.0
     nvls_efficiency: float | None = None
+    nvls_channel_gbps: float | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -298,6 +303,8 @@ def _validate(c: RuntimeConstants) -> None:
     _number(c.nvls_efficiency, "nvls_efficiency", allow_none=True, positive=True,
             lo=NVLS_EFFICIENCY_RANGE[0], hi=NVLS_EFFICIENCY_RANGE[1],
             why="the share of NVLink bandwidth an NVLS port carries")
+    _number(c.nvls_channel_gbps, "nvls_channel_gbps", allow_none=True, positive=True,
+            lo=MIN_GBPS, hi=MAX_GBPS, why="1 kB/s to 1 PB/s per channel")
     if c.channels is not None:
         _whole(c.channels, "channels", MAX_CHANNELS, "or null; rccl's MAXCHANNELS, the most "
                "any runtime has")
@@ -440,7 +447,7 @@ def constants_to_dict(c: RuntimeConstants) -> dict[str, Any]:
         "default_protocols": [list(entry) for entry in c.default_protocols],
         "channels": c.channels, "source": c.source,
         "network_class": c.network_class, "network_base_us": c.network_base_us,
-        "nvls_efficiency": c.nvls_efficiency,
+        "nvls_efficiency": c.nvls_efficiency, "nvls_channel_gbps": c.nvls_channel_gbps,
     }
 
 
@@ -489,7 +496,7 @@ def constants_from_dict(data: Mapping[str, Any], *, base: RuntimeConstants,
                     merged.setdefault(k, {}).update(dict(v))
                 changes[key] = merged
         for key in ("fifo_slots", "gamma_us_per_byte", "channels", "source", "network_class",
-                    "network_base_us", "nvls_efficiency"):
+                    "network_base_us", "nvls_efficiency", "nvls_channel_gbps"):
             if key in data:
                 changes[key] = data[key]
         if "default_protocols" in data:

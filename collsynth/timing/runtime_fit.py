@@ -394,9 +394,14 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     whys: list[str] = ["1/8 to 8 times the runtime's documented hop latencies"]
     guess: list[float] = [1.0]
     n = topology.num_ranks
-    for p in sorted(set(used)):
+    # A connection's ceiling is fitted only where a connection-driven algorithm ran with that
+    # protocol: NVLS's traffic is the switch's, bounded by its ports (nvls_efficiency), and a
+    # ceiling fitted on it would be carried to rings that never constrained it.
+    connected = [p for a, p in zip(subjects, used) if a.algorithm not in ("nvls", "nvls_tree")]
+    for p in sorted(set(connected)):
         default = connection_gbps(setup, "ring", p, multi)
-        largest = max(i for i, q in enumerate(used) if q == p)
+        largest = max(i for i, (a, q) in enumerate(zip(subjects, used))
+                      if q == p and a.algorithm not in ("nvls", "nvls_tree"))
         channels = max(1, shapes[largest][1] or 1)
         traffic = _traffic_per_rank(collective, n) * sizes[largest] / channels
         span = max(times[largest] - min(times), 0.05 * times[largest])
@@ -417,6 +422,14 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         whys.append("the share of NVLink bandwidth an NVLS port carries (NCCL's tuning: "
                     f"{nvls_efficiency(facts.compute_capability):g})")
         guess.append(base.nvls_efficiency or nvls_efficiency(facts.compute_capability))
+        # One channel's head: from a tenth of NCCL's per-channel figure to the GPU's NVLink.
+        default = connection_gbps(setup, "ring", "Simple", False)
+        names.append("nvls_channel_gbps")
+        lows.append(0.1 * default)
+        highs.append(total)
+        whys.append(f"one NVLS channel's SM: a tenth of the runtime's {default:.3g} GB/s per "
+                    f"channel to the GPU's {total:.4g} GB/s of NVLink")
+        guess.append(base.nvls_channel_gbps or default)
     combining = collective in ("allreduce", "reduce_scatter", "reduce")
     g_low, g_high = gamma_range(facts.arch)
     if combining and g_low > 0:
@@ -452,6 +465,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             gamma_us_per_byte=float(values.get("gamma_us_per_byte", base.gamma_us_per_byte)),
             nvls_efficiency=(float(values["nvls_efficiency"]) if "nvls_efficiency" in values
                              else base.nvls_efficiency),
+            nvls_channel_gbps=(float(values["nvls_channel_gbps"])
+                               if "nvls_channel_gbps" in values else base.nvls_channel_gbps),
             default_protocols=(), channels=None)
 
     def spans(x: np.ndarray, indices: Sequence[int]) -> np.ndarray:

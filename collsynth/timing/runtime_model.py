@@ -28,7 +28,13 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
 
 __all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_program", "indirect_note",
            "SEND", "RECEIVE", "FORWARD", "LOCAL",
-           "simulate_sizes", "SimulationOptions", "MAX_SIMULATED_STEPS", "check_simulated_steps"]
+           "simulate_sizes", "SimulationOptions", "MAX_SIMULATED_STEPS", "check_simulated_steps",
+           "BY_CONNECTION", "BY_SWITCH", "BY_NVLS_CHANNEL"]
+
+#: How a transfer of a switch graph is bounded (PreparedProgram.switch_role): by its
+#: connection's ceiling, by nothing but the resources it crosses (the switch moves it), or by
+#: the runtime's rate per NVLS channel.
+BY_CONNECTION, BY_SWITCH, BY_NVLS_CHANNEL = 0, 1, 2
 
 #: Most steps (all ranks' thread blocks together) a program may have to be simulated. Preparing
 #: costs about 20 us per step on a 2-core machine and each size about 10 us more, so 2^20 steps
@@ -91,7 +97,11 @@ class PreparedProgram:
     size giving them (the runtime shrinks its chunk for small calls); ``None``: the constants'
     :meth:`~collsynth.runtimes.RuntimeConstants.slice_bytes`. ``switch_resources``: the NVLS
     ports among the resources, whose ``capacity_gbps`` include ``switch_efficiency`` (NCCL's
-    figure); constants with their own ``nvls_efficiency`` rescale them.
+    figure); constants with their own ``nvls_efficiency`` rescale them. ``switch_role``: per
+    transfer, :data:`BY_CONNECTION` (the constants' ceiling of its class applies),
+    :data:`BY_SWITCH` (the switch moves it: NVLS's reads and copies; only the resources it
+    crosses bound it) or :data:`BY_NVLS_CHANNEL` (a head's load-reduce or store, one SM per
+    channel: the constants' ``nvls_channel_gbps``); ``None``: every transfer by connection.
     """
 
     program: Program
@@ -114,6 +124,7 @@ class PreparedProgram:
     slice_bytes: "float | Callable[[float], float] | None" = None
     switch_resources: tuple[int, ...] = ()
     switch_efficiency: float = 1.0
+    switch_role: np.ndarray | None = None
 
     @property
     def num_transfers(self) -> int:
@@ -417,6 +428,10 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     with np.errstate(divide="ignore"):
         window = np.where(sends & (alpha > 0), c.window_bytes(proto) / (2 * alpha), np.inf)
     cap = np.minimum(cap, window)
+    if prep.switch_role is not None:
+        channel = c.nvls_channel_gbps * 1e3 if c.nvls_channel_gbps is not None else np.inf
+        cap = np.where(prep.switch_role == BY_SWITCH, np.inf,
+                       np.where(prep.switch_role == BY_NVLS_CHANNEL, channel, cap))
     members = prep.members
     resource_cap = prep.capacity_gbps * 1e3 * efficiency   # data bytes/us per resource
     if prep.switch_resources and c.nvls_efficiency is not None:

@@ -21,7 +21,8 @@ from collsynth.errors import InvalidInstanceError, InvalidTopologyError, Unknown
 from collsynth.export.program import Program
 from collsynth.runtimes import check_channels
 from collsynth.timing.paths import INTRA, NETWORK, Fabric
-from collsynth.timing.runtime_model import (FORWARD, RECEIVE, SEND, PreparedProgram,
+from collsynth.timing.runtime_model import (BY_CONNECTION, BY_NVLS_CHANNEL, BY_SWITCH, FORWARD,
+                                            RECEIVE, SEND, PreparedProgram,
                                             check_simulated_steps)
 from collsynth.timing.runtime_baselines import double_binary_tree
 
@@ -46,17 +47,23 @@ NVLS_CHUNK_BYTES = 128 * 1024
 class _Graph:
     """Transfers appended in a causal order (every transfer after those it waits for)."""
 
-    def __init__(self) -> None:
+    def __init__(self, nvls: bool = True) -> None:
+        self.nvls = nvls   # NVLS's transfers are the switch's or a channel's SM, not connections
         self.kind: list[int] = []
         self.match: list[int] = []
         self.inputs: list[tuple[int, ...]] = []
         self.link_class: list[int] = []
         self.work: list[float] = []
         self.members: list[tuple[int, int]] = []
+        self.role: list[int] = []
 
     def _add(self, kind: int, match: int, inputs: Sequence[int], resources: Sequence[int],
-             link_class: int, work: float) -> int:
+             link_class: int, work: float, free: bool = False) -> int:
         index = len(self.kind)
+        # An intra-node transfer of a switch graph is the switch's (free) or a head's, one SM
+        # per channel; a network leg is the proxy's connection.
+        self.role.append(BY_SWITCH if free else BY_NVLS_CHANNEL if link_class == INTRA
+                         else BY_CONNECTION)
         self.kind.append(kind)
         self.match.append(match)
         self.inputs.append(tuple(inputs))
@@ -65,15 +72,16 @@ class _Graph:
         self.members.extend((index, r) for r in resources)
         return index
 
-    def send(self, resources: Sequence[int], link_class: int) -> int:
-        """A GPU sends one chunk of its input."""
-        return self._add(SEND, -1, (), resources, link_class, 0.0)
+    def send(self, resources: Sequence[int], link_class: int, *, free: bool = False) -> int:
+        """A GPU sends one chunk of its input (``free``: read by the switch, so no connection's
+        or channel's own rate applies, only the ports)."""
+        return self._add(SEND, -1, (), resources, link_class, 0.0, free)
 
     def forward(self, match: int, resources: Sequence[int], link_class: int, *,
-                inputs: Sequence[int] = (), work: float = 0.0) -> int:
+                inputs: Sequence[int] = (), work: float = 0.0, free: bool = False) -> int:
         """Takes ``match`` (and every ``inputs``) as it arrives, reduced with ``work`` passes,
-        and sends it on."""
-        return self._add(FORWARD, match, inputs, resources, link_class, work)
+        and sends it on (``free``: written by the switch, not by a GPU's channel)."""
+        return self._add(FORWARD, match, inputs, resources, link_class, work, free)
 
     def receive(self, match: int) -> int:
         """A GPU stores a chunk into its output."""
@@ -99,6 +107,7 @@ class _Graph:
             resource_names=fabric.names, buffer_chunks=program.nchunksperloop,
             busbw_factor=float(busbw_factor(program.coll, program.ngpus)), inputs=self.inputs,
             slice_bytes=slice_bytes, switch_resources=tuple(ports),
+            switch_role=np.array(self.role, dtype=np.int8) if self.nvls else None,
             switch_efficiency=nvls_efficiency(machine_facts(topology).compute_capability))
 
 
@@ -227,9 +236,9 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
             for k in range(n):
                 store = graph.send([up[k]], INTRA)
                 for j in range(n):
-                    graph.receive(graph.forward(store, [down[j]], INTRA))
+                    graph.receive(graph.forward(store, [down[j]], INTRA, free=True))
             continue
-        scatter = [[graph.send([up[g]], INTRA) for k in range(n)] for g in range(n)]
+        scatter = [[graph.send([up[g]], INTRA, free=True) for k in range(n)] for g in range(n)]
         for k in range(n):
             reduced = graph.forward(scatter[0][k], [down[k]], INTRA,
                                     inputs=[scatter[g][k] for g in range(1, n)])
@@ -238,7 +247,7 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
                 continue
             store = graph.forward(reduced, [up[k]], INTRA)
             for j in range(n):
-                graph.receive(graph.forward(store, [down[j]], INTRA))
+                graph.receive(graph.forward(store, [down[j]], INTRA, free=True))
     program = Program(name=name or f"nvls-{key}", proto=protocol, nchannels=channels,
                       nchunksperloop=channels * n, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
@@ -296,7 +305,7 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
         for k in range(m):
             def head(v: int) -> int:
                 return v * m + k
-            scatter = [[graph.send([up[v * m + g]], INTRA) for g in range(m)]
+            scatter = [[graph.send([up[v * m + g]], INTRA, free=True) for g in range(m)]
                        for v in range(nodes)]
             reduced = [graph.forward(scatter[v][0], [down[head(v)]], INTRA,
                                      inputs=scatter[v][1:]) for v in range(nodes)]
@@ -321,7 +330,7 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
                                                   inputs=extra, work=work), (), 0.0)
                 store = graph.forward(source, [up[head(v)]], INTRA, inputs=extra, work=work)
                 for j in range(m):
-                    graph.receive(graph.forward(store, [down[v * m + j]], INTRA))
+                    graph.receive(graph.forward(store, [down[v * m + j]], INTRA, free=True))
     program = Program(name=name or f"nvls_tree-{key}", proto=protocol, nchannels=channels,
                       nchunksperloop=channels * m, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
@@ -461,7 +470,7 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
     up = down = None
     if algorithm == "nvls":
         up, down = _ports(topology, fabric)
-    graph = _Graph()
+    graph = _Graph(nvls=algorithm == "nvls")
 
     def through_switch(sums: list[list[int]], heads: list[int], work: list[float]) -> list[int]:
         """Each head sends its node's sum up its NIC (taking the transfers ``sums[v]`` as they
@@ -504,7 +513,7 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
             sums, work = [], []
             for v in range(nodes):
                 if algorithm == "nvls":
-                    scatter = [graph.send([up[v * m + g]], INTRA) for g in range(m)]
+                    scatter = [graph.send([up[v * m + g]], INTRA, free=True) for g in range(m)]
                     sums.append([graph.forward(scatter[0], [down[heads[v]]], INTRA,
                                                inputs=scatter[1:])])
                     work.append(0.0)
@@ -518,7 +527,8 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
                 if algorithm == "nvls":
                     store = graph.forward(totals[v], [up[heads[v]]], INTRA)
                     for j in range(m):
-                        graph.receive(graph.forward(store, [down[v * m + j]], INTRA))
+                        graph.receive(graph.forward(store, [down[v * m + j]], INTRA,
+                                                    free=True))
                     continue
                 graph.receive(totals[v])
                 for j in range(m):

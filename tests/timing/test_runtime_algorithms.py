@@ -118,6 +118,20 @@ def test_nvls_bytes_per_port_on_a_dgx_h100(collective, up, down):
         assert carried[f"NVLS port of rank {rank} from switch 0"] == pytest.approx(down * size)
 
 
+def test_nvls_traffic_is_bounded_by_the_switch_and_the_channels_not_by_connections():
+    # The pair of the test above (P = 85_000 B/us, D = 10_000 bytes, 8.706 us). A ceiling of
+    # 1 GB/s per connection does not touch NVLS: the switch reads and copies, a channel's SM
+    # reduces and stores. A channel rate of 42.5 GB/s (P/2) doubles the sum's leg down and the
+    # store up (D/P each -> 2D/P): 4 + 4 hops + (2D + 2D + 2D + 2D)/P = 8.941 us.
+    c = constants()
+    graph = nvls_graph("allreduce", nvls_pair(), 1)
+    slow = c.replace(ceiling_gbps={k: {p: 1.0 for p in PROTOCOLS} for k in ("intra", "network")})
+    assert simulate_program(graph, None, 20_000, slow).time_us == pytest.approx(
+        8.0 + 60_000 / 85_000, rel=1e-9)
+    assert simulate_program(graph, None, 20_000, c.replace(nvls_channel_gbps=42.5)).time_us == \
+        pytest.approx(8.0 + 80_000 / 85_000, rel=1e-9)
+
+
 @pytest.mark.parametrize("efficiency", [None, 0.425])
 def test_nvls_pipelines_at_its_own_chunk_size_by_hand(efficiency):
     # NCCL's NVLS kernels move at most 128 KiB per pipeline step (NCCL_NVLS_CHUNKSIZE), not the
