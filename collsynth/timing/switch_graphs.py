@@ -89,7 +89,7 @@ class _Graph:
 
     def prepared(self, topology: "Topology", fabric: Fabric, program: Program,
                  ports: Sequence[int] = (),
-                 slice_bytes: "float | Callable[[float], float] | None" = NVLS_CHUNK_BYTES
+                 slice_bytes: "float | Callable[[float], float] | None" = None
                  ) -> PreparedProgram:
         from collsynth.timing.tuning_model import nvls_efficiency
         from collsynth.topology.machine import machine_facts

@@ -114,6 +114,9 @@ def test_h100_allreduce_in_sample_with_nvls():
     # the switch's port efficiency is fitted, and lands below NCCL's 0.85 (the measured curve
     # saturates at 276 GB/s of algbw: 9/8 x 276 = 310 GB/s of 450 per port, 0.69)
     assert 0.6 <= fit.parameters["nvls_efficiency"] <= 0.8
+    # Simple ran only as NVLS here: no connection ceiling is fitted for it (one fitted on the
+    # switch's traffic came out at 2.8 GB/s and throttled every ring priced with it)
+    assert "ceiling_Simple" not in fit.parameters and "ceiling_LL" in fit.parameters
 
 
 # -- every log in data/: no constant outside its plausible range --------------------------------
