@@ -29,7 +29,7 @@ from collsynth.timing.pricing import (MEASURED, RUNS_ON_RING, Price, RuntimeAlgo
 from collsynth.timing.runtime_baselines import TREE_COLLECTIVES
 from collsynth.timing.tuning_model import (LINEAR_ALGORITHMS, SETUP_FAILURES, NcclChoice,
                                            NcclSetup, TuningSetup, bandwidth_gbps, best_choice,
-                                           latency_us,
+                                           kind_channels, latency_us,
                                            nccl_choices, nccl_setup, offered_protocols,
                                            tuning_setup)
 
@@ -233,9 +233,7 @@ class ClosedForm:
 
     def _channels(self, subject: RuntimeAlgorithm) -> int:
         if subject.algorithm in TUNING_LINE_ALGORITHMS:
-            setup = self._tuning(subject)
-            return setup.nvls_channels if subject.algorithm in ("nvls", "nvls_tree") \
-                else setup.comm_channels
+            return kind_channels(self._tuning(subject), subject.algorithm)
         return subject.channels or len(self.nccl_setup(subject.topology).rings)
 
     def _choices(self, subject: RuntimeAlgorithm) -> tuple[NcclChoice, ...]:

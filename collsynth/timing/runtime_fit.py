@@ -361,7 +361,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     from collsynth.runtimes.constants import HOP_SCALE_RANGE, gamma_range
     from collsynth.timing.pricing import RuntimeAlgorithm
     from collsynth.timing.program_model import ProgramModel, chosen_algorithms
-    from collsynth.timing.tuning_model import connection_gbps, gpu_bandwidth_gbps
+    from collsynth.timing.tuning_model import (NVLS_ALGORITHMS, connection_gbps,
+                                               gpu_bandwidth_gbps)
     from collsynth.topology.machine import machine_facts
 
     rows = sorted((int(s), float(t)) for s, t in measurements)
@@ -397,11 +398,10 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     # A connection's ceiling is fitted only where a connection-driven algorithm ran with that
     # protocol: NVLS's traffic is the switch's, bounded by its ports (nvls_efficiency), and a
     # ceiling fitted on it would be carried to rings that never constrained it.
-    connected = [p for a, p in zip(subjects, used) if a.algorithm not in ("nvls", "nvls_tree")]
-    for p in sorted(set(connected)):
+    connected = [i for i, a in enumerate(subjects) if a.algorithm not in NVLS_ALGORITHMS]
+    for p in sorted({used[i] for i in connected}):
         default = connection_gbps(setup, "ring", p, multi)
-        largest = max(i for i, (a, q) in enumerate(zip(subjects, used))
-                      if q == p and a.algorithm not in ("nvls", "nvls_tree"))
+        largest = max(i for i in connected if used[i] == p)
         channels = max(1, shapes[largest][1] or 1)
         traffic = _traffic_per_rank(collective, n) * sizes[largest] / channels
         span = max(times[largest] - min(times), 0.05 * times[largest])
@@ -411,7 +411,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         whys.append(f"a tenth of the runtime's {default:.3g} GB/s per channel to the link's "
                     f"{link:.3g} GB/s")
         guess.append(traffic / span / 1e3)
-    if any(a.algorithm in ("nvls", "nvls_tree") for a in subjects):
+    if len(connected) < len(subjects):
         # The switch's own rate: NCCL's tuning figure is where the search starts.
         from collsynth.runtimes.constants import NVLS_EFFICIENCY_RANGE
         from collsynth.timing.tuning_model import nvls_efficiency

@@ -1,13 +1,14 @@
 """The runtime's own algorithms as what the program model simulates: one table.
 
 :data:`RUNTIME_PROGRAMS` maps each algorithm (NCCL's names: ``ring``, ``tree``, ``nvls``,
-``nvls_tree``, ``pat``, ``collnet_direct``, ``collnet_chain``) to its builder, ``build(collective, topology, channels, protocol)``,
-which returns an MSCCL :class:`~collsynth.export.program.Program` the checker proves (ring,
-tree, PAT: :mod:`collsynth.timing.runtime_baselines`) or a timing graph through a switch vertex
-(NVLS, NVLS-tree, and CollNet and NVLS across nodes with SHARP:
-:mod:`collsynth.timing.switch_graphs`). Which of them a runtime considers on a
-machine is the tuning model's rule (:func:`collsynth.timing.pricing.runtime_algorithms`); which
-protocol and how many channels at a size is the caller's. docs/runtime-model.md.
+``nvls_tree``, ``pat``, ``collnet_direct``, ``collnet_chain``) to its builder,
+``build(collective, topology, channels, protocol)``, which returns an MSCCL
+:class:`~collsynth.export.program.Program` the checker proves (ring, tree, PAT:
+:mod:`collsynth.timing.runtime_baselines`) or a timing graph through a switch vertex (NVLS,
+NVLS-tree, and CollNet and NVLS across nodes with SHARP: :mod:`collsynth.timing.switch_graphs`).
+Which of them a runtime considers on a machine is the tuning model's rule
+(:func:`collsynth.timing.pricing.runtime_algorithms`); which protocol and how many channels at a
+size is the caller's. docs/runtime-model.md.
 """
 
 from __future__ import annotations
@@ -92,40 +93,35 @@ def _found_rings(topology: "Topology") -> int | None:
     return max(1, len(ring_channels(topology)))
 
 
-def _comm_channels(topology: "Topology") -> int | None:
-    """The communicator's channels (CollNet runs on them: ``comm->nChannels``)."""
-    from collsynth.timing.tuning_model import SETUP_FAILURES, tuning_setup
+def _runtime_channels(algorithm: str) -> Callable[["Topology"], "int | None"]:
+    """NCCL's own channels for ``algorithm`` on the machine
+    (:func:`collsynth.timing.tuning_model.kind_channels`: NVLS 16 on Hopper, 24 or 32 on
+    Blackwell; CollNet the communicator's); ``None`` without a tuning (the builder's default)."""
+    def channels(topology: "Topology") -> int | None:
+        from collsynth.timing.tuning_model import SETUP_FAILURES, kind_channels, tuning_setup
 
-    try:
-        return tuning_setup(topology, runtime="nccl").comm_channels or None
-    except SETUP_FAILURES:
-        return None
-
-
-def _nvls_channels(topology: "Topology") -> int | None:
-    """NCCL's NVLS channels on the machine (16 on Hopper, 24 or 32 on Blackwell:
-    :func:`collsynth.timing.tuning_model.tuning_setup`)."""
-    from collsynth.timing.tuning_model import SETUP_FAILURES, tuning_setup
-
-    try:
-        channels = tuning_setup(topology, runtime="nccl").nvls_channels
-    except SETUP_FAILURES:  # no tuning: the builder's own default (one channel)
-        return None
-    return channels or None
+        try:
+            return kind_channels(tuning_setup(topology, runtime="nccl"), algorithm) or None
+        except SETUP_FAILURES:
+            return None
+    return channels
 
 
 #: Every algorithm the program model writes, by NCCL's name for it.
 RUNTIME_PROGRAMS: Mapping[str, RuntimeProgram] = MappingProxyType({
     "ring": RuntimeProgram("ring", RING_COLLECTIVES, PROTOCOLS, _ring, lambda t: None, True),
     "tree": RuntimeProgram("tree", TREE_COLLECTIVES, PROTOCOLS, _tree, lambda t: None, True),
-    "nvls": RuntimeProgram("nvls", NVLS_COLLECTIVES, ("Simple",), _nvls, _nvls_channels, False),
+    "nvls": RuntimeProgram("nvls", NVLS_COLLECTIVES, ("Simple",), _nvls,
+                           _runtime_channels("nvls"), False),
     "nvls_tree": RuntimeProgram("nvls_tree", NVLS_TREE_COLLECTIVES, ("Simple",), _nvls_tree,
-                                _nvls_channels, False),
+                                _runtime_channels("nvls_tree"), False),
     "pat": RuntimeProgram("pat", PAT_COLLECTIVES, ("Simple",), _pat, _found_rings, True),
     "collnet_direct": RuntimeProgram("collnet_direct", SHARP_COLLECTIVES, ("Simple",),
-                                     _collnet("collnet_direct"), _comm_channels, False),
+                                     _collnet("collnet_direct"),
+                                     _runtime_channels("collnet_direct"), False),
     "collnet_chain": RuntimeProgram("collnet_chain", SHARP_COLLECTIVES, ("Simple",),
-                                    _collnet("collnet_chain"), _comm_channels, False),
+                                    _collnet("collnet_chain"),
+                                    _runtime_channels("collnet_chain"), False),
 })
 
 

@@ -42,12 +42,15 @@ __all__ = [
     "gpu_bandwidth_gbps", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
+    "NVLS_ALGORITHMS", "kind_channels",
 ]
 
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
 #: choice scans them in this order and keeps the first of equal times.
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 COLLECTIVES = ("broadcast", "reduce", "allgather", "reduce_scatter", "allreduce")
+#: The algorithms that run through NVLink SHARP, on the NVLS channels.
+NVLS_ALGORITHMS = ("nvls", "nvls_tree")
 DEFAULT_VERSION = (2, 30)
 RCCL_DEFAULT_VERSION = (2, 28)
 _RUNTIMES = ("nccl", "rccl")
@@ -373,7 +376,7 @@ def enabled(setup: TuningSetup, collective: str, algorithm: str, protocol: str) 
     if protocol == "LL128" and not setup.ll128:
         return False
     ppn = setup.ranks_per_node
-    if algorithm in ("nvls", "nvls_tree"):
+    if algorithm in NVLS_ALGORITHMS:
         if setup.nvls is None or setup.runtime == "rccl":
             return False
         if algorithm == "nvls_tree" and setup.nodes == 1:
@@ -458,7 +461,7 @@ def bandwidth_gbps(setup: TuningSetup, collective: str, algorithm: str, protocol
             return 0.0  # RCCL's PAT (off by default) and CollNet are not modelled
         bus = graph.channels * bw * row[p]
     else:
-        if algorithm in ("nvls", "nvls_tree"):
+        if algorithm in NVLS_ALGORITHMS:
             if graph.channels < 2:
                 return 0.0
             bw = _nvls_bw(setup, collective, algorithm, graph)
@@ -861,7 +864,7 @@ def max_channels(setup: TuningSetup, collective: str, algorithm: str, protocol: 
                     thr //= 2
                 nc -= 1
             switch //= 2
-    elif algorithm in ("nvls", "nvls_tree"):
+    elif algorithm in NVLS_ALGORITHMS:
         nc = min(setup.nvls_channels, setup.comm_channels) \
             if (setup.nodes > 1 and algorithm == "nvls") else setup.nvls_channels
     else:
@@ -926,13 +929,19 @@ def _roundup(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def kind_channels(setup: TuningSetup, algorithm: str) -> int:
+    """Most channels a call of ``algorithm`` can get: NVLS calls run on the NVLS channels, the
+    others (CollNet and PAT included) on the communicator's."""
+    return setup.nvls_channels if algorithm in NVLS_ALGORITHMS else setup.comm_channels
+
+
 def call_shape(setup: TuningSetup, collective: str, algorithm: str, protocol: str,
                size_bytes: int) -> CallShape:
     """Channels, threads and chunking of one call running ``(algorithm, protocol)``."""
     collective = _collective(collective)
     _check_pair(algorithm, protocol)
     nmax, threads = max_channels(setup, collective, algorithm, protocol, size_bytes)
-    kind_max = setup.nvls_channels if algorithm in ("nvls", "nvls_tree") else setup.comm_channels
+    kind_max = kind_channels(setup, algorithm)
     if setup.runtime == "nccl" and setup.version < (2, 22):
         used = min(nmax, kind_max)
     else:

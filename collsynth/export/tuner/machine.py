@@ -50,7 +50,6 @@ _MODEL_COLLECTIVE = {"broadcast": "broadcast", "reduce": "reduce", "allgather": 
                      "reducescatter": "reduce_scatter", "allreduce": "allreduce"}
 _MODEL_PROTOCOL = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 _CONFIG_PROTOCOL = {v: k for k, v in _MODEL_PROTOCOL.items()}
-_NVLS = ("nvls", "nvls_tree")
 
 
 def config_collective(name: str) -> str:
@@ -74,12 +73,6 @@ def config_collective(name: str) -> str:
         if model == key:
             return config
     raise UnknownNameError(f"collective {name!r}: a tuner config covers {', '.join(COLLECTIVES)}")
-
-
-def _kind_channels(setup: "TuningSetup", algorithm: str) -> int:
-    """Most channels a call of ``algorithm`` can get: NVLS calls run on the NVLS channels,
-    the others on the communicator's."""
-    return setup.nvls_channels if algorithm in _NVLS else setup.comm_channels
 
 
 def channel_counts(maximum: int) -> tuple[int, ...]:
@@ -108,7 +101,7 @@ def candidate_choices(setup: "TuningSetup", collective: str) -> tuple[Choice, ..
             proto = _CONFIG_PROTOCOL[protocol]
             found.append(Choice(algorithm, proto))
             found.extend(Choice(algorithm, proto, c)
-                         for c in channel_counts(_kind_channels(setup, algorithm)))
+                         for c in channel_counts(tm.kind_channels(setup, algorithm)))
     return tuple(found)
 
 
@@ -122,7 +115,7 @@ def forced_channels(setup: "TuningSetup", collective: str, choice: Choice,
     protocol = _MODEL_PROTOCOL[choice.protocol]
     if choice.channels is None:
         return tm.call_shape(setup, model, algorithm, protocol, size_bytes).channels
-    forced = max(1, min(choice.channels, _kind_channels(setup, algorithm)))
+    forced = max(1, min(choice.channels, tm.kind_channels(setup, algorithm)))
     if setup.runtime == "nccl" and setup.version < (2, 22):
         return forced
     return tm.cell_channels(model, size_bytes, setup.ranks, protocol, forced)
