@@ -297,18 +297,24 @@ class ProgramModel:
         return adjusted
 
     def _runtime_prepared(self, subject: RuntimeAlgorithm, protocol: str,
-                          channels: int | None = None) -> PreparedProgram:
+                          channels: int | None = None, pipeline: int | None = None
+                          ) -> PreparedProgram:
         """The subject's program (or graph) with ``protocol`` on ``channels`` (default:
-        :meth:`_channels`), prepared once (raises what the builder or :func:`prepare_program`
+        :meth:`_channels`) and, for a pipelined one, ``pipeline`` chunks per channel (default:
+        the builder's), prepared once (raises what the builder or :func:`prepare_program`
         raises)."""
         if channels is None:
             channels = self._channels(subject)
+        entry = RUNTIME_PROGRAMS[subject.algorithm]
+        if not entry.pipelined:
+            pipeline = None
         key = ("program", subject.algorithm, subject.collective, id(subject.topology), channels,
-               protocol)
+               protocol, pipeline)
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
-            entry = RUNTIME_PROGRAMS[subject.algorithm]
-            built = entry.build(subject.collective, subject.topology, channels, protocol)
+            extra = {} if pipeline is None else {"pipeline": pipeline}
+            built = entry.build(subject.collective, subject.topology, channels, protocol,
+                                **extra)
             name = subject.runtime.family + "-" + subject.algorithm
             if isinstance(built, Program):
                 prepared = prepare_program(dataclasses.replace(built, name=name),
@@ -349,11 +355,29 @@ class ProgramModel:
                 return [(protocol, channels)]
         return [(p, self._channels(subject)) for p in options]
 
+    def _pipeline(self, subject: RuntimeAlgorithm, protocol: str, channels: int | None,
+                  size: int) -> int | None:
+        """Chunks per channel of a pipelined program (NCCL's tree) at ``size``: the runtime's
+        own chunk for the call (:func:`~collsynth.timing.tuning_model.call_shape`) over the
+        program's trees, two per chain (:func:`~collsynth.timing.runtime_baselines.
+        tree_pipeline`); ``None`` (the builder's default) without a tuning setup."""
+        from collsynth.timing.runtime_baselines import tree_pipeline
+        from collsynth.timing.tuning_model import call_shape
+
+        if not RUNTIME_PROGRAMS[subject.algorithm].pipelined or channels is None:
+            return None
+        setup = self.tuning(subject.topology, subject.runtime.family)
+        if setup is None:
+            return None
+        shape = call_shape(setup, subject.collective, subject.algorithm, protocol, int(size))
+        return tree_pipeline(size, 2 * channels, shape.chunk_bytes)
+
     def _price_runtime(self, subject: RuntimeAlgorithm, sizes: Sequence[int]
                        ) -> tuple[Price, ...]:
         found = []
         for size in sizes:
-            best = min((self._price(subject.name, self._runtime_prepared(subject, p, ch), size,
+            best = min((self._price(subject.name, self._runtime_prepared(
+                            subject, p, ch, self._pipeline(subject, p, ch, size)), size,
                                     protocol=p, subject=subject, channels=ch)
                         for p, ch in self.runtime_choice(subject, size)),
                        key=lambda t: t.time_us)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["RING_COLLECTIVES", "TREE_COLLECTIVES", "PAT_COLLECTIVES", "ring_program",
            "runtime_rings", "double_binary_tree", "tree_program", "runtime_tree", "pat_steps",
-           "pat_program"]
+           "pat_program", "tree_pipeline", "TREE_PIPELINE", "TREE_MAX_PIPELINE"]
 
 #: Collectives whose ring :func:`ring_program` writes.
 RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
@@ -30,6 +30,28 @@ TREE_COLLECTIVES = ("allreduce",)
 PAT_COLLECTIVES = ("allgather", "reduce_scatter")
 #: Pipeline chunks per tree (per half of the buffer) that :func:`tree_program` writes at least.
 TREE_PIPELINE = 4
+#: The most pipeline chunks per tree :func:`tree_pipeline` asks for (the simulation's cost grows
+#: with them; past 32 the pipeline's fill is under 1/32 of the call).
+TREE_MAX_PIPELINE = 32
+
+
+def tree_pipeline(size_bytes: float, trees: int, chunk_bytes: float) -> int:
+    """Pipeline chunks per tree for :func:`tree_program` when the runtime moves a
+    ``size_bytes`` buffer ``chunk_bytes`` (data bytes) at a time over ``trees`` trees (its
+    channels): NCCL pipelines a tree chunk by chunk, so a tree's share of ``s`` bytes is
+    ``ceil(s / chunk)`` chunks; here rounded up to a power of two (few distinct programs), at
+    least :data:`TREE_PIPELINE` (the simulation pipelines below one chunk less finely than LL's
+    lines and Simple's slices do) and at most :data:`TREE_MAX_PIPELINE`.
+
+    >>> tree_pipeline(1 << 28, 8, 1 << 19), tree_pipeline(1 << 25, 8, 1 << 19)
+    (32, 8)
+    >>> tree_pipeline(1 << 24, 8, 1 << 19), tree_pipeline(0, 8, 1 << 19)
+    (4, 4)
+    """
+    if not chunk_bytes > 0 or trees < 1 or not size_bytes > 0:
+        return TREE_PIPELINE
+    chunks = math.ceil(size_bytes / (trees * chunk_bytes))
+    return min(TREE_MAX_PIPELINE, max(TREE_PIPELINE, 1 << max(0, chunks - 1).bit_length()))
 
 
 

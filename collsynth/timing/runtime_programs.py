@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union
 from collsynth.export.program import Program
 from collsynth.runtimes.protocols import PROTOCOLS
 from collsynth.timing.runtime_baselines import (PAT_COLLECTIVES, RING_COLLECTIVES,
-                                                TREE_COLLECTIVES, pat_program, ring_program,
-                                                runtime_rings, runtime_tree, tree_program)
+                                                TREE_COLLECTIVES, TREE_PIPELINE, pat_program,
+                                                ring_program, runtime_rings, runtime_tree,
+                                                tree_program)
 from collsynth.timing.runtime_model import PreparedProgram
 from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES,
                                             SHARP_COLLECTIVES, nvls_graph, nvls_tree_graph,
@@ -43,24 +44,28 @@ class RuntimeProgram:
     ``collectives`` it is written for; ``protocols`` the runtime runs it with (NVLS, NVLS-tree
     and PAT: Simple only, ``ncclTopoTuneModel``); ``build(collective, topology, channels,
     protocol)``; ``channels(topology)`` its channel count when none is given (``None``: the
-    builder's own default); ``checkable``: it is an MSCCL program the checker proves.
+    builder's own default); ``checkable``: it is an MSCCL program the checker proves;
+    ``pipelined``: ``build`` also takes ``pipeline=``, the chunks per channel
+    (:func:`~collsynth.timing.runtime_baselines.tree_pipeline`), which depend on the size.
     """
 
     algorithm: str
     collectives: tuple[str, ...]
     protocols: tuple[str, ...]
-    build: Callable[[str, "Topology", "int | None", str], Built]
+    build: Callable[..., Built]
     channels: Callable[["Topology"], "int | None"]
     checkable: bool
+    pipelined: bool = False
 
 
 def _ring(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
     return ring_program(collective, runtime_rings(topology, channels), protocol=protocol)
 
 
-def _tree(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
+def _tree(collective: str, topology: "Topology", channels: int | None, protocol: str, *,
+          pipeline: int = TREE_PIPELINE) -> Built:
     nodes, chains = runtime_tree(topology, channels)
-    return tree_program(nodes, chains, protocol=protocol)
+    return tree_program(nodes, chains, protocol=protocol, pipeline=pipeline)
 
 
 def _pat(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
@@ -110,7 +115,8 @@ def _runtime_channels(algorithm: str) -> Callable[["Topology"], "int | None"]:
 #: Every algorithm the program model writes, by NCCL's name for it.
 RUNTIME_PROGRAMS: Mapping[str, RuntimeProgram] = MappingProxyType({
     "ring": RuntimeProgram("ring", RING_COLLECTIVES, PROTOCOLS, _ring, lambda t: None, True),
-    "tree": RuntimeProgram("tree", TREE_COLLECTIVES, PROTOCOLS, _tree, lambda t: None, True),
+    "tree": RuntimeProgram("tree", TREE_COLLECTIVES, PROTOCOLS, _tree, lambda t: None, True,
+                           pipelined=True),
     "nvls": RuntimeProgram("nvls", NVLS_COLLECTIVES, ("Simple",), _nvls,
                            _runtime_channels("nvls"), False),
     "nvls_tree": RuntimeProgram("nvls_tree", NVLS_TREE_COLLECTIVES, ("Simple",), _nvls_tree,

@@ -12,7 +12,7 @@ from a machine's facts. Sources, approximations and what is left out: docs/runti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from numbers import Real
 from types import MappingProxyType
@@ -74,6 +74,8 @@ _TREE_CORRECTION = {
                .8, .9, .9, .9),
 }
 _MAX_DEV_WORK_BATCH_COLLS = 8  # 1024 / sizeof(ncclDevWorkColl) = 1024 / 128
+# RCCL's communicator channels on several nodes, per architecture: (from RCCL 2.30.4, before).
+_RCCL_MULTI_NODE_CHANNELS = {"gfx942": (64, 64), "gfx950": (48, 64)}
 _MAX_CHANNELS = 64             # MAXCHANNELS (NCCL); the search keeps at most half
 _MIN_TRAFFIC_PER_CHANNEL = 32 * 1024
 # Buffers (bytes per connection) and the data a step of each carries; grain of a chunk.
@@ -1027,6 +1029,22 @@ def _best_speed(speeds: tuple, limit: float, channels_at) -> tuple[float, int]:
     return best if best is not None else (float(speeds[-1]), 1)
 
 
+def _tree_intra_speed(speeds: tuple, bw_intra: float, bw_inter: float, channels: int, *,
+                      gpu_gbps: float, path_gbps: float) -> float:
+    """The tree graph's intra-node speed after the search's second pass: NCCL raises a tree's
+    ``bwIntra`` one speed at a time, keeping its channels, while it is below twice ``bwInter``
+    and the GPUs' links still hold every channel ("increase bwIntra for trees (2 nodes or
+    collnet)", ``ncclTopoCompute`` in ``src/graph/search.cc``)."""
+    for speed in sorted(speeds):
+        if speed <= bw_intra + 1e-9:
+            continue
+        if bw_intra >= 2 * bw_inter - 1e-9 or speed > path_gbps + 1e-9 \
+                or channels * speed > gpu_gbps + 1e-9:
+            break
+        bw_intra = float(speed)
+    return bw_intra
+
+
 def _dup(channels: int, bw: float, cc: int | None) -> tuple[int, float]:
     """``ncclTopoDupChannels`` (not for the NVLS graph)."""
     cc = cc or 0
@@ -1125,9 +1143,15 @@ def setup_from_facts(facts: "MachineFacts", *, gpu_gbps: float, path_gbps: float
     ring = GraphFigures(channels, bw, bw * (bw_inter / bw_intra), nvlink,
                         latency_inter_us=latency_inter_us)
     tree = ring
+    if runtime == "nccl" and nodes == 2 and ppn > 1:
+        tree = replace(ring, bw_intra_gbps=_tree_intra_speed(
+            _speeds(_SPEEDS_INTER, cc), bw, bw * (bw_inter / bw_intra), channels,
+            gpu_gbps=gpu_gbps, path_gbps=path_gbps))
     comm = min(2 * channels, _MAX_CHANNELS)
     if cc is not None and cc >= 90 and nodes > 1 and ring.bw_intra_gbps > 45 and comm < 16:
         comm *= 2
+    if runtime == "rccl" and nodes > 1 and facts.arch in _RCCL_MULTI_NODE_CHANNELS:
+        comm = _rccl_multi_node_channels(facts.arch, version)
     nvls = None
     nvls_channels = 0
     if runtime == "nccl" and facts.nvls and (cc or 0) >= 90 and ppn >= 2:
@@ -1155,6 +1179,16 @@ def setup_from_facts(facts: "MachineFacts", *, gpu_gbps: float, path_gbps: float
                        ring=ring, tree=tree, comm_channels=comm, nvls=nvls,
                        collnet=ring if collnet else None, nvls_channels=nvls_channels, pat=pat,
                        ll128=ll128, net_overhead_us=overhead)
+
+
+def _rccl_multi_node_channels(arch: str, version: tuple[int, int]) -> int:
+    """RCCL's channels on several nodes of MI300-class GPUs: 64, the multi-node ceiling (the
+    MI300X rome model with NICs lists 64 rings, ``rome_model_81`` in ``src/graph/rome_models.cc``
+    of RCCL 2.21); MI350X/MI355X drop to 48 from RCCL 2.30.4 (ROCm 7.14; RCCL's "usage tips",
+    "RCCL channel tuning for multi-node MI350X"). Versions here are (major, minor), so 2.30 counts
+    as 48."""
+    low, high = _RCCL_MULTI_NODE_CHANNELS[arch]
+    return low if arch == "gfx950" and version >= (2, 30) else high
 
 
 def _ll128_enabled(runtime: str, version: tuple[int, int], cc: int | None, arch: str | None,

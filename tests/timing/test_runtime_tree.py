@@ -125,6 +125,34 @@ def test_baseline_rows_price_the_tree_on_a_composed_system():
     assert rccl.subject == "rccl-tree"
 
 
+def test_the_priced_tree_pipelines_in_the_runtimes_chunks():
+    # NCCL moves a tree's share one chunk at a time (Simple: one 512 KiB step). Two DGX A100
+    # run the tree on 8 chains, 16 trees: at 256 MiB each tree has 16 MiB = 32 chunks, so the
+    # program model prices the tree written with 32 chunks per tree; at 1 MiB (64 KiB a tree,
+    # under one chunk) it keeps the floor of 4. More chunks overlap the way up and down more.
+    from collsynth.resolve import resolve_topology
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
+
+    system = resolve_topology("dgx-a100", nodes=2)
+    nccl = get_runtime("nccl")
+    model = ProgramModel(nccl.defaults)
+    subject = RuntimeAlgorithm(nccl, "tree", "allreduce", system, protocol="Simple")
+    nodes, chains = runtime_tree(system, 8)
+    on = model.constants_on(system, subject)
+
+    def written(size: int, pipeline: int) -> float:
+        return simulate_program(tree_program(nodes, chains, pipeline=pipeline), system, size, on,
+                                protocol="Simple").time_us
+
+    assert model.runtime_choice(subject, 1 << 28) == [("Simple", 8)]
+    (large,) = model.price(subject, [1 << 28])
+    assert large.time_us == pytest.approx(written(1 << 28, 32), rel=1e-9)
+    assert large.time_us < 0.9 * written(1 << 28, 4)
+    (small,) = model.price(subject, [1 << 20])
+    assert small.time_us == pytest.approx(written(1 << 20, 4), rel=1e-9)
+
+
 def test_bad_input_is_refused():
     with pytest.raises(InvalidInstanceError, match="not a permutation"):
         tree_program(2, [[0, 2]])

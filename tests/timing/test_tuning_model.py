@@ -450,6 +450,56 @@ def test_graph_figures_other_machines():
     assert tuning_setup(get_topology("mi300x")).runtime == "rccl"
 
 
+def _nics(node: str, count: int, gbps: float):
+    topology = get_topology(node)
+    nic = {**topology.metadata["nic"], "count": count, "gbps": gbps,
+           "per_gpu": count == topology.num_ranks}
+    return dataclasses.replace(topology, metadata={**topology.metadata, "nic": nic})
+
+
+def test_the_tree_graph_of_two_nodes_runs_faster_inside_the_node():
+    # NCCL's search raises a tree's bwIntra one speed at a time, same channels, while it is below
+    # twice bwInter and the GPUs' links hold it. Two DGX A100 (8 NICs x 25 GB/s): ring 8 x 24
+    # (24 fits min(floor(240 / 24), 8 x 1) = 8); the tree goes 24 -> 28 (8 x 28 = 224 <= 240)
+    # -> 30 (240) and stops before 48 (384 > 240).
+    two = tuning_setup(compose_nodes(get_topology("dgx-a100"), 2))
+    assert (two.ring.channels, two.ring.bw_intra_gbps, two.ring.bw_inter_gbps) == (8, 24, 24)
+    assert (two.tree.channels, two.tree.bw_intra_gbps, two.tree.bw_inter_gbps) == (8, 30, 24)
+    # p4d-like: 4 NICs x 12.5 GB/s: ring 4 x 12; the tree climbs 15, 18, 20, 24 = 2 x 12.
+    p4d = tuning_setup(compose_nodes(_nics("dgx-a100", 4, 12.5), 2))
+    assert (p4d.ring.channels, p4d.ring.bw_intra_gbps) == (4, 12)
+    assert (p4d.tree.bw_intra_gbps, p4d.tree.bw_inter_gbps) == (24, 12)
+    # So NCCL's model runs the tree at 2 GiB: tree Simple busBw min(0.92 x 4 x 24, 4 x 23.6)
+    # = 88.32, algbw 44.16 GB/s; LL128 min(90, 4 x 20) / 2 = 40; the ring 4 x 12 x 16/30 = 25.6.
+    c = choose(p4d, "allreduce", 2 * GiB)
+    assert (c.algorithm, c.protocol) == ("tree", "Simple")
+    assert bandwidth_gbps(p4d, "allreduce", "tree", "Simple") == pytest.approx(44.16)
+    # One node, more than two nodes, and a tree already at the GPUs' links keep the ring's.
+    one = tuning_setup(get_topology("dgx-a100"))
+    assert one.tree == one.ring
+    four = tuning_setup(compose_nodes(get_topology("dgx-a100"), 4))
+    assert four.tree == four.ring
+    h100 = tuning_setup(compose_nodes(get_topology("dgx-h100"), 2))
+    assert h100.tree.bw_intra_gbps == 45  # 8 x 48 = 384 > 370.8
+
+
+def test_rccl_channels_on_several_nodes():
+    # RCCL runs 64 channels across nodes on MI300-class GPUs (the MI300X rome model with NICs
+    # lists 64 rings, RCCL's multi-node ceiling), 48 on MI350X/MI355X from RCCL 2.30.4; one node
+    # keeps the search's figure (MI300X: 22 x 20 -> comm 44), and NCCL is unaffected.
+    def comm(name: str, nodes: int, version: tuple[int, int] | None = None) -> int:
+        topology = get_topology(name)
+        if nodes > 1:
+            topology = compose_nodes(topology, nodes)
+        return tuning_setup(topology, version=version).comm_channels
+
+    assert comm("mi300x", 1) == 44
+    assert comm("mi300x", 2) == comm("mi300x", 4) == 64
+    assert comm("mi355x", 2, (2, 28)) == 64
+    assert comm("mi355x", 2, (2, 30)) == 48
+    assert comm("dgx-h100", 2) == 16
+
+
 def test_setups_refused():
     with pytest.raises(InvalidInstanceError, match="no NCCL/RCCL tuning applies"):
         tuning_setup(get_topology("trn2"))
