@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MIN_GBPS, clean_name, clean_text, shown
 from collsynth.errors import FileFormatError, InputTooLargeError, InvalidInstanceError, UnknownNameError
 from collsynth.runtimes.dialect import DIALECTS
+from collsynth.topology.machine import NETWORK_CLASSES  # the networks machine facts name
 from collsynth.runtimes.protocols import (BUFFER_BYTES, NCCL_STEPS, PROTOCOL_EFFICIENCY, PROTOCOLS,
                                          check_protocol)
 
@@ -60,8 +61,6 @@ FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
 #: Plausible NVLink SHARP efficiencies: the share of a GPU's NVLink bandwidth its NVLS port
 #: carries (NCCL's tuning: 0.85 Hopper, 0.74 Blackwell; a measured H100 curve gives 0.69).
 NVLS_EFFICIENCY_RANGE = (0.3, 1.0)
-#: Networks between nodes, as machine facts name them (collsynth.topology.machine).
-NETWORK_CLASSES = ("ib", "roce", "efa", "slingshot", "tcp")
 #: Per link class: the hop latency per protocol (LL, LL128, Simple), us, and a base latency
 #: added once per call that crosses the class (the proxy, the network plugin), us. Inside a
 #: node: NCCL's hwLat ring rows (NVLINK, PCI; NCCL 2.30.7 src/graph/tuning.cc) and RCCL's
