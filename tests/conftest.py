@@ -85,3 +85,19 @@ def pytest_collection_modifyitems(config, items) -> None:
     stale = [entry for entry in SLOW if entry not in used and entry.split("::")[0] in files]
     if stale:
         raise pytest.UsageError(f"tests/conftest.py SLOW names tests that do not exist: {stale}")
+
+
+@pytest.fixture
+def ctrl_c_reaches_python():
+    """SIGINT handled by Python (``KeyboardInterrupt``) for the test, as at a terminal, whatever
+    the runner inherited: a shell starting a command in the background (``cmd &``) has it
+    ignore SIGINT, and then ``_thread.interrupt_main()`` does nothing and a child process
+    ignores a real SIGINT too. Restored afterwards."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+

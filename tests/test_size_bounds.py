@@ -497,7 +497,8 @@ def test_solve_bandwidth_optimal_at_8192_ranks_stops_at_its_time_limit(capsys):
     code, out, err = run_cli(["solve", "bandwidth-optimal", "dgx-a100", "allgather", "--nodes",
                               "1024", "--time-limit", "2"], capsys, seconds=30)
     assert code == 4 and "time limit" in err.splitlines()[-1]
-    assert time.perf_counter() - started < 2 * 1.1 + 3   # 10% over, and building the system
+    # 10% over, and building the system; stretched like every wall-clock bound here
+    assert time.perf_counter() - started < (2 * 1.1 + 3) * LOAD_FACTOR
 
 
 # -- a held-out corpus: other counts in other files and flags -------------------------------------

@@ -7,6 +7,8 @@ import _thread
 import json
 import threading
 
+import pytest
+
 from collsynth import cli
 from collsynth.encoding import BACKENDS, CpSatBackend
 from collsynth.encoding.backend import Outcome, Status, run_interruptibly
@@ -35,6 +37,7 @@ class _CtrlCOnSecondCollective(CpSatBackend):
         return run_interruptibly(work, stopped.set)
 
 
+@pytest.mark.usefixtures("ctrl_c_reaches_python")
 def test_ctrl_c_in_plan_writes_nothing_and_caches_only_complete_fronts(capsys, monkeypatch,
                                                                         tmp_path):
     monkeypatch.setattr(_CtrlCOnSecondCollective, "seen", [])

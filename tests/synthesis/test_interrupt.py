@@ -35,6 +35,8 @@ from collsynth.synthesis import (
 from collsynth.topology import get_topology
 
 ROOT = Path(__file__).resolve().parents[2]
+# Every test here presses Ctrl-C (conftest.py: ctrl_c_reaches_python).
+pytestmark = pytest.mark.usefixtures("ctrl_c_reaches_python")
 
 
 def _press_ctrl_c_and_wait(stopped: threading.Event) -> None:
@@ -171,7 +173,10 @@ def test_sigint_to_the_cli_during_a_cpsat_sweep_writes_what_was_found(tmp_path):
     child = subprocess.Popen(
         [sys.executable, "-m", "collsynth", "solve", "pareto", "dgx1", "allgather",
          "--max-chunks", "1000", "-o", f"{out_dir}/"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        # SIGINT back to its default in the child: an ignored one (a runner started with
+        # `cmd &`) is inherited across exec, and then Python never installs its handler.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         progress = []
         for line in child.stderr:  # one line per instance tried
