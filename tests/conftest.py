@@ -39,6 +39,7 @@ SLOW = (
     # own algorithm at every measured size some hundred times (10-40 s a log)
     "tests/timing/test_calibration_targets.py::test_a100_allreduce_predicts_allgather_and_reduce_scatter[",
     "tests/timing/test_calibration_targets.py::test_a100_one_node_predicts_two_nodes",
+    "tests/timing/test_calibration_targets.py::test_a100_one_node_predicts_p4de_two_nodes_at_large_sizes",
     "tests/timing/test_calibration_targets.py::test_h100_allreduce_in_sample_with_nvls",
     "tests/timing/test_calibration_targets.py::test_no_calibration_returns_an_implausible_constant[",
     "tests/timing/test_runtime_model.py::test_cli_time_allreduce_lists_the_runtime_ring_and_tree",

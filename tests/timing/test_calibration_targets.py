@@ -104,6 +104,25 @@ def test_a100_one_node_predicts_two_nodes(a100_fit):
     assert all(e <= 0.65 for e in errors)
 
 
+def test_a100_one_node_predicts_p4de_two_nodes_at_large_sizes(a100_fit):
+    # A held-out two-node run at default settings: its bus bandwidth reaches 78 GB/s at 2 GiB,
+    # above the 50 GB/s a ring can move through 4 x 100 Gb/s of NICs, so NCCL ran its tree (its
+    # search lets a two-node tree run twice the network's speed inside the node). The program
+    # model must pick the tree there and price it within the 15% at >= 64 MiB.
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.program_model import ProgramModel, chosen_algorithms
+
+    collective, rows = curve(ROOT / "data/public-logs/A100-16gpu-2node-p4de_all_reduce_awsome.txt")
+    two = machine("DGX-A100", 2, nics=4, nic_gbps=12.5, network="efa")
+    large = [s for s, _ in rows if s >= 64 * MiB]
+    nccl = get_runtime("nccl")
+    picked = chosen_algorithms(ProgramModel(a100_fit.constants, runtime=nccl), nccl,
+                               collective, two, large)
+    assert {a.algorithm for a in picked} == {"tree"}
+    errors = band_errors(rows, predict(a100_fit.constants, "nccl", collective, two, rows))
+    assert errors[2] <= 0.15
+
+
 def test_h100_allreduce_in_sample_with_nvls():
     collective, rows = curve(ROOT / "data/nccl-tests/H100-8gpu-p5_all_reduce_awsome.txt")
     fit = fit_runtime_choice(rows, machine("DGX-H100"), collective, runtime="nccl",
