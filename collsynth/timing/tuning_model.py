@@ -1145,7 +1145,7 @@ def setup_from_facts(facts: "MachineFacts", *, gpu_gbps: float, path_gbps: float
     tree = ring
     if runtime == "nccl" and nodes == 2 and ppn > 1:
         tree = replace(ring, bw_intra_gbps=_tree_intra_speed(
-            _speeds(_SPEEDS_INTER, cc), bw, bw * (bw_inter / bw_intra), channels,
+            _speeds(_SPEEDS_INTER, cc), ring.bw_intra_gbps, ring.bw_inter_gbps, ring.channels,
             gpu_gbps=gpu_gbps, path_gbps=path_gbps))
     comm = min(2 * channels, _MAX_CHANNELS)
     if cc is not None and cc >= 90 and nodes > 1 and ring.bw_intra_gbps > 45 and comm < 16:
@@ -1187,8 +1187,8 @@ def _rccl_multi_node_channels(arch: str, version: tuple[int, int]) -> int:
     of RCCL 2.21); MI350X/MI355X drop to 48 from RCCL 2.30.4 (ROCm 7.14; RCCL's "usage tips",
     "RCCL channel tuning for multi-node MI350X"). Versions here are (major, minor), so 2.30 counts
     as 48."""
-    low, high = _RCCL_MULTI_NODE_CHANNELS[arch]
-    return low if arch == "gfx950" and version >= (2, 30) else high
+    since_2_30, before = _RCCL_MULTI_NODE_CHANNELS[arch]
+    return since_2_30 if version >= (2, 30) else before
 
 
 def _ll128_enabled(runtime: str, version: tuple[int, int], cc: int | None, arch: str | None,
