@@ -25,6 +25,7 @@ from collsynth.timing.runtime_model import (BY_CONNECTION, BY_NVLS_CHANNEL, BY_S
                                             RECEIVE, SEND, PreparedProgram,
                                             check_simulated_steps)
 from collsynth.timing.runtime_baselines import double_binary_tree
+from collsynth.timing.tuning_model import nvls_chunk_bytes  # the one home of NCCL's chunk rules
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -37,11 +38,6 @@ __all__ = ["NVLS_COLLECTIVES", "NVLS_TREE_COLLECTIVES", "SHARP_COLLECTIVES", "nv
 NVLS_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
 #: Collectives NCCL runs with NVLS-tree (allreduce only).
 NVLS_TREE_COLLECTIVES = ("allreduce",)
-#: Data bytes NCCL's NVLS kernels move per step of a channel's pipeline (``NCCL_NVLS_CHUNKSIZE``,
-#: default 128 KiB, src/transport/nvls.cc; NVLS-tree uses at most the same): the grain at which
-#: the switch's reduce, the store and the copies overlap, much finer than the Simple slice of the
-#: proxy-driven algorithms (1 MiB).
-NVLS_CHUNK_BYTES = 128 * 1024
 
 
 class _Graph:
@@ -349,17 +345,6 @@ def _halved(chunk: int, ratio: "Callable[[int], float]", rules: Sequence[tuple[f
     for bound, floor in rules:
         while ratio(chunk) < bound and chunk > floor:
             chunk //= 2
-    return chunk
-
-
-def nvls_chunk_bytes(size: float, channels: int, heads: int) -> int:
-    """Data bytes NCCL's NVLS kernels move per step for a call of ``size`` bytes over
-    ``channels`` channels of ``heads`` heads: :data:`NVLS_CHUNK_BYTES`, down to 16 KiB for small
-    calls (``computeColl``, ``src/enqueue.cc``)."""
-    chunk, ops = NVLS_CHUNK_BYTES, channels * heads
-    for times, smaller in ((32, 65536), (8, 32768), (2, 16384)):
-        if size < times * ops * chunk and chunk > smaller:
-            chunk = smaller
     return chunk
 
 

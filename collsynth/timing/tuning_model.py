@@ -42,7 +42,7 @@ __all__ = [
     "gpu_bandwidth_gbps", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
-    "NVLS_ALGORITHMS", "kind_channels",
+    "NVLS_ALGORITHMS", "kind_channels", "NVLS_CHUNK_BYTES", "nvls_chunk_bytes",
 ]
 
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
@@ -953,6 +953,30 @@ def call_shape(setup: TuningSetup, collective: str, algorithm: str, protocol: st
     return CallShape(nmax, used, threads, chunk, slice_, steps)
 
 
+#: Data bytes NCCL's NVLS kernels move per step of a channel's pipeline (``NCCL_NVLS_CHUNKSIZE``,
+#: default 128 KiB, src/transport/nvls.cc; NVLS-tree uses at most the same): the grain at which
+#: the switch's reduce, the store and the copies overlap, much finer than the Simple slice of the
+#: proxy-driven algorithms (1 MiB).
+NVLS_CHUNK_BYTES = 128 * 1024
+
+
+def nvls_chunk_bytes(size: float, channels: int, heads: int, *,
+                     largest: int = NVLS_CHUNK_BYTES) -> int:
+    """Data bytes NCCL's NVLS kernels move per step for a call of ``size`` bytes over
+    ``channels`` channels of ``heads`` heads: ``largest`` (:data:`NVLS_CHUNK_BYTES`), then
+    64, 32 or 16 KiB while the call has fewer than 64, 8 or 2 chunks per channel and head
+    (``calcCollChunking``, ``src/enqueue.cc``, NCCL 2.30).
+
+    >>> [nvls_chunk_bytes(s << 20, 16, 8) for s in (1024, 768, 32, 4)]
+    [131072, 65536, 32768, 16384]
+    """
+    chunk, ops = largest, channels * heads
+    for times, smaller in ((64, 65536), (8, 32768), (2, 16384)):
+        if size < times * ops * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
 def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str,
               size_bytes: int, channels: int) -> tuple[int, int, int]:
     """``(chunk, slice, proxy steps)`` of one channel's share (``calcCollChunking`` with one
@@ -969,12 +993,10 @@ def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str
     ppn, nodes = setup.ranks_per_node, setup.nodes
     heads = ppn
     if algorithm == "nvls":
-        chunk = min(131072, chunk)
+        largest = min(NVLS_CHUNK_BYTES, chunk)
         if nodes > 1 and bandwidth_gbps(setup, "allreduce", "nvls", "Simple") < 150:
-            chunk = 32768
-        for factor, size in ((64, 65536), (8, 32768), (2, 16384)):
-            if nbytes < factor * heads * chunk and chunk > size:
-                chunk = size
+            largest = 32768
+        chunk = nvls_chunk_bytes(nbytes, 1, heads, largest=largest)
     elif algorithm == "nvls_tree":
         chunk = min(131072, 65536 if nodes >= 4 else chunk)
         for factor, size in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):

@@ -26,8 +26,9 @@ from collsynth.timing.pricing import (RuntimeAlgorithm, fastest_runtime_algorith
 from collsynth.timing.program_model import ProgramModel
 from collsynth.timing.runtime_baselines import pat_program, pat_steps, ring_program
 from collsynth.timing.runtime_model import prepare_program, simulate_program
+from collsynth.timing.tuning_model import nvls_chunk_bytes
 from collsynth.timing.runtime_programs import RUNTIME_PROGRAMS, runtime_program
-from collsynth.timing.switch_graphs import (collnet_chunk_bytes, nvls_chunk_bytes, nvls_graph,
+from collsynth.timing.switch_graphs import (collnet_chunk_bytes, nvls_graph,
                                             nvls_tree_graph, sharp_graph, switch_ports)
 from collsynth.topology import get_topology
 from collsynth.topology.compose import compose_nodes
@@ -151,8 +152,9 @@ def test_nvls_pipelines_at_its_own_chunk_size_by_hand(efficiency):
 
 
 @pytest.mark.parametrize("size, channels, heads, expected", [
-    (1 << 30, 16, 8, 131072),           # large: NCCL_NVLS_CHUNKSIZE
-    (256 << 20, 16, 8, 65536),          # < 32 x 128 ops x 128 KiB = 512 MiB
+    (1 << 30, 16, 8, 131072),           # large: NCCL_NVLS_CHUNKSIZE (not < 64 x 128 x 128 KiB)
+    (768 << 20, 16, 8, 65536),          # < 64 x 128 ops x 128 KiB = 1 GiB (src/enqueue.cc)
+    (256 << 20, 16, 8, 65536),
     (32 << 20, 16, 8, 32768),           # < 8 x 128 x 64 KiB = 64 MiB
     (4 << 20, 16, 8, 16384),            # < 2 x 128 x 32 KiB = 8 MiB
 ])
