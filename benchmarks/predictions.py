@@ -88,6 +88,7 @@ class Run:
     runtime: str
     machine: Machine
     algorithms: tuple[str, ...] | None = None  # the run forced these (NCCL_ALGO)
+    threads_drove: int | None = None  # GPUs per thread where the header says, not the log
 
     @property
     def name(self) -> str:
@@ -111,7 +112,10 @@ def _nt(name: str, runtime: str, machine: Machine, forced: tuple[str, ...] | Non
 
 def _pl(name: str, runtime: str, machine: Machine, forced: tuple[str, ...] | None = None
         ) -> Run:
-    return Run(PUBLIC / name, runtime, machine, forced)
+    # The Azure guide's tables come from one process driving every GPU of the VM
+    # ('all_reduce_perf -g <GPUs>': data/public-logs/README.md).
+    drove = 8 if "azure-guide" in name else None
+    return Run(PUBLIC / name, runtime, machine, forced, drove)
 
 
 A100 = Machine("DGX-A100")
@@ -205,6 +209,14 @@ def measured(run: Run) -> tuple[str, int, list[tuple[int, float]]]:
     return log.collective, log.ranks, sorted((s, sum(t) / len(t)) for s, t in by_size.items())
 
 
+def gpus_per_thread(run: Run) -> int:
+    """GPUs each thread of the run drove (the log's nGpus, or its source's command; 1 where
+    neither says)."""
+    from collsynth.timing.logs import load_log
+
+    return run.threads_drove or load_log(run.path).gpus_per_thread or 1
+
+
 def band_errors(pairs: list[tuple[int, float, float]]) -> list[float | None]:
     """Mean |predicted / measured - 1| per band (``None``: no size in the band)."""
     found = []
@@ -219,7 +231,8 @@ def calibrate(run: Run):
 
     collective, ranks, rows = measured(run)
     topology = run.machine.topology()
-    return fit_runtime(rows, topology, collective, runtime=run.runtime)
+    return fit_runtime(rows, topology, collective, runtime=run.runtime,
+                       gpus_per_thread=gpus_per_thread(run))
 
 
 def predict(constants, run: Run) -> tuple[list[tuple[int, float, float]], list[str]]:
@@ -227,12 +240,14 @@ def predict(constants, run: Run) -> tuple[list[tuple[int, float, float]], list[s
     from collsynth.runtimes import get_runtime
     from collsynth.timing.pricing import price_table, runtime_algorithms
     from collsynth.timing.program_model import ProgramModel
+    from collsynth.timing.runtime_model import SimulationOptions
 
     collective, ranks, rows = measured(run)
     topology = run.machine.topology()
     if topology.num_ranks != ranks:
         raise SystemExit(f"{run.name}: {ranks} ranks measured, machine has {topology.num_ranks}")
-    model = ProgramModel(constants, runtime=get_runtime(run.runtime))
+    model = ProgramModel(constants, runtime=get_runtime(run.runtime),
+                         options=SimulationOptions(gpus_per_thread=gpus_per_thread(run)))
     subjects = [a for a in runtime_algorithms(get_runtime(run.runtime), collective, topology)
                 if run.algorithms is None or a.algorithm in run.algorithms]
     sizes = [s for s, _ in rows]
@@ -279,7 +294,6 @@ def run_case(case: Case, results: list[dict]) -> None:
             print(f"  {run.name}: prediction failed: {exc}")
             results.append({"case": case.name, "predicted": run.name, "error": str(exc)})
             continue
-        errors = band_errors(pairs)
         errors = band_errors(pairs)
         verdict = ""
         if case.limits is not None:

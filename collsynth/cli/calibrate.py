@@ -89,6 +89,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--channels", type=channel_count, metavar="N",
                         help="the runtime's channel count in the logs, for logs that do not say "
                              "(--model program: default every ring found)")
+    parser.add_argument("--gpus-per-thread", type=positive_int, metavar="G",
+                        help="--model program: GPUs each thread of the measured run drove "
+                             "(nccl-tests' -g; default: the log's nGpus, else 1)")
     parser.add_argument("--strict", action="store_true",
                         help="--model program: exit 1 when the calibration warns (in-sample or "
                              "held-out GMAE above 10%%, a constant at a bound of its plausible "
@@ -161,6 +164,7 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     from collsynth.timing.calibration import RuntimeCalibration
     from collsynth.timing.runtime_baselines import RING_COLLECTIVES
     from collsynth.timing.runtime_fit import fit_runtime, read_curve
+    from collsynth.timing.runtime_model import MAX_GPUS_PER_THREAD
 
     runtime = args.runtime or "rccl"
     if runtime not in _program_runtimes():
@@ -178,13 +182,17 @@ def _calibrate_program(args: argparse.Namespace) -> int:
                                          f"{len(args.logs)} files given")
     check_output_file(args.output, label=f"-o {args.output}")
     check_input_file(args.logs[0])
-    rows = _curve_rows(args.logs[0], args.collective)
-    if args.collective is None and rows[1] is not None:
-        collective = rows[1]
-    rows = rows[0]
+    rows, logged, drove = _curve_rows(args.logs[0], args.collective)
+    if args.collective is None and logged is not None:
+        collective = logged
+    gpus = args.gpus_per_thread or drove or 1
+    if gpus > MAX_GPUS_PER_THREAD:
+        raise UsageError.of("calibrate", f"{args.logs[0]}: {gpus} GPUs per thread; expected at "
+                                         f"most {MAX_GPUS_PER_THREAD}")
     topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
                                 unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
-    fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels)
+    fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
+                      gpus_per_thread=gpus)
     save_calibration(RuntimeCalibration(fit.constants), args.output)
     summary = {"output": args.output, "runtime": runtime, "topology": topology.name,
                "channels": len(fit.rings), "parameters": fit.parameters, "gmae": fit.gmae,
@@ -221,15 +229,17 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     return code
 
 
-def _curve_rows(path: str, collective: str | None) -> tuple[list[tuple[int, float]], str | None]:
+def _curve_rows(path: str, collective: str | None
+                ) -> tuple[list[tuple[int, float]], str | None, int | None]:
     """The measured ``(size_bytes, time_us)`` of a CSV with those columns, or of a benchmark
-    log (its out-of-place rows, in-place where it has none; times of one size averaged), and
-    the collective the log names (``None`` for a CSV)."""
+    log (its out-of-place rows, in-place where it has none; times of one size averaged), the
+    collective the log names and the GPUs each of its threads drove (``None`` for a CSV or a
+    log that does not say)."""
     from collsynth.errors import FileFormatError
     from collsynth.timing.runtime_fit import read_curve
 
     try:
-        return read_curve(path), None
+        return read_curve(path), None, None
     except FileFormatError as csv_error:
         try:
             log = load_log(path, collective=collective)
@@ -239,7 +249,8 @@ def _curve_rows(path: str, collective: str | None) -> tuple[list[tuple[int, floa
     by_size: dict[int, list[float]] = {}
     for r in rows:
         by_size.setdefault(r.size_bytes, []).append(r.time_us)
-    return sorted((s, sum(t) / len(t)) for s, t in by_size.items()), log.collective
+    return (sorted((s, sum(t) / len(t)) for s, t in by_size.items()), log.collective,
+            log.gpus_per_thread)
 
 
 def _summary_lines(entries: list[dict[str, Any]]) -> list[str]:

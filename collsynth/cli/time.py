@@ -378,12 +378,14 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
                                           runtime_algorithms)
     from collsynth.timing.program_model import ProgramModel
+    from collsynth.timing.runtime_model import SimulationOptions
 
     constants, source = _constants(args, calibration)
     name = args.runtime or constants.runtime
     runtime = get_runtime(name if name in runtime_names() else "nccl")
     topology = _topology(args)
-    model = ProgramModel(constants, runtime=runtime, topology=topology, source=source)
+    model = ProgramModel(constants, runtime=runtime, topology=topology, source=source,
+                         options=SimulationOptions(gpus_per_thread=args.gpus_per_thread))
     subjects, refused = _subjects(args, topology, model.export_runtime)
     shapes = [(subject.name, *_shape(subject)) for subject in subjects]
     if len({(c, n) for _, c, n in shapes}) > 1:
@@ -567,6 +569,15 @@ def _sizes_type(text: str) -> list[int]:
     return parse_sizes(text)
 
 
+def _gpus_per_thread(text: str) -> int:
+    from collsynth.timing.runtime_model import MAX_GPUS_PER_THREAD
+
+    value = positive_int(text)
+    if value > MAX_GPUS_PER_THREAD:
+        raise argparse.ArgumentTypeError(f"{value}: at most {MAX_GPUS_PER_THREAD} GPUs per thread")
+    return value
+
+
 def _range_type(text: str) -> tuple[int, int]:
     return parse_size_range(text)
 
@@ -619,6 +630,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runtime", choices=PRICED_RUNTIMES,
                         help="runtime whose default constants the program model uses (default: "
                              "the calibration's, else nccl)")
+    parser.add_argument("--gpus-per-thread", type=_gpus_per_thread, default=1, metavar="G",
+                        help="program model: each calling thread drives G GPUs, as nccl-tests' "
+                             "-g G (default 1: a process per GPU); a calibration's host work "
+                             "per call and channel is paid G times")
     parser.add_argument("--model", choices=MODELS,
                         help="program: simulate the runtime executing the program; closed-form: "
                              "the alpha-beta formula of the algorithm (default: program for XML "

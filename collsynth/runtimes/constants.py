@@ -25,7 +25,8 @@ __all__ = ["LINK_CLASSES", "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "
            "RuntimeConstants", "NCCL_BASE_LATENCY_US", "NCCL_HOP_LATENCY_US",
            "RCCL_BASE_LATENCY_US", "RCCL_HOP_LATENCY_US", "NCCL_DEFAULTS", "RCCL_DEFAULTS",
            "constants_to_dict", "constants_from_dict", "CLASS_LATENCY_US", "NETWORK_CLASSES",
-           "DEVICE_MEMORY_GBPS", "gamma_range", "HOP_SCALE_RANGE"]
+           "DEVICE_MEMORY_GBPS", "gamma_range", "HOP_SCALE_RANGE", "CHANNEL_US_RANGE",
+           "HOST_US_RANGE"]
 
 #: Link classes of the program model: inside a node, and between nodes.
 LINK_CLASSES = ("intra", "network")
@@ -57,7 +58,7 @@ FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
                     "ceiling_gbps", "slot_bytes", "chunk_slots", "slice_slots", "fifo_slots",
                     "gamma_us_per_byte", "default_protocols", "channels", "source",
                     "network_class", "network_base_us", "nvls_efficiency",
-                    "nvls_channel_gbps"})
+                    "nvls_channel_gbps", "channel_us", "host_us"})
 #: Plausible NVLink SHARP efficiencies: the share of a GPU's NVLink bandwidth its NVLS port
 #: carries (NCCL's tuning: 0.85 Hopper, 0.74 Blackwell; a measured H100 curve gives 0.69).
 NVLS_EFFICIENCY_RANGE = (0.3, 1.0)
@@ -85,6 +86,12 @@ CLASS_LATENCY_US: Mapping[str, tuple[tuple[float, float, float], float]] = Mappi
 DEVICE_MEMORY_GBPS: Mapping[str, float] = MappingProxyType({
     "sm70": 900.0, "sm80": 1555.0, "sm90": 3350.0, "sm100": 8000.0, "gfx90a": 1638.0,
     "gfx942": 5300.0, "gfx950": 8000.0})
+#: Plausible host time per channel of a call and GPU driven, us: none, to 2 us (several thousand
+#: instructions of work setup per channel; the largest fitted on a public curve is 0.19).
+CHANNEL_US_RANGE = (0.0, 2.0)
+#: Plausible host time per call and GPU driven, us: none, to 100 us (a kernel launch takes
+#: 2 to 10 us; the most fitted on a public curve, 8 GPUs from one thread, is 4.3).
+HOST_US_RANGE = (0.0, 100.0)
 #: The range a calibration may scale the documented hop latencies by (1/8 to 8 times).
 HOP_SCALE_RANGE = (0.125, 8.0)
 
@@ -162,6 +169,14 @@ class RuntimeConstants:
     nvls_channel_gbps:
         Data GB/s one NVLS channel's head load-reduces or stores at most (one SM's multimem
         rate), fitted with ``nvls_efficiency``; ``None``: no bound but the ports.
+    host_us, channel_us:
+        The host's work per call, us, for each GPU the calling thread drives (one with a process
+        per GPU; nccl-tests' ``-g 8`` drives eight): ``host_us`` per call (the launch) plus
+        ``channel_us`` per channel the call runs (NCCL's per-channel work elements and proxy
+        operations). Back-to-back calls overlap one call's host work with the previous call on
+        the device, so a call takes the larger of the two. 0: none (the documented defaults).
+        Ranges :data:`HOST_US_RANGE`, :data:`CHANNEL_US_RANGE`; docs/runtime-model.md, "The
+        host's work".
     """
 
     runtime: str
@@ -183,6 +198,8 @@ class RuntimeConstants:
     network_base_us: float = 0.0
     nvls_efficiency: float | None = None
     nvls_channel_gbps: float | None = None
+    channel_us: float = 0.0
+    host_us: float = 0.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -304,6 +321,9 @@ def _validate(c: RuntimeConstants) -> None:
             why="the share of NVLink bandwidth an NVLS port carries")
     _number(c.nvls_channel_gbps, "nvls_channel_gbps", allow_none=True, positive=True,
             lo=MIN_GBPS, hi=MAX_GBPS, why="1 kB/s to 1 PB/s per channel")
+    _number(c.channel_us, "channel_us", hi=CHANNEL_US_RANGE[1],
+            why="host time per channel of a call and GPU driven")
+    _number(c.host_us, "host_us", hi=HOST_US_RANGE[1], why="host time per call and GPU driven")
     if c.channels is not None:
         _whole(c.channels, "channels", MAX_CHANNELS, "or null; rccl's MAXCHANNELS, the most "
                "any runtime has")
@@ -447,6 +467,7 @@ def constants_to_dict(c: RuntimeConstants) -> dict[str, Any]:
         "channels": c.channels, "source": c.source,
         "network_class": c.network_class, "network_base_us": c.network_base_us,
         "nvls_efficiency": c.nvls_efficiency, "nvls_channel_gbps": c.nvls_channel_gbps,
+        "channel_us": c.channel_us, "host_us": c.host_us,
     }
 
 
@@ -495,7 +516,8 @@ def constants_from_dict(data: Mapping[str, Any], *, base: RuntimeConstants,
                     merged.setdefault(k, {}).update(dict(v))
                 changes[key] = merged
         for key in ("fifo_slots", "gamma_us_per_byte", "channels", "source", "network_class",
-                    "network_base_us", "nvls_efficiency", "nvls_channel_gbps"):
+                    "network_base_us", "nvls_efficiency", "nvls_channel_gbps", "channel_us",
+                    "host_us"):
             if key in data:
                 changes[key] = data[key]
         if "default_protocols" in data:

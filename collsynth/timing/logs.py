@@ -135,6 +135,9 @@ class BenchmarkLog:
         the log does not say (see docs/timing.md).
     channels:
         The runtime's channel count for the run, ``None`` when the log does not say.
+    gpus_per_thread:
+        How many GPUs each thread of the run drove (nccl-tests' ``nGpus``, its ``-g``), ``None``
+        when the log does not say (usually one: a process per GPU).
     """
 
     path: str
@@ -146,6 +149,7 @@ class BenchmarkLog:
     runtime: str | None = None
     runtime_version: str | None = None
     channels: int | None = None
+    gpus_per_thread: int | None = None
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -366,7 +370,7 @@ def _ranks_from_ratio(collective: str, rows: Sequence[BenchmarkRow]) -> int | No
 
 def _finish(name: str, source: str, collective: str, ranks: int | None,
             rows: list[BenchmarkRow], zero: int, fallback_ranks: int | None,
-            what_rows: str) -> BenchmarkLog:
+            what_rows: str, gpus_per_thread: int | None = None) -> BenchmarkLog:
     if not rows:
         extra = f" ({zero} of size 0, skipped)" if zero else ""
         raise FileFormatError(name, f"no {what_rows} found{extra}")
@@ -382,7 +386,7 @@ def _finish(name: str, source: str, collective: str, ranks: int | None,
     if not 1 <= ranks <= _MAX_RANKS:
         raise FileFormatError(name, f"{ranks} ranks: expected 1 to {_MAX_RANKS}")
     return BenchmarkLog(path=name, collective=collective, ranks=ranks, rows=tuple(rows),
-                        source=source, zero_size_lines=zero)
+                        source=source, zero_size_lines=zero, gpus_per_thread=gpus_per_thread)
 
 
 # -- nccl-tests text ----------------------------------------------------------------------------
@@ -427,6 +431,7 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
     zero = 0
     rank_ids: set[int] = set()
     per_process: int | None = None
+    per_thread: int | None = None
     found_collective: str | None = None
     starting: str | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -436,8 +441,8 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
         if line.startswith("#"):
             body = line.lstrip("#").strip()
             if (m := _NTHREAD.match(line)) is not None:
-                per_process = (_count(m.group(1), "nThread", name, number, _MAX_RANKS)
-                               * _count(m.group(2), "nGpus", name, number, _MAX_RANKS))
+                per_thread = _count(m.group(2), "nGpus", name, number, _MAX_RANKS)
+                per_process = _count(m.group(1), "nThread", name, number, _MAX_RANKS) * per_thread
             elif (m := _RANK_LINE.match(line)) is not None:
                 rank_ids.add(_count(m.group(1), "Rank", name, number, _MAX_RANKS - 1))
             elif (m := _STARTING.match(line)) is not None:
@@ -466,7 +471,7 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
         ranks = max(rank_ids) + 1
     return _finish(name, "nccl-tests", coll, ranks, rows, zero, per_process,
                    "nccl-tests result rows (lines like '1048576  262144  float  sum  -1  "
-                   "89.27  11.75  20.56  0  88.45  11.85  20.75  0')")
+                   "89.27  11.75  20.56  0  88.45  11.85  20.75  0')", per_thread)
 
 
 def _nccl_row(cells: list[str], layout: _Layout, name: str, number: int
@@ -581,8 +586,12 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
     coll = _resolve_collective(name, collective, found)
     if ranks is None:
         ranks = _json_ranks(doc.get("config"))
+    config = doc.get("config")
+    gpus = config.get("ngpus") if isinstance(config, dict) else None
+    per_thread = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) \
+        and 1 <= gpus <= _MAX_RANKS else None
     return _finish(name, "nccl-tests-json", coll, ranks, rows, zero, None,
-                   "results with a size above 0")
+                   "results with a size above 0", per_thread)
 
 
 def _json_entry_lines(text: str, count: int) -> list[int]:

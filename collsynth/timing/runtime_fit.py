@@ -19,7 +19,8 @@ from collsynth._parse import MAX_GBPS, MIN_GBPS
 from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
 from collsynth.runtimes.constants import LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US
 from collsynth.timing.metrics import gmae
-from collsynth.timing.runtime_model import PreparedProgram, prepare_program, simulate_program
+from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, prepare_program,
+                                            simulate_program)
 
 if TYPE_CHECKING:  # pragma: no cover
     from collsynth.topology.model import Topology
@@ -56,12 +57,14 @@ class FittedConstant:
     low: float
     high: float
     why: str
+    #: The low end is a natural value ("none"), not a limit a fit can press against.
+    open_low: bool = False
 
     @property
     def at_bound(self) -> bool:
         span = max(abs(self.high), abs(self.low), 1e-12)
-        return (abs(self.value - self.low) <= 1e-3 * max(abs(self.low), 1e-9 * span)
-                or abs(self.value - self.high) <= 1e-3 * abs(self.high))
+        at_low = abs(self.value - self.low) <= 1e-3 * max(abs(self.low), 1e-9 * span)
+        return (at_low and not self.open_low) or abs(self.value - self.high) <= 1e-3 * abs(self.high)
 
     @property
     def within(self) -> bool:
@@ -206,7 +209,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
                 channels: int | None = None, rings: Sequence[Sequence[int]] | None = None,
                 protocols: Sequence[str] | None = None,
                 constants: RuntimeConstants | None = None,
-                held_out: bool = True) -> RuntimeFit:
+                held_out: bool = True, gpus_per_thread: int = 1) -> RuntimeFit:
     """Fit ``runtime``'s constants so that its ring on ``topology`` reproduces ``measurements``.
 
     Parameters
@@ -220,6 +223,9 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         The protocol per measured size (default: :func:`protocol_split`).
     constants:
         Starting constants (default: the runtime's documented defaults).
+    gpus_per_thread:
+        How many GPUs each thread of the measured run drove (nccl-tests' ``-g``; the log's
+        ``nGpus``): the per-channel cost fitted is per GPU driven.
 
     Raises
     ------
@@ -233,7 +239,8 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
     times = [t for _, t in rows]
     if channels is None and rings is None and protocols is None:
         choice = fit_runtime_choice(rows, topology, collective, runtime=runtime,
-                                    constants=constants, held_out=held_out)
+                                    constants=constants, held_out=held_out,
+                                    gpus_per_thread=gpus_per_thread)
         if choice is not None:
             return choice
     used = list(protocols) if protocols is not None else protocol_split(times, sizes=sizes)
@@ -334,6 +341,14 @@ def _fit(base: RuntimeConstants, prepared: dict[str, PreparedProgram], sizes: li
 
 # -- the runtime's own choices: algorithm, protocol and channels per size ----------------------
 
+#: The host terms' lower end in the fit, us (fitted in log space): at or below it, none.
+_HOST_FLOOR_US = 1e-3
+
+
+def _host_us(value: float) -> float:
+    """A fitted host term, 0 where the fit sat at its floor (none seen)."""
+    return 0.0 if value <= 1.5 * _HOST_FLOOR_US else float(value)
+
 
 def _traffic_per_rank(collective: str, n: int) -> float:
     """Bytes one rank sends per byte of the nccl-tests size, on its ring: allreduce 2(n-1)/n,
@@ -348,17 +363,19 @@ def _traffic_per_rank(collective: str, n: int) -> float:
 def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Topology",
                        collective: str = "allreduce", *, runtime: str = "nccl",
                        constants: RuntimeConstants | None = None, held_out: bool = True,
-                       starts: int = 2) -> RuntimeFit | None:
+                       starts: int = 2, gpus_per_thread: int = 1) -> RuntimeFit | None:
     """Fit ``runtime``'s constants so that what it runs at each measured size (its own
     algorithm, protocol and channels: :func:`~collsynth.timing.program_model.chosen_algorithms`,
     :meth:`~collsynth.timing.program_model.ProgramModel.runtime_choice`) reproduces
     ``measurements``; ``None`` when the machine has no tuning setup (no facts). Every constant is
     bounded by physics (the report says which sit at a bound), the starting guesses come from
-    the collective's traffic per connection, and the best of ``starts`` starts is kept.
+    the collective's traffic per connection, and the best of ``starts`` starts is kept. The
+    per-channel cost is fitted per GPU a thread drove (``gpus_per_thread``, :func:`fit_runtime`).
     docs/runtime-model.md, "Fitting the runtime constants"."""
     from scipy.optimize import least_squares, minimize_scalar
 
-    from collsynth.runtimes.constants import HOP_SCALE_RANGE, gamma_range
+    from collsynth.runtimes.constants import (CHANNEL_US_RANGE, HOP_SCALE_RANGE, HOST_US_RANGE,
+                                             gamma_range)
     from collsynth.timing.pricing import RuntimeAlgorithm
     from collsynth.timing.program_model import ProgramModel, chosen_algorithms
     from collsynth.timing.tuning_model import (NVLS_ALGORITHMS, connection_gbps,
@@ -370,7 +387,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         raise InvalidInstanceError("a runtime calibration needs at least 2 measured sizes")
     family = get_runtime(runtime)
     base = constants if constants is not None else family.defaults
-    probe = ProgramModel(base, runtime=family)
+    probe = ProgramModel(base, runtime=family,
+                         options=SimulationOptions(gpus_per_thread=gpus_per_thread))
     setup = probe.tuning(topology, family.family)
     if setup is None:
         return None
@@ -439,12 +457,30 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         whys.append(f"3 bytes of device memory traffic per byte reduced, at 100% to 5% of "
                     f"{facts.arch}'s HBM rate")
         guess.append(2 * g_low)
-    lower, upper = np.log(lows), np.log(highs)
     floor = min(base.base_latency(p) for p in PROTOCOLS)
     top = min(float(measured.min()), MAX_BASE_US)
     # A curve whose smallest size is above 64 KiB (large sizes only) cannot tell the base from
     # the bandwidth: three collinear points are matched by any base (issue 21: 9.2 ms).
     fit_base = sizes[0] <= 64 * 1024
+    # The host's work shows where one thread drove several GPUs: it launches them in turn,
+    # so small calls take the host's time, not the device's, and the time grows with the
+    # channels the runtime adds with the size (NCCL: one per 32 KiB of an LL ring call on 8
+    # ranks). With a process per GPU it hides under the device's time: not fitted.
+    host_fitted = fit_base and gpus_per_thread > 1
+    if host_fitted:
+        names.append("host_us")
+        lows.append(_HOST_FLOOR_US)
+        highs.append(HOST_US_RANGE[1])
+        whys.append(f"none to {HOST_US_RANGE[1]:g} us of host work per call and GPU driven "
+                    f"({gpus_per_thread} per thread in this run)")
+        guess.append(0.9 * min(times) / gpus_per_thread)
+        names.append("channel_us")
+        lows.append(_HOST_FLOOR_US)
+        highs.append(CHANNEL_US_RANGE[1])
+        whys.append(f"none to {CHANNEL_US_RANGE[1]:g} us of host work per channel of a call "
+                    f"and GPU driven")
+        guess.append(0.05)
+    lower, upper = np.log(lows), np.log(highs)
 
     def constants_for(x: np.ndarray, base_us: float) -> RuntimeConstants:
         values = dict(zip(names, np.exp(x)))
@@ -467,23 +503,41 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
                              else base.nvls_efficiency),
             nvls_channel_gbps=(float(values["nvls_channel_gbps"])
                                if "nvls_channel_gbps" in values else base.nvls_channel_gbps),
+            host_us=_host_us(values.get("host_us", base.host_us)),
+            channel_us=_host_us(values.get("channel_us", base.channel_us)),
             default_protocols=(), channels=None)
 
-    def spans(x: np.ndarray, indices: Sequence[int]) -> np.ndarray:
-        probe.constants = constants_for(x, 0.0)
-        return np.array([probe.price(subjects[i], [sizes[i]])[0].time_us for i in indices])
+    def spans(x: np.ndarray, indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The device's makespan at each size and the host's time (without the base)."""
+        probe.constants = constants_for(x, 0.0).replace(host_us=0.0, channel_us=0.0)
+        prices = [probe.price(subjects[i], [sizes[i]])[0] for i in indices]
+        values = dict(zip(names, np.exp(x)))
+        chans = np.array([p.channels or 1 for p in prices], float)
+        host = gpus_per_thread * (values.get("host_us", 0.0)
+                                  + values.get("channel_us", 0.0) * chans)
+        return np.array([p.time_us for p in prices]), host
 
-    def best_base(makespans: np.ndarray, target: np.ndarray) -> float:
+    def timed(b: float, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        return np.maximum(found[1], b + found[0])
+
+    def best_base(found: tuple[np.ndarray, np.ndarray], target: np.ndarray) -> float:
         def loss(b: float) -> float:
-            r = np.log((b + makespans) / target)
+            r = np.log(timed(b, found) / target)
             return float(np.sum(2 * 0.05 ** 2 * (np.sqrt(1 + (r / 0.05) ** 2) - 1)))
         # at most the smallest time measured (physics), at least the runtime's documented
         # base where that leaves room
         high = min(float(target.min()), MAX_BASE_US)
-        if not fit_base:  # no size small enough to tell a call's latency: the documented one
+        # No size small enough to tell a call's latency, or a host that hides the device's at
+        # small sizes (it launches several GPUs in turn): the documented one.
+        if not fit_base or host_fitted:
             return min(floor, high)
         return float(minimize_scalar(loss, bounds=(min(floor, 0.999 * high), high),
                                      method="bounded", options={"xatol": 1e-3}).x)
+
+    # The pull of the hop scale toward the documented hops (below). Where the host's time
+    # hides the device's at small sizes, the base is the documented one and the hops are
+    # told apart at mid sizes, so the pull is weak.
+    pull = 0.2 if host_fitted else 0.5
 
     def fit(indices: Sequence[int], tries: int) -> tuple[np.ndarray, float, float]:
         target = measured[list(indices)]
@@ -492,7 +546,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             m = spans(x, indices)
             # A weak pull of the hop scale toward the documented hops: one curve cannot tell
             # a call's fixed cost from its hops', so the base takes what the hops need not.
-            return np.append(np.log((best_base(m, target) + m) / target), 0.5 * x[0])
+            return np.append(np.log(timed(best_base(m, target), m) / target), pull * x[0])
 
         best: tuple[float, np.ndarray] | None = None
         for k in range(max(1, tries)):
@@ -508,23 +562,28 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         x = best[1]
         m = spans(x, indices)
         b = best_base(m, target)
-        return x, b, gmae(list(b + m), list(target))
+        return x, b, gmae(list(timed(b, m)), list(target))
 
     x, base_us, in_sample = fit(range(len(rows)), starts)
-    predicted = list(base_us + spans(x, range(len(rows))))
+    predicted = list(timed(base_us, spans(x, range(len(rows)))))
     held: float | None = None
     if held_out and len(rows) >= 4:
         train = list(range(0, len(rows), 2))
         test = list(range(1, len(rows), 2))
         hx, hb, _ = fit(train, 1)
-        held = gmae(list(hb + spans(hx, test)), [times[i] for i in test])
+        held = gmae(list(timed(hb, spans(hx, test))), [times[i] for i in test])
     parameters = {"base_latency_us": base_us}
     parameters.update(zip(names, (float(v) for v in np.exp(x))))
+    for name in ("host_us", "channel_us"):
+        if name in parameters:
+            parameters[name] = _host_us(parameters[name])
     report = [FittedConstant("base_latency_us", base_us, 0.0, top,
                              f"0 to the smallest measured time, at most {MAX_BASE_US:g} us"
                              + ("" if fit_base else "; not fitted: no size of 64 KiB or less"))]
-    report += [FittedConstant(nm, float(np.exp(v)), lo, hi, why)
-               for nm, v, lo, hi, why in zip(names, x, lows, highs, whys)]
+    host_terms = ("host_us", "channel_us")  # none (0) is a natural value, not a bound
+    report += [FittedConstant(nm, parameters[nm], 0.0 if nm in host_terms else lo, hi, why,
+                              open_low=nm in host_terms)
+               for nm, lo, hi, why in zip(names, lows, highs, whys)]
     fitted = constants_for(x, base_us)
     algorithms = tuple(f"{a.algorithm}/{p}/{ch}ch" for a, (p, ch) in zip(subjects, shapes))
     switches = sorted({a for a in algorithms})

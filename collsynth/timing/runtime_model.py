@@ -41,6 +41,9 @@ BY_CONNECTION, BY_SWITCH, BY_NVLS_CHANNEL = 0, 1, 2
 #: answer in under a minute; that is 16 times the steps of a ring allreduce of 128 ranks on 32
 #: channels, and the 16384 thread blocks the checker executes at 64 steps each.
 MAX_SIMULATED_STEPS = 1 << 20
+#: Most GPUs one thread drives: nccl-tests' ``-g`` takes a node's GPUs (at most 8 in every
+#: machine sold, 72 in an NVL72 rack if one thread drove them all).
+MAX_GPUS_PER_THREAD = 72
 
 #: Transfer kinds of a :class:`PreparedProgram` (what a step does with its bytes): it sends,
 #: receives, receives and sends on (forwards), or works on local data.
@@ -57,11 +60,21 @@ class SimulationOptions:
     ``share_links``: charge fair shares of links and groups (``False`` gives every connection
     the whole of every resource it crosses: for experiments only). ``max_passes`` and
     ``tolerance``: the fixed point's limits (passes; relative change of any rate).
+    ``gpus_per_thread``: how many GPUs the calling thread drives (1 with a process per GPU,
+    8 for nccl-tests' ``-g 8``); the host's work per call (the constants' ``host_us`` and
+    ``channel_us``) is done for each.
     """
 
     share_links: bool = True
     max_passes: int = 12
     tolerance: float = 1e-4
+    gpus_per_thread: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpus_per_thread, bool) or not isinstance(self.gpus_per_thread, int) \
+                or not 1 <= self.gpus_per_thread <= MAX_GPUS_PER_THREAD:
+            raise InvalidInstanceError(f"gpus_per_thread = {self.gpus_per_thread!r}; expected a "
+                                       f"whole number from 1 to {MAX_GPUS_PER_THREAD}")
 
 
 @dataclass(frozen=True)
@@ -385,10 +398,15 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
         raise InvalidInstanceError(f"program {prep.program.name!r}: protocol {proto!r}; "
                                    f"expected one of {', '.join(PROTOCOL_EFFICIENCY)}")
     base = constants.base_latency(proto)
+    # The host's work for the call, one thread doing it for each GPU it drives in turn; it
+    # overlaps the device's work of the call before, so the slower of the two sets the pace.
+    host = options.gpus_per_thread * (constants.host_us
+                                       + constants.channel_us * prep.program.nchannels)
     makespan, breakdown = _simulate(prep, size, constants, proto, options)
-    time = base + makespan
+    time = max(host, base + makespan)
     algbw = size / (time * 1e3) if time > 0 else 0.0
-    breakdown = {"base_us": base, "makespan_us": makespan, "protocol": proto, **breakdown}
+    breakdown = {"base_us": base, "host_us": host, "makespan_us": makespan,
+                 "protocol": proto, **breakdown}
     return ProgramTime(size, time, algbw, algbw * prep.busbw_factor, breakdown)
 
 
