@@ -64,7 +64,8 @@ class FittedConstant:
     def at_bound(self) -> bool:
         span = max(abs(self.high), abs(self.low), 1e-12)
         at_low = abs(self.value - self.low) <= 1e-3 * max(abs(self.low), 1e-9 * span)
-        return (at_low and not self.open_low) or abs(self.value - self.high) <= 1e-3 * abs(self.high)
+        at_high = abs(self.value - self.high) <= 1e-3 * abs(self.high)
+        return (at_low and not self.open_low) or at_high
 
     @property
     def within(self) -> bool:
@@ -225,7 +226,8 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         Starting constants (default: the runtime's documented defaults).
     gpus_per_thread:
         How many GPUs each thread of the measured run drove (nccl-tests' ``-g``; the log's
-        ``nGpus``): the per-channel cost fitted is per GPU driven.
+        ``nGpus``): above 1, :func:`fit_runtime_choice` fits the host's work per call and per
+        channel, per GPU driven (not the ring path of ``channels``, ``rings``, ``protocols``).
 
     Raises
     ------
@@ -369,8 +371,9 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     :meth:`~collsynth.timing.program_model.ProgramModel.runtime_choice`) reproduces
     ``measurements``; ``None`` when the machine has no tuning setup (no facts). Every constant is
     bounded by physics (the report says which sit at a bound), the starting guesses come from
-    the collective's traffic per connection, and the best of ``starts`` starts is kept. The
-    per-channel cost is fitted per GPU a thread drove (``gpus_per_thread``, :func:`fit_runtime`).
+    the collective's traffic per connection, and the best of ``starts`` starts is kept. Where a
+    thread drove several GPUs (``gpus_per_thread``), the host's work per call and per channel
+    is fitted too, per GPU driven.
     docs/runtime-model.md, "Fitting the runtime constants"."""
     from scipy.optimize import least_squares, minimize_scalar
 
@@ -579,7 +582,9 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             parameters[name] = _host_us(parameters[name])
     report = [FittedConstant("base_latency_us", base_us, 0.0, top,
                              f"0 to the smallest measured time, at most {MAX_BASE_US:g} us"
-                             + ("" if fit_base else "; not fitted: no size of 64 KiB or less"))]
+                             + ("; not fitted: no size of 64 KiB or less" if not fit_base else
+                                "; not fitted: the host's work hides it" if host_fitted
+                                else ""))]
     host_terms = ("host_us", "channel_us")  # none (0) is a natural value, not a bound
     report += [FittedConstant(nm, parameters[nm], 0.0 if nm in host_terms else lo, hi, why,
                               open_low=nm in host_terms)
