@@ -24,6 +24,7 @@ BUILTINS = [
     ("mi355x", "MI355X", 8, 76.8, None),
     ("mi250-16gcd", "MI250-16GCD", 16, 50.0, None),
     ("trn2", "Trn2", 16, 128.0, None),
+    ("gh200x4", "GH200x4", 4, 25.0, None),
 ]
 SWITCHED = [row for row in BUILTINS if row[4] is not None]
 NODES_WITH_NICS = [row for row in BUILTINS if row[0] != "dgx1"]
@@ -115,6 +116,7 @@ NICS = [
     ("mi355x", 8, 50.0, 1),
     ("mi250-16gcd", 8, 25.0, 2),
     ("trn2", 16, 25.0, 1),
+    ("gh200x4", 4, 25.0, 1),
 ]
 
 

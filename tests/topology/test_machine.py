@@ -54,6 +54,9 @@ BUILTINS = {
     "mi355x": ("gfx950", None, "xgmi", False, False, "roce", "amd", 8, 8, 50.0),
     # Trainium2: not an NCCL machine; EFA 3200 Gb/s shared by 16 chips = 25 GB/s each
     "trn2": ("trn2", None, "neuronlink", False, False, "efa", None, 16, 16, 25.0),
+    # GH200 quad node (Alps): H100 GPU = sm90, NVLink without NVSwitch (no NVLS), 4
+    # Slingshot-11 NICs of 200 Gb/s, Grace = Arm
+    "gh200x4": ("sm90", 90, "nvlink", False, False, "slingshot", "arm", 4, 4, 25.0),
 }
 
 
