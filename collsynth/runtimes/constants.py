@@ -63,21 +63,28 @@ FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
 #: carries (NCCL's tuning: 0.85 Hopper, 0.74 Blackwell; a measured H100 curve gives 0.69).
 NVLS_EFFICIENCY_RANGE = (0.3, 1.0)
 #: Per link class: the hop latency per protocol (LL, LL128, Simple), us, and a base latency
-#: added once per call that crosses the class (the proxy, the network plugin), us. Inside a
-#: node: NCCL's hwLat ring rows (NVLINK, PCI; NCCL 2.30.7 src/graph/tuning.cc) and RCCL's
-#: tuning model 5 NVLINK ring row for xGMI (gfx942). Between nodes every class hops as NCCL's
-#: NET ring row (2.7, 4.0, 14.0); the base per call is 0 for InfiniBand (NCCL's built-in IB
-#: reports latency 0) and, for the others, the extra small-size time of a public two-node run
-#: over the same machine's one node, less two NET LL hops: EFA 50 us (H100 p5: 69 - 13 - 5.4),
-#: RoCE 5 us (B200 a4, one GPU per node: 14 - 6.6 - 2.7), Slingshot 5.6 us (GH200 Alps:
-#: 19 - 8 - 5.4), TCP 15 us (H200 over one TCP interface: 33 - 13 - 5.4). docs/runtime-model.md,
-#: "Link classes".
+#: added once per call that crosses the class, us (0 for every class: what a network's plugin
+#: and proxy add is paid per message, so it is in the hops). Inside a node: NCCL's hwLat ring
+#: rows (NVLINK, PCI; NCCL 2.30.7 src/graph/tuning.cc) and RCCL's tuning model 5 NVLINK ring
+#: row for xGMI (gfx942). Between nodes: NCCL's NET ring row (2.7, 4.0, 14.0), which is
+#: InfiniBand's (NCCL's built-in IB reports latency 0), plus for the other networks the extra
+#: per network hop of a public small call over two nodes against one node, less NET LL hops,
+#: over the network hops the call crossed (NCCL's tree on two nodes: 2; two ranks: 1): EFA 25
+#: (H100 p5: (69 - 13 - 5.4) / 2), RoCE 5 (B200 a4, one GPU per node: 14 - 6.6 - 2.7),
+#: Slingshot 2.8 (GH200 Alps: (19 - 8 - 5.4) / 2), TCP 7.5 (H200 over one TCP interface:
+#: (33 - 13 - 5.4) / 2). docs/runtime-model.md, "Link classes".
+_NET_HOPS = (2.7, 4.0, 14.0)
+
+
+def _plus(extra: float) -> tuple[float, float, float]:
+    return tuple(round(h + extra, 6) for h in _NET_HOPS)  # type: ignore[return-value]
+
+
 CLASS_LATENCY_US: Mapping[str, tuple[tuple[float, float, float], float]] = MappingProxyType({
     "nvlink": ((0.6, 1.9, 3.4), 0.0), "xgmi": ((0.8, 0.8, 2.1), 0.0),
     "pcie": ((1.0, 2.5, 5.7), 0.0), "neuronlink": ((0.6, 1.9, 3.4), 0.0),
-    "ib": ((2.7, 4.0, 14.0), 0.0), "roce": ((2.7, 4.0, 14.0), 5.0),
-    "efa": ((2.7, 4.0, 14.0), 50.0), "slingshot": ((2.7, 4.0, 14.0), 5.6),
-    "tcp": ((2.7, 4.0, 14.0), 15.0),
+    "ib": (_NET_HOPS, 0.0), "roce": (_plus(5.0), 0.0), "efa": (_plus(25.0), 0.0),
+    "slingshot": (_plus(2.8), 0.0), "tcp": (_plus(7.5), 0.0),
 })
 #: Device memory (HBM) GB/s by architecture, from the vendors' datasheets: V100 900, A100
 #: 1555 (40 GB; 2039 for 80 GB), H100 SXM 3350, B200 8000, MI250X 1638 per GCD (3277 per

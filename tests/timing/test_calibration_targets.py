@@ -104,7 +104,10 @@ def test_a100_one_node_predicts_two_nodes(a100_fit):
     two = machine("DGX-A100", 2, nics=4, nic_gbps=12.5, network="efa")
     errors = band_errors(rows, predict(a100_fit.constants, "nccl", collective, two, rows,
                                        only=("ring",)))  # NCCL_ALGO=ring in the log
-    # target 25% in every band: missed (NCCL 2.7.8 over 2020's EFA stack: docs/performance.md)
+    # target 25% in every band: met at small sizes since EFA's extra latency is paid per network
+    # hop (the forced ring crosses it 4 times); missed above (NCCL 2.7.8 over 2020's EFA
+    # stack: docs/performance.md)
+    assert errors[0] <= 0.25
     assert all(e <= 0.65 for e in errors)
 
 

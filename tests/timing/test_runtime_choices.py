@@ -93,9 +93,13 @@ def test_the_network_class_sets_hops_and_the_base_per_call():
     two = with_machine(compose_nodes(get_topology("DGX-H100"), 2), network_class="efa")
     model = ProgramModel(NCCL_DEFAULTS, runtime=NCCL)
     on = model.constants_on(two)
+    # EFA: NCCL's NET hops plus 25 us per network hop (the p5 two-node small call's extra,
+    # (69 - 13 - 2 x 2.7) / 2 hops of NCCL's tree), nothing per call
     hops, extra = CLASS_LATENCY_US["efa"]
-    assert extra == 50.0 and on.base_latency("Simple") == pytest.approx(8.4 + 50.0)
-    assert [on.hop_latency("network", p) for p in ("LL", "LL128", "Simple")] == list(hops)
+    assert extra == 0.0 and on.base_latency("Simple") == pytest.approx(8.4)
+    assert [on.hop_latency("network", p) for p in ("LL", "LL128", "Simple")] == \
+        pytest.approx([2.7 + 25, 4.0 + 25, 14.0 + 25])
+    assert CLASS_LATENCY_US["ib"] == ((2.7, 4.0, 14.0), 0.0)
     # Constants fitted on that network keep their own figures.
     fitted = NCCL_DEFAULTS.replace(network_class="efa", network_base_us=7.0,
                                    hop_latency_us={"intra": dict(NCCL_DEFAULTS.hop_latency_us
@@ -185,3 +189,22 @@ def test_a_program_sees_the_nvlink_rate_nccls_ring_is_priced_with():
     (price,) = model.price(ring_program("allgather", [ring]), [size])
     by_hand_us = 7 / 8 * size / 20e3
     assert price.time_us == pytest.approx(by_hand_us, rel=0.01)
+
+
+@pytest.mark.parametrize("nodes, ring_hops, tree_hops", [(2, 4, 2), (4, 8, 4)])
+def test_a_networks_extra_latency_is_paid_per_network_hop(nodes, ring_hops, tree_hops):
+    """EFA against InfiniBand: 25 us more per network hop on the small call's critical path.
+    Hand counts: a ring allreduce is 2(n - 1) consecutive transfers around a ring that crosses
+    the network once per node, so on 2 nodes (16 ranks, 2 network edges) its longest chain of
+    30 crosses 4 network edges, on 4 nodes (32 ranks, 4 edges) its chain of 62 crosses 8; the
+    tree goes up and down its depth across nodes (1 on 2 nodes, 2 on 4)."""
+    times = {}
+    for net in ("ib", "efa"):
+        topo = with_machine(compose_nodes(get_topology("DGX-H100"), nodes), network_class=net)
+        model = ProgramModel(NCCL_DEFAULTS, runtime=NCCL)
+        for algorithm, channels in (("ring", 1), ("tree", 2)):
+            subject = RuntimeAlgorithm(NCCL, algorithm, "allreduce", topo, channels=channels,
+                                       protocol="LL")
+            times[net, algorithm] = model.price(subject, [8])[0].time_us
+    assert times["efa", "ring"] - times["ib", "ring"] == pytest.approx(25.0 * ring_hops, abs=0.01)
+    assert times["efa", "tree"] - times["ib", "tree"] == pytest.approx(25.0 * tree_hops, abs=0.01)
