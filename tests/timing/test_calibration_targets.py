@@ -85,7 +85,7 @@ def a100_fit():
     # one thread drove the 8 GPUs ('# nThread 1 nGpus 8'): the host's work is fitted
     collective, rows = curve(ROOT / "data/nccl-tests/A100-8gpu_all_reduce_superbench.txt")
     return fit_runtime_choice(rows, machine("DGX-A100"), collective, runtime="nccl",
-                              held_out=False, gpus_per_thread=8)
+                              held_out=False, starts=1, gpus_per_thread=8)
 
 
 @pytest.mark.parametrize("name", ["A100-8gpu_all_gather_superbench.txt",
