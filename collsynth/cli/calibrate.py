@@ -196,7 +196,7 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     save_calibration(RuntimeCalibration(fit.constants), args.output)
     summary = {"output": args.output, "runtime": runtime, "topology": topology.name,
                "channels": len(fit.rings), "parameters": fit.parameters, "gmae": fit.gmae,
-               "held_out_gmae": fit.held_out_gmae,
+               "held_out_gmae": fit.held_out_gmae, "gpus_per_thread": gpus,
                "rows": [{"size_bytes": s, "time_us": m, "predicted_us": p, "protocol": q}
                         for s, m, p, q in zip(fit.sizes, fit.measured_us, fit.predicted_us,
                                               fit.protocols)]}
@@ -215,6 +215,10 @@ def _calibrate_program(args: argparse.Namespace) -> int:
            if fit.algorithms else f"{len(fit.rings)} channel(s)")
     out(f"{runtime} {collective} on {topology.name}, {how}: "
         f"GMAE {fit.gmae:.1%} in-sample, {held} held out (fit on every other size)")
+    if gpus > 1:
+        out(f"one thread drove {gpus} GPUs in the measured run: the host's work per call and "
+            "per channel is fitted per GPU (price a process per GPU with 'collsynth time', "
+            f"or this run's launch with --gpus-per-thread {gpus})")
     if fit.report:
         for line in table(("constant", "value", "plausible from", "to", "at bound"),
                           [(c.name, f"{c.value:.4g}", f"{c.low:.4g}", f"{c.high:.4g}",

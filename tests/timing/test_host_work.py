@@ -142,3 +142,21 @@ def test_time_prices_a_thread_driving_several_gpus(tmp_path, capsys):
     assert rows and rows[0]["time_us"] == pytest.approx(34.0)
     assert main(args + ["--gpus-per-thread", "100"]) == 2
     assert "at most 72 GPUs per thread" in capsys.readouterr().err
+
+
+def test_calibrate_reads_how_many_gpus_a_thread_drove(tmp_path, capsys):
+    from collsynth.cli.calibrate import _curve_rows
+
+    log = ROOT / "data/nccl-tests/A100-8gpu_all_reduce_superbench.txt"
+    rows, collective, drove = _curve_rows(str(log), None)
+    assert (collective, drove, len(rows)) == ("allreduce", 8, 32)
+    csv = tmp_path / "curve.csv"
+    csv.write_text("size_bytes,time_us\n1024,10\n2048,11\n")
+    assert _curve_rows(str(csv), None)[2] is None
+    # more GPUs than one thread can drive: a usage error before any fit
+    args = ["calibrate", "--model", "program", str(csv), "--topology", "DGX-A100", "--runtime",
+            "nccl", "--collective", "allreduce", "-o", str(tmp_path / "cal.json"),
+            "--gpus-per-thread", "100"]
+    assert main(args) == 2
+    assert "at most 72" in capsys.readouterr().err
+    assert not (tmp_path / "cal.json").exists()
