@@ -19,8 +19,8 @@ from collsynth._parse import MAX_GBPS, MIN_GBPS
 from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
 from collsynth.runtimes.constants import LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US
 from collsynth.timing.metrics import gmae
-from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, prepare_program,
-                                            simulate_program)
+from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, host_work_us,
+                                            prepare_program, simulate_program)
 
 if TYPE_CHECKING:  # pragma: no cover
     from collsynth.topology.model import Topology
@@ -515,10 +515,9 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         probe.constants = constants_for(x, 0.0).replace(host_us=0.0, channel_us=0.0)
         prices = [probe.price(subjects[i], [sizes[i]])[0] for i in indices]
         values = dict(zip(names, np.exp(x)))
-        chans = np.array([p.channels or 1 for p in prices], float)
-        host = gpus_per_thread * (values.get("host_us", 0.0)
-                                  + values.get("channel_us", 0.0) * chans)
-        return np.array([p.time_us for p in prices]), host
+        host = [host_work_us(values.get("host_us", 0.0), values.get("channel_us", 0.0),
+                             p.channels or 1, gpus_per_thread) for p in prices]
+        return np.array([p.time_us for p in prices]), np.array(host)
 
     def timed(b: float, found: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
         return np.maximum(found[1], b + found[0])

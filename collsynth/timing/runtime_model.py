@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
 __all__ = ["ProgramTime", "PreparedProgram", "prepare_program", "simulate_program", "indirect_note",
            "SEND", "RECEIVE", "FORWARD", "LOCAL",
            "simulate_sizes", "SimulationOptions", "MAX_SIMULATED_STEPS", "check_simulated_steps",
-           "BY_CONNECTION", "BY_SWITCH", "BY_NVLS_CHANNEL"]
+           "BY_CONNECTION", "BY_SWITCH", "BY_NVLS_CHANNEL", "host_work_us", "MAX_GPUS_PER_THREAD"]
 
 #: How a transfer of a switch graph is bounded (PreparedProgram.switch_role): by its
 #: connection's ceiling, by nothing but the resources it crosses (the switch moves it), or by
@@ -80,7 +80,7 @@ class SimulationOptions:
 @dataclass(frozen=True)
 class ProgramTime:
     """One simulated call: ``time_us`` (base latency included), nccl-tests ``algbw_gbps`` and
-    ``busbw_gbps``, and a ``breakdown`` (``base_us``, ``makespan_us``, ``protocol``,
+    ``busbw_gbps``, and a ``breakdown`` (``base_us``, ``host_us``, ``makespan_us``, ``protocol``,
     ``iterations``, ``passes``, ``busiest`` resource and its ``busiest_utilization``)."""
 
     size_bytes: float
@@ -398,16 +398,27 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
         raise InvalidInstanceError(f"program {prep.program.name!r}: protocol {proto!r}; "
                                    f"expected one of {', '.join(PROTOCOL_EFFICIENCY)}")
     base = constants.base_latency(proto)
-    # The host's work for the call, one thread doing it for each GPU it drives in turn; it
-    # overlaps the device's work of the call before, so the slower of the two sets the pace.
-    host = options.gpus_per_thread * (constants.host_us
-                                       + constants.channel_us * prep.program.nchannels)
+    # The host's work for the call overlaps the device's work of the call before, so the
+    # slower of the two sets the pace.
+    host = host_work_us(constants.host_us, constants.channel_us, prep.program.nchannels,
+                        options.gpus_per_thread)
     makespan, breakdown = _simulate(prep, size, constants, proto, options)
     time = max(host, base + makespan)
     algbw = size / (time * 1e3) if time > 0 else 0.0
     breakdown = {"base_us": base, "host_us": host, "makespan_us": makespan,
                  "protocol": proto, **breakdown}
     return ProgramTime(size, time, algbw, algbw * prep.busbw_factor, breakdown)
+
+
+def host_work_us(host_us: float, channel_us: float, channels: int,
+                 gpus_per_thread: int) -> float:
+    """The host's work for one call, us: ``host_us`` plus ``channel_us`` per channel, done by
+    one thread for each of the ``gpus_per_thread`` GPUs it drives in turn.
+
+    >>> host_work_us(4.0, 0.25, 24, 8)  # 8 x (4 + 24 x 0.25)
+    80.0
+    """
+    return gpus_per_thread * (host_us + channel_us * channels)
 
 
 def simulate_sizes(program: "Program | PreparedProgram", topology: "Topology | None",
