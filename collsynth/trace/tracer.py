@@ -952,7 +952,8 @@ def trace_ddp(model: Any, *, hook: Callable[..., Any] | None = None, state: Any 
 
     DDP reduces gradient buckets in C++, out of the tracer's sight. With this hook each bucket
     is reduced by ``hook`` (default :func:`average_allreduce_hook` with ``state`` the model's
-    process group: DDP's own arithmetic) through the Python collectives, and while a tracer is
+    process group, ``None`` for the default one: DDP's own arithmetic) through the Python
+    collectives, and while a tracer is
     active every call the hook makes is recorded with ``raw.ddp_bucket`` set to the bucket's
     index. Register it once, before training (DDP accepts one hook per model); it costs nothing
     when no tracer is active.
@@ -964,7 +965,13 @@ def trace_ddp(model: Any, *, hook: Callable[..., Any] | None = None, state: Any 
     if hook is None:
         hook = average_allreduce_hook
         if state is None:
-            state = getattr(model, "process_group", None)
+            import torch.distributed as dist
+
+            group = getattr(model, "process_group", None)
+            # The default group is looked up at each call (the hook's None), not held by the
+            # hook: a group still referenced after destroy_process_group is torn down at
+            # interpreter exit instead, where gloo can abort.
+            state = None if group is None or group is dist.group.WORLD else group
     model.register_comm_hook(state, _bucket_tagging(hook))
     model._collsynth_traced = True
     return model
