@@ -92,6 +92,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     if not module:
         sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
     code: int = 0
+    global _RAN
+    _RAN = True
     try:
         with tracing(directory, **options):  # type: ignore[arg-type]
             try:
@@ -110,5 +112,27 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     return code
 
 
+#: Whether :func:`main` ran a script (set before it returns).
+_RAN = False
+
+
+def _exit(code: int) -> None:
+    """Exit with ``code``. After a run that used torch.distributed, exit handlers run and the
+    streams are flushed as at any exit, but the interpreter's teardown is skipped: there
+    torch's C++ objects (gloo's threads) can abort a process whose work is done ("terminate
+    called without an active exception"), and the launcher then reports a failed rank."""
+    if not _RAN or "torch.distributed" not in sys.modules:
+        sys.exit(code)
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing left to write
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

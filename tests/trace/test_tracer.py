@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 import textwrap
@@ -338,3 +339,19 @@ def test_run_refuses_a_missing_directory_variable_and_script(tmp_path, capsys):
                                                "COLLSYNTH_TRACE_DURATIONS": "maybe"}) == 2
     assert "COLLSYNTH_TRACE_DURATIONS = 'maybe'; expected 1 or 0" in capsys.readouterr().err
     assert main([], env={}) == 2
+
+
+def test_run_exits_with_the_scripts_status_and_runs_its_exit_handlers(tmp_path):
+    """After a run that imported torch.distributed the runner skips the interpreter's teardown
+    (where gloo can abort a finished process), but not the script's exit handlers or status."""
+    import subprocess
+
+    script = tmp_path / "script.py"
+    script.write_text("import atexit, sys\nimport torch.distributed\n"
+                      "atexit.register(lambda: print('handler ran', flush=True))\n"
+                      "print('done', flush=True)\nsys.exit(3)\n")
+    env = {**os.environ, "COLLSYNTH_TRACE_DIR": str(tmp_path / "trace")}
+    done = subprocess.run([sys.executable, "-m", "collsynth.trace.run", str(script)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["done", "handler ran"]
