@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments, channel_count, out,
-                                  positive_int, table)
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments,
+                                  channel_count, gpus_per_thread, out, positive_int, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -89,7 +89,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--channels", type=channel_count, metavar="N",
                         help="the runtime's channel count in the logs, for logs that do not say "
                              "(--model program: default every ring found)")
-    parser.add_argument("--gpus-per-thread", type=positive_int, metavar="G",
+    parser.add_argument("--gpus-per-thread", type=gpus_per_thread, metavar="G",
                         help="--model program: GPUs each thread of the measured run drove "
                              "(nccl-tests' -g; default: the log's nGpus, else 1)")
     parser.add_argument("--strict", action="store_true",

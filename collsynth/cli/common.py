@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collsynth.collective.model import Collective
     from collsynth.topology.model import Topology
 
-__all__ = ["positive_int", "non_negative_int", "seconds", "positive_number", "parse_size",
+__all__ = ["positive_int", "gpus_per_thread", "non_negative_int", "seconds", "positive_number", "parse_size",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
            "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
            "one_line", "problem_parser", "problem_from_args", "Parser", "UsageError",
@@ -182,6 +182,17 @@ def _whole(text: str, minimum: int) -> int:
 def positive_int(text: str) -> int:
     """A whole number >= 1."""
     return _whole(text, 1)
+
+
+def gpus_per_thread(text: str) -> int:
+    """GPUs one thread drives: a whole number from 1 to
+    :data:`~collsynth.timing.runtime_model.MAX_GPUS_PER_THREAD`."""
+    from collsynth.timing.runtime_model import MAX_GPUS_PER_THREAD
+
+    value = positive_int(text)
+    if value > MAX_GPUS_PER_THREAD:
+        raise argparse.ArgumentTypeError(f"{value}: at most {MAX_GPUS_PER_THREAD} GPUs per thread")
+    return value
 
 
 def non_negative_int(text: str) -> int:

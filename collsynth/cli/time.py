@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments, err,
-                                  format_size, out, parse_size_range, parse_sizes, positive_int,
-                                  table)
+                                  format_size, gpus_per_thread, out, parse_size_range, parse_sizes,
+                                  positive_int, table)
 from collsynth.errors import CollsynthError, FileFormatError
 from collsynth.exact import fraction_text
 from collsynth.runtimes import get_runtime, runtime_names
@@ -569,15 +569,6 @@ def _sizes_type(text: str) -> list[int]:
     return parse_sizes(text)
 
 
-def _gpus_per_thread(text: str) -> int:
-    from collsynth.timing.runtime_model import MAX_GPUS_PER_THREAD
-
-    value = positive_int(text)
-    if value > MAX_GPUS_PER_THREAD:
-        raise argparse.ArgumentTypeError(f"{value}: at most {MAX_GPUS_PER_THREAD} GPUs per thread")
-    return value
-
-
 def _range_type(text: str) -> tuple[int, int]:
     return parse_size_range(text)
 
@@ -630,7 +621,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runtime", choices=PRICED_RUNTIMES,
                         help="runtime whose default constants the program model uses (default: "
                              "the calibration's, else nccl)")
-    parser.add_argument("--gpus-per-thread", type=_gpus_per_thread, default=1, metavar="G",
+    parser.add_argument("--gpus-per-thread", type=gpus_per_thread, default=1, metavar="G",
                         help="program model: each calling thread drives G GPUs, as nccl-tests' "
                              "-g G (default 1: a process per GPU); a calibration's host work "
                              "per call and channel is paid G times")

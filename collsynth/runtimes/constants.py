@@ -62,9 +62,8 @@ FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
 #: Plausible NVLink SHARP efficiencies: the share of a GPU's NVLink bandwidth its NVLS port
 #: carries (NCCL's tuning: 0.85 Hopper, 0.74 Blackwell; a measured H100 curve gives 0.69).
 NVLS_EFFICIENCY_RANGE = (0.3, 1.0)
-#: Per link class: the hop latency per protocol (LL, LL128, Simple), us, and a base latency
-#: added once per call that crosses the class, us (0 for every class: what a network's plugin
-#: and proxy add is paid per message, so it is in the hops). Inside a node: NCCL's hwLat ring
+#: Per link class: the hop latency per protocol (LL, LL128, Simple), us (what a network's plugin
+#: and proxy add is paid per message, so it is in the hops, not per call). Inside a node: NCCL's hwLat ring
 #: rows (NVLINK, PCI; NCCL 2.30.7 src/graph/tuning.cc) and RCCL's tuning model 5 NVLINK ring
 #: row for xGMI (gfx942). Between nodes: NCCL's NET ring row (2.7, 4.0, 14.0), which is
 #: InfiniBand's (NCCL's built-in IB reports latency 0), plus for the other networks the extra
@@ -80,11 +79,10 @@ def _plus(extra: float) -> tuple[float, float, float]:
     return tuple(round(h + extra, 6) for h in _NET_HOPS)  # type: ignore[return-value]
 
 
-CLASS_LATENCY_US: Mapping[str, tuple[tuple[float, float, float], float]] = MappingProxyType({
-    "nvlink": ((0.6, 1.9, 3.4), 0.0), "xgmi": ((0.8, 0.8, 2.1), 0.0),
-    "pcie": ((1.0, 2.5, 5.7), 0.0), "neuronlink": ((0.6, 1.9, 3.4), 0.0),
-    "ib": (_NET_HOPS, 0.0), "roce": (_plus(5.0), 0.0), "efa": (_plus(25.0), 0.0),
-    "slingshot": (_plus(2.8), 0.0), "tcp": (_plus(7.5), 0.0),
+CLASS_LATENCY_US: Mapping[str, tuple[float, float, float]] = MappingProxyType({
+    "nvlink": (0.6, 1.9, 3.4), "xgmi": (0.8, 0.8, 2.1), "pcie": (1.0, 2.5, 5.7),
+    "neuronlink": (0.6, 1.9, 3.4), "ib": _NET_HOPS, "roce": _plus(5.0), "efa": _plus(25.0),
+    "slingshot": _plus(2.8), "tcp": _plus(7.5),
 })
 #: Device memory (HBM) GB/s by architecture, from the vendors' datasheets: V100 900, A100
 #: 1555 (40 GB; 2039 for 80 GB), H100 SXM 3350, B200 8000, MI250X 1638 per GCD (3277 per
@@ -94,10 +92,10 @@ DEVICE_MEMORY_GBPS: Mapping[str, float] = MappingProxyType({
     "sm70": 900.0, "sm80": 1555.0, "sm90": 3350.0, "sm100": 8000.0, "gfx90a": 1638.0,
     "gfx942": 5300.0, "gfx950": 8000.0})
 #: Plausible host time per channel of a call and GPU driven, us: none, to 2 us (several thousand
-#: instructions of work setup per channel; the largest fitted on a public curve is 0.19).
+#: instructions of work setup per channel; the largest fitted on a public curve is 0.23).
 CHANNEL_US_RANGE = (0.0, 2.0)
 #: Plausible host time per call and GPU driven, us: none, to 100 us (a kernel launch takes
-#: 2 to 10 us; the most fitted on a public curve, 8 GPUs from one thread, is 4.3).
+#: 2 to 10 us; the most fitted on a public curve, 8 GPUs from one thread, is 4.2).
 HOST_US_RANGE = (0.0, 100.0)
 #: The range a calibration may scale the documented hop latencies by (1/8 to 8 times).
 HOP_SCALE_RANGE = (0.125, 8.0)

@@ -584,9 +584,9 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
         m = _PERF_NAME.search(Path(args[0]).name)
         found = m.group(1) if m else None
     coll = _resolve_collective(name, collective, found)
-    if ranks is None:
-        ranks = _json_ranks(doc.get("config"))
     config = doc.get("config")
+    if ranks is None:
+        ranks = _json_ranks(config)
     gpus = config.get("ngpus") if isinstance(config, dict) else None
     per_thread = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) \
         and 1 <= gpus <= _MAX_RANKS else None

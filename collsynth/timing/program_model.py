@@ -463,14 +463,13 @@ def _on_machine(c: RuntimeConstants, topology: "Topology", setup: "TuningSetup |
         except InvalidTopologyError:  # facts that do not hold together: no network figures
             network = None
         if network is not None:
-            if c.network_class == network:
-                extra = c.network_base_us
-            else:
-                hops, extra = CLASS_LATENCY_US[network]
+            if c.network_class != network:  # not fitted on this network: its class's hops
                 changes["hop_latency_us"] = {**{k: dict(v) for k, v in c.hop_latency_us.items()},
-                                             "network": dict(zip(PROTOCOLS, hops))}
-            if extra:
-                changes["base_latency_us"] = {p: c.base_latency_us[p] + extra for p in PROTOCOLS}
+                                             "network": dict(zip(PROTOCOLS,
+                                                                 CLASS_LATENCY_US[network]))}
+            elif c.network_base_us:  # a per-call figure a constants file set for its network
+                changes["base_latency_us"] = {p: c.base_latency_us[p] + c.network_base_us
+                                              for p in PROTOCOLS}
     if setup is not None and algorithm is not None:
         ceilings = {k: dict(c.ceiling_gbps[k]) for k in LINK_CLASSES}
         for k in LINK_CLASSES:

@@ -492,7 +492,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         if multi and network is not None and base.network_class != network:
             from collsynth.runtimes.constants import CLASS_LATENCY_US
 
-            hops["network"] = dict(zip(PROTOCOLS, CLASS_LATENCY_US[network][0]))
+            hops["network"] = dict(zip(PROTOCOLS, CLASS_LATENCY_US[network]))
         hops[bound_class] = {p: v * scale for p, v in hops[bound_class].items()}
         ceilings = {k: dict(base.ceiling_gbps[k]) for k in LINK_CLASSES}
         for p in PROTOCOLS:
