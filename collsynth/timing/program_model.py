@@ -411,6 +411,20 @@ class ProgramModel:
         self._on[key] = (c, subject.topology, capped)
         return capped
 
+    def _correction(self, subject: Subject | None, protocol: str | None, size: int) -> float:
+        """The runtime's own per-size bandwidth correction of one of its algorithms
+        (:func:`~collsynth.timing.tuning_model.bandwidth_correction`); 1 for programs, and
+        without a tuning setup."""
+        from collsynth.timing.tuning_model import bandwidth_correction
+
+        if not isinstance(subject, RuntimeAlgorithm) or protocol is None:
+            return 1.0
+        setup = self.tuning(subject.topology, subject.runtime.family)
+        if setup is None:
+            return 1.0
+        return bandwidth_correction(setup, subject.collective, RUNTIME_PROGRAMS[
+            subject.algorithm].algorithm, protocol, int(size))
+
     def _price_tuned(self, algorithm: Algorithm, sizes: Sequence[int]) -> tuple[Price, ...]:
         tuned = self.tuned_export(algorithm, sizes)
         name = subject_name(algorithm)
@@ -435,7 +449,8 @@ class ProgramModel:
         if isinstance(subject, RuntimeAlgorithm) and protocol is not None and channels:
             constants = self._call_constants(constants, subject, protocol, channels)
         t = simulate_program(prepared, None, size, constants, protocol=protocol,
-                             options=self.options)
+                             options=self.options,
+                             bandwidth_factor=self._correction(subject, protocol, size))
         program = prepared.program
         algbw, busbw = bandwidths(program.coll, program.ngpus, size, t.time_us)
         warning = indirect_note(prepared)

@@ -354,7 +354,8 @@ def _loads(starts: np.ndarray, finishes: np.ndarray, rates: np.ndarray, members:
 def simulate_program(program: "Program | PreparedProgram", topology: "Topology | None",
                      size_bytes: Real, constants: RuntimeConstants, *,
                      protocol: str | None = None,
-                     options: SimulationOptions = SimulationOptions()) -> ProgramTime:
+                     options: SimulationOptions = SimulationOptions(),
+                     bandwidth_factor: float = 1.0) -> ProgramTime:
     """Simulate one call of ``program`` on ``topology`` for a ``size_bytes`` buffer.
 
     Parameters
@@ -368,6 +369,10 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
         The runtime's constants (:mod:`collsynth.timing.runtime_constants`).
     protocol:
         Override the program's ``proto``.
+    bandwidth_factor:
+        The share (0 to 1] of every connection's and resource's rate the call reaches: the
+        runtime's own per-size efficiency of an algorithm (NCCL's tree correction,
+        :func:`~collsynth.timing.tuning_model.bandwidth_correction`); 1 for programs.
 
     Raises
     ------
@@ -402,7 +407,10 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
     # slower of the two sets the pace.
     host = host_work_us(constants.host_us, constants.channel_us, prep.program.nchannels,
                         options.gpus_per_thread)
-    makespan, breakdown = _simulate(prep, size, constants, proto, options)
+    if not 0 < bandwidth_factor <= 1:
+        raise InvalidInstanceError(f"bandwidth_factor = {bandwidth_factor!r}; expected a "
+                                   "number in (0, 1]")
+    makespan, breakdown = _simulate(prep, size, constants, proto, options, bandwidth_factor)
     time = max(host, base + makespan)
     algbw = size / (time * 1e3) if time > 0 else 0.0
     breakdown = {"base_us": base, "host_us": host, "makespan_us": makespan,
@@ -433,7 +441,8 @@ def simulate_sizes(program: "Program | PreparedProgram", topology: "Topology | N
 
 
 def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: str,
-              options: SimulationOptions) -> tuple[float, dict[str, Any]]:
+              options: SimulationOptions, bandwidth_factor: float = 1.0
+              ) -> tuple[float, dict[str, Any]]:
     total = prep.num_transfers
     if total == 0:
         return 0.0, {"iterations": 0, "passes": 0, "busiest": "", "busiest_utilization": 0.0}
@@ -456,13 +465,13 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     cap = np.where(sends, ceiling[np.maximum(cls, 0)], np.inf)
     with np.errstate(divide="ignore"):
         window = np.where(sends & (alpha > 0), c.window_bytes(proto) / (2 * alpha), np.inf)
-    cap = np.minimum(cap, window)
+    cap = np.minimum(cap, window) * bandwidth_factor
     if prep.switch_role is not None:
         channel = c.nvls_channel_gbps * 1e3 if c.nvls_channel_gbps is not None else np.inf
         cap = np.where(prep.switch_role == BY_SWITCH, np.inf,
                        np.where(prep.switch_role == BY_NVLS_CHANNEL, channel, cap))
     members = prep.members
-    resource_cap = prep.capacity_gbps * 1e3 * efficiency   # data bytes/us per resource
+    resource_cap = prep.capacity_gbps * 1e3 * efficiency * bandwidth_factor  # data bytes/us
     if prep.switch_resources and c.nvls_efficiency is not None:
         resource_cap[list(prep.switch_resources)] *= c.nvls_efficiency / prep.switch_efficiency
     if len(members):

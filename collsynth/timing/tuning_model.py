@@ -610,6 +610,30 @@ def latency_us(setup: TuningSetup, collective: str, algorithm: str, protocol: st
     return lat + _log2i(nodes) * inter / 3.5 + ranks * 2.8  # pat
 
 
+def bandwidth_correction(setup: TuningSetup, collective: str, algorithm: str, protocol: str,
+                         size_bytes: int) -> float:
+    """The factor NCCL's model scales an algorithm's bandwidth by at ``size_bytes``: its tree
+    correction (``treeCorrectionFactor``, indexed by ``log2(size / 64)``: the tree's measured
+    efficiency, lowest at mid sizes) for allreduce by tree, and by NVLS-tree on Blackwell with
+    an x86 host; 1 elsewhere (and for RCCL, whose factors the sources read do not give).
+
+    >>> s = setup_from_facts(_h100_facts(), gpu_gbps=370.8, path_gbps=370.8)
+    >>> bandwidth_correction(s, "allreduce", "tree", "Simple", 1 << 20)  # log2(16384) = 14
+    0.5
+    """
+    collective = _collective(collective)
+    if setup.runtime != "nccl" or collective != "allreduce":
+        return 1.0
+    log_size = _log2i(int(size_bytes) >> 6)
+    if algorithm == "tree" and 0 <= log_size < 23:
+        return _TREE_CORRECTION[protocol][log_size]
+    if algorithm == "nvls_tree" and 0 <= log_size < 24 \
+            and (setup.compute_capability or 0) >= 100 \
+            and setup.cpu_vendor in ("intel", "amd", None):
+        return _TREE_CORRECTION[protocol][log_size]
+    return 1.0
+
+
 def algo_time_us(setup: TuningSetup, collective: str, algorithm: str, protocol: str,
                  size_bytes: int, *, num_pipe_ops: int = 1) -> Estimate | None:
     """``ncclTopoGetAlgoTime``: the runtime's estimate for one pair at ``size_bytes`` (the
@@ -624,14 +648,7 @@ def algo_time_us(setup: TuningSetup, collective: str, algorithm: str, protocol: 
     if bw <= 0:
         return None
     lat = latency_us(setup, collective, algorithm, protocol)
-    log_size = _log2i(size_bytes >> 6)
-    if setup.runtime == "nccl" and collective == "allreduce":
-        if algorithm == "tree" and 0 <= log_size < 23:
-            bw *= _TREE_CORRECTION[protocol][log_size]
-        if algorithm == "nvls_tree" and 0 <= log_size < 24 \
-                and (setup.compute_capability or 0) >= 100 \
-                and setup.cpu_vendor in ("intel", "amd", None):
-            bw *= _TREE_CORRECTION[protocol][log_size]
+    bw *= bandwidth_correction(setup, collective, algorithm, protocol, size_bytes)
     if algorithm == "ring" and protocol == "Simple" and setup.nodes > 1 \
             and collective == "allreduce" \
             and size_bytes / (setup.comm_channels * setup.ranks) >= 64:

@@ -207,3 +207,23 @@ def test_a_networks_extra_latency_is_paid_per_network_hop(nodes, ring_hops, tree
             times[net, algorithm] = model.price(subject, [8])[0].time_us
     assert times["efa", "ring"] - times["ib", "ring"] == pytest.approx(25.0 * ring_hops, abs=0.01)
     assert times["efa", "tree"] - times["ib", "tree"] == pytest.approx(25.0 * tree_hops, abs=0.01)
+
+
+def test_nccls_tree_correction_slows_its_tree_at_the_sizes_its_table_names():
+    """NCCL's treeCorrectionFactor (src/graph/tuning.cc) for Simple is .9 at index
+    log2(256 MiB / 64) = 22 and has no entry at 23 (512 MiB): a bandwidth-bound tree allreduce
+    on 2 DGX-H100 nodes should then take 2 x 0.9 = 1.8 times as long at 512 MiB as at 256 MiB
+    (2.0 without the correction). RCCL applies none of its factors (they are choice fudges:
+    docs/runtime-model.md), so its tree doubles."""
+    nccl_topo = with_machine(compose_nodes(get_topology("DGX-H100"), 2), network_class="ib")
+    model = ProgramModel(NCCL_DEFAULTS, runtime=NCCL)
+    tree = RuntimeAlgorithm(NCCL, "tree", "allreduce", nccl_topo, channels=8,
+                            protocol="Simple")
+    low, high = (p.time_us for p in model.price(tree, [256 * MiB, 512 * MiB]))
+    assert high / low == pytest.approx(1.8, rel=0.02)
+    rccl = get_runtime("rccl")
+    amd = with_machine(compose_nodes(get_topology("MI300X"), 2), network_class="roce")
+    rmodel = ProgramModel(rccl.defaults, runtime=rccl)
+    rtree = RuntimeAlgorithm(rccl, "tree", "allreduce", amd, channels=8, protocol="Simple")
+    low, high = (p.time_us for p in rmodel.price(rtree, [256 * MiB, 512 * MiB]))
+    assert high / low == pytest.approx(2.0, rel=0.02)

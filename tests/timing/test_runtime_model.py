@@ -103,6 +103,22 @@ def two_channel_send() -> Program:
                        1: [(-1, 0, 0, ["r"]), (-1, 0, 1, ["r"])]}, nchannels=2)
 
 
+def test_a_bandwidth_factor_scales_every_rate_and_no_latency():
+    # The runtime reaching half of every rate (NCCL's tree correction at some sizes): the
+    # 100_000 bytes of a send over a 10 GB/s link take 20 us instead of 10, and through a
+    # 5 GB/s ceiling 40 instead of 20; base (4) and hop (1) stay.
+    one = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    c = constants(base=4.0, hop=1.0)
+    assert simulate_program(one, line(2, 10.0), 100_000, c,
+                            bandwidth_factor=0.5).time_us == pytest.approx(25.0, rel=1e-9)
+    capped = constants(base=4.0, hop=1.0, ceiling=5.0)
+    assert simulate_program(one, line(2, 100.0), 100_000, capped,
+                            bandwidth_factor=0.5).time_us == pytest.approx(45.0, rel=1e-9)
+    for bad in (0.0, -1.0, 1.5, math.nan):
+        with pytest.raises(InvalidInstanceError, match="bandwidth_factor"):
+            simulate_program(one, line(2, 10.0), 100_000, c, bandwidth_factor=bad)
+
+
 def test_two_connections_sharing_one_link_take_twice_as_long():
     # One 10 GB/s link, no ceiling: one connection moves 100_000 bytes in 10 us, two at the
     # same time share the link and need 20 us.
