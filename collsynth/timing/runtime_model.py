@@ -138,6 +138,8 @@ class PreparedProgram:
     switch_resources: tuple[int, ...] = ()
     switch_efficiency: float = 1.0
     switch_role: np.ndarray | None = None
+    #: :func:`_levels` of this graph, built at its first simulation.
+    schedule: "_Schedule | None" = field(default=None, repr=False, compare=False)
 
     @property
     def num_transfers(self) -> int:
@@ -287,11 +289,102 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
         indirect=tuple(tuple(v) for v in indirect.values()))  # type: ignore[misc]
 
 
-def _pass(prep: PreparedProgram, own: list[float], tail: list[float], first: list[float],
-          alpha: list[float]) -> tuple[list[float], list[float]]:
-    """One timing pass in event order: start and finish (us) of every transfer. A receive with
-    further ``inputs`` starts when the first slice of each has arrived and ends after the last
-    slice of each."""
+@dataclass(frozen=True)
+class _Schedule:
+    """A timing graph cut into levels: every transfer's predecessors (its thread block's
+    previous transfer, the transfers it waited for, the sends it receives) lie in earlier
+    levels, so one level is timed at once. Per level: the transfers, and two flattened lists of
+    predecessors with the first position of each transfer's run (``numpy.maximum.reduceat``):
+    those whose finish it waits for, and the sends it receives (match and inputs). Every run
+    ends with the sentinel index (the transfer count), whose finish and arrival are 0 and whose
+    finish plus hop latency is minus infinity, so no run is empty and a sentinel never wins."""
+
+    levels: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+
+
+def _levels(prep: PreparedProgram) -> _Schedule:
+    """The :class:`_Schedule` of ``prep`` (built once, then kept on it)."""
+    if prep.schedule is not None:
+        return prep.schedule
+    total = prep.num_transfers
+    prev, deps, match, inputs = prep.prev, prep.deps, prep.match, prep.inputs
+    level = [0] * total
+    waits: list[list[int]] = [[] for _ in range(total)]
+    takes: list[list[int]] = [[] for _ in range(total)]
+    for i in range(total):
+        w = waits[i]
+        if prev[i] >= 0:
+            w.append(prev[i])
+        w.extend(deps[i])
+        t = takes[i]
+        if match[i] >= 0:
+            if inputs is not None:
+                t.extend(inputs[i])
+            t.append(match[i])
+        depth = 0
+        for j in w:
+            if level[j] >= depth:
+                depth = level[j] + 1
+        for j in t:
+            if level[j] >= depth:
+                depth = level[j] + 1
+        level[i] = depth
+    by_level: dict[int, list[int]] = {}
+    for i, depth in enumerate(level):
+        by_level.setdefault(depth, []).append(i)
+    built = []
+    for depth in sorted(by_level):
+        members = by_level[depth]
+        wait_flat: list[int] = []
+        wait_at: list[int] = []
+        take_flat: list[int] = []
+        take_at: list[int] = []
+        for i in members:
+            wait_at.append(len(wait_flat))
+            wait_flat.extend(waits[i])
+            wait_flat.append(total)
+            take_at.append(len(take_flat))
+            take_flat.extend(takes[i])
+            take_flat.append(total)
+        built.append((np.array(members, dtype=np.int64), np.array(wait_flat, dtype=np.int64),
+                      np.array(wait_at, dtype=np.int64), np.array(take_flat, dtype=np.int64),
+                      np.array(take_at, dtype=np.int64)))
+    prep.schedule = _Schedule(tuple(built))
+    return prep.schedule
+
+
+def _pass(prep: PreparedProgram, own: np.ndarray, tail: np.ndarray, first: np.ndarray,
+          alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One timing pass, a level of the graph at a time (:func:`_levels`): start and finish
+    (us) of every transfer. A transfer starts when its thread block's previous transfer and
+    every transfer it waited for have finished and, for a receive, when the first slice of each
+    send it takes has arrived; it ends ``own`` later, and a receive no earlier than the last
+    slice of each of those sends (their finish, their hop, then its ``tail``). The same
+    arithmetic, in the same order, as :func:`_pass_in_order`."""
+    total = len(own)
+    finish = np.zeros(total + 1)
+    arrive = np.zeros(total + 1)
+    start = np.zeros(total + 1)
+    landed = np.full(total + 1, -np.inf)    # finish + hop latency; the sentinel's never wins
+    for members, wait_flat, wait_at, take_flat, take_at in _levels(prep).levels:
+        s = np.maximum.reduceat(finish[wait_flat], wait_at)
+        s = np.maximum(s, np.maximum.reduceat(arrive[take_flat], take_at))
+        f = s + own[members]
+        f = np.maximum(f, np.maximum.reduceat(landed[take_flat], take_at) + tail[members])
+        start[members] = s
+        finish[members] = f
+        a = alpha[members]
+        sending = a >= 0.0
+        arrive[members] = np.where(sending, s + first[members] + a, 0.0)
+        landed[members] = f + a
+    return start[:total], finish[:total]
+
+
+def _pass_in_order(prep: PreparedProgram, own: list[float], tail: list[float],
+                   first: list[float], alpha: list[float]) -> tuple[list[float], list[float]]:
+    """:func:`_pass` one transfer at a time in event order (the reference the tests compare
+    it with). A receive with further ``inputs`` starts when the first slice of each has
+    arrived and ends after the last slice of each."""
     kind, prev, deps, match, inputs = prep.kind, prep.prev, prep.deps, prep.match, prep.inputs
     total = len(kind)
     start = [0.0] * total
@@ -492,9 +585,7 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
         own = np.maximum(send_time, reduce_work * data)
         tail = np.where(receives, send_tail + reduce_work * grain, 0.0)
         first = np.where(sends, send_tail, 0.0)
-        s_list, f_list = _pass(prep, own.tolist(), tail.tolist(), first.tolist(),
-                               alpha.tolist())
-        start, finish = np.array(s_list), np.array(f_list)
+        start, finish = _pass(prep, own, tail, first, alpha)
         if not options.share_links or not len(members) or passes >= options.max_passes:
             break
         span = finish - start

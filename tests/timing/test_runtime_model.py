@@ -444,3 +444,42 @@ def test_cli_time_allreduce_lists_the_runtime_ring_and_tree(tmp_path, capsys):
         got = sorted((r["size_bytes"], r["time_us"]) for r in rows if r["name"] == name)
         assert [size for size, _ in got] == [e.size_bytes for e in expected]
         assert [t for _, t in got] == pytest.approx([e.time_us for e in expected])
+
+
+def test_the_timing_pass_by_levels_equals_the_pass_in_event_order():
+    """The level-at-a-time pass (numpy) against the one-transfer-at-a-time reference, bit for
+    bit, on the runtime's own graphs of a two-node NVSwitch machine with SHARP (ring, tree,
+    NVLS, NVLS-tree with its in-switch inputs, CollNet direct and chain), under random costs."""
+    import numpy as np
+
+    from collsynth.timing.pricing import RuntimeAlgorithm, runtime_algorithms
+    from collsynth.timing.program_model import ProgramModel
+    from collsynth.timing.runtime_model import _pass, _pass_in_order
+    from collsynth.topology import get_topology
+    from collsynth.topology.compose import compose_nodes
+    from collsynth.topology.machine import with_machine
+
+    nccl = get_runtime("nccl")
+    model = ProgramModel(nccl.defaults, runtime=nccl)
+    rng = np.random.default_rng(7)
+    system = with_machine(compose_nodes(get_topology("DGX-H100"), 2), network_class="ib",
+                          sharp=True)
+    seen = set()
+    for collective in ("allreduce", "allgather", "reduce_scatter"):
+        for subject in runtime_algorithms(nccl, collective, system):
+            if model.why_not(subject) is not None:
+                continue
+            for protocol in (("Simple",) if subject.algorithm not in ("ring", "tree")
+                             else PROTOCOLS):
+                prep = model._runtime_prepared(subject, protocol, 2,
+                                               model._pipeline(subject, protocol, 2, 1 << 24))
+                n = prep.num_transfers
+                own, tail, first = (rng.random(n) * 10 for _ in range(3))
+                alpha = np.where(prep.sends, rng.random(n) * 3, -1.0)
+                start, finish = _pass(prep, own, tail, first, alpha)
+                ref_start, ref_finish = _pass_in_order(prep, own.tolist(), tail.tolist(),
+                                                       first.tolist(), alpha.tolist())
+                assert np.array_equal(start, np.array(ref_start)), (subject.name, protocol)
+                assert np.array_equal(finish, np.array(ref_finish)), (subject.name, protocol)
+                seen.add(subject.algorithm)
+    assert seen == {"ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain"}, seen
