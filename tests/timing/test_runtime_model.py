@@ -483,3 +483,30 @@ def test_the_timing_pass_by_levels_equals_the_pass_in_event_order():
                 assert np.array_equal(finish, np.array(ref_finish)), (subject.name, protocol)
                 seen.add(subject.algorithm)
     assert seen == {"ring", "tree", "nvls", "nvls_tree", "collnet_direct", "collnet_chain"}, seen
+
+
+def test_a_resources_mean_load_is_the_overlap_weighted_sum_of_its_transfers_rates():
+    """_loads against its definition, by brute force: the load a transfer sees on a resource
+    is the sum, over every transfer on that resource, of its rate times the length of their
+    overlap, over the transfer's own lifetime (ties and zero-length transfers included)."""
+    import numpy as np
+
+    from collsynth.timing.runtime_model import _loads
+
+    rng = np.random.default_rng(3)
+    n, resources = 60, 5
+    starts = rng.integers(0, 20, n).astype(float)           # integers: many equal times
+    finishes = starts + rng.integers(0, 6, n)
+    rates = rng.random(n)
+    members = np.array([(e, r) for e in range(n) for r in range(resources)
+                        if rng.random() < 0.4], dtype=np.int64)
+    got = _loads(starts, finishes, rates, members, resources)
+    for k, (e, r) in enumerate(members):
+        span = finishes[e] - starts[e]
+        if span <= 0:
+            assert got[k] == 0.0
+            continue
+        on = members[members[:, 1] == r, 0]
+        overlap = np.clip(np.minimum(finishes[on], finishes[e])
+                          - np.maximum(starts[on], starts[e]), 0, None)
+        assert got[k] == pytest.approx(float(np.sum(rates[on] * overlap)) / span, rel=1e-12)
