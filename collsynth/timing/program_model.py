@@ -331,6 +331,19 @@ class ProgramModel:
         algorithm (:func:`~collsynth.timing.tuning_model.algorithm_choice`) and its channels
         for the call; without a tuning setup, every protocol the algorithm runs with (the
         fastest is priced) on the table's channels."""
+        # Asked at every price (a calibration asks thousands of times per size): kept per
+        # subject, size and the two constants it reads (recorded protocols, channels).
+        key = ("choice", subject.runtime.family, subject.algorithm, subject.collective,
+               id(subject.topology), subject.protocol, subject.channels,
+               self.constants.default_protocols, self.constants.channels, int(size))
+        found = self._prepared.get(key)
+        if found is None or found[0] is not subject.topology:
+            found = self._prepared[key] = (subject.topology,  # type: ignore[assignment]
+                                           self._runtime_choice(subject, size))
+        return list(found[1])  # type: ignore[arg-type]
+
+    def _runtime_choice(self, subject: RuntimeAlgorithm, size: int
+                        ) -> list[tuple[str, int | None]]:
         from collsynth.timing.tuning_model import algorithm_choice
 
         runs = RUNTIME_PROGRAMS[subject.algorithm].protocols
