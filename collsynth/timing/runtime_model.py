@@ -360,7 +360,8 @@ def _pass(prep: PreparedProgram, own: np.ndarray, tail: np.ndarray, first: np.nd
     every transfer it waited for have finished and, for a receive, when the first slice of each
     send it takes has arrived; it ends ``own`` later, and a receive no earlier than the last
     slice of each of those sends (their finish, their hop, then its ``tail``). The same
-    arithmetic, in the same order, as :func:`_pass_in_order`."""
+    arithmetic, in the same order, as the transfer-by-transfer reference in
+    tests/timing/test_runtime_model.py."""
     total = len(own)
     finish = np.zeros(total + 1)
     arrive = np.zeros(total + 1)
@@ -378,46 +379,6 @@ def _pass(prep: PreparedProgram, own: np.ndarray, tail: np.ndarray, first: np.nd
         arrive[members] = np.where(sending, s + first[members] + a, 0.0)
         landed[members] = f + a
     return start[:total], finish[:total]
-
-
-def _pass_in_order(prep: PreparedProgram, own: list[float], tail: list[float],
-                   first: list[float], alpha: list[float]) -> tuple[list[float], list[float]]:
-    """:func:`_pass` one transfer at a time in event order (the reference the tests compare
-    it with). A receive with further ``inputs`` starts when the first slice of each has
-    arrived and ends after the last slice of each."""
-    kind, prev, deps, match, inputs = prep.kind, prep.prev, prep.deps, prep.match, prep.inputs
-    total = len(kind)
-    start = [0.0] * total
-    finish = [0.0] * total
-    arrive = [0.0] * total   # first slice at the receiver
-    for i in range(total):
-        p = prev[i]
-        s = finish[p] if p >= 0 else 0.0
-        for d in deps[i]:
-            if finish[d] > s:
-                s = finish[d]
-        m = match[i]
-        f = s + own[i]
-        if m >= 0:
-            more = inputs[i] if inputs is not None else ()
-            for x in more:
-                if arrive[x] > s:
-                    s = arrive[x]
-            if arrive[m] > s:
-                s = arrive[m]
-            f = s + own[i]
-            last = finish[m] + alpha[m] + tail[i]
-            if last > f:
-                f = last
-            for x in more:
-                last = finish[x] + alpha[x] + tail[i]
-                if last > f:
-                    f = last
-        start[i] = s
-        finish[i] = f
-        if alpha[i] >= 0.0:
-            arrive[i] = s + first[i] + alpha[i]
-    return start, finish
 
 
 def _loads(starts: np.ndarray, finishes: np.ndarray, rates: np.ndarray, members: np.ndarray,

@@ -615,7 +615,8 @@ def bandwidth_correction(setup: TuningSetup, collective: str, algorithm: str, pr
     """The factor NCCL's model scales an algorithm's bandwidth by at ``size_bytes``: its tree
     correction (``treeCorrectionFactor``, indexed by ``log2(size / 64)``: the tree's measured
     efficiency, lowest at mid sizes) for allreduce by tree, and by NVLS-tree on Blackwell with
-    an x86 host; 1 elsewhere (and for RCCL, whose factors the sources read do not give).
+    an x86 host; 1 elsewhere, and for RCCL (its tables steer its choice rather than describe
+    an efficiency: docs/runtime-model.md, "The runtime's own choices").
 
     >>> s = setup_from_facts(_h100_facts(), gpu_gbps=370.8, path_gbps=370.8)
     >>> bandwidth_correction(s, "allreduce", "tree", "Simple", 1 << 20)  # log2(16384) = 14

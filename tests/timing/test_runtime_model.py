@@ -446,6 +446,48 @@ def test_cli_time_allreduce_lists_the_runtime_ring_and_tree(tmp_path, capsys):
         assert [t for _, t in got] == pytest.approx([e.time_us for e in expected])
 
 
+def pass_in_order(prep, own: list[float], tail: list[float], first: list[float],
+                  alpha: list[float]) -> tuple[list[float], list[float]]:
+    """The program model's timing pass one transfer at a time in event order (the reference
+    the level-at-a-time pass is compared with; the library's pass before it). A transfer
+    starts after its thread block's previous transfer and every transfer it waited for and,
+    for a receive, after the first slice of each send it takes has arrived; a receive ends no
+    earlier than each of those sends' finish, hop and its own tail."""
+    kind, prev, deps, match, inputs = prep.kind, prep.prev, prep.deps, prep.match, prep.inputs
+    total = len(kind)
+    start = [0.0] * total
+    finish = [0.0] * total
+    arrive = [0.0] * total   # first slice at the receiver
+    for i in range(total):
+        p = prev[i]
+        s = finish[p] if p >= 0 else 0.0
+        for d in deps[i]:
+            if finish[d] > s:
+                s = finish[d]
+        m = match[i]
+        f = s + own[i]
+        if m >= 0:
+            more = inputs[i] if inputs is not None else ()
+            for x in more:
+                if arrive[x] > s:
+                    s = arrive[x]
+            if arrive[m] > s:
+                s = arrive[m]
+            f = s + own[i]
+            last = finish[m] + alpha[m] + tail[i]
+            if last > f:
+                f = last
+            for x in more:
+                last = finish[x] + alpha[x] + tail[i]
+                if last > f:
+                    f = last
+        start[i] = s
+        finish[i] = f
+        if alpha[i] >= 0.0:
+            arrive[i] = s + first[i] + alpha[i]
+    return start, finish
+
+
 def test_the_timing_pass_by_levels_equals_the_pass_in_event_order():
     """The level-at-a-time pass (numpy) against the one-transfer-at-a-time reference, bit for
     bit, on the runtime's own graphs of a two-node NVSwitch machine with SHARP (ring, tree,
@@ -454,7 +496,7 @@ def test_the_timing_pass_by_levels_equals_the_pass_in_event_order():
 
     from collsynth.timing.pricing import RuntimeAlgorithm, runtime_algorithms
     from collsynth.timing.program_model import ProgramModel
-    from collsynth.timing.runtime_model import _pass, _pass_in_order
+    from collsynth.timing.runtime_model import _pass
     from collsynth.topology import get_topology
     from collsynth.topology.compose import compose_nodes
     from collsynth.topology.machine import with_machine
@@ -477,8 +519,8 @@ def test_the_timing_pass_by_levels_equals_the_pass_in_event_order():
                 own, tail, first = (rng.random(n) * 10 for _ in range(3))
                 alpha = np.where(prep.sends, rng.random(n) * 3, -1.0)
                 start, finish = _pass(prep, own, tail, first, alpha)
-                ref_start, ref_finish = _pass_in_order(prep, own.tolist(), tail.tolist(),
-                                                       first.tolist(), alpha.tolist())
+                ref_start, ref_finish = pass_in_order(prep, own.tolist(), tail.tolist(),
+                                                      first.tolist(), alpha.tolist())
                 assert np.array_equal(start, np.array(ref_start)), (subject.name, protocol)
                 assert np.array_equal(finish, np.array(ref_finish)), (subject.name, protocol)
                 seen.add(subject.algorithm)
