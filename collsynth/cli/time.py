@@ -377,7 +377,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     from collsynth.collective.kinds import collective_kind
     from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
                                           runtime_algorithms)
-    from collsynth.timing.program_model import ProgramModel
+    from collsynth.timing.program_model import TREE_CORRECTION_NOTE, ProgramModel
     from collsynth.timing.runtime_model import SimulationOptions
 
     constants, source = _constants(args, calibration)
@@ -416,6 +416,14 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     if not ours:
         notes.append(f"{runtime.family} runs {collective} outside its own algorithms (ring, "
                      "tree, NVLS, PAT): no runtime row")
+    corrected: dict[str, list[str]] = {}
+    for p in baselines.prices:
+        for part in p.note.split("; "):
+            if part.startswith(TREE_CORRECTION_NOTE):
+                corrected.setdefault(p.subject, []).append(part.rsplit(" ", 1)[1])
+    for subject, factors in corrected.items():
+        notes.append(f"{subject}: bandwidth at {TREE_CORRECTION_NOTE} for each size "
+                     f"({', '.join(dict.fromkeys(factors))} here; docs/runtime-model.md)")
     picks, unknown = _runtime_pick(runtime, collective, where, sizes)
     if unknown:
         notes.append(unknown)

@@ -461,17 +461,24 @@ class ProgramModel:
         constants = self.constants_on(prepared.topology, subject)
         if isinstance(subject, RuntimeAlgorithm) and protocol is not None and channels:
             constants = self._call_constants(constants, subject, protocol, channels)
+        factor = self._correction(subject, protocol, size)
         t = simulate_program(prepared, None, size, constants, protocol=protocol,
-                             options=self.options,
-                             bandwidth_factor=self._correction(subject, protocol, size))
+                             options=self.options, bandwidth_factor=factor)
         program = prepared.program
         algbw, busbw = bandwidths(program.coll, program.ngpus, size, t.time_us)
+        if factor < 1:
+            note = f"{note}; {TREE_CORRECTION_NOTE} x{factor:g}" if note else \
+                f"{TREE_CORRECTION_NOTE} x{factor:g}"
         warning = indirect_note(prepared)
         if warning:
             note = f"{note}; {warning}" if note else warning
         return Price(name, int(size), t.time_us, algbw, busbw, self.name,
                      str(t.breakdown["protocol"]), program.nchannels, note)
 
+
+
+#: How a price's note names NCCL's tree correction (followed by `` x<factor>``).
+TREE_CORRECTION_NOTE = "NCCL's tree correction"
 
 
 def _on_machine(c: RuntimeConstants, topology: "Topology", setup: "TuningSetup | None",

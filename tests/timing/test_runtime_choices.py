@@ -227,3 +227,21 @@ def test_nccls_tree_correction_slows_its_tree_at_the_sizes_its_table_names():
     rtree = RuntimeAlgorithm(rccl, "tree", "allreduce", amd, channels=8, protocol="Simple")
     low, high = (p.time_us for p in rmodel.price(rtree, [256 * MiB, 512 * MiB]))
     assert high / low == pytest.approx(2.0, rel=0.02)
+
+
+def test_time_says_where_nccls_tree_correction_applied(capsys):
+    """`collsynth time` names the factor it priced NCCL's tree at: 1 MiB on two DGX-H100 nodes
+    runs the tree in LL128, whose entry at log2(1 MiB / 64) = 14 in NCCL's table is 0.6; at
+    1 GiB (index 24, past the table) nothing is scaled, so nothing is said."""
+    assert main(["time", "--collective", "allreduce", "--topology", "dgx-h100", "--nodes", "2",
+                 "--sizes", "1MiB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    (tree,) = [r for r in rows if r["name"] == "nccl-tree"]
+    assert (tree["protocol"], tree["note"]) == ("LL128", "NCCL's tree correction x0.6")
+    assert main(["time", "--collective", "allreduce", "--topology", "dgx-h100", "--nodes", "2",
+                 "--sizes", "1MiB"]) == 0
+    assert "nccl-tree: bandwidth at NCCL's tree correction for each size (x0.6 here" in \
+        capsys.readouterr().out
+    assert main(["time", "--collective", "allreduce", "--topology", "dgx-h100", "--nodes", "2",
+                 "--sizes", "1GiB"]) == 0
+    assert "tree correction" not in capsys.readouterr().out
