@@ -411,19 +411,19 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
                              channels=args.channels)
             for r in runtime_algorithms(runtime, collective, where)]
     baselines = price_table(ours, sizes, model)
-    algorithm_of = {r.name: r.algorithm for r in ours}
+    by_name = {r.name: r for r in ours}
     notes = [f"{name}: {why}: no row" for name, why in baselines.errors.items()]
     if not ours:
         notes.append(f"{runtime.family} runs {collective} outside its own algorithms (ring, "
                      "tree, NVLS, PAT): no runtime row")
-    corrected: dict[str, list[str]] = {}
+    corrected: dict[str, dict[str, None]] = {}
     for p in baselines.prices:
-        for part in p.note.split("; "):
-            if part.startswith(TREE_CORRECTION_NOTE):
-                corrected.setdefault(p.subject, []).append(part.rsplit(" ", 1)[1])
+        factor = model.bandwidth_factor(by_name[p.subject], p.protocol, p.size_bytes)
+        if factor < 1:
+            corrected.setdefault(p.subject, {})[f"x{factor:g}"] = None
     for subject, factors in corrected.items():
         notes.append(f"{subject}: bandwidth at {TREE_CORRECTION_NOTE} for each size "
-                     f"({', '.join(dict.fromkeys(factors))} here; docs/runtime-model.md)")
+                     f"({', '.join(factors)} here; docs/runtime-model.md)")
     picks, unknown = _runtime_pick(runtime, collective, where, sizes)
     if unknown:
         notes.append(unknown)
@@ -442,7 +442,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
             rows.append({**p.as_dict(), "kind": "program", "vs_runtime": versus})
         for p in runtime_here:
             picked = pick if pick is not None and \
-                pick.split("/")[0] == algorithm_of[p.subject] else None
+                pick.split("/")[0] == by_name[p.subject].algorithm else None
             rows.append({**p.as_dict(), "kind": "baseline", "fastest_runtime": p is fastest,
                          "runtime_pick": picked})
     rows += [{"name": name, "kind": "error", "error": why} for name, why in errors]

@@ -424,9 +424,11 @@ class ProgramModel:
         self._on[key] = (c, subject.topology, capped)
         return capped
 
-    def _correction(self, subject: Subject | None, protocol: str | None, size: int) -> float:
-        """The runtime's own per-size bandwidth correction of one of its algorithms
-        (:func:`~collsynth.timing.tuning_model.bandwidth_correction`); 1 for programs, and
+    def bandwidth_factor(self, subject: Subject | None, protocol: str | None, size: int
+                         ) -> float:
+        """The share of every rate ``subject`` is priced at with ``protocol`` at ``size``: the
+        runtime's own per-size correction of one of its algorithms (NCCL's tree:
+        :func:`~collsynth.timing.tuning_model.bandwidth_correction`); 1 for programs, and
         without a tuning setup."""
         from collsynth.timing.tuning_model import bandwidth_correction
 
@@ -461,7 +463,7 @@ class ProgramModel:
         constants = self.constants_on(prepared.topology, subject)
         if isinstance(subject, RuntimeAlgorithm) and protocol is not None and channels:
             constants = self._call_constants(constants, subject, protocol, channels)
-        factor = self._correction(subject, protocol, size)
+        factor = self.bandwidth_factor(subject, protocol, size)
         t = simulate_program(prepared, None, size, constants, protocol=protocol,
                              options=self.options, bandwidth_factor=factor)
         program = prepared.program
