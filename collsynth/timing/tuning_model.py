@@ -385,8 +385,8 @@ def enabled(setup: TuningSetup, collective: str, algorithm: str, protocol: str) 
             return False
         if algorithm == "nvls" and setup.nodes > 1 and setup.collnet is None:
             return False  # multi-node NVLS needs CollNet (SHARP) support
-        if collective != "allreduce" and ppn > 32:
-            return False  # NCCL_MAX_NVLS_ARITY
+        if collective != "allreduce" and (ppn > 32 or setup.version < (2, 19)):
+            return False  # NCCL_MAX_NVLS_ARITY; NVLS allgather / reduce-scatter from 2.19
         return True
     if algorithm in ("collnet_direct", "collnet_chain"):
         return setup.collnet is not None and ppn <= 8 and setup.runtime == "nccl"
@@ -472,9 +472,22 @@ def bandwidth_gbps(setup: TuningSetup, collective: str, algorithm: str, protocol
         if bus == 0.0:
             return 0.0
     if not (algorithm != "ring" and collective in ("allgather", "reduce_scatter")):
-        bus *= ranks / ring_steps(collective, ranks) if algorithm in ("ring", "nvls", "nvls_tree") \
-            else 0.5
+        bus *= _bus_to_algorithm(setup, collective, algorithm)
     return bus
+
+
+def _bus_to_algorithm(setup: TuningSetup, collective: str, algorithm: str) -> float:
+    """The cost model's bus-to-algorithm bandwidth ratio: a ring's ranks / steps; NVLS and
+    NVLS-tree the same from NCCL 2.28 (RCCL: always), 5/6 before, and NVLS-tree
+    0.7 x nodes / (2 (nodes - 1)) before 2.19; 0.5 for the others."""
+    if algorithm == "ring" or (algorithm in NVLS_ALGORITHMS and
+                               (setup.runtime == "rccl" or setup.version >= (2, 28))):
+        return setup.ranks / ring_steps(collective, setup.ranks)
+    if algorithm == "nvls_tree" and setup.version < (2, 19):
+        return 0.7 * setup.nodes / (2 * (setup.nodes - 1))
+    if algorithm in NVLS_ALGORITHMS:
+        return 5 / 6
+    return 0.5
 
 
 def _nvls_bw(setup: TuningSetup, collective: str, algorithm: str, graph: GraphFigures) -> float:
@@ -493,7 +506,9 @@ def _nvls_bw(setup: TuningSetup, collective: str, algorithm: str, graph: GraphFi
         if collective == "allreduce":
             return min(intra, inter)
         return min(intra * (ppn - 1) / ppn, inter * 0.9)
-    return min(intra, inter)
+    if setup.version >= (2, 19):
+        return min(intra, inter)
+    return intra if nodes <= 2 else inter  # 2.18: the figure every algorithm takes
 
 
 def _nccl_protocol_caps(setup: TuningSetup, collective: str, algorithm: str, protocol: str,
@@ -559,6 +574,11 @@ def _base_lat(setup: TuningSetup, algorithm: str, protocol: str) -> float:
     return float(NCCL_BASE_LATENCY_US[algorithm][p])
 
 
+#: NCCL 2.18's network hop latency (us) of its NVLS algorithms (``hwLat[NCCL_HW_NET]``); its
+#: ``baseLat`` was 23 us for both and its NVLink row 0 (2.19 moved the 23 to the NVLink row).
+_NVLS_NET_LAT_2_18 = {"nvls": 18.0, "nvls_tree": 19.0}
+
+
 def latency_us(setup: TuningSetup, collective: str, algorithm: str, protocol: str) -> float:
     """The latency (us) the cost model assigns (``comm->latencies``); NaN when the pair has no
     graph. Ring allreduce on one 8-GPU NVLink node: LL 6.6 + 14 x 0.6 = 15.0 us.
@@ -601,6 +621,11 @@ def latency_us(setup: TuningSetup, collective: str, algorithm: str, protocol: st
         return lat + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * 0.4) + inter
     if algorithm == "collnet_chain":
         return lat + 2 * (ppn - 1) * intra + inter
+    if algorithm in NVLS_ALGORITHMS and setup.runtime == "nccl" and setup.version < (2, 19):
+        # 2.18: a base of 23 us and the network's hops only (18 NVLS, 19 NVLS-tree per node)
+        net = _NVLS_NET_LAT_2_18[algorithm]
+        return 23.0 + (net if algorithm == "nvls" and nodes > 1 else 0.0) + \
+            (2 * (nodes - 1) * net if algorithm == "nvls_tree" else 0.0)
     if algorithm == "nvls":
         if setup.runtime == "rccl":
             return lat + intra + (_hw_lat(setup, "net", "nvls", protocol) if nodes > 1 else 0)

@@ -173,9 +173,20 @@ def test_nvls_bandwidth_and_its_older_formula():
     # allgather: x (ppn-1)/ppn instead of x 2: 40 x 0.85 x 7/8 x 7/8 = 26.03; no conversion.
     assert bandwidth_gbps(H100_NVLS, "allgather", "nvls", "Simple") == pytest.approx(
         8 * 40 * 0.85 * 7 / 8 * 7 / 8)
-    # 2.23-2.27: allreduce min(bwIntra, bwInter) = 40: 320 x 8/14.
+    # 2.23-2.27: allreduce min(bwIntra, bwInter) = 40, bus 320, and bus -> algbw x 5/6 (not
+    # ranks / steps: tuning.cc of v2.27.3, 'ratio *= 5.0/6.0' for NVLS and NVLS tree).
     old = dataclasses.replace(H100_NVLS, version=(2, 27))
-    assert bandwidth_gbps(old, "allreduce", "nvls", "Simple") == pytest.approx(320 * 8 / 14)
+    assert bandwidth_gbps(old, "allreduce", "nvls", "Simple") == pytest.approx(320 * 5 / 6)
+    # 2.18 (v2.18.5): NVLS takes bwIntra on <= 2 nodes, no min; NVLS tree x 0.7 n / (2 (n-1)),
+    # 0.7 on two nodes; no NVLS allgather (2.19 added it).
+    older = dataclasses.replace(H100_NVLS, version=(2, 18))
+    assert bandwidth_gbps(older, "allreduce", "nvls", "Simple") == pytest.approx(320 * 5 / 6)
+    assert not enabled(older, "allgather", "nvls", "Simple")
+    two_2_18 = dataclasses.replace(H100_2N, version=(2, 18), nvls=GraphFigures(8, 40.0, 48.0))
+    assert bandwidth_gbps(two_2_18, "allreduce", "nvls_tree", "Simple") == pytest.approx(
+        8 * 40.0 * 0.7)
+    # and its latency: baseLat 23 plus 2 (nodes - 1) x 19 us of network hops
+    assert latency_us(two_2_18, "allreduce", "nvls_tree", "Simple") == pytest.approx(23 + 2 * 19)
     # NVLS tree on 2 nodes: min(59.5 x 2 ... no: intra 59.5, inter 48 x 2 = 96, cap 57.7) = 57.7.
     two = dataclasses.replace(H100_2N, nvls=GraphFigures(8, 40.0, 48.0))
     assert bandwidth_gbps(two, "allreduce", "nvls_tree", "Simple") == pytest.approx(
