@@ -89,6 +89,7 @@ class Run:
     machine: Machine
     algorithms: tuple[str, ...] | None = None  # the run forced these (NCCL_ALGO)
     threads_drove: int | None = None  # GPUs per thread where the header says, not the log
+    stated_version: str | None = None  # the runtime's version where the header says, not the log
 
     @property
     def name(self) -> str:
@@ -115,7 +116,9 @@ def _pl(name: str, runtime: str, machine: Machine, forced: tuple[str, ...] | Non
     # The Azure guide's tables come from one process driving every GPU of the VM
     # ('all_reduce_perf -g <GPUs>': data/public-logs/README.md).
     drove = 8 if "azure-guide" in name else None
-    return Run(PUBLIC / name, runtime, machine, forced, drove)
+    # Alps: NCCL 2.23.4 by the uenv its companion script loads (the log's own header).
+    version = "2.23.4" if "alps" in name else None
+    return Run(PUBLIC / name, runtime, machine, forced, drove, version)
 
 
 A100 = Machine("DGX-A100")
@@ -240,13 +243,23 @@ def band_errors(pairs: list[tuple[int, float, float]]) -> list[float | None]:
     return found
 
 
+def runtime_version(run: Run) -> tuple[int, int] | None:
+    """The runtime's version the run states (its banner, else its header), ``None`` where
+    neither says: its own choices are priced at that version."""
+    from collsynth.runtimes import parse_version
+    from collsynth.timing.logs import load_log
+
+    text = run.stated_version or load_log(run.path).runtime_version
+    return None if text is None else parse_version(text)
+
+
 def calibrate(run: Run):
     from collsynth.timing.runtime_fit import fit_runtime
 
     collective, ranks, rows = measured(run)
     topology = run.machine.topology()
     return fit_runtime(rows, topology, collective, runtime=run.runtime,
-                       gpus_per_thread=gpus_per_thread(run))
+                       gpus_per_thread=gpus_per_thread(run), version=runtime_version(run))
 
 
 def predict(constants, run: Run) -> tuple[list[tuple[int, float, float]], list[str]]:
@@ -260,15 +273,16 @@ def predict(constants, run: Run) -> tuple[list[tuple[int, float, float]], list[s
     topology = run.machine.topology()
     if topology.num_ranks != ranks:
         raise SystemExit(f"{run.name}: {ranks} ranks measured, machine has {topology.num_ranks}")
-    model = ProgramModel(constants, runtime=get_runtime(run.runtime),
+    runtime = get_runtime(run.runtime).at_version(runtime_version(run))
+    model = ProgramModel(constants, runtime=runtime,
                          options=SimulationOptions(gpus_per_thread=gpus_per_thread(run)))
-    subjects = [a for a in runtime_algorithms(get_runtime(run.runtime), collective, topology)
+    subjects = [a for a in runtime_algorithms(runtime, collective, topology)
                 if run.algorithms is None or a.algorithm in run.algorithms]
     sizes = [s for s, _ in rows]
     if run.algorithms is None and CHOICE:
         from collsynth.timing.program_model import chosen_algorithms
 
-        chosen = chosen_algorithms(model, get_runtime(run.runtime), collective, topology, sizes)
+        chosen = chosen_algorithms(model, runtime, collective, topology, sizes)
         prices = [model.price(a, [s])[0] for a, s in zip(chosen, sizes)]
     else:
         table = price_table(subjects, sizes, model)
@@ -295,8 +309,10 @@ def run_case(case: Case, results: list[dict]) -> None:
         results.append({"case": case.name, "error": str(exc)})
         return
     held = "n/a" if fit.held_out_gmae is None else f"{fit.held_out_gmae:.1%}"
+    fit_version = runtime_version(case.fit)
+    fit_at = "" if fit_version is None else " %d.%d" % fit_version
     print(f"{case.name}\n  calibrated on {case.fit.name} ({case.fit.machine.label()}, "
-          f"{case.fit.runtime}): in-sample GMAE {fit.gmae:.1%}, held-out {held}, "
+          f"{case.fit.runtime}{fit_at}): in-sample GMAE {fit.gmae:.1%}, held-out {held}, "
           f"{time.perf_counter() - t0:.1f} s")
     print("    " + ", ".join(f"{k} = {v:.4g}" for k, v in fit.parameters.items()))
     for warning in getattr(fit, "warnings", ()):
@@ -313,7 +329,9 @@ def run_case(case: Case, results: list[dict]) -> None:
         if case.limits is not None:
             ok = all(e is None or lim is None or e <= lim for e, lim in zip(errors, case.limits))
             verdict = "PASS" if ok else "MISS"
-        print(f"  -> {run.name} ({run.machine.label()}): "
+        version = runtime_version(run)
+        at = "" if version is None else f", {run.runtime} {version[0]}.{version[1]}"
+        print(f"  -> {run.name} ({run.machine.label()}{at}): "
               + "  ".join(f"{b[0]} {_pct(e)}" for b, e in zip(BANDS, errors))
               + (f"  {verdict} (limits " + "/".join(_pct(x) for x in case.limits) + ")"
                  if verdict else ""))

@@ -166,7 +166,13 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     from collsynth.timing.runtime_fit import fit_runtime, read_curve
     from collsynth.timing.runtime_model import MAX_GPUS_PER_THREAD
 
-    runtime = args.runtime or "rccl"
+    from collsynth.runtimes import parse_version
+    from collsynth.timing.logs import split_runtime
+
+    try:
+        runtime, given_version = split_runtime(args.runtime) if args.runtime else ("rccl", None)
+    except ValueError as exc:
+        raise UsageError.of("calibrate", f"--runtime: {exc}") from None
     if runtime not in _program_runtimes():
         raise UsageError.of("calibrate", f"--runtime {runtime}: --model program fits one of "
                                          f"{', '.join(_program_runtimes())}")
@@ -182,7 +188,12 @@ def _calibrate_program(args: argparse.Namespace) -> int:
                                          f"{len(args.logs)} files given")
     check_output_file(args.output, label=f"-o {args.output}")
     check_input_file(args.logs[0])
-    rows, logged, drove = _curve_rows(args.logs[0], args.collective)
+    rows, logged, drove, logged_version = _curve_rows(args.logs[0], args.collective)
+    version_text = given_version or logged_version
+    try:  # the measured runtime's version: its own choices at that version are fitted
+        version = parse_version(version_text) if version_text else None
+    except ValueError as exc:
+        raise UsageError.of("calibrate", f"{args.logs[0]}: runtime version: {exc}") from None
     if args.collective is None and logged is not None:
         collective = logged
     gpus = args.gpus_per_thread or drove or 1
@@ -192,9 +203,11 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
                                 unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
     fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
-                      gpus_per_thread=gpus)
-    save_calibration(RuntimeCalibration(fit.constants), args.output)
-    summary = {"output": args.output, "runtime": runtime, "topology": topology.name,
+                      gpus_per_thread=gpus, version=version)
+    save_calibration(RuntimeCalibration(fit.constants, runtime_version=version), args.output)
+    summary = {"output": args.output, "runtime": runtime,
+               "runtime_version": None if version is None else "%d.%d" % version,
+               "topology": topology.name,
                "channels": len(fit.rings), "parameters": fit.parameters, "gmae": fit.gmae,
                "held_out_gmae": fit.held_out_gmae, "gpus_per_thread": gpus,
                "rows": [{"size_bytes": s, "time_us": m, "predicted_us": p, "protocol": q}
@@ -213,7 +226,8 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     held = "n/a" if fit.held_out_gmae is None else f"{fit.held_out_gmae:.1%}"
     how = ("each size as the runtime runs it (its own algorithm, protocol and channels)"
            if fit.algorithms else f"{len(fit.rings)} channel(s)")
-    out(f"{runtime} {collective} on {topology.name}, {how}: "
+    at = "" if version is None else f" {version[0]}.{version[1]}"
+    out(f"{runtime}{at} {collective} on {topology.name}, {how}: "
         f"GMAE {fit.gmae:.1%} in-sample, {held} held out (fit on every other size)")
     if gpus > 1:
         out(f"one thread drove {gpus} GPUs in the measured run: the host's work per call and "
@@ -234,16 +248,16 @@ def _calibrate_program(args: argparse.Namespace) -> int:
 
 
 def _curve_rows(path: str, collective: str | None
-                ) -> tuple[list[tuple[int, float]], str | None, int | None]:
+                ) -> tuple[list[tuple[int, float]], str | None, int | None, str | None]:
     """The measured ``(size_bytes, time_us)`` of a CSV with those columns, or of a benchmark
     log (its out-of-place rows, in-place where it has none; times of one size averaged), the
-    collective the log names and the GPUs each of its threads drove (``None`` for a CSV or a
-    log that does not say)."""
+    collective the log names, the GPUs each of its threads drove and the runtime's version
+    its banner states (``None`` for a CSV or a log that does not say)."""
     from collsynth.errors import FileFormatError
     from collsynth.timing.runtime_fit import read_curve
 
     try:
-        return read_curve(path), None, None
+        return read_curve(path), None, None, None
     except FileFormatError as csv_error:
         try:
             log = load_log(path, collective=collective)
@@ -254,7 +268,7 @@ def _curve_rows(path: str, collective: str | None
     for r in rows:
         by_size.setdefault(r.size_bytes, []).append(r.time_us)
     return (sorted((s, sum(t) / len(t)) for s, t in by_size.items()), log.collective,
-            log.gpus_per_thread)
+            log.gpus_per_thread, log.runtime_version)
 
 
 def _summary_lines(entries: list[dict[str, Any]]) -> list[str]:

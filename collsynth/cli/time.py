@@ -171,8 +171,8 @@ def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _Clo
         if why is not None:
             raise CollsynthError(f"{algorithm.name}: {why}")
     lines = {a.name: model.line(a) for a in algorithms}
-    runtime = get_runtime("nccl")
-    notes: list[str] = []
+    runtime = get_runtime("nccl").at_version(getattr(args, "runtime_version", None))  # plot: none
+    notes: list[str] = _version_notes(runtime, "--runtime-version")
     ours = runtime_algorithms(runtime, coll, topology)
     priced = []
     for subject in ours:
@@ -353,9 +353,19 @@ def _shape(subject: "Program | Algorithm") -> tuple[str, int]:
     return subject.collective.name, subject.collective.num_ranks
 
 
+def _version_type(text: str) -> tuple[int, int]:
+    """argparse type of ``--runtime-version``."""
+    from collsynth.runtimes import parse_version
+
+    try:
+        return parse_version(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _runtime_pick(runtime: "Runtime", collective: str, topology: "Topology",
                   sizes: Sequence[int]) -> tuple[dict[int, str], str | None]:
-    """The runtime's own default pick per size (its cost model,
+    """The runtime's own default pick per size (its cost model at its version,
     :func:`collsynth.timing.tuning_model.choose`): ``{size: "algorithm/protocol"}``, or why it
     cannot be told."""
     from collsynth.timing.tuning_model import (COLLECTIVES, SETUP_FAILURES, choose,
@@ -364,11 +374,37 @@ def _runtime_pick(runtime: "Runtime", collective: str, topology: "Topology",
     if collective not in COLLECTIVES:
         return {}, None
     try:
-        setup = tuning_setup(topology, runtime=runtime.family)
+        setup = tuning_setup(topology, runtime=runtime.family, version=runtime.version)
         return {size: f"{c.algorithm}/{c.protocol}" for size in sizes
                 for c in (choose(setup, collective, size),)}, None
     except SETUP_FAILURES as exc:
         return {}, f"{runtime.family}'s own pick unknown: {exc}"
+
+
+def _runtime_version(args: argparse.Namespace, calibration: "Calibration | None"
+                     ) -> tuple[tuple[int, int] | None, str]:
+    """The runtime version whose own choices are priced, and where it comes from:
+    ``--runtime-version``, else the program calibration's (its log's banner), else none (the
+    newest modelled)."""
+    if args.runtime_version is not None:
+        return args.runtime_version, "--runtime-version"
+    found = getattr(calibration, "runtime_version", None)
+    if found is not None:
+        return found, f"the calibration {args.calibration}"
+    return None, ""
+
+
+def _version_notes(runtime: "Runtime", where: str) -> list[str]:
+    """The lines saying which version's choices were priced (none without a version)."""
+    from collsynth.timing.tuning_model import version_note
+
+    if runtime.version is None:
+        return []
+    major, minor = runtime.version
+    notes = [f"{runtime.family} {major}.{minor} ({where}): its own algorithm, protocol and "
+             "channel choices at that version (docs/runtime-tuning.md, \"Versions\")"]
+    beyond = version_note(runtime.family, runtime.version)
+    return notes + ([beyond] if beyond else [])
 
 
 def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -> int:
@@ -382,7 +418,8 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
 
     constants, source = _constants(args, calibration)
     name = args.runtime or constants.runtime
-    runtime = get_runtime(name if name in runtime_names() else "nccl")
+    version, version_from = _runtime_version(args, calibration)
+    runtime = get_runtime(name if name in runtime_names() else "nccl").at_version(version)
     topology = _topology(args)
     model = ProgramModel(constants, runtime=runtime, topology=topology, source=source,
                          options=SimulationOptions(gpus_per_thread=args.gpus_per_thread))
@@ -412,7 +449,8 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
             for r in runtime_algorithms(runtime, collective, where)]
     baselines = price_table(ours, sizes, model)
     by_name = {r.name: r for r in ours}
-    notes = [f"{name}: {why}: no row" for name, why in baselines.errors.items()]
+    notes = _version_notes(runtime, version_from)
+    notes += [f"{name}: {why}: no row" for name, why in baselines.errors.items()]
     if not ours:
         notes.append(f"{runtime.family} runs {collective} outside its own algorithms (ring, "
                      "tree, NVLS, PAT): no runtime row")
@@ -629,6 +667,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--runtime", choices=PRICED_RUNTIMES,
                         help="runtime whose default constants the program model uses (default: "
                              "the calibration's, else nccl)")
+    parser.add_argument("--runtime-version", type=_version_type, metavar="V",
+                        help="price the runtime's own choices as its version V makes them "
+                             "(2.18, 2.22.3; default: a program calibration's, else the newest "
+                             "modelled)")
     parser.add_argument("--gpus-per-thread", type=gpus_per_thread, default=1, metavar="G",
                         help="program model: each calling thread drives G GPUs, as nccl-tests' "
                              "-g G (default 1: a process per GPU); a calibration's host work "

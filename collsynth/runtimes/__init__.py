@@ -23,10 +23,12 @@ from collsynth.runtimes.registry import (
     EnvVar,
     Runtime,
     get_runtime,
+    parse_version,
     runtime_names,
     xml_dialect,
 )
 
-__all__ = ["Runtime", "RUNTIMES", "get_runtime", "runtime_names", "xml_dialect", "Artifact",
-           "Environment", "EnvVar", "MSCCL_XML", "MSCCLPP_PLAN", "TUNER_CONFIG", "XmlDialect", "PROTOCOLS",
-           "check_protocol", "RuntimeConstants", "check_channels"]
+__all__ = ["Runtime", "RUNTIMES", "get_runtime", "parse_version", "runtime_names",
+           "xml_dialect", "Artifact", "Environment", "EnvVar", "MSCCL_XML", "MSCCLPP_PLAN",
+           "TUNER_CONFIG", "XmlDialect", "PROTOCOLS", "check_protocol", "RuntimeConstants",
+           "check_channels"]

@@ -8,7 +8,8 @@ and docs/mscclpp.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -18,8 +19,8 @@ from collsynth.runtimes.dialect import MSCCL, MSCCL_EXECUTOR, RCCL, XmlDialect
 from collsynth.runtimes.protocols import PROTOCOLS
 
 __all__ = ["Artifact", "EnvVar", "Environment", "Runtime", "RUNTIMES", "get_runtime",
-           "runtime_names", "xml_dialect", "MSCCL_XML", "MSCCLPP_PLAN", "TUNER_CONFIG", "SPEC",
-           "EXECUTOR_SOURCE"]
+           "runtime_names", "xml_dialect", "parse_version", "MSCCL_XML", "MSCCLPP_PLAN",
+           "TUNER_CONFIG", "SPEC", "EXECUTOR_SOURCE"]
 
 #: Artifact kinds: an MSCCL XML program, an MSCCL++ JSON execution plan, a tuner config (a CSV
 #: of rules re-ranking the runtime's own algorithms, docs/tuner-config.md).
@@ -90,6 +91,9 @@ class Runtime:
         The files it loads.
     environment:
         The variables and notes a plan's user needs to set.
+    version:
+        ``(major, minor)`` of the release whose own choices (algorithms, protocols, channels)
+        the timing models follow; ``None``: the newest modelled (:meth:`at_version`).
     """
 
     name: str
@@ -100,10 +104,41 @@ class Runtime:
     dialect: XmlDialect | None = None
     artifacts: tuple[Artifact, ...] = ()
     environment: Environment = Environment()
+    version: tuple[int, int] | None = None
 
     def loads(self, kind: str) -> bool:
         """Whether it loads artifacts of ``kind``."""
         return any(a.kind == kind for a in self.artifacts)
+
+    def at_version(self, version: "str | tuple[int, int] | None") -> "Runtime":
+        """This runtime at ``version`` (``"2.18.5+cuda12.2"``, ``(2, 18)``; ``None``: the
+        newest modelled). Raises ValueError for a text that names no version.
+
+        >>> get_runtime("nccl").at_version("2.18.5+cuda12.2").version
+        (2, 18)
+        """
+        if isinstance(version, str):
+            version = parse_version(version)
+        return replace(self, version=version)
+
+
+_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:[.+~-].*)?$")
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``(major, minor)`` of a runtime's version as logs and users write it: ``"2.18.5"``,
+    ``"2.18.5+cuda12.2"``, ``"2.22.3-"``, ``"v2.27"``.
+
+    Raises
+    ------
+    ValueError
+        The text is not a version.
+    """
+    match = _VERSION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a runtime version; expected MAJOR.MINOR[.PATCH], "
+                         "like 2.18 or 2.18.5")
+    return int(match.group(1)), int(match.group(2))
 
 
 _XML_HOW = "replace libnccl with the runtime's build; torch's backend='nccl' uses it unchanged"

@@ -35,7 +35,7 @@ from collsynth.errors import (
     InvalidTopologyError,
     UnknownNameError,
 )
-from collsynth.runtimes import RuntimeConstants, get_runtime
+from collsynth.runtimes import RuntimeConstants, get_runtime, parse_version
 from collsynth.runtimes.constants import constants_from_dict, constants_to_dict
 from collsynth.timing.alphabeta import AlphaBeta
 from collsynth.timing.fit import MODELS, LogFits
@@ -374,11 +374,19 @@ class RuntimeCalibration:
     """
 
     constants: RuntimeConstants
+    #: ``(major, minor)`` of the runtime the curve was measured with (its log's banner), whose
+    #: own choices the fit priced; ``None`` when the curve did not say.
+    runtime_version: tuple[int, int] | None = None
     kind: ClassVar[str] = "runtime-constants"
 
     def __post_init__(self) -> None:
         if not isinstance(self.constants, RuntimeConstants):
             raise InvalidInstanceError("runtime calibration: expected RuntimeConstants")
+        v = self.runtime_version
+        if v is not None and not (isinstance(v, tuple) and len(v) == 2
+                                  and all(type(x) is int and x >= 0 for x in v)):
+            raise InvalidInstanceError(f"runtime calibration: runtime_version {v!r}; expected "
+                                       "(major, minor)")
 
 
 #: Any calibration a file holds (``kind`` tells them apart).
@@ -410,7 +418,10 @@ def calibration_to_json(calibration: Calibration) -> dict[str, object]:
     """The JSON object of a calibration file (version 2, with its ``kind``)."""
     head = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "kind": calibration.kind}
     if isinstance(calibration, RuntimeCalibration):
-        return {**head, **constants_to_dict(calibration.constants)}
+        found = {**head, **constants_to_dict(calibration.constants)}
+        if calibration.runtime_version is not None:
+            found["runtime_version"] = "%d.%d" % calibration.runtime_version
+        return found
     return {**head, "topology": calibration.topology, "nodes": calibration.nodes,
             "entries": [e.to_json() for e in calibration.entries]}
 
@@ -453,14 +464,27 @@ def _runtime_from_json(obj: dict, source: str, *, legacy: bool) -> RuntimeCalibr
             raise FileFormatError(source, "missing field 'version'" if version is None else
                                   f"version = {shown(version)}: unknown; this collsynth reads "
                                   "version 1 of collsynth-runtime-constants files")
-    fields = {k: v for k, v in obj.items() if k not in ("format", "version", "kind")}
+    fields = {k: v for k, v in obj.items()
+              if k not in ("format", "version", "kind", "runtime_version")}
+    runtime_version = None
+    if "runtime_version" in obj:
+        given = obj["runtime_version"]
+        try:
+            runtime_version = parse_version(given) if isinstance(given, str) and \
+                len(given) <= 64 else None
+        except ValueError:
+            pass
+        if runtime_version is None:
+            raise FileFormatError(source, f"runtime_version: {shown(given)}; expected a "
+                                          "version like \"2.18\"")
     runtime = fields.get("runtime")
     try:
         base = get_runtime(runtime).defaults if isinstance(runtime, str) else \
             get_runtime("nccl").defaults
     except UnknownNameError:  # a runtime collsynth does not know: NCCL's figures
         base = get_runtime("nccl").defaults
-    return RuntimeCalibration(constants_from_dict(fields, base=base, label=source))
+    return RuntimeCalibration(constants_from_dict(fields, base=base, label=source),
+                              runtime_version=runtime_version)
 
 
 def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:

@@ -42,6 +42,7 @@ __all__ = [
     "MAX_CSV_LINE_CHARS",
     "LOGGED_COLLECTIVES",
     "load_log",
+    "split_runtime",
     "parse_log",
     "csv_rows",
     "canonical_collective",
@@ -967,16 +968,34 @@ _RUNTIME_OPTION = re.compile(r"^([A-Za-z][A-Za-z_-]*?)(?:[\s@/=-]*(\d[\w.+~-]*))
 _MAX_CHANNELS_CLAIMED = 1024
 
 
+def split_runtime(text: str) -> tuple[str, str | None]:
+    """A runtime as users write it, with an optional version (``"rccl"``, ``"nccl 2.18.3"``,
+    ``"rccl-2.18.3"``): its lower-case name and its version text (``None``: not given).
+
+    Raises
+    ------
+    ValueError
+        Not a name with an optional version.
+
+    >>> split_runtime("NCCL-2.18.3")
+    ('nccl', '2.18.3')
+    """
+    match = _RUNTIME_OPTION.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(f"runtime = {text!r}: expected a name and an optional version, like "
+                         "rccl, nccl 2.18.3 or rccl-2.18.3")
+    return match.group(1).lower(), match.group(2)
+
+
 def _given_runtime(name: str, runtime: str | None, channels: int | None
                    ) -> tuple[str | None, str | None, int | None]:
     """The caller's ``runtime`` (split into a name and a version) and ``channels``, checked."""
     runtime_name = version = None
     if runtime is not None:
-        match = _RUNTIME_OPTION.match(runtime.strip()) if isinstance(runtime, str) else None
-        if match is None:
-            raise FileFormatError(name, f"runtime = {runtime!r}: expected a name and an optional "
-                                        "version, like rccl, nccl 2.18.3 or rccl-2.18.3")
-        runtime_name, version = match.group(1).lower(), match.group(2)
+        try:
+            runtime_name, version = split_runtime(runtime)
+        except ValueError as exc:
+            raise FileFormatError(name, str(exc)) from None
     if channels is not None and (isinstance(channels, bool) or not isinstance(channels, int)
                                  or not 1 <= channels <= _MAX_CHANNELS_CLAIMED):
         raise FileFormatError(name, f"channels = {channels!r}: expected a whole number from 1 "

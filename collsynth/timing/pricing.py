@@ -175,7 +175,7 @@ def _offered(runtime: Runtime, collective: str, topology: "Topology") -> frozens
     if collective not in COLLECTIVES:
         return frozenset()
     try:
-        setup = tuning_setup(topology, runtime=runtime.family)
+        setup = tuning_setup(topology, runtime=runtime.family, version=runtime.version)
     except SETUP_FAILURES:  # no tuning here: the ring and the tree only
         return frozenset()
     return frozenset(a for a in ALGORITHMS if offered_protocols(setup, collective, a))

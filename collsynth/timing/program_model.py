@@ -262,11 +262,12 @@ class ProgramModel:
         from collsynth.topology.machine import machine_facts
 
         family = family if family in ("nccl", "rccl") else "nccl"
-        key = ("setup", family, id(topology))
+        version = self.runtime.version if family == self.runtime.family else None
+        key = ("setup", family, version, id(topology))
         found = self._prepared.get(key)
         if found is None or found[0] is not topology:
             try:
-                setup = tuning_setup(topology, runtime=family) \
+                setup = tuning_setup(topology, runtime=family, version=version) \
                     if machine_facts(topology).arch is not None else None
             except SETUP_FAILURES:  # no facts: no tuning
                 setup = None

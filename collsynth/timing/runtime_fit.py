@@ -210,7 +210,8 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
                 channels: int | None = None, rings: Sequence[Sequence[int]] | None = None,
                 protocols: Sequence[str] | None = None,
                 constants: RuntimeConstants | None = None,
-                held_out: bool = True, gpus_per_thread: int = 1) -> RuntimeFit:
+                held_out: bool = True, gpus_per_thread: int = 1,
+                version: tuple[int, int] | None = None) -> RuntimeFit:
     """Fit ``runtime``'s constants so that its ring on ``topology`` reproduces ``measurements``.
 
     Parameters
@@ -228,6 +229,10 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         How many GPUs each thread of the measured run drove (nccl-tests' ``-g``; the log's
         ``nGpus``): above 1, :func:`fit_runtime_choice` fits the host's work per call and per
         channel, per GPU driven (not the ring path of ``channels``, ``rings``, ``protocols``).
+    version:
+        The runtime's ``(major, minor)`` on the measured run (its log's banner), whose own
+        choices the fit prices (:attr:`~collsynth.runtimes.Runtime.version`); ``None``: the
+        newest modelled.
 
     Raises
     ------
@@ -242,7 +247,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
     if channels is None and rings is None and protocols is None:
         choice = fit_runtime_choice(rows, topology, collective, runtime=runtime,
                                     constants=constants, held_out=held_out,
-                                    gpus_per_thread=gpus_per_thread)
+                                    gpus_per_thread=gpus_per_thread, version=version)
         if choice is not None:
             return choice
     used = list(protocols) if protocols is not None else protocol_split(times, sizes=sizes)
@@ -365,7 +370,8 @@ def _traffic_per_rank(collective: str, n: int) -> float:
 def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Topology",
                        collective: str = "allreduce", *, runtime: str = "nccl",
                        constants: RuntimeConstants | None = None, held_out: bool = True,
-                       starts: int = 2, gpus_per_thread: int = 1) -> RuntimeFit | None:
+                       starts: int = 2, gpus_per_thread: int = 1,
+                       version: tuple[int, int] | None = None) -> RuntimeFit | None:
     """Fit ``runtime``'s constants so that what it runs at each measured size (its own
     algorithm, protocol and channels: :func:`~collsynth.timing.program_model.chosen_algorithms`,
     :meth:`~collsynth.timing.program_model.ProgramModel.runtime_choice`) reproduces
@@ -373,7 +379,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     bounded by physics (the report says which sit at a bound), the starting guesses come from
     the collective's traffic per connection, and the best of ``starts`` starts is kept. Where a
     thread drove several GPUs (``gpus_per_thread``), the host's work per call and per channel
-    is fitted too, per GPU driven.
+    is fitted too, per GPU driven. ``version``: the measured runtime's, as for
+    :func:`fit_runtime`.
     docs/runtime-model.md, "Fitting the runtime constants"."""
     from scipy.optimize import least_squares, minimize_scalar
 
@@ -388,7 +395,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     rows = sorted((int(s), float(t)) for s, t in measurements)
     if len(rows) < 2:
         raise InvalidInstanceError("a runtime calibration needs at least 2 measured sizes")
-    family = get_runtime(runtime)
+    family = get_runtime(runtime).at_version(version)
     base = constants if constants is not None else family.defaults
     probe = ProgramModel(base, runtime=family,
                          options=SimulationOptions(gpus_per_thread=gpus_per_thread))
@@ -592,7 +599,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     algorithms = tuple(f"{a.algorithm}/{p}/{ch}ch" for a, (p, ch) in zip(subjects, shapes))
     switches = sorted({a for a in algorithms})
     fitted = fitted.replace(source=(
-        f"fitted on {len(rows)} measured sizes of {runtime}'s {collective} on {topology.name}, "
+        f"fitted on {len(rows)} measured sizes of {runtime}"
+        f"{'' if version is None else ' %d.%d' % version}'s {collective} on {topology.name}, "
         f"each priced as the runtime runs it ({', '.join(switches[:6])}"
         f"{'...' if len(switches) > 6 else ''}): "
         + ", ".join(f"{k} = {v:.4g}" for k, v in parameters.items())

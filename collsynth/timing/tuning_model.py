@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
 
 __all__ = [
     "ALGORITHMS", "PROTOCOLS", "COLLECTIVES", "ring_steps", "DEFAULT_VERSION", "RCCL_DEFAULT_VERSION",
+    "OLDEST_VERSION", "version_note",
     "GraphFigures", "TuningSetup", "Estimate", "CallShape", "RuntimeChoice",
     "bandwidth_gbps", "latency_us", "enabled", "algo_time_us", "estimates", "fastest", "choose",
     "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
@@ -53,6 +54,9 @@ COLLECTIVES = ("broadcast", "reduce", "allgather", "reduce_scatter", "allreduce"
 NVLS_ALGORITHMS = ("nvls", "nvls_tree")
 DEFAULT_VERSION = (2, 30)
 RCCL_DEFAULT_VERSION = (2, 28)
+#: The oldest versions whose differences are modelled (docs/runtime-tuning.md, "Versions"): an
+#: older one is priced by the rules of this one.
+OLDEST_VERSION = {"nccl": (2, 18), "rccl": (2, 21)}
 _RUNTIMES = ("nccl", "rccl")
 
 # -- NCCL 2.30.7 constants (src/graph/tuning.cc ncclTunerConstantsDefaults) ---------------------
@@ -1045,6 +1049,14 @@ def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str
         for factor, size in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
             if nbytes < factor * heads * chunk and chunk > size:
                 chunk = size
+    elif algorithm == "tree" and protocol == "Simple" and (
+            setup.version < ((2, 22) if rccl else (2, 20))):
+        # NCCL <= 2.19 and RCCL 2.21 (computeColl): fewer chunks per channel than the tree's
+        # depth x 8, x 4, x 1 halve the chunk, down to 128, 64, 32 KiB
+        depth = ppn - 1 + _log2i(nodes)
+        for times, floor in ((8, 131072), (4, 65536), (1, 32768)):
+            while size_bytes // (max(1, channels) * chunk) < depth * times and chunk > floor:
+                chunk //= 2
     elif algorithm == "tree" and protocol == "LL128":
         depth = 1 + _log2i(nodes) + 0.1 * ppn
         while nbytes / chunk < depth * 64 / ppn and chunk > 131072:
@@ -1254,6 +1266,22 @@ def _rccl_multi_node_channels(arch: str, version: tuple[int, int]) -> int:
     as 48."""
     since_2_30, before = _RCCL_MULTI_NODE_CHANNELS[arch]
     return since_2_30 if version >= (2, 30) else before
+
+
+def version_note(runtime: str, version: tuple[int, int] | None) -> str | None:
+    """What pricing ``runtime`` (``"nccl"``, ``"rccl"``) at ``version`` cannot follow: ``None``
+    within the modelled range, else which version's rules it is priced by."""
+    if version is None:
+        return None
+    oldest = OLDEST_VERSION[runtime]
+    newest = RCCL_DEFAULT_VERSION if runtime == "rccl" else DEFAULT_VERSION
+    if version < oldest:
+        return (f"{runtime} {version[0]}.{version[1]} is older than the oldest version modelled "
+                f"({oldest[0]}.{oldest[1]}): priced by {oldest[0]}.{oldest[1]}'s rules")
+    if version > newest:
+        return (f"{runtime} {version[0]}.{version[1]} is newer than the newest version modelled "
+                f"({newest[0]}.{newest[1]}): priced by {newest[0]}.{newest[1]}'s rules")
+    return None
 
 
 def _ll128_enabled(runtime: str, version: tuple[int, int], cc: int | None, arch: str | None,
