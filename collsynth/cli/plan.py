@@ -152,13 +152,13 @@ def run_plan(args: argparse.Namespace) -> int:
 
             for name in tuners:
                 check_tuner_machine(topology, name)
-        calibration = constants = None
+        calibration = constants = version = None
         if args.calibration is not None:
             from collsynth.timing.calibration import RuntimeCalibration, load_calibration
 
             loaded = load_calibration(args.calibration)   # its kind says which model it feeds
             if isinstance(loaded, RuntimeCalibration):
-                constants = loaded.constants
+                constants, version = loaded.constants, loaded.runtime_version
             else:
                 calibration = loaded
         if calibration is None:
@@ -178,7 +178,7 @@ def run_plan(args: argparse.Namespace) -> int:
             calibration_file=args.calibration if calibration is not None else None,
             runtime_constants=constants,
             runtime_constants_file=args.calibration if constants is not None else None,
-            model=args.model, device=args.device, cache=cache, all_ranges=args.all_ranges)
+            runtime_version=version, model=args.model, device=args.device, cache=cache, all_ranges=args.all_ranges)
         plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
                          progress=progress)
         deployments = []

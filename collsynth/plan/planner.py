@@ -108,6 +108,10 @@ class PlanOptions:
         calibration, ``collsynth calibrate --model program``), or ``None``: the runtime's
         documented defaults;
         ``runtime_constants_file`` names it in the plan.
+    runtime_version:
+        ``(major, minor)`` whose own choices the runtime's algorithms are priced with (a
+        runtime-constants calibration's: the version of the log it was fitted on), or ``None``:
+        the newest modelled (docs/runtime-tuning.md, "Versions").
     """
 
     runtime: str = "msccl-executor"
@@ -121,6 +125,7 @@ class PlanOptions:
     model: str = "auto"
     runtime_constants: "RuntimeConstants | None" = None
     runtime_constants_file: str | None = None
+    runtime_version: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.model not in PLAN_MODELS:
@@ -461,6 +466,11 @@ def _plan_constants(runtime: str, options: PlanOptions, gamma: float, notes: lis
                  + ", ".join(f"{p} {constants.base_latency(p):g}" for p in ("LL", "LL128",
                                                                             "Simple"))
                  + " us); both sides of a program-model entry are priced with them")
+    if options.runtime_version is not None:
+        family = get_runtime(runtime).family
+        notes.append(f"the runtime's own algorithms are priced as {family} "
+                     f"{options.runtime_version[0]}.{options.runtime_version[1]} runs them (the "
+                     "calibration's version; docs/runtime-tuning.md, \"Versions\")")
     return constants
 
 
@@ -614,7 +624,7 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
     sig = _signature(topology)
     sizes = [(c.size_bytes, c.element_size) for k in keys if _signature(topologies[k]) == sig
              for c in keyed[k]]
-    rt = get_runtime(runtime)
+    rt = get_runtime(runtime).at_version(options.runtime_version)
     closed = ClosedForm(gamma_us_per_byte=gamma)   # the topology carries the calibration's figures
     program = ProgramModel(constants, runtime=rt, topology=topology) \
         if constants is not None else None
@@ -633,7 +643,8 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
                           "runtime-constants calibration, collsynth calibrate --model program, "
                           "fits the program model to a measured curve)")
     else:
-        nccl_runtime = get_runtime("nccl")   # the closed form has NCCL's own tuning constants
+        # the closed form has NCCL's own tuning constants
+        nccl_runtime = get_runtime("nccl").at_version(options.runtime_version)
         measured = RuntimeAlgorithm(nccl_runtime, MEASURED, collective_name, topology)
         fitted = Measured(options.calibration, source=options.calibration_file or "") \
             if options.calibration is not None else None

@@ -176,6 +176,28 @@ def test_runtime_constants_price_both_sides(fast, options, run_of, traced):
     assert any("rt.json" in note for note in plan.notes)
 
 
+def test_a_calibrations_runtime_version_prices_the_runtime(fast, options, run_of, traced,
+                                                           monkeypatch):
+    """The version a runtime-constants calibration was fitted at reaches the runtime the plan
+    prices (its own algorithms' choices) and is named in the notes."""
+    from collsynth.timing import program_model
+
+    seen = []
+    real = program_model.ProgramModel.__init__
+
+    def spy(self, constants, **kwargs):
+        seen.append(kwargs.get("runtime"))
+        real(self, constants, **kwargs)
+
+    monkeypatch.setattr(program_model.ProgramModel, "__init__", spy)
+    calls = [traced("allgather", 1 << 20, GROUP)]
+    base = get_runtime("msccl-executor").defaults
+    plan = plan_calls(run_of(4, calls), fast, options=options(
+        runtime_constants=base, runtime_constants_file="rt.json", runtime_version=(2, 19)))
+    assert any("nccl 2.19 runs them" in note for note in plan.notes)
+    assert seen and all(r.version == (2, 19) for r in seen if r is not None)
+
+
 def test_the_closed_form_is_the_quick_path(fast, options, run_of, traced):
     """model="closed-form" prices as before: lines, and the synthesized side charged its
     steps only (below NCCL's base latency on this 1 us-per-step topology)."""
