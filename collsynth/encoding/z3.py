@@ -9,13 +9,14 @@ this backend is the fallback when OR-Tools is not. Pseudo-Boolean constraints ar
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from collsynth.encoding.backend import Outcome, Status, run_interruptibly
 from collsynth.encoding.problem import SchedulingProblem
 from collsynth.errors import SolverError
 
-__all__ = ["Z3Backend", "z3_available", "import_z3"]
+__all__ = ["Z3Backend", "z3_available", "import_z3", "check_within"]
 
 
 def z3_available() -> bool:
@@ -129,30 +130,40 @@ class Z3Backend:
         for i in problem.orbit_zero:
             solver.add(z3.Not(x[i]))
 
-        # The limit covers building the constraints too (z3's timeout only bounds check()).
-        left = time_limit - (time.perf_counter() - started)
-        if left <= 0:
-            return Outcome(Status.TIMEOUT, seconds=time.perf_counter() - started,
-                           detail="time limit reached while encoding")
-        solver.set("timeout", max(1, int(left * 1000)))
+        def chosen_sends(model) -> Outcome:
+            chosen = tuple(i for i, var in enumerate(x)
+                           if z3.is_true(model.eval(var, model_completion=True)))
+            rounds = tuple(
+                next((k for k, v in enumerate(options, 1)
+                      if z3.is_true(model.eval(v, model_completion=True))), 1)
+                for options in one_hot)
+            return Outcome(Status.SAT, chosen, rounds)
 
-        def work() -> Outcome:
-            answer = solver.check()
-            seconds = time.perf_counter() - started
-            if answer == z3.sat:
-                model = solver.model()
-                chosen = tuple(i for i, var in enumerate(x)
-                               if z3.is_true(model.eval(var, model_completion=True)))
-                rounds = tuple(
-                    next((k for k, v in enumerate(options, 1)
-                          if z3.is_true(model.eval(v, model_completion=True))), 1)
-                    for options in one_hot)
-                return Outcome(Status.SAT, chosen, rounds, seconds)
-            if answer == z3.unsat:
-                return Outcome(Status.UNSAT, seconds=seconds)
-            reason = solver.reason_unknown()
-            status = Status.TIMEOUT if ("timeout" in reason or "canceled" in reason
-                                        or seconds >= time_limit * 0.95) else Status.UNKNOWN
-            return Outcome(status, seconds=seconds, detail=reason)
+        return check_within(z3, solver, chosen_sends, started, time_limit, ctx.interrupt)
 
-        return run_interruptibly(work, ctx.interrupt)
+
+def check_within(z3, solver, read_model, started: float, time_limit: float, interrupt
+                 ) -> Outcome:
+    """Run ``solver.check()`` in what is left of ``time_limit`` seconds since ``started``
+    (``time.perf_counter``), interruptibly; a sat answer becomes ``read_model(model)``'s
+    outcome, timed. The limit covers building the constraints too: z3's own timeout only
+    bounds ``check()``, so none left is a timeout before checking."""
+    left = time_limit - (time.perf_counter() - started)
+    if left <= 0:
+        return Outcome(Status.TIMEOUT, seconds=time.perf_counter() - started,
+                       detail="time limit reached while encoding")
+    solver.set("timeout", max(1, int(left * 1000)))
+
+    def work() -> Outcome:
+        answer = solver.check()
+        seconds = time.perf_counter() - started
+        if answer == z3.sat:
+            return dataclasses.replace(read_model(solver.model()), seconds=seconds)
+        if answer == z3.unsat:
+            return Outcome(Status.UNSAT, seconds=seconds)
+        reason = solver.reason_unknown()
+        status = Status.TIMEOUT if ("timeout" in reason or "canceled" in reason
+                                    or seconds >= time_limit * 0.95) else Status.UNKNOWN
+        return Outcome(status, seconds=seconds, detail=reason)
+
+    return run_interruptibly(work, interrupt)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from collsynth.encoding.backend import Outcome, Status, run_interruptibly
+from collsynth.encoding.backend import Outcome, Status
 from collsynth.encoding.problem import SchedulingProblem
-from collsynth.encoding.z3 import import_z3, z3_available
+from collsynth.encoding.z3 import check_within, import_z3, z3_available
 
 __all__ = ["Z3PathBackend"]
 
@@ -115,31 +115,14 @@ class Z3PathBackend:
             for t in range(1, S + 1):
                 solver.add(arriving(members, t) <= group.limit * rounds[t - 1])
 
-        # The limit covers building the constraints too (z3's timeout only bounds check()).
-        left = time_limit - (time.perf_counter() - started)
-        if left <= 0:
-            return Outcome(Status.TIMEOUT, seconds=time.perf_counter() - started,
-                           detail="time limit reached while encoding")
-        solver.set("timeout", max(1, int(left * 1000)))
+        def chosen_sends(model) -> Outcome:
+            index = {(x.chunk, x.src, x.dst, x.step): i for i, x in enumerate(problem.sends)}
+            chosen = []
+            for (c, s, d), var in send.items():
+                if z3.is_true(model.eval(var, model_completion=True)):
+                    t = model.eval(arrival(c, d), model_completion=True).as_long()
+                    chosen.append(index[(c, s, d, t)])
+            values = tuple(model.eval(r, model_completion=True).as_long() for r in rounds)
+            return Outcome(Status.SAT, tuple(chosen), values)
 
-        def work() -> Outcome:
-            answer = solver.check()
-            seconds = time.perf_counter() - started
-            if answer == z3.sat:
-                model = solver.model()
-                index = {(x.chunk, x.src, x.dst, x.step): i for i, x in enumerate(problem.sends)}
-                chosen = []
-                for (c, s, d), var in send.items():
-                    if z3.is_true(model.eval(var, model_completion=True)):
-                        t = model.eval(arrival(c, d), model_completion=True).as_long()
-                        chosen.append(index[(c, s, d, t)])
-                values = tuple(model.eval(r, model_completion=True).as_long() for r in rounds)
-                return Outcome(Status.SAT, tuple(chosen), values, seconds)
-            if answer == z3.unsat:
-                return Outcome(Status.UNSAT, seconds=seconds)
-            reason = solver.reason_unknown()
-            status = Status.TIMEOUT if ("timeout" in reason or "canceled" in reason
-                                        or seconds >= time_limit * 0.95) else Status.UNKNOWN
-            return Outcome(status, seconds=seconds, detail=reason)
-
-        return run_interruptibly(work, ctx.interrupt)
+        return check_within(z3, solver, chosen_sends, started, time_limit, ctx.interrupt)
