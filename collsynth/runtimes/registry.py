@@ -81,8 +81,9 @@ class Runtime:
     protocols:
         The protocols it runs by default (RCCL leaves LL128 off on most AMD GPUs).
     own_algorithms:
-        Its own algorithms collsynth models, by NCCL's names (``("ring", "tree")``; NCCL 2.23+
-        adds ``"nvls"``, ``"nvls_tree"``, ``"pat"``).
+        Its own algorithms collsynth models, by NCCL's names (``("ring", "tree", "p2p")``, the
+        last its grouped send/recv for alltoall; NCCL 2.23+ adds ``"nvls"``, ``"nvls_tree"``,
+        ``"pat"``).
     defaults:
         Its documented constants (:class:`~collsynth.runtimes.constants.RuntimeConstants`).
     dialect:
@@ -214,8 +215,8 @@ _EXECUTOR_ENV = Environment(
 #: (nccl, msccl-executor's base) also NVLS, NVLS-tree, PAT and CollNet, each where the machine
 #: and the tuning allow (collsynth.timing.tuning_model.offered_protocols; CollNet needs a
 #: network whose facts say sharp).
-_OWN = ("ring", "tree")
-_OWN_NCCL = ("ring", "tree", "nvls", "nvls_tree", "pat", "collnet_direct", "collnet_chain")
+_OWN = ("ring", "tree", "p2p")
+_OWN_NCCL = ("ring", "tree", "nvls", "nvls_tree", "pat", "collnet_direct", "collnet_chain", "p2p")
 
 #: Every runtime by name, in this order.
 RUNTIMES: Mapping[str, Runtime] = MappingProxyType({rt.name: rt for rt in (

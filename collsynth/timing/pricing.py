@@ -22,7 +22,7 @@ from collsynth.errors import (ExportError, InputTooLargeError, InvalidInstanceEr
                               VerificationError)
 from collsynth.export.program import Program
 from collsynth.runtimes import Runtime, check_protocol
-from collsynth.timing.runtime_baselines import TREE_COLLECTIVES
+from collsynth.timing.runtime_baselines import P2P_COLLECTIVES, TREE_COLLECTIVES
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     import sympy
@@ -41,7 +41,7 @@ __all__ = ["Subject", "RuntimeAlgorithm", "MEASURED", "runtime_algorithms", "sub
 PRICING_FAILURES = (ExportError, InvalidInstanceError, InputTooLargeError, InvalidTopologyError,
                     UnknownNameError, VerificationError, UnimplementableError)
 #: Collectives the NCCL-family runtimes run on their ring (their tree: TREE_COLLECTIVES); the
-#: others (alltoall, gather, scatter) run as grouped send/recv.
+#: others (alltoall, gather, scatter) run as grouped send/recv (alltoall: their ``p2p``).
 RUNS_ON_RING = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce")
 #: The algorithm of a :class:`RuntimeAlgorithm` that stands for whatever the runtime ran, as one
 #: measured curve (:class:`collsynth.timing.closed_form.Measured` prices it).
@@ -130,8 +130,9 @@ def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
     >>> [a.name for a in runtime_algorithms(get_runtime("nccl"), "allreduce",
     ...                                     get_topology("dgx-h100"))]
     ['nccl-ring', 'nccl-tree', 'nccl-nvls']
-    >>> runtime_algorithms(get_runtime("nccl"), "alltoall", get_topology("dgx1"))
-    ()
+    >>> [a.name for a in runtime_algorithms(get_runtime("nccl"), "alltoall",
+    ...                                     get_topology("dgx1"))]
+    ['nccl-p2p']
     """
     key = canonical_name(collective)
     found = []
@@ -139,6 +140,8 @@ def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
     for algorithm in runtime.own_algorithms:
         if algorithm in ("ring", "tree"):
             runs = key in (RUNS_ON_RING if algorithm == "ring" else TREE_COLLECTIVES)
+        elif algorithm == "p2p":
+            runs = key in P2P_COLLECTIVES
         else:
             if offered is None:
                 offered = _offered(runtime, key, topology)

@@ -355,6 +355,8 @@ class ProgramModel:
             options = (chosen,) if chosen in runs else \
                 tuple(p for p in subject.runtime.protocols if p in runs) or runs
         setup = self.tuning(subject.topology, subject.runtime.family)
+        if subject.algorithm == "p2p":
+            return self._p2p_choice(subject, size, options, setup)
         if setup is not None:
             choice = algorithm_choice(setup, subject.collective, subject.algorithm, int(size),
                                       options)
@@ -368,6 +370,21 @@ class ProgramModel:
                     channels = max(1, (channels + 1) // 2)
                 return [(protocol, channels)]
         return [(p, self._channels(subject)) for p in options]
+
+    def _p2p_choice(self, subject: RuntimeAlgorithm, size: int, options: tuple[str, ...],
+                    setup: "TuningSetup | None") -> list[tuple[str, int | None]]:
+        """Grouped send/recv: the runtime's protocol and parts per peer for the call
+        (:func:`~collsynth.timing.p2p_tuning.p2p_shape`), pins kept; without a tuning setup,
+        every protocol offered on one part per peer."""
+        from collsynth.timing.p2p_tuning import p2p_shape, peer_channels
+        from collsynth.topology.machine import machine_facts
+
+        if setup is None:
+            return [(p, subject.channels or 1) for p in options]
+        shape = p2p_shape(setup, int(size), intra_peer_channels=peer_channels(subject.topology),
+                          nic_gbps=machine_facts(subject.topology).nic_gbps)
+        protocol = subject.protocol or shape.protocol
+        return [(protocol, subject.channels or shape.parts)]
 
     def _pipeline(self, subject: RuntimeAlgorithm, protocol: str, channels: int | None,
                   size: int) -> int | None:
@@ -433,7 +450,8 @@ class ProgramModel:
         without a tuning setup."""
         from collsynth.timing.tuning_model import bandwidth_correction
 
-        if not isinstance(subject, RuntimeAlgorithm) or protocol is None:
+        if not isinstance(subject, RuntimeAlgorithm) or protocol is None \
+                or subject.algorithm == "p2p":  # no cost model behind grouped send/recv
             return 1.0
         setup = self.tuning(subject.topology, subject.runtime.family)
         if setup is None:
@@ -536,6 +554,9 @@ def chosen_algorithms(model: ProgramModel, runtime: Runtime, collective: str,
     setup = model.tuning(topology, runtime.family)
     found = []
     for size in sizes:
+        if "p2p" in own:  # grouped send/recv: the only way the runtime runs it
+            found.append(own["p2p"])
+            continue
         if setup is None:
             prices = [(model.price(a, [size])[0].time_us, a) for a in own.values()]
             found.append(min(prices, key=lambda x: x[0])[1])

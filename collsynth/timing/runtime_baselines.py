@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["RING_COLLECTIVES", "TREE_COLLECTIVES", "PAT_COLLECTIVES", "ring_program",
            "runtime_rings", "double_binary_tree", "tree_program", "runtime_tree", "pat_steps",
-           "pat_program", "tree_pipeline", "TREE_PIPELINE", "TREE_MAX_PIPELINE"]
+           "pat_program", "tree_pipeline", "TREE_PIPELINE", "TREE_MAX_PIPELINE",
+           "P2P_COLLECTIVES", "p2p_program", "p2p_channel"]
 
 #: Collectives whose ring :func:`ring_program` writes.
 RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
@@ -28,6 +29,8 @@ RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
 TREE_COLLECTIVES = ("allreduce",)
 #: Collectives NCCL runs with PAT (one GPU per node, Simple).
 PAT_COLLECTIVES = ("allgather", "reduce_scatter")
+#: Collectives NCCL and RCCL run as grouped send/recv: one p2p operation per peer.
+P2P_COLLECTIVES = ("alltoall",)
 #: Pipeline chunks per tree (per half of the buffer) that :func:`tree_program` writes at least.
 TREE_PIPELINE = 4
 #: The most pipeline chunks per tree :func:`tree_pipeline` asks for (the simulation's cost grows
@@ -523,3 +526,90 @@ def _with_hasdep(raw: Sequence[tuple[int, int, list[list]]], first: int
                                        int((first + t, s) in awaited))
                                for s, (op, sb, so, db, do, depid, deps) in enumerate(steps)))
             for t, (send, recv, steps) in enumerate(raw)]
+
+
+# -- NCCL's grouped send/recv (alltoall) -------------------------------------------------------
+
+
+def p2p_channel(delta: int, part: int, channels: int) -> int:
+    """The channel NCCL runs part ``part`` of the p2p operations of round ``delta`` on, out of
+    ``channels`` (a power of two): the round's base bit-reversed, plus the part
+    (``ncclP2pChannelBaseForRound``, ``ncclP2pChannelForPart``, NCCL 2.28+ on one node).
+
+    >>> [p2p_channel(d, 0, 32) for d in range(4)], p2p_channel(1, 3, 32)
+    ([0, 16, 8, 24], 19)
+    """
+    bits = max(0, channels.bit_length() - 1)
+    base = int(format(delta % channels, f"0{bits}b")[::-1], 2) if bits else 0
+    return (base + part) % channels
+
+
+def p2p_program(collective: str, ranks: int, parts: int = 1, *, channels: int | None = None,
+                protocol: str = "Simple", name: str | None = None,
+                runtime: str | None = None) -> Program:
+    """NCCL's ``collective`` run as grouped send/recv (alltoall: nccl-tests' ``alltoall_perf``,
+    one ``ncclSend`` and one ``ncclRecv`` per peer) as a Program.
+
+    At round ``d`` (1 .. ranks - 1) every rank ``r`` sends its block for ``r + d`` and receives
+    the block of ``r - d``; its own block is copied. Each block is split in ``parts`` parts,
+    part ``k`` of round ``d`` on channel :func:`p2p_channel` of ``channels`` (default: the
+    fewest powers of two that hold ``ranks x parts``). A send and a receive are separate thread
+    blocks (NCCL runs them on separate warps of one work); every round runs at once, as NCCL's
+    one batch of at most 8 works per channel does when the rounds fall on distinct channels.
+    ``runtime``: as for :func:`ring_program`. docs/runtime-model.md, "Grouped send/recv".
+
+    Raises
+    ------
+    UnknownNameError
+        A collective other than alltoall.
+    InvalidInstanceError, InputTooLargeError
+        Bad ranks, parts or channels, or more steps than the program model simulates.
+
+    >>> p = p2p_program("alltoall", 4, 2)
+    >>> [(tb.send, tb.recv, tb.chan) for tb in p.gpus[0].threadblocks][:3]
+    [(-1, -1, 0), (1, -1, 4), (-1, 3, 4)]
+    """
+    from collsynth.timing.runtime_model import check_simulated_steps
+
+    key = canonical_name(collective)
+    if key not in P2P_COLLECTIVES:
+        raise UnknownNameError(f"no grouped send/recv program for {collective!r}; there is one "
+                               f"for {', '.join(P2P_COLLECTIVES)}")
+    n = ranks
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise InvalidInstanceError(f"grouped send/recv on {n!r} ranks: expected a whole "
+                                   "number >= 2")
+    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
+        raise InvalidInstanceError(f"grouped send/recv in {parts!r} parts per peer: expected a "
+                                   "whole number >= 1")
+    if channels is None:
+        channels = 1 << max(0, (n * parts - 1).bit_length())
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1 \
+            or channels & (channels - 1):
+        raise InvalidInstanceError(f"grouped send/recv on {channels!r} channels: expected a "
+                                   "power of two")
+    check_simulated_steps(n * (2 * (n - 1) + 1) * parts,
+                          f"the grouped send/recv {key} of {n} ranks in {parts} part(s)")
+
+    def chunk(peer: int, k: int) -> int:   # the part k of the block for (or from) ``peer``
+        return peer * parts + k
+
+    gpus = []
+    for rank in range(n):
+        copy = tuple(XmlStep(k, "cpy", "i", chunk(rank, k), "o", chunk(rank, k), 1)
+                     for k in range(parts))
+        blocks = [ThreadBlock(0, -1, -1, 0, copy)]
+        for d in range(1, n):
+            to, came = (rank + d) % n, (rank - d) % n
+            for k in range(parts):
+                ch = p2p_channel(d, k, channels)
+                blocks.append(ThreadBlock(len(blocks), to, -1, ch, (
+                    XmlStep(0, "s", "i", chunk(to, k), "o", chunk(rank, k), 1),)))
+                blocks.append(ThreadBlock(len(blocks), -1, came, ch, (
+                    XmlStep(0, "r", "i", chunk(rank, k), "o", chunk(came, k), 1),)))
+        gpus.append(GpuProgram(rank, n * parts, n * parts, 0, tuple(blocks)))
+    highest = max(tb.chan for g in gpus for tb in g.threadblocks)
+    program = Program(name=name or f"p2p-{key}", proto=protocol, nchannels=highest + 1,
+                      nchunksperloop=n * parts, ngpus=n, coll=key, inplace=0,
+                      gpus=tuple(gpus), outofplace=1, min_bytes=0)
+    return program if runtime is None else _for_runtime(program, runtime)

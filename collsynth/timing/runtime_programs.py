@@ -1,7 +1,8 @@
 """The runtime's own algorithms as what the program model simulates: one table.
 
 :data:`RUNTIME_PROGRAMS` maps each algorithm (NCCL's names: ``ring``, ``tree``, ``nvls``,
-``nvls_tree``, ``pat``, ``collnet_direct``, ``collnet_chain``) to its builder,
+``nvls_tree``, ``pat``, ``collnet_direct``, ``collnet_chain``; ``p2p`` for the collectives it
+runs as grouped send/recv) to its builder,
 ``build(collective, topology, channels, protocol)``, which returns an MSCCL
 :class:`~collsynth.export.program.Program` the checker proves (ring, tree, PAT:
 :mod:`collsynth.timing.runtime_baselines`) or a timing graph through a switch vertex (NVLS,
@@ -19,8 +20,9 @@ from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from collsynth.export.program import Program
 from collsynth.runtimes.protocols import PROTOCOLS
-from collsynth.timing.runtime_baselines import (PAT_COLLECTIVES, RING_COLLECTIVES,
-                                                TREE_COLLECTIVES, TREE_PIPELINE, pat_program,
+from collsynth.timing.runtime_baselines import (P2P_COLLECTIVES, PAT_COLLECTIVES,
+                                                RING_COLLECTIVES, TREE_COLLECTIVES,
+                                                TREE_PIPELINE, p2p_program, pat_program,
                                                 ring_program, runtime_rings, runtime_tree,
                                                 tree_program)
 from collsynth.timing.runtime_model import PreparedProgram
@@ -70,6 +72,17 @@ def _tree(collective: str, topology: "Topology", channels: int | None, protocol:
 
 def _pat(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
     return pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
+
+
+#: The most channels a grouped send/recv spreads its rounds and parts over (NCCL's MAXCHANNELS).
+_P2P_MAX_CHANNELS = 64
+
+
+def _p2p(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
+    # ``channels`` is the parts each peer's operation is split over (one channel each)
+    n, parts = topology.num_ranks, channels or 1
+    spread = min(1 << max(0, (n * parts - 1).bit_length()), _P2P_MAX_CHANNELS)
+    return p2p_program(collective, n, parts, channels=spread, protocol=protocol)
 
 
 def _nvls(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
@@ -122,6 +135,8 @@ RUNTIME_PROGRAMS: Mapping[str, RuntimeProgram] = MappingProxyType({
     "nvls_tree": RuntimeProgram("nvls_tree", NVLS_TREE_COLLECTIVES, ("Simple",), _nvls_tree,
                                 _runtime_channels("nvls_tree"), False),
     "pat": RuntimeProgram("pat", PAT_COLLECTIVES, ("Simple",), _pat, _found_rings, True),
+    # grouped send/recv: ``channels`` is the parts per peer (p2p_tuning.p2p_shape)
+    "p2p": RuntimeProgram("p2p", P2P_COLLECTIVES, ("LL", "Simple"), _p2p, lambda t: None, True),
     "collnet_direct": RuntimeProgram("collnet_direct", SHARP_COLLECTIVES, ("Simple",),
                                      _collnet("collnet_direct"),
                                      _runtime_channels("collnet_direct"), False),

@@ -148,8 +148,12 @@ def test_dgx1_plan(dgx1_plan):
     assert all((s.setup, s.period, s.steps) == (2, 9, 3) for s in steps.values())
     not_planned = {n.kind for n in plan.not_planned}
     assert {"barrier", "broadcast_object_list", "isend", "irecv"} <= not_planned
+    # alltoall: NCCL runs it as grouped send/recv, priced by the program model as its p2p
+    # program, against which the synthesized alltoall is weighed on the same yardstick
     alltoall = next(e for e in plan.entries if e.collective == "alltoall")
-    assert alltoall.status == "nccl" and "grouped send/recv" in alltoall.reason
+    assert alltoall.yardstick == "program-model"
+    assert [c.name for c in alltoall.candidates if c.source == NCCL] == ["nccl-p2p"]
+    assert any(c.source != NCCL for c in alltoall.candidates)
     obj = json.loads((directory / "plan.json").read_text())
     assert obj["environment"][0]["name"] == "MSCCL_ALGO_DIR"
     assert obj["environment"][0]["value"] == str(directory / "xml")

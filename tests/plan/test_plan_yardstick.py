@@ -37,7 +37,7 @@ SIZES = {"allgather": (4096, 1 << 20, 16 << 20), "allreduce": (4096, 1 << 20),
 @pytest.fixture(scope="module")
 def yard_plan(tmp_path_factory, fast, options, run_of, traced):
     calls = [traced(kind, size, GROUP) for kind, sizes in SIZES.items() for size in sizes]
-    calls += [traced("alltoall", 4096, GROUP)]
+    calls += [traced("alltoall", 4096, GROUP), traced("broadcast", 4096, GROUP, root=0)]
     plan = plan_calls(run_of(4, calls), fast, options=options())
     target = write_plan(plan, tmp_path_factory.mktemp("plans") / "yard", plots=False)
     return plan, target, fast
@@ -54,13 +54,17 @@ def test_ring_collectives_are_priced_by_the_program_model(yard_plan):
         assert entries[kind].yardstick == PROGRAM_MODEL
         assert all(c.yardstick == PROGRAM_MODEL for c in entries[kind].candidates
                    if c.name not in entries[kind].excluded)
-    # alltoall has no runtime ring as a program: the closed form, and the plan says why.
-    assert entries["alltoall"].yardstick == CLOSED_FORM
-    assert "alltoall" in entries["alltoall"].yardstick_note
+    # alltoall: NCCL's grouped send/recv is a program the model prices (nccl-p2p)
+    assert entries["alltoall"].yardstick == PROGRAM_MODEL
+    assert [c.name for c in entries["alltoall"].candidates if c.source == NCCL] == ["nccl-p2p"]
+    # broadcast has no runtime program: the closed form, and the plan says why.
+    assert entries["broadcast"].yardstick == CLOSED_FORM
+    assert "broadcast" in entries["broadcast"].yardstick_note
     obj = json.loads((target / "plan.json").read_text())
     yardsticks = {e["collective"]: e["yardstick"] for e in obj["entries"]}
     assert yardsticks == {"allgather": PROGRAM_MODEL, "allreduce": PROGRAM_MODEL,
-                          "reduce_scatter": PROGRAM_MODEL, "alltoall": CLOSED_FORM}
+                          "reduce_scatter": PROGRAM_MODEL, "alltoall": PROGRAM_MODEL,
+                          "broadcast": CLOSED_FORM}
     report = (target / "report.md").read_text()
     assert "Priced by: program-model." in report and "Priced by: closed-form (" in report
 

@@ -338,7 +338,10 @@ def test_runtime_algorithms_follow_nccls_rules():
     assert _names("rccl", "allreduce", get_topology("mi300x")) == ["ring", "tree"]
     assert _names("msccl", "allreduce", h100) == ["ring", "tree"]
     assert _names("msccl-executor", "allreduce", h100) == ["ring", "tree", "nvls"]
-    assert _names("nccl", "alltoall", h100) == []
+    # alltoall: grouped send/recv, the only way either runs it; mscclpp has no own algorithms
+    assert _names("nccl", "alltoall", h100) == ["p2p"]
+    assert _names("rccl", "alltoall", get_topology("mi300x")) == ["p2p"]
+    assert _names("mscclpp", "alltoall", h100) == []
 
 
 def test_the_rules_have_one_home(monkeypatch):
@@ -351,10 +354,11 @@ def test_the_rules_have_one_home(monkeypatch):
 
 def test_every_algorithm_has_a_builder_and_the_checkable_ones_are_proved():
     assert set(RUNTIME_PROGRAMS) == {"ring", "tree", "nvls", "nvls_tree", "pat",
-                                     "collnet_direct", "collnet_chain"}
+                                     "collnet_direct", "collnet_chain", "p2p"}
     h100 = get_topology("dgx-h100")
     for name, collective, topology in (("ring", "allgather", h100), ("pat", "allgather",
-                                                                      one_gpu_nodes(4))):
+                                                                      one_gpu_nodes(4)),
+                                       ("p2p", "alltoall", h100)):
         program = runtime_program(name, collective, topology, 2)
         assert RUNTIME_PROGRAMS[name].checkable
         assert check_program(program, runtime="msccl", collective=collective).ok
