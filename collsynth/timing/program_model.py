@@ -245,7 +245,7 @@ class ProgramModel:
             return subject.channels
         entry = RUNTIME_PROGRAMS[subject.algorithm]
         if self.constants.channels is not None and entry.algorithm in ("ring", "tree", "pat") \
-                and self.tuning(subject.topology, subject.runtime.family) is None:
+                and self.tuning(subject.topology, subject.runtime) is None:
             return self.constants.channels
         key = ("channels", subject.algorithm, id(subject.topology))
         found = self._prepared.get(key)
@@ -254,15 +254,20 @@ class ProgramModel:
                                            entry.channels(subject.topology))
         return found[1]  # type: ignore[return-value]
 
-    def tuning(self, topology: "Topology", family: str) -> "TuningSetup | None":
+    def tuning(self, topology: "Topology", runtime: "Runtime | str") -> "TuningSetup | None":
         """The runtime's tuning setup on ``topology`` (:func:`~collsynth.timing.tuning_model.
-        tuning_setup`; NCCL's for the MSCCL runtimes), ``None`` when the machine's facts cannot
-        set one up or name no GPU architecture (a ``ring:8``). Once per topology."""
+        tuning_setup`; NCCL's for the MSCCL runtimes) at the runtime's version (a family name:
+        this model's runtime's version when it is of that family), ``None`` when the machine's
+        facts cannot set one up or name no GPU architecture (a ``ring:8``). Once per topology."""
         from collsynth.timing.tuning_model import SETUP_FAILURES, tuning_setup
         from collsynth.topology.machine import machine_facts
 
+        if isinstance(runtime, Runtime):
+            family, version = runtime.family, runtime.version
+        else:
+            family = runtime
+            version = self.runtime.version if family == self.runtime.family else None
         family = family if family in ("nccl", "rccl") else "nccl"
-        version = self.runtime.version if family == self.runtime.family else None
         key = ("setup", family, version, id(topology))
         found = self._prepared.get(key)
         if found is None or found[0] is not topology:
@@ -284,9 +289,9 @@ class ProgramModel:
         c = self.constants
         if topology is None:
             return c
-        runtime = subject.runtime.family if isinstance(subject, RuntimeAlgorithm) else None
+        runtime = subject.runtime if isinstance(subject, RuntimeAlgorithm) else None
         algorithm = subject.algorithm if isinstance(subject, RuntimeAlgorithm) else None
-        key = (id(c), id(topology), runtime, algorithm)
+        key = (id(c), id(topology), runtime and (runtime.family, runtime.version), algorithm)
         found = self._on.get(key)
         if found is not None and found[0] is c and found[1] is topology:
             return found[2]
@@ -354,7 +359,7 @@ class ProgramModel:
             chosen = self.constants.default_protocol(size)
             options = (chosen,) if chosen in runs else \
                 tuple(p for p in subject.runtime.protocols if p in runs) or runs
-        setup = self.tuning(subject.topology, subject.runtime.family)
+        setup = self.tuning(subject.topology, subject.runtime)
         if subject.algorithm == "p2p":
             return self._p2p_choice(subject, size, options, setup)
         if setup is not None:
@@ -397,7 +402,7 @@ class ProgramModel:
 
         if not RUNTIME_PROGRAMS[subject.algorithm].pipelined or channels is None:
             return None
-        setup = self.tuning(subject.topology, subject.runtime.family)
+        setup = self.tuning(subject.topology, subject.runtime)
         if setup is None:
             return None
         shape = call_shape(setup, subject.collective, subject.algorithm, protocol, int(size))
@@ -423,7 +428,7 @@ class ProgramModel:
         from collsynth.runtimes.constants import LINK_CLASSES
         from collsynth.timing.tuning_model import call_cap_gbps
 
-        setup = self.tuning(subject.topology, subject.runtime.family)
+        setup = self.tuning(subject.topology, subject.runtime)
         if setup is None:
             return c
         cap = call_cap_gbps(setup, subject.algorithm, protocol)
@@ -453,7 +458,7 @@ class ProgramModel:
         if not isinstance(subject, RuntimeAlgorithm) or protocol is None \
                 or subject.algorithm == "p2p":  # no cost model behind grouped send/recv
             return 1.0
-        setup = self.tuning(subject.topology, subject.runtime.family)
+        setup = self.tuning(subject.topology, subject.runtime)
         if setup is None:
             return 1.0
         return bandwidth_correction(setup, subject.collective, RUNTIME_PROGRAMS[
@@ -551,7 +556,7 @@ def chosen_algorithms(model: ProgramModel, runtime: Runtime, collective: str,
     if not own:
         raise InvalidInstanceError(f"the program model prices none of {runtime.family}'s own "
                                    f"algorithms for {collective} on {topology.name!r}")
-    setup = model.tuning(topology, runtime.family)
+    setup = model.tuning(topology, runtime)
     found = []
     for size in sizes:
         if "p2p" in own:  # grouped send/recv: the only way the runtime runs it

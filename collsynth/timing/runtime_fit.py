@@ -399,7 +399,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     base = constants if constants is not None else family.defaults
     probe = ProgramModel(base, runtime=family,
                          options=SimulationOptions(gpus_per_thread=gpus_per_thread))
-    setup = probe.tuning(topology, family.family)
+    setup = probe.tuning(topology, family)
     if setup is None:
         return None
     facts = machine_facts(topology)

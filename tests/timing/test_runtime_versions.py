@@ -120,3 +120,20 @@ def test_the_old_tree_simple_chunk_rule_follows_the_version():
     # 1 GiB over at most 32 channels: >= 32 MiB a channel, 64 chunks of 512 KiB: kept
     assert call_shape(old, "allreduce", "tree", "Simple", 1 << 30).chunk_bytes == 512 << 10
     assert call_shape(old, "allreduce", "tree", "Simple", 1 << 20).chunk_bytes == 32 << 10
+
+
+def test_a_subjects_own_version_is_priced():
+    """The version travels with the runtime value: a subject of NCCL 2.19 is priced at 2.19's
+    rules by a model built for the newest (its tree's Simple chunk halves at mid sizes, so the
+    pipeline fills sooner: two DGX-H100 nodes, 16 MiB)."""
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.topology import compose_nodes
+
+    two = compose_nodes(get_topology("dgx-h100"), 2)
+    nccl = get_runtime("nccl")
+    model = ProgramModel(nccl.defaults, runtime=nccl)
+    assert model.tuning(two, nccl.at_version((2, 19))).version == (2, 19)
+    assert model.tuning(two, "nccl").version == (2, 30)
+    old = RuntimeAlgorithm(nccl.at_version((2, 19)), "tree", "allreduce", two, protocol="Simple")
+    new = RuntimeAlgorithm(nccl, "tree", "allreduce", two, protocol="Simple")
+    assert model.price(old, [16 << 20])[0].time_us < model.price(new, [16 << 20])[0].time_us
