@@ -170,6 +170,9 @@ class ClosedForm:
         if subject.algorithm == "tree" and subject.collective in RUNS_ON_RING and \
                 subject.collective not in TREE_COLLECTIVES:
             return f"NCCL has no tree for {subject.collective} (tree is allreduce only)"
+        if subject.algorithm == "p2p":
+            return (f"NCCL runs {subject.collective} as grouped send/recv, outside its ring/tree "
+                    "tuning model; the program model prices it (--model program)")
         if subject.algorithm not in LINEAR_ALGORITHMS or \
                 subject.collective not in RUNS_ON_RING:
             return (f"NCCL runs {subject.collective} as grouped send/recv, outside its ring/tree "
