@@ -16,7 +16,8 @@ from collsynth.timing.tuning_model import TuningSetup
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
-__all__ = ["P2P_LL_THRESHOLD", "P2P_CHUNK_BYTES", "P2pShape", "peer_channels", "p2p_shape"]
+__all__ = ["P2P_LL_THRESHOLD", "P2P_CHUNK_BYTES", "P2pShape", "peer_channels", "p2p_shape",
+           "p2p_channel_count"]
 
 #: ``NCCL_P2P_LL_THRESHOLD``: bytes per channel of a p2p operation up to which it runs LL.
 P2P_LL_THRESHOLD = 16384
@@ -59,6 +60,19 @@ def peer_channels(topology: "Topology") -> int:
     return 2 * max(1, int(fewest)) if fewest > 0 else 2
 
 
+def p2p_channel_count(setup: TuningSetup) -> int:
+    """``p2pnChannels``: the communicator's channels rounded up to a power of two, at most
+    MAXCHANNELS (32; 64 from NCCL 2.25).
+
+    >>> from collsynth.timing.tuning_model import tuning_setup
+    >>> from collsynth.topology import get_topology
+    >>> p2p_channel_count(tuning_setup(get_topology("dgx-a100")))  # 24 channels
+    32
+    """
+    limit = 64 if setup.version >= (2, 25) else 32
+    return min(_pow2_up(min(setup.comm_channels, limit)), limit)
+
+
 def p2p_shape(setup: TuningSetup, size_bytes: int, *, intra_peer_channels: int,
               nic_gbps: float | None = None) -> P2pShape:
     """How the runtime runs an alltoall of ``size_bytes`` (nccl-tests' size: every rank's whole
@@ -74,8 +88,7 @@ def p2p_shape(setup: TuningSetup, size_bytes: int, *, intra_peer_channels: int,
     [('LL', 1), ('Simple', 4), ('Simple', 32)]
     """
     nodes, ranks = setup.nodes, setup.ranks
-    limit = 64 if setup.version >= (2, 25) else 32   # MAXCHANNELS (64 from 2.25)
-    channels = min(_pow2_up(min(setup.comm_channels, limit)), limit)
+    channels = p2p_channel_count(setup)
     per_peer = intra_peer_channels
     if nodes > 1:
         if setup.version >= (2, 29):

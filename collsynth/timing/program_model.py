@@ -314,11 +314,14 @@ class ProgramModel:
         entry = RUNTIME_PROGRAMS[subject.algorithm]
         if not entry.pipelined:
             pipeline = None
+        spread = self._p2p_channels(subject) if entry.spread else None
         key = ("program", subject.algorithm, subject.collective, id(subject.topology), channels,
-               protocol, pipeline)
+               protocol, pipeline, spread)
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
-            extra = {} if pipeline is None else {"pipeline": pipeline}
+            extra: dict[str, int] = {} if pipeline is None else {"pipeline": pipeline}
+            if spread is not None:
+                extra["spread"] = spread
             built = entry.build(subject.collective, subject.topology, channels, protocol,
                                 **extra)
             name = subject.runtime.family + "-" + subject.algorithm
@@ -375,6 +378,14 @@ class ProgramModel:
                     channels = max(1, (channels + 1) // 2)
                 return [(protocol, channels)]
         return [(p, self._channels(subject)) for p in options]
+
+    def _p2p_channels(self, subject: RuntimeAlgorithm) -> int | None:
+        """The channels grouped send/recv spreads its rounds and parts over (``p2pnChannels``:
+        :func:`~collsynth.timing.p2p_tuning.p2p_channel_count`); ``None`` without a tuning."""
+        from collsynth.timing.p2p_tuning import p2p_channel_count
+
+        setup = self.tuning(subject.topology, subject.runtime)
+        return None if setup is None else p2p_channel_count(setup)
 
     def _p2p_choice(self, subject: RuntimeAlgorithm, size: int, options: tuple[str, ...],
                     setup: "TuningSetup | None") -> list[tuple[str, int | None]]:

@@ -48,7 +48,9 @@ class RuntimeProgram:
     protocol)``; ``channels(topology)`` its channel count when none is given (``None``: the
     builder's own default); ``checkable``: it is an MSCCL program the checker proves;
     ``pipelined``: ``build`` also takes ``pipeline=``, the chunks per channel
-    (:func:`~collsynth.timing.runtime_baselines.tree_pipeline`), which depend on the size.
+    (:func:`~collsynth.timing.runtime_baselines.tree_pipeline`), which depend on the size;
+    ``spread``: ``build`` also takes ``spread=``, the channels grouped send/recv shares
+    (:func:`~collsynth.timing.p2p_tuning.p2p_channel_count`).
     """
 
     algorithm: str
@@ -58,6 +60,7 @@ class RuntimeProgram:
     channels: Callable[["Topology"], "int | None"]
     checkable: bool
     pipelined: bool = False
+    spread: bool = False
 
 
 def _ring(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
@@ -74,15 +77,14 @@ def _pat(collective: str, topology: "Topology", channels: int | None, protocol: 
     return pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
 
 
-#: The most channels a grouped send/recv spreads its rounds and parts over (NCCL's MAXCHANNELS).
-_P2P_MAX_CHANNELS = 64
-
-
-def _p2p(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
-    # ``channels`` is the parts each peer's operation is split over (one channel each)
+def _p2p(collective: str, topology: "Topology", channels: int | None, protocol: str, *,
+         spread: int | None = None) -> Built:
+    # ``channels`` is the parts each peer's operation is split over; ``spread`` the runtime's
+    # p2p channels they and the rounds share (without one: as many as they need)
     n, parts = topology.num_ranks, channels or 1
-    spread = min(1 << max(0, (n * parts - 1).bit_length()), _P2P_MAX_CHANNELS)
-    return p2p_program(collective, n, parts, channels=spread, protocol=protocol)
+    needed = 1 << max(0, (n * parts - 1).bit_length())
+    return p2p_program(collective, n, parts, channels=min(needed, spread or needed),
+                       protocol=protocol)
 
 
 def _nvls(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
@@ -136,7 +138,8 @@ RUNTIME_PROGRAMS: Mapping[str, RuntimeProgram] = MappingProxyType({
                                 _runtime_channels("nvls_tree"), False),
     "pat": RuntimeProgram("pat", PAT_COLLECTIVES, ("Simple",), _pat, _found_rings, True),
     # grouped send/recv: ``channels`` is the parts per peer (p2p_tuning.p2p_shape)
-    "p2p": RuntimeProgram("p2p", P2P_COLLECTIVES, ("LL", "Simple"), _p2p, lambda t: None, True),
+    "p2p": RuntimeProgram("p2p", P2P_COLLECTIVES, ("LL", "Simple"), _p2p, lambda t: None, True,
+                          spread=True),
     "collnet_direct": RuntimeProgram("collnet_direct", SHARP_COLLECTIVES, ("Simple",),
                                      _collnet("collnet_direct"),
                                      _runtime_channels("collnet_direct"), False),

@@ -85,6 +85,8 @@ def test_a_large_alltoall_is_bound_by_each_gpus_port():
     (price,) = ProgramModel(nccl.defaults, runtime=nccl).price(subject, [8 << 30])
     assert price.protocol == "Simple"
     assert price.time_us == pytest.approx(7 / 8 * (8 << 30) / 240e3, rel=0.02)
+    # 32 parts x 8 rounds share NCCL's 32 p2p channels (24 communicator channels, rounded up)
+    assert price.channels == 32
 
 
 def test_time_prices_the_runtimes_alltoall(capsys):
