@@ -1248,7 +1248,7 @@ def setup_from_facts(facts: "MachineFacts", *, gpu_gbps: float, path_gbps: float
         else:
             nvls_channels = 16
     pat = runtime == "nccl" and ppn == 1 and nodes > 1 and (cc or 0) >= 60
-    ll128 = _ll128_enabled(runtime, version, cc, facts.arch, nodes, nvlink)
+    ll128 = _ll128_enabled(runtime, version, cc, facts.arch, nodes, nvlink, facts.nic_path)
     overhead = net_overhead_us if net_overhead_us is not None else \
         (2.0 if facts.cpu_vendor == "amd" else 1.0)
     return TuningSetup(runtime=runtime, version=version, ranks=facts.num_ranks, nodes=nodes,
@@ -1285,11 +1285,16 @@ def version_note(runtime: str, version: tuple[int, int] | None) -> str | None:
 
 
 def _ll128_enabled(runtime: str, version: tuple[int, int], cc: int | None, arch: str | None,
-                   nodes: int, nvlink: bool) -> bool:
+                   nodes: int, nvlink: bool, nic_path: str | None = None) -> bool:
     if runtime == "rccl":
         archs = ("gfx90a",) if version < (2, 28) else ("gfx90a", "gfx942", "gfx950")
         return arch in archs and nvlink
     if cc is None or cc < 70 or not nvlink:
+        return False
+    # Across nodes the graph's GPU-NIC path must be PXB or better (PXN on sm90+): a path
+    # through the CPU is PHB, which fails; NVLink-C2C to the CPU is PHB too before 2.27 and
+    # its own P2C from 2.27, which LL128 accepts on sm90+ (NCCL_LL128_C2C=1).
+    if nodes > 1 and (nic_path == "cpu" or (nic_path == "c2c" and version < (2, 27))):
         return False
     if version < (2, 27):
         allowed = (70, 80, 90) + ((100, 120) if version >= (2, 25) else ())

@@ -18,8 +18,8 @@ from collsynth.errors import InvalidTopologyError
 from collsynth.topology.model import Topology
 
 __all__ = ["MachineFacts", "machine_facts", "with_machine", "machine_metadata_problem",
-           "INTRA_CLASSES", "NETWORK_CLASSES", "CPU_VENDORS", "MACHINE_FIELDS", "PCIE_GBPS",
-           "DEFAULT_PCIE_GBPS"]
+           "INTRA_CLASSES", "NETWORK_CLASSES", "CPU_VENDORS", "NIC_PATHS", "MACHINE_FIELDS",
+           "PCIE_GBPS", "DEFAULT_PCIE_GBPS"]
 
 #: Links between the GPUs of one node (``neuronlink``: AWS Trainium, not an NCCL class).
 INTRA_CLASSES = ("nvlink", "xgmi", "pcie", "neuronlink")
@@ -27,9 +27,13 @@ INTRA_CLASSES = ("nvlink", "xgmi", "pcie", "neuronlink")
 NETWORK_CLASSES = ("ib", "roce", "efa", "slingshot", "tcp")
 #: Host CPUs, as NCCL tells them apart (x86 Intel / x86 AMD / Arm / POWER).
 CPU_VENDORS = ("intel", "amd", "arm", "power")
+#: How a GPU reaches its NIC: under the same PCIe switch (``pcie``: NCCL's PIX / PXB paths, the
+#: HGX / DGX / OAM platforms), through its own CPU over NVLink-C2C (``c2c``: Grace superchips;
+#: NCCL's PHB path before 2.27, P2C from 2.27) or through the CPU's PCIe root (``cpu``: PHB).
+NIC_PATHS = ("pcie", "c2c", "cpu")
 #: The keys of ``metadata["machine"]`` besides ``source`` (and ``doc``), with their types.
 MACHINE_FIELDS = {"arch": str, "intra_class": str, "nvswitch": bool, "nvls": bool,
-                  "network_class": str, "cpu_vendor": str, "sharp": bool}
+                  "network_class": str, "cpu_vendor": str, "sharp": bool, "nic_path": str}
 #: GB/s per direction of a GPU's PCIe x16 link to its host, by architecture: what a send between
 #: two GPUs of a node with no direct link crosses (the runtime's P2P/SHM path through the host,
 #: docs/runtime-model.md "Foreign programs"). Gen3 x16 carries about 12 GB/s of data (NCCL's own
@@ -41,7 +45,7 @@ PCIE_GBPS = {"sm70": 12.0, "sm80": 24.0, "sm90": 48.0, "sm100": 48.0,
 DEFAULT_PCIE_GBPS = 12.0
 _ARCH = re.compile(r"^(?:sm(\d{2,3})|gfx[0-9a-f]{3,4}|trn\d)$")
 _CHOICES = {"intra_class": INTRA_CLASSES, "network_class": NETWORK_CLASSES,
-            "cpu_vendor": CPU_VENDORS}
+            "cpu_vendor": CPU_VENDORS, "nic_path": NIC_PATHS}
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,9 @@ class MachineFacts:
     sharp:
         Whether the network's switches reduce in line (InfiniBand SHARP), so that NCCL offers
         its CollNet algorithms and NVLS across nodes; ``False`` unless declared.
+    nic_path:
+        How a GPU reaches its NIC: one of :data:`NIC_PATHS`, or ``None`` (unknown: taken as
+        ``pcie``). NCCL enables LL128 across nodes only over some of them.
     """
 
     arch: str | None
@@ -87,6 +94,7 @@ class MachineFacts:
     cpu_vendor: str | None
     nvswitch: bool = False
     sharp: bool = False
+    nic_path: str | None = None
 
     @property
     def num_ranks(self) -> int:
@@ -247,7 +255,8 @@ def machine_facts(topology: Topology) -> MachineFacts:
         intra_class=facts.get("intra_class"), nvls=bool(facts.get("nvls", False)),
         network_class=facts.get("network_class"), nodes=nodes, ranks_per_node=per_node,
         nics_per_node=count, nic_gbps=gbps, cpu_vendor=facts.get("cpu_vendor"),
-        nvswitch=bool(facts.get("nvswitch", False)), sharp=bool(facts.get("sharp", False)))
+        nvswitch=bool(facts.get("nvswitch", False)), sharp=bool(facts.get("sharp", False)),
+        nic_path=facts.get("nic_path"))
 
 
 def with_machine(topology: Topology, **changes: Any) -> Topology:

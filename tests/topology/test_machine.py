@@ -71,15 +71,19 @@ def test_builtin_facts(name: str):
     assert facts == MachineFacts(arch=arch, compute_capability=cc, intra_class=intra, nvls=nvls,
                                  network_class=network, nodes=1, ranks_per_node=per_node,
                                  nics_per_node=nics, nic_gbps=gbps, cpu_vendor=cpu,
-                                 nvswitch=nvswitch)
+                                 nvswitch=nvswitch,
+                                 # the Grace superchip's NIC is reached through its CPU
+                                 nic_path="c2c" if name == "gh200x4" else None)
     assert facts.runtime == {"sm": "nccl", "gf": "rccl", "tr": None}[arch[:2]]
 
 
 @pytest.mark.parametrize("name", sorted(BUILTINS))
 def test_every_builtin_fact_names_its_source(name: str):
     machine = json.loads((data_directory() / f"{name}.json").read_text())["metadata"]["machine"]
-    assert set(machine) == set(MACHINE_FIELDS) | {"source", "doc"}
-    assert set(machine["source"]) == set(MACHINE_FIELDS)
+    # every fact but nic_path (stated where a NIC is not under the GPU's PCIe switch)
+    required = set(MACHINE_FIELDS) - {"nic_path"}
+    assert required | {"source", "doc"} <= set(machine) <= set(MACHINE_FIELDS) | {"source", "doc"}
+    assert set(machine["source"]) == set(machine) - {"source", "doc"}
     assert all(len(text) > 10 for text in machine["source"].values())
 
 
@@ -181,3 +185,24 @@ def test_machine_facts_survive_a_file_round_trip(tmp_path: Path):
     topology = with_machine(get_topology("mi300x"), network_class="roce")
     save_topology(topology, tmp_path / "m.json")
     assert machine_facts(load_topology(tmp_path / "m.json")) == machine_facts(topology)
+
+
+def test_a_nic_behind_the_cpu_turns_ll128_off_across_nodes_before_2_27():
+    """NCCL enables LL128 across nodes only over a GPU-NIC path of PXB or better (PXN on
+    sm90+): v2.23.4 tuning.cc. A GH200's NIC hangs off its Grace CPU, reached over NVLink-C2C,
+    which NCCL classes PHB until 2.27 added P2C (and LL128 over it: NCCL_LL128_C2C=1)."""
+    from collsynth.timing.tuning_model import tuning_setup
+    from collsynth.topology.machine import with_machine
+
+    gh200 = get_topology("gh200x4")
+    assert machine_facts(gh200).nic_path == "c2c"
+    two = compose_nodes(gh200, 2)
+    assert not tuning_setup(two, version=(2, 23)).ll128
+    assert not tuning_setup(two, version=(2, 26)).ll128
+    assert tuning_setup(two, version=(2, 27)).ll128
+    assert tuning_setup(gh200, version=(2, 23)).ll128  # one node: no NIC on the path
+    h100 = compose_nodes(get_topology("dgx-h100"), 2)  # NICs under the GPUs' PCIe switches
+    assert machine_facts(h100).nic_path is None and tuning_setup(h100, version=(2, 23)).ll128
+    assert not tuning_setup(with_machine(h100, nic_path="cpu")).ll128
+    with pytest.raises(InvalidTopologyError, match="nic_path"):
+        with_machine(h100, nic_path="nvlink")
