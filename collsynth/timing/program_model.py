@@ -464,10 +464,10 @@ class ProgramModel:
         runtime's own per-size correction of one of its algorithms (NCCL's tree:
         :func:`~collsynth.timing.tuning_model.bandwidth_correction`); 1 for programs, and
         without a tuning setup."""
-        from collsynth.timing.tuning_model import bandwidth_correction
+        from collsynth.timing.tuning_model import COLLECTIVES, bandwidth_correction
 
         if not isinstance(subject, RuntimeAlgorithm) or protocol is None \
-                or subject.algorithm == "p2p":  # no cost model behind grouped send/recv
+                or subject.collective not in COLLECTIVES:  # outside the cost model: alltoall
             return 1.0
         setup = self.tuning(subject.topology, subject.runtime)
         if setup is None:
@@ -559,8 +559,9 @@ def chosen_algorithms(model: ProgramModel, runtime: Runtime, collective: str,
     can price; where it cannot price the pick, the next of the runtime's estimates, fastest
     first. Without a tuning setup: the fastest ``model`` prices, per size. What a measured
     curve of the runtime ran (benchmarks/predictions.py, the calibration)."""
+    from collsynth.collective.kinds import canonical_name
     from collsynth.timing.pricing import runtime_algorithms
-    from collsynth.timing.tuning_model import choose
+    from collsynth.timing.tuning_model import COLLECTIVES, choose
 
     own = {a.algorithm: a for a in runtime_algorithms(runtime, collective, topology)
            if model.why_not(a) is None}
@@ -570,8 +571,8 @@ def chosen_algorithms(model: ProgramModel, runtime: Runtime, collective: str,
     setup = model.tuning(topology, runtime)
     found = []
     for size in sizes:
-        if "p2p" in own:  # grouped send/recv: the only way the runtime runs it
-            found.append(own["p2p"])
+        if canonical_name(collective) not in COLLECTIVES:  # outside the cost model: its one way
+            found.append(next(iter(own.values())))
             continue
         if setup is None:
             prices = [(model.price(a, [size])[0].time_us, a) for a in own.values()]

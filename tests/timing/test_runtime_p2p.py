@@ -107,3 +107,14 @@ def test_nccls_sends_through_pcie_are_a_note_not_a_warning(capsys):
     captured = capsys.readouterr()
     assert "nccl-p2p: " in captured.out and "via PCIe" in captured.out
     assert "warning" not in captured.err
+
+
+def test_what_the_runtime_runs_for_an_alltoall_is_its_p2p():
+    # alltoall is outside NCCL's cost model: at every size the runtime runs its one way
+    from collsynth.timing.program_model import chosen_algorithms
+
+    nccl = get_runtime("nccl")
+    model = ProgramModel(nccl.defaults, runtime=nccl)
+    found = chosen_algorithms(model, nccl, "all_to_all", get_topology("dgx-a100"),
+                              [1024, 1 << 30])
+    assert [a.name for a in found] == ["nccl-p2p", "nccl-p2p"]
