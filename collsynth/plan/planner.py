@@ -98,9 +98,10 @@ class PlanOptions:
     all_ranges:
         Export every range a synthesized algorithm wins, also those no traced call falls into.
     model:
-        ``"auto"`` (default): where the topology has physical figures and the runtime's ring
-        runs the collective (allgather, reduce-scatter, allreduce), both sides are priced by
-        the program model (synthesized algorithms after tuned lowering, the runtime's ring),
+        ``"auto"`` (default): where the topology has physical figures and the runtime's own
+        algorithm for the collective is a program (its ring for allgather, reduce-scatter and
+        allreduce, its grouped send/recv for alltoall), both sides are priced by the program
+        model (synthesized algorithms after tuned lowering, the runtime's own),
         else by the closed form; ``"closed-form"``: the closed form everywhere (docs/plan.md,
         "Pricing").
     runtime_constants:

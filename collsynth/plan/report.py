@@ -165,7 +165,7 @@ def _timing_line(plan: Plan) -> str:
     parts = []
     if ProgramModel.name in used:
         parts.append("program model (synthesized algorithms after tuned lowering and the "
-                     "runtime's ring, simulated with the same constants"
+                     "runtime's own algorithms, simulated with the same constants"
                      + (f" from `{plan.runtime_constants_file}`" if plan.runtime_constants_file
                         else ": the runtime's documented defaults") + ")")
     if ClosedForm.name in used or not parts:
