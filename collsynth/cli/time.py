@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.timing.calibration import Calibration, CurveCalibration
     from collsynth.timing.closed_form import ClosedForm
     from collsynth.timing.pricing import Price, RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
     from collsynth.topology.model import Topology
 
 __all__ = ["register", "run_time", "run_plot", "MODELS", "PRICED_RUNTIMES"]
@@ -363,18 +364,20 @@ def _version_type(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _runtime_pick(runtime: "Runtime", collective: str, topology: "Topology",
-                  sizes: Sequence[int]) -> tuple[dict[int, str], str | None]:
-    """The runtime's own default pick per size (its cost model at its version,
-    :func:`collsynth.timing.tuning_model.choose`): ``{size: "algorithm/protocol"}``, or why it
-    cannot be told."""
-    from collsynth.timing.tuning_model import (COLLECTIVES, SETUP_FAILURES, choose,
-                                               tuning_setup)
+def _runtime_pick(model: "ProgramModel", runtime: "Runtime", collective: str,
+                  topology: "Topology", sizes: Sequence[int]) -> tuple[dict[int, str], str | None]:
+    """The runtime's own default pick per size (its cost model at its version, on the tuning
+    setup ``model`` prices with: :func:`collsynth.timing.tuning_model.choose`):
+    ``{size: "algorithm/protocol"}``, or why it cannot be told."""
+    from collsynth.timing.tuning_model import COLLECTIVES, SETUP_FAILURES, choose
 
     if collective not in COLLECTIVES:
         return {}, None
+    setup = model.tuning(topology, runtime)
+    if setup is None:
+        return {}, (f"{runtime.family}'s own pick unknown: no tuning setup on "
+                    f"{topology.name!r} (its machine facts name no GPU architecture)")
     try:
-        setup = tuning_setup(topology, runtime=runtime.family, version=runtime.version)
         return {size: f"{c.algorithm}/{c.protocol}" for size in sizes
                 for c in (choose(setup, collective, size),)}, None
     except SETUP_FAILURES as exc:
@@ -462,7 +465,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     for subject, factors in corrected.items():
         notes.append(f"{subject}: bandwidth at {TREE_CORRECTION_NOTE} for each size "
                      f"({', '.join(factors)} here; docs/runtime-model.md)")
-    picks, unknown = _runtime_pick(runtime, collective, where, sizes)
+    picks, unknown = _runtime_pick(model, runtime, collective, where, sizes)
     if unknown:
         notes.append(unknown)
     # A program's send over no direct link is a warning (its author may not have meant it);

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from collsynth.timing.tuning_model import TuningSetup
+from collsynth.timing.tuning_model import TuningSetup, node_links
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -34,13 +34,12 @@ _PEERS_PER_BATCH = 8
 class P2pShape:
     """One grouped send/recv call: ``protocol``, ``parts`` (channels each peer's operation is
     split over), ``channels`` (``p2pnChannels``, a power of two) and ``per_peer``
-    (``p2pnChannelsPerPeer``), and the chunk in bytes."""
+    (``p2pnChannelsPerPeer``)."""
 
     protocol: str
     parts: int
     channels: int
     per_peer: int
-    chunk_bytes: int
 
 
 def _pow2_up(value: int) -> int:
@@ -51,11 +50,8 @@ def peer_channels(topology: "Topology") -> int:
     """NCCL's channels to one intra-node peer, the fewest over the node's GPU pairs
     (``ncclTopoGetNchannels``): twice the NVLinks (xGMI links) between the pair, 2 where a pair
     has no direct link (PCIe)."""
-    node = getattr(topology.links, "composition", None)
-    node = node.node if node is not None else topology
-    layout = topology.layout
-    per = node.num_ranks if node is not topology or layout is None else layout.ranks_per_node
-    fewest = min((node.links[a][b] for a in range(per) for b in range(per) if a != b),
+    rows, _ = node_links(topology)
+    fewest = min((row[b] for a, row in enumerate(rows) for b in range(len(rows)) if a != b),
                  default=0)
     return 2 * max(1, int(fewest)) if fewest > 0 else 2
 
@@ -115,4 +111,4 @@ def p2p_shape(setup: TuningSetup, size_bytes: int, *, intra_peer_channels: int,
     # LL rides the intra-node connections only (network p2p has no LL buffers by default)
     ll_limit = (parts if setup.version >= (2, 29) else per_peer) * P2P_LL_THRESHOLD
     protocol = "LL" if nodes == 1 and per_op <= ll_limit else "Simple"
-    return P2pShape(protocol, parts, channels, per_peer, chunk)
+    return P2pShape(protocol, parts, channels, per_peer)

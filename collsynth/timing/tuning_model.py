@@ -40,7 +40,7 @@ __all__ = [
     "GraphFigures", "TuningSetup", "Estimate", "CallShape", "RuntimeChoice",
     "bandwidth_gbps", "latency_us", "enabled", "algo_time_us", "estimates", "fastest", "choose",
     "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
-    "gpu_bandwidth_gbps", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
+    "gpu_bandwidth_gbps", "node_links", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
     "NVLS_ALGORITHMS", "kind_channels", "NVLS_CHUNK_BYTES", "nvls_chunk_bytes",
@@ -1140,23 +1140,26 @@ def nvlink_gbps(facts: "MachineFacts") -> float | None:
                             20.6 if facts.compute_capability >= 90 else 20.0)
 
 
+def node_links(topology: "Topology") -> tuple[list[tuple[float, ...]], tuple]:
+    """``(links, groups)`` of one node of ``topology``: its link rows (``links[src][dst]``, in
+    the topology's units) among the node's own ranks, and the node's bandwidth groups (none for
+    a multi-node topology that is not a composition, whose node is not kept)."""
+    composition = getattr(topology.links, "composition", None)
+    if composition is not None:
+        node = composition.node
+        return [tuple(row) for row in node.links], node.groups
+    if topology.layout is not None and topology.layout.nodes > 1:
+        per = topology.layout.ranks_per_node
+        return [tuple(topology.links[r][:per]) for r in range(per)], ()
+    return [tuple(row) for row in topology.links], topology.groups
+
+
 def gpu_bandwidth_gbps(topology: "Topology", facts: "MachineFacts") -> tuple[float, float]:
     """``(total, largest pair)`` GB/s a GPU of ``topology``'s node reaches its peers with, in the
     runtime's own terms: NVLinks x NCCL's per-link figure (20 for sm70/sm80, 20.6 for sm90, 40.1
     for sm100); otherwise the topology's units x its unit GB/s (PCIe: 12 GB/s when unknown)."""
-    node = topology
     composition = getattr(topology.links, "composition", None)
-    if composition is not None:
-        node = composition.node
-    elif topology.layout is not None and topology.layout.nodes > 1:
-        node = None
-    if node is None:
-        per = topology.layout.ranks_per_node
-        rows = [topology.links[r][:per] for r in range(per)]
-        groups = ()
-    else:
-        rows = [tuple(row) for row in node.links]
-        groups = node.groups
+    rows, groups = node_links(topology)
     totals, pairs = [], []
     for rank, row in enumerate(rows):
         total = sum(row)

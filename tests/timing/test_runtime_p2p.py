@@ -68,7 +68,7 @@ def test_across_nodes_the_network_sets_the_channels_per_peer():
     s = tuning_setup(two)
     assert s.comm_channels == 16
     now = p2p_shape(s, 1 << 30, intra_peer_channels=36, nic_gbps=50.0)
-    assert (now.protocol, now.per_peer, now.parts, now.chunk_bytes) == ("Simple", 4, 4, 1 << 17)
+    assert (now.protocol, now.per_peer, now.parts) == ("Simple", 4, 4)
     before = p2p_shape(dataclasses.replace(s, version=(2, 23)), 1 << 30,
                        intra_peer_channels=36, nic_gbps=50.0)
     assert (before.per_peer, before.parts) == (2, 2)
