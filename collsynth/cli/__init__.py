@@ -45,6 +45,7 @@ from collsynth.cli.common import (
     parse_size,
 )
 from collsynth.errors import CollsynthError, UnimplementableError
+from collsynth.interrupts import reliable_sigint
 from collsynth.limits import TimeLimitReached
 
 __all__ = ["main", "run", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_ERROR", "EXIT_USAGE",
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                 else EXIT_USAGE)
         from collsynth.limits import memory_ceiling
 
-        with memory_ceiling(_memory_limit(args.memory_limit)):
+        with memory_ceiling(_memory_limit(args.memory_limit)), reliable_sigint():
             try:
                 return args.handler(args)
             except MemoryError:  # beyond what the up-front estimates foresaw

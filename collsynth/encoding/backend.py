@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, TypeVar
 
+from collsynth import interrupts
 from collsynth.encoding.problem import SchedulingProblem
 
 __all__ = ["Status", "Outcome", "Backend", "SolveInterrupted", "run_interruptibly"]
@@ -104,8 +105,10 @@ def run_interruptibly(work: Callable[[], T], stop: Callable[[], None]) -> T:
     try:
         thread.start()
         while not done.wait(0.05):
-            pass
+            # A Ctrl-C whose KeyboardInterrupt was dropped (raised in a callback) still stops it.
+            interrupts.raise_if_pending()
     except KeyboardInterrupt:
+        interrupts.take()  # carried from here on by the SolveInterrupted below
         # Asked again while waiting, in case the first request came before the solver started
         # (a second Ctrl-C here ends the wait with a plain KeyboardInterrupt).
         stop()

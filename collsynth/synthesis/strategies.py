@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Iterator
 
+from collsynth import interrupts
 from collsynth.algorithm.model import Instance
 from collsynth.algorithm.transform import refine, sequence
 from collsynth.bounds import compute_bounds
@@ -229,6 +230,7 @@ def _sweep(topology: Topology, collective: Collective, max_chunks: int | None,
             yield found
     except KeyboardInterrupt as exc:
         # Raised inside the search (never at our yield: Ctrl-C there reaches the consumer).
+        interrupts.take()
         log.interrupted, log.stopped_by = True, "interrupted"
         log.cut_short("interrupt")
         held = getattr(exc, "partial", None)
@@ -361,6 +363,7 @@ class _StepSearch:
 
     def _solve(self, steps: int, rounds: int, chunks: int, *, minimize: bool,
                limit: float | None = None) -> SynthesisResult:
+        interrupts.raise_if_pending()  # one dropped between instances (see collsynth.interrupts)
         try:
             result = solve_checked(self.topology, self.collective,
                                    Instance(steps=steps, rounds=rounds, chunks=chunks),
