@@ -89,6 +89,24 @@ def pytest_collection_modifyitems(config, items) -> None:
         raise pytest.UsageError(f"tests/conftest.py SLOW names tests that do not exist: {stale}")
 
 
+class _DropsCtrlC:
+    """Ctrl-C pressed while a garbage-collection callback runs (here ``__del__``): Python raises
+    the KeyboardInterrupt inside it, prints "Exception ignored" and drops it."""
+
+    def __del__(self) -> None:
+        import signal
+
+        signal.raise_signal(signal.SIGINT)
+        for _ in range(100):  # bytecodes, at which the handler runs: still inside __del__
+            pass
+
+
+@pytest.fixture
+def drop_ctrl_c(ctrl_c_reaches_python):
+    """A function that presses Ctrl-C where Python drops it (see _DropsCtrlC)."""
+    return _DropsCtrlC
+
+
 @pytest.fixture
 def ctrl_c_reaches_python():
     """SIGINT handled by Python (``KeyboardInterrupt``) for the test, as at a terminal, whatever

@@ -73,3 +73,24 @@ def test_ctrl_c_in_the_column_generation_keeps_the_packing_found(monkeypatch):
     assert find_problems(result.algorithm) == []
     assert result.steady_state_rounds_per_chunk >= result.lower_bound
     assert any("interrupted" in line for line in lines)
+
+
+def test_a_ctrl_c_dropped_in_the_column_generation_still_ends_it(drop_ctrl_c):
+    """A Ctrl-C Python dropped in a callback (collsynth.interrupts) ends the column generation
+    at its next iteration, as a delivered one does."""
+    from collsynth import interrupts
+
+    lines = []
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if line.startswith("iteration 1:"):
+            drop_ctrl_c()
+
+    system = compose_nodes(get_topology("ring:4"), 2, nic_units=1)
+    with interrupts.reliable_sigint():
+        result = solve_bandwidth_optimal(system, standard_collective("allgather", 8),
+                                         progress=progress, compact=False)
+    assert result.stopped_by == "interrupt"
+    assert any(line.startswith("interrupted:") for line in lines)
+    assert find_problems(result.algorithm) == []

@@ -116,29 +116,20 @@ def test_sweep_interrupted_keeps_the_point_found_at_the_step_count_being_searche
     assert backend.stops == 1
 
 
-class _DropsCtrlC:
-    """Ctrl-C pressed while a garbage-collection callback runs (here ``__del__``): Python raises
-    the KeyboardInterrupt inside it, prints "Exception ignored" and drops it."""
-
-    def __del__(self) -> None:
-        signal.raise_signal(signal.SIGINT)
-        for _ in range(100):  # bytecodes, at which the handler runs: still inside __del__
-            pass
-
-
-def test_a_ctrl_c_dropped_in_a_callback_is_lost_under_the_default_handler(monkeypatch):
+def test_a_ctrl_c_dropped_in_a_callback_is_lost_under_the_default_handler(monkeypatch,
+                                                                          drop_ctrl_c):
     # The failure the reliable handler exists for (stderr of CI stop 28): nothing is raised.
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)  # Python's "Exception ignored"
-    _DropsCtrlC()
+    drop_ctrl_c()
     assert [type(d.exc_value) for d in dropped] == [KeyboardInterrupt]
 
 
-def test_a_ctrl_c_dropped_in_a_callback_is_recorded_and_raised_later(monkeypatch):
+def test_a_ctrl_c_dropped_in_a_callback_is_recorded_and_raised_later(monkeypatch, drop_ctrl_c):
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", dropped.append)
     with interrupts.reliable_sigint():
-        _DropsCtrlC()
+        drop_ctrl_c()
         assert interrupts.pending()
         with pytest.raises(KeyboardInterrupt):
             interrupts.raise_if_pending()
@@ -149,7 +140,7 @@ def test_a_ctrl_c_dropped_in_a_callback_is_recorded_and_raised_later(monkeypatch
     assert sys.unraisablehook == dropped.append
 
 
-def test_run_interruptibly_stops_on_a_ctrl_c_that_was_dropped():
+def test_run_interruptibly_stops_on_a_ctrl_c_that_was_dropped(drop_ctrl_c):
     stopped = threading.Event()
 
     def work() -> str:
@@ -157,14 +148,14 @@ def test_run_interruptibly_stops_on_a_ctrl_c_that_was_dropped():
         return "held"
 
     with interrupts.reliable_sigint():
-        _DropsCtrlC()
+        drop_ctrl_c()
         with pytest.raises(SolveInterrupted) as caught:
             run_interruptibly(work, stopped.set)
         assert not interrupts.pending()  # the exception carries it now
     assert caught.value.partial == "held"
 
 
-def test_sweep_stops_on_a_ctrl_c_dropped_while_it_reports_a_point():
+def test_sweep_stops_on_a_ctrl_c_dropped_while_it_reports_a_point(drop_ctrl_c):
     # The CI failure: SIGINT arrived while the main thread handled a found point, landed in a
     # weakref callback, and the sweep ran on towards --max-chunks 1000.
     seen = []
@@ -172,7 +163,7 @@ def test_sweep_stops_on_a_ctrl_c_dropped_while_it_reports_a_point():
     def on_result(result) -> None:
         if result.found and not seen:
             seen.append(result)
-            _DropsCtrlC()
+            drop_ctrl_c()
 
     log = SweepLog()
     with interrupts.reliable_sigint():

@@ -18,6 +18,7 @@ from scipy.optimize import Bounds as LpBounds
 from scipy.optimize import LinearConstraint, linprog, milp
 from scipy.sparse.csgraph import breadth_first_order, shortest_path
 
+from collsynth import interrupts
 from collsynth.errors import SolverError
 from collsynth.graph.arborescence import depths, min_arborescence
 from collsynth.graph.symmetry import NodeShift, node_shift
@@ -270,6 +271,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         except KeyboardInterrupt:
             if weights is None:
                 raise  # nothing solved yet: nothing to keep
+            interrupts.take()
             _interrupted(options, iterations, value)
             stopped = "interrupt"
             break
@@ -285,6 +287,11 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
             _log.info("column generation stopped after %d iterations at %.6f", iterations, value)
             stopped = "iteration_limit" if iterations >= options.max_iterations else "time_limit"
             break
+        if interrupts.pending():  # a Ctrl-C Python dropped in a callback (collsynth.interrupts)
+            interrupts.take()
+            _interrupted(options, iterations, value)
+            stopped = "interrupt"
+            break
         trial = y if centre is None else smoothing * centre + (1 - smoothing) * y
         prices = np.asarray(rows.incidence.T @ y).ravel().reshape(n, n)
         trial_prices = np.asarray(rows.incidence.T @ trial).ravel().reshape(n, n)
@@ -292,6 +299,7 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
         try:
             added, bound = _price_trees(reps, hops, scale, trial_prices, prices, finite, u, add)
         except KeyboardInterrupt:
+            interrupts.take()
             _interrupted(options, iterations, value)
             stopped = "interrupt"
             break
