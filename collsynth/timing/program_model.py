@@ -397,7 +397,8 @@ class ProgramModel:
 
         if setup is None:
             return [(p, subject.channels or 1) for p in options]
-        shape = p2p_shape(setup, int(size), intra_peer_channels=peer_channels(subject.topology),
+        shape = p2p_shape(setup, int(size),
+                          intra_peer_channels=peer_channels(subject.topology, setup),
                           nic_gbps=machine_facts(subject.topology).nic_gbps)
         protocol = subject.protocol or shape.protocol
         return [(protocol, subject.channels or shape.parts)]

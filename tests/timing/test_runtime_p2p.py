@@ -1,5 +1,5 @@
 """NCCL's alltoall as it runs it, grouped send/recv: the program, its shape per call (NCCL's
-p2p rules, read from src/graph/paths.cc and src/enqueue.cc), and its price."""
+and RCCL's p2p rules, read from src/graph/paths.cc and src/enqueue.cc), and its price."""
 
 from __future__ import annotations
 
@@ -73,6 +73,36 @@ def test_across_nodes_the_network_sets_the_channels_per_peer():
                        intra_peer_channels=36, nic_gbps=50.0)
     assert (before.per_peer, before.parts) == (2, 2)
     assert p2p_shape(s, 1024, intra_peer_channels=36, nic_gbps=50.0).protocol == "Simple"
+
+
+def test_rccl_follows_its_own_p2p_rules():
+    """MI300X (gfx942, one xGMI link per pair, RCCL's 44 communicator channels), by hand from
+    RCCL's ncclTopoGetNchannels / ncclTopoComputeP2pChannels: 4 channels per xGMI link -> 4 per
+    peer, doubled on one node -> 8; p2pnChannels = pow2Up(44) = 64, at most 4 x CHANNEL_LIMIT =
+    64. NCCL's rules on the same machine: 2 per link -> 2 per peer. A part is LL while its own
+    bytes are at most 16 KiB (RCCL's addP2pToPlan), so 256 KiB (32 KiB a peer, one part) is
+    Simple, where NCCL's rule before 2.29 (2 channels per peer x 16 KiB) says LL."""
+    mi300x = get_topology("mi300x")
+    s = tuning_setup(mi300x, runtime="rccl")
+    assert s.comm_channels == 44  # the precondition of the hand count
+    assert (peer_channels(mi300x), peer_channels(mi300x, s)) == (2, 4)
+    shape = lambda size: p2p_shape(s, size, intra_peer_channels=4)  # noqa: E731
+    assert (shape(8 << 10).protocol, shape(8 << 10).parts) == ("LL", 1)        # 1 KiB a peer
+    assert (shape(256 << 10).protocol, shape(256 << 10).parts) == ("Simple", 1)
+    assert (shape(8 << 20).channels, shape(8 << 20).per_peer, shape(8 << 20).parts) == (64, 8, 8)
+    # two nodes: a network peer gets 2 (2 x 16 ranks is not above 4 x p2pnChannels), no doubling
+    two = compose_nodes(mi300x, 2)
+    s2 = tuning_setup(two, runtime="rccl")
+    far = p2p_shape(s2, 8 << 30, intra_peer_channels=peer_channels(two, s2))
+    assert (far.protocol, far.per_peer, far.parts) == ("Simple", 2, 2)
+
+
+def test_rccls_alltoall_is_priced_at_rccls_shape():
+    rccl = get_runtime("rccl")
+    subject = RuntimeAlgorithm(rccl, "p2p", "alltoall", get_topology("mi300x"))
+    small, large = ProgramModel(rccl.defaults, runtime=rccl).price(subject, [256 << 10, 8 << 20])
+    assert small.protocol == "Simple"  # NCCL's rules (2 per peer x 16 KiB a channel) say LL
+    assert large.protocol == "Simple"
 
 
 def test_a_large_alltoall_is_bound_by_each_gpus_port():
