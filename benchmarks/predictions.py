@@ -245,6 +245,31 @@ def band_errors(pairs: list[tuple[int, float, float]]) -> list[float | None]:
     return found
 
 
+#: The sizes the bandwidth-regime line is fitted over (bytes, inclusive lower bound).
+LINE_FROM = 256 * MiB
+
+
+def large_size_lines(pairs: list[tuple[int, float, float]]
+                     ) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """Least-squares lines ``time = intercept + slope * size`` (us, us per GiB) through the
+    measured and the predicted times from :data:`LINE_FROM` up, or ``None`` with fewer than 3
+    such sizes: where a curve reaches its bandwidth, the intercept is what a call costs beyond
+    moving its bytes (pipeline fill, per-call work), apart from the slope's error."""
+    big = [(s / GiB, m, p) for s, m, p in pairs if s >= LINE_FROM]
+    if len(big) < 3:
+        return None
+
+    def line(points: list[tuple[float, float]]) -> tuple[float, float]:
+        n = len(points)
+        mx = sum(x for x, _ in points) / n
+        my = sum(y for _, y in points) / n
+        slope = (sum((x - mx) * (y - my) for x, y in points)
+                 / sum((x - mx) ** 2 for x, _ in points))
+        return my - slope * mx, slope
+
+    return line([(x, m) for x, m, _ in big]), line([(x, p) for x, _, p in big])
+
+
 def runtime_version(run: Run) -> tuple[int, int] | None:
     """The runtime's version the run states (its banner, else its header), ``None`` where
     neither says: its own choices are priced at that version."""
@@ -341,9 +366,18 @@ def run_case(case: Case, results: list[dict]) -> None:
             if s in (8, 1 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 256 * MiB, 4 * GiB):
                 print(f"       {s:>11} B  measured {m:10.1f} us  predicted {p:10.1f} us  "
                       f"{100 * (p / m - 1):+6.0f}%  {n}")
+        lines = large_size_lines(pairs)
+        if lines is not None:
+            (mi, ms), (pi, ps) = lines
+            print(f"       from {LINE_FROM // MiB} MiB: measured {mi:.0f} us + {ms:.0f} us/GiB, "
+                  f"predicted {pi:.0f} us + {ps:.0f} us/GiB (slope {100 * (ps / ms - 1):+.1f}%)")
         results.append({"case": case.name, "calibrated_on": case.fit.name,
                         "predicted": run.name, "bands": dict(zip((b[0] for b in BANDS), errors)),
-                        "verdict": verdict or None, "gmae_in_sample": fit.gmae})
+                        "verdict": verdict or None, "gmae_in_sample": fit.gmae,
+                        "large_size_lines": None if lines is None else {
+                            "measured": {"intercept_us": lines[0][0], "us_per_gib": lines[0][1]},
+                            "predicted": {"intercept_us": lines[1][0],
+                                          "us_per_gib": lines[1][1]}}})
 
 
 def main(argv: list[str] | None = None) -> int:
