@@ -23,7 +23,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterator, Sequence
 
 from collsynth.errors import OutputPathError
 
@@ -100,21 +100,32 @@ def check_folder_writable(folder: Path, label: str) -> None:
     os.unlink(probe)
 
 
-def check_output_file(path: str | os.PathLike[str], *, label: str | None = None) -> Path:
+def check_output_file(path: str | os.PathLike[str], *, label: str | None = None,
+                      inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
     """Check that a file can be written at ``path`` without replacing anything but a regular
-    file; return it as a :class:`Path`. ``label`` names it in messages (default: the path).
+    file that is none of the command's ``inputs``; return it as a :class:`Path`. ``label``
+    names it in messages (default: the path).
 
     Raises
     ------
     OutputPathError
         A path ending in ``/``; an existing link, FIFO, device, socket, folder or read-only
-        file; a missing or unwritable folder.
+        file; one of ``inputs`` (writing would destroy what the command reads); a missing or
+        unwritable folder.
     """
     text = os.fspath(path)
     label = label or text
     if not text or text.endswith(("/", os.sep)) or (os.altsep and text.endswith(os.altsep)):
         raise OutputPathError(f"{label}: names a folder; expected a file name")
     target = Path(text)
+    for source in inputs:
+        try:
+            same = os.path.samefile(target, source)
+        except OSError:  # either is missing or unreadable: not the same existing file
+            same = False
+        if same:
+            raise OutputPathError(f"{label}: is the input {os.fspath(source)}; writing there "
+                                  "would replace it (choose another output file)")
     _check_target(target, label)
     check_folder_writable(target.parent, label)
     return target

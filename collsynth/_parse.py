@@ -27,6 +27,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_LINK_UNITS",
     "MAX_TIME_US",
+    "MIN_TIME_US",
     "MAX_SIZE_BYTES",
     "MAX_GBPS",
     "MIN_GBPS",
@@ -64,6 +65,10 @@ MAX_LINK_UNITS = 1 << 20
 #: Longest time one collective call may take, in microseconds: one hour. A measured call that
 #: took longer is a hang or a typo (1e308 us would give an alpha of 1e154 us), not a figure to fit.
 MAX_TIME_US = 3600.0 * 1e6
+#: Shortest time one collective call may take, in microseconds: one nanosecond (a kernel launch
+#: alone takes microseconds). Less is a unit mistake, e.g. seconds in a microseconds column, and
+#: near 1e-308 the fits divide by zero.
+MIN_TIME_US = 1e-3
 #: Largest message or buffer, in bytes: 2^50 (1 PiB), thousands of times the memory of any GPU
 #: (288 GB for a B300); sums and products of such sizes stay inside 64-bit byte counts.
 MAX_SIZE_BYTES = 1 << 50
@@ -325,6 +330,21 @@ def float_from_text(text: str, field: str, *, source: str, lo: float | None = No
     except ValueError:
         raise FileFormatError(source, f"{field} = {shown(text)}: expected a number") from None
     return bounded_float(value, field, source=source, lo=lo, hi=hi, above=above, why=why)
+
+
+def printable_name(text: str, *, max_chars: int = MAX_NAME_CHARS,
+                   default: str = "collsynth") -> str:
+    """``text`` as a name :func:`clean_name` accepts: control, format and surrogate characters
+    replaced by ``_``, blanks at the ends dropped, at most ``max_chars`` characters (``default``
+    when nothing is left). For names the user gives a writer, which must not write what its own
+    reader refuses.
+
+    >>> printable_name("a\\nb "), printable_name(" "), len(printable_name("x" * 300))
+    ('a_b', 'collsynth', 255)
+    """
+    cleaned = "".join("_" if unicodedata.category(ch) in ("Cc", "Cf", "Cs") else ch
+                      for ch in text).strip()
+    return cleaned[:max_chars].rstrip() or default
 
 
 def _bad_character(text: str, allowed: str = "") -> str | None:

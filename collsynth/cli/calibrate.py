@@ -85,7 +85,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--runtime", metavar="NAME",
                         help="the runtime the logs were measured with, and its version if known "
                              "(rccl, nccl-2.18.3), for logs that do not say (--model program: "
-                             "one of " + ", ".join(_program_runtimes()) + ", default rccl)")
+                             "one of " + ", ".join(_program_runtimes()) + "; default: the one the log's banner "
+                             "names, else nccl on NVIDIA GPUs and rccl otherwise)")
     parser.add_argument("--channels", type=channel_count, metavar="N",
                         help="the runtime's channel count in the logs, for logs that do not say "
                              "(--model program: default every ring found)")
@@ -123,9 +124,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
         if value is not None:
             raise UsageError.of("calibrate", f"{flag} goes with --model program (the topology "
                                              "the runtime's ring is simulated on)")
-    check_output_file(args.output, label=f"-o {args.output}")  # before reading any log
+    check_output_file(args.output, label=f"-o {args.output}",
+                      inputs=args.logs)  # before reading any log
     if args.plot:
-        check_output_file(args.plot, label=f"--plot {args.plot}")
+        check_output_file(args.plot, label=f"--plot {args.plot}", inputs=args.logs)
     for path in args.logs:  # every log a regular file, before fitting the first
         check_input_file(path)
     results: list[LogFits] = []
@@ -155,6 +157,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: The runtime a log that does not name one was measured with, by the GPUs' maker.
+_VENDOR_RUNTIME = {"nvidia": "nccl", "amd": "rccl"}
+
+
 def _calibrate_program(args: argparse.Namespace) -> int:
     """``--model program``: fit a runtime's constants to its measured ring, print the in-sample
     and held-out GMAE and write them as a runtime-constants calibration."""
@@ -165,15 +171,17 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     from collsynth.timing.runtime_baselines import RING_COLLECTIVES
     from collsynth.timing.runtime_fit import fit_runtime, read_curve
     from collsynth.timing.runtime_model import MAX_GPUS_PER_THREAD
+    from collsynth.topology.machine import machine_facts
 
     from collsynth.runtimes import parse_version
     from collsynth.timing.logs import split_runtime
 
     try:
-        runtime, given_version = split_runtime(args.runtime) if args.runtime else ("rccl", None)
+        runtime, given_version = (split_runtime(args.runtime) if args.runtime is not None
+                                  else (None, None))
     except ValueError as exc:
         raise UsageError.of("calibrate", f"--runtime: {exc}") from None
-    if runtime not in _program_runtimes():
+    if runtime is not None and runtime not in _program_runtimes():
         raise UsageError.of("calibrate", f"--runtime {runtime}: --model program fits one of "
                                          f"{', '.join(_program_runtimes())}")
     collective = args.collective or "allgather"
@@ -186,22 +194,29 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     if len(args.logs) != 1:
         raise UsageError.of("calibrate", f"--model program fits one measured curve; "
                                          f"{len(args.logs)} files given")
-    check_output_file(args.output, label=f"-o {args.output}")
+    check_output_file(args.output, label=f"-o {args.output}", inputs=args.logs)
     check_input_file(args.logs[0])
-    rows, logged, drove, logged_version = _curve_rows(args.logs[0], args.collective)
+    rows, logged, drove, logged_runtime, logged_version = _curve_rows(args.logs[0],
+                                                                      args.collective)
+    topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
+                                unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
+    if runtime is None:  # the log's banner ("NCCL version 2.18.5"), else the GPUs' maker's
+        runtime = logged_runtime if logged_runtime in _program_runtimes() else \
+            _VENDOR_RUNTIME.get(machine_facts(topology).vendor or "", "rccl")
+    if runtime != logged_runtime:
+        logged_version = None  # another runtime's version says nothing of this one
     version_text = given_version or logged_version
     try:  # the measured runtime's version: its own choices at that version are fitted
         version = parse_version(version_text) if version_text else None
     except ValueError as exc:
-        raise UsageError.of("calibrate", f"{args.logs[0]}: runtime version: {exc}") from None
+        where = "--runtime" if given_version else f"{args.logs[0]}: the runtime's banner"
+        raise UsageError.of("calibrate", f"{where}: {exc}") from None
     if args.collective is None and logged is not None:
         collective = logged
     gpus = args.gpus_per_thread or drove or 1
     if gpus > MAX_GPUS_PER_THREAD:
         raise UsageError.of("calibrate", f"{args.logs[0]}: {gpus} GPUs per thread; expected at "
                                          f"most {MAX_GPUS_PER_THREAD}")
-    topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
-                                unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
     fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
                       gpus_per_thread=gpus, version=version)
     save_calibration(RuntimeCalibration(fit.constants, runtime_version=version), args.output)
@@ -248,16 +263,17 @@ def _calibrate_program(args: argparse.Namespace) -> int:
 
 
 def _curve_rows(path: str, collective: str | None
-                ) -> tuple[list[tuple[int, float]], str | None, int | None, str | None]:
+                ) -> tuple[list[tuple[int, float]], str | None, int | None, str | None,
+                           str | None]:
     """The measured ``(size_bytes, time_us)`` of a CSV with those columns, or of a benchmark
     log (its out-of-place rows, in-place where it has none; times of one size averaged), the
-    collective the log names, the GPUs each of its threads drove and the runtime's version
-    its banner states (``None`` for a CSV or a log that does not say)."""
+    collective the log names, the GPUs each of its threads drove, and the runtime and its
+    version its banner states (``None`` for a CSV or a log that does not say)."""
     from collsynth.errors import FileFormatError
     from collsynth.timing.runtime_fit import read_curve
 
     try:
-        return read_curve(path), None, None, None
+        return read_curve(path), None, None, None, None
     except FileFormatError as csv_error:
         try:
             log = load_log(path, collective=collective)
@@ -268,7 +284,7 @@ def _curve_rows(path: str, collective: str | None
     for r in rows:
         by_size.setdefault(r.size_bytes, []).append(r.time_us)
     return (sorted((s, sum(t) / len(t)) for s, t in by_size.items()), log.collective,
-            log.gpus_per_thread, log.runtime_version)
+            log.gpus_per_thread, log.runtime, log.runtime_version)
 
 
 def _summary_lines(entries: list[dict[str, Any]]) -> list[str]:

@@ -128,7 +128,8 @@ def _destinations(output: str, runtimes: list[str],
     folder is not created here."""
     target = Path(output)
     if len(runtimes) == 1:
-        return {runtimes[0]: check_output_file(output, label=f"-o {output}")}, None
+        return {runtimes[0]: check_output_file(output, label=f"-o {output}",
+                                               inputs=[algorithm_file])}, None
     folder = None
     if target.is_dir() or output.endswith(("/", os.sep)):
         folder = check_output_dir(output, label=f"-o {output}", create=False)
@@ -140,7 +141,7 @@ def _destinations(output: str, runtimes: list[str],
         paths = {rt: target.with_name(f"{stem}.{rt}.xml") for rt in runtimes}
     if folder is None or folder.is_dir():
         for path in paths.values():
-            check_output_file(path, label=f"-o {output}: {path}")
+            check_output_file(path, label=f"-o {output}: {path}", inputs=[algorithm_file])
     return paths, folder
 
 
@@ -222,6 +223,11 @@ def _run_tuned(args: argparse.Namespace) -> int:
 
         constants = runtime_constants(load_calibration(args.runtime_constants),
                                       args.runtime_constants)
+        # msccl and msccl-executor run NCCL's kernels: NCCL's figures fit them, RCCL's do not
+        if (constants.runtime == "rccl") != (args.runtime == "rccl"):
+            raise UsageError.of("export", f"--runtime-constants {args.runtime_constants}: "
+                                          f"figures for {constants.runtime}, but --runtime is "
+                                          f"{args.runtime}")
     algorithm = load_algorithm(args.file)
     if algorithm.topology.unit_gbps is None:  # what works here, not another command's option
         raise InvalidTopologyError(

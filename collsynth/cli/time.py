@@ -491,11 +491,13 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
             rows.append({**p.as_dict(), "kind": "baseline", "fastest_runtime": p is fastest,
                          "runtime_pick": picked})
     rows += [{"name": name, "kind": "error", "error": why} for name, why in errors]
-    # A file the reader refused is bad input: the rest is printed, the exit status says so.
+    # A file the reader refused is bad input: the rest is printed, the exit status says so;
+    # so is a table with nothing priced in it (a script must not read [] as an answer).
+    nothing = not any(r.get("time_us") is not None for r in rows)
     status = EXIT_ERROR if refused else EXIT_OK
     if args.json:
         out(json.dumps(rows, indent=1))
-        return status
+        return _unless_nothing(nothing, errors, status)
     ranks = where.num_ranks
     what = "the runtime's own algorithms" if not subjects else "program model"
     out(f"{collective} on {where.name} ({ranks} ranks): {what}, {constants.runtime} constants"
@@ -530,6 +532,14 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
         out("  nothing priced")
     for name, why in errors:
         out(f"not priced: {name}: {why}")
+    return _unless_nothing(nothing, errors, status)
+
+
+def _unless_nothing(nothing: bool, errors: list[tuple[str, str]], status: int) -> int:
+    """``status``, or the error that nothing was priced (``main`` reports it, exit 1)."""
+    if nothing:
+        raise CollsynthError("time: nothing priced" + (f" ({errors[0][0]}: {errors[0][1]})"
+                                                       if errors else ""))
     return status
 
 

@@ -476,6 +476,19 @@ def constants_to_dict(c: RuntimeConstants) -> dict[str, Any]:
     }
 
 
+def _check_mapping(value: Any, key: str, label: str, nested: bool) -> None:
+    """Refuse a per-protocol field that is not an object of numbers (``nested``: an object of
+    such objects, by link class), naming the field; the figures' ranges are checked later."""
+    inner = "{LL, LL128, Simple: number}"
+    expected = f"{{link class: {inner}}}" if nested else inner
+    if not isinstance(value, Mapping):
+        raise FileFormatError(label, f"{key} = {shown(value)}: expected an object {expected}")
+    for name, item in value.items():
+        if nested and not isinstance(item, Mapping):
+            raise FileFormatError(label, f"{key}.{name} = {shown(item)}: expected an object "
+                                         f"{inner}")
+
+
 def constants_from_dict(data: Mapping[str, Any], *, base: RuntimeConstants,
                         label: str = "runtime constants") -> RuntimeConstants:
     """The constants ``data`` describes; fields missing from it keep ``base``'s (the runtime's
@@ -510,6 +523,11 @@ def constants_from_dict(data: Mapping[str, Any], *, base: RuntimeConstants,
         raise FileFormatError(label, f"default_protocols = {shown(protocols)}: expected a list "
                                      f"of at most {_MAX_PROTOCOL_SWITCHES} [max_bytes, protocol]")
     changes: dict[str, Any] = {"runtime": runtime}
+    for key, nested in (("base_latency_us", False), ("slot_bytes", False),
+                        ("chunk_slots", False), ("slice_slots", False),
+                        ("hop_latency_us", True), ("ceiling_gbps", True)):
+        if key in data:
+            _check_mapping(data[key], key, label, nested)
     try:
         for key in ("base_latency_us", "slot_bytes", "chunk_slots", "slice_slots"):
             if key in data:

@@ -123,7 +123,7 @@ class Runtime:
         return replace(self, version=version)
 
 
-_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)(?:[.+~-].*)?$")
+_VERSION = re.compile(r"^\s*v?([0-9]+)\.([0-9]+)(?:[.+~-].*)?$", re.ASCII | re.DOTALL)
 
 
 def parse_version(text: str) -> tuple[int, int]:

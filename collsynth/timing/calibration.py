@@ -22,8 +22,10 @@ from typing import Any, ClassVar, Mapping, Sequence, Union
 from collsynth._atomic import write_text_atomic
 from collsynth._files import read_bytes_bounded
 from collsynth._parse import (
+    MAX_GBPS,
     MAX_SIZE_BYTES,
     MAX_TIME_US,
+    MIN_GBPS,
     clean_name,
     clean_text,
     parse_json,
@@ -35,7 +37,7 @@ from collsynth.errors import (
     InvalidTopologyError,
     UnknownNameError,
 )
-from collsynth.runtimes import RuntimeConstants, get_runtime, parse_version
+from collsynth.runtimes import RuntimeConstants, get_runtime, parse_version, runtime_names
 from collsynth.runtimes.constants import constants_from_dict, constants_to_dict
 from collsynth.timing.alphabeta import AlphaBeta
 from collsynth.timing.fit import MODELS, LogFits
@@ -75,6 +77,9 @@ _LEGACY_RUNTIME_FORMAT = "collsynth-runtime-constants"
 MAX_CALIBRATION_BYTES = 16 * 1024 * 1024
 #: The most entries a calibration file may have.
 _MAX_ENTRIES = 100_000
+
+#: Smallest non-zero latency a calibration file may hold, us (as the runtime constants'; 1 ps).
+_MIN_LATENCY_US = 1e-6
 
 # Figures of each model: name -> (required, kind).
 # Kinds: "pos" > 0, "nonneg" >= 0, "bytes" a whole number >= 1.
@@ -478,11 +483,14 @@ def _runtime_from_json(obj: dict, source: str, *, legacy: bool) -> RuntimeCalibr
             raise FileFormatError(source, f"runtime_version: {shown(given)}; expected a "
                                           "version like \"2.18\"")
     runtime = fields.get("runtime")
+    if isinstance(runtime, str):
+        clean_name(runtime, "runtime", source=source)
     try:
         base = get_runtime(runtime).defaults if isinstance(runtime, str) else \
-            get_runtime("nccl").defaults
-    except UnknownNameError:  # a runtime collsynth does not know: NCCL's figures
-        base = get_runtime("nccl").defaults
+            get_runtime("nccl").defaults  # constants_from_dict says what is wrong with it
+    except UnknownNameError:  # figures for a runtime collsynth does not model price nothing
+        raise FileFormatError(source, f"runtime = {shown(runtime)}: expected one of "
+                                      f"{', '.join(runtime_names())}") from None
     return RuntimeCalibration(constants_from_dict(fields, base=base, label=source),
                               runtime_version=runtime_version)
 
@@ -531,10 +539,19 @@ def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:
         clean_name(entry.collective, f"{where}.collective", source=source)
         for key, value in params.items():  # what a log can have measured (see logs.py)
             limit = MAX_TIME_US if key.endswith("_us") else \
-                MAX_SIZE_BYTES if key.endswith("_bytes") else None
+                MAX_SIZE_BYTES if key.endswith("_bytes") else \
+                MAX_GBPS if key.endswith("_gbps") else None
             if limit is not None and value > limit:
                 raise FileFormatError(source, f"{where}.{key}: {value!r}; expected at most "
                                               f"{limit:g}")
+            # Below these, the figures derived from them (alpha per step, GB/s per unit) round
+            # to 0 or overflow: 1 ps as for the runtime constants' latencies, 1 kB/s.
+            if key.endswith("_us") and 0 < value < _MIN_LATENCY_US:
+                raise FileFormatError(source, f"{where}.{key}: {value!r}; expected 0 or at least "
+                                              f"{_MIN_LATENCY_US:g} (1 ps)")
+            if key.endswith("_gbps") and value < MIN_GBPS:
+                raise FileFormatError(source, f"{where}.{key}: {value!r}; expected at least "
+                                              f"{MIN_GBPS:g} (1 kB/s)")
         entries.append(CalibrationEntry(entry.file, entry.collective, entry.ranks, model,
                                         params, gmae=entry.gmae, gmae_rows=entry.gmae_rows,
                                         gmae_heldout=entry.gmae_heldout, runtime=entry.runtime,

@@ -24,6 +24,7 @@ from collsynth._parse import (
     MAX_NUMBER_CHARS,
     MAX_SIZE_BYTES,
     MAX_TIME_US,
+    MIN_TIME_US,
     bounded_float,
     bounded_int,
     clean_name,
@@ -302,8 +303,9 @@ def _time(cell: str, name: str, line: int) -> float:
     value = _number(cell, "time", name, line)
     if value is None or value <= 0:
         raise FileFormatError(name, f"line {line}: time {shown(cell)}: expected microseconds > 0")
-    return bounded_float(value, f"line {line}: time", source=name, hi=MAX_TIME_US,
-                         why="microseconds: one call of more than an hour is not a measurement")
+    return bounded_float(value, f"line {line}: time", source=name, lo=MIN_TIME_US,
+                         hi=MAX_TIME_US, why="microseconds: a call takes from 1 ns to an hour; "
+                                             "outside that, a unit mistake or a hang")
 
 
 def _size(cell: str, name: str, line: int, what: str = "size") -> int:
@@ -572,8 +574,9 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
             time_us = _json_float(half, time_key, name, f"{at}.{key}")
             if time_us is None or time_us <= 0:
                 raise FileFormatError(name, f"{at}.{key}.{time_key}: expected microseconds > 0")
-            bounded_float(time_us, f"{at}.{key}.{time_key}", source=name, hi=MAX_TIME_US,
-                          why="microseconds: one call of more than an hour is not a measurement")
+            bounded_float(time_us, f"{at}.{key}.{time_key}", source=name, lo=MIN_TIME_US,
+                          hi=MAX_TIME_US,
+                          why="microseconds: a call takes from 1 ns to an hour")
             algbw = _json_float(half, "alg_bw", name, f"{at}.{key}", optional=True, hi=MAX_GBPS)
             busbw = _json_float(half, "bus_bw", name, f"{at}.{key}", optional=True, hi=MAX_GBPS)
             errors = _json_float(half, "nwrong", name, f"{at}.{key}", optional=True)

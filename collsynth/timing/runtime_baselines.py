@@ -114,10 +114,7 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
     if not rings:
         raise InvalidInstanceError("ring_program: give at least one ring")
     n, channels = len(rings[0]), len(rings)
-    # Steps per thread block: n + 1 (allgather), n (reduce-scatter), 2n - 1 (allreduce); the
-    # program has one thread block per rank and channel. Refused before it is built.
-    per_tb = {"allgather": n + 1, "reduce_scatter": n, "allreduce": 2 * n - 1}[key]
-    check_simulated_steps(n * channels * per_tb,
+    check_simulated_steps(ring_program_steps(key, n, channels),
                           f"the {key} ring of {n} ranks on {channels} channel(s)")
     rings = [tuple(int(r) for r in ring) for ring in rings]
     for ring in rings:
@@ -229,6 +226,34 @@ def double_binary_tree(nodes: int) -> tuple[tuple[tuple[int, tuple[int, ...]], .
     return first, second
 
 
+def ring_program_steps(collective: str, ranks: int, channels: int) -> int:
+    """The steps of :func:`ring_program`'s program (one thread block per rank and channel, of
+    ``n + 1`` steps for allgather, ``n`` reduce-scatter, ``2n - 1`` allreduce): what it is
+    refused by before it is built (:func:`~collsynth.timing.runtime_model.check_simulated_steps`).
+
+    >>> ring_program_steps("allreduce", 4, 2)  # 4 ranks x 2 channels x 7
+    56
+    """
+    n = ranks
+    per_tb = {"allgather": n + 1, "reduce_scatter": n, "allreduce": 2 * n - 1}[
+        canonical_name(collective)]
+    return n * channels * per_tb
+
+
+def tree_program_min_steps(ranks: int, channels: int, pipeline: int = TREE_PIPELINE) -> int:
+    """At least the steps of :func:`tree_program`'s program of ``ranks`` ranks on ``channels``
+    channels (two per chain): on each channel every rank but the root takes each chunk up and
+    down, a step each at the least (a leaf: send, then receive), the root one (reduce, copy and
+    send back); a channel's share of the chunks is as :func:`tree_program` sets it.
+
+    >>> tree_program_min_steps(2, 2, pipeline=1)  # tree_program's example: 3 steps a rank
+    6
+    """
+    step = ranks * channels // math.gcd(ranks, channels)
+    share = step * -(-channels * pipeline // step) // channels
+    return channels * share * (2 * (ranks - 1) + 1)
+
+
 def tree_program(nodes: int, chains: Sequence[Sequence[int]], *,
                  pipeline: int = TREE_PIPELINE, protocol: str = "Simple",
                  name: str | None = None, runtime: str | None = None) -> Program:
@@ -264,9 +289,13 @@ def tree_program(nodes: int, chains: Sequence[Sequence[int]], *,
                                        f"0..{max(m - 1, 0)}")
     if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
         raise InvalidInstanceError(f"pipeline = {pipeline!r}; expected a whole number >= 1")
-    trees = double_binary_tree(nodes)
+    trees = double_binary_tree(nodes)  # refuses nodes < 1
     n = nodes * m
     channels = 2 * len(chains)
+    from collsynth.timing.runtime_model import check_simulated_steps
+
+    check_simulated_steps(tree_program_min_steps(n, channels, pipeline),
+                          f"the allreduce tree of {n} ranks on {channels} channel(s)")
     step = n * channels // math.gcd(n, channels)
     total = step * -(-channels * pipeline // step)
     share = total // channels

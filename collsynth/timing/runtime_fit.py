@@ -122,8 +122,8 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
         positive number (sizes up to 1 PiB, times up to an hour).
     """
     from collsynth._files import read_bytes_bounded
-    from collsynth._parse import (MAX_SIZE_BYTES, MAX_TIME_US, bounded_float, bounded_int,
-                                  decode_text)
+    from collsynth._parse import (MAX_SIZE_BYTES, MAX_TIME_US, MIN_TIME_US, bounded_float,
+                                  bounded_int, decode_text)
     from collsynth.timing.logs import csv_rows
 
     name = os.fspath(path)
@@ -141,14 +141,16 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
         except (IndexError, ValueError) as exc:
             raise FileFormatError(name, f"line {line}: size_bytes and time_us must be "
                                   "numbers") from exc
-        if size <= 0 or not time > 0 or not math.isfinite(time):
-            raise FileFormatError(name, f"line {line}: expected size_bytes > 0 and time_us > 0")
+        if size <= 0:
+            raise FileFormatError(name, f"line {line}: size_bytes = {size}: expected > 0")
         if len(rows) == MAX_CURVE_ROWS:
             raise FileFormatError(name, f"line {line}: more than {MAX_CURVE_ROWS} measured rows; "
                                         "a curve has one row per size (nccl-tests: about 35)")
         rows.append((bounded_int(size, f"line {line}: size_bytes", source=name,
                                  hi=MAX_SIZE_BYTES),
-                     bounded_float(time, f"line {line}: time_us", source=name, hi=MAX_TIME_US)))
+                     bounded_float(time, f"line {line}: time_us", source=name, lo=MIN_TIME_US,
+                                   hi=MAX_TIME_US, why="microseconds: a call takes from 1 ns to "
+                                                       "an hour")))
     if not rows:
         raise FileFormatError(path, "no measurement rows")
     return sorted(rows)

@@ -23,9 +23,10 @@ from collsynth.runtimes.protocols import PROTOCOLS
 from collsynth.timing.runtime_baselines import (P2P_COLLECTIVES, PAT_COLLECTIVES,
                                                 RING_COLLECTIVES, TREE_COLLECTIVES,
                                                 TREE_PIPELINE, p2p_program, pat_program,
-                                                ring_program, runtime_rings, runtime_tree,
-                                                tree_program)
-from collsynth.timing.runtime_model import PreparedProgram
+                                                ring_program, ring_program_steps,
+                                                runtime_rings, runtime_tree, tree_program,
+                                                tree_program_min_steps)
+from collsynth.timing.runtime_model import PreparedProgram, check_simulated_steps
 from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES,
                                             SHARP_COLLECTIVES, nvls_graph, nvls_tree_graph,
                                             sharp_graph)
@@ -64,11 +65,20 @@ class RuntimeProgram:
 
 
 def _ring(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
+    # refused before the rings are searched (their search grows with the ranks squared)
+    n = topology.num_ranks
+    check_simulated_steps(ring_program_steps(collective, n, channels or 1),
+                          f"the {collective} ring of {n} ranks on {channels or 1} channel(s) "
+                          "or more")
     return ring_program(collective, runtime_rings(topology, channels), protocol=protocol)
 
 
 def _tree(collective: str, topology: "Topology", channels: int | None, protocol: str, *,
           pipeline: int = TREE_PIPELINE) -> Built:
+    n = topology.num_ranks  # one chain (two channels) at the least
+    least = 2 * -(-(channels or 1) // 2)
+    check_simulated_steps(tree_program_min_steps(n, least, pipeline),
+                          f"the allreduce tree of {n} ranks on {least} channel(s) or more")
     nodes, chains = runtime_tree(topology, channels)
     return tree_program(nodes, chains, protocol=protocol, pipeline=pipeline)
 

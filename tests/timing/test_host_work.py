@@ -148,10 +148,10 @@ def test_calibrate_reads_how_many_gpus_a_thread_drove(tmp_path, capsys):
     from collsynth.cli.calibrate import _curve_rows
 
     log = ROOT / "data/nccl-tests/A100-8gpu_all_reduce_superbench.txt"
-    rows, collective, drove, version = _curve_rows(str(log), None)
+    rows, collective, drove, _, version = _curve_rows(str(log), None)
     assert (collective, drove, len(rows), version) == ("allreduce", 8, 32, None)
     p4d = ROOT / "data/nccl-tests/A100-16gpu-2node-p4d_all_reduce_awsdocs.txt"
-    assert _curve_rows(str(p4d), None)[3] == "2.7.8+cuda11.0"  # its banner
+    assert _curve_rows(str(p4d), None)[3:] == ("nccl", "2.7.8+cuda11.0")  # its banner
     csv = tmp_path / "curve.csv"
     csv.write_text("size_bytes,time_us\n1024,10\n2048,11\n")
     assert _curve_rows(str(csv), None)[2] is None

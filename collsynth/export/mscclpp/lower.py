@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from collsynth._parse import printable_name
 from collsynth.algorithm.model import Algorithm
 from collsynth.algorithm.verify import verify
 from collsynth.errors import ExportError
@@ -589,7 +590,8 @@ def lower_to_plan(algorithm: Algorithm, *, protocol: str = "Simple", inplace: bo
         scratch = (plan.packet + -(-plan.plain // 2)) if packets else plan.plain
         gpus.append(GpuPlan(plan.rank, ins, outs, scratch, tuple(tbs), channels, remote,
                             tuple(0 for _ in range(len(tbs) - 1))))
-    result = Plan(name=name or algorithm.name, collective=COLLECTIVE_NAMES[kind],
+    # a name the plan reader (and MSCCL++'s JSON loader) takes as it is: printable, <= 255
+    result = Plan(name=printable_name(name or algorithm.name), collective=COLLECTIVE_NAMES[kind],
                   protocol=protocol, inplace=inplace, gpus=tuple(gpus),
                   num_threads_per_block=num_threads_per_block,
                   use_double_scratch_buffer=packets, min_message_size=min_message_size,

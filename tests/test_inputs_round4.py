@@ -1,0 +1,186 @@
+"""Hostile input, round 4: what a hunt through the newest options found.
+
+Each case failed on the code before its fix: measured times of 1e-310 us raised
+``OverflowError`` / ``ZeroDivisionError`` (an internal error), and 1e-300 us gave a calibration
+of 10^305 GB/s; ``calibrate -o LOG`` replaced the log it read; an MSCCL++ plan written with
+``--name 'a<newline>b'`` was refused by ``check``; wrong-shaped runtime-constants fields gave
+Python's own words ("'int' object is not iterable") and an unknown runtime passed as NCCL's;
+``time`` with nothing priced exited 0; Arabic-Indic digits passed as a runtime version; a
+runtime tree of 2048 ranks was built for a minute before the step limit refused it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collsynth import cli
+from collsynth.algorithm.fileformat import save_algorithm
+from collsynth.runtimes import get_runtime, parse_version
+from collsynth.synthesis import solve_instance
+from collsynth.algorithm.model import Instance
+from collsynth.collective import allgather
+from collsynth.timing.calibration import RuntimeCalibration, save_calibration
+from collsynth.topology import get_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT / "data" / "nccl-tests" / "A100-8gpu_all_gather_superbench.txt"
+
+
+def _csv(path: Path, time_us: str) -> Path:
+    rows = "".join(f"{1 << k},{time_us}\n" for k in range(10, 20))
+    path.write_text("size_bytes,time_us\n" + rows)
+    return path
+
+
+@pytest.mark.parametrize("time_us", ["1e-310", "1e-320", "1e-300", "1e-7"])
+@pytest.mark.parametrize("model", ["curve", "program"])
+def test_times_below_a_nanosecond_are_refused_with_the_line(tmp_path, capsys, time_us, model):
+    log = _csv(tmp_path / "log.csv", time_us)
+    argv = ["calibrate", str(log), "--topology", "dgx1", "-o", str(tmp_path / "c.json")]
+    argv += (["--collective", "allgather", "--ranks", "8"] if model == "curve"
+             else ["--model", "program", "--runtime", "nccl"])
+    assert cli.main(argv) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "line 2" in err and repr(float(time_us)) in err and ">= 0.001" in err
+    assert "internal error" not in err and "Warning" not in err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_calibrate_never_writes_over_the_log_it_reads(tmp_path, capsys):
+    log = tmp_path / "ag.txt"
+    log.write_bytes(LOG.read_bytes())
+    for argv in (["calibrate", str(log), "--topology", "dgx-a100", "-o", str(log)],
+                 ["calibrate", str(log), "--model", "program", "--topology", "dgx-a100",
+                  "-o", f"{tmp_path}/./ag.txt"]):
+        assert cli.main(argv) == cli.EXIT_ERROR
+        assert "is the input" in capsys.readouterr().err
+    assert log.read_bytes() == LOG.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def algorithm_file(tmp_path_factory) -> Path:
+    result = solve_instance(get_topology("dgx1"), allgather(8),
+                            Instance(steps=2, rounds=3, chunks=2))
+    path = tmp_path_factory.mktemp("alg") / "ag.json"
+    save_algorithm(result.algorithm, path)
+    return path
+
+
+def test_export_never_writes_over_its_algorithm(algorithm_file, tmp_path, capsys):
+    copy = tmp_path / "ag.json"
+    copy.write_bytes(algorithm_file.read_bytes())
+    assert cli.main(["export", str(copy), "--runtime", "msccl", "-o", str(copy)]) == \
+        cli.EXIT_ERROR
+    assert "is the input" in capsys.readouterr().err
+    assert copy.read_bytes() == algorithm_file.read_bytes()
+
+
+@pytest.mark.parametrize("name, kept", [("a\nb", "a_b"), ("x" * 5000, "x" * 255)])
+def test_an_mscclpp_plan_takes_a_name_its_reader_accepts(algorithm_file, tmp_path, capsys,
+                                                         name, kept):
+    plan = tmp_path / "p.json"
+    assert cli.main(["export", str(algorithm_file), "--runtime", "mscclpp", "-o", str(plan),
+                     "--name", name]) == 0
+    assert json.loads(plan.read_text())["name"] == kept
+    assert cli.main(["check", str(plan)]) == 0  # what the writer says is checked, is
+    capsys.readouterr()
+
+
+def _constants_file(tmp_path: Path, **changes) -> Path:
+    path = tmp_path / "rc.json"
+    save_calibration(RuntimeCalibration(get_runtime("nccl").defaults), path)
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("base_latency_us", [1, 2, 3], "base_latency_us = a list of 3: expected an object"),
+    ("base_latency_us", 5, "base_latency_us = 5: expected an object {LL, LL128, Simple"),
+    ("ceiling_gbps", "abc", "ceiling_gbps = 'abc': expected an object {link class:"),
+    ("hop_latency_us", [], "hop_latency_us = a list of 0: expected an object"),
+    ("hop_latency_us", {"nvlink": 3}, "hop_latency_us.nvlink = 3: expected an object"),
+    ("runtime", "foo", "runtime = 'foo': expected one of nccl, msccl"),
+])
+def test_runtime_constants_of_the_wrong_shape_name_the_field(tmp_path, capsys, field, value,
+                                                             expected):
+    path = _constants_file(tmp_path, **{field: value})
+    assert cli.main(["time", "--collective", "allgather", "--topology", "dgx-a100", "--sizes",
+                     "1MB", "--calibration", str(path)]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert f"{path}: {expected}" in err
+
+
+@pytest.mark.parametrize("field, value", [("alpha_us", 5e-324), ("alpha_us", 1e-300),
+                                          ("busbw_gbps", 5e-324), ("busbw_gbps", 1.7e308)])
+def test_curve_figures_that_would_round_to_nothing_are_refused(algorithm_file, tmp_path, capsys,
+                                                               field, value):
+    log = tmp_path / "ag.txt"
+    log.write_bytes(LOG.read_bytes())
+    path = tmp_path / "curve.json"
+    assert cli.main(["calibrate", str(log), "--topology", "dgx-a100", "-o", str(path)]) == 0
+    data = json.loads(path.read_text())
+    data["entries"][0][field] = value
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert cli.main(["time", str(algorithm_file), "--sizes", "1MB", "--calibration",
+                     str(path)]) == cli.EXIT_ERROR
+    assert f"{path}: entries[0].{field}" in capsys.readouterr().err
+
+
+def test_export_tune_refuses_another_vendors_constants(algorithm_file, tmp_path, capsys):
+    path = tmp_path / "rccl.json"
+    save_calibration(RuntimeCalibration(get_runtime("rccl").defaults), path)
+    out = tmp_path / "tuned"
+    assert cli.main(["export", str(algorithm_file), "--tune", "-o", str(out), "--runtime",
+                     "msccl", "--runtime-constants", str(path), "--sizes", "1MB"]) == \
+        cli.EXIT_USAGE
+    assert "figures for rccl, but --runtime is msccl" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["--collective", "broadcast", "--topology", "dgx1", "--json"],  # no runtime algorithm
+    ["--collective", "alltoall", "--topology", "ring:3"],            # no physical figures
+])
+def test_time_with_nothing_priced_is_an_error(capsys, argv):
+    assert cli.main(["time", *argv, "--sizes", "1MB"]) == cli.EXIT_ERROR
+    assert "nothing priced" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", ["٢.١٨", "2", " ", "2.x"])
+def test_runtime_versions_are_ascii_major_minor(text):
+    with pytest.raises(ValueError):
+        parse_version(text)
+
+
+def test_calibrate_runtime_errors_blame_the_option(tmp_path, capsys):
+    for runtime, expected in (("nccl-2", "--runtime: '2' is not a runtime version"),
+                              ("", "--runtime: runtime = ''")):
+        assert cli.main(["calibrate", str(LOG), "--model", "program", "--topology", "dgx-a100",
+                         "--runtime", runtime, "-o", str(tmp_path / "c.json")]) == \
+            cli.EXIT_USAGE
+        assert expected in capsys.readouterr().err
+
+
+def test_calibrate_without_a_runtime_takes_the_gpus_maker(tmp_path, capsys):
+    """The superbench log names no runtime; a DGX-A100 runs NCCL (before: RCCL's figures)."""
+    assert cli.main(["calibrate", str(LOG), "--model", "program", "--topology", "dgx-a100",
+                     "-o", str(tmp_path / "c.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runtime"] == "nccl"
+
+
+def test_runtime_programs_too_large_are_refused_before_they_are_built(capsys):
+    """2048 ranks: the ring (2048 x 4095 steps on one channel) and the tree (at least
+    2 x 1024 chunks x 4095 steps) are over the simulator's 2^20 steps whatever the channels;
+    refused before their rings are searched (a minute and 5 GB before)."""
+    assert cli.main(["time", "--collective", "allreduce", "--topology", "dgx-a100", "--nodes",
+                     "256", "--sizes", "1MB"]) == cli.EXIT_ERROR
+    out = capsys.readouterr().out
+    assert "nccl-ring: the allreduce ring of 2048 ranks on 1 channel(s) or more" in out
+    # the messages of the checks made before the search ("or more": at the fewest channels)
+    assert "nccl-tree: the allreduce tree of 2048 ranks on 2 channel(s) or more" in out
