@@ -184,3 +184,47 @@ def test_runtime_programs_too_large_are_refused_before_they_are_built(capsys):
     assert "nccl-ring: the allreduce ring of 2048 ranks on 1 channel(s) or more" in out
     # the messages of the checks made before the search ("or more": at the fewest channels)
     assert "nccl-tree: the allreduce tree of 2048 ranks on 2 channel(s) or more" in out
+
+
+def test_a_trace_names_torchs_reductions_only(tmp_path):
+    from collsynth.errors import FileFormatError
+    from collsynth.trace.records import read_trace
+
+    header = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
+              "world_size": 1, "backend": "gloo", "byte_convention": "nccl-tests",
+              "hostname": "h", "pid": 1, "torch_version": "2.13.0", "started_unix": 0.0,
+              "record_durations": False, "cross_node_only": False, "ranks_per_node": 1}
+    call = {"type": "call", "seq": 0, "kind": "allreduce", "function": "all_reduce",
+            "bytes": 64, "dtype": "float32", "op": "xor", "group": [0], "group_size": 1,
+            "root": None, "peer": None, "async_op": False, "site": None, "duration_us": None,
+            "cross_node": None, "batch": None, "error": None, "raw": {}}
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    (folder / "rank-00000.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(call) + "\n")
+    with pytest.raises(FileFormatError, match="field 'op': 'xor': not a torch.distributed"):
+        read_trace(folder)
+    call["op"] = "bxor"  # one of torch's
+    (folder / "rank-00000.jsonl").write_text(json.dumps(header) + "\n" + json.dumps(call) + "\n")
+    assert read_trace(folder).rank(0).calls[0].op == "bxor"
+
+
+@pytest.mark.parametrize("size, time_us", [("1_024", "5.0"), ("١٠٢٤", "5.0"), ("1024", "5_0")])
+def test_a_measurement_csv_takes_ascii_numbers_only(tmp_path, size, time_us):
+    from collsynth.errors import FileFormatError
+    from collsynth.timing.logs import load_log
+    from collsynth.timing.runtime_fit import read_curve
+
+    path = tmp_path / "c.csv"
+    path.write_text(f"size_bytes,time_us\n{size},{time_us}\n2048,6.0\n")
+    with pytest.raises(FileFormatError, match="line 2"):
+        read_curve(path)
+    with pytest.raises(FileFormatError, match="line 2"):
+        load_log(path, collective="allgather", ranks=8)
+
+
+def test_a_thread_drives_the_gpus_of_one_node_at_most(capsys):
+    assert cli.main(["time", "--collective", "allreduce", "--topology", "dgx-a100",
+                     "--gpus-per-thread", "9", "--sizes", "1MB"]) == cli.EXIT_USAGE
+    assert "--gpus-per-thread 9: a thread drives the GPUs of one node" in capsys.readouterr().err
+    assert cli.main(["time", "--collective", "allreduce", "--topology", "dgx-a100",
+                     "--gpus-per-thread", "8", "--sizes", "1MB"]) == 0

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments,
-                                  channel_count, gpus_per_thread, out, positive_int, table)
+                                  channel_count, check_gpus_per_thread, gpus_per_thread, out,
+                                  positive_int, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -217,6 +218,7 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     if gpus > MAX_GPUS_PER_THREAD:
         raise UsageError.of("calibrate", f"{args.logs[0]}: {gpus} GPUs per thread; expected at "
                                          f"most {MAX_GPUS_PER_THREAD}")
+    check_gpus_per_thread(gpus, topology, "calibrate")
     fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
                       gpus_per_thread=gpus, version=version)
     save_calibration(RuntimeCalibration(fit.constants, runtime_version=version), args.output)

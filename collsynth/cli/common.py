@@ -68,6 +68,18 @@ class UsageError(Exception):
         return cls(f"{message} (see '{prog} --help')", prog=prog)
 
 
+def check_gpus_per_thread(gpus: int, topology: "Topology | None", command: str) -> None:
+    """A thread drives GPUs of its own node: at most the node's ranks."""
+    if topology is None:
+        return
+    layout = topology.layout
+    per_node = layout.ranks_per_node if layout is not None and layout.multi_node else \
+        topology.num_ranks
+    if gpus > per_node:
+        raise UsageError.of(command, f"--gpus-per-thread {gpus}: a thread drives the GPUs of "
+                                     f"one node, and {topology.name} has {per_node} a node")
+
+
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and reach :func:`main` as an exception."""
 

@@ -15,9 +15,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments, err,
-                                  format_size, gpus_per_thread, out, parse_size_range, parse_sizes,
-                                  positive_int, table)
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments,
+                                  check_gpus_per_thread, err, format_size, gpus_per_thread, out,
+                                  parse_size_range, parse_sizes, positive_int, table)
 from collsynth.errors import CollsynthError, FileFormatError
 from collsynth.exact import fraction_text
 from collsynth.runtimes import get_runtime, runtime_names
@@ -435,6 +435,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     if shapes and shapes[0][1] != collective:
         raise CollsynthError(f"--collective {args.collective}: the files are {shapes[0][1]}")
     where = topology if topology is not None else model.where(subjects[0])
+    check_gpus_per_thread(args.gpus_per_thread, where, "time")
     sizes = args.sizes
     prices: list["Price"] = []
     errors: list[tuple[str, str]] = [(name, " ".join(why.split())) for name, why in refused]

@@ -268,7 +268,7 @@ def parse_log(text: str, *, name: str = "<log>", collective: str | None = None,
 
 # A launcher's tag before a line: Open MPI --tag-output "[1,0]<stdout>:" or srun --label "0: ".
 _LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\s*\d+:(?=\s|$))")
-_INT = re.compile(r"^[+-]?\d+$")
+_INT = re.compile(r"^[+-]?[0-9]+$")  # ASCII: \d would take any script's digits
 _NA = ("n/a", "na", "-", "nan")
 
 
@@ -287,8 +287,8 @@ def _number(cell: str, what: str, name: str, line: int, *, optional: bool = Fals
     if optional and cell.strip().lower() in _NA:
         return None
     try:
-        if len(cell) > MAX_NUMBER_CHARS:
-            raise ValueError(cell)
+        if len(cell) > MAX_NUMBER_CHARS or not cell.isascii() or "_" in cell:
+            raise ValueError(cell)  # float() reads '1_0' and any script's digits
         value = float(cell)
     except ValueError:
         raise FileFormatError(name, f"line {line}: {what} {shown(cell)} is not a number") from None

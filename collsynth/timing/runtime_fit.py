@@ -137,7 +137,12 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
     rows = []
     for line, cells in lines[1:]:
         try:
-            size, time = int(cells[at_size]), float(cells[at_time])
+            texts = cells[at_size], cells[at_time]
+            # as written by a benchmark: ASCII digits, no '1_024' (Python's int and float read
+            # underscores and any script's digits)
+            if not all(t.isascii() and "_" not in t for t in texts):
+                raise ValueError(texts)
+            size, time = int(texts[0]), float(texts[1])
         except (IndexError, ValueError) as exc:
             raise FileFormatError(name, f"line {line}: size_bytes and time_us must be "
                                   "numbers") from exc

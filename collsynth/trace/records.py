@@ -69,6 +69,8 @@ HEADER_KEYS = ("type", "format", "version", "rank", "world_size", "backend", "by
                "hostname", "pid", "torch_version", "started_unix", "record_durations",
                "cross_node_only", "ranks_per_node")
 #: Keys of a call line, in the order they are written.
+#: The reductions a trace names: torch.distributed's ReduceOp types, as the tracer writes them.
+REDUCE_OPS = ("sum", "avg", "prod", "min", "max", "band", "bor", "bxor", "premul_sum")
 CALL_KEYS = ("type", "seq", "kind", "function", "bytes", "dtype", "op", "group", "group_size",
              "root", "peer", "async_op", "site", "duration_us", "cross_node", "batch", "error",
              "raw")
@@ -463,6 +465,9 @@ def _call(obj: dict[str, Any], header: TraceHeader, path: Path, number: int) -> 
     if error is None:     # a call that raised may have had any arguments
         _check_ends(f, kind, header.rank, group, root, peer)
     op = f.get_str("op", null=True)
+    if op is not None and op not in REDUCE_OPS:
+        f.fail("op", f"{shown(op)}: not a torch.distributed ReduceOp; expected one of "
+                     f"{', '.join(REDUCE_OPS)}")
     if (kind in REDUCING_KINDS) != (op is not None):
         f.fail("op", f"a {kind} " + ("has a reduction; got null" if kind in REDUCING_KINDS
                                       else "has no reduction; expected null"))
