@@ -228,3 +228,29 @@ def test_a_thread_drives_the_gpus_of_one_node_at_most(capsys):
     assert "--gpus-per-thread 9: a thread drives the GPUs of one node" in capsys.readouterr().err
     assert cli.main(["time", "--collective", "allreduce", "--topology", "dgx-a100",
                      "--gpus-per-thread", "8", "--sizes", "1MB"]) == 0
+
+
+@pytest.mark.parametrize("extra", [["--stages", "2"], ["--json"]])
+def test_an_mscclpp_export_refuses_the_xml_options(algorithm_file, tmp_path, capsys, extra):
+    plan = tmp_path / "p.json"
+    assert cli.main(["export", str(algorithm_file), "--runtime", "mscclpp", "-o", str(plan),
+                     *extra]) == cli.EXIT_USAGE
+    assert "not an option of MSCCL++ plans" in capsys.readouterr().err
+    assert not plan.exists()
+
+
+def test_an_mscclpp_export_never_writes_over_its_algorithm(algorithm_file, tmp_path, capsys):
+    copy = tmp_path / "ag.json"
+    copy.write_bytes(algorithm_file.read_bytes())
+    assert cli.main(["export", str(copy), "--runtime", "mscclpp", "-o", str(copy)]) == \
+        cli.EXIT_ERROR
+    assert copy.read_bytes() == algorithm_file.read_bytes()
+    capsys.readouterr()
+
+
+def test_plan_names_the_tuner_spellings_of_runtime():
+    from collsynth.cli.plan import _runtimes
+
+    with pytest.raises(cli.UsageError, match="or nccl-tuner, rccl-tuner: a tuner config only"):
+        _runtimes("foo")
+    assert _runtimes("rccl-tuner")[1] == ("rccl",)

@@ -86,7 +86,8 @@ def _runtimes(text: str) -> tuple[str, tuple[str, ...], bool]:
     artifacts: a name deploys the runtime's first artifact (rccl: XML, nccl: its tuner config,
     mscclpp: execution plans), ``NAME-tuner`` its tuner config."""
     from collsynth.errors import CollsynthError
-    from collsynth.runtimes import MSCCL_XML, MSCCLPP_PLAN, TUNER_CONFIG, get_runtime
+    from collsynth.runtimes import (MSCCL_XML, MSCCLPP_PLAN, TUNER_CONFIG, get_runtime,
+                                    runtime_names)
 
     mscclpp = False
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
@@ -98,8 +99,10 @@ def _runtimes(text: str) -> tuple[str, tuple[str, ...], bool]:
         base = name[:-len("-tuner")] if name.endswith("-tuner") else name
         try:
             runtime = get_runtime(base)
-        except CollsynthError as exc:
-            raise UsageError.of("plan", f"--runtime: {exc}") from None
+        except CollsynthError as exc:  # the registry's names, and the NAME-tuner spellings
+            tuned = [f"{n}-tuner" for n in runtime_names(TUNER_CONFIG)]
+            raise UsageError.of("plan", f"--runtime: {exc} (or {', '.join(tuned)}: a tuner "
+                                        "config only)") from None
         kind = TUNER_CONFIG if name != base else \
             (runtime.artifacts[0].kind if runtime.artifacts else None)
         if kind == MSCCL_XML and runtime.loads(MSCCL_XML):

@@ -26,7 +26,8 @@ MSCCLPP_RUNTIME = runtime_names(MSCCLPP_PLAN)[0]
 # export options that mean something for MSCCL XML only.
 _XML_ONLY = (("channels", "--channels"), ("channel_by", "--channel-by"),
              ("instances", "--instances"), ("tune", "--tune"), ("sizes", "--sizes"),
-             ("runtime_constants", "--runtime-constants"))
+             ("runtime_constants", "--runtime-constants"), ("stages", "--stages"),
+             ("json", "--json"))
 
 
 def export_plan(args: argparse.Namespace) -> int:
@@ -41,7 +42,7 @@ def export_plan(args: argparse.Namespace) -> int:
             args.max_bytes < args.min_bytes:
         raise UsageError.of("export", f"--max-bytes {args.max_bytes} is below --min-bytes "
                                       f"{args.min_bytes}")
-    path = check_output_file(args.output, label=f"-o {args.output}")
+    path = check_output_file(args.output, label=f"-o {args.output}", inputs=[args.file])
     algorithm = load_algorithm(args.file)
     plan = lower_to_plan(algorithm, protocol=args.proto or "Simple", inplace=bool(args.inplace),
                          min_message_size=args.min_bytes or 0, max_message_size=args.max_bytes,

@@ -558,7 +558,10 @@ def run_time(args: argparse.Namespace) -> int:
             raise UsageError.of("time", "without files, time prices the runtime's own "
                                         "algorithms with the program model (--model program)")
     if args.channels is not None:
-        check_channels(args.channels, "--channels")
+        try:  # a bad option, like --channels 0 (argparse's): a usage error
+            check_channels(args.channels, "--channels")
+        except CollsynthError as exc:
+            raise UsageError.of("time", str(exc)) from None
     for path in args.files:  # every input a regular file, before the first is priced
         check_input_file(path)
     calibration = _calibration(args.calibration)
@@ -674,7 +677,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--topology", metavar="T",
                         help="topology the programs run on (needed for XML files; ranks map to "
                              "its ranks in order); selects the program model")
-    parser.add_argument("--nodes", type=int, metavar="K",
+    parser.add_argument("--nodes", type=positive_int, metavar="K",
                         help="with --topology: K copies of it joined by their NICs")
     parser.add_argument("--collective", metavar="C",
                         help="the collective (allreduce, allgather, ...): without files, with "

@@ -502,7 +502,7 @@ def test_time_without_files_channels_and_usage(capsys):
     assert main(["time", "--topology", "dgx-h100", "--collective", "allreduse"]) == 1
     assert "unknown collective 'allreduse'" in capsys.readouterr().err
     assert main(["time", "--topology", "dgx-h100", "--collective", "allreduce", "--channels",
-                 "100000"]) == 1
+                 "100000"]) == 2  # a bad option, as --channels 0 is
     assert "more than the 128 channels" in capsys.readouterr().err
 
 
