@@ -86,8 +86,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--runtime", metavar="NAME",
                         help="the runtime the logs were measured with, and its version if known "
                              "(rccl, nccl-2.18.3), for logs that do not say (--model program: "
-                             "one of " + ", ".join(_program_runtimes()) + "; default: the one the log's banner "
-                             "names, else nccl on NVIDIA GPUs and rccl otherwise)")
+                             "one of " + ", ".join(_program_runtimes()) + "; default: the one "
+                             "the log's banner names, else nccl on NVIDIA GPUs and rccl "
+                             "otherwise)")
     parser.add_argument("--channels", type=channel_count, metavar="N",
                         help="the runtime's channel count in the logs, for logs that do not say "
                              "(--model program: default every ring found)")
