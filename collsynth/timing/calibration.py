@@ -38,7 +38,8 @@ from collsynth.errors import (
     UnknownNameError,
 )
 from collsynth.runtimes import RuntimeConstants, get_runtime, parse_version, runtime_names
-from collsynth.runtimes.constants import constants_from_dict, constants_to_dict
+from collsynth.runtimes.constants import (MIN_LATENCY_US, constants_from_dict,
+                                         constants_to_dict)
 from collsynth.timing.alphabeta import AlphaBeta
 from collsynth.timing.fit import MODELS, LogFits
 from collsynth.collective.kinds import busbw_factor
@@ -77,9 +78,6 @@ _LEGACY_RUNTIME_FORMAT = "collsynth-runtime-constants"
 MAX_CALIBRATION_BYTES = 16 * 1024 * 1024
 #: The most entries a calibration file may have.
 _MAX_ENTRIES = 100_000
-
-#: Smallest non-zero latency a calibration file may hold, us (as the runtime constants'; 1 ps).
-_MIN_LATENCY_US = 1e-6
 
 # Figures of each model: name -> (required, kind).
 # Kinds: "pos" > 0, "nonneg" >= 0, "bytes" a whole number >= 1.
@@ -545,10 +543,10 @@ def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:
                 raise FileFormatError(source, f"{where}.{key}: {value!r}; expected at most "
                                               f"{limit:g}")
             # Below these, the figures derived from them (alpha per step, GB/s per unit) round
-            # to 0 or overflow: 1 ps as for the runtime constants' latencies, 1 kB/s.
-            if key.endswith("_us") and 0 < value < _MIN_LATENCY_US:
+            # to 0 or overflow: the runtime constants' least latency (1 ps), 1 kB/s.
+            if key.endswith("_us") and 0 < value < MIN_LATENCY_US:
                 raise FileFormatError(source, f"{where}.{key}: {value!r}; expected 0 or at least "
-                                              f"{_MIN_LATENCY_US:g} (1 ps)")
+                                              f"{MIN_LATENCY_US:g} (1 ps)")
             if key.endswith("_gbps") and value < MIN_GBPS:
                 raise FileFormatError(source, f"{where}.{key}: {value!r}; expected at least "
                                               f"{MIN_GBPS:g} (1 kB/s)")
