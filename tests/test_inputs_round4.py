@@ -254,3 +254,20 @@ def test_plan_names_the_tuner_spellings_of_runtime():
     with pytest.raises(cli.UsageError, match="or nccl-tuner, rccl-tuner: a tuner config only"):
         _runtimes("foo")
     assert _runtimes("rccl-tuner")[1] == ("rccl",)
+
+
+def test_export_tune_warns_of_an_earlier_tunings_programs(algorithm_file, tmp_path, capsys):
+    folder = tmp_path / "tuned"
+    argv = ["export", str(algorithm_file), "--tune", "-o", str(folder)]
+    assert cli.main([*argv, "--sizes", "1KB,1MB"]) == 0
+    first = {p.name for p in folder.iterdir()}
+    assert "warning" not in capsys.readouterr().err
+    assert cli.main([*argv, "--sizes", "1MB"]) == 0  # one range now: other file names
+    captured = capsys.readouterr()
+    written = {Path(line.split()[1]).name for line in captured.out.splitlines()
+               if line.startswith("wrote ")}
+    earlier = first - written
+    assert earlier  # the precondition: the two tunings' ranges differ
+    assert "earlier tuning" in captured.err
+    assert all(name in captured.err for name in earlier)
+    assert not any(name in captured.err for name in written)

@@ -17,7 +17,7 @@ from typing import Sequence
 from collsynth._output import (check_output_dir, check_output_file, path_in, staged_folder,
                                write_all_atomic)
 from collsynth.algorithm.fileformat import load_algorithm
-from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto,
+from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto, err,
                                   format_size, out, parse_sizes, positive_int, table)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
 from collsynth.errors import ExportError, InvalidTopologyError
@@ -25,7 +25,7 @@ from collsynth.export.limits import CHANNEL_POLICIES, LimitViolation
 from collsynth.export.pipeline import check_instances, export_programs
 from collsynth.runtimes import MSCCL_XML, PROTOCOLS, runtime_names
 from collsynth.export.stats import program_stats
-from collsynth.timing.tune import tune_export, tune_sizes, write_tuned
+from collsynth.timing.tune import other_tuned_files, tune_export, tune_sizes, write_tuned
 
 __all__ = ["register", "run_export", "EXPORT_RUNTIMES"]
 
@@ -243,7 +243,13 @@ def _run_tuned(args: argparse.Namespace) -> int:
         if exc.violations:
             raise _limits_exceeded(args.file, exc.violations) from exc
         raise
+    earlier = other_tuned_files(tuned, folder)
     paths = write_tuned(tuned, folder)
+    if earlier:  # kept (they are not this command's), but the runtime would load them too
+        err(f"warning: {folder} also holds {len(earlier)} program(s) of an earlier tuning of "
+            f"{tuned.algorithm} for {tuned.runtime} ({', '.join(p.name for p in earlier[:3])}"
+            f"{', ...' if len(earlier) > 3 else ''}); {tuned.runtime} loading the folder would "
+            "take them with these, whose size ranges may overlap: remove them")
     if args.json:
         out(json.dumps({"algorithm": tuned.algorithm, "runtime": tuned.runtime,
                         "prediction": True, "constants": tuned.constants.source,

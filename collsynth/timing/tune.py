@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
@@ -503,6 +504,24 @@ def tuned_file_name(tuned: TunedExport, tuned_range: TunedRange, stem: str | Non
     top = "inf" if tuned_range.max_bytes is None else f"{tuned_range.max_bytes}B"
     base = safe_file_name(stem or tuned.algorithm, default="tuned")
     return safe_file_name(f"{base}-{tuned.runtime}-{tuned_range.min_bytes}B-{top}") + ".xml"
+
+
+def other_tuned_files(tuned: TunedExport, folder: str | os.PathLike[str], *,
+                      stem: str | None = None) -> tuple[Path, ...]:
+    """Files in ``folder`` named as :func:`tuned_file_name` names this algorithm's programs for
+    this runtime, but for other ranges than ``tuned``'s: an earlier tuning's, which a runtime
+    loading the whole folder would take with these (their size ranges may overlap)."""
+    from collsynth._output import safe_file_name
+
+    base = safe_file_name(stem or tuned.algorithm, default="tuned")
+    prefix = safe_file_name(f"{base}-{tuned.runtime}-")
+    pattern = re.compile(re.escape(prefix) + r"[0-9]+B-(?:[0-9]+B|inf)\.xml")
+    ours = {tuned_file_name(tuned, r, stem) for r in tuned.ranges}
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:  # no folder yet: nothing earlier
+        return ()
+    return tuple(Path(folder) / n for n in names if pattern.fullmatch(n) and n not in ours)
 
 
 def write_tuned(tuned: TunedExport, folder: str | os.PathLike[str], *,
