@@ -181,9 +181,9 @@ def test_runtime_programs_too_large_are_refused_before_they_are_built(capsys):
     assert cli.main(["time", "--collective", "allreduce", "--topology", "dgx-a100", "--nodes",
                      "256", "--sizes", "1MB"]) == cli.EXIT_ERROR
     out = capsys.readouterr().out
-    assert "nccl-ring: the allreduce ring of 2048 ranks on 1 channel(s) or more" in out
+    assert "nccl-ring: the allreduce ring of 2048 ranks on 1 channel or more" in out
     # the messages of the checks made before the search ("or more": at the fewest channels)
-    assert "nccl-tree: the allreduce tree of 2048 ranks on 2 channel(s) or more" in out
+    assert "nccl-tree: the allreduce tree of 2048 ranks on 2 channels or more" in out
 
 
 def test_a_trace_names_torchs_reductions_only(tmp_path):
@@ -271,3 +271,18 @@ def test_export_tune_warns_of_an_earlier_tunings_programs(algorithm_file, tmp_pa
     assert "earlier tuning" in captured.err
     assert all(name in captured.err for name in earlier)
     assert not any(name in captured.err for name in written)
+
+
+def test_the_tree_programs_step_bound_is_a_lower_bound():
+    """tree_program_min_steps never exceeds the steps of the program it bounds (counted), and
+    the bound at two channels never exceeds the bound at more (what the pre-check relies on)."""
+    from collsynth.timing.runtime_baselines import tree_program, tree_program_min_steps
+
+    for nodes, chains, pipeline in ((2, [[0]], 1), (3, [[0, 1]], 4), (2, [[0, 1, 2], [1, 2, 0]],
+                                                                     2)):
+        program = tree_program(nodes, chains, pipeline=pipeline)
+        steps = sum(len(tb.steps) for g in program.gpus for tb in g.threadblocks)
+        n = nodes * len(chains[0])
+        assert tree_program_min_steps(n, 2 * len(chains), pipeline) <= steps
+    assert all(tree_program_min_steps(n, 2, p) <= tree_program_min_steps(n, c, p)
+               for n in range(2, 64) for c in range(2, 34, 2) for p in range(1, 9))

@@ -481,16 +481,13 @@ def _runtime_from_json(obj: dict, source: str, *, legacy: bool) -> RuntimeCalibr
             raise FileFormatError(source, f"runtime_version: {shown(given)}; expected a "
                                           "version like \"2.18\"")
     runtime = fields.get("runtime")
-    if isinstance(runtime, str):
-        clean_name(runtime, "runtime", source=source)
-    try:
-        base = get_runtime(runtime).defaults if isinstance(runtime, str) else \
-            get_runtime("nccl").defaults  # constants_from_dict says what is wrong with it
-    except UnknownNameError:  # figures for a runtime collsynth does not model price nothing
+    known = runtime in runtime_names()
+    constants = constants_from_dict(fields, base=get_runtime(runtime if known else "nccl")
+                                    .defaults, label=source)  # says what is malformed
+    if not known:  # well formed, but figures of a runtime collsynth does not model
         raise FileFormatError(source, f"runtime = {shown(runtime)}: expected one of "
-                                      f"{', '.join(runtime_names())}") from None
-    return RuntimeCalibration(constants_from_dict(fields, base=base, label=source),
-                              runtime_version=runtime_version)
+                                      f"{', '.join(runtime_names())}")
+    return RuntimeCalibration(constants, runtime_version=runtime_version)
 
 
 def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:

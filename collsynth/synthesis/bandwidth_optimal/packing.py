@@ -287,16 +287,12 @@ def pack_trees(topology: Topology, roots: list[int], *, target: Fraction | None 
             _log.info("column generation stopped after %d iterations at %.6f", iterations, value)
             stopped = "iteration_limit" if iterations >= options.max_iterations else "time_limit"
             break
-        if interrupts.pending():  # a Ctrl-C Python dropped in a callback (collsynth.interrupts)
-            interrupts.take()
-            _interrupted(options, iterations, value)
-            stopped = "interrupt"
-            break
         trial = y if centre is None else smoothing * centre + (1 - smoothing) * y
         prices = np.asarray(rows.incidence.T @ y).ravel().reshape(n, n)
         trial_prices = np.asarray(rows.incidence.T @ trial).ravel().reshape(n, n)
         scale = max(float(trial.max()), 1e-12)
         try:
+            interrupts.raise_if_pending()  # one Python dropped in a callback (collsynth.interrupts)
             added, bound = _price_trees(reps, hops, scale, trial_prices, prices, finite, u, add)
         except KeyboardInterrupt:
             interrupts.take()
