@@ -11,27 +11,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from collsynth.trace.records import dtype_bytes
+
 __all__ = ["TracedCall", "TracedRun", "load_calls", "dtype_bytes"]
-
-#: Bytes per element of the dtypes torch traces name (``float32``; ``torch.float32`` too).
-_DTYPE_BYTES = {
-    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
-    "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1, "uint8": 1,
-    "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "uint16": 2, "uint32": 4, "uint64": 8,
-}
-
-
-def dtype_bytes(dtype: str | None) -> int | None:
-    """Bytes per element of a traced dtype name, or ``None`` when unknown.
-
-    >>> dtype_bytes("bfloat16"), dtype_bytes("torch.float32"), dtype_bytes("mystery")
-    (2, 4, None)
-    """
-    if not isinstance(dtype, str):
-        return None
-    return _DTYPE_BYTES.get(dtype.strip().lower().removeprefix("torch."))
-
 
 @dataclass(frozen=True)
 class TracedCall:

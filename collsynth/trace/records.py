@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from collsynth._files import check_input_file, list_inputs, open_input
@@ -34,6 +35,8 @@ __all__ = [
     "ROOTED_KINDS",
     "P2P_KINDS",
     "REDUCING_KINDS",
+    "DTYPE_BYTES",
+    "dtype_bytes",
     "BYTE_CONVENTIONS",
     "HEADER_KEYS",
     "CALL_KEYS",
@@ -62,6 +65,26 @@ ROOTED_KINDS = frozenset({"broadcast", "broadcast_object_list", "reduce", "gathe
 P2P_KINDS = frozenset({"send", "recv", "isend", "irecv"})
 #: Kinds with a reduction (``op`` is set).
 REDUCING_KINDS = frozenset({"allreduce", "reduce", "reduce_scatter"})
+#: Bytes per element of the dtypes torch traces name (``float32``; ``torch.float32`` too).
+DTYPE_BYTES: Mapping[str, int] = MappingProxyType({
+    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
+    "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1, "uint8": 1,
+    "bool": 1, "complex64": 8, "complex128": 16, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "uint16": 2, "uint32": 4, "uint64": 8,
+})
+
+
+def dtype_bytes(dtype: str | None) -> int | None:
+    """Bytes per element of a traced dtype name, or ``None`` when unknown.
+
+    >>> dtype_bytes("bfloat16"), dtype_bytes("torch.float32"), dtype_bytes("mystery")
+    (2, 4, None)
+    """
+    if not isinstance(dtype, str):
+        return None
+    return DTYPE_BYTES.get(dtype.strip().lower().removeprefix("torch."))
+
+
 #: Byte conventions a trace may use (see ``bytes`` in docs/trace.md).
 BYTE_CONVENTIONS = ("nccl-tests",)
 #: Keys of a header line, in the order they are written.
@@ -476,16 +499,32 @@ def _call(obj: dict[str, Any], header: TraceHeader, path: Path, number: int) -> 
         f._bad("raw", "an object")
     free_form(raw, f"line {number}: field 'raw'", source=str(path))
     _check_raw(raw, f)
+    size = f.get_int("bytes", cap=MAX_SIZE_BYTES, why="1 PiB: more than any GPU holds")
+    dtype = f.get_str("dtype", null=True)
+    _check_elements(f, size, dtype, raw)
     return CallRecord(
         rank=header.rank, seq=f.get_int("seq"), kind=kind, function=function,
-        bytes=f.get_int("bytes", cap=MAX_SIZE_BYTES, why="1 PiB: more than any GPU holds"),
-        dtype=f.get_str("dtype", null=True), op=op, group=group,
+        bytes=size, dtype=dtype, op=op, group=group,
         group_size=group_size, root=root, peer=peer, async_op=f.get_bool("async_op"),
         site=f.get_str("site", null=True, text=True),
         duration_us=f.get_number("duration_us", null=True, cap=MAX_TIME_US,
                                  why="microseconds: a call of more than an hour is a hang"),
         cross_node=f.get_bool("cross_node", null=True), batch=f.get_int("batch", null=True),
         error=error, raw=raw)
+
+
+def _check_elements(f: _Fields, size: int, dtype: str | None, raw: Mapping[str, Any]) -> None:
+    """``raw.element_size`` agrees with a known ``dtype``, and ``bytes`` is a whole number of
+    elements: the planner selects programs by element count, so a mismatch would plan a call
+    the runtime refuses or splits differently."""
+    known = dtype_bytes(dtype)
+    given = raw.get("element_size")
+    if known is not None and given is not None and given != known:
+        f.fail("raw.element_size", f"{given}, but dtype {dtype} has {known} bytes per element")
+    width = given if given is not None else known
+    if width is not None and size % width:
+        f.fail("bytes", f"{size} is not a whole number of {width}-byte elements"
+                        + (f" ({dtype})" if dtype is not None else ""))
 
 
 def _check_ends(f: _Fields, kind: str, rank: int, group: tuple[int, ...], root: int | None,

@@ -1,0 +1,64 @@
+"""Hostile input, round 5: what the seventh session's hunt found.
+
+Each case failed on the code before its fix: a trace call of 10 bytes of float32, or with
+``raw.element_size`` 2 for a float32 tensor, was read and planned with an element count no
+runtime would see.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collsynth import cli
+from collsynth.errors import FileFormatError
+from collsynth.trace import read_trace
+
+_HEADER = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
+           "world_size": 1, "backend": "gloo", "byte_convention": "nccl-tests",
+           "hostname": "h", "pid": 1, "torch_version": "2.13.0", "started_unix": 0.0,
+           "record_durations": False, "cross_node_only": False, "ranks_per_node": 1}
+
+
+def _trace(tmp_path, **fields):
+    call = {"type": "call", "seq": 0, "kind": "allreduce", "function": "all_reduce",
+            "bytes": 64, "dtype": "float32", "op": "sum", "group": [0], "group_size": 1,
+            "root": None, "peer": None, "async_op": False, "site": None, "duration_us": None,
+            "cross_node": None, "batch": None, "error": None, "raw": {}}
+    call.update(fields)
+    folder = tmp_path / "trace"
+    folder.mkdir(exist_ok=True)
+    (folder / "rank-00000.jsonl").write_text(json.dumps(_HEADER) + "\n" + json.dumps(call) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"bytes": 10}, r"line 2: field 'bytes': 10 is not a whole number of 4-byte elements \(float32\)"),
+    ({"raw": {"element_size": 2}}, "field 'raw.element_size': 2, but dtype float32 has 4 bytes"),
+    ({"dtype": "bfloat16", "bytes": 65, "raw": {}}, "65 is not a whole number of 2-byte"),
+    ({"dtype": None, "bytes": 66, "raw": {"element_size": 4}}, "66 is not a whole number of 4-byte"),
+])
+def test_a_trace_call_is_a_whole_number_of_its_dtype_s_elements(tmp_path, fields, message):
+    with pytest.raises(FileFormatError, match=message) as caught:
+        read_trace(_trace(tmp_path, **fields))
+    assert "rank-00000.jsonl" in str(caught.value)
+
+
+@pytest.mark.parametrize("fields", [
+    {"bytes": 64, "raw": {"element_size": 4}},
+    {"dtype": "torch.float16", "bytes": 6, "raw": {"element_size": 2}},
+    {"dtype": "float8_e7m0fnu", "bytes": 9, "raw": {"element_size": 3}},  # a dtype not in the table
+    {"dtype": None, "bytes": 7, "raw": {}},  # nothing says how wide an element is
+])
+def test_consistent_or_unknown_widths_are_read(tmp_path, fields):
+    assert read_trace(_trace(tmp_path, **fields)).rank(0).calls[0].bytes == fields["bytes"]
+
+
+def test_plan_names_the_trace_field_and_writes_nothing(tmp_path, capsys):
+    folder = _trace(tmp_path, raw={"element_size": 8})
+    out = tmp_path / "plan"
+    assert cli.main(["plan", str(folder), "--topology", "dgx1", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "field 'raw.element_size': 8, but dtype float32 has 4 bytes per element" in err
+    assert "Traceback" not in err and not out.exists()
