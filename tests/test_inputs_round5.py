@@ -62,3 +62,37 @@ def test_plan_names_the_trace_field_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "field 'raw.element_size': 8, but dtype float32 has 4 bytes per element" in err
     assert "Traceback" not in err and not out.exists()
+
+
+def _slow_pricing(monkeypatch):
+    """Pricing that takes 0.2 s per subject, and heartbeats every 10 ms."""
+    import time
+
+    from collsynth.cli import time as time_cli
+    from collsynth.timing.program_model import ProgramModel
+
+    price = ProgramModel.price
+
+    def slow(self, subject, sizes):
+        time.sleep(0.2)
+        return price(self, subject, sizes)
+
+    monkeypatch.setattr(ProgramModel, "price", slow)
+    monkeypatch.setattr(time_cli, "_PROGRESS_INTERVAL_S", 0.01)
+
+
+def test_time_says_what_it_prices_while_it_runs_long(monkeypatch, capsys):
+    # 512 ranks used to price for 30 s to a minute without a word.
+    _slow_pricing(monkeypatch)
+    assert cli.main(["time", "--collective", "allgather", "--topology", "dgx1",
+                     "--sizes", "1MB"]) == 0
+    captured = capsys.readouterr()
+    assert "  time: pricing nccl-ring on 8 ranks, 0 s so far" in captured.err
+    assert "nccl-ring" in captured.out and "so far" not in captured.out
+
+
+def test_time_quiet_prints_no_progress(monkeypatch, capsys):
+    _slow_pricing(monkeypatch)
+    assert cli.main(["time", "--collective", "allgather", "--topology", "dgx1",
+                     "--sizes", "1MB", "-q"]) == 0
+    assert "so far" not in capsys.readouterr().err

@@ -13,13 +13,14 @@ import dataclasses
 import json
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments,
                                   check_gpus_per_thread, err, format_size, gpus_per_thread, out,
                                   parse_size_range, parse_sizes, positive_int, table)
 from collsynth.errors import CollsynthError, FileFormatError
 from collsynth.exact import fraction_text
+from collsynth.progress import heartbeat
 from collsynth.runtimes import get_runtime, runtime_names
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
@@ -40,6 +41,9 @@ __all__ = ["register", "run_time", "run_plot", "MODELS", "PRICED_RUNTIMES"]
 MODELS = ("closed-form", "program")
 #: Runtimes whose own algorithms and constants the models have (``--runtime``).
 PRICED_RUNTIMES = tuple(name for name in runtime_names() if get_runtime(name).own_algorithms)
+
+#: Seconds between two progress lines while ``time`` prices (none for shorter work).
+_PROGRESS_INTERVAL_S = 5.0
 
 
 def _is_xml(path: str) -> bool:
@@ -414,9 +418,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     """The program model: each file (a program that cannot be lowered or priced is an error
     row), then the runtime's own algorithms, the fastest and the runtime's own pick marked."""
     from collsynth.collective.kinds import collective_kind
-    from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
-                                          runtime_algorithms)
-    from collsynth.timing.program_model import TREE_CORRECTION_NOTE, ProgramModel
+    from collsynth.timing.program_model import ProgramModel
     from collsynth.timing.runtime_model import SimulationOptions
 
     constants, source = _constants(args, calibration)
@@ -436,10 +438,38 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
         raise CollsynthError(f"--collective {args.collective}: the files are {shapes[0][1]}")
     where = topology if topology is not None else model.where(subjects[0])
     check_gpus_per_thread(args.gpus_per_thread, where, "time")
+    # A heartbeat on stderr every 5 s while pricing runs long (hundreds of ranks take minutes).
+    doing = ["pricing"]
+    ranks = where.num_ranks
+
+    def now_on(name: str) -> None:
+        doing[0] = f"time: pricing {name} on {ranks} ranks"
+
+    with heartbeat(None if args.quiet else _progress_line, _PROGRESS_INTERVAL_S,
+                   lambda: doing[0]):
+        return _price_and_print(args, calibration, constants, runtime, version_from, model,
+                                where, subjects, refused, collective, now_on)
+
+
+def _progress_line(line: str) -> None:
+    err(f"  {line}")
+
+
+def _price_and_print(args: argparse.Namespace, calibration: "Calibration | None",
+                     constants: "RuntimeConstants", runtime: "Runtime", version_from: str,
+                     model: "ProgramModel", where: "Topology", subjects: list,
+                     refused: list[tuple[str, str]], collective: str,
+                     now_on: Callable[[str], None]) -> int:
+    """:func:`_time_program`'s pricing and table; ``now_on`` is told what is being priced."""
+    from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
+                                          runtime_algorithms)
+    from collsynth.timing.program_model import TREE_CORRECTION_NOTE
+
     sizes = args.sizes
     prices: list["Price"] = []
     errors: list[tuple[str, str]] = [(name, " ".join(why.split())) for name, why in refused]
     for subject in subjects:  # a program that cannot be lowered or priced: an error row
+        now_on(subject.name)
         why = model.why_not(subject)
         if why is None:
             try:
@@ -451,7 +481,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     ours = [RuntimeAlgorithm(r.runtime, r.algorithm, r.collective, r.topology,
                              channels=args.channels)
             for r in runtime_algorithms(runtime, collective, where)]
-    baselines = price_table(ours, sizes, model)
+    baselines = price_table(ours, sizes, model, on_subject=now_on)
     by_name = {r.name: r for r in ours}
     notes = _version_notes(runtime, version_from)
     notes += [f"{name}: {why}: no row" for name, why in baselines.errors.items()]
@@ -466,6 +496,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     for subject, factors in corrected.items():
         notes.append(f"{subject}: bandwidth at {TREE_CORRECTION_NOTE} for each size "
                      f"({', '.join(factors)} here; docs/runtime-model.md)")
+    now_on(f"{runtime.family}'s own pick")
     picks, unknown = _runtime_pick(model, runtime, collective, where, sizes)
     if unknown:
         notes.append(unknown)
@@ -674,6 +705,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sizes", type=_sizes_type, default=parse_sizes("1KB,1MB,1GB"),
                         metavar="S1,S2,...", help="buffer sizes (default 1KB,1MB,1GB)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (pricing that runs over 5 s shows "
+                             "what it is on)")
     parser.add_argument("--topology", metavar="T",
                         help="topology the programs run on (needed for XML files; ranks map to "
                              "its ranks in order); selects the program model")

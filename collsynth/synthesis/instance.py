@@ -8,10 +8,8 @@ solved with the direct combining encoding (:mod:`collsynth.encoding.combining`).
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 from collsynth.algorithm.model import Algorithm, Instance, Step
 from collsynth.algorithm.transform import invert_dual
@@ -25,6 +23,7 @@ from collsynth.encoding.problem import build_problem, check_encoding_size, decod
 from collsynth.graph.symmetry import find_automorphism
 from collsynth.errors import InvalidCollectiveError, SolverError
 from collsynth.limits import Deadline
+from collsynth.progress import heartbeat
 from collsynth.synthesis.result import SolveOptions, SynthesisResult
 from collsynth.topology.model import Topology
 
@@ -95,36 +94,6 @@ def solve_checked(topology: Topology, collective: Collective, instance: Instance
                    f"{instance.label()}: solving", f"time limit {max(budget, 0.0):.0f} s"):
         return _solve_checked(topology, collective, instance, options, budget, started,
                               minimize_rounds, record)
-
-
-@contextmanager
-def heartbeat(on_progress: Callable[[str], None] | None, interval_s: float, doing: str,
-              note: str = "") -> Iterator[None]:
-    """While the ``with`` body runs, call ``on_progress`` from a background thread every
-    ``interval_s`` seconds with ``"{doing}, {N} s so far ({note})"``. A callback that raises
-    ends the heartbeat (logged), never the work."""
-    if on_progress is None:
-        yield
-        return
-    stop = threading.Event()
-    started = time.perf_counter()
-    tail = f" ({note})" if note else ""
-
-    def beat() -> None:
-        while not stop.wait(interval_s):
-            try:
-                on_progress(f"{doing}, {time.perf_counter() - started:.0f} s so far{tail}")
-            except Exception:  # noqa: BLE001 - a broken progress display must not stop a solve
-                _log.exception("the progress callback failed; no more heartbeats")
-                return
-
-    thread = threading.Thread(target=beat, name="collsynth-heartbeat", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _solve_checked(topology: Topology, collective: Collective, instance: Instance,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence, Union, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence, Union, runtime_checkable
 
 from collsynth.algorithm.model import Algorithm
 from collsynth.collective.kinds import canonical_name
@@ -269,10 +269,11 @@ class PriceTable:
         return min(here, key=lambda p: p.time_us)
 
 
-def price_table(subjects: Sequence[Subject], sizes: Sequence[int], model: PricingModel
-                ) -> PriceTable:
+def price_table(subjects: Sequence[Subject], sizes: Sequence[int], model: PricingModel, *,
+                on_subject: Callable[[str], None] | None = None) -> PriceTable:
     """Price every subject at every size with ``model``; a subject the model cannot price gets
     an entry in ``errors`` (:meth:`PricingModel.why_not`) and the others are priced.
+    ``on_subject`` is told each subject's name before its turn (a progress display).
 
     >>> from collsynth.runtimes import get_runtime
     >>> from collsynth.timing.closed_form import ClosedForm
@@ -288,6 +289,8 @@ def price_table(subjects: Sequence[Subject], sizes: Sequence[int], model: Pricin
     errors: dict[str, str] = {}
     for subject in subjects:
         name = subject_name(subject)
+        if on_subject is not None:
+            on_subject(name)
         why = model.why_not(subject)
         if why is not None:
             errors[name] = why
