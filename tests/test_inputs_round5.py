@@ -96,3 +96,25 @@ def test_time_quiet_prints_no_progress(monkeypatch, capsys):
     assert cli.main(["time", "--collective", "allgather", "--topology", "dgx1",
                      "--sizes", "1MB", "-q"]) == 0
     assert "so far" not in capsys.readouterr().err
+
+
+def test_a_runtime_algorithm_that_fails_at_one_size_is_an_error_not_a_crash():
+    # GB200 NVL72 x2: NCCL's ring passed the model's check on its default channels, then at
+    # 512 MiB its 32 channels came to 1.3 million steps; `time` failed as a whole after 20 s.
+    from collsynth.errors import InputTooLargeError
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.closed_form import ClosedForm
+    from collsynth.timing.pricing import price_table, runtime_algorithms
+    from collsynth.topology import get_topology
+
+    class FailsOnRings(ClosedForm):
+        def price(self, subject, sizes):
+            if subject.algorithm == "ring":
+                raise InputTooLargeError("the ring has too many steps")
+            return super().price(subject, sizes)
+
+    subjects = runtime_algorithms(get_runtime("nccl"), "allreduce", get_topology("dgx1"))
+    table = price_table(subjects, [1000, 10**9], FailsOnRings())
+    assert table.errors == {"nccl-ring": "the ring has too many steps"}
+    assert table.subjects == ("nccl-tree",)
+    assert {p.subject for p in table.prices} == {"nccl-tree"}

@@ -272,7 +272,9 @@ class PriceTable:
 def price_table(subjects: Sequence[Subject], sizes: Sequence[int], model: PricingModel, *,
                 on_subject: Callable[[str], None] | None = None) -> PriceTable:
     """Price every subject at every size with ``model``; a subject the model cannot price gets
-    an entry in ``errors`` (:meth:`PricingModel.why_not`) and the others are priced.
+    an entry in ``errors`` (:meth:`PricingModel.why_not`, or what pricing raised of
+    :data:`PRICING_FAILURES`: a size can need more channels than the check built) and the
+    others are priced.
     ``on_subject`` is told each subject's name before its turn (a progress display).
 
     >>> from collsynth.runtimes import get_runtime
@@ -292,11 +294,16 @@ def price_table(subjects: Sequence[Subject], sizes: Sequence[int], model: Pricin
         if on_subject is not None:
             on_subject(name)
         why = model.why_not(subject)
+        if why is None:
+            try:  # a size can need what the check did not build (more channels, a longer pipeline)
+                priced = model.price(subject, sizes)
+            except PRICING_FAILURES as exc:
+                why = str(exc)
         if why is not None:
             errors[name] = why
             continue
         names.append(name)
-        prices.extend(model.price(subject, sizes))
+        prices.extend(priced)
     return PriceTable(model.name, model.provenance, tuple(sizes), tuple(names), tuple(prices),
                       MappingProxyType(errors))
 
