@@ -208,3 +208,20 @@ def test_no_calibration_returns_an_implausible_constant(name):
     assert p.get("gamma_us_per_byte", 0) <= 1e-4
     assert all(c.within for c in fit.report)
     assert all(math.isfinite(t) for t in fit.predicted_us)
+
+
+def test_a_curve_of_large_sizes_only_fits_its_ring_ceiling():
+    # MI325X, 4, 8 and 16 GiB on RCCL's ring (NCCL_ALGO=Ring), 44 channels: a constant bus
+    # bandwidth (316.9, 318.4, 319.1 GB/s), which the ring reaches when each channel's
+    # connection carries busbw / channels (a hand count: 318 / 44 = 7.2 GB/s). The starting
+    # guess used to take the largest time less the smallest as the bytes' time (1.3x too fast),
+    # where the links, not the ceiling, bind: the search stayed at 9.7 GB/s, in-sample 26%.
+    name = "public-logs/MI325X-8gpu-1node_all_reduce_largesizes_hisohara-aac11.txt"
+    collective, rows = curve(ROOT / "data" / name)
+    fit = fit_runtime_choice(rows, machine("MI325X"), collective, runtime="rccl",
+                             held_out=False, starts=1)
+    assert fit.algorithms == ("ring/Simple/44ch",) * 3
+    busbw = [s * 2 * 7 / 8 / t / 1e3 for s, t in rows]  # GB/s
+    hand = sum(busbw) / len(busbw) / 44
+    assert fit.parameters["ceiling_Simple"] == pytest.approx(hand, rel=0.02)
+    assert fit.gmae < 0.01
