@@ -447,7 +447,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
 
     with heartbeat(None if args.quiet else _progress_line, _PROGRESS_INTERVAL_S,
                    lambda: doing[0]):
-        return _price_and_print(args, calibration, constants, runtime, version_from, model,
+        return _price_and_print(args, constants, runtime, version_from, model,
                                 where, subjects, refused, collective, now_on)
 
 
@@ -455,9 +455,9 @@ def _progress_line(line: str) -> None:
     err(f"  {line}")
 
 
-def _price_and_print(args: argparse.Namespace, calibration: "Calibration | None",
-                     constants: "RuntimeConstants", runtime: "Runtime", version_from: str,
-                     model: "ProgramModel", where: "Topology", subjects: list,
+def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
+                     runtime: "Runtime", version_from: str, model: "ProgramModel",
+                     where: "Topology", subjects: list,
                      refused: list[tuple[str, str]], collective: str,
                      now_on: Callable[[str], None]) -> int:
     """:func:`_time_program`'s pricing and table; ``now_on`` is told what is being priced."""
