@@ -468,7 +468,9 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     sizes = args.sizes
     prices: list["Price"] = []
     errors: list[tuple[str, str]] = [(name, " ".join(why.split())) for name, why in refused]
-    for subject in subjects:  # a program that cannot be lowered or priced: an error row
+    # A program that cannot be lowered or priced is an error row. Not price_table: files may
+    # share a name (two XML files of one program), and each gets its own row.
+    for subject in subjects:
         now_on(subject.name)
         why = model.why_not(subject)
         if why is None:
