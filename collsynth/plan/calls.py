@@ -108,9 +108,8 @@ def _load_calls(trace_dir: str | os.PathLike[str]) -> TracedRun:
 
 def _call(record: Any) -> TracedCall:
     raw = record.raw if isinstance(record.raw, Mapping) else {}
-    width = raw.get("element_size")
-    if not isinstance(width, int) or isinstance(width, bool) or width < 1:
-        width = dtype_bytes(record.dtype)
+    # read_trace checked both: an element_size is a whole number >= 1 that agrees with the dtype
+    width = raw.get("element_size") or dtype_bytes(record.dtype)
     return TracedCall(
         rank=record.rank, seq=record.seq, kind=record.kind, size_bytes=record.bytes,
         group=tuple(record.group), function=record.function, dtype=record.dtype,
