@@ -25,7 +25,9 @@ from collsynth.timing.calibration import (
     calibration_to_json,
     save_calibration,
 )
-from collsynth.timing.fit import FIGURE_FORMATS, LogFits, fit_log, plot_fits, save_figure
+from collsynth.errors import FileFormatError, UnknownNameError
+from collsynth.timing.fit import (BUSBW_PER_LINK_GBPS, FIGURE_FORMATS, MAX_BUSBW_GBPS, LogFits,
+                                  check_plausible, fit_log, plot_fits, save_figure)
 from collsynth.timing.logs import LOGGED_COLLECTIVES, canonical_collective, load_log
 
 __all__ = ["register", "run_calibrate", "MODELS"]
@@ -132,11 +134,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
         check_output_file(args.plot, label=f"--plot {args.plot}", inputs=args.logs)
     for path in args.logs:  # every log a regular file, before fitting the first
         check_input_file(path)
+    ceiling, machine = _busbw_ceiling(args.topology, args.nodes)
     results: list[LogFits] = []
     for path in args.logs:
         log = load_log(path, collective=args.collective, ranks=args.ranks,
                        runtime=args.runtime, channels=args.channels)
         results.append(fit_log(log))
+        check_plausible(results[-1], ceiling, machine)
     calibration = calibration_from_fits(args.topology, results, nodes=args.nodes)
     figure_bytes = None
     if args.plot:
@@ -152,11 +156,37 @@ def run_calibrate(args: argparse.Namespace) -> int:
         return EXIT_OK
     for line in _summary_lines(entries):
         out(line)
+    for item in results:  # the piecewise curve is what pricing uses; a line may miss more
+        if item.piecewise.gmae > CURVE_WARN_GMAE:
+            out(f"warning: {item.log.path}: the piecewise fit misses the log by "
+                f"{item.piecewise.gmae:.0%} (GMAE): are runs of different machines or settings "
+                "mixed in it?")
     written = f"wrote {args.output}" + (f" and {args.plot}" if args.plot else "")
     machine = args.topology + (f" x {args.nodes} nodes" if args.nodes > 1 else "")
     out(f"{written} (calibration for {machine!r}, {len(results)} log"
         f"{'s' if len(results) != 1 else ''})")
     return EXIT_OK
+
+
+#: The piecewise fit's in-sample GMAE above which ``calibrate`` warns (public logs: 2-4%).
+CURVE_WARN_GMAE = 0.10
+
+
+def _busbw_ceiling(topology: str, nodes: int) -> tuple[float, str]:
+    """The most bus bandwidth (GB/s) a GPU of ``topology`` can carry, and why; a
+    name collsynth does not know (curve mode only records it) gets :data:`MAX_BUSBW_GBPS`."""
+    from collsynth.resolve import resolve_topology
+    from collsynth.timing.tuning_model import gpu_bandwidth_gbps
+    from collsynth.topology.machine import machine_facts
+
+    try:
+        resolved = resolve_topology(topology, nodes=nodes if nodes > 1 else None)
+    except (UnknownNameError, FileFormatError):
+        return MAX_BUSBW_GBPS, "any GPU of 2026 can carry: NVLink 5 with in-switch reduction"
+    total, _ = gpu_bandwidth_gbps(resolved, machine_facts(resolved))
+    ceiling = min(MAX_BUSBW_GBPS, BUSBW_PER_LINK_GBPS * total) if total > 0 else MAX_BUSBW_GBPS
+    return ceiling, (f"a GPU of {topology!r} can carry: {total:.4g} GB/s of links "
+                     f"x{BUSBW_PER_LINK_GBPS:g}")
 
 
 #: The runtime a log that does not name one was measured with, by the GPUs' maker.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -544,8 +545,13 @@ def _dependency_rules(r: int, tb_map: dict[int, ThreadBlock],
                     add("dependency", f"{where}: depid={depid} names no tb of rank {r} "
                                       f"(it has {len(tb_map)})", line)
                     continue
+                if steps[pos].deps < 0:
+                    add("dependency", f"{where}: depid={depid} with deps={steps[pos].deps}: the "
+                                      f"runtimes wait for tb {depid}'s first flag of the "
+                                      "iteration, as for deps=0; write the awaited step's "
+                                      "position", line)
                 target = published[depid]
-                if deps >= 0 and (not target or target[-1] < deps):
+                if not target or target[-1] < deps:
                     add("dependency", f"{where}: waits for tb {depid} step {deps}, but tb "
                                       f"{depid} publishes no flag at or after that step (no "
                                       f"hasdep=1 there): the wait never ends", line)
@@ -876,16 +882,21 @@ def _mismatch(r: int, k: int, value, expected: tuple) -> str:
 
 
 def _failures(run: _Execution, key: str, root: int | None, custom: bool
-              ) -> list[tuple[int, int, str]]:
-    """(rank, output index, message) for every output chunk that breaks the postcondition."""
+              ) -> list[tuple[int, int, Any, tuple]]:
+    """(rank, output index, value held, value expected) for every output chunk that breaks
+    the postcondition. Messages are left to the caller: a program can break millions of
+    chunks, and only a few are described."""
     n, big = run.n, run.program.nchunksperloop
     bad = []
+    # An allreduce expects the same at every rank: built once (n*big contributions each time).
+    shared = _expected(key, 0, n, big, root, custom) if key == "allreduce" else None
     for r in range(n):
-        for k, want, optional in _expected(key, r, n, big, root, custom):
+        expected = shared if shared is not None else _expected(key, r, n, big, root, custom)
+        for k, want, optional in expected:
             value = run.output(r, k)
             if value == want or (optional and value is None):
                 continue
-            bad.append((r, k, _mismatch(r, k, value, want)))
+            bad.append((r, k, value, want))
     return bad
 
 
@@ -1095,8 +1106,9 @@ def _postcondition(runs: list[_Execution], key: str, root: int | None, custom: b
     for run in runs:
         found = []
         bad = _failures(run, key, root, custom)
-        for r, k, message in bad[:_SHOWN_PER_KIND]:
-            found.append(Problem("postcondition", message + note, run.output_line(r, k)))
+        for r, k, value, want in bad[:_SHOWN_PER_KIND]:
+            found.append(Problem("postcondition", _mismatch(r, k, value, want) + note,
+                                 run.output_line(r, k)))
         if len(bad) > _SHOWN_PER_KIND:
             found.append(Problem("postcondition", f"... and {len(bad) - _SHOWN_PER_KIND} more "
                                                   "wrong output chunks"))

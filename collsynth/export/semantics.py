@@ -72,7 +72,9 @@ def load_threadblock(tb: ThreadBlock) -> LoadedThreadblock:
     reductions = 0
     for pos, st in enumerate(tb.steps):
         if st.depid >= 0:
-            pending.append((st.depid, st.deps, pos))
+            # A negative deps still waits: the flag test is "flag >= (work, iteration, deps)",
+            # which only a publish of this iteration passes, as with deps=0 (§9.1).
+            pending.append((st.depid, max(st.deps, 0), pos))
         if st.type == "nop":
             continue
         continuation = False

@@ -36,6 +36,9 @@ __all__ = [
     "AlphaBetaFit",
     "PiecewiseFit",
     "LogFits",
+    "check_plausible",
+    "MAX_BUSBW_GBPS",
+    "BUSBW_PER_LINK_GBPS",
     "MODELS",
     "FIGURE_FORMATS",
     "fit_alpha_beta",
@@ -595,6 +598,44 @@ def fit_log(log: BenchmarkLog, *, options: FitOptions | None = None,
     """Both fits of ``log`` (with their held-out errors unless ``heldout`` is false)."""
     return LogFits(log, fit_alpha_beta(log, options=options, heldout=heldout),
                    fit_piecewise(log, heldout=heldout))
+
+
+#: Bus bandwidth no GPU of 2026 reaches, in GB/s: NVLink 5 carries 900 GB/s each way per GPU,
+#: and in-switch reduction (NVLS, SHARP) at most doubles a bus bandwidth over the links.
+MAX_BUSBW_GBPS = 1800.0
+#: A GPU's bus bandwidth is at most this multiple of its links' total in the runtime's terms:
+#: 2 for in-switch reduction, times 1.25 because the runtimes' per-link figures are 80% of the
+#: link's rate (NCCL: 20 of 25 GB/s per NVLink 3, 40.1 of 50 per NVLink 5).
+BUSBW_PER_LINK_GBPS = 2.5
+
+
+def check_plausible(result: LogFits, ceiling_gbps: float, why: str) -> None:
+    """Refuse fits whose bus bandwidth is above ``ceiling_gbps`` (GB/s; ``why`` says whose
+    ceiling it is: "what a GPU of 'dgx-a100' can carry: ...") or not positive: a log whose times fall as the size grows, or whose
+    repeats disagree, is fitted by a line no machine follows.
+
+    Raises
+    ------
+    FileFormatError
+        Naming the log, the fit, its bus bandwidth, the ceiling, and where the log's times fall.
+    """
+    log = result.log
+    for fit in result.fits:
+        busbw = fit.busbw_gbps
+        if 0 < busbw <= ceiling_gbps:
+            continue
+        sweep = _sweep(log)
+        drops = [(int(a), int(b), ta, tb) for a, b, ta, tb in
+                 zip(sweep.sizes, sweep.sizes[1:], sweep.times, sweep.times[1:]) if tb < ta]
+        hint = ""
+        if drops:
+            a, b, ta, tb = max(drops, key=lambda d: d[2] / d[3])
+            hint = (f"; its times fall as sizes grow ({a} bytes: {ta:.4g} us, {b} bytes: "
+                    f"{tb:.4g} us)")
+        raise FileFormatError(log.path, f"the {fit.model} fit's bus bandwidth is "
+                                        f"{busbw:.4g} GB/s, outside 0 to {ceiling_gbps:.4g} GB/s "
+                                        f"(what {why}){hint}: not a curve of that machine; "
+                                        "nothing written")
 
 
 # -- plots ----------------------------------------------------------------------------------------

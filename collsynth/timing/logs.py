@@ -388,8 +388,37 @@ def _finish(name: str, source: str, collective: str, ranks: int | None,
                                         "pass the rank count (e.g. --ranks 8)")
     if not 1 <= ranks <= _MAX_RANKS:
         raise FileFormatError(name, f"{ranks} ranks: expected 1 to {_MAX_RANKS}")
+    _check_repeats(name, source, rows)
     return BenchmarkLog(path=name, collective=collective, ranks=ranks, rows=tuple(rows),
                         source=source, zero_size_lines=zero, gpus_per_thread=gpus_per_thread)
+
+
+#: Times of one size and half (several dtypes or ops, or sweeps run twice) further apart than
+#: this factor contradict each other: a fit through their mean fits neither.
+MAX_REPEAT_RATIO = 2.0
+
+
+def _check_repeats(name: str, source: str, rows: Sequence[BenchmarkRow]) -> None:
+    """Refuse a size measured twice in a CSV (one row per size and half), or, in any log, two
+    times of one size and half more than :data:`MAX_REPEAT_RATIO` apart; both lines named."""
+    first: dict[tuple[int, bool], BenchmarkRow] = {}
+    for row in rows:
+        key = (row.size_bytes, row.in_place)
+        seen = first.setdefault(key, row)
+        if seen is row:
+            continue
+        half = "in-place" if row.in_place else "out-of-place"
+        if source == "csv":
+            raise FileFormatError(name, f"line {row.line}: size_bytes {row.size_bytes} "
+                                        f"({half}) again, first at line {seen.line}; a CSV has "
+                                        "one row per size (and in_place)")
+        slow, fast = max(seen.time_us, row.time_us), min(seen.time_us, row.time_us)
+        if slow > MAX_REPEAT_RATIO * fast:
+            raise FileFormatError(name, f"lines {seen.line} and {row.line}: {row.size_bytes} "
+                                        f"bytes ({half}) took {seen.time_us:g} and "
+                                        f"{row.time_us:g} us, more than {MAX_REPEAT_RATIO:g}x "
+                                        "apart; measurements that disagree this much cannot be "
+                                        "fitted: keep one run")
 
 
 # -- nccl-tests text ----------------------------------------------------------------------------

@@ -118,8 +118,8 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
     Raises
     ------
     FileFormatError
-        Unreadable, not UTF-8, a missing column, a line too long, or a value that is not a
-        positive number (sizes up to 1 PiB, times up to an hour).
+        Unreadable, not UTF-8, a missing column, a line too long, a value that is not a
+        positive number (sizes up to 1 PiB, times up to an hour), or a size given twice.
     """
     from collsynth._files import read_bytes_bounded
     from collsynth._parse import (MAX_SIZE_BYTES, MAX_TIME_US, MIN_TIME_US, bounded_float,
@@ -135,6 +135,7 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
             raise FileFormatError(name, f"no {column!r} column (found: {', '.join(fields)})")
     at_size, at_time = fields.index("size_bytes"), fields.index("time_us")
     rows = []
+    first_line: dict[int, int] = {}
     for line, cells in lines[1:]:
         try:
             texts = cells[at_size], cells[at_time]
@@ -148,6 +149,10 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
                                   "numbers") from exc
         if size <= 0:
             raise FileFormatError(name, f"line {line}: size_bytes = {size}: expected > 0")
+        if size in first_line:
+            raise FileFormatError(name, f"line {line}: size_bytes = {size} again (first at line "
+                                        f"{first_line[size]}); a curve has one row per size")
+        first_line[size] = line
         if len(rows) == MAX_CURVE_ROWS:
             raise FileFormatError(name, f"line {line}: more than {MAX_CURVE_ROWS} measured rows; "
                                         "a curve has one row per size (nccl-tests: about 35)")
@@ -247,8 +252,12 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         Fewer than 2 measurements, or a protocol list of the wrong length.
     """
     rows = sorted((int(s), float(t)) for s, t in measurements)
-    if len(rows) < 2:
-        raise InvalidInstanceError("a runtime calibration needs at least 2 measured sizes")
+    if len({s for s, _ in rows}) < 2:
+        raise InvalidInstanceError("a runtime calibration needs at least 2 distinct measured "
+                                   "sizes")
+    if len({s for s, _ in rows}) < len(rows):
+        raise InvalidInstanceError("a runtime calibration takes one time per size; "
+                                   "a size is measured twice")
     sizes = [s for s, _ in rows]
     times = [t for _, t in rows]
     if channels is None and rings is None and protocols is None:
@@ -400,8 +409,12 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     from collsynth.topology.machine import machine_facts
 
     rows = sorted((int(s), float(t)) for s, t in measurements)
-    if len(rows) < 2:
-        raise InvalidInstanceError("a runtime calibration needs at least 2 measured sizes")
+    if len({s for s, _ in rows}) < 2:
+        raise InvalidInstanceError("a runtime calibration needs at least 2 distinct measured "
+                                   "sizes")
+    if len({s for s, _ in rows}) < len(rows):
+        raise InvalidInstanceError("a runtime calibration takes one time per size; "
+                                   "a size is measured twice")
     family = get_runtime(runtime).at_version(version)
     base = constants if constants is not None else family.defaults
     probe = ProgramModel(base, runtime=family,

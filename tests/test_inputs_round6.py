@@ -1,0 +1,145 @@
+"""Hostile input, round 6: what the seventh session's hunt found, fixed in the eighth.
+
+Each case failed on the code before its fix (an internal error, a minute of work, or a file
+written with constants no machine has).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from collsynth import cli
+from collsynth.errors import FileFormatError, InvalidInstanceError
+from collsynth.export import check as check_module
+from collsynth.export.xml_reader import read_program
+from collsynth.timing.logs import load_log
+from collsynth.timing.runtime_fit import fit_runtime, read_curve
+
+ROOT = Path(__file__).resolve().parents[1]
+RING = ROOT / "data" / "msccl-xml" / "generated" / "allgather_ring_8g_1ch_1i.xml"
+NCV4 = ROOT / "data" / "msccl-xml" / "generated" / "allreduce_a100_ncv4.xml"
+A100_ALLREDUCE = ROOT / "data" / "nccl-tests" / "A100-8gpu_all_reduce_superbench.txt"
+
+
+def _first_step_waits(tmp_path, depid: str) -> Path:
+    text = RING.read_text()
+    path = tmp_path / f"dep_{depid or 'empty'}.xml"
+    path.write_text(text.replace('depid="-1" deps="-1"', f'depid="{depid}" deps="-1"', 1))
+    return path
+
+
+@pytest.mark.parametrize("depid", ["0", "abc", ""])
+def test_a_wait_with_deps_minus_one_is_a_problem_not_an_internal_error(tmp_path, capsys,
+                                                                       depid):
+    path = _first_step_waits(tmp_path, depid)
+    assert cli.main(["check", str(path), "--runtime", "msccl"]) == 1
+    captured = capsys.readouterr()
+    assert "internal error" not in captured.err
+    # The runtimes' flag test passes only after a publish of this iteration, as with deps=0:
+    # tb 0's only published flag is none at all here, so the wait never ends.
+    assert re.search(r"depid=0 with deps=-1: the runtimes wait for tb 0's first flag",
+                     captured.out)
+    assert "deadlock" in captured.out
+
+
+def test_time_and_draw_on_that_program_give_an_error_line(tmp_path, capsys):
+    path = _first_step_waits(tmp_path, "0")
+    assert cli.main(["time", str(path), "--topology", "dgx1", "-q"]) == 1
+    assert cli.main(["draw", str(path), "--topology", "dgx1", "-o",
+                     str(tmp_path / "x.svg")]) == 1
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "collsynth" in err
+    assert not (tmp_path / "x.svg").exists()
+
+
+def test_only_the_shown_postcondition_failures_are_described(monkeypatch):
+    # An allreduce whose buffers hold 2 of 2000 chunks: 4 x 1998 wrong outputs per layout.
+    program = read_program(NCV4.read_bytes().replace(b'nchunksperloop="2"',
+                                                     b'nchunksperloop="2000"'), runtime="rccl")
+    described = []
+    real = check_module._mismatch
+    monkeypatch.setattr(check_module, "_mismatch",
+                        lambda *a: described.append(a) or real(*a))
+    report = check_module.check_program(program, runtime="rccl")
+    shown = [p for p in report.problems if p.kind == "postcondition"]
+    assert shown[-1].message.startswith("... and ")
+    assert int(shown[-1].message.split()[2]) > 1000
+    assert len(described) <= check_module._SHOWN_PER_KIND * len(report.layouts_checked)
+
+
+def test_a_measured_curve_gives_each_size_once(tmp_path):
+    path = tmp_path / "curve.csv"
+    path.write_text("size_bytes,time_us\n1024,10\n1048576,50\n# again\n1048576,5000\n")
+    with pytest.raises(FileFormatError, match=r"line 5: size_bytes = 1048576 again \(first at "
+                                              r"line 3\)"):
+        read_curve(path)
+    with pytest.raises(FileFormatError, match=r"line 5: size_bytes 1048576 \(out-of-place\) "
+                                              r"again, first at line 3"):
+        load_log(path, collective="allreduce", ranks=8)
+
+
+def test_a_program_calibration_counts_distinct_sizes():
+    from collsynth.resolve import resolve_topology
+    topology = resolve_topology("dgx1")
+    with pytest.raises(InvalidInstanceError, match="at least 2 distinct"):
+        fit_runtime([(1024, 10.0), (1024, 11.0)], topology, "allgather")
+    with pytest.raises(InvalidInstanceError, match="one time per size"):
+        fit_runtime([(1024, 10.0), (1024, 11.0), (4096, 12.0)], topology, "allgather")
+
+
+def test_nccl_tests_repeats_that_disagree_are_refused(tmp_path):
+    lines = A100_ALLREDUCE.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["1048576"])
+    cells = lines[at].split()
+    assert cells[4] == "74.78"  # out-of-place time, the column the repeat changes
+    repeat = lines[at].replace("74.78", "224.3", 1)  # 3x the first run's time
+    path = tmp_path / "twice.txt"
+    path.write_text("\n".join(lines[:at + 1] + [repeat] + lines[at + 1:]) + "\n")
+    with pytest.raises(FileFormatError, match=rf"lines {at + 1} and {at + 2}: 1048576 bytes "
+                                              r"\(out-of-place\) took 74.78 and 224.3 us"):
+        load_log(path)
+    close = lines[at].replace("74.78", "80.02", 1)  # a second dtype or run: within 2x, kept
+    path.write_text("\n".join(lines[:at + 1] + [close] + lines[at + 1:]) + "\n")
+    assert len(load_log(path).rows) == len(load_log(A100_ALLREDUCE).rows) + 2
+
+
+def test_a_curve_faster_than_the_machine_is_not_written(tmp_path, capsys):
+    path = tmp_path / "falls.csv"
+    path.write_text("size_bytes,time_us\n1024,100\n1048576,50\n16777216,30\n1073741824,20\n")
+    out = tmp_path / "c.json"
+    assert cli.main(["calibrate", str(path), "--topology", "dgx-a100", "--collective",
+                     "allreduce", "--ranks", "8", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    # A100: 12 NVLinks at NCCL's 20 GB/s = 240 GB/s; x2 for in-switch reduction, x1.25 for the
+    # runtime's per-link figure being 80% of the link's 25 GB/s: 600 GB/s.
+    assert "outside 0 to 600 GB/s" in err
+    assert "1024 bytes: 100 us, 1048576 bytes: 50 us" in err
+    assert not out.exists()
+
+
+def test_a_curve_of_an_unknown_machine_is_bounded_by_2026_s_fastest(tmp_path, capsys):
+    path = tmp_path / "falls.csv"
+    path.write_text("size_bytes,time_us\n1024,100\n1048576,50\n16777216,30\n1073741824,20\n")
+    assert cli.main(["calibrate", str(path), "--topology", "my-box", "--collective",
+                     "allreduce", "--ranks", "8", "-o", str(tmp_path / "c.json")]) == 1
+    assert "outside 0 to 1800 GB/s" in capsys.readouterr().err
+
+
+def test_a_curve_that_misses_its_log_warns(tmp_path, capsys):
+    path = tmp_path / "mixed.csv"
+    path.write_text("size_bytes,time_us\n1024,10\n1048576,50\n1048577,5000\n1073741824,6000\n")
+    assert cli.main(["calibrate", str(path), "--topology", "dgx-a100", "--collective",
+                     "allreduce", "--ranks", "8", "-o", str(tmp_path / "c.json")]) == 0
+    assert re.search(r"warning: .*mixed.csv: the piecewise fit misses the log by \d+%",
+                     capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("log", sorted((ROOT / "data" / "nccl-tests").glob("*.txt")),
+                         ids=lambda p: p.name)
+def test_every_public_log_calibrates_without_warning(tmp_path, capsys, log):
+    assert cli.main(["calibrate", str(log), "--topology", "dgx-h100", "-o",
+                     str(tmp_path / "c.json")]) == 0
+    assert "warning" not in capsys.readouterr().out
