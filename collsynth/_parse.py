@@ -80,7 +80,27 @@ MIN_GBPS = 1e-6
 
 
 class _Refused(Exception):
-    """Raised inside ``json.loads`` hooks; turned into a FileFormatError naming the file."""
+    """Raised inside ``json.loads`` hooks; turned into a FileFormatError naming the file.
+    ``token`` is the refused text, to find its line (the hooks are not told where they are)."""
+
+    def __init__(self, message: str, token: str) -> None:
+        super().__init__(message)
+        self.token = token
+
+
+def _outside_strings(text: str, token: str) -> int:
+    """Offset of the first ``token`` in ``text`` that is not inside a JSON string, or -1."""
+    i, n = 0, len(text)
+    while i < n:
+        at = text.find(token, i)
+        quote = text.find('"', i)
+        if at < 0 or quote < 0 or at < quote:
+            return at
+        i = quote + 1  # skip the string: to its closing quote, past escapes
+        while i < n and text[i] != '"':
+            i += 2 if text[i] == "\\" else 1
+        i += 1
+    return -1
 
 
 def shown(value: Any, limit: int = 40) -> str:
@@ -113,13 +133,13 @@ _TOO_MANY_DIGITS = b"0" * (MAX_NUMBER_CHARS + 1)
 
 
 def _refuse_constant(name: str) -> Any:
-    raise _Refused(f"{name} is not a number JSON allows (write a finite number or null)")
+    raise _Refused(f"{name} is not a number JSON allows (write a finite number or null)", name)
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _Refused(f"the number {text[:30]} is beyond the range of a float")
+        raise _Refused(f"the number {text[:30]} is beyond the range of a float", text)
     return value
 
 
@@ -183,7 +203,7 @@ def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> An
     >>> parse_json('{"a": NaN}', "x.json")
     Traceback (most recent call last):
     ...
-    collsynth.errors.FileFormatError: x.json: NaN is not a number JSON allows (write a finite ...)
+    collsynth.errors.FileFormatError: x.json: line 1 column 7: NaN is not a number JSON allows ...
     """
     prefix = "" if line is None else f"line {line}: "
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
@@ -197,6 +217,8 @@ def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> An
         text = data.removeprefix("\ufeff")
     else:
         text = decode_text(data, source, prefix=prefix)
+    if not text.strip():
+        raise FileFormatError(source, f"{prefix}empty: expected JSON")
     try:
         return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
@@ -204,7 +226,12 @@ def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> An
             f"line {exc.lineno} column {exc.colno}"
         raise FileFormatError(source, f"{prefix}malformed JSON at {where}: {exc.msg}") from exc
     except _Refused as exc:
-        raise FileFormatError(source, f"{prefix}{exc}") from exc
+        at = _outside_strings(text, exc.token)
+        where = "" if at < 0 else (f"column {at - text.rfind(chr(10), 0, at)}: " if line is not None
+                                   else _where(text.encode("utf-8", "surrogatepass"),
+                                               len(text[:at].encode("utf-8", "surrogatepass")))
+                                   + ": ")
+        raise FileFormatError(source, f"{prefix}{where}{exc}") from exc
     except RecursionError as exc:
         raise FileFormatError(source, f"{prefix}JSON nested too deeply") from exc
     except ValueError as exc:  # int() of a long number, should the scan above ever miss one

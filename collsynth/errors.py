@@ -23,6 +23,7 @@ __all__ = [
     "SolverError",
     "ExportError",
     "OutputPathError",
+    "InputWarning",
 ]
 
 
@@ -122,3 +123,9 @@ class ExportError(CollsynthError):
 class OutputPathError(CollsynthError, ValueError):
     """An output path collsynth will not write: not a regular file (a link, FIFO, device,
     folder), in a missing or unwritable folder, or a write that failed (naming the path)."""
+
+
+class InputWarning(UserWarning):
+    """Input that was read, with something dropped or assumed on the way (an imported topology's
+    link to nothing the file names). Issued with :func:`warnings.warn`; the CLI prints each as
+    one ``collsynth: warning:`` line."""

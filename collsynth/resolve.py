@@ -13,6 +13,7 @@ shadows the built-in DGX1; write ``./dgx1`` to read it.
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -22,6 +23,7 @@ from collsynth.collective.model import Collective
 from collsynth.collective.standard import standard_collective, standard_names
 from collsynth.errors import (
     FileFormatError,
+    InputWarning,
     InvalidCollectiveError,
     InvalidTopologyError,
     UnknownNameError,
@@ -67,7 +69,24 @@ def _load_topology_file(path: Path) -> Topology:
         head = read_head(path, _SNIFF_BYTES)
         if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
             return load_topology(path)
-    return import_topology_file(path)
+    topology = import_topology_file(path)
+    _warn_dropped(path, topology.metadata.get("warnings") or ())
+    return topology
+
+
+#: Import warnings issued one by one; the rest are counted in one more warning.
+SHOWN_IMPORT_WARNINGS = 5
+
+
+def _warn_dropped(path: Path, notes: Sequence[str]) -> None:
+    """Issue an imported file's notes (``metadata["warnings"]``: links dropped or changed) as
+    :class:`InputWarning`: the topology differs from the file, and the user should hear it."""
+    for note in notes[:SHOWN_IMPORT_WARNINGS]:
+        warnings.warn(f"{path}: {note}", InputWarning, stacklevel=3)
+    if len(notes) > SHOWN_IMPORT_WARNINGS:
+        warnings.warn(f"{path}: ... and {len(notes) - SHOWN_IMPORT_WARNINGS} more import "
+                      "warnings (the topology's metadata['warnings'] lists them all)",
+                      InputWarning, stacklevel=3)
 
 
 def resolve_topology(spec: str, *, nodes: int | None = None,

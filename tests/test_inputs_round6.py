@@ -143,3 +143,158 @@ def test_every_public_log_calibrates_without_warning(tmp_path, capsys, log):
     assert cli.main(["calibrate", str(log), "--topology", "dgx-h100", "-o",
                      str(tmp_path / "c.json")]) == 0
     assert "warning" not in capsys.readouterr().out
+
+
+# -- topology imports -------------------------------------------------------------------------
+
+TOPOS = ROOT / "data" / "machine-topologies"
+DGX1_SMI = TOPOS / "nvidia_smi" / "dgx1_v100_msccl_tools.txt"
+DGX1_XML = TOPOS / "nccl_xml" / "dgx1_v100_nvlink_p2p_ucb_blinkplus.xml"
+MI210_ROCM = TOPOS / "rocm_smi" / "amd_4xMI210_showtopo_archer2.txt"
+
+
+@pytest.mark.parametrize("digit", ["\u0663", "\uff12"])  # ARABIC-INDIC THREE, FULLWIDTH TWO
+def test_other_scripts_digits_are_not_link_counts(tmp_path, digit):
+    from collsynth.resolve import resolve_topology
+    lines = DGX1_SMI.read_text().splitlines()
+    lines[2] = lines[2].replace("NV1", f"NV{digit}", 1)
+    path = tmp_path / "smi.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(FileFormatError, match=r"row GPU0, column GPU1: unknown cell"):
+        resolve_topology(str(path))
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ('sm="70"', 'sm="\u0667\u0660"', "sm"),
+    ('count="1"', 'count="\u0661"', "count"),
+])
+def test_nccl_xml_numbers_are_ascii(tmp_path, old, new, field):
+    from collsynth.resolve import resolve_topology
+    path = tmp_path / "topo.xml"
+    path.write_text(DGX1_XML.read_text().replace(old, new, 1), encoding="utf-8")
+    with pytest.raises(FileFormatError, match=rf"{field}=.*expected a whole number"):
+        resolve_topology(str(path))
+
+
+def test_rocm_smi_weights_are_ascii(tmp_path):
+    from collsynth.resolve import resolve_topology
+    path = tmp_path / "rocm.txt"
+    path.write_text(MI210_ROCM.read_text().replace("GPU0   0            15",
+                                                   "GPU0   0            \u0661\u0665", 1))
+    with pytest.raises(FileFormatError, match=r"column GPU1 is '\u0661\u0665', expected a whole"):
+        resolve_topology(str(path))
+
+
+def _xml_with_link_to_nothing(tmp_path) -> Path:
+    path = tmp_path / "topo.xml"
+    path.write_text(DGX1_XML.read_text().replace('nvlink target="0000:07:00.0"',
+                                                 'nvlink target="gpu-seven"', 1))
+    return path
+
+
+def test_a_dropped_nvlink_is_said_on_the_command_line(tmp_path, capsys):
+    path = _xml_with_link_to_nothing(tmp_path)
+    assert cli.main(["bounds", str(path), "allgather"]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"collsynth: warning: .*topo.xml: rank 0 \(0000:06:00.0\): <nvlink "
+                     r"target=gpu-seven count=1 .*ignored", err)
+    assert "disagree on their link count" in err
+
+
+def test_a_dropped_nvlink_is_a_python_warning(tmp_path):
+    from collsynth.errors import InputWarning
+    from collsynth.resolve import resolve_topology
+    with pytest.warns(InputWarning, match="target=gpu-seven"):
+        resolve_topology(str(_xml_with_link_to_nothing(tmp_path)))
+
+
+@pytest.mark.parametrize("source", [DGX1_XML, DGX1_SMI, MI210_ROCM, RING])
+def test_utf16_files_get_the_iconv_hint(tmp_path, source):
+    path = tmp_path / source.name
+    path.write_bytes(source.read_text(encoding="utf-8").encode("utf-16"))
+    command = (["check", str(path)] if source == RING else ["bounds", str(path), "allgather"])
+    with pytest.raises(FileFormatError, match=r"UTF-16 text .*iconv -f UTF-16 -t UTF-8"):
+        if source == RING:
+            from collsynth.export.xml_reader import read_text
+            read_text(path)
+        else:
+            from collsynth.resolve import resolve_topology
+            resolve_topology(str(path))
+    assert cli.main(command) == 1
+
+
+def test_an_unknown_topology_file_names_no_python_function(tmp_path, capsys):
+    path = tmp_path / "x.txt"
+    path.write_text("hello\n")
+    assert cli.main(["bounds", str(path), "allgather"]) == 1
+    err = capsys.readouterr().err
+    assert "load_topology" not in err and "collsynth topology file (.json" in err
+
+
+# -- check and export options ---------------------------------------------------------------
+
+PLAN = ROOT / "data" / "mscclpp-plans" / "mn_allgather_2x4.json"
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty: expected JSON"),
+    (b"\xef\xbb\xbf", "empty: expected JSON"),
+    (b"[]", "expected a JSON object"),
+    (b"null", "expected a JSON object"),
+])
+def test_a_json_file_is_read_as_json(tmp_path, capsys, content, message):
+    path = tmp_path / "plan.json"
+    path.write_bytes(content)
+    assert cli.main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "XML" not in err
+
+
+@pytest.mark.parametrize("per_node", ["3", "16", str(10 ** 20)])
+def test_ranks_per_node_divides_the_plan(capsys, per_node):
+    assert cli.main(["check", str(PLAN), "--ranks-per-node", per_node]) == 2
+    assert "has 8 ranks; nodes of equal size divide it (1, 2, 4, 8)" in capsys.readouterr().err
+
+
+def test_ranks_per_node_that_divides_is_checked(capsys):
+    assert cli.main(["check", str(PLAN), "--ranks-per-node", "4"]) == 0
+
+
+def test_an_xml_runtime_on_a_plan_is_a_usage_error(capsys):
+    assert cli.main(["check", str(PLAN), "--runtime", "msccl"]) == 2
+    assert "--runtime msccl checks MSCCL XML" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def allgather_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("alg") / "ag.json"
+    assert cli.main(["solve", "least-steps", "dgx1", "allgather", "-o", str(path)]) == 0
+    return path
+
+
+def test_a_plan_protocol_mscclpp_lacks_names_proto(tmp_path, capsys, allgather_file):
+    out = tmp_path / "p.json"
+    assert cli.main(["export", str(allgather_file), "--runtime", "mscclpp", "--proto", "LL128",
+                     "-o", str(out)]) == 2
+    assert "--proto LL128: MSCCL++ plans use Simple or LL" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("runtime", ["mscclpp", "msccl"])
+def test_a_blank_name_is_refused_for_every_format(tmp_path, capsys, allgather_file, runtime):
+    out = tmp_path / "p.out"
+    assert cli.main(["export", str(allgather_file), "--runtime", runtime, "--name", " ",
+                     "-o", str(out)]) == 2
+    assert "--name: a blank name" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, where", [
+    ('{"a": "NaN",\n "b": [1, NaN]}', "line 2 column 11"),
+    ('{"x\\"NaN": 1e999}', "line 1 column 12"),
+    ("[\n\n -Infinity]", "line 3 column 2"),
+])
+def test_a_refused_json_number_names_its_line(text, where):
+    from collsynth._parse import parse_json
+    with pytest.raises(FileFormatError, match=rf"x.json: {where}: "):
+        parse_json(text, "x.json")

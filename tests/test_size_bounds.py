@@ -320,7 +320,7 @@ HOSTILE_XML = {
     "cnt-1e9": "cnt=1000000000 is outside 0..71",
     "wrong-coll": "alltoall",
     "nchannels-1e5": "nchannels=100000 is outside 1..32",
-    "utf-16": "not UTF-8 text",
+    "utf-16": "UTF-16 text (it starts with a UTF-16 byte-order mark); collsynth reads UTF-8",
     "ngpus-1e5": "ngpus=100000: more than the 1024 ranks",
     "2000-gpus": "2004 <gpu> elements; the reader keeps at most 1024",   # 4 + 2000
 }

@@ -8,8 +8,10 @@ one-line messages on stderr. Every command and its options: docs/cli.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import warnings
 
 from collsynth.cli import (
     bench,
@@ -130,6 +132,25 @@ def _memory_limit(flag: int | None) -> int | None:
                          "it or give --memory-limit)") from None
 
 
+@contextlib.contextmanager
+def _input_warnings_as_lines():
+    """Print each :class:`InputWarning` the command issues as one ``collsynth: warning:`` line
+    on stderr, as it happens (every one: two files may drop different links)."""
+    from collsynth.errors import InputWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", InputWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, *args, **kwargs):
+            if issubclass(category, InputWarning):
+                err(f"{PROG}: warning: {one_line(str(message))}")
+            else:
+                shown(message, category, *args, **kwargs)
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code.
 
@@ -145,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                 else EXIT_USAGE)
         from collsynth.limits import memory_ceiling
 
-        with memory_ceiling(_memory_limit(args.memory_limit)), reliable_sigint():
+        with memory_ceiling(_memory_limit(args.memory_limit)), reliable_sigint(), \
+                _input_warnings_as_lines():
             try:
                 return args.handler(args)
             except MemoryError:  # beyond what the up-front estimates foresaw

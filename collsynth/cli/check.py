@@ -98,8 +98,13 @@ def _verdict(report: CheckReport) -> str:
 
 def run_check(args: argparse.Namespace) -> int:
     """Handle ``collsynth check``; return 0 (correct) or 1 (problems, printed)."""
-    if args.runtime == MSCCLPP_RUNTIME or (args.runtime is None and looks_like_plan(args.file)):
+    is_plan = looks_like_plan(args.file)
+    if args.runtime == MSCCLPP_RUNTIME or (args.runtime is None and is_plan):
         return check_plan_file(args)
+    if is_plan:
+        raise UsageError.of("check", f"--runtime {args.runtime} checks MSCCL XML, and "
+                                     f"{args.file} is JSON (an MSCCL++ plan?): give --runtime "
+                                     f"{MSCCLPP_RUNTIME}, or leave --runtime out")
     if getattr(args, "ranks_per_node", None) or getattr(args, "chunk_bytes", None):
         raise UsageError.of("check", "--ranks-per-node and --chunk-bytes are for MSCCL++ plans")
     text = read_text(args.file)

@@ -101,7 +101,7 @@ def register(subparsers) -> None:
     export.add_argument("--outofplace", action="store_true",
                         help="export for out-of-place calls (the default); with --inplace, "
                              "for both (rccl, msccl-executor)")
-    export.add_argument("--name", metavar="NAME",
+    export.add_argument("--name", metavar="NAME", type=_program_name,
                         help="the algorithm's name attribute (default: the algorithm's name)")
     tune = export.add_argument_group(
         "tuning", "--tune searches channels, channel policy, instances and protocol within the "
@@ -119,6 +119,14 @@ def register(subparsers) -> None:
                            "documented defaults)")
     tune.add_argument("--json", action="store_true", help="with --tune: the table as JSON")
     export.set_defaults(handler=run_export)
+
+
+def _program_name(text: str) -> str:
+    """``--name``: any text but blank (each format would fill a blank name its own way)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a blank name; give one, or leave --name out for the "
+                                         "algorithm's own")
+    return text
 
 
 def _destinations(output: str, runtimes: list[str],

@@ -13,6 +13,7 @@ from collsynth._output import check_output_file, write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out
 from collsynth.export.mscclpp.checker import PlanReport, check_plan
+from collsynth.export.mscclpp.limits import PLAN_PROTOCOLS
 from collsynth.export.mscclpp.lower import lower_to_plan
 from collsynth.export.mscclpp.reader import read_plan
 from collsynth.export.mscclpp.writer import plan_to_json
@@ -35,6 +36,9 @@ def export_plan(args: argparse.Namespace) -> int:
     given = [flag for attr, flag in _XML_ONLY if getattr(args, attr, None)]
     if given:
         raise UsageError.of("export", f"{', '.join(given)}: not an option of MSCCL++ plans")
+    if args.proto is not None and args.proto not in PLAN_PROTOCOLS:
+        raise UsageError.of("export", f"--proto {args.proto}: MSCCL++ plans use "
+                                      f"{' or '.join(PLAN_PROTOCOLS)}")
     if args.inplace and args.outofplace:
         raise UsageError.of("export", "an MSCCL++ plan is for in-place or out-of-place calls, "
                                       "not both: export two plans")
@@ -56,12 +60,21 @@ def export_plan(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def check_plan_file(args: argparse.Namespace) -> int:
     """``collsynth check PLAN.json [--runtime mscclpp]``: 0 when correct, 1 with problems."""
     if getattr(args, "coll", None) or getattr(args, "root", None) is not None:
         raise UsageError.of("check", "--coll and --root are for MSCCL XML; a plan names its "
                                      "collective")
     plan = read_plan(args.file)
+    per_node = args.ranks_per_node
+    if per_node is not None and plan.num_ranks % per_node:
+        raise UsageError.of("check", f"--ranks-per-node {per_node}: {args.file} has "
+                                     f"{plan.num_ranks} ranks; nodes of equal size divide it "
+                                     f"({', '.join(map(str, _divisors(plan.num_ranks)))})")
     report = check_plan(plan, ranks_per_node=args.ranks_per_node, chunk_bytes=args.chunk_bytes,
                         strict=args.strict)
     if args.json:

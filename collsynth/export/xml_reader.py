@@ -16,6 +16,7 @@ from pathlib import Path
 from lxml import etree
 
 from collsynth._files import read_bytes_bounded
+from collsynth._parse import decode_text
 from collsynth.errors import FileFormatError, InputTooLargeError
 from collsynth.export.check import (MAX_CHECKED_RANKS, PROBLEM_KINDS, Problem, is_unverified,
                                     static_problems)
@@ -126,6 +127,7 @@ def read_text(source: str | bytes | os.PathLike, *, name: str | None = None) -> 
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
+        decode_text(data, label)  # UTF-16 or UTF-32: the message says how to convert it
         line = data.count(b"\n", 0, exc.start) + 1
         raise FileFormatError(label, f"line {line}: not UTF-8 text (MSCCL XML is ASCII)") from exc
 

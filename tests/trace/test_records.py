@@ -105,7 +105,7 @@ BAD_FILES = {
     "trace_send_without_peer.jsonl": r": line 2: field 'peer': a send has a peer; got null",
     "trace_rank_beyond_world.jsonl": r": line 1: field 'rank': expected an integer >= 0 and "
                                      r"<= 3, got 4",
-    "trace_nan_duration.jsonl": r": line 2: NaN is not a number JSON allows",
+    "trace_nan_duration.jsonl": r": line 2: column 228: NaN is not a number JSON allows",
     "trace_not_utf8.jsonl": r": line 2: not UTF-8 text",
     "trace_empty.jsonl": r": empty file; expected a header line first",
     "trace_not_an_object.jsonl": r": line 2: expected a JSON object, got list",

@@ -289,7 +289,9 @@ def read_plan(path: str | os.PathLike[str]) -> Plan:
 
 
 def looks_like_plan(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is a JSON file (its first non-blank byte is ``{``) rather than XML.
+    """True when ``path`` is a JSON file rather than XML: its first non-blank byte is ``{`` or
+    ``[``, or it is not ``<`` and the name ends in ``.json`` (an empty or ``null`` plan is
+    refused by the JSON reader, not misread as XML).
 
     Raises
     ------
@@ -298,4 +300,6 @@ def looks_like_plan(path: str | os.PathLike[str]) -> bool:
     """
     # Through the one opening layer: a FIFO or device is refused there, never waited on.
     head = read_head(path, 4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    return head[:1] == b"{"
+    if head[:1] in (b"{", b"["):
+        return True
+    return head[:1] != b"<" and os.fspath(path).lower().endswith(".json")

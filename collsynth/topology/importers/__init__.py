@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from collsynth._files import read_bytes_bounded
-from collsynth._parse import name_from_file
+from collsynth._parse import decode_text, name_from_file
 from collsynth.errors import FileFormatError
 from collsynth.topology.importers._common import (
     MAX_IMPORTED_GPUS,
@@ -92,11 +92,12 @@ def import_topology_file(path: str | os.PathLike[str], *, name: str | None = Non
     if kind is None:
         if not data.strip():
             raise FileFormatError(p, "the file is empty")
+        decode_text(data, str(p))  # UTF-16 (how to convert it) or not UTF-8 (where): said first
         raise FileFormatError(
             p, "not a recognised topology file: expected an NCCL/RCCL topology XML dump (root "
                "<system>), nvidia-smi topo -m output (a header row starting with GPU0) or rocm-smi "
-               "--showtopo output (a 'Link Type between two GPUs' table); collsynth's own JSON "
-               "topologies are read with load_topology")
+               "--showtopo output (a 'Link Type between two GPUs' table), or a collsynth "
+               "topology file (.json, docs/file-formats.md)")
     text = data.decode("utf-8-sig")
     if kind == "rocm-smi":
         return import_rocm_smi(text, name=topo_name, source=str(p))

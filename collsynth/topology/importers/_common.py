@@ -203,7 +203,7 @@ def xgmi_gbps_for_gcn(gcn: str | None) -> float | None:
     return _XGMI_GBPS_BY_GCN.get((gcn or "").strip().lower())
 
 
-_GTS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s", re.I)
+_GTS = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*GT/s", re.I)
 
 
 def pcie_gbps(link_speed: str | None, link_width: str | None) -> float | None:
@@ -222,7 +222,7 @@ def pcie_gbps(link_speed: str | None, link_width: str | None) -> float | None:
     if not match or len(width_text) > 20 or len(match.group(1)) > 20:  # no int() of 5000 digits
         return None
     try:
-        width = int(width_text)
+        width = int(width_text) if width_text.isascii() else 0  # int() reads any script
     except ValueError:
         return None
     if width < 1:

@@ -95,6 +95,8 @@ def _int(element: etree._Element, attribute: str, source: str, *, minimum: int =
                     f"a number of {len(text)} characters; numbers have at most "
                     f"{MAX_NUMBER_CHARS}")
     try:
+        if not text.isascii():  # int() reads any script's digits; NCCL's strtol does not
+            raise ValueError(text)
         number = int(text, 0) if text.lower().startswith("0x") else int(text)
     except ValueError:
         number = None
@@ -113,7 +115,7 @@ def _lenient_int(value: str | None) -> int | None:
     """A whole number for metadata only: ``None`` when absent, malformed or beyond 64 bits."""
     text = (value or "").strip()
     try:
-        number = int(text) if len(text) <= 20 else None
+        number = int(text) if len(text) <= 20 and text.isascii() else None
     except ValueError:
         return None
     return number if number is not None and abs(number) < 1 << 63 else None

@@ -32,14 +32,15 @@ from collsynth.topology.model import Topology
 
 __all__ = ["import_nvidia_smi", "looks_like_nvidia_smi"]
 
-_GPU_LABEL = re.compile(r"^GPU(\d+)$")
-_NV_CELL = re.compile(r"^NV(\d+)$")
+# [0-9], not \d: \d also matches other scripts' digits (NV٣, NV２), which no tool prints.
+_GPU_LABEL = re.compile(r"^GPU([0-9]+)$")
+_NV_CELL = re.compile(r"^NV([0-9]+)$")
 _PATH_CELLS = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
 #: PCIe path types from nearest to farthest; PIX and PXB do not cross the CPU's host bridge.
 _NEAR_PATHS = ("PIX", "PXB")
 #: ``NV#`` values that are a whole GPU's link count on NVSwitch baseboards.
 _SWITCH_LINK_COUNTS = (8, 12, 18)
-_NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$")
+_NIC_LEGEND = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
 _NV_LEGEND = re.compile(r"^\s*NV#\s*=")
 
 

@@ -26,11 +26,11 @@ from collsynth.topology.model import Topology
 
 __all__ = ["import_rocm_smi", "looks_like_rocm_smi"]
 
-_GPU_LABEL = re.compile(r"^GPU(\d+)$")
+_GPU_LABEL = re.compile(r"^GPU([0-9]+)$")  # [0-9]: \d matches any script's digits
 # Each optional bracket takes the blanks after it, so no two \s* meet: a regex whose \s* runs can
 # split a long blank run in many ways takes quadratic time on it.
 _NUMA_LINE = re.compile(
-    r"^\s*GPU\s*(?:\[\s*)?(\d+)\s*(?:\]\s*)?:\s*\(Topology\)\s*Numa\s+(Node|Affinity)\s*:\s*(\S*)\s*$")
+    r"^\s*GPU\s*(?:\[\s*)?([0-9]+)\s*(?:\]\s*)?:\s*\(Topology\)\s*Numa\s+(Node|Affinity)\s*:\s*(\S*)\s*$")
 _TABLES = {
     "Weight between two GPUs": "weight",
     "Hops between two GPUs": "hops",
@@ -135,7 +135,8 @@ def _numbers(table: _Table, source: str) -> list[list[int]]:
         values = []
         for b, cell in enumerate(row):
             try:
-                if len(cell) > 10:  # weights and hops are small; no int() of 5000 digits
+                # weights and hops are small (no int() of 5000 digits), in ASCII digits
+                if len(cell) > 10 or not cell.isascii():
                     raise ValueError(cell)
                 values.append(int(cell))
             except ValueError:
