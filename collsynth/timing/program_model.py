@@ -229,11 +229,20 @@ class ProgramModel:
                     f"not {subject.protocol}")
         if subject.topology.unit_gbps is None:
             return f"topology {subject.topology.name!r} has no physical figures (unit_gbps)"
-        try:
-            self._runtime_prepared(subject, subject.protocol or entry.protocols[-1])
-        except PRICING_FAILURES as exc:
-            return str(exc)
-        return None
+        # Built, not prepared: a builder refuses what it cannot write (a ring above the
+        # simulated steps' bound); preparing (10 s on 512 ranks) at channels the sizes may not
+        # use finds nothing more about the runtime's own programs. The verdict is kept.
+        protocol = subject.protocol or entry.protocols[-1]
+        key = ("verdict",) + self._runtime_key(subject, protocol)
+        found = self._prepared.get(key)
+        if found is None or found[0] is not subject.topology:
+            try:
+                self._runtime_built(subject, protocol)
+                verdict = None
+            except PRICING_FAILURES as exc:
+                verdict = str(exc)
+            found = self._prepared[key] = (subject.topology, verdict)  # type: ignore[assignment]
+        return found[1]  # type: ignore[return-value]
 
     def _channels(self, subject: RuntimeAlgorithm) -> int | None:
         """The subject's channels when no size says otherwise: pinned, else the table's
@@ -309,21 +318,10 @@ class ProgramModel:
         :meth:`_channels`) and, for a pipelined one, ``pipeline`` chunks per channel (default:
         the builder's), prepared once (raises what the builder or :func:`prepare_program`
         raises)."""
-        if channels is None:
-            channels = self._channels(subject)
-        entry = RUNTIME_PROGRAMS[subject.algorithm]
-        if not entry.pipelined:
-            pipeline = None
-        spread = self._p2p_channels(subject) if entry.spread else None
-        key = ("program", subject.algorithm, subject.collective, id(subject.topology), channels,
-               protocol, pipeline, spread)
+        key = self._runtime_key(subject, protocol, channels, pipeline)
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
-            extra: dict[str, int] = {} if pipeline is None else {"pipeline": pipeline}
-            if spread is not None:
-                extra["spread"] = spread
-            built = entry.build(subject.collective, subject.topology, channels, protocol,
-                                **extra)
+            built = self._runtime_built(subject, protocol, channels, pipeline)
             name = subject.runtime.family + "-" + subject.algorithm
             if isinstance(built, Program):
                 prepared = prepare_program(dataclasses.replace(built, name=name),
@@ -332,6 +330,31 @@ class ProgramModel:
                 prepared = built
             found = self._prepared[key] = (subject.topology, prepared)
         return found[1]
+
+    def _runtime_key(self, subject: RuntimeAlgorithm, protocol: str,
+                     channels: int | None = None, pipeline: int | None = None) -> tuple:
+        """What the table's builder is given for the subject, as a cache key (the arguments as
+        :meth:`_runtime_prepared`'s; defaults resolved)."""
+        if channels is None:
+            channels = self._channels(subject)
+        entry = RUNTIME_PROGRAMS[subject.algorithm]
+        if not entry.pipelined:
+            pipeline = None
+        spread = self._p2p_channels(subject) if entry.spread else None
+        return ("program", subject.algorithm, subject.collective, id(subject.topology),
+                channels, protocol, pipeline, spread)
+
+    def _runtime_built(self, subject: RuntimeAlgorithm, protocol: str,
+                       channels: int | None = None, pipeline: int | None = None):
+        """What the table's builder writes for the subject: a program, or a prepared switch
+        graph (raises what the builder raises)."""
+        *_, channels, protocol, pipeline, spread = self._runtime_key(subject, protocol,
+                                                                     channels, pipeline)
+        extra: dict[str, int] = {} if pipeline is None else {"pipeline": pipeline}
+        if spread is not None:
+            extra["spread"] = spread
+        return RUNTIME_PROGRAMS[subject.algorithm].build(subject.collective, subject.topology,
+                                                         channels, protocol, **extra)
 
     def runtime_choice(self, subject: RuntimeAlgorithm, size: int
                        ) -> list[tuple[str, int | None]]:
