@@ -298,3 +298,28 @@ def test_a_refused_json_number_names_its_line(text, where):
     from collsynth._parse import parse_json
     with pytest.raises(FileFormatError, match=rf"x.json: {where}: "):
         parse_json(text, "x.json")
+
+
+def _slow_check(monkeypatch):
+    from collsynth.cli import check as check_cli
+    import time as time_module
+    real = check_cli.check_program
+    monkeypatch.setattr(check_cli, "_PROGRESS_INTERVAL_S", 0.05)
+    monkeypatch.setattr(check_cli, "check_program",
+                        lambda *a, **k: time_module.sleep(0.3) or real(*a, **k))
+
+
+def test_check_says_which_runtime_it_is_on_while_it_runs_long(monkeypatch, capsys):
+    # A 3 KB allreduce with nchunksperloop=490000 checked for 2 minutes without a word.
+    _slow_check(monkeypatch)
+    assert cli.main(["check", str(RING), "--runtime", "rccl"]) in (0, 1)
+    captured = capsys.readouterr()
+    assert re.search(r"  check: checking .*allgather_ring_8g_1ch_1i.xml by rccl's rules, "
+                     r"0 s so far", captured.err)
+    assert "so far" not in captured.out
+
+
+def test_check_quiet_prints_no_progress(monkeypatch, capsys):
+    _slow_check(monkeypatch)
+    cli.main(["check", str(RING), "--runtime", "rccl", "-q"])
+    assert "so far" not in capsys.readouterr().err

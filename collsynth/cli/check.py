@@ -19,6 +19,7 @@ from collsynth.errors import CollsynthError, InvalidCollectiveError
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
 from collsynth.export.mscclpp.reader import looks_like_plan
 from collsynth.export.xml_reader import infer_runtime, read_checked, read_text
+from collsynth.progress import heartbeat
 from collsynth.runtimes import MSCCL_XML, runtime_names
 
 __all__ = ["register", "run_check", "infer_runtime"]
@@ -53,6 +54,9 @@ def register(subparsers: Any) -> None:
                              + ", ".join(COLLECTIVES))
     parser.add_argument("--root", type=_root, metavar="R",
                         help="root rank of a rooted collective (default: inferred)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (a check that runs over 5 s says "
+                             "which runtime's rules it is on)")
     parser.add_argument("--strict", action="store_true",
                         help="treat warnings (writes into the send buffer of an out-of-place "
                              "call) as problems")
@@ -66,10 +70,12 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run_check)
 
 
-def _check_as(text: str, runtime: str, args: argparse.Namespace
+def _check_as(text: str, runtime: str, args: argparse.Namespace, doing: list[str] | None = None
               ) -> tuple[CheckReport | None, list[Problem]]:
     """Read and check ``text`` by ``runtime``'s rules: the report (``None``: unreadable) and
-    every problem."""
+    every problem; ``doing[0]`` says so for the progress lines."""
+    if doing is not None:
+        doing[0] = f"check: checking {args.file} by {runtime}'s rules"
     program, problems = read_checked(text, runtime)
     report = None
     if program is not None:
@@ -96,8 +102,20 @@ def _verdict(report: CheckReport) -> str:
     return f"correct {what} for {report.runtime}"
 
 
+#: Seconds between two progress lines while a check runs (none for shorter checks).
+_PROGRESS_INTERVAL_S = 5.0
+
+
 def run_check(args: argparse.Namespace) -> int:
     """Handle ``collsynth check``; return 0 (correct) or 1 (problems, printed)."""
+    # A program of millions of chunks executes for tens of seconds per runtime tried.
+    doing = [f"check: reading {args.file}"]
+    with heartbeat(None if args.quiet else lambda line: err(f"  {line}"),
+                   _PROGRESS_INTERVAL_S, lambda: doing[0]):
+        return _run_check(args, doing)
+
+
+def _run_check(args: argparse.Namespace, doing: list[str]) -> int:
     is_plan = looks_like_plan(args.file)
     if args.runtime == MSCCLPP_RUNTIME or (args.runtime is None and is_plan):
         return check_plan_file(args)
@@ -111,18 +129,18 @@ def run_check(args: argparse.Namespace) -> int:
     inferred = None
     runtime = args.runtime
     if runtime is not None:
-        report, problems = _check_as(text, runtime, args)
+        report, problems = _check_as(text, runtime, args, doing)
     else:
         # The inferred runtime first; a program correct for another runtime is not called
         # wrong for a guess (a tuned msccl file has minBytes/maxBytes, as rccl's do).
         guess, reason = infer_runtime(text)
         others = [r for r in runtime_names(MSCCL_XML) if r != guess]
         runtime = guess
-        report, problems = _check_as(text, guess, args)
+        report, problems = _check_as(text, guess, args, doing)
         inferred = f"runtime {guess} inferred: {reason}; pass --runtime to choose"
         if report is None or problems:
             for other in others:
-                other_report, other_problems = _check_as(text, other, args)
+                other_report, other_problems = _check_as(text, other, args, doing)
                 if other_report is not None and not other_problems:
                     runtime, report, problems = other, other_report, other_problems
                     inferred = (f"runtime {other}: it fails {guess}'s rules ({guess} was "
