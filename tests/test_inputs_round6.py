@@ -323,3 +323,32 @@ def test_check_quiet_prints_no_progress(monkeypatch, capsys):
     _slow_check(monkeypatch)
     cli.main(["check", str(RING), "--runtime", "rccl", "-q"])
     assert "so far" not in capsys.readouterr().err
+
+
+# -- a blind spot a mutation found ----------------------------------------------------------
+
+
+def _custom_broadcast(root_output_from_peer: bool):
+    """A 2-rank msccl-tools custom broadcast from rank 0: rank 1 receives x(0,0). With
+    ``root_output_from_peer``, rank 0 also writes its output, with rank 1's x(1,0)."""
+    from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
+    root_tbs = [ThreadBlock(0, 1, -1, 0, (XmlStep(0, "s", "i", 0, "o", 0, 1),))]
+    peer_tbs = [ThreadBlock(0, -1, 0, 0, (XmlStep(0, "r", "i", 0, "o", 0, 1),))]
+    if root_output_from_peer:
+        root_tbs.append(ThreadBlock(1, -1, 1, 1, (XmlStep(0, "r", "i", 0, "o", 0, 1),)))
+        peer_tbs.append(ThreadBlock(1, 0, -1, 1, (XmlStep(0, "s", "i", 0, "o", 0, 1),)))
+    gpus = (GpuProgram(0, 1, 1, 0, tuple(root_tbs)), GpuProgram(1, 1, 1, 0, tuple(peer_tbs)))
+    return Program("bcast", "Simple", 2, 1, 2, "custom", 0, gpus, outofplace=1)
+
+
+def test_a_custom_broadcast_may_leave_the_root_s_output_but_not_spoil_it():
+    # msccl-tools' custom broadcasts leave the root's output alone: unwritten is fine.
+    fine = check_module.check_program(_custom_broadcast(False), runtime="msccl",
+                                      collective="broadcast", root=0)
+    assert fine.ok, fine.problems
+    # Written with another rank's data, it is wrong: x(1,0) where x(0,0) belongs.
+    spoilt = check_module.check_program(_custom_broadcast(True), runtime="msccl",
+                                        collective="broadcast", root=0)
+    assert not spoilt.ok
+    assert any(p.kind == "postcondition" and "rank 0 o[0] holds x(1,0), expected x(0,0)"
+               in p.message for p in spoilt.problems), spoilt.problems
