@@ -166,6 +166,25 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
     return sorted(rows)
 
 
+def _measured_rows(measurements: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """``(size_bytes, time_us)`` ascending; at least 2 sizes, each once.
+
+    Raises
+    ------
+    InvalidInstanceError
+        Fewer than 2 distinct sizes, or a size measured twice.
+    """
+    rows = sorted((int(s), float(t)) for s, t in measurements)
+    distinct = len({s for s, _ in rows})
+    if distinct < 2:
+        raise InvalidInstanceError("a runtime calibration needs at least 2 distinct measured "
+                                   "sizes")
+    if distinct < len(rows):
+        raise InvalidInstanceError("a runtime calibration takes one time per size; "
+                                   "a size is measured twice")
+    return rows
+
+
 def protocol_split(times: Sequence[float], protocols: Sequence[str] = ("LL", "Simple"),
                    sizes: Sequence[int] | None = None, *, min_bytes: int = 4096) -> list[str]:
     """The protocol of each size (ascending sizes): the first up to the largest drop of the
@@ -251,13 +270,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
     InvalidInstanceError
         Fewer than 2 measurements, or a protocol list of the wrong length.
     """
-    rows = sorted((int(s), float(t)) for s, t in measurements)
-    if len({s for s, _ in rows}) < 2:
-        raise InvalidInstanceError("a runtime calibration needs at least 2 distinct measured "
-                                   "sizes")
-    if len({s for s, _ in rows}) < len(rows):
-        raise InvalidInstanceError("a runtime calibration takes one time per size; "
-                                   "a size is measured twice")
+    rows = _measured_rows(measurements)
     sizes = [s for s, _ in rows]
     times = [t for _, t in rows]
     if channels is None and rings is None and protocols is None:
@@ -408,13 +421,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
                                                gpu_bandwidth_gbps)
     from collsynth.topology.machine import machine_facts
 
-    rows = sorted((int(s), float(t)) for s, t in measurements)
-    if len({s for s, _ in rows}) < 2:
-        raise InvalidInstanceError("a runtime calibration needs at least 2 distinct measured "
-                                   "sizes")
-    if len({s for s, _ in rows}) < len(rows):
-        raise InvalidInstanceError("a runtime calibration takes one time per size; "
-                                   "a size is measured twice")
+    rows = _measured_rows(measurements)
     family = get_runtime(runtime).at_version(version)
     base = constants if constants is not None else family.defaults
     probe = ProgramModel(base, runtime=family,
