@@ -6,6 +6,7 @@ written with constants no machine has).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -352,3 +353,83 @@ def test_a_custom_broadcast_may_leave_the_root_s_output_but_not_spoil_it():
     assert not spoilt.ok
     assert any(p.kind == "postcondition" and "rank 0 o[0] holds x(1,0), expected x(0,0)"
                in p.message for p in spoilt.problems), spoilt.problems
+
+
+# -- round 7 of the hunt (this session) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["1e9", "1e300"])
+def test_a_time_limit_above_a_week_is_a_usage_error(capsys, allgather_file, value):
+    # --timeout 1e300 leaked torch's OverflowError; 1e9 never started the collective.
+    assert cli.main(["run", str(allgather_file), "--timeout", value, "--iters", "0"]) == 2
+    assert f"argument --timeout: '{value}' seconds: more than a week" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [
+    ["solve", "least-steps", "@", "allgather", "-o", "@"],
+    ["solve", "bandwidth-optimal", "@", "allgather", "-o", "@"],
+    ["tune-runtime", "--topology", "@", "--runtime", "nccl", "-o", "@"],
+])
+def test_output_never_replaces_the_input_topology(tmp_path, capsys, command):
+    path = tmp_path / "dgx1.json"
+    original = (ROOT / "topologies" / "dgx1.json").read_text()
+    path.write_text(original)
+    assert cli.main([str(path) if part == "@" else part for part in command]) == 1
+    assert f"is the input {path}" in capsys.readouterr().err
+    assert path.read_text() == original
+
+
+def test_tune_runtime_names_the_option_of_an_unknown_collective(tmp_path, capsys):
+    out = tmp_path / "t.conf"
+    assert cli.main(["tune-runtime", "--topology", "dgx1", "--runtime", "nccl",
+                     "--collectives", "allreduce,alltoall", "-o", str(out)]) == 2
+    assert "--collectives: collective 'alltoall'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def curve_calibration(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cal") / "cal.json"
+    assert cli.main(["calibrate", str(A100_ALLREDUCE), "--topology", "dgx-a100",
+                     "-o", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c["entries"][0].update(collective="frobnicate"),
+     "entries[0].collective: 'frobnicate'; expected one of allgather"),
+    (lambda c: c["entries"][0].update(ranks=10 ** 9),
+     "entries[0].ranks: 1000000000; expected a whole number from 1 to 1048576"),
+    (lambda c: c.update(nodes=10 ** 9), "nodes: 1000000000; expected a whole number from 1"),
+])
+def test_a_calibration_entry_names_its_field(tmp_path, curve_calibration, edit, message):
+    from collsynth.timing.calibration import load_calibration
+    data = json.loads(json.dumps(curve_calibration))
+    edit(data)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_calibration(path)
+
+
+def test_a_calibration_of_another_machine_warns(tmp_path, capsys, curve_calibration):
+    data = dict(curve_calibration, topology="mi300x")
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(data))
+    algorithm = tmp_path / "ar.json"
+    assert cli.main(["solve", "least-steps", "dgx-a100", "allreduce", "-o", str(algorithm)]) == 0
+    capsys.readouterr()
+    assert cli.main(["time", str(algorithm), "--calibration", str(path), "--sizes", "1GB",
+                     "-q"]) == 0
+    assert ("collsynth: warning: --calibration " in capsys.readouterr().err)
+    path.write_text(json.dumps(curve_calibration))  # dgx-a100 for DGX-A100: no warning
+    assert cli.main(["time", str(algorithm), "--calibration", str(path), "--sizes", "1GB",
+                     "-q"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_a_rounds_bound_of_thousands_of_orbits_is_refused(capsys):
+    # line:3000 ran past two minutes and 950 MB with no word (1500 maximum flows).
+    assert cli.main(["bounds", "line:3000", "allgather"]) == 1
+    assert "needs a maximum flow over its 3000 ranks for each of 1500 rank orbits" in \
+        capsys.readouterr().err

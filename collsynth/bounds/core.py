@@ -1287,6 +1287,11 @@ def _spanning_roots(topology: Topology,
 _SYMMETRY_CHECK_RANKS = 64
 
 
+#: Rank orbits times ranks above which the arborescence bound is not computed: each orbit costs
+#: a maximum flow over every rank, and 500 orbits of 1000 ranks (line:1000) take 10 s here.
+MAX_ARBORESCENCE_WORK = 10 ** 6
+
+
 def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction | None:
     """The rounds LP's optimum when every chunk must reach every rank from one root and links are
     the only limits, computed exactly with integer maximum flows; ``None`` if the capacities would
@@ -1312,6 +1317,12 @@ def _arborescence_rounds(topology: Topology, roots: dict[int, int]) -> Fraction 
     root_list = np.flatnonzero(chunks)
     representatives = np.unique(rank_orbits(topology, chunks), return_index=True)[1] \
         if n > _SYMMETRY_CHECK_RANKS else np.arange(n)
+    if len(representatives) * n > MAX_ARBORESCENCE_WORK:  # minutes (line:3000), no answer
+        raise InputTooLargeError(
+            f"the rounds bound of {topology.name!r} needs a maximum flow over its {n} ranks for "
+            f"each of {len(representatives)} rank orbits (its symmetries); collsynth computes "
+            f"at most {MAX_ARBORESCENCE_WORK:,} ranks x orbits (a composed topology, --nodes, "
+            "has few orbits)")
     rows = np.concatenate([src, np.full(len(root_list), n)])
     cols = np.concatenate([dst, root_list])
     while True:

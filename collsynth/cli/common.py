@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from fractions import Fraction
@@ -222,9 +223,25 @@ def _positive(text: str, what: str) -> float:
     return value
 
 
+def input_files(*values: object) -> list[str]:
+    """Those of ``values`` (a TOPOLOGY, a COLLECTIVE, a --calibration...) that name existing
+    files: what ``-o`` must not overwrite."""
+    return [v for v in values if isinstance(v, str) and os.path.isfile(v)]
+
+
+#: Longest time limit a command takes, seconds: a week. Longer is a typo (1e9 s is 31 years),
+#: and torch's process-group timeout overflows (1e300 s) or never fires.
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
 def seconds(text: str) -> float:
-    """A finite number of seconds > 0."""
-    return _positive(text, "seconds")
+    """A number of seconds > 0, at most :data:`MAX_SECONDS` (a week)."""
+    value = _positive(text, "seconds")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} seconds: more than a week "
+                                         f"({MAX_SECONDS:.0f} s); expected seconds from 0 to "
+                                         f"{MAX_SECONDS:.0f}")
+    return value
 
 
 def positive_number(text: str) -> float:

@@ -24,6 +24,7 @@ from collsynth.cli.common import (
     Parser,
     UsageError,
     err,
+    input_files,
     non_negative_int,
     out,
     positive_int,
@@ -137,7 +138,8 @@ class _Destination:
     xml_directory: Path | None = None
 
     @staticmethod
-    def plan(path: str | None, *, several: bool, xml: str | None = None) -> "_Destination":
+    def plan(path: str | None, *, several: bool, xml: str | None = None,
+             inputs: list[str] = ()) -> "_Destination":
         """Check ``-o PATH`` and ``--xml DIR`` before any solving, by the output policy of
         :mod:`collsynth._output`; the folders are created with their first file
         (:meth:`make_folders`), so a solve that finds nothing leaves nothing."""
@@ -155,7 +157,7 @@ class _Destination:
             if several:
                 raise UsageError(f"-o {path}: pareto writes one file per algorithm; give a "
                                   "directory")
-            return _Destination(file=check_output_file(path, label=f"-o {path}"),
+            return _Destination(file=check_output_file(path, label=f"-o {path}", inputs=inputs),
                                 xml_directory=xml_directory)
         return _Destination(directory=check_output_dir(path, label=f"-o {path}", create=False),
                             xml_directory=xml_directory)
@@ -246,7 +248,8 @@ def _heartbeat(line: str) -> None:
 def run_solve(args: argparse.Namespace) -> int:
     several = args.mode == "pareto"
     topology, collective = problem_from_args(args)
-    destination = _Destination.plan(args.output, several=several, xml=args.xml)
+    destination = _Destination.plan(args.output, several=several, xml=args.xml,
+                                    inputs=input_files(args.topology, args.collective))
     quiet = args.quiet or args.json
     options = SolveOptions(
         backend=args.backend,

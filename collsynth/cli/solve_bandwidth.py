@@ -11,8 +11,8 @@ import argparse
 import json
 import time
 
-from collsynth.cli.common import (EXIT_OK, UsageError, err, format_size, out, parse_size,
-                                  positive_int, problem_from_args, seconds)
+from collsynth.cli.common import (EXIT_OK, UsageError, err, format_size, input_files, out,
+                                  parse_size, positive_int, problem_from_args, seconds)
 from collsynth.timing.closed_form import PREDICTION_SIZES, predicted_against_runtime
 
 __all__ = ["add_mode", "run_bandwidth_optimal"]
@@ -67,7 +67,8 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     if args.output:  # before the search, not after it
         from collsynth._output import check_output_file
 
-        check_output_file(args.output, label=f"-o {args.output}")
+        check_output_file(args.output, label=f"-o {args.output}",
+                          inputs=input_files(args.topology, args.collective))
     progress = None if (args.quiet or args.json) else (
         lambda line: err(f"  {line}"))
     left = args.time_limit - (time.perf_counter() - started)  # building the topology counts

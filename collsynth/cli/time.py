@@ -204,6 +204,7 @@ def _closed_form(args: argparse.Namespace, loaded: "Calibration | None") -> _Clo
                      f"bandwidth, {setup.hardware} hops, {setup.nodes} node(s)")
     measured = measured_model = None
     if calibration is not None:
+        _warn_other_machine(calibration.topology, topology.name, args.calibration)
         subject = RuntimeAlgorithm(runtime, MEASURED, coll, topology)
         measured_model = Measured(calibration, source=args.calibration or "")
         why = measured_model.why_not(subject)
@@ -449,6 +450,21 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
                    lambda: doing[0]):
         return _price_and_print(args, constants, runtime, version_from, model,
                                 where, subjects, refused, collective, now_on)
+
+
+def _warn_other_machine(measured_on: str, timed: str, path: str | None) -> None:
+    """Warn when a curve calibration was measured on another machine than the one timed:
+    its figures are applied as they are (names compared without case, '-' or '_')."""
+    import re
+    import warnings
+
+    from collsynth.errors import InputWarning
+
+    def key(name: str) -> str:
+        return re.sub(r"[-_\s]", "", name.lower())
+    if key(measured_on) not in key(timed):  # 'dgx-a100' also calibrates 'DGX-A100x2'
+        warnings.warn(f"--calibration {path}: measured on {measured_on!r}, not on {timed!r}; "
+                      "its figures are applied as they are", InputWarning, stacklevel=2)
 
 
 def _progress_line(line: str) -> None:

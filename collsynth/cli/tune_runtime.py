@@ -14,8 +14,8 @@ import argparse
 import json
 from typing import Any
 
-from collsynth.cli.common import (EXIT_OK, UsageError, out, parse_size_range, positive_int,
-                                  table)
+from collsynth.cli.common import (EXIT_OK, UsageError, input_files, out, parse_size_range,
+                                  positive_int, table)
 
 __all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
 
@@ -113,15 +113,17 @@ def _range_rows(tuned: Any, runtime: str) -> list[list[str]]:
 def run_tune_runtime(args: argparse.Namespace) -> int:
     """Run ``collsynth tune-runtime``; return 0 (errors raise)."""
     from collsynth._output import check_output_file
-    from collsynth.errors import InvalidTopologyError
+    from collsynth.errors import InvalidTopologyError, UnknownNameError
     from collsynth.export.tuner.config import format_rule, write_tuner_config
-    from collsynth.export.tuner.machine import ProgramModelPrice, tune_machine
+    from collsynth.export.tuner.machine import (ProgramModelPrice, config_collective,
+                                                tune_machine)
     from collsynth.runtimes import runtime_names
     from collsynth.resolve import resolve_topology
     from collsynth.timing.tuning_model import tuning_setup
     from collsynth.topology.machine import machine_facts
 
-    check_output_file(args.output, label=f"-o {args.output}")
+    check_output_file(args.output, label=f"-o {args.output}",
+                      inputs=input_files(args.topology, args.calibration))
     constants = None
     if args.calibration is not None:
         from collsynth.runtimes import get_runtime
@@ -138,6 +140,11 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     if not collectives:
         raise UsageError.of(COMMAND, f"--collectives {args.collectives!r}: expected names "
                                      "separated by commas")
+    for name in collectives:  # an option's value: a usage error, before any work
+        try:
+            config_collective(name)
+        except UnknownNameError as exc:
+            raise UsageError.of(COMMAND, f"--collectives: {exc}") from None
     topology = resolve_topology(args.topology, nodes=args.nodes)
     facts = machine_facts(topology)
     if facts.runtime is None:

@@ -43,7 +43,7 @@ from collsynth.runtimes.constants import (MIN_LATENCY_US, constants_from_dict,
 from collsynth.timing.alphabeta import AlphaBeta
 from collsynth.timing.fit import MODELS, LogFits
 from collsynth.collective.kinds import busbw_factor
-from collsynth.timing.logs import canonical_collective
+from collsynth.timing.logs import LOGGED_COLLECTIVES, canonical_collective
 from collsynth.timing.tuning_model import ring_steps
 from collsynth.topology.model import Topology
 
@@ -502,7 +502,8 @@ def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:
     clean_name(topology, "topology", source=source)
     nodes = obj.get("nodes", 1)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 1 << 20:
-        raise FileFormatError(source, f"nodes: {nodes!r}; expected a whole number >= 1")
+        raise FileFormatError(source, f"nodes: {nodes!r}; expected a whole number from 1 to "
+                                      f"{1 << 20}")
     raw = obj.get("entries")
     if not isinstance(raw, list):
         raise FileFormatError(source, "entries: expected a list")
@@ -578,9 +579,14 @@ def _entry_problem(entry: CalibrationEntry | _Unchecked) -> tuple[str, str] | No
         value = getattr(entry, key)
         if not isinstance(value, str) or not value.strip():
             return f".{key}", f"{value!r}; expected a non-empty string"
+    # An entry of a collective nothing prices would be skipped without a word.
+    if entry.collective.isprintable() and \
+            canonical_collective(entry.collective) not in LOGGED_COLLECTIVES:
+        return ".collective", (f"{entry.collective!r}; expected one of "
+                               f"{', '.join(LOGGED_COLLECTIVES)}")
     ranks = entry.ranks
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= 1 << 20:
-        return ".ranks", f"{ranks!r}; expected a whole number >= 1"
+        return ".ranks", f"{ranks!r}; expected a whole number from 1 to {1 << 20}"
     if entry.model not in MODELS:
         return ".model", f"{entry.model!r}; expected one of {', '.join(map(repr, MODELS))}"
     spec = _PARAMS[entry.model]
