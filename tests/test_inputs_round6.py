@@ -433,3 +433,46 @@ def test_a_rounds_bound_of_thousands_of_orbits_is_refused(capsys):
     assert cli.main(["bounds", "line:3000", "allgather"]) == 1
     assert "needs a maximum flow over its 3000 ranks for each of 1500 rank orbits" in \
         capsys.readouterr().err
+
+
+def _group_trace(tmp_path, per_rank):
+    """A 4-rank trace of one call on the whole group, ``per_rank(r)`` its fields on rank r."""
+    header = {"type": "header", "format": "collsynth-trace", "version": 1, "world_size": 4,
+              "backend": "nccl", "byte_convention": "nccl-tests", "hostname": "n", "pid": 1,
+              "torch_version": "2.13.0", "started_unix": 0.0, "record_durations": False,
+              "cross_node_only": False, "ranks_per_node": None}
+    call = {"type": "call", "seq": 0, "kind": "broadcast", "function": "broadcast",
+            "bytes": 65536, "dtype": "float32", "op": None, "group": [0, 1, 2, 3],
+            "group_size": 4, "root": 0, "peer": None, "async_op": False, "site": None,
+            "duration_us": None, "cross_node": None, "batch": None, "error": None,
+            "raw": {"element_size": 4}}
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    for r in range(4):
+        (folder / f"rank-{r:05d}.jsonl").write_text(
+            json.dumps(dict(header, rank=r)) + "\n" + json.dumps(dict(call, **per_rank(r))) + "\n")
+    return folder
+
+
+@pytest.mark.parametrize("per_rank, field, theirs, ours", [
+    (lambda r: {"root": r}, "root", 0, 1),  # every rank the root of "the same" broadcast
+    (lambda r: {"kind": "allreduce", "function": "all_reduce", "op": "sum", "root": None,
+                "bytes": 65536 if r % 2 == 0 else 4096}, "bytes", 65536, 4096),
+    (lambda r: {} if r != 2 else {"kind": "reduce", "function": "reduce", "op": "sum"},
+     "kind", "'broadcast'", "'reduce'"),
+])
+def test_plan_refuses_ranks_that_disagree_on_one_call(tmp_path, capsys, per_rank, field,
+                                                      theirs, ours):
+    folder = _group_trace(tmp_path, per_rank)
+    out = tmp_path / "plan"
+    assert cli.main(["plan", str(folder), "--topology", "dgx1", "-o", str(out), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert f"call seq 0 on group [0, 1, 2, 3]: field '{field}' is {ours}, but rank 0's " \
+           f"matching call (seq 0, rank-00000.jsonl) has {theirs}" in err
+    assert not out.exists()
+
+
+def test_plan_reads_ranks_that_agree(tmp_path):
+    from collsynth.plan.calls import load_calls
+    run = load_calls(_group_trace(tmp_path, lambda r: {}))
+    assert [run.calls[r][0].root for r in run.ranks] == [0, 0, 0, 0]

@@ -103,7 +103,53 @@ def _load_calls(trace_dir: str | os.PathLike[str]) -> TracedRun:
     trace = read_trace(trace_dir)
     calls = {entry.rank: tuple(_call(record) for record in entry.calls)
              for entry in trace.ranks}
-    return TracedRun(trace.directory, trace.world_size, calls, trace.ranks[0].header.backend)
+    run = TracedRun(trace.directory, trace.world_size, calls, trace.ranks[0].header.backend)
+    _check_agreement(run)
+    return run
+
+
+#: Collectives whose every rank passes the same byte count (nccl-tests' convention); an
+#: alltoall's blocks may differ per rank (all_to_all_single's split sizes).
+_SAME_BYTES = frozenset({"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter"})
+
+
+def _check_agreement(run: TracedRun) -> None:
+    """Refuse a trace whose ranks disagree on a collective they issued together: its n-th call
+    on a group must be the same kind (and root, and bytes where every rank passes the same) on
+    every traced rank of the group, as the runtimes require; a plan from one rank's view would
+    deploy another collective than the others ran.
+
+    Raises
+    ------
+    FileFormatError
+        Naming both ranks' files, the calls' ``seq`` and the field that differs.
+    """
+    from collsynth.errors import FileFormatError
+
+    first: dict[tuple[int, ...], tuple[int, list[TracedCall]]] = {}
+    for rank in run.ranks:
+        on_group: dict[tuple[int, ...], list[TracedCall]] = {}
+        for call in run.calls[rank]:
+            if call.peer is None and len(call.group) > 1:
+                on_group.setdefault(call.group, []).append(call)
+        for group, mine in on_group.items():
+            seen = first.setdefault(group, (rank, mine))
+            if seen[0] == rank:
+                continue
+            for theirs, ours in zip(seen[1], mine):
+                fields = [("kind", theirs.kind, ours.kind)]
+                if ours.kind == theirs.kind and ours.kind in _SAME_BYTES:
+                    fields.append(("bytes", theirs.size_bytes, ours.size_bytes))
+                if ours.kind == theirs.kind:
+                    fields.append(("root", theirs.root, ours.root))
+                for name, a, b in fields:
+                    if a != b:
+                        raise FileFormatError(
+                            os.path.join(run.directory, f"rank-{rank:05d}.jsonl"),
+                            f"call seq {ours.seq} on group {list(group)}: field {name!r} is "
+                            f"{b!r}, but rank {seen[0]}'s matching call (seq {theirs.seq}, "
+                            f"rank-{seen[0]:05d}.jsonl) has {a!r}; the ranks of a group issue "
+                            "the same collectives in the same order")
 
 
 def _call(record: Any) -> TracedCall:
