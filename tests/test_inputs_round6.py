@@ -476,3 +476,23 @@ def test_plan_reads_ranks_that_agree(tmp_path):
     from collsynth.plan.calls import load_calls
     run = load_calls(_group_trace(tmp_path, lambda r: {}))
     assert [run.calls[r][0].root for r in run.ranks] == [0, 0, 0, 0]
+
+
+def test_plan_says_what_it_is_on_while_a_step_runs_long(monkeypatch, tmp_path, capsys):
+    # 20000 traced sizes priced for minutes after the last "tuning ..." line without a word.
+    import time as time_module
+
+    import collsynth.plan as plan_package
+    from collsynth.cli import plan as plan_cli
+    real = plan_package.make_plan
+
+    def slow(*args, progress=None, **kwargs):
+        progress("tuning something slow")
+        time_module.sleep(0.3)
+        return real(*args, progress=progress, **kwargs)
+    monkeypatch.setattr(plan_package, "make_plan", slow)
+    monkeypatch.setattr(plan_cli, "_PROGRESS_INTERVAL_S", 0.05)
+    trace = ROOT / "tests" / "fixtures" / "traces" / "dgx1-dp"
+    assert cli.main(["plan", str(trace), "--topology", "dgx1", "-o", str(tmp_path / "p"),
+                     "--no-cache"]) == 0
+    assert "  plan: tuning something slow, 0 s so far" in capsys.readouterr().err

@@ -13,11 +13,16 @@ from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, Interrupted, UsageError, add_fabric_arguments,
                                   add_figure_arguments, err, out, positive_int, seconds)
+from collsynth.progress import heartbeat
 
 __all__ = ["register", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
 
 #: Seconds of synthesis per (collective, group) problem by default.
 DEFAULT_SYNTH_TIME_LIMIT = 30.0
+
+
+#: Seconds between two heartbeat lines while one step of planning runs long.
+_PROGRESS_INTERVAL_S = 5.0
 
 
 def register(subparsers: Any) -> None:
@@ -182,8 +187,17 @@ def run_plan(args: argparse.Namespace) -> int:
             runtime_constants=constants,
             runtime_constants_file=args.calibration if constants is not None else None,
             runtime_version=version, model=args.model, device=args.device, cache=cache, all_ranges=args.all_ranges)
-        plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
-                         progress=progress)
+        # A heartbeat while a step runs long (pricing thousands of traced sizes is silent):
+        # what the last progress line said, and for how long.
+        doing = ["plan: reading the trace"]
+
+        def said(line: str) -> None:
+            doing[0] = f"plan: {line}"
+            progress(line)
+        with heartbeat(None if progress is None else (lambda line: err(f"  {line}")),
+                       _PROGRESS_INTERVAL_S, lambda: doing[0]):
+            plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
+                             progress=None if progress is None else said)
         deployments = []
         for name in tuners:
             from collsynth.plan.deploy import tuner_deployment
