@@ -496,3 +496,22 @@ def test_plan_says_what_it_is_on_while_a_step_runs_long(monkeypatch, tmp_path, c
     assert cli.main(["plan", str(trace), "--topology", "dgx1", "-o", str(tmp_path / "p"),
                      "--no-cache"]) == 0
     assert "  plan: tuning something slow, 0 s so far" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--oversubscription", "2", "--nic-units", "4"],
+     "--oversubscription, --nic-units: only with --nodes K"),
+    (["--fabric", "rail"], "--fabric: only with --nodes K"),
+    (["--nodes-per-leaf", "4"], "--nodes-per-leaf: only with --nodes K"),
+    (["--nodes", "4", "--fabric", "leaf-spine"], "--fabric leaf-spine needs --nodes-per-leaf P"),
+    (["--nodes", "4", "--nodes-per-leaf", "2"], "--nodes-per-leaf goes with --fabric leaf-spine"),
+])
+def test_multi_node_options_without_their_partners_are_usage_errors(capsys, options, message):
+    # They were ignored (exit 0) or refused with exit 1 naming Python parameters.
+    assert cli.main(["bounds", "dgx1", "allgather", *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_node_without_nics_names_the_option(capsys):
+    assert cli.main(["bounds", "ring:4", "allgather", "--nodes", "2"]) == 1
+    assert "(--nic-units U)" in capsys.readouterr().err

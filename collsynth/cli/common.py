@@ -160,6 +160,7 @@ def problem_from_args(args: argparse.Namespace) -> tuple["Topology", "Collective
     """The topology and collective a command names (``TOPOLOGY COLLECTIVE [--root R]``)."""
     from collsynth.resolve import resolve_collective, resolve_topology
 
+    check_fabric_arguments(args)
     topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
                                 oversubscription=getattr(args, "oversubscription", 1),
                                 fabric=getattr(args, "fabric", "switch"),
@@ -288,6 +289,29 @@ def oversubscription(text: str):
         return parse_oversubscription(text)
     except InvalidTopologyError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_fabric_arguments(args: argparse.Namespace) -> None:
+    """Refuse, as usage errors naming the options, the multi-node options without ``--nodes K``
+    (K > 1) and a leaf size without the leaf-spine fabric (or the fabric without one)."""
+    nodes = getattr(args, "nodes", None) or 1
+    fabric = getattr(args, "fabric", "switch")
+    per_leaf = getattr(args, "nodes_per_leaf", None)
+    given = [flag for flag, on in (
+        ("--fabric", fabric != "switch"), ("--nodes-per-leaf", per_leaf is not None),
+        ("--oversubscription", getattr(args, "oversubscription", 1) != 1),
+        ("--nic-units", getattr(args, "nic_units", None) is not None)) if on]
+    problem = None
+    if nodes <= 1 and given:
+        problem = f"{', '.join(given)}: only with --nodes K (K > 1 nodes to join)"
+    elif per_leaf is not None and fabric != "leaf-spine":
+        problem = f"--nodes-per-leaf goes with --fabric leaf-spine (not {fabric})"
+    elif fabric == "leaf-spine" and per_leaf is None:
+        problem = "--fabric leaf-spine needs --nodes-per-leaf P (a divisor of --nodes)"
+    if problem is not None:
+        prog = " ".join(filter(None, (PROG, getattr(args, "command", None),
+                                      getattr(args, "mode", None))))
+        raise UsageError(f"{problem} (see '{prog} --help')", prog=prog)
 
 
 def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,8 @@ import json
 from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, Interrupted, UsageError, add_fabric_arguments,
-                                  add_figure_arguments, err, out, positive_int, seconds)
+                                  add_figure_arguments, check_fabric_arguments, err, out,
+                                  positive_int, seconds)
 from collsynth.progress import heartbeat
 
 __all__ = ["register", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
@@ -151,6 +152,7 @@ def run_plan(args: argparse.Namespace) -> int:
         from collsynth.plan.writer import check_plan_directory
 
         check_plan_directory(args.output)  # before any planning
+        check_fabric_arguments(args)
         topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
                                     oversubscription=args.oversubscription, fabric=args.fabric,
                                     nodes_per_leaf=args.nodes_per_leaf,

@@ -278,7 +278,8 @@ def _nic_layout(
         if nic_units is None:
             raise InvalidTopologyError(
                 f"cannot compose {node.name!r}: it has no NIC description (metadata 'nic'); pass "
-                "nic_units=<NIC bandwidth in the node's units> to give each rank its own NIC")
+                "nic_units=<NIC bandwidth in the node's units> (--nic-units U) to give each "
+                "rank its own NIC")
         return tuple((r,) for r in range(n)), None
 
     def bad(message: str) -> InvalidTopologyError:
