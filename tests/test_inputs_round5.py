@@ -78,7 +78,7 @@ def _slow_pricing(monkeypatch):
         return price(self, subject, sizes)
 
     monkeypatch.setattr(ProgramModel, "price", slow)
-    monkeypatch.setattr(time_cli, "_PROGRESS_INTERVAL_S", 0.01)
+    monkeypatch.setattr(time_cli, "PROGRESS_INTERVAL_S", 0.01)
 
 
 def test_time_says_what_it_prices_while_it_runs_long(monkeypatch, capsys):

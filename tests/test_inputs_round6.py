@@ -305,7 +305,7 @@ def _slow_check(monkeypatch):
     from collsynth.cli import check as check_cli
     import time as time_module
     real = check_cli.check_program
-    monkeypatch.setattr(check_cli, "_PROGRESS_INTERVAL_S", 0.05)
+    monkeypatch.setattr(check_cli, "PROGRESS_INTERVAL_S", 0.05)
     monkeypatch.setattr(check_cli, "check_program",
                         lambda *a, **k: time_module.sleep(0.3) or real(*a, **k))
 
@@ -491,7 +491,7 @@ def test_plan_says_what_it_is_on_while_a_step_runs_long(monkeypatch, tmp_path, c
         time_module.sleep(0.3)
         return real(*args, progress=progress, **kwargs)
     monkeypatch.setattr(plan_package, "make_plan", slow)
-    monkeypatch.setattr(plan_cli, "_PROGRESS_INTERVAL_S", 0.05)
+    monkeypatch.setattr(plan_cli, "PROGRESS_INTERVAL_S", 0.05)
     trace = ROOT / "tests" / "fixtures" / "traces" / "dgx1-dp"
     assert cli.main(["plan", str(trace), "--topology", "dgx1", "-o", str(tmp_path / "p"),
                      "--no-cache"]) == 0

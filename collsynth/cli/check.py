@@ -13,7 +13,8 @@ import json
 import re
 from typing import Any
 
-from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out, positive_int
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError, err,
+                                  out, positive_int, progress_line)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, check_plan_file
 from collsynth.errors import CollsynthError, InvalidCollectiveError
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
@@ -102,16 +103,12 @@ def _verdict(report: CheckReport) -> str:
     return f"correct {what} for {report.runtime}"
 
 
-#: Seconds between two progress lines while a check runs (none for shorter checks).
-_PROGRESS_INTERVAL_S = 5.0
-
-
 def run_check(args: argparse.Namespace) -> int:
     """Handle ``collsynth check``; return 0 (correct) or 1 (problems, printed)."""
     # A program of millions of chunks executes for tens of seconds per runtime tried.
     doing = [f"check: reading {args.file}"]
-    with heartbeat(None if args.quiet else lambda line: err(f"  {line}"),
-                   _PROGRESS_INTERVAL_S, lambda: doing[0]):
+    with heartbeat(None if args.quiet else progress_line, PROGRESS_INTERVAL_S,
+                   lambda: doing[0]):
         return _run_check(args, doing)
 
 

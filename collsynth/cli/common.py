@@ -224,6 +224,16 @@ def _positive(text: str, what: str) -> float:
     return value
 
 
+#: Seconds between two heartbeat lines while a step of a command runs long (none for shorter
+#: steps): check, plan and time.
+PROGRESS_INTERVAL_S = 5.0
+
+
+def progress_line(line: str) -> None:
+    """Print a progress line on stderr, indented under the command's own lines."""
+    err(f"  {line}")
+
+
 def input_files(*values: object) -> list[str]:
     """Those of ``values`` (a TOPOLOGY, a COLLECTIVE, a --calibration...) that name existing
     files: what ``-o`` must not overwrite."""

@@ -11,19 +11,16 @@ import argparse
 import json
 from typing import Any
 
-from collsynth.cli.common import (EXIT_OK, Interrupted, UsageError, add_fabric_arguments,
-                                  add_figure_arguments, check_fabric_arguments, err, out,
-                                  positive_int, seconds)
+from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, Interrupted, UsageError,
+                                  add_fabric_arguments, add_figure_arguments,
+                                  check_fabric_arguments, out, positive_int, progress_line,
+                                  seconds)
 from collsynth.progress import heartbeat
 
 __all__ = ["register", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
 
 #: Seconds of synthesis per (collective, group) problem by default.
 DEFAULT_SYNTH_TIME_LIMIT = 30.0
-
-
-#: Seconds between two heartbeat lines while one step of planning runs long.
-_PROGRESS_INTERVAL_S = 5.0
 
 
 def register(subparsers: Any) -> None:
@@ -146,7 +143,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.max_group_ranks < 2:
         raise UsageError.of("plan", f"--max-group-ranks {args.max_group_ranks}: expected at "
                                     "least 2")
-    progress = None if args.quiet or args.json else (lambda line: err(f"  {line}"))
+    progress = None if args.quiet or args.json else progress_line
     cache = None
     try:
         from collsynth.plan.writer import check_plan_directory
@@ -196,8 +193,7 @@ def run_plan(args: argparse.Namespace) -> int:
         def said(line: str) -> None:
             doing[0] = f"plan: {line}"
             progress(line)
-        with heartbeat(None if progress is None else (lambda line: err(f"  {line}")),
-                       _PROGRESS_INTERVAL_S, lambda: doing[0]):
+        with heartbeat(progress, PROGRESS_INTERVAL_S, lambda: doing[0]):
             plan = make_plan(args.trace_dir, topology, options=options, nodes=args.nodes,
                              progress=None if progress is None else said)
         deployments = []

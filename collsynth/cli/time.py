@@ -15,9 +15,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments,
-                                  check_gpus_per_thread, err, format_size, gpus_per_thread, out,
-                                  parse_size_range, parse_sizes, positive_int, table)
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
+                                  add_figure_arguments, check_gpus_per_thread, err, format_size,
+                                  gpus_per_thread, out, parse_size_range, parse_sizes,
+                                  positive_int, progress_line, table)
 from collsynth.errors import CollsynthError, FileFormatError
 from collsynth.exact import fraction_text
 from collsynth.progress import heartbeat
@@ -41,10 +42,6 @@ __all__ = ["register", "run_time", "run_plot", "MODELS", "PRICED_RUNTIMES"]
 MODELS = ("closed-form", "program")
 #: Runtimes whose own algorithms and constants the models have (``--runtime``).
 PRICED_RUNTIMES = tuple(name for name in runtime_names() if get_runtime(name).own_algorithms)
-
-#: Seconds between two progress lines while ``time`` prices (none for shorter work).
-_PROGRESS_INTERVAL_S = 5.0
-
 
 def _is_xml(path: str) -> bool:
     return Path(path).suffix.lower() == ".xml"
@@ -446,7 +443,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     def now_on(name: str) -> None:
         doing[0] = f"time: pricing {name} on {ranks} ranks"
 
-    with heartbeat(None if args.quiet else _progress_line, _PROGRESS_INTERVAL_S,
+    with heartbeat(None if args.quiet else progress_line, PROGRESS_INTERVAL_S,
                    lambda: doing[0]):
         return _price_and_print(args, constants, runtime, version_from, model,
                                 where, subjects, refused, collective, now_on)
@@ -465,10 +462,6 @@ def _warn_other_machine(measured_on: str, timed: str, path: str | None) -> None:
     if key(measured_on) not in key(timed):  # 'dgx-a100' also calibrates 'DGX-A100x2'
         warnings.warn(f"--calibration {path}: measured on {measured_on!r}, not on {timed!r}; "
                       "its figures are applied as they are", InputWarning, stacklevel=2)
-
-
-def _progress_line(line: str) -> None:
-    err(f"  {line}")
 
 
 def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",

@@ -610,9 +610,9 @@ BUSBW_PER_LINK_GBPS = 2.5
 
 
 def check_plausible(result: LogFits, ceiling_gbps: float, why: str) -> None:
-    """Refuse fits whose bus bandwidth is above ``ceiling_gbps`` (GB/s; ``why`` says whose
-    ceiling it is: "what a GPU of 'dgx-a100' can carry: ...") or not positive: a log whose times fall as the size grows, or whose
-    repeats disagree, is fitted by a line no machine follows.
+    """Refuse fits whose bus bandwidth is not positive or above ``ceiling_gbps`` (GB/s;
+    ``why`` completes "what ...": "a GPU of 'dgx-a100' can carry: ..."). A log whose times fall
+    as the size grows, or whose repeats disagree, is fitted by a line no machine follows.
 
     Raises
     ------

@@ -233,11 +233,15 @@ class ProgramModel:
         # simulated steps' bound); preparing (10 s on 512 ranks) at channels the sizes may not
         # use finds nothing more about the runtime's own programs. The verdict is kept.
         protocol = subject.protocol or entry.protocols[-1]
-        key = ("verdict",) + self._runtime_key(subject, protocol)
+        try:  # the channels a key resolves may be refused too
+            built_key = self._runtime_key(subject, protocol)
+        except PRICING_FAILURES as exc:
+            return str(exc)
+        key = ("verdict",) + built_key
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
             try:
-                self._runtime_built(subject, protocol)
+                self._runtime_built(subject, built_key)
                 verdict = None
             except PRICING_FAILURES as exc:
                 verdict = str(exc)
@@ -321,7 +325,7 @@ class ProgramModel:
         key = self._runtime_key(subject, protocol, channels, pipeline)
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
-            built = self._runtime_built(subject, protocol, channels, pipeline)
+            built = self._runtime_built(subject, key)
             name = subject.runtime.family + "-" + subject.algorithm
             if isinstance(built, Program):
                 prepared = prepare_program(dataclasses.replace(built, name=name),
@@ -344,12 +348,10 @@ class ProgramModel:
         return ("program", subject.algorithm, subject.collective, id(subject.topology),
                 channels, protocol, pipeline, spread)
 
-    def _runtime_built(self, subject: RuntimeAlgorithm, protocol: str,
-                       channels: int | None = None, pipeline: int | None = None):
-        """What the table's builder writes for the subject: a program, or a prepared switch
-        graph (raises what the builder raises)."""
-        *_, channels, protocol, pipeline, spread = self._runtime_key(subject, protocol,
-                                                                     channels, pipeline)
+    def _runtime_built(self, subject: RuntimeAlgorithm, key: tuple):
+        """What the table's builder writes for the subject with :meth:`_runtime_key`'s
+        ``key``: a program, or a prepared switch graph (raises what the builder raises)."""
+        *_, channels, protocol, pipeline, spread = key
         extra: dict[str, int] = {} if pipeline is None else {"pipeline": pipeline}
         if spread is not None:
             extra["spread"] = spread
