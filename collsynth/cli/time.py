@@ -451,7 +451,9 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
 
 def _warn_other_machine(measured_on: str, timed: str, path: str | None) -> None:
     """Warn when a curve calibration was measured on another machine than the one timed:
-    its figures are applied as they are (names compared without case, '-' or '_')."""
+    its figures are applied as they are. The names are compared without case, '-' or '_';
+    a machine composed into K nodes (``DGX-A100x2``) counts as its node's machine, but a
+    name is not matched by a part of it (``a100`` is not ``DGX-A100``)."""
     import re
     import warnings
 
@@ -459,7 +461,7 @@ def _warn_other_machine(measured_on: str, timed: str, path: str | None) -> None:
 
     def key(name: str) -> str:
         return re.sub(r"[-_\s]", "", name.lower())
-    if key(measured_on) not in key(timed):  # 'dgx-a100' also calibrates 'DGX-A100x2'
+    if not re.fullmatch(re.escape(key(measured_on)) + r"(x\d+)?", key(timed)):
         warnings.warn(f"--calibration {path}: measured on {measured_on!r}, not on {timed!r}; "
                       "its figures are applied as they are", InputWarning, stacklevel=2)
 
