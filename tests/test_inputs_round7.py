@@ -6,6 +6,7 @@ Each case failed on the code before its fix.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -30,3 +31,44 @@ def test_another_machine_is_told_by_the_whole_name(measured_on, timed, warns):
         warnings.simplefilter("always")
         _warn_other_machine(measured_on, timed, "c.json")
     assert any(issubclass(w.category, InputWarning) for w in caught) == warns
+
+
+def _runtime_constants_file(tmp_path, **changes):
+    import json
+
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.calibration import RuntimeCalibration, save_calibration
+
+    path = tmp_path / "constants.json"
+    save_calibration(RuntimeCalibration(get_runtime("nccl").defaults), path)
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    # NCCL's Simple chunk is 4 of the 8 FIFO slots; 16 never fits a connection's buffer.
+    ({"chunk_slots": {"Simple": 16}},
+     "chunk_slots['Simple'] = 16 is above fifo_slots = 8"),
+    ({"fifo_slots": 2}, "chunk_slots['Simple'] = 4 is above fifo_slots = 2"),
+    # A slice of 4 slots in a chunk of 2 runs no slice (NCCL: ChunkSteps / SliceSteps = 0).
+    ({"slice_slots": {"Simple": 4}, "chunk_slots": {"Simple": 2}},
+     "slice_slots['Simple'] = 4 does not divide chunk_slots['Simple'] = 2"),
+    ({"slice_slots": {"Simple": 3}}, "slice_slots['Simple'] = 3 does not divide"),
+])
+def test_runtime_constants_whose_slots_cannot_nest_are_refused(tmp_path, changes, message):
+    from collsynth.errors import FileFormatError
+    from collsynth.timing.calibration import load_calibration
+
+    path = _runtime_constants_file(tmp_path, **changes)
+    with pytest.raises(FileFormatError, match=re.escape(message)) as raised:
+        load_calibration(path)
+    assert str(path) in str(raised.value)
+
+
+def test_runtime_constants_with_nested_slots_load(tmp_path):
+    from collsynth.timing.calibration import load_calibration
+
+    path = _runtime_constants_file(tmp_path, chunk_slots={"Simple": 8}, slice_slots={"Simple": 4})
+    assert load_calibration(path).constants.chunk_slots["Simple"] == 8

@@ -313,6 +313,21 @@ def _validate(c: RuntimeConstants) -> None:
             _whole(getattr(c, name).get(p), f"{name}[{p!r}]", MAX_FIFO_SLOTS,
                    f"NCCL_STEPS is 8; {MAX_FIFO_SLOTS} at most")
     _whole(c.fifo_slots, "fifo_slots", MAX_FIFO_SLOTS, f"NCCL_STEPS is 8; {MAX_FIFO_SLOTS} at most")
+    for p in PROTOCOLS:
+        # The runtimes' own rules (NCCL: SLICESTEPS <= CHUNKSTEPS <= NCCL_STEPS, a chunk's
+        # slices a whole number): a slice above its chunk runs no slice at all there, and a
+        # chunk above the FIFO never fits a connection's buffer.
+        chunk, piece = c.chunk_slots[p], c.slice_slots[p]
+        if chunk > c.fifo_slots:
+            raise InvalidInstanceError(
+                f"runtime constants: chunk_slots[{p!r}] = {chunk} is above fifo_slots = "
+                f"{c.fifo_slots}; expected a chunk that fits the FIFO (NCCL: CHUNKSTEPS <= "
+                "NCCL_STEPS)")
+        if chunk % piece:
+            raise InvalidInstanceError(
+                f"runtime constants: slice_slots[{p!r}] = {piece} does not divide "
+                f"chunk_slots[{p!r}] = {chunk}; expected a chunk of whole slices (NCCL: "
+                "SLICESTEPS divides CHUNKSTEPS)")
     _number(c.gamma_us_per_byte, "gamma_us_per_byte", hi=MAX_GAMMA_US_PER_BYTE,
             why="a reduction of at least 1 kB/s")
     if c.network_class is not None and c.network_class not in NETWORK_CLASSES:
