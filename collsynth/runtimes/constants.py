@@ -26,7 +26,7 @@ __all__ = ["LINK_CLASSES", "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "
            "RCCL_BASE_LATENCY_US", "RCCL_HOP_LATENCY_US", "NCCL_DEFAULTS", "RCCL_DEFAULTS",
            "constants_to_dict", "constants_from_dict", "CLASS_LATENCY_US", "NETWORK_CLASSES",
            "DEVICE_MEMORY_GBPS", "gamma_range", "HOP_SCALE_RANGE", "CHANNEL_US_RANGE",
-           "HOST_US_RANGE"]
+           "HOST_US_RANGE", "DEFAULT_HOST_US"]
 
 #: Link classes of the program model: inside a node, and between nodes.
 LINK_CLASSES = ("intra", "network")
@@ -97,6 +97,11 @@ CHANNEL_US_RANGE = (0.0, 2.0)
 #: Plausible host time per call and GPU driven, us: none, to 100 us (a kernel launch takes
 #: 2 to 10 us; the most fitted on a public curve, 8 GPUs from one thread, is 4.2).
 HOST_US_RANGE = (0.0, 100.0)
+#: The host's work per call and GPU driven where no curve that one thread drove several GPUs
+#: on was fitted, us: the superbench A100 curve's fit (NCCL, 8 GPUs from one thread; the
+#: konnase V100 curve gives 6.0). A kernel cannot start before it is launched, so 0 would price
+#: one thread driving 8 GPUs as if it cost nothing (docs/runtime-model.md, "The host's work").
+DEFAULT_HOST_US = 4.2
 #: The range a calibration may scale the documented hop latencies by (1/8 to 8 times).
 HOP_SCALE_RANGE = (0.125, 8.0)
 
@@ -179,7 +184,8 @@ class RuntimeConstants:
         per GPU; nccl-tests' ``-g 8`` drives eight): ``host_us`` per call (the launch) plus
         ``channel_us`` per channel the call runs (NCCL's per-channel work elements and proxy
         operations). Back-to-back calls overlap one call's host work with the previous call on
-        the device, so a call takes the larger of the two. 0: none (the documented defaults).
+        the device, so a call takes the larger of the two. Defaults: :data:`DEFAULT_HOST_US`
+        per call and no host work per channel (its cost depends on the runtime's version).
         Ranges :data:`HOST_US_RANGE`, :data:`CHANNEL_US_RANGE`; docs/runtime-model.md, "The
         host's work".
     """
@@ -204,7 +210,7 @@ class RuntimeConstants:
     nvls_efficiency: float | None = None
     nvls_channel_gbps: float | None = None
     channel_us: float = 0.0
-    host_us: float = 0.0
+    host_us: float = DEFAULT_HOST_US
 
     def __post_init__(self) -> None:
         _validate(self)
