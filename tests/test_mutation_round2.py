@@ -211,3 +211,32 @@ def test_overlapping_groups_lower_a_cut_once():
     topology = Topology("groups3", links, groups)
     inside = np.array([True, False, False])
     assert _cut_capacity(topology, inside) == 3
+
+
+# -- MSCCL++ plans: a port channel is waited on once per run that arrives on it -------------------
+
+
+def test_two_runs_over_one_port_channel_are_waited_for_twice():
+    from collsynth.export.mscclpp import check_plan
+    from collsynth.export.mscclpp.lower import lower_to_plan
+    from collsynth.topology import get_topology
+    from collsynth.topology.compose import compose_nodes
+
+    # Two nodes of two ranks, 2 chunks a rank (rank r holds chunks 2r and 2r + 1). Step 1 swaps
+    # inside each node; step 2 sends chunks {0, 2} from rank 0 to rank 2 (and alike): two runs
+    # (output positions 0 and 2 are not adjacent) over one port channel, each signalled by the
+    # proxy; step 3 swaps inside the nodes again. The receiver must wait for both signals
+    # before its next put reads chunk 2: waiting once races with the second run.
+    topology = compose_nodes(get_topology("ring:2"), 2, nic_units=1)
+    moves = (((0, 1, (0, 1)), (1, 0, (2, 3)), (2, 3, (4, 5)), (3, 2, (6, 7))),
+             ((0, 2, (0, 2)), (2, 0, (4, 6)), (1, 3, (1, 3)), (3, 1, (5, 7))),
+             ((2, 3, (0, 2)), (3, 2, (1, 3)), (0, 1, (4, 6)), (1, 0, (5, 7))))
+    sends = [Step(2, tuple(Send(c, src, dst) for src, dst, chunks in step for c in chunks))
+             for step in moves]
+    algorithm = verify(Algorithm("ag2x2", topology, allgather(4).split(2), tuple(sends)))
+    plan = lower_to_plan(algorithm, protocol="Simple")   # checked: raises on a race
+    assert check_plan(plan, collective=algorithm.collective, ranks_per_node=2, strict=True).ok
+    for gpu in plan.gpus:
+        names = [(op.name, op.channel_type) for tb in gpu.threadblocks for op in tb.ops]
+        after = names[names.index(("pwsf", "port")) + 1:]
+        assert after[:2] == [("wait", "port"), ("wait", "port")] and after[2][0] == "nop"
