@@ -555,7 +555,9 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         probe.constants = constants_for(x, 0.0).replace(host_us=0.0, channel_us=0.0)
         prices = [probe.price(subjects[i], [sizes[i]])[0] for i in indices]
         values = dict(zip(names, np.exp(x)))
-        host = [host_work_us(values.get("host_us", 0.0), values.get("channel_us", 0.0),
+        # Host work not fitted is the constants' own (the documented default), as priced later.
+        host = [host_work_us(values.get("host_us", base.host_us),
+                             values.get("channel_us", base.channel_us),
                              p.channels or 1, gpus_per_thread) for p in prices]
         return np.array([p.time_us for p in prices]), np.array(host)
 
