@@ -72,3 +72,40 @@ def test_runtime_constants_with_nested_slots_load(tmp_path):
 
     path = _runtime_constants_file(tmp_path, chunk_slots={"Simple": 8}, slice_slots={"Simple": 4})
     assert load_calibration(path).constants.chunk_slots["Simple"] == 8
+
+
+def _slow_fit(monkeypatch):
+    import time as time_module
+
+    from collsynth.cli import calibrate as calibrate_cli
+    from collsynth.timing import runtime_fit
+
+    real = runtime_fit.fit_runtime
+    monkeypatch.setattr(calibrate_cli, "PROGRESS_INTERVAL_S", 0.05)
+    monkeypatch.setattr(runtime_fit, "fit_runtime",
+                        lambda *a, **k: time_module.sleep(0.3) or real(*a, **k))
+
+
+def _ring_curve(tmp_path):
+    csv = tmp_path / "curve.csv"
+    csv.write_text("size_bytes,time_us\n" + "".join(
+        f"{1 << k},{10 + (1 << k) / 2e4:.3f}\n" for k in range(10, 24, 2)))
+    return csv
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_program_calibration_says_what_it_fits_while_it_runs_long(tmp_path, monkeypatch,
+                                                                   capsys, quiet):
+    # A GB200 NVL72 curve (72 ranks) fitted for about 5 minutes without a word.
+    from collsynth import cli
+
+    _slow_fit(monkeypatch)
+    csv = _ring_curve(tmp_path)
+    args = ["calibrate", "--model", "program", str(csv), "--topology", "ring:4,unit_gbps=25",
+            "--runtime", "nccl", "--collective", "allgather", "-o", str(tmp_path / "c.json")]
+    assert cli.main(args + (["-q"] if quiet else [])) == 0
+    captured = capsys.readouterr()
+    beat = re.search(r"  calibrate: fitting nccl's constants to .*curve.csv on ring:4 "
+                     r"\(7 sizes\), 0 s so far", captured.err)
+    assert (beat is None) == quiet, captured.err
+    assert "so far" not in captured.out

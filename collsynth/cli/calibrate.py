@@ -17,15 +17,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, UsageError, add_figure_arguments,
-                                  channel_count, check_gpus_per_thread, gpus_per_thread, out,
-                                  positive_int, table)
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
+                                  add_figure_arguments, channel_count, check_gpus_per_thread,
+                                  gpus_per_thread, out, positive_int, progress_line, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
     save_calibration,
 )
 from collsynth.errors import FileFormatError, UnknownNameError
+from collsynth.progress import heartbeat
 from collsynth.timing.fit import (BUSBW_PER_LINK_GBPS, FIGURE_FORMATS, MAX_BUSBW_GBPS, LogFits,
                                   check_plausible, fit_log, plot_fits, save_figure)
 from collsynth.timing.logs import LOGGED_COLLECTIVES, canonical_collective, load_log
@@ -102,6 +103,9 @@ def register(subparsers: Any) -> None:
                              "held-out GMAE above 10%%, a constant at a bound of its plausible "
                              "range); the file is still written")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (a --model program fit that runs "
+                             "over 5 s says what it fits every 5 s)")
     add_figure_arguments(parser)
     parser.set_defaults(handler=run_calibrate)
 
@@ -250,8 +254,12 @@ def _calibrate_program(args: argparse.Namespace) -> int:
         raise UsageError.of("calibrate", f"{args.logs[0]}: {gpus} GPUs per thread; expected at "
                                          f"most {MAX_GPUS_PER_THREAD}")
     check_gpus_per_thread(gpus, topology, "calibrate")
-    fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
-                      gpus_per_thread=gpus, version=version)
+    # A machine of many ranks simulates for minutes (GB200 NVL72, 72 ranks: about 5 min).
+    doing = (f"calibrate: fitting {runtime}'s constants to {args.logs[0]} on {topology.name} "
+             f"({len(rows)} sizes)")
+    with heartbeat(None if args.quiet else progress_line, PROGRESS_INTERVAL_S, doing):
+        fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
+                          gpus_per_thread=gpus, version=version)
     save_calibration(RuntimeCalibration(fit.constants, runtime_version=version), args.output)
     summary = {"output": args.output, "runtime": runtime,
                "runtime_version": None if version is None else "%d.%d" % version,
