@@ -102,16 +102,29 @@ def test_files_are_read_within_a_tight_ceiling(tmp_path):
 
 def test_cli_memory_limit_refuses_a_schedule_up_front(capsys):
     # DGX-1 allgather: 8 chunks x 7 other ranks per stage, 100000 stages = 5.6M sends.
-    code = cli.main(["--memory-limit", "1MB", "solve", "bandwidth-optimal", "dgx1", "allgather",
+    code = cli.main(["--memory-limit", "256MiB", "solve", "bandwidth-optimal", "dgx1", "allgather",
                      "--engine", "trees", "--stages", "100000", "-q"])
     err = capsys.readouterr().err
     assert code == cli.EXIT_ERROR
     [line] = err.splitlines()
-    assert "5600000 sends needs about" in line and "is 1.0 MB" in line
+    assert "5600000 sends needs about" in line and "is 268 MB" in line
 
 
 def test_cli_memory_limit_must_be_a_size(capsys):
     assert cli.main(["--memory-limit", "lots", "topologies"]) == cli.EXIT_USAGE
+
+
+@pytest.mark.parametrize("value", ["1", "10MiB", "255MiB"])
+def test_a_memory_limit_too_small_to_load_the_libraries_is_a_usage_error(capsys, monkeypatch,
+                                                                         value):
+    # 10 MiB hung in matplotlib's import (draw), 50 MiB aborted CP-SAT's thread start (solve).
+    assert cli.main(["--memory-limit", value, "topologies"]) == cli.EXIT_USAGE
+    assert "below the 256 MiB a command needs" in capsys.readouterr().err
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, value)
+    assert cli.main(["topologies"]) == cli.EXIT_USAGE
+    assert f"{MEMORY_LIMIT_ENV}={value!r}" in capsys.readouterr().err
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "256MiB")
+    assert cli.main(["topologies"]) == cli.EXIT_OK
 
 
 # -- requests that cannot fit ---------------------------------------------------------------------
@@ -180,11 +193,11 @@ def test_run_refuses_buffers_beyond_the_ceiling(capsys, tmp_path):
                             Instance(steps=2))
     path = tmp_path / "a.json"
     save_algorithm(result.algorithm, path)
-    code = cli.main(["--memory-limit", "100MB", "run", str(path), "--size", "64MiB"])
+    code = cli.main(["--memory-limit", "256MiB", "run", str(path), "--size", "256MiB"])
     err = capsys.readouterr().err
     assert code == cli.EXIT_ERROR
     [line] = err.splitlines()
-    assert "a run of 4 ranks" in line and "needs about" in line and "is 100 MB" in line
+    assert "a run of 4 ranks" in line and "needs about" in line and "is 268 MB" in line
 
 
 # -- calibrate ------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from collsynth.cli.common import (
     UsageError,
     err,
     one_line,
-    parse_size,
+    memory_limit,
 )
 from collsynth.errors import CollsynthError, UnimplementableError
 from collsynth.interrupts import reliable_sigint
@@ -69,7 +69,7 @@ def build_parser() -> Parser:
         epilog="exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()),
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    parser.add_argument("--memory-limit", type=parse_size, metavar="BYTES",
+    parser.add_argument("--memory-limit", type=memory_limit, metavar="BYTES",
                         help="most memory a command may use (e.g. 8GiB; default: the "
                              "COLLSYNTH_MEMORY_LIMIT variable, else what the machine has): "
                              "larger requests are refused up front")
@@ -126,7 +126,7 @@ def _memory_limit(flag: int | None) -> int | None:
     if not text.strip():
         return None
     try:
-        return parse_size(text)
+        return memory_limit(text)
     except argparse.ArgumentTypeError as exc:
         raise UsageError(f"environment variable {MEMORY_LIMIT_ENV}={text[:40]!r}: {exc} (unset "
                          "it or give --memory-limit)") from None

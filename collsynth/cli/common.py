@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collsynth.collective.model import Collective
     from collsynth.topology.model import Topology
 
-__all__ = ["positive_int", "gpus_per_thread", "non_negative_int", "seconds", "positive_number", "parse_size",
+__all__ = ["positive_int", "gpus_per_thread", "non_negative_int", "seconds", "positive_number", "parse_size", "memory_limit", "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
            "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
            "one_line", "problem_parser", "problem_from_args", "Parser", "UsageError",
@@ -395,6 +395,27 @@ def parse_size(text: str) -> int:
 #: Most sizes one ``--sizes`` may list: each is priced (simulated) once per program and
 #: baseline; an nccl-tests sweep from 1 B to 16 GiB has 35, every power of two up to 1 PB 51.
 MAX_SIZES = 256
+
+
+#: The smallest --memory-limit taken: the ceiling counts what a command allocates after it
+#: starts, and loading matplotlib, OpenBLAS's per-thread buffers and CP-SAT's threads alone
+#: take tens of MB (10 MiB hung in matplotlib's import, 50 MiB aborted CP-SAT's thread start).
+MIN_MEMORY_LIMIT_BYTES = 256 * 2**20
+
+
+def memory_limit(text: str) -> int:
+    """A ``--memory-limit`` (or ``COLLSYNTH_MEMORY_LIMIT``): a size, at least
+    :data:`MIN_MEMORY_LIMIT_BYTES`.
+
+    >>> memory_limit("8GiB")
+    8589934592
+    """
+    value = parse_size(text)
+    if value < MIN_MEMORY_LIMIT_BYTES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: below the 256 MiB a command needs to load its libraries; expected "
+            "256MiB or more (e.g. 8GiB)")
+    return value
 
 
 def parse_sizes(text: str) -> list[int]:
