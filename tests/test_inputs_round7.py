@@ -109,3 +109,31 @@ def test_a_program_calibration_says_what_it_fits_while_it_runs_long(tmp_path, mo
                      r"\(7 sizes\), 0 s so far", captured.err)
     assert (beat is None) == quiet, captured.err
     assert "so far" not in captured.out
+
+
+_ONE_RANK = {"format": "collsynth-topology", "version": 1, "name": "one", "links": [[0]],
+             "unit_gbps": 25.0, "alpha_us": 0.7,
+             "metadata": {"machine": {"arch": "sm90", "intra_class": "nvlink"}}}
+
+
+@pytest.mark.parametrize("command", [
+    ["time", "--topology", "{topo}", "--collective", "allreduce"],
+    ["tune-runtime", "--topology", "{topo}", "--runtime", "nccl", "-o", "{out}"],
+    ["calibrate", "--model", "program", "{csv}", "--topology", "{topo}", "-o", "{out}",
+     "--runtime", "nccl", "--collective", "allreduce"],
+])
+def test_a_one_rank_machine_is_refused_by_the_runtime_commands(tmp_path, capsys, command):
+    # 'internal error: ZeroDivisionError' (NCCL's bus-to-algorithm ratio divides by n - 1).
+    import json
+
+    from collsynth import cli
+
+    topo = tmp_path / "one.json"
+    topo.write_text(json.dumps(_ONE_RANK))
+    csv = _ring_curve(tmp_path)
+    out = tmp_path / "out.conf"
+    args = [a.format(topo=topo, csv=csv, out=out) for a in command]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert "topology 'one' has 1 rank" in err and "internal error" not in err
+    assert not out.exists()
