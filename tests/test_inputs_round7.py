@@ -137,3 +137,26 @@ def test_a_one_rank_machine_is_refused_by_the_runtime_commands(tmp_path, capsys,
     err = capsys.readouterr().err
     assert "topology 'one' has 1 rank" in err and "internal error" not in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--iters", "--warmup"])
+def test_run_iterations_beyond_a_million_are_a_usage_error(tmp_path, capsys, option):
+    # --iters 10^9 with --timeout 1 ran for days; with a week's timeout gloo's deadline
+    # overflowed and every rank failed at once with a bogus 'Timed out waiting 1.2e13 ms'.
+    from collsynth import cli
+
+    assert cli.main(["run", str(tmp_path / "a.json"), option, "1000001"]) == 2
+    assert f"argument {option}: '1000001': expected a whole number from 0 to 1000000" in \
+        capsys.readouterr().err
+
+
+def test_a_run_never_waits_longer_than_gloo_can_count():
+    from collsynth.cli.execute import MAX_ITERATIONS, launch_timeout_s
+    from collsynth.cli.common import MAX_SECONDS
+
+    # gloo keeps its deadline in int64 nanoseconds: 9.2e9 s. The longest run allowed, every
+    # option at its limit, must stay below it; a default run keeps its own figure:
+    # 60 + 60 x (2 x (10 + 2) + 4) = 1740 s.
+    longest = launch_timeout_s(MAX_SECONDS, MAX_ITERATIONS, MAX_ITERATIONS)
+    assert longest * 1e9 < 2 ** 63 and longest >= MAX_SECONDS
+    assert launch_timeout_s(60.0, 10, 2) == 1740.0

@@ -18,7 +18,8 @@ from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, DetailedError, UsageError
 from collsynth.errors import CollsynthError
 from collsynth.limits import check_memory
 
-__all__ = ["register", "run_run", "parse_run_size", "MAX_RUN_BYTES"]
+__all__ = ["register", "run_run", "parse_run_size", "MAX_RUN_BYTES", "launch_timeout_s",
+           "MAX_ITERATIONS"]
 
 #: Largest buffer a local run allocates per rank (bytes).
 MAX_RUN_BYTES = 16 * 2**30
@@ -35,6 +36,35 @@ def parse_run_size(text: str) -> int:
     if value > MAX_RUN_BYTES:
         raise argparse.ArgumentTypeError(
             f"size {text!r}: more than the {MAX_RUN_BYTES} bytes (16 GiB) a local run allocates")
+    return value
+
+
+#: Most timed or warm-up iterations a run takes: a million calls of a 1 us collective is a
+#: second; more is a typo that would run for days.
+MAX_ITERATIONS = 10**6
+#: Longest a whole run may take before its processes are stopped, seconds (30 days).
+MAX_LAUNCH_SECONDS = 30 * 24 * 3600.0
+
+
+def launch_timeout_s(per_call_s: float, iters: int, warmup: int) -> float:
+    """Seconds the whole run may take: a minute to start, then each call's timeout for every
+    call and as many again (a call and its check), at most :data:`MAX_LAUNCH_SECONDS`: far
+    below what gloo's deadline holds (nanoseconds in 64 bits, 292 years; 10^4 iterations of a
+    week's timeout overflowed it, and every rank timed out at once).
+
+    >>> launch_timeout_s(60.0, 10, 2)
+    1740.0
+    >>> launch_timeout_s(604800.0, 10**6, 10**6) == MAX_LAUNCH_SECONDS
+    True
+    """
+    return min(60.0 + per_call_s * (2 * (iters + warmup) + 4), MAX_LAUNCH_SECONDS)
+
+
+def _iterations(text: str) -> int:
+    value = non_negative_int(text)
+    if value > MAX_ITERATIONS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number from 0 to "
+                                         f"{MAX_ITERATIONS}")
     return value
 
 
@@ -58,10 +88,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--size", type=parse_run_size, default=4 * 2**20, metavar="SIZE",
                         help="bytes of the larger buffer of one rank, with a unit: B, KB, "
                              "KiB, MB, MiB, GB, GiB (default 4MiB)")
-    parser.add_argument("--iters", type=non_negative_int, default=10, metavar="K",
-                        help="timed iterations (default 10; 0: check only)")
-    parser.add_argument("--warmup", type=non_negative_int, default=2, metavar="W",
-                        help="untimed iterations before timing (default 2)")
+    parser.add_argument("--iters", type=_iterations, default=10, metavar="K",
+                        help="timed iterations (default 10; 0: check only; at most 10^6)")
+    parser.add_argument("--warmup", type=_iterations, default=2, metavar="W",
+                        help="untimed iterations before timing (default 2; at most 10^6)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="element type (default float32)")
     parser.add_argument("--op", choices=REDUCE_OPS, default="sum",
@@ -163,8 +193,7 @@ def run_run(args: argparse.Namespace) -> int:
                         dtype=args.dtype, op=args.op, inplace=args.inplace, seed=args.seed,
                         iters=args.iters, warmup=args.warmup if args.iters else 0,
                         timeout_s=args.timeout, root=root)
-    per_call = args.timeout
-    launch_timeout = 60.0 + per_call * (2 * (args.iters + args.warmup) + 4)
+    launch_timeout = launch_timeout_s(args.timeout, args.iters, args.warmup)
     progress = None if args.json else (lambda line: err(f"  running: {line}"))
     if progress is not None:
         progress(f"{label}: {ranks} local process(es), {args.backend}")
