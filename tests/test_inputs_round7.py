@@ -160,3 +160,47 @@ def test_a_run_never_waits_longer_than_gloo_can_count():
     longest = launch_timeout_s(MAX_SECONDS, MAX_ITERATIONS, MAX_ITERATIONS)
     assert longest * 1e9 < 2 ** 63 and longest >= MAX_SECONDS
     assert launch_timeout_s(60.0, 10, 2) == 1740.0
+
+
+@pytest.fixture(scope="module")
+def superbench_calibration(tmp_path_factory):
+    import json
+    from pathlib import Path
+
+    from collsynth import cli
+
+    root = Path(__file__).resolve().parents[1]
+    path = tmp_path_factory.mktemp("cal") / "cal.json"
+    assert cli.main(["calibrate", str(root / "data/nccl-tests/A100-8gpu_all_reduce_superbench.txt"),
+                     "--topology", "dgx-a100", "-o", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("field, value, message", [
+    # 0 priced a 1 GiB allreduce at 35 us (53,444 GB/s of bus bandwidth), 1e300 printed a
+    # 300-digit time, 1e-300 a crossover of hundreds of digits.
+    ("beta_us_per_byte", 0, "entries[0].beta_us_per_byte: 0; expected 1e-09 to 1000 us per byte"),
+    ("beta_us_per_byte", 1e300, "expected 1e-09 to 1000 us per byte"),
+    ("beta_us_per_byte", 1e-300, "expected 1e-09 to 1000 us per byte"),
+    ("alpha_us", 0, "entries[0].alpha_us: 0; expected 1e-06 to 3.6e+09 us"),
+    ("busbw_gbps", 1e9, "entries[0].busbw_gbps: 1000000000.0; expected 1e-06 to 1e+06 GB/s"),
+    # the same figure as beta, said twice: 1.0 GB/s against 133 GB/s
+    ("algbw_gbps", 1.0, "entries[0].algbw_gbps: 1.0; expected 1 / beta_us_per_byte = "),
+])
+def test_curve_figures_outside_what_a_calibration_writes_are_refused(
+        tmp_path, superbench_calibration, field, value, message):
+    import json
+
+    from collsynth.errors import FileFormatError
+    from collsynth.timing.calibration import load_calibration
+
+    data = json.loads(json.dumps(superbench_calibration))
+    assert data["entries"][0]["model"] == "alpha-beta"
+    data["entries"][0][field] = value
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FileFormatError, match=re.escape(message)) as raised:
+        load_calibration(path)
+    assert str(path) in str(raised.value)
+    path.write_text(json.dumps(superbench_calibration))  # as written: it loads
+    assert load_calibration(path).entries[0].alpha_us > 0

@@ -80,15 +80,18 @@ MAX_CALIBRATION_BYTES = 16 * 1024 * 1024
 _MAX_ENTRIES = 100_000
 
 # Figures of each model: name -> (required, kind).
-# Kinds: "pos" > 0, "nonneg" >= 0, "bytes" a whole number >= 1.
+# Kinds: "pos" > 0, "nonneg" >= 0, "bytes" a whole number >= 1, "us" a call's time (1 ps to
+# an hour), "us_per_byte" the time of a byte at 1 kB/s to 1 PB/s (MIN_GBPS to MAX_GBPS), "gbps" a
+# bandwidth in that range. A calibration writes none outside them; a hand-edited 0 priced a 1 GiB
+# allreduce at 35 us and 1e300 printed a 300-digit time.
 _PARAMS: dict[str, dict[str, tuple[bool, str]]] = {
     "alpha-beta": {
-        "alpha_us": (True, "nonneg"), "beta_us_per_byte": (True, "nonneg"),
-        "busbw_gbps": (True, "pos"), "algbw_gbps": (False, "pos"),
+        "alpha_us": (True, "us"), "beta_us_per_byte": (True, "us_per_byte"),
+        "busbw_gbps": (True, "gbps"), "algbw_gbps": (False, "gbps"),
         "latency_max_bytes": (False, "bytes"), "bandwidth_min_bytes": (False, "bytes"),
     },
     "piecewise": {
-        "alpha_us": (True, "pos"), "busbw_gbps": (True, "pos"), "knee_bytes": (True, "bytes"),
+        "alpha_us": (True, "us"), "busbw_gbps": (True, "gbps"), "knee_bytes": (True, "bytes"),
         "saturation_bytes": (True, "bytes"), "center_bytes": (True, "pos"),
         "steepness": (True, "pos"), "min_bytes": (False, "bytes"),
         "latency_exponent": (False, "nonneg"),
@@ -599,6 +602,11 @@ def _entry_problem(entry: CalibrationEntry | _Unchecked) -> tuple[str, str] | No
     missing = [k for k, (required, _) in spec.items() if required and k not in entry.params]
     if missing:
         return "", f"missing field(s) {', '.join(map(repr, missing))} of model {entry.model!r}"
+    if "algbw_gbps" in entry.params:  # the same figure twice: they must agree
+        from_beta = 1e-3 / entry.params["beta_us_per_byte"]
+        if abs(entry.params["algbw_gbps"] / from_beta - 1) > 0.01:
+            return ".algbw_gbps", (f"{entry.params['algbw_gbps']!r}; expected 1 / "
+                                   f"beta_us_per_byte = {from_beta:.6g} GB/s (within 1%)")
     problem = _number_problem(entry.gmae, "nonneg")
     if problem:
         return ".gmae", problem
@@ -626,6 +634,14 @@ def _number_problem(value: Any, kind: str) -> str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return f"{value!r}; expected a finite number"
+    ranges = {"us": (MIN_LATENCY_US, MAX_TIME_US, "us"),
+              "us_per_byte": (1e-3 / MAX_GBPS, 1e-3 / MIN_GBPS, "us per byte"),
+              "gbps": (MIN_GBPS, MAX_GBPS, "GB/s")}
+    if kind in ranges:
+        low, high, unit = ranges[kind]
+        if not low <= value <= high:
+            return f"{value!r}; expected {low:g} to {high:g} {unit}"
+        return None
     if kind == "pos" and value <= 0:
         return f"{value!r}; expected a number > 0"
     if kind == "nonneg" and value < 0:
