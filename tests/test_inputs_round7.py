@@ -204,3 +204,28 @@ def test_curve_figures_outside_what_a_calibration_writes_are_refused(
     assert str(path) in str(raised.value)
     path.write_text(json.dumps(superbench_calibration))  # as written: it loads
     assert load_calibration(path).entries[0].alpha_us > 0
+
+
+def test_a_topology_file_of_thousands_of_groups_is_refused(tmp_path):
+    # DGX H100's 16 groups repeated 5000 times (8.6 MB): solve ran past 150 s and 2.8 GB in
+    # its bounds' LP, time used over 6 GB. A composed machine has 4 groups per rank.
+    import json
+    from pathlib import Path
+
+    from collsynth.errors import FileFormatError
+    from collsynth.resolve import resolve_topology
+    from collsynth.topology.fileformat import load_topology, save_topology
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "topologies" / "dgx-h100.json").read_text())
+    data["groups"] *= 5000
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(FileFormatError, match=r"groups: 80000 bandwidth groups on 8 ranks; "
+                                              r"expected at most 128"):
+        load_topology(path)
+    # the largest built from nodes still reads back: 1024 ranks, 4224 groups
+    big = resolve_topology("dgx-h100", nodes=128, fabric="leaf-spine", nodes_per_leaf=2,
+                           oversubscription=2)
+    save_topology(big, tmp_path / "big.json")
+    assert len(load_topology(tmp_path / "big.json").groups) == len(big.groups) == 4224
