@@ -96,8 +96,10 @@ def check_folder_writable(folder: Path, label: str) -> None:
     except OSError as exc:
         raise OutputPathError(f"{label}: folder {shown} is not writable: "
                               f"{exc.strerror or exc}") from exc
-    os.close(fd)
-    os.unlink(probe)
+    try:  # an interrupt here must not leave the probe behind
+        os.close(fd)
+    finally:
+        os.unlink(probe)
 
 
 def check_output_file(path: str | os.PathLike[str], *, label: str | None = None,

@@ -1,5 +1,6 @@
-"""Ctrl-C that is never lost: a SIGINT handler that records the request as well as raising
-:class:`KeyboardInterrupt`, so a search can notice a request that Python swallowed.
+"""Ctrl-C that is never lost: a SIGINT (and SIGTERM) handler that records the request as well as
+raising :class:`KeyboardInterrupt`, so a search can notice a request that Python swallowed and
+files being written are cleaned up.
 
 Python raises ``KeyboardInterrupt`` between any two bytecodes of the main thread; one raised
 inside a weakref callback or ``__del__`` (a garbage collection can run them anywhere) is printed
@@ -41,6 +42,10 @@ def _on_sigint(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _term_is_default() -> bool:
+    return hasattr(signal, "SIGTERM") and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
 def _unraisable(default):  # a hook for sys.unraisablehook
     def hook(unraisable) -> None:
         # A KeyboardInterrupt dropped in a callback: the request is recorded, not lost, so the
@@ -54,7 +59,8 @@ def _unraisable(default):  # a hook for sys.unraisablehook
 @contextmanager
 def reliable_sigint() -> Iterator[None]:
     """Within the block (main thread only), Ctrl-C raises :class:`KeyboardInterrupt` as usual
-    and is also recorded for :func:`pending`; both the handler and the hook are put back after.
+    and is also recorded for :func:`pending`, and so does SIGTERM where its handler is the
+    default; both the handler and the hook are put back after.
     Elsewhere (another thread, an embedding that set its own handler) it changes nothing."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -63,10 +69,17 @@ def reliable_sigint() -> Iterator[None]:
     previous_hook = sys.unraisablehook
     _requested.clear()
     signal.signal(signal.SIGINT, _on_sigint)
+    # SIGTERM (kill, a job scheduler's stop) goes the same way: by default it ends the process
+    # where it stands, leaving half-written temporary files behind.
+    term = _term_is_default()
+    if term:
+        signal.signal(signal.SIGTERM, _on_sigint)
     sys.unraisablehook = _unraisable(previous_hook)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if term:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         sys.unraisablehook = previous_hook
         _requested.clear()

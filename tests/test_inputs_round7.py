@@ -229,3 +229,45 @@ def test_a_topology_file_of_thousands_of_groups_is_refused(tmp_path):
                            oversubscription=2)
     save_topology(big, tmp_path / "big.json")
     assert len(load_topology(tmp_path / "big.json").groups) == len(big.groups) == 4224
+
+
+def test_sigterm_interrupts_like_ctrl_c_and_is_put_back():
+    # SIGTERM during 'export -o' left a 1 MB '.one.xml.XXXX.tmp' and printed nothing: the
+    # default handler ends the process where it stands, before any cleanup runs. In a child
+    # process: on the code before the fix, the signal kills whoever receives it.
+    import subprocess
+    import sys
+
+    code = """
+import os, signal
+from collsynth.interrupts import reliable_sigint
+assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+try:
+    with reliable_sigint():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10**6):  # the handler runs between two bytecodes
+            pass
+except KeyboardInterrupt:
+    print("interrupted, cleaned up")
+assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "interrupted, cleaned up"), done.stderr
+
+
+def test_the_writability_probe_is_removed_when_interrupted(tmp_path, monkeypatch):
+    import os
+
+    from collsynth import _output
+
+    real_close = os.close
+
+    def interrupted_close(fd):  # Ctrl-C right after the probe was made
+        real_close(fd)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(_output.os, "close", interrupted_close)
+    with pytest.raises(KeyboardInterrupt):
+        _output.check_output_file(tmp_path / "out.xml")
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == []
