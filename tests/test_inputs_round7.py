@@ -271,3 +271,23 @@ def test_the_writability_probe_is_removed_when_interrupted(tmp_path, monkeypatch
         _output.check_output_file(tmp_path / "out.xml")
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_export_reports_the_stages_a_schedule_has_not_the_ones_asked(tmp_path, capsys):
+    # --stages 100000 on a schedule of one wave wrote the unchanged program and said
+    # "100000 stage(s)".
+    from collsynth import cli
+    from collsynth.algorithm.fileformat import load_algorithm
+    from collsynth.export.coarsen import waves
+
+    algorithm = tmp_path / "ag.json"
+    assert cli.main(["solve", "least-steps", "dgx1", "allgather", "-o", str(algorithm),
+                     "-q"]) == 0
+    have = waves(load_algorithm(algorithm))
+    capsys.readouterr()
+    assert cli.main(["export", str(algorithm), "-o", str(tmp_path / "a.xml"),
+                     "--stages", "100000"]) == 0
+    said = capsys.readouterr().out
+    assert f"; {have} stage(s)," in said and "100000" not in said
+    assert cli.main(["export", str(algorithm), "-o", str(tmp_path / "b.xml")]) == 0
+    assert (tmp_path / "a.xml").read_text() == (tmp_path / "b.xml").read_text()

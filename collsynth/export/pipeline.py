@@ -16,7 +16,7 @@ from collsynth._output import write_text_atomic
 from collsynth.algorithm.model import Algorithm
 from collsynth.errors import ExportError, InputTooLargeError
 from collsynth.export.check import check_program
-from collsynth.export.coarsen import restage, stage_choices
+from collsynth.export.coarsen import restage, stage_choices, waves
 from collsynth.export.layout import collective_layout
 from collsynth.export.limits import estimate_all, limit_error
 from collsynth.export.lower import lower
@@ -209,7 +209,9 @@ def export_programs(algorithm: Algorithm, runtimes: Sequence[str], *, subject: s
         choices += [(count, few) for count in counts]
         choices += [(count, many) for count in counts if many]
     else:
-        choices = [(stages if stages is None else int(stages), layouts)]
+        # More stages than the schedule has waves leave it as it is: say the stages it has
+        # (100000 asked of a 2-wave schedule was reported as "100000 stage(s)").
+        choices = [(stages if stages is None else min(int(stages), waves(algorithm)), layouts)]
     restaged: dict[int | None, Algorithm] = {}
     estimated: dict[tuple, dict] = {}
 
