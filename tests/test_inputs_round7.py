@@ -291,3 +291,22 @@ def test_export_reports_the_stages_a_schedule_has_not_the_ones_asked(tmp_path, c
     assert f"; {have} stage(s)," in said and "100000" not in said
     assert cli.main(["export", str(algorithm), "-o", str(tmp_path / "b.xml")]) == 0
     assert (tmp_path / "a.xml").read_text() == (tmp_path / "b.xml").read_text()
+
+
+@pytest.mark.parametrize("mode", ["least-steps", "pareto", "bandwidth-optimal"])
+def test_a_custom_collective_already_split_is_refused_by_solve(tmp_path, capsys, mode):
+    # It was split again: "collective has chunk factor 2 but the instance asks for 1 chunks"
+    # (with --chunks 2: "chunk factor 4 ... 2 chunks"), naming neither the file nor the field.
+    import json
+    from pathlib import Path
+
+    from collsynth import cli
+
+    root = Path(__file__).resolve().parents[1]
+    data = json.loads((root / "examples" / "custom_collective_pairs.json").read_text())
+    data["chunk_factor"] = 2
+    path = tmp_path / "cf2.json"
+    path.write_text(json.dumps(data))
+    assert cli.main(["solve", mode, "dgx1", str(path)]) == 1
+    assert f"{path}: chunk_factor = 2: solve splits a collective into pieces itself" in \
+        capsys.readouterr().err

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collsynth.topology.model import Topology
 
 __all__ = ["positive_int", "gpus_per_thread", "non_negative_int", "seconds", "positive_number",
-           "parse_size", "memory_limit", "check_communicates", "MIN_MEMORY_LIMIT_BYTES",
+           "parse_size", "memory_limit", "check_communicates", "check_unsplit", "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
            "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
            "one_line", "problem_parser", "problem_from_args", "Parser", "UsageError",
@@ -192,6 +192,18 @@ def problem_from_args(args: argparse.Namespace) -> tuple["Topology", "Collective
             roots = args.root
     collective = resolve_collective(args.collective, topology.num_ranks, root=root, roots=roots)
     return topology, collective
+
+
+def check_unsplit(collective: "Collective", spec: str) -> None:
+    """Synthesis splits a collective into pieces itself (``--chunks``, the sweep): a custom
+    collective file already split (``chunk_factor`` above 1) is refused naming the field (the
+    solver split it again and said "chunk factor 4 but the instance asks for 2 chunks")."""
+    from collsynth.errors import FileFormatError
+
+    if collective.chunk_factor != 1:
+        raise FileFormatError(spec, f"chunk_factor = {collective.chunk_factor}: solve splits a "
+                                    "collective into pieces itself (--chunks, or the sweep's "
+                                    "chunk counts); give it unsplit, with chunk_factor 1")
 
 
 def _whole(text: str, minimum: int) -> int:

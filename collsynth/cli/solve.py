@@ -23,6 +23,7 @@ from collsynth.cli.common import (
     EXIT_UNSATISFIABLE,
     Parser,
     UsageError,
+    check_unsplit,
     err,
     input_files,
     non_negative_int,
@@ -248,6 +249,7 @@ def _heartbeat(line: str) -> None:
 def run_solve(args: argparse.Namespace) -> int:
     several = args.mode == "pareto"
     topology, collective = problem_from_args(args)
+    check_unsplit(collective, args.collective)
     destination = _Destination.plan(args.output, several=several, xml=args.xml,
                                     inputs=input_files(args.topology, args.collective))
     quiet = args.quiet or args.json

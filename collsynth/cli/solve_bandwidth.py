@@ -11,8 +11,9 @@ import argparse
 import json
 import time
 
-from collsynth.cli.common import (EXIT_OK, UsageError, err, format_size, input_files, out,
-                                  parse_size, positive_int, problem_from_args, seconds)
+from collsynth.cli.common import (EXIT_OK, UsageError, check_unsplit, err, format_size,
+                                  input_files, out, parse_size, positive_int, problem_from_args,
+                                  seconds)
 from collsynth.timing.closed_form import PREDICTION_SIZES, predicted_against_runtime
 
 __all__ = ["add_mode", "run_bandwidth_optimal"]
@@ -61,6 +62,7 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     _refuse_what_cannot_fit(args)
     topology, collective = problem_from_args(args)
+    check_unsplit(collective, args.collective)
     compact = True if args.compact else (False if args.expand else None)
     if args.output and args.compact:
         raise UsageError.of("solve", "-o writes every send: leave out --compact")
