@@ -310,3 +310,21 @@ def test_a_custom_collective_already_split_is_refused_by_solve(tmp_path, capsys,
     assert cli.main(["solve", mode, "dgx1", str(path)]) == 1
     assert f"{path}: chunk_factor = 2: solve splits a collective into pieces itself" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("figures, message", [
+    ({"unit_gbps": float("inf")}, "unit_gbps = inf; expected a positive number from 1e-06 up to "
+                                  "1e+06 GB/s"),
+    ({"unit_gbps": 1e308}, "unit_gbps = 1e+308"),
+    ({"alpha_us": float("nan")}, "alpha_us = nan; expected a positive number up to 3.6e+09 us"),
+    ({"alpha_us": 1e12}, "alpha_us = 1000000000000.0"),
+])
+def test_a_topology_built_in_python_keeps_the_file_readers_ranges(figures, message):
+    # unit_gbps=inf was accepted, and save_algorithm wrote '"unit_gbps": Infinity', a file
+    # load_algorithm and 'collsynth verify' then refused.
+    from collsynth.errors import InvalidTopologyError
+    from collsynth.topology import Topology
+
+    with pytest.raises(InvalidTopologyError, match=re.escape(message)):
+        Topology("x", [[0, 1], [1, 0]], **figures)
+    assert Topology("x", [[0, 1], [1, 0]], unit_gbps=1e6, alpha_us=3.6e9).unit_gbps == 1e6

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from collsynth._parse import MAX_GBPS, MAX_TIME_US, MIN_GBPS
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
 from collsynth.topology.layout import NodeLayout, node_layout
 
@@ -134,12 +135,17 @@ class Topology:
             if not isinstance(self.groups, tuple):
                 object.__setattr__(self, "groups", tuple(self.groups))
             _check_groups(self.groups, self.name, n)
-        for attr in ("unit_gbps", "alpha_us"):
+        # The file reader's ranges: a topology built here must save to a file that reads back
+        # (inf was written as 'Infinity', which no JSON reader takes).
+        for attr, low, high, unit in (("unit_gbps", MIN_GBPS, MAX_GBPS, "GB/s"),
+                                      ("alpha_us", 0.0, MAX_TIME_US, "us")):
             value = getattr(self, attr)
-            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            if value is not None and not (isinstance(value, (int, float))
+                                          and not isinstance(value, bool) and value > 0
+                                          and low <= value <= high):
                 raise InvalidTopologyError(
                     f"topology {self.name!r}: {attr} = {value!r}; expected a positive number"
-                )
+                    + (f" from {low:g}" if low else "") + f" up to {high:g} {unit}")
 
     # -- structure ----------------------------------------------------------------------------
 
