@@ -22,9 +22,9 @@ from typing import Iterator
 
 from collsynth.errors import CollsynthError, InputTooLargeError
 
-__all__ = ["MEMORY_LIMIT_ENV", "ResourceLimitError", "TimeLimitReached", "Deadline", "memory_limit_bytes",
-           "available_memory_bytes", "memory_budget_bytes", "check_memory", "memory_ceiling",
-           "format_bytes", "parse_bytes"]
+__all__ = ["MEMORY_LIMIT_ENV", "address_space_limit_bytes", "ResourceLimitError",
+           "TimeLimitReached", "Deadline", "memory_limit_bytes", "available_memory_bytes",
+           "memory_budget_bytes", "check_memory", "memory_ceiling", "format_bytes", "parse_bytes"]
 
 #: Environment variable holding a memory ceiling for collsynth (bytes or ``8GiB``).
 MEMORY_LIMIT_ENV = "COLLSYNTH_MEMORY_LIMIT"
@@ -123,6 +123,17 @@ def available_memory_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def address_space_limit_bytes() -> int | None:
+    """The process's soft address-space limit (``ulimit -v``, ``RLIMIT_AS``), or ``None`` where
+    there is none or the platform has no such limit."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def memory_budget_bytes() -> tuple[int | None, str]:

@@ -328,3 +328,24 @@ def test_a_topology_built_in_python_keeps_the_file_readers_ranges(figures, messa
     with pytest.raises(InvalidTopologyError, match=re.escape(message)):
         Topology("x", [[0, 1], [1, 0]], **figures)
     assert Topology("x", [[0, 1], [1, 0]], unit_gbps=1e6, alpha_us=3.6e9).unit_gbps == 1e6
+
+
+def test_out_of_memory_names_the_address_space_limit_when_it_is_the_smaller():
+    # Under 'ulimit -v 4000000' the message said "the memory available on this machine is
+    # 20.8 GB (raise --memory-limit ...)": raising it would not have helped. In a child
+    # process: the limit stays there.
+    import subprocess
+    import sys
+
+    code = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, resource.RLIM_INFINITY))
+from collsynth.cli import _out_of_memory
+sys.exit(_out_of_memory())
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == ("collsynth: error: out of memory: the process's "
+                                   "address-space limit (ulimit -v) is 3.2 GB (raise it or ask "
+                                   "for less)")

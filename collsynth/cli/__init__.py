@@ -103,10 +103,17 @@ def _error_message(exc: BaseException) -> str:
 
 
 def _out_of_memory() -> int:
-    """One line for a :class:`MemoryError` (the budget named is the one in force)."""
-    from collsynth.limits import format_bytes, memory_budget_bytes
+    """One line for a :class:`MemoryError` (the budget named is the one in force: the
+    process's own address-space limit where it is the smaller, which --memory-limit cannot
+    raise)."""
+    from collsynth.limits import address_space_limit_bytes, format_bytes, memory_budget_bytes
 
     budget, source = memory_budget_bytes()
+    ulimit = address_space_limit_bytes()
+    if ulimit is not None and (budget is None or ulimit < budget):
+        err(f"{PROG}: error: out of memory: the process's address-space limit (ulimit -v) is "
+            f"{format_bytes(ulimit)} (raise it or ask for less)")
+        return EXIT_ERROR
     where = f": {source} is {format_bytes(budget)}" if budget is not None else ""
     err(f"{PROG}: error: out of memory{where} (raise --memory-limit or ask for less)")
     return EXIT_ERROR
