@@ -349,3 +349,26 @@ sys.exit(_out_of_memory())
     assert done.stderr.strip() == ("collsynth: error: out of memory: the process's "
                                    "address-space limit (ulimit -v) is 3.2 GB (raise it or ask "
                                    "for less)")
+
+
+@pytest.mark.parametrize("name", [None, 5])
+def test_get_topology_of_something_not_a_name_says_so(name):
+    # AttributeError: 'NoneType' object has no attribute 'strip', deep in builtins.py
+    from collsynth.errors import InvalidTopologyError
+    from collsynth.topology import get_topology
+
+    with pytest.raises(InvalidTopologyError, match=rf"topology name {name!r}: expected a text"):
+        get_topology(name)
+
+
+@pytest.mark.parametrize("max_steps", [0, -1, 2.5, True])
+def test_least_steps_refuses_a_step_limit_below_one(max_steps):
+    # 0 and -1 returned UNSAT 'at Instance(steps=1)', as if a search had run.
+    from collsynth.collective import allgather
+    from collsynth.errors import InvalidInstanceError
+    from collsynth.synthesis import solve_least_steps
+    from collsynth.topology import get_topology
+
+    with pytest.raises(InvalidInstanceError, match=r"max_steps = .*; expected a whole number"):
+        solve_least_steps(get_topology("ring:4"), allgather(4), max_steps=max_steps)
+    assert solve_least_steps(get_topology("ring:4"), allgather(4), max_steps=3).found

@@ -59,6 +59,10 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     """
     check_inputs(topology, collective)
     deadline = Deadline(options.time_limit)
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
+                                  or max_steps < 1):
+        raise InvalidInstanceError(f"max_steps = {max_steps!r}; expected a whole number >= 1 "
+                                   "(or None: no limit but the bounds')")
     bounds = compute_bounds(topology, collective)
     _check_something_to_send(topology, collective, bounds.steps)
     rounds_bound = bounds.rounds_per_chunk

@@ -125,6 +125,9 @@ def get_topology(name: str) -> Topology:
         A family of a size it does not have (``torus:4x1``, ``hypercube:20``), or an option that is
         not a known figure with a positive value.
     """
+    if not isinstance(name, str):  # a library caller's None or 5: say so, not AttributeError
+        raise InvalidTopologyError(f"topology name {name!r}: expected a text such as "
+                                   "'dgx-a100' or 'ring:8'")
     key, *options = name.strip().lower().split(",")
     key = key.strip()
     topology = _get_topology(key, name)
