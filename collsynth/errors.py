@@ -23,6 +23,8 @@ __all__ = [
     "SolverError",
     "ExportError",
     "OutputPathError",
+    "WrongTypeError",
+    "expect_type",
     "InputWarning",
 ]
 
@@ -123,6 +125,27 @@ class ExportError(CollsynthError):
 class OutputPathError(CollsynthError, ValueError):
     """An output path collsynth will not write: not a regular file (a link, FIFO, device,
     folder), in a missing or unwritable folder, or a write that failed (naming the path)."""
+
+
+class WrongTypeError(CollsynthError, TypeError):
+    """A library function given a value of another type than it takes (a name where a
+    :class:`~collsynth.topology.Topology` goes): said at the entry, not as an AttributeError
+    deep inside."""
+
+
+def expect_type(value: object, kind: type | tuple[type, ...], what: str) -> None:
+    """Raise :class:`WrongTypeError` unless ``value`` is a ``kind``.
+
+    >>> expect_type("dgx1", int, "topology")
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.WrongTypeError: topology: expected int, got str 'dgx1'
+    """
+    if not isinstance(value, kind):
+        names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise WrongTypeError(f"{what}: expected {names}, got {type(value).__name__} {shown}")
 
 
 class InputWarning(UserWarning):

@@ -372,3 +372,35 @@ def test_least_steps_refuses_a_step_limit_below_one(max_steps):
     with pytest.raises(InvalidInstanceError, match=r"max_steps = .*; expected a whole number"):
         solve_least_steps(get_topology("ring:4"), allgather(4), max_steps=max_steps)
     assert solve_least_steps(get_topology("ring:4"), allgather(4), max_steps=3).found
+
+
+def test_library_entry_points_say_which_argument_has_the_wrong_type():
+    # AttributeError deep inside ('str' object has no attribute 'num_ranks'), for each.
+    from collsynth.algorithm import verify
+    from collsynth.algorithm.fileformat import save_algorithm
+    from collsynth.algorithm.show import format_algorithm
+    from collsynth.bounds import compute_bounds
+    from collsynth.bounds.throughput import optimal_throughput
+    from collsynth.collective import allgather
+    from collsynth.errors import WrongTypeError
+    from collsynth.synthesis.large import solve_large
+    from collsynth.topology import get_topology
+    from collsynth.topology.compose import compose_nodes
+
+    ring, coll = get_topology("ring:4"), allgather(4)
+    for call, message in (
+            (lambda: compute_bounds(None, coll), "compute_bounds: topology: expected Topology, "
+                                                 "got NoneType None"),
+            (lambda: compute_bounds(ring, "allgather"), "compute_bounds: collective: expected "
+                                                        "Collective, got str 'allgather'"),
+            (lambda: optimal_throughput("dgx1", coll), "optimal_throughput: topology"),
+            (lambda: solve_large("dgx1", "allgather"), "solve_large: topology"),
+            (lambda: verify("x"), "verify: algorithm: expected Algorithm, got str 'x'"),
+            (lambda: save_algorithm("x", "a.json"), "save_algorithm: algorithm"),
+            (lambda: format_algorithm(3), "format_algorithm: algorithm: expected Algorithm, "
+                                          "got int 3"),
+            (lambda: compose_nodes(None, 2), "compose_nodes: node")):
+        with pytest.raises(WrongTypeError, match=re.escape(message)):
+            call()
+    with pytest.raises(TypeError):  # still a TypeError for callers that catch that
+        verify(None)

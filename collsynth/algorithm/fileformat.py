@@ -28,7 +28,7 @@ from collsynth.collective.fileformat import (
 )
 from collsynth.collective.model import MAX_CHUNKS
 from collsynth.collective.standard import check_standard_conditions
-from collsynth.errors import FileFormatError, InvalidCollectiveError, VerificationError
+from collsynth.errors import FileFormatError, InvalidCollectiveError, VerificationError, expect_type
 from collsynth.topology.fileformat import read_json_file, topology_from_json, topology_to_json
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "algorithm_to_json", "algorithm_from_json",
@@ -315,6 +315,7 @@ def save_algorithm(algorithm: Algorithm, path: str | os.PathLike[str], *,
     OSError
         When the file cannot be written.
     """
+    expect_type(algorithm, Algorithm, "save_algorithm: algorithm")
     from collsynth._atomic import write_text_atomic
 
     write_text_atomic(path, algorithm_text(algorithm, extra_memory=extra_memory))

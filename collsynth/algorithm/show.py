@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from collsynth.algorithm.model import Algorithm
+from collsynth.errors import expect_type
 
 __all__ = ["format_algorithm"]
 
@@ -15,6 +16,7 @@ def format_algorithm(algorithm: Algorithm, *, max_sends_per_step: int | None = N
     Each step lists its sends grouped by link, ``src->dst: chunk, chunk+`` where ``+`` marks a
     reduce (the receiver adds the chunk into its own).
     """
+    expect_type(algorithm, Algorithm, "format_algorithm: algorithm")
     a = algorithm
     lines = [
         f"{a.name}: {a.collective.describe()} on {a.topology.name} ({a.topology.num_ranks} ranks)",

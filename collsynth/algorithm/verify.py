@@ -13,7 +13,7 @@ import numpy as np
 
 from collsynth.algorithm.arrays import SendBlock, sends_as_arrays
 from collsynth.algorithm.model import Algorithm, Send
-from collsynth.errors import InvalidInstanceError, VerificationError
+from collsynth.errors import InvalidInstanceError, VerificationError, expect_type
 from collsynth.topology.capacity import link_capacity
 
 __all__ = ["find_problems", "verify"]
@@ -113,6 +113,7 @@ def verify(algorithm: Algorithm, *, extra_memory: int | None = None,
     ...
     collsynth.errors.VerificationError: algorithm 'bcast' is not a correct broadcast(n=3, root=0) on ring:3: rank 2 never receives chunk 0
     """
+    expect_type(algorithm, Algorithm, "verify: algorithm")
     problems = find_problems(algorithm, extra_memory=extra_memory, method=method)
     if problems:
         shown = "; ".join(problems[:_SHOWN])

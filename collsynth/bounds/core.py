@@ -31,6 +31,7 @@ from collsynth.errors import (
     SolverError,
     UnimplementableError,
     UnknownNameError,
+    expect_type,
 )
 from collsynth.bounds.throughput import small_max_flow, broadcast_shape, fabric_rounds
 from collsynth.graph.fabric import (INFINITE, UnsupportedFabricError, build_fabric,
@@ -1606,6 +1607,8 @@ def compute_bounds(topology: Topology, collective: Collective, *, method: Method
     >>> compute_bounds(get_topology("fully-connected:4"), standard_collective("allreduce", 4))
     Bounds(steps=1, rounds_per_chunk=Fraction(1, 3), composed_rounds_per_chunk=Fraction(1, 2), composed_steps=2)
     """
+    expect_type(topology, Topology, "compute_bounds: topology")
+    expect_type(collective, Collective, "compute_bounds: collective")
     steps = steps_lower_bound(topology, collective)
     rounds = rounds_per_chunk_lower_bound(topology, collective, method=method)
     ranks = _allreduce_ranks(collective)

@@ -17,7 +17,7 @@ from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import allgather, is_standard_allreduce, reduce_scatter
-from collsynth.errors import InvalidCollectiveError, SolverError, UnimplementableError
+from collsynth.errors import InvalidCollectiveError, SolverError, UnimplementableError, expect_type
 from collsynth.graph.fabric import INFINITE, Fabric, build_fabric, composed_quotient
 from collsynth.graph.symmetry import node_shift, rank_orbits
 from collsynth.topology.model import Topology
@@ -327,6 +327,8 @@ def optimal_throughput(topology: Topology, collective: Collective) -> Throughput
     >>> optimal_throughput(get_topology("ring:4"), standard_collective("allreduce", 4)).rounds_per_chunk
     Fraction(3, 4)
     """
+    expect_type(topology, Topology, "optimal_throughput: topology")
+    expect_type(collective, Collective, "optimal_throughput: collective")
 
     if collective.num_ranks != topology.num_ranks:
         raise InvalidCollectiveError(f"{collective.describe()} has {collective.num_ranks} ranks but "

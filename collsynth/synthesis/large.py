@@ -17,7 +17,7 @@ from typing import Callable
 
 from collsynth.collective.model import Collective
 from collsynth.errors import (InvalidCollectiveError, SolverError, UnimplementableError,
-                              UnknownNameError)
+                              UnknownNameError, expect_type)
 from collsynth.synthesis.bandwidth_optimal.engine import solve_bandwidth_optimal
 from collsynth.bounds.throughput import broadcast_shape
 from collsynth.limits import Deadline
@@ -83,6 +83,8 @@ def solve_large(topology: Topology, collective: Collective, *, engine: str = "au
     UnknownNameError
         For an unknown engine.
     """
+    expect_type(topology, Topology, "solve_large: topology")
+    expect_type(collective, Collective, "solve_large: collective")
     if engine not in ENGINES:
         raise UnknownNameError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     chosen = choose_engine(topology, collective) if engine == "auto" else engine

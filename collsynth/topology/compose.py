@@ -16,7 +16,7 @@ import numpy as np
 from typing import Any, Mapping
 
 from collsynth._parse import MAX_GBPS, MAX_LINK_UNITS, MIN_GBPS, shown
-from collsynth.errors import InputTooLargeError, InvalidTopologyError
+from collsynth.errors import InputTooLargeError, InvalidTopologyError, expect_type
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, SparseGroups, SparseLinks, Topology
 from collsynth.topology.tiers import FabricSpec, fabric_spec, tier_groups, tier_limits, tier_scale
 
@@ -100,6 +100,7 @@ def compose_nodes(
     >>> dgx2.bandwidth(0, 1), dgx2.bandwidth(0, 16), dgx2.unit_gbps
     (12, 1, 12.5)
     """
+    expect_type(node, Topology, "compose_nodes: node")
     if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
         raise InvalidTopologyError(f"composing {node.name!r}: nodes must be a whole number >= 1, "
                                    f"got {nodes!r}")
