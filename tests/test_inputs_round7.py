@@ -404,3 +404,27 @@ def test_library_entry_points_say_which_argument_has_the_wrong_type():
             call()
     with pytest.raises(TypeError):  # still a TypeError for callers that catch that
         verify(None)
+
+
+def test_a_program_calibration_keeps_the_best_found_at_its_time_limit(tmp_path, capsys):
+    # GB200 NVL72 fitted for about 5 minutes with no way to bound it but Ctrl-C, which lost
+    # everything. At the limit the best point evaluated is kept, said, and written.
+    import json
+    from pathlib import Path
+
+    from collsynth import cli
+
+    log = Path(__file__).resolve().parents[1] / "data/nccl-tests/A100-8gpu_all_reduce_superbench.txt"
+    out = tmp_path / "c.json"
+    args = ["calibrate", "--model", "program", str(log), "--topology", "dgx-a100", "-o", str(out),
+            "--time-limit", "0.5", "-q", "--json"]
+    assert cli.main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["held_out_gmae"] is None
+    [warning] = [w for w in summary["warnings"] if "time limit" in w]
+    assert warning.startswith("time limit of 0.5 s reached: the best constants of ")
+    assert json.loads(out.read_text())["kind"] == "runtime-constants"
+    assert cli.main(args + ["--strict"]) == 1  # a search cut short is a warning
+    capsys.readouterr()
+    assert cli.main(["calibrate", str(log), "--topology", "dgx-a100", "-o", str(out),
+                     "--time-limit", "1"]) == 2  # the curve model fits in milliseconds

@@ -20,7 +20,7 @@ from typing import Any
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
                                   add_figure_arguments, channel_count, check_communicates,
                                   check_gpus_per_thread, gpus_per_thread, out, positive_int,
-                                  progress_line, table)
+                                  progress_line, seconds, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -104,6 +104,10 @@ def register(subparsers: Any) -> None:
                              "held-out GMAE above 10%%, a constant at a bound of its plausible "
                              "range); the file is still written")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--time-limit", type=seconds, metavar="SECONDS",
+                        help="--model program: seconds the fit may search (default: none); at "
+                             "the limit it keeps the best constants found so far, without a "
+                             "held-out GMAE, and warns")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress lines on stderr (a --model program fit that runs "
                              "over 5 s says what it fits every 5 s)")
@@ -127,8 +131,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     if args.model == "program":
         return _calibrate_program(args)
-    if args.strict:
-        raise UsageError.of("calibrate", "--strict goes with --model program")
+    if args.strict or args.time_limit is not None:
+        flag = "--strict" if args.strict else "--time-limit"
+        raise UsageError.of("calibrate", f"{flag} goes with --model program")
     for flag, value in (("--unit-gbps", args.unit_gbps), ("--alpha-us", args.alpha_us)):
         if value is not None:
             raise UsageError.of("calibrate", f"{flag} goes with --model program (the topology "
@@ -261,7 +266,7 @@ def _calibrate_program(args: argparse.Namespace) -> int:
              f"({len(rows)} sizes)")
     with heartbeat(None if args.quiet else progress_line, PROGRESS_INTERVAL_S, doing):
         fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
-                          gpus_per_thread=gpus, version=version)
+                          gpus_per_thread=gpus, version=version, time_limit_s=args.time_limit)
     save_calibration(RuntimeCalibration(fit.constants, runtime_version=version), args.output)
     summary = {"output": args.output, "runtime": runtime,
                "runtime_version": None if version is None else "%d.%d" % version,

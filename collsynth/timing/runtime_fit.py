@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from collsynth.limits import Deadline
 from collsynth.errors import (FileFormatError, InputTooLargeError, InvalidInstanceError,
                               InvalidTopologyError)
 from collsynth.timing.runtime_baselines import ring_program, runtime_rings
@@ -94,11 +95,14 @@ class RuntimeFit:
     rings: tuple[tuple[int, ...], ...] = field(default=())
     report: tuple[FittedConstant, ...] = ()
     algorithms: tuple[str, ...] = ()
+    #: Why the search stopped before it converged (its time limit), or ``""``.
+    stopped: str = ""
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """What a user must be told: a GMAE above :data:`WARN_GMAE`, a constant at a bound."""
-        found = []
+        """What a user must be told: a search cut short, a GMAE above :data:`WARN_GMAE`, a
+        constant at a bound."""
+        found = [self.stopped] if self.stopped else []
         if self.gmae > WARN_GMAE:
             found.append(f"in-sample GMAE {self.gmae:.1%} is above {WARN_GMAE:.0%}")
         if self.held_out_gmae is not None and self.held_out_gmae > WARN_GMAE:
@@ -109,6 +113,10 @@ class RuntimeFit:
                              f"[{c.low:.4g}, {c.high:.4g}] ({c.why})")
         return tuple(found)
 
+
+
+class _OutOfTime(Exception):
+    """A fit's residuals asked for after its time limit: the search stops there."""
 
 
 def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
@@ -242,7 +250,8 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
                 protocols: Sequence[str] | None = None,
                 constants: RuntimeConstants | None = None,
                 held_out: bool = True, gpus_per_thread: int = 1,
-                version: tuple[int, int] | None = None) -> RuntimeFit:
+                version: tuple[int, int] | None = None,
+                time_limit_s: float | None = None) -> RuntimeFit:
     """Fit ``runtime``'s constants so that its ring on ``topology`` reproduces ``measurements``.
 
     Parameters
@@ -264,6 +273,11 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         The runtime's ``(major, minor)`` on the measured run (its log's banner), whose own
         choices the fit prices (:attr:`~collsynth.runtimes.Runtime.version`); ``None``: the
         newest modelled.
+    time_limit_s:
+        Seconds the search of the runtime's own choices may take (``None``: no limit); at the
+        limit the best constants evaluated so far are kept, without a held-out GMAE, and
+        :attr:`RuntimeFit.stopped` says so. The fit of a ring given by ``channels``, ``rings``
+        or ``protocols`` takes seconds and has none.
 
     Raises
     ------
@@ -276,7 +290,8 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
     if channels is None and rings is None and protocols is None:
         choice = fit_runtime_choice(rows, topology, collective, runtime=runtime,
                                     constants=constants, held_out=held_out,
-                                    gpus_per_thread=gpus_per_thread, version=version)
+                                    gpus_per_thread=gpus_per_thread, version=version,
+                                    time_limit_s=time_limit_s)
         if choice is not None:
             return choice
     used = list(protocols) if protocols is not None else protocol_split(times, sizes=sizes)
@@ -400,7 +415,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
                        collective: str = "allreduce", *, runtime: str = "nccl",
                        constants: RuntimeConstants | None = None, held_out: bool = True,
                        starts: int = 2, gpus_per_thread: int = 1,
-                       version: tuple[int, int] | None = None) -> RuntimeFit | None:
+                       version: tuple[int, int] | None = None,
+                       time_limit_s: float | None = None) -> RuntimeFit | None:
     """Fit ``runtime``'s constants so that what it runs at each measured size (its own
     algorithm, protocol and channels: :func:`~collsynth.timing.program_model.chosen_algorithms`,
     :meth:`~collsynth.timing.program_model.ProgramModel.runtime_choice`) reproduces
@@ -583,14 +599,26 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     # told apart at mid sizes, so the pull is weak.
     pull = 0.2 if host_fitted else 0.5
 
+    deadline = Deadline(time_limit_s)
+    evaluations = [0]
+
     def fit(indices: Sequence[int], tries: int) -> tuple[np.ndarray, float, float]:
         target = measured[list(indices)]
+        seen: list[tuple[float, np.ndarray]] = []  # the best point evaluated so far
 
         def residuals(x: np.ndarray) -> np.ndarray:
+            if deadline.expired() and seen:
+                raise _OutOfTime
             m = spans(x, indices)
+            evaluations[0] += 1
             # A weak pull of the hop scale toward the documented hops: one curve cannot tell
             # a call's fixed cost from its hops', so the base takes what the hops need not.
-            return np.append(np.log(timed(best_base(m, target), m) / target), pull * x[0])
+            r = np.append(np.log(timed(best_base(m, target), m) / target), pull * x[0])
+            # least_squares' own cost: soft_l1 at f_scale 0.05
+            cost = float(0.05 ** 2 * np.sum(np.sqrt(1 + (r / 0.05) ** 2) - 1))
+            if not seen or cost < seen[0][0]:
+                seen[:] = [(cost, np.array(x, dtype=float))]
+            return r
 
         best: tuple[float, np.ndarray] | None = None
         for k in range(max(1, tries)):
@@ -598,11 +626,17 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             factor = np.array([1.0] + [0.5 ** k if nm.startswith("ceiling") else 1.0
                                        for nm in names[1:]])
             start = np.clip(np.log(np.asarray(guess) * factor), lower + 1e-9, upper - 1e-9)
-            result = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1",
-                                   f_scale=0.05, diff_step=1e-2, xtol=1e-3, ftol=1e-3,
-                                   max_nfev=30)
-            if best is None or result.cost < best[0]:
-                best = (float(result.cost), result.x)
+            try:
+                result = least_squares(residuals, start, bounds=(lower, upper),
+                                       loss="soft_l1", f_scale=0.05, diff_step=1e-2,
+                                       xtol=1e-3, ftol=1e-3, max_nfev=30)
+                found = (float(result.cost), result.x)
+            except _OutOfTime:  # the best point any start evaluated
+                found = seen[0]
+            if best is None or found[0] < best[0]:
+                best = found
+            if deadline.expired():
+                break
         x = best[1]
         m = spans(x, indices)
         b = best_base(m, target)
@@ -611,7 +645,11 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     x, base_us, in_sample = fit(range(len(rows)), starts)
     predicted = list(timed(base_us, spans(x, range(len(rows)))))
     held: float | None = None
-    if held_out and len(rows) >= 4:
+    stopped = ""
+    if deadline.expired():
+        stopped = (f"time limit of {time_limit_s:g} s reached: the best constants of "
+                   f"{evaluations[0]} evaluations are kept, and no held-out GMAE is computed")
+    elif held_out and len(rows) >= 4:
         train = list(range(0, len(rows), 2))
         test = list(range(1, len(rows), 2))
         hx, hb, _ = fit(train, 1)
@@ -643,4 +681,4 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
         + (f", {held:.1%} held out" if held is not None else "")
         + f"; other figures: {base.source}")[:4096])
     return RuntimeFit(fitted, parameters, tuple(sizes), tuple(times), tuple(predicted),
-                      tuple(used), in_sample, held, (), tuple(report), algorithms)
+                      tuple(used), in_sample, held, (), tuple(report), algorithms, stopped)
