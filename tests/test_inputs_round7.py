@@ -428,3 +428,31 @@ def test_a_program_calibration_keeps_the_best_found_at_its_time_limit(tmp_path, 
     capsys.readouterr()
     assert cli.main(["calibrate", str(log), "--topology", "dgx-a100", "-o", str(out),
                      "--time-limit", "1"]) == 2  # the curve model fits in milliseconds
+
+
+def test_ctrl_c_during_a_program_calibration_keeps_the_best_found(tmp_path, capsys, monkeypatch):
+    # Ctrl-C lost a fit of minutes. Now the best point evaluated is written and the exit is 4
+    # (a search interrupted), as solve's is. The 150th price of the fit is interrupted.
+    import json
+    from pathlib import Path
+
+    from collsynth import cli
+    from collsynth.timing import program_model
+
+    real = program_model.ProgramModel.price
+    calls = [0]
+
+    def price(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 150:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(program_model.ProgramModel, "price", price)
+    log = Path(__file__).resolve().parents[1] / "data/nccl-tests/A100-8gpu_all_reduce_superbench.txt"
+    out = tmp_path / "c.json"
+    assert cli.main(["calibrate", "--model", "program", str(log), "--topology", "dgx-a100",
+                     "-o", str(out), "-q", "--json"]) == 4
+    summary = json.loads(capsys.readouterr().out)
+    assert any(w.startswith("interrupted (Ctrl-C): the best constants of ")
+               for w in summary["warnings"])
+    assert summary["held_out_gmae"] is None and out.exists()

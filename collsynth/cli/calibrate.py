@@ -17,8 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
-                                  add_figure_arguments, channel_count, check_communicates,
+from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, PROGRESS_INTERVAL_S,
+                                  UsageError, add_figure_arguments, channel_count,
+                                  check_communicates,
                                   check_gpus_per_thread, gpus_per_thread, out, positive_int,
                                   progress_line, seconds, table)
 from collsynth.timing.calibration import (
@@ -282,7 +283,10 @@ def _calibrate_program(args: argparse.Namespace) -> int:
         summary["channels"] = None
         for row, ran in zip(summary["rows"], fit.algorithms):
             row["ran"] = ran
-    code = EXIT_ERROR if args.strict and fit.warnings else EXIT_OK
+    # Ctrl-C during the fit: the best constants found are written, and the exit says the
+    # search was interrupted (as solve's does).
+    code = EXIT_TIMEOUT if fit.interrupted else \
+        EXIT_ERROR if args.strict and fit.warnings else EXIT_OK
     if args.json:
         out(json.dumps(summary, indent=1))
         return code

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from collsynth.interrupts import take as take_interrupt
 from collsynth.limits import Deadline
 from collsynth.errors import (FileFormatError, InputTooLargeError, InvalidInstanceError,
                               InvalidTopologyError)
@@ -95,8 +96,13 @@ class RuntimeFit:
     rings: tuple[tuple[int, ...], ...] = field(default=())
     report: tuple[FittedConstant, ...] = ()
     algorithms: tuple[str, ...] = ()
-    #: Why the search stopped before it converged (its time limit), or ``""``.
+    #: Why the search stopped before it converged (its time limit, Ctrl-C), or ``""``.
     stopped: str = ""
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C stopped the search (what it had found is kept)."""
+        return self.stopped.startswith("interrupted")
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -601,6 +607,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
 
     deadline = Deadline(time_limit_s)
     evaluations = [0]
+    interrupted = [False]
 
     def fit(indices: Sequence[int], tries: int) -> tuple[np.ndarray, float, float]:
         target = measured[list(indices)]
@@ -633,9 +640,15 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
                 found = (float(result.cost), result.x)
             except _OutOfTime:  # the best point any start evaluated
                 found = seen[0]
+            except KeyboardInterrupt:  # Ctrl-C keeps what was found, as a search's does
+                if not seen and best is None:
+                    raise
+                take_interrupt()
+                interrupted[0] = True
+                found = seen[0] if seen else best
             if best is None or found[0] < best[0]:
                 best = found
-            if deadline.expired():
+            if deadline.expired() or interrupted[0]:
                 break
         x = best[1]
         m = spans(x, indices)
@@ -646,7 +659,10 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     predicted = list(timed(base_us, spans(x, range(len(rows)))))
     held: float | None = None
     stopped = ""
-    if deadline.expired():
+    if interrupted[0]:
+        stopped = (f"interrupted (Ctrl-C): the best constants of {evaluations[0]} evaluations "
+                   "are kept, and no held-out GMAE is computed")
+    elif deadline.expired():
         stopped = (f"time limit of {time_limit_s:g} s reached: the best constants of "
                    f"{evaluations[0]} evaluations are kept, and no held-out GMAE is computed")
     elif held_out and len(rows) >= 4:
