@@ -456,3 +456,18 @@ def test_ctrl_c_during_a_program_calibration_keeps_the_best_found(tmp_path, caps
     assert any(w.startswith("interrupted (Ctrl-C): the best constants of ")
                for w in summary["warnings"])
     assert summary["held_out_gmae"] is None and out.exists()
+
+
+@pytest.mark.parametrize("pre, post, role", [([], False, "postcondition = False"),
+                                             ("ab", "cd", "precondition = 'ab'"),
+                                             ([1, 2], [{0}, {1}], "precondition = (1, 2)")])
+def test_a_collective_of_conditions_that_are_not_rank_sets_says_so(pre, post, role):
+    # TypeError: 'bool' object is not iterable
+    from collsynth.collective.model import Collective
+    from collsynth.errors import InvalidCollectiveError
+
+    with pytest.raises(InvalidCollectiveError, match=re.escape(f"collective 'x': {role}; "
+                                                               "expected one set of ranks")):
+        Collective("x", 2, pre, post)
+    # a generator of rank sets is fine (read once)
+    assert Collective("x", 2, iter([{0}, {1}]), [{0, 1}, {0, 1}]).num_chunks == 2

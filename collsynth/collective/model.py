@@ -97,6 +97,18 @@ class Collective:
     metadata: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        for role in ("precondition", "postcondition"):  # said here, not as "not iterable"
+            conditions = getattr(self, role)
+            if not isinstance(conditions, (str, bytes)) and isinstance(conditions, Iterable):
+                conditions = tuple(conditions)
+                object.__setattr__(self, role, conditions)
+            if isinstance(conditions, (str, bytes)) or not isinstance(conditions, tuple) or any(
+                    isinstance(c, (str, bytes)) or not isinstance(c, Iterable)
+                    for c in conditions):
+                shown = repr(conditions)
+                raise InvalidCollectiveError(
+                    f"collective {self.name!r}: {role} = {shown[:60]}; expected one set of "
+                    "ranks per chunk")
         object.__setattr__(self, "precondition", tuple(frozenset(p) for p in self.precondition))
         object.__setattr__(self, "postcondition", tuple(frozenset(p) for p in self.postcondition))
         object.__setattr__(self, "roots", tuple(self.roots))
