@@ -60,25 +60,28 @@ def _unraisable(default):  # a hook for sys.unraisablehook
 def reliable_sigint() -> Iterator[None]:
     """Within the block (main thread only), Ctrl-C raises :class:`KeyboardInterrupt` as usual
     and is also recorded for :func:`pending`, and so does SIGTERM where its handler is the
-    default; both the handler and the hook are put back after.
-    Elsewhere (another thread, an embedding that set its own handler) it changes nothing."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    default; the handlers and the hook are put back after. A signal whose handler is not the
+    default (ignored, or an embedding's own) is left alone; in another thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
+    # Each signal is taken over only from its default: a background job of a shell script
+    # ignores SIGINT, and must still clean up on SIGTERM (kill, a job scheduler's stop), which
+    # by default ends the process where it stands, leaving half-written temporary files.
+    sigint = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    term = _term_is_default()
     previous_hook = sys.unraisablehook
     _requested.clear()
-    signal.signal(signal.SIGINT, _on_sigint)
-    # SIGTERM (kill, a job scheduler's stop) goes the same way: by default it ends the process
-    # where it stands, leaving half-written temporary files behind.
-    term = _term_is_default()
+    if sigint:
+        signal.signal(signal.SIGINT, _on_sigint)
     if term:
         signal.signal(signal.SIGTERM, _on_sigint)
     sys.unraisablehook = _unraisable(previous_hook)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if term:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         sys.unraisablehook = previous_hook

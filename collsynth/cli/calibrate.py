@@ -234,6 +234,9 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     for flag, value in (("--plot", args.plot), ("--ranks", args.ranks)):
         if value is not None:
             raise UsageError.of("calibrate", f"{flag} goes with --model curve")
+    if args.time_limit is not None and args.channels is not None:
+        raise UsageError.of("calibrate", "--time-limit bounds the fit of the runtime's own "
+                                         "choices; --channels fits a ring of its own, in seconds")
     if len(args.logs) != 1:
         raise UsageError.of("calibrate", f"--model program fits one measured curve; "
                                          f"{len(args.logs)} files given")
@@ -265,7 +268,8 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     # A machine of many ranks simulates for minutes (GB200 NVL72, 72 ranks: about 5 min).
     doing = (f"calibrate: fitting {runtime}'s constants to {args.logs[0]} on {topology.name} "
              f"({len(rows)} sizes)")
-    with heartbeat(None if args.quiet else progress_line, PROGRESS_INTERVAL_S, doing):
+    with heartbeat(None if args.quiet or args.json else progress_line, PROGRESS_INTERVAL_S,
+                   doing):
         fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
                           gpus_per_thread=gpus, version=version, time_limit_s=args.time_limit)
     save_calibration(RuntimeCalibration(fit.constants, runtime_version=version), args.output)

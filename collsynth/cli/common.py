@@ -437,8 +437,8 @@ def memory_limit(text: str) -> int:
     value = parse_size(text)
     if value < MIN_MEMORY_LIMIT_BYTES:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: below the 256 MiB a command needs to load its libraries; expected "
-            "256MiB or more (e.g. 8GiB)")
+            f"{text!r}: below the {MIN_MEMORY_LIMIT_BYTES >> 20} MiB a command needs to load its "
+            f"libraries; expected {MIN_MEMORY_LIMIT_BYTES >> 20}MiB or more (e.g. 8GiB)")
     return value
 
 

@@ -12,6 +12,7 @@ import os
 import pickle
 import queue as queue_module
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -96,6 +97,10 @@ def _first_line(text: str) -> str:
 def _child(rank: int, world_size: int, fn: Callable[..., Any], args: tuple, backend: str,
            init_method: str, pg_timeout_s: float, threads: int, results: Any) -> None:
     """Body of one rank's process."""
+    # A forked rank inherits the command's SIGTERM handler (collsynth.interrupts), which
+    # raises KeyboardInterrupt: the launcher's terminate() must end a rank, even one stuck in
+    # gloo's C++ code, at once.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     initialised = False
     try:
         import torch

@@ -95,7 +95,7 @@ DEVICE_MEMORY_GBPS: Mapping[str, float] = MappingProxyType({
 #: instructions of work setup per channel; the largest fitted on a public curve is 0.23).
 CHANNEL_US_RANGE = (0.0, 2.0)
 #: Plausible host time per call and GPU driven, us: none, to 100 us (a kernel launch takes
-#: 2 to 10 us; the most fitted on a public curve, 8 GPUs from one thread, is 4.2).
+#: 2 to 10 us; fitted on public curves of 8 GPUs from one thread: 4.2 on A100, 6.0 on V100).
 HOST_US_RANGE = (0.0, 100.0)
 #: The host's work per call and GPU driven where no curve that one thread drove several GPUs
 #: on was fitted, us: the superbench A100 curve's fit (NCCL, 8 GPUs from one thread; the

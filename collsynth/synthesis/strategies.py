@@ -28,7 +28,7 @@ from collsynth.bounds import compute_bounds
 from collsynth.collective.model import MAX_CHUNKS, Collective
 from collsynth.collective.standard import allgather, is_standard_allreduce, reduce_scatter
 from collsynth.encoding.backend import SolveInterrupted, Status
-from collsynth.errors import InputTooLargeError, InvalidInstanceError
+from collsynth.errors import InputTooLargeError, InvalidInstanceError, expect_type
 from collsynth.encoding import get_backend
 from collsynth.synthesis.instance import check_inputs, solve_checked, supports_minimize
 from collsynth.limits import Deadline
@@ -59,10 +59,11 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     """
     check_inputs(topology, collective)
     deadline = Deadline(options.time_limit)
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)
-                                  or max_steps < 1):
-        raise InvalidInstanceError(f"max_steps = {max_steps!r}; expected a whole number >= 1 "
-                                   "(or None: no limit but the bounds')")
+    if max_steps is not None:
+        expect_type(max_steps, int, "solve_least_steps: max_steps")
+        if isinstance(max_steps, bool) or max_steps < 1:
+            raise InvalidInstanceError(f"max_steps = {max_steps!r}; expected a whole number "
+                                       ">= 1 (or None: no limit but the bounds')")
     bounds = compute_bounds(topology, collective)
     _check_something_to_send(topology, collective, bounds.steps)
     rounds_bound = bounds.rounds_per_chunk

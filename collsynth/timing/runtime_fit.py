@@ -121,6 +121,17 @@ class RuntimeFit:
 
 
 
+#: The residual (a log ratio) where the fits' soft_l1 loss turns from squares to absolute
+#: values: 5%, so that one outlying size does not pull the whole fit.
+_F_SCALE = 0.05
+
+
+def _soft_l1_cost(residuals: np.ndarray) -> float:
+    """``scipy.optimize.least_squares``' own cost of ``residuals`` with ``loss="soft_l1"`` and
+    ``f_scale=_F_SCALE``: comparable with its ``result.cost``."""
+    return float(_F_SCALE ** 2 * np.sum(np.sqrt(1 + (residuals / _F_SCALE) ** 2) - 1))
+
+
 class _OutOfTime(Exception):
     """A fit's residuals asked for after its time limit: the search stops there."""
 
@@ -375,7 +386,7 @@ def _fit(base: RuntimeConstants, prepared: dict[str, PreparedProgram], sizes: li
         # (robust log error, the same loss as the outer fit).
         def loss(b: float) -> float:
             r = np.log((b + makespans) / measured)
-            return float(np.sum(2 * 0.05 ** 2 * (np.sqrt(1 + (r / 0.05) ** 2) - 1)))
+            return 2 * _soft_l1_cost(r)
         upper = min(max(float(measured.min()), floor * 1.001), MAX_LATENCY_US)
         return float(minimize_scalar(loss, bounds=(min(floor, upper), upper), method="bounded",
                                      options={"xatol": 1e-3}).x)
@@ -389,7 +400,7 @@ def _fit(base: RuntimeConstants, prepared: dict[str, PreparedProgram], sizes: li
         return np.log((best_base(spans) + spans) / measured)
 
     result = least_squares(residuals, start, bounds=(lower, upper), loss="soft_l1",
-                           f_scale=0.05, diff_step=1e-2, xtol=1e-4, ftol=1e-4, max_nfev=60)
+                           f_scale=_F_SCALE, diff_step=1e-2, xtol=1e-4, ftol=1e-4, max_nfev=60)
     base_us = best_base(makespans(result.x))
     parameters = {"base_latency_us": base_us}
     parameters.update(zip(names, (float(v) for v in np.exp(result.x))))
@@ -589,7 +600,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     def best_base(found: tuple[np.ndarray, np.ndarray], target: np.ndarray) -> float:
         def loss(b: float) -> float:
             r = np.log(timed(b, found) / target)
-            return float(np.sum(2 * 0.05 ** 2 * (np.sqrt(1 + (r / 0.05) ** 2) - 1)))
+            return 2 * _soft_l1_cost(r)
         # at most the smallest time measured (physics), at least the runtime's documented
         # base where that leaves room
         high = min(float(target.min()), MAX_BASE_US)
@@ -621,8 +632,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             # A weak pull of the hop scale toward the documented hops: one curve cannot tell
             # a call's fixed cost from its hops', so the base takes what the hops need not.
             r = np.append(np.log(timed(best_base(m, target), m) / target), pull * x[0])
-            # least_squares' own cost: soft_l1 at f_scale 0.05
-            cost = float(0.05 ** 2 * np.sum(np.sqrt(1 + (r / 0.05) ** 2) - 1))
+            cost = _soft_l1_cost(r)
             if not seen or cost < seen[0][0]:
                 seen[:] = [(cost, np.array(x, dtype=float))]
             return r
@@ -635,7 +645,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
             start = np.clip(np.log(np.asarray(guess) * factor), lower + 1e-9, upper - 1e-9)
             try:
                 result = least_squares(residuals, start, bounds=(lower, upper),
-                                       loss="soft_l1", f_scale=0.05, diff_step=1e-2,
+                                       loss="soft_l1", f_scale=_F_SCALE, diff_step=1e-2,
                                        xtol=1e-3, ftol=1e-3, max_nfev=30)
                 found = (float(result.cost), result.x)
             except _OutOfTime:  # the best point any start evaluated
@@ -668,8 +678,20 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     elif held_out and len(rows) >= 4:
         train = list(range(0, len(rows), 2))
         test = list(range(1, len(rows), 2))
-        hx, hb, _ = fit(train, 1)
-        held = gmae(list(timed(hb, spans(hx, test))), [times[i] for i in test])
+        try:  # a fit of its own: cut short, its figure would mean nothing
+            hx, hb, _ = fit(train, 1)
+            if not (interrupted[0] or deadline.expired()):
+                held = gmae(list(timed(hb, spans(hx, test))), [times[i] for i in test])
+        except KeyboardInterrupt:
+            take_interrupt()
+            interrupted[0] = True
+        if interrupted[0]:
+            stopped = ("interrupted (Ctrl-C) during the held-out fit: the constants fitted on "
+                       "every size are kept, and no held-out GMAE is computed")
+        elif deadline.expired():
+            stopped = (f"time limit of {time_limit_s:g} s reached during the held-out fit: the "
+                       "constants fitted on every size are kept, and no held-out GMAE is "
+                       "computed")
     parameters = {"base_latency_us": base_us}
     parameters.update(zip(names, (float(v) for v in np.exp(x))))
     for name in ("host_us", "channel_us"):

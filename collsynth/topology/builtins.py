@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from collsynth._parse import MAX_GBPS, MAX_NUMBER_CHARS, MAX_TIME_US, MIN_GBPS, shown
-from collsynth.errors import InvalidTopologyError, UnknownNameError
+from collsynth.errors import InvalidTopologyError, UnknownNameError, expect_type
 from collsynth.topology.families import FAMILIES, SHAPED_FAMILIES
 from collsynth.topology.fileformat import load_topology
 from collsynth.topology.model import Topology
@@ -125,9 +125,7 @@ def get_topology(name: str) -> Topology:
         A family of a size it does not have (``torus:4x1``, ``hypercube:20``), or an option that is
         not a known figure with a positive value.
     """
-    if not isinstance(name, str):  # a library caller's None or 5: say so, not AttributeError
-        raise InvalidTopologyError(f"topology name {name!r}: expected a text such as "
-                                   "'dgx-a100' or 'ring:8'")
+    expect_type(name, str, "get_topology: name")  # a library caller's None, not AttributeError
     key, *options = name.strip().lower().split(",")
     key = key.strip()
     topology = _get_topology(key, name)

@@ -39,7 +39,8 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 
 def max_groups(ranks: int) -> int:
     """The most bandwidth groups a topology file of ``ranks`` ranks may give: 8 per rank and 64
-    (composed machines have 4 per rank: a GPU's NVSwitch ports and its NIC's, each way). 80000
+    (composed machines have 4 to 6 per rank: a GPU's NVSwitch ports and its NIC's each way, and
+    a rail fabric's oversubscribed leaves). 80000
     groups on 8 ranks ran a solve past 150 s and 2.8 GB in its bounds' LP.
 
     >>> max_groups(8), max_groups(1024)
@@ -119,7 +120,7 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
     if len(listed) > most:
         raise FileFormatError(source, f"groups: {len(listed)} bandwidth groups on {len(links)} "
                                       f"ranks; expected at most {most} (8 per rank and 64; a "
-                                      "machine composed of nodes has 4 per rank)")
+                                      "machine composed of nodes has 4 to 6 per rank)")
     for k, g in enumerate(listed):
         if not isinstance(g, dict):
             raise FileFormatError(source, f"groups[{k}] must be an object")
