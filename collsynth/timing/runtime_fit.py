@@ -5,17 +5,16 @@ The details: ``docs/runtime-model.md``, section "Fitting the runtime constants".
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from collsynth.interrupts import take as take_interrupt
-from collsynth.limits import Deadline
 from collsynth.errors import (FileFormatError, InputTooLargeError, InvalidInstanceError,
                               InvalidTopologyError)
+from collsynth.interrupts import take as take_interrupt
+from collsynth.limits import Deadline
 from collsynth.timing.runtime_baselines import ring_program, runtime_rings
 from collsynth._parse import MAX_GBPS, MIN_GBPS
 from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
