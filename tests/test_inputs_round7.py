@@ -512,3 +512,25 @@ def test_a_time_limit_goes_with_the_fit_of_the_runtimes_choices(tmp_path, capsys
                      "--channels", "2", "--time-limit", "5", "-o", str(tmp_path / "c.json")]) == 2
     assert "--time-limit bounds the fit of the runtime's own choices" in capsys.readouterr().err
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_library_caller_pricing_one_rank_gets_the_same_refusal(tmp_path):
+    # Past the CLI's guard: RuntimeAlgorithm, runtime_algorithms and fit_runtime divided by
+    # the ranks less one (ZeroDivisionError in NCCL's bus-to-algorithm ratio).
+    import json
+
+    from collsynth.errors import InvalidTopologyError
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.pricing import RuntimeAlgorithm, runtime_algorithms
+    from collsynth.timing.runtime_fit import fit_runtime
+    from collsynth.topology.fileformat import load_topology
+
+    path = tmp_path / "one.json"
+    path.write_text(json.dumps(_ONE_RANK))
+    one, nccl = load_topology(path), get_runtime("nccl")
+    for call in (lambda: RuntimeAlgorithm(nccl, "ring", "allreduce", one),
+                 lambda: runtime_algorithms(nccl, "allreduce", one),
+                 lambda: fit_runtime([(1024, 10.0), (2048, 11.0)], one, "allreduce",
+                                     runtime="nccl")):
+        with pytest.raises(InvalidTopologyError, match="topology 'one' has 1 rank"):
+            call()

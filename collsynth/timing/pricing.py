@@ -76,6 +76,13 @@ class RuntimeAlgorithm:
             raise InvalidInstanceError(f"RuntimeAlgorithm: runtime = {self.runtime!r}; expected "
                                        "a Runtime (collsynth.runtimes.get_runtime)")
         object.__setattr__(self, "collective", canonical_name(self.collective))
+        # NCCL's and RCCL's cost models divide by the ranks less one: one rank has nothing to
+        # communicate, and no runtime algorithm runs there.
+        if self.topology.num_ranks < 2:
+            raise InvalidTopologyError(f"topology {self.topology.name!r} has "
+                                       f"{self.topology.num_ranks} rank: a runtime's "
+                                       f"{self.algorithm} needs at least 2 ranks (a collective "
+                                       "on one rank has nothing to communicate)")
         if self.protocol is not None:
             check_protocol(self.protocol)
         if self.channels is not None and (isinstance(self.channels, bool) or
