@@ -534,3 +534,18 @@ def test_a_library_caller_pricing_one_rank_gets_the_same_refusal(tmp_path):
                                      runtime="nccl")):
         with pytest.raises(InvalidTopologyError, match="topology 'one' has 1 rank"):
             call()
+
+
+@pytest.mark.parametrize("name", [".png", ".svg", "x.gif"])
+def test_draw_to_a_name_without_a_figure_suffix_is_a_usage_error(tmp_path, capsys, name):
+    # '-o .png' (a hidden file with no suffix) exited 1 after reading the algorithm, where
+    # '-o x.txt' was a usage error (exit 2) before any work.
+    from collsynth import cli
+
+    algorithm = tmp_path / "ag.json"
+    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o", str(algorithm),
+                     "-q"]) == 0
+    capsys.readouterr()
+    assert cli.main(["draw", str(algorithm), "-o", str(tmp_path / name)]) == 2
+    assert "expected a .png or .svg file" in capsys.readouterr().err
+    assert not (tmp_path / name).exists()

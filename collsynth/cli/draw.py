@@ -7,6 +7,7 @@ is checked before any work and written atomically.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from collsynth.cli.common import EXIT_OK, UsageError, out, positive_int
@@ -59,7 +60,8 @@ def register(subparsers: Any) -> None:
 
 def run_draw(args: argparse.Namespace) -> int:
     """Run ``collsynth draw``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
-    if not str(args.output).lower().endswith(FIGURE_SUFFIXES):
+    # The suffix as pathlib reads it: '.png' alone is a hidden file with none, not a PNG.
+    if Path(args.output).suffix.lower() not in FIGURE_SUFFIXES:
         raise UsageError.of("draw", f"-o {args.output}: expected a .png or .svg file")
     if args.nodes is not None and args.topology is None:
         raise UsageError.of("draw", "--nodes goes with --topology")
