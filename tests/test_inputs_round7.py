@@ -13,6 +13,7 @@ import pytest
 
 from collsynth.cli.time import _warn_other_machine
 from collsynth.errors import InputWarning
+from tests.test_inputs_round4 import _constants_file  # a copy of NCCL's defaults, edited
 
 
 @pytest.mark.parametrize("measured_on, timed, warns", [
@@ -33,20 +34,6 @@ def test_another_machine_is_told_by_the_whole_name(measured_on, timed, warns):
     assert any(issubclass(w.category, InputWarning) for w in caught) == warns
 
 
-def _runtime_constants_file(tmp_path, **changes):
-    import json
-
-    from collsynth.runtimes import get_runtime
-    from collsynth.timing.calibration import RuntimeCalibration, save_calibration
-
-    path = tmp_path / "constants.json"
-    save_calibration(RuntimeCalibration(get_runtime("nccl").defaults), path)
-    data = json.loads(path.read_text())
-    data.update(changes)
-    path.write_text(json.dumps(data))
-    return path
-
-
 @pytest.mark.parametrize("changes, message", [
     # NCCL's Simple chunk is 4 of the 8 FIFO slots; 16 never fits a connection's buffer.
     ({"chunk_slots": {"Simple": 16}},
@@ -61,7 +48,7 @@ def test_runtime_constants_whose_slots_cannot_nest_are_refused(tmp_path, changes
     from collsynth.errors import FileFormatError
     from collsynth.timing.calibration import load_calibration
 
-    path = _runtime_constants_file(tmp_path, **changes)
+    path = _constants_file(tmp_path, **changes)
     with pytest.raises(FileFormatError, match=re.escape(message)) as raised:
         load_calibration(path)
     assert str(path) in str(raised.value)
@@ -70,7 +57,7 @@ def test_runtime_constants_whose_slots_cannot_nest_are_refused(tmp_path, changes
 def test_runtime_constants_with_nested_slots_load(tmp_path):
     from collsynth.timing.calibration import load_calibration
 
-    path = _runtime_constants_file(tmp_path, chunk_slots={"Simple": 8}, slice_slots={"Simple": 4})
+    path = _constants_file(tmp_path, chunk_slots={"Simple": 8}, slice_slots={"Simple": 4})
     assert load_calibration(path).constants.chunk_slots["Simple"] == 8
 
 

@@ -27,6 +27,7 @@ from collsynth.timing.tuning_model import GraphFigures, TuningSetup, bandwidth_c
 from collsynth.topology import Topology
 from collsynth.topology.model import BandwidthGroup
 from collsynth.trace.records import read_rank_file
+from tests.trace.test_records import HEADER
 
 
 # -- the XML checker: rrs sends the reduction but writes nothing locally (§7.2) ------------------
@@ -108,10 +109,6 @@ def test_a_sequence_without_a_repeat_is_one_step():
 
 # -- trace records ----------------------------------------------------------------------------------
 
-_HEADER = {"type": "header", "format": "collsynth-trace", "version": 1, "rank": 0,
-           "world_size": 2, "backend": "gloo", "byte_convention": "nccl-tests",
-           "hostname": "node0", "pid": 7, "torch_version": "2.13.0", "started_unix": 1.5,
-           "record_durations": False, "cross_node_only": False, "ranks_per_node": 1}
 _CALL = {"type": "call", "seq": 0, "kind": "allgather", "function": "all_gather_into_tensor",
          "bytes": 8, "dtype": "float32", "op": None, "group": [0, 1], "group_size": 2,
          "root": None, "peer": None, "async_op": False, "site": None, "duration_us": None,
@@ -122,7 +119,7 @@ def _rank0_file(tmp_path, **changes):
     call = copy.deepcopy(_CALL)
     call.update(changes)
     path = tmp_path / "rank-00000.jsonl"
-    path.write_text(json.dumps(_HEADER) + "\n" + json.dumps(call) + "\n")
+    path.write_text(json.dumps(HEADER) + "\n" + json.dumps(call) + "\n")
     return path
 
 
