@@ -19,7 +19,6 @@ from typing import Any
 
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, PROGRESS_INTERVAL_S,
                                   UsageError, add_figure_arguments, channel_count,
-                                  check_communicates,
                                   check_gpus_per_thread, gpus_per_thread, out, positive_int,
                                   progress_line, seconds, table)
 from collsynth.timing.calibration import (
@@ -246,7 +245,8 @@ def _calibrate_program(args: argparse.Namespace) -> int:
                                                                       args.collective)
     topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
                                 unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
-    check_communicates(topology, "calibrate --model program")
+    from collsynth.timing.pricing import require_communication
+    require_communication(topology, "calibrate --model program")
     if runtime is None:  # the log's banner ("NCCL version 2.18.5"), else the GPUs' maker's
         runtime = logged_runtime if logged_runtime in _program_runtimes() else \
             _VENDOR_RUNTIME.get(machine_facts(topology).vendor or "", "rccl")

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collsynth.topology.model import Topology
 
 __all__ = ["positive_int", "gpus_per_thread", "non_negative_int", "seconds", "positive_number",
-           "parse_size", "memory_limit", "check_communicates", "check_unsplit", "MIN_MEMORY_LIMIT_BYTES",
+           "parse_size", "memory_limit", "check_unsplit", "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
            "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
            "one_line", "problem_parser", "problem_from_args", "Parser", "UsageError",
@@ -80,17 +80,6 @@ def check_gpus_per_thread(gpus: int, topology: "Topology | None", command: str) 
     if gpus > per_node:
         raise UsageError.of(command, f"--gpus-per-thread {gpus}: a thread drives the GPUs of "
                                      f"one node, and {topology.name} has {per_node} a node")
-
-
-def check_communicates(topology: "Topology", what: str) -> None:
-    """A runtime's collective on one rank moves nothing: refuse it by name (the runtimes'
-    cost models divide by the ranks less one)."""
-    from collsynth.errors import InvalidTopologyError
-
-    if topology.num_ranks < 2:
-        raise InvalidTopologyError(f"topology {topology.name!r} has {topology.num_ranks} rank: "
-                                   f"{what} needs at least 2 ranks (a collective on one rank "
-                                   "has nothing to communicate)")
 
 
 class Parser(argparse.ArgumentParser):

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
-                                  add_figure_arguments, check_communicates,
-                                  check_gpus_per_thread, err, format_size,
+                                  add_figure_arguments, check_gpus_per_thread, err, format_size,
                                   gpus_per_thread, out, parse_size_range, parse_sizes,
                                   positive_int, progress_line, table)
 from collsynth.errors import CollsynthError, FileFormatError
@@ -318,7 +317,8 @@ def _topology(args: argparse.Namespace) -> "Topology | None":
         raise CollsynthError(f"--nodes {args.nodes}: expected a whole number >= 1")
     topology = resolve_topology(args.topology, nodes=args.nodes, unit_gbps=args.unit_gbps,
                                 alpha_us=args.alpha_us)
-    check_communicates(topology, "time")
+    from collsynth.timing.pricing import require_communication
+    require_communication(topology, "time")
     return topology
 
 

@@ -14,7 +14,7 @@ import argparse
 import json
 from typing import Any
 
-from collsynth.cli.common import (EXIT_OK, UsageError, check_communicates, input_files, out,
+from collsynth.cli.common import (EXIT_OK, UsageError, input_files, out,
                                   parse_size_range, positive_int, table)
 
 __all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
@@ -146,7 +146,8 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
         except UnknownNameError as exc:
             raise UsageError.of(COMMAND, f"--collectives: {exc}") from None
     topology = resolve_topology(args.topology, nodes=args.nodes)
-    check_communicates(topology, "tune-runtime")
+    from collsynth.timing.pricing import require_communication
+    require_communication(topology, "tune-runtime")
     facts = machine_facts(topology)
     if facts.runtime is None:
         raise InvalidTopologyError(f"topology {topology.name!r}: no NVIDIA or AMD GPU "

@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
 
 __all__ = ["Subject", "RuntimeAlgorithm", "MEASURED", "runtime_algorithms", "subject_name",
            "Price", "PricingModel", "LinearPricingModel", "PriceTable", "price_table",
-           "fastest_runtime_algorithm", "RUNS_ON_RING", "pinned_protocols", "PRICING_FAILURES"]
+           "fastest_runtime_algorithm", "RUNS_ON_RING", "pinned_protocols", "PRICING_FAILURES",
+           "require_communication"]
 
 #: What a model raises for a subject it cannot price, beyond :meth:`PricingModel.why_not`: a
 #: lowering the runtime cannot express (ExportError, a thread block over its limits), a program
@@ -46,6 +47,15 @@ RUNS_ON_RING = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce
 #: The algorithm of a :class:`RuntimeAlgorithm` that stands for whatever the runtime ran, as one
 #: measured curve (:class:`collsynth.timing.closed_form.Measured` prices it).
 MEASURED = "measured"
+
+
+def require_communication(topology: "Topology", what: str) -> None:
+    """Refuse a topology of one rank by name: a collective there moves nothing, and NCCL's and
+    RCCL's cost models divide by the ranks less one (the one home of this refusal)."""
+    if topology.num_ranks < 2:
+        raise InvalidTopologyError(f"topology {topology.name!r} has {topology.num_ranks} rank: "
+                                   f"{what} needs at least 2 ranks (a collective on one rank "
+                                   "has nothing to communicate)")
 
 
 @dataclass(frozen=True)
@@ -76,13 +86,7 @@ class RuntimeAlgorithm:
             raise InvalidInstanceError(f"RuntimeAlgorithm: runtime = {self.runtime!r}; expected "
                                        "a Runtime (collsynth.runtimes.get_runtime)")
         object.__setattr__(self, "collective", canonical_name(self.collective))
-        # NCCL's and RCCL's cost models divide by the ranks less one: one rank has nothing to
-        # communicate, and no runtime algorithm runs there.
-        if self.topology.num_ranks < 2:
-            raise InvalidTopologyError(f"topology {self.topology.name!r} has "
-                                       f"{self.topology.num_ranks} rank: a runtime's "
-                                       f"{self.algorithm} needs at least 2 ranks (a collective "
-                                       "on one rank has nothing to communicate)")
+        require_communication(self.topology, f"a runtime's {self.algorithm}")
         if self.protocol is not None:
             check_protocol(self.protocol)
         if self.channels is not None and (isinstance(self.channels, bool) or
