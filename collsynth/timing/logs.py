@@ -466,6 +466,9 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
     per_thread: int | None = None
     found_collective: str | None = None
     starting: str | None = None
+    starting_line = 0
+    # (line, rank ids) of each run in the file: runs appended to one log must agree on ranks
+    runs: list[tuple[int, set[int]]] = [(1, set())]
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _strip_tags(raw).strip()
         if not line:
@@ -476,9 +479,19 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
                 per_thread = _count(m.group(2), "nGpus", name, number, _MAX_RANKS)
                 per_process = _count(m.group(1), "nThread", name, number, _MAX_RANKS) * per_thread
             elif (m := _RANK_LINE.match(line)) is not None:
-                rank_ids.add(_count(m.group(1), "Rank", name, number, _MAX_RANKS - 1))
+                rank = _count(m.group(1), "Rank", name, number, _MAX_RANKS - 1)
+                rank_ids.add(rank)
+                runs[-1][1].add(rank)
             elif (m := _STARTING.match(line)) is not None:
-                starting = m.group(1)
+                if starting is not None and \
+                        canonical_collective(m.group(1)) != canonical_collective(starting):
+                    raise FileFormatError(name, f"line {number}: a test of {shown(m.group(1))} "
+                                                f"after one of {shown(starting)} (line "
+                                                f"{starting_line}); a log measures one "
+                                                "collective: split the file")
+                if starting is None:
+                    starting, starting_line = m.group(1), number
+                runs.append((number, set()))
             elif (header := _Layout.from_header(body.split())) is not None:
                 layout = header
         if "NCCL INFO" in line or "NCCL WARN" in line:
@@ -498,6 +511,12 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
             zero += 1
         else:
             rows.extend(parsed)
+    counts = [(line, max(ids) + 1) for line, ids in runs if ids]
+    if any(count != counts[0][1] for _, count in counts):
+        line, count = next((line, count) for line, count in counts if count != counts[0][1])
+        raise FileFormatError(name, f"line {line}: a run on {count} ranks after one on "
+                                    f"{counts[0][1]} (line {counts[0][0]}); a log measures one "
+                                    "rank count: split the file")
     coll = _resolve_collective(name, collective, starting or found_collective)
     if ranks is None and rank_ids:
         ranks = max(rank_ids) + 1
