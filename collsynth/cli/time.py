@@ -299,11 +299,21 @@ def _constants(args: argparse.Namespace, calibration: "Calibration | None"
                 "its measured figures (--model closed-form); the program model reads runtime "
                 "constants ('collsynth calibrate --model program')")
         constants = calibration.constants
-        if args.runtime is not None and args.runtime != constants.runtime:
+        # msccl and msccl-executor run NCCL's kernels, so NCCL's measured constants price
+        # them (as plan and tune-runtime take a calibration of the runtime's family); RCCL's
+        # kernels are another runtime's.
+        if args.runtime is not None and args.runtime != constants.runtime \
+                and _family(args.runtime) != _family(constants.runtime):
             raise CollsynthError(f"--runtime {args.runtime}: the calibration {args.calibration} "
-                                 f"is for {constants.runtime}")
+                                 f"is for {constants.runtime}, whose kernels "
+                                 f"{args.runtime} does not run")
         return constants, args.calibration
     return get_runtime(args.runtime or "nccl").defaults, "documented defaults"
+
+
+def _family(runtime: str) -> str | None:
+    """Whose kernels ``runtime`` runs (``None`` for a name collsynth does not know)."""
+    return get_runtime(runtime).family if runtime in runtime_names() else None
 
 
 def _topology(args: argparse.Namespace) -> "Topology | None":

@@ -281,3 +281,31 @@ def test_time_reads_every_calibration_collsynth_writes(capsys, files, tmp_path):
     assert code == cli.EXIT_ERROR and "runtime constants go with the program model" in err
     code, _, err = run(capsys, "time", files[0], "--model", "program", "--calibration", curve)
     assert code == cli.EXIT_ERROR and "a curve calibration gives the closed form" in err
+
+
+def test_time_prices_msccl_programs_with_a_calibration_of_nccl(capsys, tmp_path):
+    """msccl-executor runs NCCL's kernels, so constants measured on NCCL price its programs (as
+    plan and tune-runtime take a calibration of the runtime's family); RCCL's kernels are
+    another runtime's, and its programs are refused such constants."""
+    from pathlib import Path
+
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing import calibration
+
+    xml = Path(__file__).resolve().parents[2] / "data" / "msccl-xml" / "msccl-scheduler" / \
+        "ap-1pass.xml"
+    # a base latency of 100 us shows the calibration's constants are the ones priced with
+    constants = get_runtime("nccl").defaults.replace(base_latency_us={
+        "LL": 100.0, "LL128": 100.0, "Simple": 100.0})
+    rt = tmp_path / "nccl.json"
+    calibration.save_calibration(calibration.RuntimeCalibration(constants), rt)
+    code, out, err = run(capsys, "time", xml, "--topology", "dgx-h100", "--runtime",
+                         "msccl-executor", "--calibration", rt, "--sizes", "1KiB", "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert any(r["name"] == "ap-1pass.xml" for r in rows)
+    assert all(r["time_us"] >= 100.0 for r in rows)
+    code, _, err = run(capsys, "time", xml, "--topology", "dgx-h100", "--runtime", "rccl",
+                       "--calibration", rt, "--sizes", "1KiB")
+    assert code == cli.EXIT_ERROR
+    assert f"--runtime rccl: the calibration {rt} is for nccl, whose kernels rccl" in err
