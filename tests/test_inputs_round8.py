@@ -56,3 +56,43 @@ def test_a_log_of_two_rank_counts_is_refused(tmp_path):
     path.write_text(text + text)  # the same run twice is one curve, its repeats agreeing
     log = load_log(path)
     assert (log.collective, log.ranks) == ("allgather", 4)
+
+
+# -- export --min-bytes / --max-bytes beyond what the runtimes read -----------------------------
+
+
+@pytest.fixture(scope="module")
+def ring_allgather(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("alg") / "ag.json"
+    assert cli.main(["solve", "instance", "ring:4", "allgather", "--steps", "2", "--rounds", "2",
+                     "-o", str(path), "-q"]) == cli.EXIT_OK
+    return path
+
+
+@pytest.mark.parametrize("runtime, option, value, message", [
+    # msccl writes maxBytes = B + 1 (it compares nBytes < maxBytes)
+    ("msccl", "--max-bytes", str((1 << 63) - 1),
+     "max_bytes = 9223372036854775807 is above 9223372036854775806, the most msccl's XML reader "
+     "takes (a signed 64-bit number); leave it out for no upper bound"),
+    ("rccl", "--max-bytes", str(1 << 64),
+     "max_bytes = 18446744073709551616 is above 9223372036854775807, the most rccl's"),
+    ("msccl-executor", "--min-bytes", "9" * 23,
+     f"min_bytes = {'9' * 23} is above 9223372036854775807, the most msccl-executor's"),
+])
+def test_export_byte_bounds_beyond_64_bits_name_the_option(ring_allgather, tmp_path, capsys,
+                                                           runtime, option, value, message):
+    """Before: the XML was built and refused by its own reader check ('the msccl XML text
+    fails the reader's rules: line 1: lexical: <algo> maxBytes=...')."""
+    out = tmp_path / "ag.xml"
+    assert cli.main(["export", str(ring_allgather), "--runtime", runtime, option, value,
+                     "-o", str(out)]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert message in err and "lexical" not in err
+    assert not out.exists()
+
+
+def test_export_takes_the_largest_byte_bound_the_runtime_reads(ring_allgather, tmp_path):
+    out = tmp_path / "ag.xml"
+    assert cli.main(["export", str(ring_allgather), "--runtime", "msccl", "--max-bytes",
+                     str((1 << 63) - 2), "-o", str(out)]) == cli.EXIT_OK
+    assert 'maxBytes="9223372036854775807"' in out.read_text()

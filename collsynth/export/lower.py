@@ -32,6 +32,9 @@ MAX_NODES = 4096
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.,:;=+()\[\]-]")
 
 
+#: The largest minBytes / maxBytes attribute the runtimes read (strtol: a signed 64-bit number).
+_MAX_XML_BYTES = (1 << 63) - 1
+
 # A threadblock of one rank before numbering: (send peer, recv peer, channel).
 _TbKey = tuple[int, int, int]
 _LOCAL_TB: _TbKey = (-1, -1, 0)
@@ -203,6 +206,14 @@ def _check_options(rt: XmlDialect, proto: str, channels: int, instances: int, in
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or value < 0):
             raise ExportError(f"{label} = {value!r}; expected bytes >= 0")
+    # The runtimes read minBytes and maxBytes with strtol: a signed 64-bit number.
+    for label, value, written in (("min_bytes", min_bytes, min_bytes),
+                                  ("max_bytes", max_bytes, max_bytes_attribute(rt, max_bytes))):
+        if value is not None and written is not None and written > _MAX_XML_BYTES:
+            largest = _MAX_XML_BYTES - (written - value)
+            hint = "; leave it out for no upper bound" if label == "max_bytes" else ""
+            raise ExportError(f"{label} = {value} is above {largest}, the most {rt.name}'s XML "
+                              f"reader takes (a signed 64-bit number){hint}")
     if max_bytes is not None:
         if max_bytes < (min_bytes or 0):
             raise ExportError(f"max_bytes = {max_bytes} is below min_bytes = {min_bytes}")
