@@ -96,3 +96,31 @@ def test_export_takes_the_largest_byte_bound_the_runtime_reads(ring_allgather, t
     assert cli.main(["export", str(ring_allgather), "--runtime", "msccl", "--max-bytes",
                      str((1 << 63) - 2), "-o", str(out)]) == cli.EXIT_OK
     assert 'maxBytes="9223372036854775807"' in out.read_text()
+
+
+# -- bench --iters / --warmup --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option, value, low", [("--iters", "99999999999999999999", 1),
+                                                ("--warmup", "1000001", 0)])
+def test_bench_iterations_beyond_a_million_are_a_usage_error(ring_allgather, tmp_path, capsys,
+                                                            option, value, low):
+    """Before: written into the scripts as nccl-tests' ``-n 99999999999999999999``, which it
+    reads into an int (and a million calls of each size up to 1 GiB take hours)."""
+    out = tmp_path / "bench"
+    assert cli.main(["bench", str(ring_allgather), "--ranks", "4", "--runtime", "msccl",
+                     "--dry-run", "-o", str(out), option, value]) == cli.EXIT_USAGE
+    assert f"argument {option}: '{value}': expected a whole number from {low} to 1000000" in \
+        capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_bench_options_bound_the_iterations_for_library_callers():
+    from collsynth.plan.bench import BenchError, BenchOptions
+
+    with pytest.raises(BenchError, match=r"bench warmup = -1: expected a whole number from 0 "
+                                         "to 1000000"):
+        BenchOptions(runtime="msccl", ranks=4, warmup=-1)
+    with pytest.raises(BenchError, match=r"bench iters = 1000001: expected a whole number from 1"):
+        BenchOptions(runtime="msccl", ranks=4, iters=10**6 + 1)
+    assert BenchOptions(runtime="msccl", ranks=4, iters=10**6, warmup=0).iters == 10**6

@@ -28,6 +28,18 @@ def _size_range(text: str) -> tuple[int, int]:
     return low, high
 
 
+def _iterations(low: int) -> Any:
+    def parse(text: str) -> int:
+        from collsynth.plan.bench import MAX_ITERATIONS
+
+        value = positive_int(text) if low else non_negative_int(text)
+        if value > MAX_ITERATIONS:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number from {low} to "
+                                             f"{MAX_ITERATIONS}")
+        return value
+    return parse
+
+
 def register(subparsers: Any) -> None:
     """Add ``bench`` to ``subparsers`` (from ``add_subparsers``)."""
     from collsynth.plan.bench import BENCH_RUNTIMES
@@ -54,10 +66,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--launcher", metavar="CMD",
                         help="start one process per rank, {ranks} replaced: 'mpirun -np {ranks}'"
                              " (default: one process drives every GPU)")
-    parser.add_argument("--iters", type=positive_int, default=20, metavar="N",
-                        help="nccl-tests -n (default 20)")
-    parser.add_argument("--warmup", type=non_negative_int, default=5, metavar="N",
-                        help="nccl-tests -w (default 5)")
+    parser.add_argument("--iters", type=_iterations(1), default=20, metavar="N",
+                        help="nccl-tests -n (default 20; at most 10^6)")
+    parser.add_argument("--warmup", type=_iterations(0), default=5, metavar="N",
+                        help="nccl-tests -w (default 5; at most 10^6)")
     parser.add_argument("--root", type=non_negative_int, default=0, metavar="R",
                         help="root rank of a rooted collective (default 0)")
     parser.add_argument("--channels", type=channels_or_auto, default="auto", metavar="N|auto",

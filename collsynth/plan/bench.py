@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from collsynth._files import read_head
 from collsynth.errors import (CollsynthError, FileFormatError, InputTooLargeError,
                               InvalidInstanceError, InvalidTopologyError, UnknownNameError)
+from collsynth.export.selection import MSCCL_DEFAULT_MAX_BYTES
 from collsynth.plan.environment import EnvVar, runtime_environment
 from collsynth.runtimes import get_runtime
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover - for annotations only
 
 __all__ = [
     "BENCH_RUNTIMES",
+    "MAX_ITERATIONS",
     "PERF_BINARIES",
     "BenchError",
     "BenchOptions",
@@ -56,6 +58,8 @@ __all__ = [
 
 #: Runtimes ``collsynth bench`` writes runs for.
 BENCH_RUNTIMES = ("msccl", "msccl-executor", "rccl")
+#: Most timed (``-n``) or warm-up (``-w``) iterations a bench run takes, as ``collsynth run``.
+MAX_ITERATIONS = 10**6
 #: The nccl-tests (rccl-tests) binary that measures each collective.
 PERF_BINARIES = {
     "allreduce": "all_reduce_perf", "allgather": "all_gather_perf",
@@ -66,8 +70,6 @@ PERF_BINARIES = {
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 # Collectives whose runtime byte count is the API count times the rank count (§4.4).
 _COUNT_TIMES_RANKS = ("allgather", "reduce_scatter", "alltoall")
-#: msccl's maxBytes when the attribute is absent (exclusive; docs/msccl-xml.md §4.4).
-MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 _ELEMENT_BYTES = 4  # nccl-tests' -d float
 _DEBUG = (EnvVar("NCCL_DEBUG", "INFO", "the log then names the runtime's version and channels, "
                  "which the calibration records", "NCCL's documented debug variable"),
@@ -148,6 +150,13 @@ class BenchOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise BenchError(f"bench {name} = {value!r}: expected a whole number >= 1")
+        for name, low in (("iters", 1), ("warmup", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or \
+                    not low <= value <= MAX_ITERATIONS:
+                raise BenchError(f"bench {name} = {value!r}: expected a whole number from {low} "
+                                 f"to {MAX_ITERATIONS} (nccl-tests counts them in an int; a "
+                                 "million calls of each size already take hours)")
         if self.min_bytes > self.max_bytes:
             raise BenchError(f"bench sizes {self.min_bytes}:{self.max_bytes}: the smallest "
                              "is above the largest")
