@@ -6,6 +6,7 @@ internal error).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,41 @@ def test_bench_options_bound_the_iterations_for_library_callers():
     with pytest.raises(BenchError, match=r"bench iters = 1000001: expected a whole number from 1"):
         BenchOptions(runtime="msccl", ranks=4, iters=10**6 + 1)
     assert BenchOptions(runtime="msccl", ranks=4, iters=10**6, warmup=0).iters == 10**6
+
+
+# -- the synthesis entry points given the wrong types -------------------------------------------
+
+
+def test_the_synthesis_entry_points_say_which_argument_has_the_wrong_type():
+    """Round 7 did this for compute_bounds, verify and others; the solvers themselves still
+    gave AttributeError ('str' object has no attribute 'num_ranks') from deep inside."""
+    import math
+
+    from collsynth import (Instance, pareto_front, solve_bandwidth_optimal, solve_instance,
+                           solve_least_steps)
+    from collsynth.algorithm.verify import find_problems
+    from collsynth.collective import allgather
+    from collsynth.errors import InvalidInstanceError, WrongTypeError
+    from collsynth.topology import get_topology
+
+    ring, coll = get_topology("ring:4"), allgather(4)
+    for call, message in (
+            (lambda: solve_instance("ring:4", coll, Instance(2, 2, 1)),
+             "solve_instance: topology: expected Topology, got str 'ring:4'"),
+            (lambda: solve_instance(ring, coll, (2, 2, 1)),
+             "solve_instance: instance: expected Instance, got tuple (2, 2, 1)"),
+            (lambda: solve_least_steps(ring, "allgather"),
+             "solve_least_steps: collective: expected Collective, got str 'allgather'"),
+            (lambda: solve_least_steps(ring, coll, options=3),
+             "solve_least_steps: options: expected SolveOptions, got int 3"),
+            (lambda: pareto_front(ring, None),
+             "pareto_front: collective: expected Collective, got NoneType None"),
+            (lambda: solve_bandwidth_optimal("ring:4", coll),
+             "solve_bandwidth_optimal: topology: expected Topology, got str 'ring:4'"),
+            (lambda: find_problems("x"), "find_problems: algorithm: expected Algorithm")):
+        with pytest.raises(WrongTypeError, match=re.escape(message)):
+            call()
+    for limit in ("60", math.nan):  # a TypeError from '+', a nan deadline that ends at once
+        with pytest.raises(InvalidInstanceError, match=rf"time_limit = {limit!r}; expected "
+                                                       r"seconds > 0"):
+            solve_bandwidth_optimal(ring, coll, time_limit=limit)

@@ -75,6 +75,7 @@ def find_problems(algorithm: Algorithm, *, extra_memory: int | None = None,
     >>> find_problems(Algorithm("ag", fc, allgather(3), (Step(1, block),)))
     ['rank 1 never receives chunk 2']
     """
+    expect_type(algorithm, Algorithm, "find_problems: algorithm")
     if method not in _METHODS:
         raise InvalidInstanceError(
             f"method = {method!r}; expected one of {', '.join(map(repr, _METHODS))}"

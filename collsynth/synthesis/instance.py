@@ -21,7 +21,7 @@ from collsynth.encoding import get_backend
 from collsynth.encoding.backend import Outcome, SolveInterrupted, Status
 from collsynth.encoding.problem import build_problem, check_encoding_size, decode
 from collsynth.graph.symmetry import find_automorphism
-from collsynth.errors import InvalidCollectiveError, SolverError
+from collsynth.errors import InvalidCollectiveError, SolverError, expect_type
 from collsynth.limits import Deadline
 from collsynth.progress import heartbeat
 from collsynth.synthesis.result import SolveOptions, SynthesisResult
@@ -35,8 +35,14 @@ _log = logging.getLogger(__name__)
 _SYMMETRIC_SHARE = 0.25
 
 
-def check_inputs(topology: Topology, collective: Collective) -> None:
-    """Refuse mismatched sizes and unimplementable collectives before any solver work."""
+def check_inputs(topology: Topology, collective: Collective, caller: str = "solve",
+                 options: SolveOptions | None = None) -> None:
+    """Refuse arguments of the wrong type (naming ``caller``), mismatched sizes and
+    unimplementable collectives before any solver work."""
+    expect_type(topology, Topology, f"{caller}: topology")
+    expect_type(collective, Collective, f"{caller}: collective")
+    if options is not None:
+        expect_type(options, SolveOptions, f"{caller}: options")
     if collective.num_ranks != topology.num_ranks:
         raise InvalidCollectiveError(
             f"{collective.describe()} is for {collective.num_ranks} ranks but topology "
@@ -67,7 +73,8 @@ def solve_instance(topology: Topology, collective: Collective, instance: Instanc
     SolverError
         When the backend crashes or returns a schedule that fails verification.
     """
-    check_inputs(topology, collective)
+    check_inputs(topology, collective, "solve_instance", options)
+    expect_type(instance, Instance, "solve_instance: instance")
     try:
         return solve_checked(topology, collective, instance, options,
                              Deadline(options.time_limit))

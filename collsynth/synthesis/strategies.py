@@ -57,7 +57,7 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     >>> solve_least_steps(get_topology("ring:8"), allgather(8)).instance.steps
     4
     """
-    check_inputs(topology, collective)
+    check_inputs(topology, collective, "solve_least_steps", options)
     deadline = Deadline(options.time_limit)
     if max_steps is not None:
         expect_type(max_steps, int, "solve_least_steps: max_steps")
@@ -218,7 +218,7 @@ def pareto_front(topology: Topology, collective: Collective, *, max_chunks: int 
     >>> [(r.instance.steps, str(r.rounds_per_chunk)) for r in pareto_front(get_topology("ring:4"), allgather(4))]
     [(2, '3/2')]
     """
-    check_inputs(topology, collective)
+    check_inputs(topology, collective, "pareto_front", options)
     log = log if log is not None else SweepLog()
     return ParetoFront(_sweep(topology, collective, max_chunks, max_steps, options, log), log)
 

@@ -23,7 +23,8 @@ from collsynth.algorithm.verify import verify
 from collsynth.collective.duality import has_non_combining_dual, non_combining_dual
 from collsynth.collective.model import Collective
 from collsynth.collective.standard import allgather, reduce_scatter
-from collsynth.errors import InvalidCollectiveError, InvalidInstanceError, UnknownNameError
+from collsynth.errors import (InvalidCollectiveError, InvalidInstanceError, UnknownNameError,
+                              expect_type)
 from collsynth.collective.standard import is_standard_allreduce
 from collsynth.graph.fabric import UnsupportedFabricError
 from collsynth.limits import ResourceLimitError, TimeLimitReached, check_memory
@@ -104,11 +105,17 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     (Fraction(7, 4), Fraction(7, 4), True)
     """
     started = time.perf_counter()
+    expect_type(topology, Topology, "solve_bandwidth_optimal: topology")
+    expect_type(collective, Collective, "solve_bandwidth_optimal: collective")
     if collective.chunk_factor != 1:
         raise InvalidInstanceError(f"{collective.describe()}: pass the unsplit collective; the "
                                    "engine chooses the pieces")
     if stages is not None and (not isinstance(stages, int) or stages < 1):
         raise InvalidInstanceError(f"stages = {stages!r}; expected a positive integer")
+    # Not > 0: the inner calls pass what is left, and none left is the time limit reached.
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or \
+            math.isnan(time_limit):
+        raise InvalidInstanceError(f"time_limit = {time_limit!r}; expected seconds > 0")
     deadline = started + time_limit
     n = topology.num_ranks
     if _wants_compact(topology, collective, compact):
