@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from collsynth.collective.standard import standard_collective
+from collsynth.export.selection import MSCCL_DEFAULT_MAX_BYTES, count_fits
 from collsynth.errors import (
     ExportError,
     InvalidInstanceError,
@@ -58,8 +59,6 @@ _COMBINING = ("allreduce", "reduce", "reduce_scatter")
 PLAN_MODELS = ("auto", "closed-form")
 #: msccl's MSCCL_MAX_NUM_ALGOS (docs/msccl-xml.md §13.1).
 MSCCL_MAX_ALGORITHMS = 4
-#: msccl's default maxBytes when the attribute is left out (exclusive; docs/msccl-xml.md §4.2).
-_MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 
 _REASONS = {
     "barrier": "a barrier carries no data (NCCL runs it as a one-element allreduce)",
@@ -264,47 +263,11 @@ class PlanEntry:
             assert candidate is not None
             nchunks = r.nchunksperloop if r.nchunksperloop is not None else \
                 self.nchunks.get(r.choice)
-            if not _selectable(size_bytes, element_size, nchunks, runtime=self.runtime,
+            if not count_fits(size_bytes, element_size, nchunks, runtime=self.runtime,
                                collective=self.collective, ranks=len(self.group)):
                 return nccl, nccl, NCCL, True
             return nccl, candidate.time_at(size_bytes), r.choice, False
         return nccl, nccl, NCCL, False
-
-
-#: Collectives whose runtime byte count is the API count times the rank count.
-_COUNT_TIMES_RANKS = ("allgather", "reduce_scatter", "alltoall")
-
-
-def _selectable(size_bytes: int, element_size: int | None, nchunksperloop: int | None, *,
-                runtime: str = "msccl", collective: str = "allreduce", ranks: int = 1) -> bool:
-    """Whether the runtime would run an XML with ``nchunksperloop`` on a call of ``size_bytes``.
-
-    msccl and rccl require ``count x mult`` (the elements of the larger buffer,
-    ``size_bytes / element_size``) to be a multiple of ``nchunksperloop`` (docs/msccl-xml.md
-    §13.1, §13.2); msccl-executor requires the API's ``count`` itself to be one
-    (``mscclInternalSchedulerSelectAlgo``): for allgather, reduce-scatter and alltoall that is
-    the elements divided by the rank count. An unknown element size is assumed to fit.
-
-    >>> _selectable(4096, 4, 8), _selectable(4100, 4, 8)
-    (True, False)
-    >>> _selectable(4 * 8 * 3, 4, 8, runtime="msccl-executor", collective="allgather", ranks=8)
-    False
-    """
-    if size_bytes < 1:
-        return False
-    if nchunksperloop is None:
-        return True
-    width = element_size
-    if width is None:
-        return True
-    if size_bytes % width:
-        return False
-    count = size_bytes // width
-    if runtime == "msccl-executor" and collective in _COUNT_TIMES_RANKS:
-        if count % ranks:
-            return False
-        count //= ranks
-    return count % nchunksperloop == 0
 
 
 @dataclass(frozen=True)
@@ -696,7 +659,7 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
         nchunks[algorithm.name] = probe.nchunksperloop
         probes[algorithm.name] = probe
         if not options.all_ranges and not any(
-                _selectable(size, width, probe.nchunksperloop, runtime=runtime,
+                count_fits(size, width, probe.nchunksperloop, runtime=runtime,
                             collective=collective_name, ranks=n) for size, width in sizes):
             excluded[algorithm.name] = (f"no traced call's element count is a multiple of its "
                                         f"nchunksperloop ({probe.nchunksperloop}): the runtime "
@@ -810,7 +773,7 @@ def _export_piece(lo: int, hi: int | None, choice: str, fixed: Any,
     if runtime == "msccl" and max_bytes is None:
         # msccl cannot say "unlimited" (and sizes its scratch buffer by maxBytes): the XML
         # stops at 128 MiB (msccl's default) or at the largest traced size above it.
-        max_bytes = max([_MSCCL_DEFAULT_MAX_BYTES - 1] + [s for s, _ in inside])
+        max_bytes = max([MSCCL_DEFAULT_MAX_BYTES - 1] + [s for s, _ in inside])
         rest = [RangePlan(max_bytes + 1, None, choice, NCCL,
                           note="above the largest size the msccl XML is given (maxBytes)")]
     candidate = next(c for c in candidates if c.name == choice)
@@ -819,7 +782,7 @@ def _export_piece(lo: int, hi: int | None, choice: str, fixed: Any,
     name = _xml_name(algorithm.name, group, lo, max_bytes)
     xml = _export(algorithm, name, collective, n, local_root, runtime, options, lo, max_bytes,
                   fixed=fixed)
-    if inside and not any(_selectable(s, d, xml.nchunksperloop, runtime=runtime,
+    if inside and not any(count_fits(s, d, xml.nchunksperloop, runtime=runtime,
                                       collective=collective, ranks=n) for s, d in inside):
         return [RangePlan(lo, hi, choice, NCCL, variant=variant,
                           note="no traced call in the range has an element count that is a "

@@ -22,6 +22,7 @@ from collsynth.errors import ExportError, InvalidInstanceError
 from collsynth.export.limits import estimate_limits, limit_error
 from collsynth.export.lower import lower
 from collsynth.export.pipeline import AUTO_CHANNELS, check_exported, check_text
+from collsynth.export.selection import MSCCL_DEFAULT_MAX_BYTES
 from collsynth.export.xml_writer import write_program
 from collsynth.runtimes import Runtime, RuntimeConstants, get_runtime, xml_dialect
 from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, prepare_program,
@@ -52,8 +53,6 @@ MSCCL_MAX_NUM_ALGOS = 4
 _BOUNDARY_STEPS = 12
 #: Relative difference below which two predicted times are a tie (floating-point rounding).
 _TIE = 1e-9
-#: msccl's maxBytes default (exclusive) when the attribute is left out (docs/msccl-xml.md §4.2).
-_MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 
 
 def runtime_protocols(runtime: "str | Runtime") -> tuple[str, ...]:
@@ -381,7 +380,7 @@ def tune_export(algorithm: "Algorithm", runtime: str, topology: "Topology | None
                       else max(lo + 1, math.isqrt(lo * hi)))
     last_max: int | None = None
     if not rt.max_bytes_zero_is_unlimited:  # msccl: no "unlimited"; it sizes scratch by it
-        last_max = max(requested[-1], _MSCCL_DEFAULT_MAX_BYTES - 1)
+        last_max = max(requested[-1], MSCCL_DEFAULT_MAX_BYTES - 1)
     ranges = []
     for index, (v, _) in enumerate(groups):
         lo = bounds[index]

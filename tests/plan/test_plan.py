@@ -12,7 +12,7 @@ from collsynth.cli import main as collsynth_main
 from collsynth.errors import ExportError, InvalidTopologyError
 from collsynth.export.xml_reader import read_checked, read_text
 from collsynth.plan import NCCL, load_calls, make_plan, plan_calls, write_plan
-from collsynth.plan.planner import _selectable
+from collsynth.export.selection import count_fits as _selectable
 from collsynth.plan.report import format_us
 from collsynth.resolve import resolve_topology
 

@@ -30,7 +30,7 @@ from collsynth.plan import (
     topology_fingerprint,
     topology_for_group,
 )
-from collsynth.plan.planner import _selectable
+from collsynth.export.selection import count_fits as _selectable
 from collsynth.topology import get_topology
 
 TRACES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "traces"
