@@ -17,8 +17,8 @@ from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MIN_GBPS, clean_name, cle
 from collsynth.errors import FileFormatError, InputTooLargeError, InvalidInstanceError, UnknownNameError
 from collsynth.runtimes.dialect import DIALECTS
 from collsynth.topology.machine import NETWORK_CLASSES  # the networks machine facts name
-from collsynth.runtimes.protocols import (BUFFER_BYTES, NCCL_STEPS, PROTOCOL_EFFICIENCY, PROTOCOLS,
-                                         check_protocol)
+from collsynth.runtimes.protocols import (BUFFER_BYTES, LL_FORWARD_BYTES, NCCL_STEPS,
+                                         PROTOCOL_EFFICIENCY, PROTOCOLS, check_protocol)
 
 __all__ = ["LINK_CLASSES", "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "MIN_LATENCY_US",
            "MAX_LATENCY_US", "MAX_GAMMA_US_PER_BYTE", "FIELDS", "check_channels",
@@ -236,8 +236,10 @@ class RuntimeConstants:
         return self.chunk_slots[_protocol(protocol)] * self.slot_data_bytes(protocol)
 
     def slice_bytes(self, protocol: str) -> float:
-        """Data bytes a forwarding step must receive before it can pass them on."""
-        return self.slice_slots[_protocol(protocol)] * self.slot_data_bytes(protocol)
+        """Data bytes a forwarding step must receive before it can pass them on: the slice, and
+        for LL at most one line per thread (``protocols.LL_FORWARD_BYTES``)."""
+        data = self.slice_slots[_protocol(protocol)] * self.slot_data_bytes(protocol)
+        return min(data, LL_FORWARD_BYTES) if protocol == "LL" else data
 
     def window_bytes(self, protocol: str) -> float:
         """Data bytes a sender may have in flight on one connection."""

@@ -11,7 +11,8 @@ from typing import Mapping
 
 from collsynth.errors import UnknownNameError
 
-__all__ = ["PROTOCOLS", "PROTOCOL_EFFICIENCY", "NCCL_STEPS", "BUFFER_BYTES", "check_protocol"]
+__all__ = ["PROTOCOLS", "PROTOCOL_EFFICIENCY", "NCCL_STEPS", "BUFFER_BYTES", "LL_FORWARD_BYTES",
+           "check_protocol"]
 
 #: NCCL's protocols in its own order (``ncclProtoStr``): the runtimes' choice scans them so.
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
@@ -28,6 +29,11 @@ NCCL_STEPS = 8
 BUFFER_BYTES: Mapping[str, int] = MappingProxyType(
     {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8,
      "Simple": 4 * 1024 * 1024})
+#: Data bytes an LL forwarding step receives before it passes data on: one line per thread,
+#: NCCL_LL_MAX_NTHREADS (512) x 8 data bytes. Each thread polls its own 16-byte line's flag and
+#: writes the line on at once (NCCL ``prims_ll.h``), so LL hops cut through a slot line by
+#: line instead of storing and forwarding it (LL128 and Simple wait for their slices).
+LL_FORWARD_BYTES = 512 * 8
 
 
 def check_protocol(name: object, what: str = "protocol") -> str:

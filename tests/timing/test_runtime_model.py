@@ -166,6 +166,30 @@ def test_a_forwarding_rank_pipelines_slices():
     assert simulate_program(p, line(3, 10.0), 8000, whole).time_us == pytest.approx(4.0 + 5.6)
 
 
+def test_an_ll_forwarding_rank_passes_each_line_on_as_it_arrives():
+    # 0 -> 1 -> 2 with rank 1 forwarding (rcs), in LL with NCCL's own LL slot (64 KiB on the
+    # wire, 32 KiB of data: one slot per slice). A 16 KiB chunk fits in one slot, yet LL does not
+    # wait for it: each of 512 threads polls its own 16-byte line (8 data bytes) and writes it
+    # on, so rank 1 forwards in grains of 512 x 8 = 4096 data bytes, 4 of them here. Links of
+    # 10 GB/s carry LL at 5 GB/s of data (half of each line is flags): 0.8192 us a grain. By
+    # hand, as the Simple case above: the last grain leaves rank 0 at 4 x 0.8192, reaches rank 1
+    # 2 us later, is forwarded in 0.8192 us and reaches rank 2 2 us later:
+    # 2 x 2 + 5 x 0.8192 = 8.096 us; storing the whole chunk first would take
+    # 2 x (2 + 16384 / 5000) = 10.5536 us.
+    p = program(3, {0: [(1, -1, 0, ["s"])], 1: [(2, 0, 0, ["rcs"])], 2: [(-1, 1, 0, ["r"])]},
+                proto="LL")
+    c = constants(base=4.0, hop=2.0, chunk_slots=1, slice_slots=1, fifo=8)
+    t = simulate_program(p, line(3, 10.0), 16384, c)
+    assert t.time_us == pytest.approx(4.0 + 4.0 + 5 * 4096 / 5000, rel=1e-9)
+    # LL128 waits for its slice (one slot of 76800 bytes: more than the chunk): store and
+    # forward, at 120/128 of 10 GB/s.
+    ll128 = program(3, {0: [(1, -1, 0, ["s"])], 1: [(2, 0, 0, ["rcs"])],
+                        2: [(-1, 1, 0, ["r"])]}, proto="LL128")
+    rate = 10_000 * 120 / 128
+    assert simulate_program(ll128, line(3, 10.0), 16384, c).time_us == pytest.approx(
+        4.0 + 2 * (2.0 + 16384 / rate), rel=1e-9)
+
+
 def test_a_pipelined_receive_reduce_pays_for_reducing_its_last_slice():
     # The runtime's ring reduce-scatter on 3 ranks (0 -> 1 -> 2 -> 0): every rank sends one
     # chunk (s), receives, reduces and forwards the next (rrs), and receives and reduces its
