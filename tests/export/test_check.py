@@ -1,7 +1,7 @@
 """Tests of the MSCCL XML checker: every XML of data/msccl-xml, and corruptions of them.
 
-Every file under ``data/msccl-xml/{generated,rccl}`` is checked for the runtime it
-targets (generated/ -> msccl, rccl/ -> rccl). :data:`EXPECTED` holds the exceptions: custom
+Every file under ``data/msccl-xml/{generated,rccl,msccl-scheduler}`` is checked for the
+runtime it targets (generated/ -> msccl, rccl/ -> rccl, msccl-scheduler/ -> msccl-executor). :data:`EXPECTED` holds the exceptions: custom
 collectives need their collective and root, and a few files break a rule the spec states
 explicitly (each row says which section). Corruptions are small text edits of those files,
 each rejected with its kind and a precise fragment of the message.
@@ -22,7 +22,7 @@ from collsynth.export.xml_reader import read_checked, read_program
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / "data" / "msccl-xml"
-FOLDER_RUNTIME = {"generated": "msccl", "rccl": "rccl"}
+FOLDER_RUNTIME = {"generated": "msccl", "rccl": "rccl", "msccl-scheduler": "msccl-executor"}
 SEND_BUFFER = ("send-buffer-write",)
 
 #: file -> (runtime, check_program keywords, the only problem kinds expected).
@@ -107,6 +107,7 @@ def test_every_shared_file_was_found() -> None:
     files = _shared_files()
     assert len([f for f in files if f.startswith("generated/")]) >= 40
     assert len([f for f in files if f.startswith("rccl/")]) >= 15
+    assert len([f for f in files if f.startswith("msccl-scheduler/")]) == 12
     assert set(EXPECTED) <= set(files)
 
 

@@ -63,6 +63,11 @@ PUBLIC_LOGS = {
     "H100-8gpu-azure-ndh100v5_all_reduce_busbw-table_azure-guide.txt": ("allreduce", 8, 24, 0, 1024, 8 * GiB, "busbw-table"),
     "H200-8gpu-azure-ndh200v5_all_reduce_busbw-table_azure-guide.txt": ("allreduce", 8, 24, 0, 1024, 8 * GiB, "busbw-table"),
     "MI300X-8gpu-azure-ndmi300xv5_all_reduce_busbw-table_azure-guide.txt": ("allreduce", 8, 24, 0, 1024, 8 * GiB, "busbw-table"),
+    # the msccl performance page's table as CSV: 21 in-place rows 1 KiB .. 1 GiB, ranks column
+    "H100-8gpu-azure-ndh100v5_all_reduce_nccl_msccl-perf.csv": ("allreduce", 8, 21, 0, 1024, GiB, "csv"),
+    "H100-8gpu-azure-ndh100v5_all_reduce_msccl_msccl-perf.csv": ("allreduce", 8, 21, 0, 1024, GiB, "csv"),
+    "H100-8gpu-azure-ndh100v5_all_gather_nccl_msccl-perf.csv": ("allgather", 8, 21, 0, 1024, GiB, "csv"),
+    "H100-8gpu-azure-ndh100v5_all_gather_msccl_msccl-perf.csv": ("allgather", 8, 21, 0, 1024, GiB, "csv"),
 }
 
 MiB = 1 << 20
@@ -101,6 +106,14 @@ BUSBW_1M = {
     "MI300X-8gpu-azure-ndmi300xv5_all_reduce_busbw-table_azure-guide.txt": (37, 22.41),
 }
 
+#: CSV transcription -> (line, time at 1 MiB) as the source page's table prints it (its "1MB" row).
+TABLE_1M = {
+    "H100-8gpu-azure-ndh100v5_all_reduce_nccl_msccl-perf.csv": (19, 31.94),
+    "H100-8gpu-azure-ndh100v5_all_reduce_msccl_msccl-perf.csv": (19, 22.31),
+    "H100-8gpu-azure-ndh100v5_all_gather_nccl_msccl-perf.csv": (19, 18.33),
+    "H100-8gpu-azure-ndh100v5_all_gather_msccl_msccl-perf.csv": (19, 12.3),
+}
+
 
 def public(name: str) -> Path:
     path = PUBLIC / name
@@ -113,7 +126,7 @@ def test_every_public_log_has_a_row():
     assert PUBLIC.is_dir(), f"{PUBLIC} is missing"
     files = {p.name for p in PUBLIC.iterdir() if p.name != "README.md"}
     assert files == set(PUBLIC_LOGS)
-    assert set(HAND_READ) | set(BUSBW_1M) == set(PUBLIC_LOGS)
+    assert set(HAND_READ) | set(BUSBW_1M) | set(TABLE_1M) == set(PUBLIC_LOGS)
 
 
 def test_the_readme_names_every_file():
@@ -158,6 +171,16 @@ def test_busbw_table_row_by_hand(name: str):
     # e.g. H100: 1048576 B * 14/8 / 43.70 GB/s = 41.99 us.
     assert row.size_bytes == 1048576 and row.busbw_gbps == busbw and row.algbw_gbps is None
     assert row.time_us == pytest.approx(1048576 * 2 * (n - 1) / n / (busbw * 1e3), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_1M))
+def test_transcribed_table_row_by_hand(name: str):
+    line, time_us = TABLE_1M[name]
+    log = load_log(public(name))
+    (row,) = [r for r in log.rows if r.line == line]
+    assert (row.size_bytes, row.time_us, row.in_place) == (MiB, time_us, True)
+    # The page's own header: msccl-executor on NCCL 2.18.3.
+    assert (log.runtime, log.runtime_version) == ("nccl", "2.18.3")
 
 
 def test_busbw_table_size_labels_are_the_powers_of_two():
