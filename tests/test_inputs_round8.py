@@ -163,3 +163,20 @@ def test_the_synthesis_entry_points_say_which_argument_has_the_wrong_type():
         with pytest.raises(InvalidInstanceError, match=rf"time_limit = {limit!r}; expected "
                                                        r"seconds > 0"):
             solve_bandwidth_optimal(ring, coll, time_limit=limit)
+
+
+# -- nvidia-smi topo -m: two matrices in one file -----------------------------------------------
+
+
+def test_an_nvidia_smi_file_of_two_machines_is_refused(tmp_path, capsys):
+    """``for h in a b; do ssh $h nvidia-smi topo -m; done > topo.txt``: the first matrix was read
+    and the second ignored without a word (rocm-smi's reader already refuses a second table)."""
+    folder = ROOT / "data" / "machine-topologies" / "nvidia_smi"
+    dgx1 = (folder / "dgx1_v100_msccl_tools.txt").read_text()
+    four = (folder / "princeton_traverse_ac922_4xV100_NV3.txt").read_text()
+    path = tmp_path / "two_hosts.txt"
+    path.write_text(four + dgx1)
+    second = len(four.splitlines()) + 2  # the dgx1 file's header is its line 2
+    assert cli.main(["bounds", str(path), "allgather"]) == cli.EXIT_ERROR
+    assert f"two_hosts.txt: line {second}: a second matrix (the first's header is line 2); a " \
+           "file describes one machine: keep one" in capsys.readouterr().err

@@ -4,7 +4,8 @@ The matrix has one column per device (``GPU0..``, then NICs named ``NIC0..`` or 
 trailing ``CPU Affinity`` / ``NUMA Affinity`` / ``GPU NUMA ID`` columns. Cells are ``X`` (self),
 ``NV#`` (NVLink) or a PCIe path type (``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``, or ``SOC`` in
 old drivers). Columns may be TAB separated or space aligned, lines may end in CRLF, and lines
-before and after the matrix (a shell prompt, the legend, the ``NIC Legend:`` block) are ignored.
+before and after the matrix (a shell prompt, the legend, the ``NIC Legend:`` block) are ignored;
+a second matrix (several hosts' output in one file) is refused.
 
 The details: ``docs/topologies.md``, section "The nvidia-smi matrix".
 """
@@ -175,6 +176,10 @@ def _parse(text: str, source: str) -> _Matrix:
                     "output looks truncated")
 
     rest = lines[end:]
+    second = next((end + i for i, line in enumerate(rest) if _is_header(line.split())), None)
+    if second is not None:  # e.g. the output of several hosts: which one is meant?
+        raise FileFormatError(source, f"line {second + 1}: a second matrix (the first's header is "
+                                      f"{where}); a file describes one machine: keep one")
     legend_found = any(line.strip() == "Legend:" for line in rest)
     nv_legend_found = any(_NV_LEGEND.match(line) for line in rest)
     nic_names = {m.group(1): m.group(2) for m in map(_NIC_LEGEND.match, rest) if m}
@@ -244,7 +249,8 @@ def import_nvidia_smi(text: str, *, name: str | None = None, source: str = "<nvi
     Parameters
     ----------
     text:
-        The command's output. Lines before the header row and after the matrix are ignored.
+        The command's output. Lines before the header row and after the matrix are ignored (a
+        second matrix is refused).
     name:
         The topology name (default ``"nvidia-smi"``).
     source:
@@ -264,8 +270,8 @@ def import_nvidia_smi(text: str, *, name: str | None = None, source: str = "<nvi
     Raises
     ------
     FileFormatError
-        No header row, a truncated or malformed matrix, one GPU only, ``topo -mp`` output, or
-        NVLink counts that fit neither model.
+        No header row, a truncated or malformed matrix, a second matrix, one GPU only,
+        ``topo -mp`` output, or NVLink counts that fit neither model.
     InputTooLargeError
         Text above 16 MiB, or more than 1024 GPUs.
 
