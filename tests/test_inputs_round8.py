@@ -180,3 +180,22 @@ def test_an_nvidia_smi_file_of_two_machines_is_refused(tmp_path, capsys):
     assert cli.main(["bounds", str(path), "allgather"]) == cli.EXIT_ERROR
     assert f"two_hosts.txt: line {second}: a second matrix (the first's header is line 2); a " \
            "file describes one machine: keep one" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("--collective all_reduce", "--collective all_gather"),
+     "line 32: 'all_gather' after 'all_reduce' (line 1); a log measures one collective"),
+    (("'world_size': 8", "'world_size': 4"),
+     "line 33: world_size 4 after 8 (line 2); a log measures one rank count"),
+])
+def test_a_param_log_of_two_runs_that_differ_is_refused(tmp_path, edit, message):
+    """PARAM's comms.py output, a second run appended: its rows were read as the first run's
+    collective (or the first world_size's ranks)."""
+    text = (ROOT / "tests" / "fixtures" / "logs" / "param_comms_tabs.txt").read_text()
+    assert len(text.splitlines()) == 31 and edit[0] in text
+    path = tmp_path / "param_twice.txt"
+    path.write_text(text + text.replace(*edit))
+    with pytest.raises(FileFormatError, match=re.escape(message)):
+        load_log(path)
+    path.write_text(text + text)  # the same run twice: one curve
+    assert load_log(path).ranks == 8

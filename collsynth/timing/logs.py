@@ -738,12 +738,30 @@ def _parse_param(text: str, name: str, collective: str | None, ranks: int | None
     zero = 0
     world: int | None = None
     found: str | None = None
+    world_line = found_line = 0
+
+    def collective_is(candidate: str, number: int) -> None:
+        # Runs appended to one log: one curve of one collective, or a refusal naming the line.
+        nonlocal found, found_line
+        if found is None:
+            found, found_line = candidate, number
+        elif canonical_collective(candidate) != canonical_collective(found):
+            raise FileFormatError(name, f"line {number}: {shown(candidate)} after "
+                                        f"{shown(found)} (line {found_line}); a log measures "
+                                        "one collective: split the file")
+
     for number, raw in enumerate(text.splitlines(), start=1):
         line = _strip_tags(raw)
-        if world is None and (m := _WORLD_SIZE.search(line)) is not None:
-            world = _count(m.group(1), "world_size", name, number, _MAX_RANKS)
-        if found is None and (m := _COLLECTIVE_ARG.search(line)) is not None:
-            found = m.group(1)
+        if (m := _WORLD_SIZE.search(line)) is not None:
+            size = _count(m.group(1), "world_size", name, number, _MAX_RANKS)
+            if world is None:
+                world, world_line = size, number
+            elif size != world:
+                raise FileFormatError(name, f"line {number}: world_size {size} after {world} "
+                                            f"(line {world_line}); a log measures one rank "
+                                            "count: split the file")
+        if (m := _COLLECTIVE_ARG.search(line)) is not None:
+            collective_is(m.group(1), number)
         m = _PARAM_ROW.search(line)
         if m is None:
             continue
@@ -759,7 +777,7 @@ def _parse_param(text: str, name: str, collective: str | None, ranks: int | None
                 columns = header
             continue
         if tag:
-            found = tag.split("-", 1)[0]
+            collective_is(tag.split("-", 1)[0], number)
         layout = columns if columns is not None else _HEADERLESS.get(len(cells))
         if layout is None:
             raise FileFormatError(name, f"line {number}: a COMMS-RES row with {len(cells)} cells "
