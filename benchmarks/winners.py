@@ -111,19 +111,23 @@ def band_errors(rows: list[dict], who: str) -> list[float | None]:
     return found
 
 
-def winners(rows: list[dict]) -> tuple[int, list[int]]:
-    """Sizes where the measured times differ by more than :data:`CLEAR_WIN`, and those of them
-    where the predicted winner is not the measured one."""
-    clear, wrong = 0, []
+def winners(rows: list[dict]) -> tuple[int, list[int], list[int]]:
+    """Sizes where the measured times differ by more than :data:`CLEAR_WIN`, those of them
+    where the predicted winner is not the measured one, and the sizes where the prediction
+    claims such a clear win that the measurement does not show (an overclaim: the user would
+    deploy for a gain that is not there)."""
+    clear, wrong, overclaimed = 0, [], []
     for r in rows:
         measured = r["nccl_measured_us"] / r["msccl_measured_us"]
+        predicted = r["nccl_predicted_us"] / r["msccl_predicted_us"]
         if max(measured, 1 / measured) <= CLEAR_WIN:
+            if max(predicted, 1 / predicted) > CLEAR_WIN:
+                overclaimed.append(r["size_bytes"])
             continue
         clear += 1
-        predicted = r["nccl_predicted_us"] / r["msccl_predicted_us"]
         if (measured > 1) != (predicted > 1):
             wrong.append(r["size_bytes"])
-    return clear, wrong
+    return clear, wrong, overclaimed
 
 
 def _pct(value: float | None) -> str:
@@ -143,13 +147,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{time.perf_counter() - t0:.1f} s")
         for collective in COLLECTIVES:
             rows = predict(fit.constants, collective)
-            clear, wrong = winners(rows)
+            clear, wrong, overclaimed = winners(rows)
             bands = {who: band_errors(rows, who) for who in ("nccl", "msccl")}
             print(f"  {collective}: NCCL " + " ".join(_pct(e) for e in bands["nccl"])
                   + "  MSCCL " + " ".join(_pct(e) for e in bands["msccl"])
                   + f"  (bands {', '.join(b[0] for b in BANDS)});"
                   + f" right winner at {clear - len(wrong)} of {clear} sizes with a clear one"
-                  + (f", wrong at {', '.join(str(s) for s in wrong)} B" if wrong else ""))
+                  + (f", wrong at {', '.join(str(s) for s in wrong)} B" if wrong else "")
+                  + (f"; a clear win predicted but not measured at "
+                     f"{', '.join(str(s) for s in overclaimed)} B" if overclaimed else ""))
             for r in rows:
                 m = r["nccl_measured_us"] / r["msccl_measured_us"]
                 p = r["nccl_predicted_us"] / r["msccl_predicted_us"]
@@ -159,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"({r['msccl_ran']})  speedup {m:.2f} -> {p:.2f}")
             results.append({"case": case, "collective": collective, "rows": rows,
                             "bands": bands, "clear": clear, "wrong": wrong,
+                            "overclaimed": overclaimed,
                             "gmae": fit.gmae})
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

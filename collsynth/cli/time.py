@@ -485,6 +485,8 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
                      refused: list[tuple[str, str]], collective: str,
                      now_on: Callable[[str], None]) -> int:
     """:func:`_time_program`'s pricing and table; ``now_on`` is told what is being priced."""
+    from collsynth.export.program import Program
+    from collsynth.export.selection import selected_program
     from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
                                           runtime_algorithms)
     from collsynth.timing.program_model import TREE_CORRECTION_NOTE
@@ -494,14 +496,18 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     errors: list[tuple[str, str]] = [(name, " ".join(why.split())) for name, why in refused]
     # A program that cannot be lowered or priced is an error row. Not price_table: files may
     # share a name (two XML files of one program), and each gets its own row.
+    priced: dict[int, dict[int, "Price"]] = {}  # id(subject) -> size -> its price
     for subject in subjects:
         now_on(subject.name)
         why = model.why_not(subject)
         if why is None:
             try:
-                prices.extend(model.price(subject, sizes))
+                found = model.price(subject, sizes)
             except PRICING_FAILURES as exc:
                 why = str(exc)
+            else:
+                prices.extend(found)
+                priced[id(subject)] = {p.size_bytes: p for p in found}
         if why is not None:
             errors.append((subject.name, " ".join(why.split())))
     ours = [RuntimeAlgorithm(r.runtime, r.algorithm, r.collective, r.topology,
@@ -533,6 +539,15 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
         err(f"warning: {warning}")
     notes += list(dict.fromkeys(f"{p.subject}: {p.note}" for p in baselines.prices
                                 if "no direct link" in p.note))
+    layout = _layout(args, collective)
+    loads = [s for s in subjects if isinstance(s, Program) and id(s) in priced] \
+        if runtime.dialect is not None else []
+    if loads:
+        notes.append(f"{runtime.name} as loaded: at each size the program {runtime.name} "
+                     f"selects for an {layout} call (its minBytes-maxBytes and layout; the "
+                     "first file given wins; the call's count assumed to fit nchunksperloop), "
+                     f"else {runtime.family}'s own pick; 'vs fastest' there is against that "
+                     "pick (docs/cli.md)")
     rows = []
     for size in sizes:
         runtime_here = baselines.at(size)
@@ -543,6 +558,19 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
                 "name": fastest.subject, "time_us": fastest.time_us,
                 "speedup": fastest.time_us / p.time_us if p.time_us > 0 else None}
             rows.append({**p.as_dict(), "kind": "program", "vs_runtime": versus})
+        if loads:
+            own = next((p for p in runtime_here if pick is not None
+                        and by_name[p.subject].algorithm == pick.split("/")[0]), fastest)
+            chosen = selected_program(loads, size, runtime=runtime.name,
+                                      collective=collective, in_place=layout == "in-place")
+            runs = own if chosen is None else priced[id(chosen)][size]
+            if runs is not None:
+                versus = None if own is None else {
+                    "name": own.subject, "time_us": own.time_us,
+                    "speedup": own.time_us / runs.time_us if runs.time_us > 0 else None}
+                rows.append({**runs.as_dict(), "name": f"{runtime.name} as loaded",
+                             "note": f"runs {runs.subject}", "kind": "loaded",
+                             "vs_runtime": versus})
         for p in runtime_here:
             picked = pick if pick is not None and \
                 pick.split("/")[0] == by_name[p.subject].algorithm else None
@@ -591,6 +619,14 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     for name, why in errors:
         out(f"not priced: {name}: {why}")
     return _unless_nothing(nothing, errors, status)
+
+
+def _layout(args: argparse.Namespace, collective: str) -> str:
+    """The calls' layout: ``--layout``, else torch's for the collective (allreduce, broadcast
+    and reduce in place; allgather, reduce-scatter and alltoall out of place)."""
+    if args.layout is not None:
+        return args.layout
+    return "in-place" if collective in ("allreduce", "broadcast", "reduce") else "out-of-place"
 
 
 def _unless_nothing(nothing: bool, errors: list[tuple[str, str]], status: int) -> int:
@@ -756,6 +792,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="program model: each calling thread drives G GPUs, as nccl-tests' "
                              "-g G (default 1: a process per GPU); a calibration's host work "
                              "per call and channel is paid G times")
+    parser.add_argument("--layout", choices=("in-place", "out-of-place"),
+                        help="XML programs on msccl, msccl-executor or rccl: the calls the "
+                             "'as loaded' row prices (the program the runtime selects by size "
+                             "and layout); default: torch's (allreduce in place, allgather and "
+                             "reduce-scatter out of place)")
     parser.add_argument("--model", choices=MODELS,
                         help="program: simulate the runtime executing the program; closed-form: "
                              "the alpha-beta formula of the algorithm (default: program for XML "

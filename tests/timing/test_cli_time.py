@@ -309,3 +309,37 @@ def test_time_prices_msccl_programs_with_a_calibration_of_nccl(capsys, tmp_path)
                        "--calibration", rt, "--sizes", "1KiB")
     assert code == cli.EXIT_ERROR
     assert f"--runtime rccl: the calibration {rt} is for nccl, whose kernels rccl" in err
+
+
+def test_time_prices_a_set_of_programs_as_the_runtime_loads_it(capsys):
+    """With several XML files on a runtime that loads them, a row per size prices what it runs:
+    the program whose minBytes-maxBytes and layout take the call (ap-1pass.xml: 0-32768 B;
+    r48ll.xml: 266240-2078719 B; both in-place only), else the runtime's own pick."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "data" / "msccl-xml" / "msccl-scheduler"
+    files = [folder / "ap-1pass.xml", folder / "r48ll.xml"]
+
+    def rows(*extra):
+        code, out, err = run(capsys, "time", *files, "--topology", "dgx-h100", "--runtime",
+                             "msccl-executor", "--sizes", "1KiB,1MiB,64MiB", "--json", *extra)
+        assert code == 0, err
+        return json.loads(out)
+
+    found = rows()
+    for size, runs in ((1024, "ap-1pass.xml"), (1 << 20, "r48ll.xml")):
+        (loaded,) = [r for r in found if r["kind"] == "loaded" and r["size_bytes"] == size]
+        (program,) = [r for r in found if r["name"] == runs and r["size_bytes"] == size]
+        assert loaded["note"] == f"runs {runs}" and loaded["time_us"] == program["time_us"]
+    # 64 MiB is above both ranges: the runtime's own pick runs, and the row says which.
+    (big,) = [r for r in found if r["kind"] == "loaded" and r["size_bytes"] == 64 << 20]
+    (pick,) = [r for r in found if r.get("runtime_pick") and r["size_bytes"] == 64 << 20]
+    assert big["note"] == f"runs {pick['name']}" and big["time_us"] == pick["time_us"]
+    # Out-of-place calls never run these in-place-only files.
+    assert all(r["note"].startswith("runs nccl-") for r in rows("--layout", "out-of-place")
+               if r["kind"] == "loaded")
+    # nccl loads no XML: no such row.
+    code, out, err = run(capsys, "time", *files, "--topology", "dgx-h100", "--sizes", "1KiB",
+                         "--json")
+    assert code == 0, err
+    assert not [r for r in json.loads(out) if r["kind"] == "loaded"]
