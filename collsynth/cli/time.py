@@ -624,9 +624,11 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
 def _layout(args: argparse.Namespace, collective: str) -> str:
     """The calls' layout: ``--layout``, else torch's for the collective (allreduce, broadcast
     and reduce in place; allgather, reduce-scatter and alltoall out of place)."""
+    from collsynth.plan.planner import TORCH_IN_PLACE
+
     if args.layout is not None:
         return args.layout
-    return "in-place" if collective in ("allreduce", "broadcast", "reduce") else "out-of-place"
+    return "in-place" if collective in TORCH_IN_PLACE else "out-of-place"
 
 
 def _unless_nothing(nothing: bool, errors: list[tuple[str, str]], status: int) -> int:

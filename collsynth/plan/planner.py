@@ -52,7 +52,7 @@ _log = logging.getLogger(__name__)
 PLANNED_KINDS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce")
 _ROOTED = ("broadcast", "reduce")
 #: Collectives torch calls in place (same tensor in and out).
-_TORCH_INPLACE = ("allreduce", "broadcast", "reduce")
+TORCH_IN_PLACE = ("allreduce", "broadcast", "reduce")
 _COMBINING = ("allreduce", "reduce", "reduce_scatter")
 #: How a plan prices candidates: ``"auto"`` (the program model wherever it applies, else the
 #: closed form) or ``"closed-form"`` (the quick path everywhere).
@@ -817,7 +817,7 @@ def _export(algorithm: Any, name: str, collective: str, n: int, local_root: int 
     from collsynth.export.lower import lower
     from collsynth.export.xml_writer import write_program
 
-    torch_inplace = collective in _TORCH_INPLACE
+    torch_inplace = collective in TORCH_IN_PLACE
     layouts = [(torch_inplace, not torch_inplace)]
     if runtime != "msccl":
         layouts.insert(0, (True, True))  # rccl / msccl-executor: declare both when possible
