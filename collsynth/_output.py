@@ -103,23 +103,29 @@ def check_folder_writable(folder: Path, label: str) -> None:
 
 
 def check_output_file(path: str | os.PathLike[str], *, label: str | None = None,
-                      inputs: Sequence[str | os.PathLike[str]] = ()) -> Path:
+                      inputs: Sequence[str | os.PathLike[str]] = (),
+                      outputs: Sequence[tuple[str, str | os.PathLike[str]]] = ()) -> Path:
     """Check that a file can be written at ``path`` without replacing anything but a regular
     file that is none of the command's ``inputs``; return it as a :class:`Path`. ``label``
-    names it in messages (default: the path).
+    names it in messages (default: the path). ``outputs`` are the command's other output
+    files, as ``(label, path)``: ``path`` must be none of them.
 
     Raises
     ------
     OutputPathError
         A path ending in ``/``; an existing link, FIFO, device, socket, folder or read-only
-        file; one of ``inputs`` (writing would destroy what the command reads); a missing or
-        unwritable folder.
+        file; one of ``inputs`` (writing would destroy what the command reads) or of
+        ``outputs`` (one file would replace the other); a missing or unwritable folder.
     """
     text = os.fspath(path)
     label = label or text
     if not text or text.endswith(("/", os.sep)) or (os.altsep and text.endswith(os.altsep)):
         raise OutputPathError(f"{label}: names a folder; expected a file name")
     target = Path(text)
+    for other_label, other in outputs:
+        if os.path.realpath(target) == os.path.realpath(other) or _same_file(target, other):
+            raise OutputPathError(f"{label}: is also {other_label}; one would replace the other "
+                                  "(choose two names)")
     for source in inputs:
         try:
             same = os.path.samefile(target, source)
@@ -131,6 +137,13 @@ def check_output_file(path: str | os.PathLike[str], *, label: str | None = None,
     _check_target(target, label)
     check_folder_writable(target.parent, label)
     return target
+
+
+def _same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # either is missing or unreadable: not the same existing file
+        return False
 
 
 def check_output_dir(path: str | os.PathLike[str], *, label: str | None = None,

@@ -199,3 +199,19 @@ def test_a_param_log_of_two_runs_that_differ_is_refused(tmp_path, edit, message)
         load_log(path)
     path.write_text(text + text)  # the same run twice: one curve
     assert load_log(path).ranks == 8
+
+
+# -- calibrate -o and --plot naming one file ------------------------------------------------------
+
+
+@pytest.mark.parametrize("plot", ["same.svg", "./same.svg"])
+def test_calibrate_refuses_one_file_for_the_calibration_and_the_plot(tmp_path, capsys,
+                                                                      monkeypatch, plot):
+    """Before: 'wrote same.svg and same.svg', exit 0: the figure replaced the calibration."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["calibrate", str(ALLGATHER_LOG), "--topology",
+                     "ring:4,unit_gbps=25,alpha_us=1", "-o", "same.svg", "--plot", plot,
+                     "-q"]) == cli.EXIT_ERROR
+    assert f"--plot {plot}: is also -o same.svg; one would replace the other (choose two " \
+           "names)" in capsys.readouterr().err
+    assert not (tmp_path / "same.svg").exists()

@@ -141,7 +141,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
     check_output_file(args.output, label=f"-o {args.output}",
                       inputs=args.logs)  # before reading any log
     if args.plot:
-        check_output_file(args.plot, label=f"--plot {args.plot}", inputs=args.logs)
+        check_output_file(args.plot, label=f"--plot {args.plot}", inputs=args.logs,
+                          outputs=[(f"-o {args.output}", args.output)])
     for path in args.logs:  # every log a regular file, before fitting the first
         check_input_file(path)
     ceiling, machine = _busbw_ceiling(args.topology, args.nodes)
