@@ -215,3 +215,19 @@ def test_calibrate_refuses_one_file_for_the_calibration_and_the_plot(tmp_path, c
     assert f"--plot {plot}: is also -o same.svg; one would replace the other (choose two " \
            "names)" in capsys.readouterr().err
     assert not (tmp_path / "same.svg").exists()
+
+
+# -- plan --cache inside -o -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cache", ["plan", "plan/cache"])
+def test_plan_refuses_a_cache_in_the_plan_folder(tmp_path, capsys, cache):
+    """Before: the fronts were synthesized and cached into the new plan folder, and then the
+    plan refused to write there ('exists, is not empty and holds no plan manifest'), exit 1
+    after all the work, the folder left behind."""
+    trace = ROOT / "tests" / "fixtures" / "traces" / "dgx1-dp"
+    assert cli.main(["plan", str(trace), "--topology", "dgx1", "-o", str(tmp_path / "plan"),
+                     "--cache", str(tmp_path / cache), "-q"]) == cli.EXIT_USAGE
+    assert f"--cache {tmp_path / cache} is in -o {tmp_path / 'plan'}, which the plan " \
+           "replaces; keep the cache elsewhere" in capsys.readouterr().err
+    assert not (tmp_path / "plan").exists()

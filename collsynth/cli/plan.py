@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, Interrupted, UsageError,
@@ -148,7 +149,13 @@ def run_plan(args: argparse.Namespace) -> int:
     try:
         from collsynth.plan.writer import check_plan_directory
 
-        check_plan_directory(args.output)  # before any planning
+        target = check_plan_directory(args.output)  # before any planning
+        if not args.no_cache:
+            folder = Path(args.cache) if args.cache else default_cache_directory()
+            if folder.resolve().is_relative_to(target.resolve()):
+                label = f"--cache {args.cache}" if args.cache else f"the cache {folder}"
+                raise UsageError.of("plan", f"{label} is in -o {args.output}, which the plan "
+                                            "replaces; keep the cache elsewhere")
         check_fabric_arguments(args)
         topology = resolve_topology(args.topology, nodes=args.nodes, nic_units=args.nic_units,
                                     oversubscription=args.oversubscription, fabric=args.fabric,
