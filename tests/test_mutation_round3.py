@@ -452,7 +452,8 @@ def test_blackwell_caps_before_nccl_2_28_are_twice_the_hopper_rows():
     from collsynth.timing.tuning_model import _PER_CH_TREE, _cap, tuning_setup
     from collsynth.topology import get_topology
 
-    # docs/runtime-tuning.md, "< 2.28": "Blackwell caps twice the Hopper rows (2.25-2.27)".
+    # docs/runtime-tuning.md, "Versions", its row for NCCL < 2.28: Blackwell caps twice the
+    # Hopper rows (2.25-2.27).
     # The per-channel tree cap on one node: Hopper's 38.7, so 77.4 on 2.26; 2.28 has
     # Blackwell's own row, 70.0.
     b200 = get_topology("dgx-b200")
