@@ -231,3 +231,23 @@ def test_plan_refuses_a_cache_in_the_plan_folder(tmp_path, capsys, cache):
     assert f"--cache {tmp_path / cache} is in -o {tmp_path / 'plan'}, which the plan " \
            "replaces; keep the cache elsewhere" in capsys.readouterr().err
     assert not (tmp_path / "plan").exists()
+
+
+# -- an MSCCL++ plan given where an algorithm file goes ------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["show"], ["time"], ["draw", "-o", "{tmp}/x.png"],
+                                     ["export", "--runtime", "msccl", "-o", "{tmp}/x.xml"]])
+def test_an_mscclpp_plan_given_for_an_algorithm_file_is_named(ring_allgather, tmp_path, capsys,
+                                                              command):
+    """``export --runtime mscclpp`` writes .json plans; given to show, time, draw or export
+    they were refused as "missing field 'format'; expected 'collsynth-algorithm'"."""
+    plan = tmp_path / "plan.json"
+    assert cli.main(["export", str(ring_allgather), "--runtime", "mscclpp", "-o",
+                     str(plan)]) == cli.EXIT_OK
+    capsys.readouterr()
+    argv = [command[0], str(plan)] + [a.replace("{tmp}", str(tmp_path)) for a in command[1:]]
+    assert cli.main(argv) == cli.EXIT_ERROR
+    assert "plan.json: an MSCCL++ execution plan (it has 'gpus' and no 'format'), not an " \
+           "algorithm file; 'collsynth check --runtime mscclpp' reads plans" in \
+           capsys.readouterr().err

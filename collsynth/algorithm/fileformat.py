@@ -168,6 +168,11 @@ def algorithm_from_json(obj: Any, *, source: str = "<algorithm>") -> Algorithm:
     if not isinstance(obj, dict):
         raise FileFormatError(source, f"expected a JSON object at the top level, got {got(obj)}")
     fmt = obj.get("format")
+    if fmt is None and {"gpus", "collective", "protocol"} <= set(obj):
+        raise FileFormatError(source, "an MSCCL++ execution plan (it has 'gpus' and no "
+                                      "'format'), not an algorithm file; 'collsynth check "
+                                      "--runtime mscclpp' reads plans, this command takes the "
+                                      "algorithm file the plan was exported from")
     if fmt != FORMAT_NAME:
         raise FileFormatError(source, "missing field 'format'; expected 'collsynth-algorithm'"
                               if fmt is None else
