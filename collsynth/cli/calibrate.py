@@ -84,7 +84,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--collective", type=_collective, metavar="NAME",
                         help="the collective of logs that do not say (e.g. allreduce; any "
                              "spelling of: " + ", ".join(LOGGED_COLLECTIVES) + "; --model "
-                             "program: allgather, reduce_scatter or allreduce, default allgather)")
+                             "program: allgather, reduce_scatter, allreduce, broadcast or "
+                             "reduce, default allgather)")
     parser.add_argument("--ranks", type=positive_int, metavar="N",
                         help="the rank count of logs that do not say")
     parser.add_argument("--runtime", metavar="NAME",

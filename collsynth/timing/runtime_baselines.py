@@ -1,7 +1,7 @@
 """The runtime's own algorithms as MSCCL programs, so one simulator prices both sides.
 
-NCCL and RCCL run allgather, reduce-scatter and allreduce on rings, one ring per channel, and
-allreduce also on a double binary tree; the same schedules written as MSCCL programs run through
+NCCL and RCCL run allgather, reduce-scatter and allreduce on rings, one ring per channel,
+broadcast and reduce as chains along those rings, and allreduce also on a double binary tree; the same schedules written as MSCCL programs run through
 :func:`collsynth.timing.runtime_model.simulate_program` with the same constants as any
 synthesized program ("one yardstick"). The programs' steps are in docs/runtime-model.md.
 """
@@ -23,8 +23,9 @@ __all__ = ["RING_COLLECTIVES", "TREE_COLLECTIVES", "PAT_COLLECTIVES", "ring_prog
            "pat_program", "tree_pipeline", "TREE_PIPELINE", "TREE_MAX_PIPELINE",
            "P2P_COLLECTIVES", "p2p_program", "p2p_channel"]
 
-#: Collectives whose ring :func:`ring_program` writes.
-RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce")
+#: Collectives whose ring :func:`ring_program` writes (broadcast and reduce: NCCL's chain along
+#: the ring from or to the root).
+RING_COLLECTIVES = ("allgather", "reduce_scatter", "allreduce", "broadcast", "reduce")
 #: Collectives NCCL and RCCL also run on their double binary tree.
 TREE_COLLECTIVES = ("allreduce",)
 #: Collectives NCCL runs with PAT (one GPU per node, Simple).
@@ -86,8 +87,13 @@ def runtime_rings(topology: "Topology", channels: int | None = None
 
 
 def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: str = "Simple",
-                 name: str | None = None, runtime: str | None = None) -> Program:
+                 name: str | None = None, runtime: str | None = None, root: int = 0) -> Program:
     """The ring algorithm of ``collective`` over ``rings`` (one per channel) as a Program.
+
+    Broadcast and reduce are NCCL's chains (``runRing`` of ``broadcast.h`` and ``reduce.h``):
+    on each channel the data leaves ``root`` along the ring, each rank passing it on as it
+    arrives, the rank before the root only receiving; a reduce runs the other way, from the
+    rank after ``root`` to ``root``, each rank adding its own. Each channel carries one chunk.
 
     ``runtime``: ``None`` for the schedule the runtime's own kernels run (fused steps, what
     the program model prices); a runtime's name for a file that runtime's MSCCL interpreter
@@ -97,13 +103,17 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
     Raises
     ------
     UnknownNameError
-        A collective without a ring here (allgather, reduce_scatter, allreduce have one).
+        A collective without a ring here (see :data:`RING_COLLECTIVES`).
     InvalidInstanceError
-        No ring, or a ring that is not a permutation of the same ranks as the first.
+        No ring, a ring that is not a permutation of the same ranks as the first, or a root
+        that is not one of them.
 
     >>> p = ring_program("allgather", [(0, 1, 2, 3)])
     >>> [st.type for st in p.gpus[0].threadblocks[0].steps]
     ['s', 'rcs', 'rcs', 'r', 'cpy']
+    >>> b = ring_program("broadcast", [(0, 1, 2, 3)], root=1)
+    >>> [[st.type for st in g.threadblocks[0].steps] for g in b.gpus]
+    [['r'], ['s', 'cpy'], ['rcs'], ['rcs']]
     """
     key = canonical_name(collective)
     if key not in RING_COLLECTIVES:
@@ -120,6 +130,8 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
     for ring in rings:
         if sorted(ring) != list(range(n)):
             raise InvalidInstanceError(f"ring {ring} is not a permutation of ranks 0..{n - 1}")
+    if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < n:
+        raise InvalidInstanceError(f"root = {root!r}; expected a rank from 0 to {n - 1}")
     total = n * channels
 
     def chunk(owner: int, c: int) -> int:   # the slot of rank ``owner``'s part on channel c
@@ -139,6 +151,16 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
             steps: list[tuple[str, str, int, str, int]] = []
             if n == 1:
                 pass
+            elif key == "broadcast":
+                if rank == root:
+                    steps += [("s", "i", c, "o", c), ("cpy", "i", c, "o", c)]
+                else:
+                    steps.append(("r" if nxt == root else "rcs", "o", c, "o", c))
+            elif key == "reduce":
+                if rank == root:
+                    steps.append(("rrc", "i", c, "o", c))
+                else:
+                    steps.append(("s" if prv == root else "rrs", "i", c, "i", c))
             elif key == "allgather":
                 steps.append(("s", "i", c, "o", chunk(rank, c)))
                 steps += [("rcs", "o", chunk(at(k), c), "o", chunk(at(k), c))
@@ -162,10 +184,13 @@ def ring_program(collective: str, rings: Sequence[Sequence[int]], *, protocol: s
             tbs.append(ThreadBlock(c, nxt if n > 1 else -1, prv if n > 1 else -1, c, xml))
         i_chunks, o_chunks = {"allgather": (channels, total),
                               "reduce_scatter": (total, channels),
-                              "allreduce": (total, total)}[key]
+                              "allreduce": (total, total),
+                              "broadcast": (channels, channels),
+                              "reduce": (channels, channels)}[key]
         gpus.append(GpuProgram(rank, i_chunks, o_chunks, 0, tuple(tbs)))
+    per_loop = channels if key in ("broadcast", "reduce") else total
     program = Program(name=name or f"ring-{key}", proto=protocol, nchannels=channels,
-                      nchunksperloop=total, ngpus=n, coll=key, inplace=0, gpus=tuple(gpus),
+                      nchunksperloop=per_loop, ngpus=n, coll=key, inplace=0, gpus=tuple(gpus),
                       outofplace=1, min_bytes=0)
     return program if runtime is None else _for_runtime(program, runtime)
 
@@ -228,15 +253,16 @@ def double_binary_tree(nodes: int) -> tuple[tuple[tuple[int, tuple[int, ...]], .
 
 def ring_program_steps(collective: str, ranks: int, channels: int) -> int:
     """The steps of :func:`ring_program`'s program (one thread block per rank and channel, of
-    ``n + 1`` steps for allgather, ``n`` reduce-scatter, ``2n - 1`` allreduce): what it is
-    refused by before it is built (:func:`~collsynth.timing.runtime_model.check_simulated_steps`).
+    ``n + 1`` steps for allgather, ``n`` reduce-scatter, ``2n - 1`` allreduce, at most 2 for
+    broadcast and 1 for reduce): what it is refused by before it is built
+    (:func:`~collsynth.timing.runtime_model.check_simulated_steps`).
 
     >>> ring_program_steps("allreduce", 4, 2)  # 4 ranks x 2 channels x 7
     56
     """
     n = ranks
-    per_tb = {"allgather": n + 1, "reduce_scatter": n, "allreduce": 2 * n - 1}[
-        canonical_name(collective)]
+    per_tb = {"allgather": n + 1, "reduce_scatter": n, "allreduce": 2 * n - 1, "broadcast": 2,
+              "reduce": 1}[canonical_name(collective)]
     return n * channels * per_tb
 
 

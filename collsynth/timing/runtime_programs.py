@@ -14,19 +14,21 @@ size is the caller's. docs/runtime-model.md.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from collsynth.export.program import Program
-from collsynth.runtimes.protocols import PROTOCOLS
+from collsynth.runtimes.protocols import BUFFER_BYTES, NCCL_STEPS, PROTOCOLS
 from collsynth.timing.runtime_baselines import (P2P_COLLECTIVES, PAT_COLLECTIVES,
                                                 RING_COLLECTIVES, TREE_COLLECTIVES,
                                                 TREE_PIPELINE, p2p_program, pat_program,
                                                 ring_program, ring_program_steps,
                                                 runtime_rings, runtime_tree, tree_program,
                                                 tree_program_min_steps)
-from collsynth.timing.runtime_model import PreparedProgram, check_simulated_steps
+from collsynth.timing.runtime_model import (PreparedProgram, check_simulated_steps,
+                                           prepare_program)
 from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES,
                                             SHARP_COLLECTIVES, nvls_graph, nvls_tree_graph,
                                             sharp_graph)
@@ -70,7 +72,13 @@ def _ring(collective: str, topology: "Topology", channels: int | None, protocol:
     n = topology.num_ranks
     check_simulated_steps(ring_program_steps(collective, n, 1),
                           f"the {collective} ring of {n} ranks on 1 channel or more")
-    return ring_program(collective, runtime_rings(topology, channels), protocol=protocol)
+    program = ring_program(collective, runtime_rings(topology, channels), protocol=protocol)
+    if protocol == "Simple" and program.coll in ("broadcast", "reduce"):
+        # NCCL's broadcast and reduce chains move one step (a FIFO slot) per slice
+        # (BROADCAST_SLICESTEPS and REDUCE_SLICESTEPS are 1), the other rings two.
+        prepared = prepare_program(program, topology)
+        return dataclasses.replace(prepared, slice_bytes=BUFFER_BYTES["Simple"] / NCCL_STEPS)
+    return program
 
 
 def _tree(collective: str, topology: "Topology", channels: int | None, protocol: str, *,

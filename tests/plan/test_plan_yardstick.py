@@ -57,16 +57,16 @@ def test_ring_collectives_are_priced_by_the_program_model(yard_plan):
     # alltoall: NCCL's grouped send/recv is a program the model prices (nccl-p2p)
     assert entries["alltoall"].yardstick == PROGRAM_MODEL
     assert [c.name for c in entries["alltoall"].candidates if c.source == NCCL] == ["nccl-p2p"]
-    # broadcast has no runtime program: the closed form, and the plan says why.
-    assert entries["broadcast"].yardstick == CLOSED_FORM
-    assert "broadcast" in entries["broadcast"].yardstick_note
+    # broadcast: NCCL's chain along its ring is a program the model prices too (nccl-ring)
+    assert entries["broadcast"].yardstick == PROGRAM_MODEL
+    assert [c.name for c in entries["broadcast"].candidates if c.source == NCCL] == ["nccl-ring"]
     obj = json.loads((target / "plan.json").read_text())
     yardsticks = {e["collective"]: e["yardstick"] for e in obj["entries"]}
     assert yardsticks == {"allgather": PROGRAM_MODEL, "allreduce": PROGRAM_MODEL,
                           "reduce_scatter": PROGRAM_MODEL, "alltoall": PROGRAM_MODEL,
-                          "broadcast": CLOSED_FORM}
+                          "broadcast": PROGRAM_MODEL}
     report = (target / "report.md").read_text()
-    assert "Priced by: program-model." in report and "Priced by: closed-form (" in report
+    assert "Priced by: program-model." in report and "Priced by: closed-form (" not in report
 
 
 def test_the_nccl_row_is_the_runtime_ring_simulated(yard_plan):

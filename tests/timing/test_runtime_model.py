@@ -576,3 +576,41 @@ def test_a_resources_mean_load_is_the_overlap_weighted_sum_of_its_transfers_rate
         overlap = np.clip(np.minimum(finishes[on], finishes[e])
                           - np.maximum(starts[on], starts[e]), 0, None)
         assert got[k] == pytest.approx(float(np.sum(rates[on] * overlap)) / span, rel=1e-12)
+
+
+@pytest.mark.parametrize("collective, ops", [
+    ("broadcast", [["s", "cpy"], ["rcs"], ["rcs"], ["r"]]),
+    ("reduce", [["rrc"], ["s"], ["rrs"], ["rrs"]]),
+])
+def test_the_runtimes_broadcast_and_reduce_chains_by_hand(collective, ops):
+    # NCCL's broadcast leaves root 0 along the ring 0 -> 1 -> 2 -> 3; its reduce runs from the
+    # rank after the root (1) round to the root. One channel: one chunk of 8000 bytes, 8 slices
+    # of 1000 bytes (0.1 us each at 10 GB/s), three hops of 2 us, each rank passing slices on as
+    # they arrive: base 4 + 3 x 2 + (8 + 2) x 0.1 = 11 us (reductions free here).
+    n = 4
+    links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
+    ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
+    p = ring_program(collective, [(0, 1, 2, 3)])
+    assert [[st.type for st in g.threadblocks[0].steps] for g in p.gpus] == ops
+    c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=1, fifo=64)
+    assert simulate_program(p, ring4, 8000, c).time_us == pytest.approx(11.0, rel=1e-9)
+
+
+def test_the_runtimes_broadcast_moves_one_slot_per_slice_in_simple():
+    # NCCL's BROADCAST_SLICESTEPS and REDUCE_SLICESTEPS are 1 (the other rings' 2): with
+    # NCCL's 512 KiB slots a 4 MiB broadcast over the ring above crosses its 3 hops in slices
+    # of 524288 bytes, 52.4288 us each at 10 GB/s: 4 + 3 x 2 + (8 + 2) x 52.4288 = 534.288 us
+    # (with the 1 MiB slices of the allreduce ring it would be 4 + 6 + (4 + 2) x 104.8576).
+    from collsynth.timing.runtime_programs import RUNTIME_PROGRAMS
+
+    n = 4
+    links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
+    ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
+    built = RUNTIME_PROGRAMS["ring"].build("broadcast", ring4, 1, "Simple")
+    assert built.slice_bytes == 512 * 1024
+    c = constants(base=4.0, hop=2.0, fifo=64).replace(slot_bytes=dict(
+        get_runtime("nccl").defaults.slot_bytes))
+    assert simulate_program(built, None, 4 << 20, c).time_us == pytest.approx(
+        4 + 6 + 10 * 524288 / 10_000, rel=1e-9)
+    # LL and LL128 keep their own slices (one slot; LL a line per thread)
+    assert isinstance(RUNTIME_PROGRAMS["ring"].build("broadcast", ring4, 1, "LL"), Program)
