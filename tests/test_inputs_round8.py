@@ -251,3 +251,27 @@ def test_an_mscclpp_plan_given_for_an_algorithm_file_is_named(ring_allgather, tm
     assert "plan.json: an MSCCL++ execution plan (it has 'gpus' and no 'format'), not an " \
            "algorithm file; 'collsynth check --runtime mscclpp' reads plans" in \
            capsys.readouterr().err
+
+
+# -- draw --aggregate -----------------------------------------------------------------------------
+
+
+def test_draw_aggregate_is_a_heat_map_or_a_usage_error(ring_allgather, tmp_path, capsys,
+                                                       monkeypatch):
+    """Before: on a small schedule (arrows), --aggregate was ignored without a word, with
+    --style arrows too."""
+    out = tmp_path / "x.png"
+    assert cli.main(["draw", str(ring_allgather), "-o", str(out), "--aggregate", "--style",
+                     "arrows"]) == cli.EXIT_USAGE
+    assert "--aggregate sums heat maps; it does not go with --style arrows" in \
+        capsys.readouterr().err
+    assert not out.exists()
+    from collsynth import draw as draw_module
+
+    seen = []
+    real = draw_module._draw
+    monkeypatch.setattr(draw_module, "_draw",
+                        lambda topology, traffic, options, *rest: seen.append(options) or
+                        real(topology, traffic, options, *rest))
+    assert cli.main(["draw", str(ring_allgather), "-o", str(out), "--aggregate"]) == cli.EXIT_OK
+    assert (seen[0].style, seen[0].aggregate) == ("heatmap", True)

@@ -65,6 +65,9 @@ def run_draw(args: argparse.Namespace) -> int:
         raise UsageError.of("draw", f"-o {args.output}: expected a .png or .svg file")
     if args.nodes is not None and args.topology is None:
         raise UsageError.of("draw", "--nodes goes with --topology")
+    if args.aggregate and args.style == "arrows":
+        raise UsageError.of("draw", "--aggregate sums heat maps; it does not go with --style "
+                                    "arrows")
     output = check_output_path(args.output)  # before any work
     kind = file_kind(args.file)
     if kind == "xml" and args.topology is None:
@@ -76,7 +79,9 @@ def run_draw(args: argparse.Namespace) -> int:
                                     "topology: --topology is for XML programs")
     topology = None if args.topology is None else resolve_topology(args.topology,
                                                                     nodes=args.nodes)
-    options = DrawOptions(steps=args.steps, style=args.style,
+    # --aggregate asks for the summed heat map, whatever size 'auto' would draw arrows for.
+    style = "heatmap" if args.aggregate and args.style == "auto" else args.style
+    options = DrawOptions(steps=args.steps, style=style,
                           aggregate=True if args.aggregate else None)
     figure = draw_file(args.file, topology=topology, options=options)
     save_drawing(figure, output, dpi=args.dpi)
