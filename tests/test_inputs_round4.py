@@ -144,7 +144,7 @@ def test_export_tune_refuses_another_vendors_constants(algorithm_file, tmp_path,
 
 
 @pytest.mark.parametrize("argv", [
-    ["--collective", "broadcast", "--topology", "dgx1", "--json"],  # no runtime algorithm
+    ["--collective", "gather", "--topology", "dgx1", "--json"],  # no runtime algorithm
     ["--collective", "alltoall", "--topology", "ring:3"],            # no physical figures
 ])
 def test_time_with_nothing_priced_is_an_error(capsys, argv):
