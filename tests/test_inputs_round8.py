@@ -275,3 +275,50 @@ def test_draw_aggregate_is_a_heat_map_or_a_usage_error(ring_allgather, tmp_path,
                         real(topology, traffic, options, *rest))
     assert cli.main(["draw", str(ring_allgather), "-o", str(out), "--aggregate"]) == cli.EXIT_OK
     assert (seen[0].style, seen[0].aggregate) == ("heatmap", True)
+
+
+# -- the exact engine's size, before the solver: steps and split chunks ------------------------
+
+
+def test_an_exact_instance_of_too_many_steps_is_refused_before_the_solver(tmp_path, capsys,
+                                                                          monkeypatch):
+    """``solve instance ring:4 allgather --steps 100000 --rounds 100000`` passed the size check
+    (1.6M sends of the 12M allowed) and the solver then took over 10 GB; 20000 steps took 77 s
+    and 4.3 GB. The exact encoding takes at most 1024 steps, refused before any encoding."""
+    from collsynth.algorithm import Instance
+    from collsynth.collective import allgather
+    from collsynth.errors import InputTooLargeError
+    from collsynth.synthesis import instance as exact
+    from collsynth.synthesis import solve_instance
+    from collsynth.topology import get_topology
+
+    def no_build(*_args, **_kwargs):
+        raise AssertionError("the encoding was built")
+
+    monkeypatch.setattr(exact, "build_problem", no_build)
+    out = tmp_path / "a.json"
+    assert cli.main(["solve", "instance", "ring:4", "allgather", "--steps", "100000",
+                     "--rounds", "100000", "-o", str(out)]) == cli.EXIT_ERROR
+    assert "100000 steps: the exact encoding takes at most 1024" in capsys.readouterr().err
+    assert not out.exists()
+    ring4 = get_topology("ring:4")
+    with pytest.raises(InputTooLargeError, match="1025 steps"):
+        solve_instance(ring4, allgather(4), Instance(steps=1025))
+
+
+def test_a_split_too_large_is_refused_before_the_split(monkeypatch):
+    """``solve instance ... --chunks 1000000`` was refused as too large only after the
+    collective had been split into a million pieces per chunk (6 s)."""
+    from collsynth.algorithm import Instance
+    from collsynth.collective import Collective, allgather
+    from collsynth.errors import InputTooLargeError
+    from collsynth.synthesis import solve_instance
+    from collsynth.topology import get_topology
+
+    def no_split(*_args, **_kwargs):
+        raise AssertionError("the collective was split")
+
+    monkeypatch.setattr(Collective, "split", no_split)
+    # 4 chunks x 1e6 pieces x 4 ranks x 1 step = 1.6e7 sends, above the 1.2e7 built
+    with pytest.raises(InputTooLargeError, match="in 1000000 pieces per chunk"):
+        solve_instance(get_topology("ring:4"), allgather(4), Instance(steps=1, chunks=10**6))

@@ -14,10 +14,15 @@ from collsynth.errors import InputTooLargeError, InvalidInstanceError
 from collsynth.topology.model import Topology
 
 __all__ = ["CandidateSend", "SchedulingProblem", "build_problem", "check_encoding_size", "decode",
-           "MAX_CANDIDATES"]
+           "MAX_CANDIDATES", "MAX_EXACT_STEPS"]
 
 #: Refuse to build encodings with more candidate sends than this (before any solver work).
 MAX_CANDIDATES = 3_000_000
+#: The most synchronous steps an exact encoding takes. The solver's work grows with the steps
+#: whatever the sends (ring:4 allgather: 1000 steps 9 s and 0.3 GB, 2000 steps 30 s and 0.6 GB,
+#: 20000 steps 77 s and 4.3 GB, 100000 over 10 GB), and no schedule of a few ranks needs more:
+#: a step costs an alpha, and rounds within a step carry the bandwidth.
+MAX_EXACT_STEPS = 1024
 
 _UNREACHABLE = 1 << 30
 
@@ -134,24 +139,33 @@ def in_capacity(topology: Topology) -> list[int]:
     return caps
 
 
-def check_encoding_size(topology: Topology, collective: Collective, steps: int) -> None:
+def check_encoding_size(topology: Topology, collective: Collective, steps: int,
+                        split_into: int = 1) -> None:
     """Refuse, before any work on the topology (its links, hops or symmetries, all quadratic in
     its ranks), an encoding that must have more than ``4 * MAX_CANDIDATES`` send variables:
     every rank has a link in, so there are at least ``chunks x ranks x steps`` of them
     (allgather on 8192 ranks in 2 steps: 134M; the exact engine spent minutes looking for a
-    symmetry first).
+    symmetry first), or more than :data:`MAX_EXACT_STEPS` steps. ``split_into``: the pieces
+    each of the collective's chunks will be split into (checked before the split is made).
 
     Raises
     ------
     InputTooLargeError
         With the figure.
     """
-    least = collective.num_chunks * topology.num_ranks * steps
-    if least > MAX_CANDIDATES * 4:
+    if steps > MAX_EXACT_STEPS:
         raise InputTooLargeError(
-            f"the encoding of {collective.describe()} on {topology.name} with {steps} steps would "
-            f"have at least {least} send variables; more than the {MAX_CANDIDATES * 4} collsynth "
-            "builds (use an engine for large systems: solve bandwidth-optimal)")
+            f"{steps} steps: the exact encoding takes at most {MAX_EXACT_STEPS} (its solver's "
+            "memory and time grow with the steps); fewer steps with more rounds each carry the "
+            "same bandwidth")
+    least = collective.num_chunks * split_into * topology.num_ranks * steps
+    if least > MAX_CANDIDATES * 4:
+        split = f" in {split_into} pieces per chunk" if split_into > 1 else ""
+        raise InputTooLargeError(
+            f"the encoding of {collective.describe()}{split} on {topology.name} with {steps} "
+            f"steps would have at least {least} send variables; more than the "
+            f"{MAX_CANDIDATES * 4} collsynth builds (use an engine for large systems: solve "
+            "bandwidth-optimal)")
 
 
 def build_problem(topology: Topology, collective: Collective, instance: Instance, *,

@@ -107,6 +107,8 @@ def _solve_checked(topology: Topology, collective: Collective, instance: Instanc
                    options: SolveOptions, budget: float, started: float, minimize_rounds: bool,
                    record: Callable[[SynthesisResult], None] | None) -> SynthesisResult:
     backend = get_backend(options.backend)
+    # the size of the encoding to come, before the split (a million pieces take seconds)
+    check_encoding_size(topology, collective, instance.steps, split_into=instance.chunks)
     split = collective.split(instance.chunks)
     dual_of = None
     try:
