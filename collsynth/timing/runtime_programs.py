@@ -36,7 +36,7 @@ from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTI
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
-__all__ = ["RuntimeProgram", "RUNTIME_PROGRAMS", "Built", "runtime_program"]
+__all__ = ["RuntimeProgram", "RUNTIME_PROGRAMS", "Built", "runtime_program", "prepare_ring"]
 
 #: What a builder returns: a program (to prepare on the topology) or a prepared timing graph.
 Built = Union[Program, PreparedProgram]
@@ -73,12 +73,24 @@ def _ring(collective: str, topology: "Topology", channels: int | None, protocol:
     check_simulated_steps(ring_program_steps(collective, n, 1),
                           f"the {collective} ring of {n} ranks on 1 channel or more")
     program = ring_program(collective, runtime_rings(topology, channels), protocol=protocol)
-    if protocol == "Simple" and program.coll in ("broadcast", "reduce"):
-        # NCCL's broadcast and reduce chains move one step (a FIFO slot) per slice
-        # (BROADCAST_SLICESTEPS and REDUCE_SLICESTEPS are 1), the other rings two.
-        prepared = prepare_program(program, topology)
-        return dataclasses.replace(prepared, slice_bytes=BUFFER_BYTES["Simple"] / NCCL_STEPS)
-    return program
+    return prepare_ring(program, topology) if _one_step_slices(program) else program
+
+
+def _one_step_slices(program: Program) -> bool:
+    # NCCL's broadcast and reduce chains move one step (a FIFO slot) per slice in Simple
+    # (BROADCAST_SLICESTEPS and REDUCE_SLICESTEPS are 1), the other rings two.
+    return program.proto == "Simple" and program.coll in ("broadcast", "reduce")
+
+
+def prepare_ring(program: Program, topology: "Topology") -> PreparedProgram:
+    """A :func:`~collsynth.timing.runtime_baselines.ring_program` prepared on ``topology`` as
+    the runtime pipelines it: broadcast and reduce in Simple with slices of one step (NCCL's
+    default step, ``NCCL_BUFFSIZE / NCCL_STEPS`` = 512 KiB of data), the others with the
+    constants' slices. The one way the program model and the ring fit prepare a ring."""
+    prepared = prepare_program(program, topology)
+    if _one_step_slices(program):
+        prepared = dataclasses.replace(prepared, slice_bytes=BUFFER_BYTES["Simple"] / NCCL_STEPS)
+    return prepared
 
 
 def _tree(collective: str, topology: "Topology", channels: int | None, protocol: str, *,

@@ -614,3 +614,26 @@ def test_the_runtimes_broadcast_moves_one_slot_per_slice_in_simple():
         4 + 6 + 10 * 524288 / 10_000, rel=1e-9)
     # LL and LL128 keep their own slices (one slot; LL a line per thread)
     assert isinstance(RUNTIME_PROGRAMS["ring"].build("broadcast", ring4, 1, "LL"), Program)
+
+
+def test_the_ring_fit_prepares_broadcast_as_the_model_prices_it():
+    """The fit of an explicit ring (``calibrate --channels``, ``bench``) and the program model
+    prepare a broadcast chain the same way: one-step slices in Simple."""
+    from collsynth.timing.program_model import ProgramModel
+    from collsynth.timing.runtime_fit import fit_runtime
+    from collsynth.timing.pricing import RuntimeAlgorithm
+
+    n = 4
+    links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
+    ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
+    c = constants(base=4.0, hop=2.0, fifo=64).replace(slot_bytes=dict(
+        get_runtime("nccl").defaults.slot_bytes))
+    subject = RuntimeAlgorithm(get_runtime("nccl"), "ring", "broadcast", ring4, channels=1,
+                               protocol="Simple")
+    sizes = [1 << 20, 4 << 20, 16 << 20]
+    measured = [(s, p.time_us) for s, p in zip(sizes, ProgramModel(c).price(subject, sizes))]
+    # 4 MiB as by hand in the test above: 4 + 6 + 10 x 52.4288 us
+    assert measured[1][1] == pytest.approx(4 + 6 + 10 * 524288 / 10_000, rel=1e-9)
+    fit = fit_runtime(measured, ring4, "broadcast", runtime="nccl", channels=1,
+                      protocols=["Simple"] * 3, constants=c, held_out=False)
+    assert fit.predicted_us == pytest.approx([t for _, t in measured], rel=1e-3)
