@@ -57,6 +57,14 @@ def test_a_log_of_two_rank_counts_is_refused(tmp_path):
     path.write_text(text + text)  # the same run twice is one curve, its repeats agreeing
     log = load_log(path)
     assert (log.collective, log.ranks) == ("allgather", 4)
+    # Older nccl-tests print no "Collective test starting" line: each run's "# nThread" header
+    # begins it (line 3 of the second run once the starting lines are gone).
+    old_style = [line for line in (text + eight).splitlines()
+                 if "Collective test starting" not in line]
+    path.write_text("\n".join(old_style) + "\n")
+    with pytest.raises(FileFormatError, match=rf"line {second - 1}: a run on 8 ranks after one "
+                                              r"on 4 \(line 1\); a log measures one rank count"):
+        load_log(path)
 
 
 # -- export --min-bytes / --max-bytes beyond what the runtimes read -----------------------------

@@ -478,6 +478,10 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
             if (m := _NTHREAD.match(line)) is not None:
                 per_thread = _count(m.group(2), "nGpus", name, number, _MAX_RANKS)
                 per_process = _count(m.group(1), "nThread", name, number, _MAX_RANKS) * per_thread
+                # every nccl-tests version prints this header once per run (older ones print
+                # no "Collective test starting" line, which otherwise began this run)
+                if runs[-1][1]:
+                    runs.append((number, set()))
             elif (m := _RANK_LINE.match(line)) is not None:
                 rank = _count(m.group(1), "Rank", name, number, _MAX_RANKS - 1)
                 rank_ids.add(rank)
