@@ -235,11 +235,14 @@ class RuntimeConstants:
         """Data bytes of one chunk the interpreter moves per loop iteration."""
         return self.chunk_slots[_protocol(protocol)] * self.slot_data_bytes(protocol)
 
-    def slice_bytes(self, protocol: str) -> float:
+    def slice_bytes(self, protocol: str, network: bool = False) -> float:
         """Data bytes a forwarding step must receive before it can pass them on: the slice, and
-        for LL at most one line per thread (``protocols.LL_FORWARD_BYTES``)."""
+        for LL inside a node at most one line per thread (``protocols.LL_FORWARD_BYTES``, RCCL's
+        for RCCL's constants, NCCL's for the others); across nodes (``network``) the slice."""
         data = self.slice_slots[_protocol(protocol)] * self.slot_data_bytes(protocol)
-        return min(data, LL_FORWARD_BYTES) if protocol == "LL" else data
+        if protocol != "LL" or network:
+            return data
+        return min(data, LL_FORWARD_BYTES["rccl" if self.runtime == "rccl" else "nccl"])
 
     def window_bytes(self, protocol: str) -> float:
         """Data bytes a sender may have in flight on one connection."""

@@ -29,11 +29,13 @@ NCCL_STEPS = 8
 BUFFER_BYTES: Mapping[str, int] = MappingProxyType(
     {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8,
      "Simple": 4 * 1024 * 1024})
-#: Data bytes an LL forwarding step receives before it passes data on: one line per thread,
-#: NCCL_LL_MAX_NTHREADS (512) x 8 data bytes. Each thread polls its own 16-byte line's flag and
-#: writes the line on at once (NCCL ``prims_ll.h``), so LL hops cut through a slot line by
-#: line instead of storing and forwarding it (LL128 and Simple wait for their slices).
-LL_FORWARD_BYTES = 512 * 8
+#: Data bytes an LL forwarding step receives inside a node before it passes data on: one line
+#: per thread, NCCL_LL_MAX_NTHREADS x 8 data bytes (NCCL 512 threads; RCCL 256, its
+#: NCCL_MAX_NTHREADS). Each thread polls its own 16-byte line's flag and writes the line on at
+#: once (``prims_ll.h``), so LL hops cut through a slot line by line instead of storing and
+#: forwarding it (LL128 and Simple wait for their slices). Across nodes the network proxy sends
+#: a step once all its lines are in: a whole slot.
+LL_FORWARD_BYTES: Mapping[str, int] = MappingProxyType({"nccl": 512 * 8, "rccl": 256 * 8})
 
 
 def check_protocol(name: object, what: str = "protocol") -> str:

@@ -510,12 +510,15 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     efficiency = PROTOCOL_EFFICIENCY[proto]
     cnt = np.array(prep.cnt, dtype=float)
     data = cnt * chunk                                   # data bytes per transfer
-    piece = c.slice_bytes(proto) if prep.slice_bytes is None else \
-        prep.slice_bytes(size) if callable(prep.slice_bytes) else prep.slice_bytes
-    grain = np.minimum(cnt * iteration, piece)  # the pipelining slice
-    gamma = c.gamma_us_per_byte
     sends = prep.sends
     cls = prep.link_class
+    if prep.slice_bytes is None:  # the constants' slice; LL's differs inside and across nodes
+        piece = np.where(np.asarray(cls) == 1, c.slice_bytes(proto, network=True),
+                         c.slice_bytes(proto))
+    else:
+        piece = prep.slice_bytes(size) if callable(prep.slice_bytes) else prep.slice_bytes
+    grain = np.minimum(cnt * iteration, piece)  # the pipelining slice
+    gamma = c.gamma_us_per_byte
     hop = np.array([c.hop_latency("intra", proto), c.hop_latency("network", proto)])
     ceiling = np.array([c.ceiling("intra", proto), c.ceiling("network", proto)]) * 1e3
     alpha = np.where(sends, hop[np.maximum(cls, 0)], -1.0)

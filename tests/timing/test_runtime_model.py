@@ -181,6 +181,20 @@ def test_an_ll_forwarding_rank_passes_each_line_on_as_it_arrives():
     c = constants(base=4.0, hop=2.0, chunk_slots=1, slice_slots=1, fifo=8)
     t = simulate_program(p, line(3, 10.0), 16384, c)
     assert t.time_us == pytest.approx(4.0 + 4.0 + 5 * 4096 / 5000, rel=1e-9)
+    # Across nodes the network proxy sends an LL step once all its lines are in: the same
+    # chain with both hops on the network stores and forwards the chunk, 2 x (2 + 16384 / 5000).
+    import dataclasses
+
+    import numpy as np
+
+    prep = prepare_program(p, line(3, 10.0))
+    network = dataclasses.replace(prep, link_class=np.where(prep.link_class >= 0, 1, -1))
+    assert simulate_program(network, None, 16384, c).time_us == pytest.approx(
+        4.0 + 2 * (2.0 + 16384 / 5000), rel=1e-9)
+    # RCCL's LL runs 256 threads: grains of 2048 data bytes, 8 of them, 0.4096 us each.
+    rccl = c.replace(runtime="rccl")
+    assert simulate_program(p, line(3, 10.0), 16384, rccl).time_us == pytest.approx(
+        4.0 + 4.0 + 9 * 2048 / 5000, rel=1e-9)
     # LL128 waits for its slice (one slot of 76800 bytes: more than the chunk): store and
     # forward, at 120/128 of 10 GB/s.
     ll128 = program(3, {0: [(1, -1, 0, ["s"])], 1: [(2, 0, 0, ["rcs"])],
