@@ -330,3 +330,29 @@ def test_a_split_too_large_is_refused_before_the_split(monkeypatch):
     # 4 chunks x 1e6 pieces x 4 ranks x 1 step = 1.6e7 sends, above the 1.2e7 built
     with pytest.raises(InputTooLargeError, match="in 1000000 pieces per chunk"):
         solve_instance(get_topology("ring:4"), allgather(4), Instance(steps=1, chunks=10**6))
+
+
+def test_the_sweeps_stop_at_the_exact_step_cap(monkeypatch):
+    """solve_least_steps stops at the exact engine's most steps with a reason, rather than
+    raising mid-sweep when its own limit is above it (review; pareto_front's sweep stops there
+    too). The cap is set to 3 here, and every instance the search tries is made UNSAT."""
+    from collsynth.collective import allgather
+    from collsynth.encoding.backend import Status
+    from collsynth.synthesis import strategies
+    from collsynth.synthesis.result import SynthesisResult
+    from collsynth.synthesis.strategies import solve_least_steps
+    from collsynth.topology import get_topology
+
+    ring4 = get_topology("ring:4")
+    monkeypatch.setattr(strategies, "MAX_EXACT_STEPS", 3)
+    tried = []
+
+    def unsat(topology, collective, instance, *args, **kwargs):
+        tried.append(instance.steps)
+        return SynthesisResult(instance, Status.UNSAT, None, 0.0, "test", "")
+
+    with monkeypatch.context() as m:
+        m.setattr(strategies, "solve_checked", unsat)
+        result = solve_least_steps(ring4, allgather(4))
+    assert tried == [2, 3] and result.status is Status.UNSAT
+    assert result.detail == "no algorithm up to 3 steps, the exact engine's most"

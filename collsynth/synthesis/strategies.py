@@ -30,6 +30,7 @@ from collsynth.collective.standard import allgather, is_standard_allreduce, redu
 from collsynth.encoding.backend import SolveInterrupted, Status
 from collsynth.errors import InputTooLargeError, InvalidInstanceError, expect_type
 from collsynth.encoding import get_backend
+from collsynth.encoding.problem import MAX_EXACT_STEPS
 from collsynth.synthesis.instance import check_inputs, solve_checked, supports_minimize
 from collsynth.limits import Deadline
 from collsynth.synthesis.result import SolveOptions, SynthesisResult
@@ -72,6 +73,7 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
               f"optimal: fewer than {start} steps are impossible (steps bound {bounds.steps}, "
               f"rounds-per-chunk bound {rounds_bound} at {chunks} chunk(s))")
     limit = max_steps if max_steps is not None else start + 4 * topology.num_ranks * chunks
+    limit = min(limit, MAX_EXACT_STEPS)  # the exact encoding's most (encoding.problem)
     result: SynthesisResult | None = None
     steps = start
     while steps <= limit:
@@ -86,6 +88,9 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
             return result
         reason = f"optimal: {steps} steps are unsatisfiable (proved by the solver)"
         steps += 1
+    if result is not None and limit == MAX_EXACT_STEPS:
+        return _with_detail(result, f"no algorithm up to {MAX_EXACT_STEPS} steps, the exact "
+                                    "engine's most")
     if result is None:  # max_steps below what the bounds allow: nothing to try
         return SynthesisResult(Instance(steps=max(1, limit), chunks=chunks), Status.UNSAT, None,
                                0.0, get_backend(options.backend).name,
@@ -299,7 +304,7 @@ def _pareto_front(topology: Topology, collective: Collective, max_chunks: int | 
     search = _StepSearch(topology, collective, bound, max_chunks, options, deadline, log, state)
     best: Fraction | None = None
     steps = bounds.steps
-    while max_steps is None or steps <= max_steps:
+    while (max_steps is None or steps <= max_steps) and steps <= MAX_EXACT_STEPS:
         state.steps, state.best, state.pending = steps, best, None
         if best is not None and best <= bound:
             log.stopped_by = "reached the rounds-per-chunk lower bound"
@@ -327,7 +332,8 @@ def _pareto_front(topology: Topology, collective: Collective, max_chunks: int | 
             log.stopped_by = "time limit"
             return
         steps += 1
-    log.stopped_by = f"reached max_steps={max_steps}"
+    log.stopped_by = f"reached max_steps={max_steps}" if max_steps is not None and \
+        max_steps < MAX_EXACT_STEPS else f"reached {MAX_EXACT_STEPS} steps, the exact engine's most"
 
 
 #: Seconds an instance gets while enumerating R/C upwards before the search switches to
