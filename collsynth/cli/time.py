@@ -540,14 +540,18 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     notes += list(dict.fromkeys(f"{p.subject}: {p.note}" for p in baselines.prices
                                 if "no direct link" in p.note))
     layout = _layout(args, collective)
-    loads = [s for s in subjects if isinstance(s, Program) and id(s) in priced] \
-        if runtime.dialect is not None else []
+    # every file the runtime would load, priced or not: it selects among all of them
+    loads = [s for s in subjects if isinstance(s, Program)] if runtime.dialect is not None \
+        else []
     if loads:
         notes.append(f"{runtime.name} as loaded: at each size the program {runtime.name} "
                      f"selects for an {layout} call (its minBytes-maxBytes and layout; the "
                      "first file given wins; the call's count assumed to fit nchunksperloop), "
-                     f"else {runtime.family}'s own pick; 'vs fastest' there is against that "
-                     "pick (docs/cli.md)")
+                     f"else {runtime.family}'s own pick (its fastest algorithm where the pick "
+                     "is unknown); 'vs fastest' there is against that (docs/cli.md)")
+    elif args.layout is not None:
+        notes.append(f"--layout {args.layout}: no effect here (it selects among XML programs "
+                     "on a runtime that loads them: msccl, msccl-executor, rccl)")
     rows = []
     for size in sizes:
         runtime_here = baselines.at(size)
@@ -563,7 +567,8 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
                         and by_name[p.subject].algorithm == pick.split("/")[0]), fastest)
             chosen = selected_program(loads, size, runtime=runtime.name,
                                       collective=collective, in_place=layout == "in-place")
-            runs = own if chosen is None else priced[id(chosen)][size]
+            # a selected file that could not be priced has its error row: no guess here
+            runs = own if chosen is None else priced.get(id(chosen), {}).get(size)
             if runs is not None:
                 versus = None if own is None else {
                     "name": own.subject, "time_us": own.time_us,

@@ -71,12 +71,14 @@ def runs_on_call(program: "Program", size_bytes: int, *, runtime: str, collectiv
                  in_place: bool, element_size: int | None = None) -> bool:
     """Whether ``runtime`` runs ``program`` for a ``collective`` call of ``size_bytes`` on as
     many ranks as the program has: its collective, its layout (msccl: ``inplace`` 1 only for
-    in-place calls, 0 only for out-of-place ones; rccl and msccl-executor: the flag of the
-    call's layout), its size range and its chunk count (:func:`count_fits`). ``collective`` is
+    in-place calls, 0 only for out-of-place ones, either for an alltoall; rccl and
+    msccl-executor: the flag of the call's layout), its size range and its chunk count (:func:`count_fits`). ``collective`` is
     collsynth's name (``reduce_scatter``), compared with the runtime's spelling of ``coll``."""
     if program.coll != DIALECTS[runtime].coll_name(collective):
         return False
-    if runtime == "msccl":
+    if runtime == "msccl" and collective == "alltoall":
+        layout_ok = True  # msccl does not compare the layout of an alltoall (§13.1)
+    elif runtime == "msccl":
         layout_ok = bool(program.inplace) == in_place
     else:
         layout_ok = bool(program.inplace if in_place else program.outofplace)

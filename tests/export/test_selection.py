@@ -49,6 +49,9 @@ def test_layout_flags_per_runtime():
                         in_place=False)
     assert not runs_on_call(both, 2048, runtime="msccl", collective="allreduce",
                             in_place=False)
+    # ... except an alltoall, whose layout msccl does not compare (§13.1)
+    a2a = _program(coll="alltoall", inplace=1)
+    assert runs_on_call(a2a, 2048, runtime="msccl", collective="alltoall", in_place=False)
     only_out = _program(inplace=0, outofplace=1)
     assert runs_on_call(only_out, 2048, runtime="msccl", collective="allreduce", in_place=False)
     assert not runs_on_call(only_out, 2048, runtime="rccl", collective="allreduce",

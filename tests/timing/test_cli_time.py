@@ -343,3 +343,7 @@ def test_time_prices_a_set_of_programs_as_the_runtime_loads_it(capsys):
                          "--json")
     assert code == 0, err
     assert not [r for r in json.loads(out) if r["kind"] == "loaded"]
+    code, out, err = run(capsys, "time", *files, "--topology", "dgx-h100", "--sizes", "1KiB",
+                         "--layout", "in-place")
+    assert code == 0, err
+    assert "--layout in-place: no effect here" in out
