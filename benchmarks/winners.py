@@ -84,6 +84,8 @@ def predict(constants, collective: str) -> list[dict]:
     model = ProgramModel(constants, runtime=runtime, topology=topology)
     nccl, msccl = curve(collective, "nccl"), curve(collective, "msccl")
     sizes = [s for s, _ in nccl]
+    if sizes != [s for s, _ in msccl]:
+        raise SystemExit(f"{collective}: the NCCL and MSCCL curves have different sizes")
     own = chosen_algorithms(model, runtime, collective, topology, sizes)
     loaded = programs(collective)
     rows = []
