@@ -169,7 +169,7 @@ def test_the_synthesis_entry_points_say_which_argument_has_the_wrong_type():
             call()
     for limit in ("60", math.nan):  # a TypeError from '+', a nan deadline that ends at once
         with pytest.raises(InvalidInstanceError, match=rf"time_limit = {limit!r}; expected "
-                                                       r"seconds > 0"):
+                                                       r"a number of seconds"):
             solve_bandwidth_optimal(ring, coll, time_limit=limit)
 
 

@@ -115,7 +115,7 @@ def solve_bandwidth_optimal(topology: Topology, collective: Collective, *,
     # Not > 0: the inner calls pass what is left, and none left is the time limit reached.
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or \
             math.isnan(time_limit):
-        raise InvalidInstanceError(f"time_limit = {time_limit!r}; expected seconds > 0")
+        raise InvalidInstanceError(f"time_limit = {time_limit!r}; expected a number of seconds")
     deadline = started + time_limit
     n = topology.num_ranks
     if _wants_compact(topology, collective, compact):
