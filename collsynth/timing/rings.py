@@ -64,31 +64,60 @@ _ATTEMPTS = 12
 
 
 class _Residual:
-    """Units left on every link and in every bandwidth group, and a search budget."""
+    """Units left on every link and in every bandwidth group, and a search budget.
+
+    Built lazily, link by link, as the search reaches them: a composed machine of thousands of
+    ranks has millions of links and NIC groups that cover millions of them (4096 ranks: 6 GB as
+    dense tables), of which a ring search touches a few per node. A group whose limit can never
+    bind (at least the units of the links it covers) is tracked like the others: using at most
+    each link's units, it never runs out."""
 
     def __init__(self, topology: "Topology", budget: int) -> None:
-        self.units = [list(row) for row in topology.links]
-        groups = topology.effective_groups
-        self.group_left = [g.limit for g, _ in groups]
-        self.member: dict[tuple[int, int], list[int]] = {}
-        for index, (_, covered) in enumerate(groups):
-            for link in covered:
-                self.member.setdefault(link, []).append(index)
+        self._links = topology.links
+        self._used: dict[tuple[int, int], int] = {}
+        self._groups = topology.groups
+        self.group_left = [g.limit for g in self._groups]
+        # each group indexed by its smaller side (a NIC's egress group by its node's ranks, its
+        # ingress group by the same ranks as destinations), so a link's groups are found among
+        # the few groups of its source or of its destination
+        self._by_source: dict[int, list[int]] = {}
+        self._by_destination: dict[int, list[int]] = {}
+        for index, group in enumerate(self._groups):
+            if len(group.sources) <= len(group.destinations):
+                for rank in group.sources:
+                    self._by_source.setdefault(rank, []).append(index)
+            else:
+                for rank in group.destinations:
+                    self._by_destination.setdefault(rank, []).append(index)
+        self._member: dict[tuple[int, int], tuple[int, ...]] = {}
         self.budget = budget
         self.expansions = 0
 
+    def units(self, u: int, v: int) -> int:
+        """Units left on link ``u -> v``."""
+        return self._links[u][v] - self._used.get((u, v), 0)
+
+    def member(self, u: int, v: int) -> tuple[int, ...]:
+        """The groups link ``u -> v`` is in (none for a missing link)."""
+        found = self._member.get((u, v))
+        if found is None:
+            found = () if not self._links[u][v] else tuple(
+                [g for g in self._by_source.get(u, ()) if v in self._groups[g].destinations]
+                + [g for g in self._by_destination.get(v, ()) if u in self._groups[g].sources])
+            self._member[(u, v)] = found
+        return found
+
     def usable(self, u: int, v: int) -> bool:
-        return self.units[u][v] > 0 and all(self.group_left[g] > 0
-                                            for g in self.member.get((u, v), ()))
+        return self.units(u, v) > 0 and all(self.group_left[g] > 0 for g in self.member(u, v))
 
     def take(self, links: Sequence[tuple[int, int]], amount: int = 1) -> bool:
         """Take ``amount`` units on every link (all or nothing); False if one runs out."""
         for u, v in links:
-            self.units[u][v] -= amount
-            for g in self.member.get((u, v), ()):
+            self._used[(u, v)] = self._used.get((u, v), 0) + amount
+            for g in self.member(u, v):
                 self.group_left[g] -= amount
-        if amount > 0 and (any(self.units[u][v] < 0 for u, v in links) or any(
-                self.group_left[g] < 0 for u, v in links for g in self.member.get((u, v), ()))):
+        if amount > 0 and (any(self.units(u, v) < 0 for u, v in links) or any(
+                self.group_left[g] < 0 for u, v in links for g in self.member(u, v))):
             self.take(links, -amount)
             return False
         return True
@@ -131,7 +160,7 @@ def _greedy_rings(topology: "Topology", attempt: int, max_channels: int, budget:
         if len(path) == n:
             return left.usable(u, path[0])
         candidates = [v for v in range(n) if not seen[v] and left.usable(u, v)]
-        candidates.sort(key=lambda v: (-left.units[u][v], tiebreak[u][v]))
+        candidates.sort(key=lambda v: (-left.units(u, v), tiebreak[u][v]))
         for v in candidates:
             left.take([(u, v)])
             seen[v] = True
@@ -167,7 +196,7 @@ def _composed_rings(topology: "Topology", per_node: int, nodes: int, max_channel
             return u == exit_rank
         candidates = [v for v in range(p) if not seen[v] and (v != exit_rank or len(path) == p - 1)
                       and all(left.usable(k * p + u, k * p + v) for k in range(nodes))]
-        candidates.sort(key=lambda v: (-left.units[u][v], (v - u) % p))
+        candidates.sort(key=lambda v: (-left.units(u, v), (v - u) % p))
         for v in candidates:
             links = [(k * p + u, k * p + v) for k in range(nodes)]
             if not left.take(links):

@@ -186,3 +186,27 @@ def test_composed_rings_cross_each_node_once():
     assert all(count <= topology.links[a][b] for (a, b), count in used.items())
     for group, covered in topology.effective_groups:
         assert sum(used.get(link, 0) for link in covered) <= group.limit
+
+
+def test_the_ring_search_on_a_composed_machine_reads_links_as_it_reaches_them(monkeypatch):
+    """On thousands of ranks the NIC groups cover millions of links (4096 ranks: over 6 GB as
+    dense tables, found by the hostile-input hunt through `plan`): the search must not build
+    the effective groups or copy the link matrix. Two DGX-H100 nodes: each ring crosses both
+    nodes once, through one NIC each way (ring_channels' docstring)."""
+    from collsynth.timing.rings import ring_channels
+    from collsynth.topology import get_topology
+    from collsynth.topology.compose import compose_nodes
+    from collsynth.topology.model import Topology
+
+    system = compose_nodes(get_topology("dgx-h100"), 2)
+
+    def refused(self):
+        raise AssertionError("effective_groups built")
+
+    monkeypatch.setattr(Topology, "effective_groups", property(refused))
+    rings = ring_channels(system)
+    assert rings
+    for ring in rings:
+        assert sorted(ring) == list(range(16))
+        crossings = sum((a < 8) != (b < 8) for a, b in zip(ring, ring[1:] + ring[:1]))
+        assert crossings == 2
