@@ -82,9 +82,12 @@ class _Reader:
 
     def ints(self, obj: dict, key: str, field: str, *, hi: int = MAX_INDEX,
              required: bool = False) -> tuple[int, ...]:
+        values = self.array(obj, key, field, required=required)
+        if not values:  # most operations have none: no field names to build
+            return ()
         where = f"{field}.{key}".lstrip(".")
         return tuple(bounded_int(v, f"{where}[{i}]", source=self.source, lo=0, hi=hi)
-                     for i, v in enumerate(self.array(obj, key, field, required=required)))
+                     for i, v in enumerate(values))
 
     def bool(self, obj: dict, key: str, field: str, default: bool | None = None) -> bool:
         if key not in obj and default is not None:
@@ -204,8 +207,10 @@ class _Reader:
 
     def operation(self, raw: Any, field: str, *, nested: bool) -> Operation:
         op = self.obj(raw, field)
-        name = self.choice(self.need(op, "name", field), f"{field}.name", OPERATIONS,
-                           "an operation")
+        name = op.get("name")
+        if not isinstance(name, str) or name not in OPERATIONS:  # the field's name only then
+            name = self.choice(self.need(op, "name", field), f"{field}.name", OPERATIONS,
+                               "an operation")
         channel_type = None
         if "channel_type" in op:
             channel_type = self.choice(op["channel_type"], f"{field}.channel_type",
