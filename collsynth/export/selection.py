@@ -14,8 +14,8 @@ from collsynth.runtimes.dialect import DIALECTS
 if TYPE_CHECKING:
     from collsynth.export.program import Program
 
-__all__ = ["MSCCL_DEFAULT_MAX_BYTES", "count_fits", "in_size_range", "runs_on_call",
-           "selected_program"]
+__all__ = ["MSCCL_DEFAULT_MAX_BYTES", "byte_range", "count_fits", "in_size_range", "layouts",
+           "runs_on_call", "selected_program"]
 
 #: msccl's ``maxBytes`` when a file gives none (§4.2).
 MSCCL_DEFAULT_MAX_BYTES = 128 * 1024 * 1024
@@ -54,17 +54,35 @@ def count_fits(size_bytes: int, element_size: int | None, nchunksperloop: int | 
     return count % nchunksperloop == 0
 
 
-def in_size_range(program: "Program", size_bytes: int, runtime: str) -> bool:
-    """Whether ``size_bytes`` lies in the program's ``minBytes``-``maxBytes`` range as
-    ``runtime`` reads it: msccl's bound is exclusive (``size < maxBytes``, 128 MiB when absent),
-    rccl's and msccl-executor's inclusive, with 0 for no limit (§4.2)."""
+def byte_range(program: "Program", runtime: str) -> tuple[int, int | None, bool]:
+    """``(low, high, inclusive)``: the sizes ``runtime`` runs ``program`` for, as it reads
+    ``minBytes`` and ``maxBytes`` (§4.2): msccl's upper bound is exclusive and 128 MiB when
+    absent; rccl's and msccl-executor's inclusive, ``high`` ``None`` (no limit) for 0."""
     low = program.min_bytes or 0
+    if not DIALECTS[runtime].max_bytes_zero_is_unlimited:  # msccl: exclusive, 0 is never
+        return low, MSCCL_DEFAULT_MAX_BYTES if program.max_bytes is None \
+            else program.max_bytes, False
+    return low, program.max_bytes or None, True
+
+
+def in_size_range(program: "Program", size_bytes: int, runtime: str) -> bool:
+    """Whether ``size_bytes`` lies in the program's range (:func:`byte_range`)."""
+    low, high, inclusive = byte_range(program, runtime)
     if size_bytes < low:
         return False
-    if not DIALECTS[runtime].max_bytes_zero_is_unlimited:  # msccl: exclusive, 0 is never
-        high = MSCCL_DEFAULT_MAX_BYTES if program.max_bytes is None else program.max_bytes
-        return size_bytes < high
-    return not program.max_bytes or size_bytes <= program.max_bytes
+    return high is None or (size_bytes <= high if inclusive else size_bytes < high)
+
+
+def layouts(program: "Program", runtime: str, collective: str) -> tuple[str, ...]:
+    """The call layouts (``"out-of-place"``, ``"in-place"``) ``runtime`` runs ``program`` for
+    (§4.2, §13): msccl's ``inplace`` 1 only in place, 0 only out of place, either for an
+    alltoall; rccl and msccl-executor: each layout whose flag is set."""
+    if runtime == "msccl":
+        if collective == "alltoall":  # msccl does not compare an alltoall's layout (§13.1)
+            return ("out-of-place", "in-place")
+        return ("in-place",) if program.inplace else ("out-of-place",)
+    return tuple(h for h, on in (("out-of-place", program.outofplace),
+                                 ("in-place", program.inplace)) if on)
 
 
 def runs_on_call(program: "Program", size_bytes: int, *, runtime: str, collective: str,
@@ -76,12 +94,8 @@ def runs_on_call(program: "Program", size_bytes: int, *, runtime: str, collectiv
     collsynth's name (``reduce_scatter``), compared with the runtime's spelling of ``coll``."""
     if program.coll != DIALECTS[runtime].coll_name(collective):
         return False
-    if runtime == "msccl" and collective == "alltoall":
-        layout_ok = True  # msccl does not compare the layout of an alltoall (§13.1)
-    elif runtime == "msccl":
-        layout_ok = bool(program.inplace) == in_place
-    else:
-        layout_ok = bool(program.inplace if in_place else program.outofplace)
+    layout_ok = ("in-place" if in_place else "out-of-place") in layouts(program, runtime,
+                                                                        collective)
     return layout_ok and in_size_range(program, size_bytes, runtime) and count_fits(
         size_bytes, element_size, program.nchunksperloop, runtime=runtime,
         collective=collective, ranks=program.ngpus)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from collsynth._files import read_head
 from collsynth.errors import (CollsynthError, FileFormatError, InputTooLargeError,
                               InvalidInstanceError, InvalidTopologyError, UnknownNameError)
-from collsynth.export.selection import MSCCL_DEFAULT_MAX_BYTES
+from collsynth.export.selection import byte_range, layouts
 from collsynth.plan.environment import EnvVar, runtime_environment
 from collsynth.runtimes import get_runtime
 
@@ -318,17 +318,8 @@ def _bench_program(program: Any, collective: str, source: str, text: str,
         raise BenchError(f"{source}: the program is for {program.ngpus} ranks (ngpus), not "
                          f"--ranks {options.ranks}; the runtime selects it only on "
                          f"{program.ngpus} ranks")
-    if options.runtime == "msccl":
-        halves = (("out-of-place", "in-place") if collective == "alltoall"
-                  else ("in-place",) if program.inplace else ("out-of-place",))
-        max_bytes = program.max_bytes if program.max_bytes is not None \
-            else MSCCL_DEFAULT_MAX_BYTES
-        inclusive = False
-    else:
-        halves = tuple(h for h, on in (("out-of-place", program.outofplace),
-                                       ("in-place", program.inplace)) if on)
-        max_bytes = program.max_bytes or None  # 0: no limit
-        inclusive = True
+    halves = layouts(program, options.runtime, collective)
+    _, max_bytes, inclusive = byte_range(program, options.runtime)
     if not halves:
         raise BenchError(f"{source}: the program is declared for neither in-place nor "
                          "out-of-place calls")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from collsynth.export.program import Program
-from collsynth.export.selection import in_size_range, runs_on_call, selected_program
+from collsynth.export.selection import (byte_range, in_size_range, layouts, runs_on_call,
+                                        selected_program)
 from collsynth.export.xml_reader import load_program
 
 SCHEDULER = Path(__file__).resolve().parents[2] / "data" / "msccl-xml" / "msccl-scheduler"
@@ -92,3 +93,14 @@ def test_the_schedulers_allreduce_set_picks_by_range():
     # 32770 B lies in ap2ll's range (32769 - 40959) but is 16385 halves, not a multiple of its
     # 128 chunks: NCCL runs it.
     assert pick(32770) is None
+
+
+def test_layouts_and_byte_ranges_as_bench_writes_them():
+    # a file declaring both layouts: rccl and msccl-executor run it for both; msccl reads
+    # inplace=1 as in-place only
+    both = _program(inplace=1, outofplace=1)
+    assert layouts(both, "rccl", "allreduce") == ("out-of-place", "in-place")
+    assert layouts(both, "msccl", "allreduce") == ("in-place",)
+    assert byte_range(both, "msccl") == (1024, 4096, False)
+    assert byte_range(_program(max_bytes=0), "msccl-executor") == (1024, None, True)
+
