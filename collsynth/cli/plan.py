@@ -206,9 +206,9 @@ def run_plan(args: argparse.Namespace) -> int:
         deployments = []
         for name in tuners:
             from collsynth.plan.deploy import tuner_deployment
-            from collsynth.runtimes import get_runtime
+            from collsynth.runtimes import get_runtime, runtime_family
 
-            if constants is not None and get_runtime(constants.runtime).family != name:
+            if constants is not None and runtime_family(constants.runtime) != name:
                 raise UsageError.of("plan", f"--calibration {args.calibration}: its constants "
                                             f"are {constants.runtime!r}'s, not {name}'s, which "
                                             "the tuner config is priced for")

@@ -22,7 +22,7 @@ from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, Usag
 from collsynth.errors import CollsynthError, FileFormatError
 from collsynth.exact import fraction_text
 from collsynth.progress import heartbeat
-from collsynth.runtimes import get_runtime, runtime_names
+from collsynth.runtimes import get_runtime, runtime_family, runtime_names
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     import sympy
@@ -303,17 +303,12 @@ def _constants(args: argparse.Namespace, calibration: "Calibration | None"
         # them (as plan and tune-runtime take a calibration of the runtime's family); RCCL's
         # kernels are another runtime's.
         if args.runtime is not None and args.runtime != constants.runtime \
-                and _family(args.runtime) != _family(constants.runtime):
+                and runtime_family(args.runtime) != runtime_family(constants.runtime):
             raise CollsynthError(f"--runtime {args.runtime}: the calibration {args.calibration} "
                                  f"is for {constants.runtime}, whose kernels "
                                  f"{args.runtime} does not run")
         return constants, args.calibration
     return get_runtime(args.runtime or "nccl").defaults, "documented defaults"
-
-
-def _family(runtime: str) -> str | None:
-    """Whose kernels ``runtime`` runs (``None`` for a name collsynth does not know)."""
-    return get_runtime(runtime).family if runtime in runtime_names() else None
 
 
 def _topology(args: argparse.Namespace) -> "Topology | None":
@@ -557,30 +552,24 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
         runtime_here = baselines.at(size)
         fastest = min(runtime_here, key=lambda p: p.time_us) if runtime_here else None
         pick = picks.get(size)
+        # the runtime's own row of its pick (its algorithm; the model prices its protocol)
+        picked_row = next((p for p in runtime_here if pick is not None
+                           and by_name[p.subject].algorithm == pick.split("/")[0]), None)
         for p in (p for p in prices if p.size_bytes == size):
-            versus = None if fastest is None else {
-                "name": fastest.subject, "time_us": fastest.time_us,
-                "speedup": fastest.time_us / p.time_us if p.time_us > 0 else None}
-            rows.append({**p.as_dict(), "kind": "program", "vs_runtime": versus})
+            rows.append({**p.as_dict(), "kind": "program", "vs_runtime": _versus(fastest, p)})
         if loads:
-            own = next((p for p in runtime_here if pick is not None
-                        and by_name[p.subject].algorithm == pick.split("/")[0]), fastest)
+            own = picked_row or fastest
             chosen = selected_program(loads, size, runtime=runtime.name,
                                       collective=collective, in_place=layout == "in-place")
             # a selected file that could not be priced has its error row: no guess here
             runs = own if chosen is None else priced.get(id(chosen), {}).get(size)
             if runs is not None:
-                versus = None if own is None else {
-                    "name": own.subject, "time_us": own.time_us,
-                    "speedup": own.time_us / runs.time_us if runs.time_us > 0 else None}
                 rows.append({**runs.as_dict(), "name": f"{runtime.name} as loaded",
                              "note": f"runs {runs.subject}", "kind": "loaded",
-                             "vs_runtime": versus})
+                             "vs_runtime": _versus(own, runs)})
         for p in runtime_here:
-            picked = pick if pick is not None and \
-                pick.split("/")[0] == by_name[p.subject].algorithm else None
             rows.append({**p.as_dict(), "kind": "baseline", "fastest_runtime": p is fastest,
-                         "runtime_pick": picked})
+                         "runtime_pick": pick if p is picked_row else None})
     rows += [{"name": name, "kind": "error", "error": why} for name, why in errors]
     # A file the reader refused is bad input: the rest is printed, the exit status says so;
     # so is a table with nothing priced in it (a script must not read [] as an answer).
@@ -624,6 +613,14 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     for name, why in errors:
         out(f"not priced: {name}: {why}")
     return _unless_nothing(nothing, errors, status)
+
+
+def _versus(reference: "Price | None", price: "Price") -> dict | None:
+    """A row's ``vs_runtime``: ``reference``'s name and time, and its time over ``price``'s."""
+    if reference is None:
+        return None
+    return {"name": reference.subject, "time_us": reference.time_us,
+            "speedup": reference.time_us / price.time_us if price.time_us > 0 else None}
 
 
 def _layout(args: argparse.Namespace, collective: str) -> str:

@@ -117,7 +117,6 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     from collsynth.export.tuner.config import format_rule, write_tuner_config
     from collsynth.export.tuner.machine import (ProgramModelPrice, config_collective,
                                                 tune_machine)
-    from collsynth.runtimes import runtime_names
     from collsynth.resolve import resolve_topology
     from collsynth.timing.tuning_model import tuning_setup
     from collsynth.topology.machine import machine_facts
@@ -126,13 +125,11 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
                       inputs=input_files(args.topology, args.calibration))
     constants = None
     if args.calibration is not None:
-        from collsynth.runtimes import get_runtime
+        from collsynth.runtimes import runtime_family
         from collsynth.timing.calibration import load_calibration, runtime_constants
 
         constants = runtime_constants(load_calibration(args.calibration), args.calibration)
-        family = get_runtime(constants.runtime).family \
-            if constants.runtime in runtime_names() else None
-        if family != args.runtime:
+        if runtime_family(constants.runtime) != args.runtime:
             raise UsageError.of(COMMAND, f"--calibration {args.calibration}: its constants are "
                                          f"{constants.runtime!r}'s; --runtime {args.runtime} "
                                          f"needs a calibration of {args.runtime}")

@@ -24,11 +24,12 @@ from collsynth.runtimes.registry import (
     Runtime,
     get_runtime,
     parse_version,
+    runtime_family,
     runtime_names,
     xml_dialect,
 )
 
-__all__ = ["Runtime", "RUNTIMES", "get_runtime", "parse_version", "runtime_names",
+__all__ = ["Runtime", "RUNTIMES", "get_runtime", "parse_version", "runtime_family", "runtime_names",
            "xml_dialect", "Artifact", "Environment", "EnvVar", "MSCCL_XML", "MSCCLPP_PLAN",
            "TUNER_CONFIG", "XmlDialect", "PROTOCOLS", "check_protocol", "RuntimeConstants",
            "check_channels"]

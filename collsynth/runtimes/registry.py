@@ -19,7 +19,7 @@ from collsynth.runtimes.dialect import MSCCL, MSCCL_EXECUTOR, RCCL, XmlDialect
 from collsynth.runtimes.protocols import PROTOCOLS
 
 __all__ = ["Artifact", "EnvVar", "Environment", "Runtime", "RUNTIMES", "get_runtime",
-           "runtime_names", "xml_dialect", "parse_version", "MSCCL_XML", "MSCCLPP_PLAN",
+           "runtime_family", "runtime_names", "xml_dialect", "parse_version", "MSCCL_XML", "MSCCLPP_PLAN",
            "TUNER_CONFIG", "SPEC", "EXECUTOR_SOURCE"]
 
 #: Artifact kinds: an MSCCL XML program, an MSCCL++ JSON execution plan, a tuner config (a CSV
@@ -270,6 +270,17 @@ def runtime_names(artifact: str | None = None) -> tuple[str, ...]:
     """
     return tuple(name for name, rt in RUNTIMES.items()
                  if artifact is None or rt.loads(artifact))
+
+
+def runtime_family(name: str) -> str | None:
+    """Whose kernels the runtime called ``name`` runs (``"nccl"``: nccl, msccl, msccl-executor,
+    mscclpp's fallback; ``"rccl"``), ``None`` for a name collsynth does not know (a constants
+    file may name any runtime).
+
+    >>> runtime_family("msccl-executor"), runtime_family("rccl"), runtime_family("hccl")
+    ('nccl', 'rccl', None)
+    """
+    return RUNTIMES[name].family if name in RUNTIMES else None
 
 
 def get_runtime(name: "str | Runtime") -> Runtime:

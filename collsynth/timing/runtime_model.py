@@ -513,8 +513,9 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     sends = prep.sends
     cls = prep.link_class
     if prep.slice_bytes is None:  # the constants' slice; LL's differs inside and across nodes
-        piece = np.where(np.asarray(cls) == 1, c.slice_bytes(proto, network=True),
-                         c.slice_bytes(proto))
+        piece = c.slice_bytes(proto)
+        if proto == "LL":
+            piece = np.where(cls == 1, c.slice_bytes(proto, network=True), piece)
     else:
         piece = prep.slice_bytes(size) if callable(prep.slice_bytes) else prep.slice_bytes
     grain = np.minimum(cnt * iteration, piece)  # the pipelining slice
