@@ -57,19 +57,27 @@ def test_prepared_transfer_kinds_follow_what_each_step_does():
 
 def test_a_forwarded_transfer_smaller_than_a_slice_is_stored_and_forwarded_whole():
     # 0 -s-> 1 -rcs-> 2 -r, each step cnt=2, over 10 GB/s links (10_000 bytes/us), hop 2 us.
-    # Slots of 1000 bytes, 8 per iteration, 4 per slice: a slice holds 4000 data bytes.
-    # A 2000-byte buffer of 2 chunks: 1000-byte chunks, each transfer 2000 bytes, less than a
-    # slice, so it travels as one slice of 2000 bytes (g = 2000): the forward can pass nothing
-    # on before all of it has arrived. docs' "2 alpha + (k + 1) g / r" with k = 1:
-    # 4 + 2 x 0.2 = 4.4 us after the base of 4 us.
+    # Slots of 32_000 bytes, 8 per iteration (256_000 bytes), 4 per slice: a slice holds
+    # 128_000 data bytes and Simple cuts a call in 8 / 4 = 2 slices, none smaller than 1/32 of
+    # a slice (4000 bytes): g = min(call, max(call / 2, 4000), 128_000).
+    # A 2000-byte buffer of 2 chunks: 1000-byte chunks, each transfer (and call) 2000 bytes,
+    # under the 4000-byte floor, so it travels as one slice of 2000 bytes (g = 2000): the
+    # forward can pass nothing on before all of it has arrived, and the last receive copies
+    # all of it out of its FIFO once it is in. With k = 1 slice of g / r = 0.2 us:
+    # 2 alpha + (k + 1) g / r for the chain, + g / r for that copy = 4 + 3 x 0.2 = 4.6 us after
+    # the base of 4 us. (Cut in 2 slices of 1000 it would be 4 + 4 x 0.1 = 4.4; moving one
+    # 4000-byte floor slice, 4 + 0.4 + 0.2 + 0.4 = 5.0.)
     def tb(send, recv, op):
         return ThreadBlock(0, send, recv, 0, (XmlStep(0, op, "i", 0, "o", 0, 2),))
     p = _custom("fwd", 3, 2, [tb(1, -1, "s"), tb(2, 0, "rcs"), tb(-1, 1, "r")])
-    c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=4, fifo=64)
-    assert simulate_program(p, line(3, 10.0), 2000, c).time_us == pytest.approx(4.0 + 4.4)
-    # 20_000 bytes: each transfer 20_000 bytes in slices of 4000 (k = 5):
-    # 4 + 6 x 0.4 = 6.4 us.
-    assert simulate_program(p, line(3, 10.0), 20_000, c).time_us == pytest.approx(4.0 + 6.4)
+    c = constants(base=4.0, hop=2.0, slot=32_000, chunk_slots=8, slice_slots=4, fifo=64)
+    assert simulate_program(p, line(3, 10.0), 2000, c).time_us == pytest.approx(4.0 + 4.6)
+    # 20_000 bytes: each transfer (and call) 20_000 bytes, above the floor: 2 slices of
+    # 10_000 (k = 2, 1 us each): 2 alpha + (k + 1) g / r + g / r = 4 + 4 x 1 = 8 us.
+    assert simulate_program(p, line(3, 10.0), 20_000, c).time_us == pytest.approx(4.0 + 8.0)
+    # 512_000 bytes: each transfer and call 512_000 bytes, half of it above a slice: slices of
+    # 128_000 (k = 4, 12.8 us each): 4 + (4 + 1 + 1) x 12.8 = 80.8 us.
+    assert simulate_program(p, line(3, 10.0), 512_000, c).time_us == pytest.approx(4.0 + 80.8)
 
 
 # -- composition: the reversed topology transposes the links inside each node ----------------------

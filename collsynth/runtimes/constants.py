@@ -244,6 +244,12 @@ class RuntimeConstants:
             return data
         return min(data, LL_FORWARD_BYTES["rccl" if self.runtime == "rccl" else "nccl"])
 
+    def slices_per_chunk(self, protocol: str) -> int:
+        """Slices one call of the runtime's primitives is cut into (``SlicePerChunk``:
+        ``chunk_slots / slice_slots``; 2 for NCCL's and msccl's Simple, 1 for LL and LL128)."""
+        p = _protocol(protocol)
+        return max(1, self.chunk_slots[p] // self.slice_slots[p])
+
     def window_bytes(self, protocol: str) -> float:
         """Data bytes a sender may have in flight on one connection."""
         return self.fifo_slots * self.slot_data_bytes(protocol)

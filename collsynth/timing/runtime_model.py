@@ -437,8 +437,9 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
     InvalidInstanceError
         A negative size, an unknown protocol, or what :func:`prepare_program` refuses.
 
-    On a uniform case it is the alpha-beta closed form: a k-step ring program whose chunks fit in
-    one slice costs ``base + k (alpha + chunk * beta)``.
+    On a uniform case it is the alpha-beta closed form plus the last receive's pass: a k-step
+    ring program in Simple whose chunks are at most the slice floor (32 KiB: one slice each)
+    costs ``base + k (alpha + chunk * beta) + chunk * beta`` (docs/runtime-model.md).
 
     >>> from collsynth.timing.runtime_baselines import ring_program
     >>> from collsynth.runtimes import get_runtime
@@ -448,8 +449,8 @@ def simulate_program(program: "Program | PreparedProgram", topology: "Topology |
     >>> program = ring_program("allgather", [(0, 1, 2, 3)], protocol="Simple")
     >>> c = get_runtime("nccl").defaults
     >>> t = simulate_program(program, ring4, 4000, c)
-    >>> round(t.time_us - c.base_latency("Simple"), 6)  # 3 hops of 3.4 us + 1000 B at 10 GB/s
-    10.5
+    >>> round(t.time_us - c.base_latency("Simple"), 6)  # 3 x (3.4 + 0.1) + 0.1
+    10.6
     """
     prep = program if isinstance(program, PreparedProgram) else prepare_program(program,
                                                                                   topology)
@@ -512,13 +513,19 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     data = cnt * chunk                                   # data bytes per transfer
     sends = prep.sends
     cls = prep.link_class
+    call = cnt * iteration                               # data bytes of one step's call
     if prep.slice_bytes is None:  # the constants' slice; LL's differs inside and across nodes
         piece = c.slice_bytes(proto)
         if proto == "LL":
             piece = np.where(cls == 1, c.slice_bytes(proto, network=True), piece)
+        elif proto == "Simple":
+            # prims_simple.h cuts every call into SlicePerChunk slices (no smaller than 1/32
+            # of a full slice), however small the call: a 256 KiB step moves in two 128 KiB
+            # slices, not one.
+            piece = np.minimum(piece, np.maximum(call / c.slices_per_chunk(proto), piece / 32))
     else:
         piece = prep.slice_bytes(size) if callable(prep.slice_bytes) else prep.slice_bytes
-    grain = np.minimum(cnt * iteration, piece)  # the pipelining slice
+    grain = np.minimum(call, piece)  # the pipelining slice
     gamma = c.gamma_us_per_byte
     hop = np.array([c.hop_latency("intra", proto), c.hop_latency("network", proto)])
     ceiling = np.array([c.ceiling("intra", proto), c.ceiling("network", proto)]) * 1e3
@@ -543,6 +550,18 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     rate = np.where(sends, cap, np.inf)
     reduce_work = prep.work * gamma
     receives = np.array(prep.match) >= 0
+    matched = np.where(receives, np.array(prep.match), 0)
+    # In Simple a receive takes a slice out of the connection's FIFO only once the whole slice
+    # is in (prims_simple.h waits for the step's tail), so its last slice costs a pass after it
+    # lands, at the rate the connection moved it, as a forward's does; LL and LL128 take each
+    # line as it arrives.
+    copies_last = receives & (np.array(prep.kind) == RECEIVE) & (proto == "Simple")
+    # The copy is the receiving thread block's own work. Inside a node the thread block that
+    # wrote the slice moved it at about that rate; across nodes the NIC's share set the
+    # connection's rate, and where the constants say what one connection inside a node moves,
+    # the copy runs no slower than that.
+    intra = c.ceiling("intra", proto) * 1e3
+    copy_floor = np.where(cls[matched] == 1, intra if math.isfinite(intra) else 0.0, 0.0)
     passes = 0
     start = finish = None
     previous_makespan: float | None = None
@@ -551,8 +570,10 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
         with np.errstate(divide="ignore", invalid="ignore"):
             send_time = np.where(sends, data / rate, 0.0)
             send_tail = np.where(sends, grain / rate, 0.0)
+            copy_last = np.where(copies_last, grain / np.maximum(rate[matched], copy_floor),
+                                 0.0)
         own = np.maximum(send_time, reduce_work * data)
-        tail = np.where(receives, send_tail + reduce_work * grain, 0.0)
+        tail = np.where(receives, send_tail + np.maximum(copy_last, reduce_work * grain), 0.0)
         first = np.where(sends, send_tail, 0.0)
         start, finish = _pass(prep, own, tail, first, alpha)
         if not options.share_links or not len(members) or passes >= options.max_passes:

@@ -4,8 +4,12 @@ the runtime's own path, and ``collsynth time`` without files.
 Every expected time is derived by hand in the comments from the program model's definition
 (docs/runtime-model.md): base latency once per call; per transfer a hop latency of its link
 class and its bytes over its rate; a receive ends when the last slice of each input has
-arrived; transfers crossing a port at the same time share it equally. Chunks here fit in one
-slice (Simple: 1 MiB), so a transfer's first slice is all of it: no pipelining within a chunk.
+arrived and, in Simple, a plain receive (``r``, ``rrc``: not a forward) then takes that slice
+out of the connection's FIFO at the rate the matched send moved it (prims_simple.h: a slice is
+taken only once all of it is in); transfers crossing a port at the same time share it equally.
+A Simple call is cut into 2 slices (SlicePerChunk) of at least 1/32 of the 1 MiB slice
+(32 KiB), at most 1 MiB: the chunks here are mostly under 32 KiB, so a transfer's slice is all
+of it and there is no pipelining within a chunk; where a case pipelines, its comment says so.
 """
 
 from __future__ import annotations
@@ -85,21 +89,27 @@ def test_nvls_allreduce_on_two_gpus_by_hand():
     #   scatter: each GPU sends both shards to the switch at once, sharing its port: 2D/P;
     #   the switch's sum of shard k reaches GPU k after a hop, then D/P down the port;
     #   GPU k stores it back into the switch: a hop, D/P up;
-    #   the switch writes both shards into each GPU at once: a hop, 2D/P down; a last hop.
-    # 4 hops + 6D/P: 4 + 4 + 60_000 / 85_000 = 8.70588 us.
+    #   the switch writes both shards into each GPU at once: a hop, 2D/P down; a last hop;
+    #   each GPU's receive takes a copy's last slice (all of it, D: under the 16 KiB NVLS
+    #   chunk) out of the FIFO at the rate the copy came, P/2: 2D/P more.
+    # 4 hops + 8D/P: 4 + 4 + 80_000 / 85_000 = 8.94118 us.
     t = simulate_program(nvls_graph("allreduce", nvls_pair(), 1), None, 20_000, constants())
-    assert t.time_us == pytest.approx(8.0 + 60_000 / 85_000, rel=1e-9)
+    assert t.time_us == pytest.approx(8.0 + 80_000 / 85_000, rel=1e-9)
 
 
-@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter"])
-def test_nvls_allgather_and_reduce_scatter_on_two_gpus_by_hand(collective):
-    # The pair again (P = 85_000 B/us), 20_000 bytes, one channel: D = 10_000 bytes per shard.
-    # Allgather: GPU k stores its shard (a hop, D/P up its own port); the switch writes both
-    # shards into each GPU at once (a hop, 2D/P down each port). Reduce-scatter: each GPU
-    # sends both shards at once (a hop, 2D/P up); the switch returns the sum of shard k (a
-    # hop, D/P down). Both: base 4 + 2 hops + 3D/P = 6 + 30_000 / 85_000 = 6.3529 us.
+@pytest.mark.parametrize("collective, passes", [pytest.param("allgather", 5, id="allgather"),
+                                                pytest.param("reduce_scatter", 4,
+                                                             id="reduce_scatter")])
+def test_nvls_allgather_and_reduce_scatter_on_two_gpus_by_hand(collective, passes):
+    # The pair again (P = 85_000 B/us), 20_000 bytes, one channel: D = 10_000 bytes per shard
+    # (one slice each). Allgather: GPU k stores its shard (a hop, D/P up its own port); the
+    # switch writes both shards into each GPU at once (a hop, 2D/P down each port); each
+    # receive takes a copy's slice out at the rate it came, P/2: 2D/P. Base 4 + 2 hops + 5D/P
+    # = 6 + 50_000 / 85_000 = 6.5882 us. Reduce-scatter: each GPU sends both shards at once (a
+    # hop, 2D/P up); the switch returns the sum of shard k (a hop, D/P down); the receive
+    # takes it out at the sum's rate, P: D/P. 6 + 4D/P = 6 + 40_000 / 85_000 = 6.4706 us.
     t = simulate_program(nvls_graph(collective, nvls_pair(), 1), None, 20_000, constants())
-    assert t.time_us == pytest.approx(6.0 + 30_000 / 85_000, rel=1e-9)
+    assert t.time_us == pytest.approx(6.0 + passes * 10_000 / 85_000, rel=1e-9)
 
 
 @pytest.mark.parametrize("collective, up, down", [
@@ -120,17 +130,18 @@ def test_nvls_bytes_per_port_on_a_dgx_h100(collective, up, down):
 
 
 def test_nvls_traffic_is_bounded_by_the_switch_and_the_channels_not_by_connections():
-    # The pair of the test above (P = 85_000 B/us, D = 10_000 bytes, 8.706 us). A ceiling of
+    # The pair of the test above (P = 85_000 B/us, D = 10_000 bytes, 8.941 us). A ceiling of
     # 1 GB/s per connection does not touch NVLS: the switch reads and copies, a channel's SM
     # reduces and stores. A channel rate of 42.5 GB/s (P/2) doubles the sum's leg down and the
-    # store up (D/P each -> 2D/P): 4 + 4 hops + (2D + 2D + 2D + 2D)/P = 8.941 us.
+    # store up (D/P each -> 2D/P); the scatter, the copies and the receives' last pass (at the
+    # copies' rate) keep 2D/P each: 4 + 4 hops + (2D + 2D + 2D + 2D + 2D)/P = 9.176 us.
     c = constants()
     graph = nvls_graph("allreduce", nvls_pair(), 1)
     slow = c.replace(ceiling_gbps={k: {p: 1.0 for p in PROTOCOLS} for k in ("intra", "network")})
     assert simulate_program(graph, None, 20_000, slow).time_us == pytest.approx(
-        8.0 + 60_000 / 85_000, rel=1e-9)
+        8.0 + 80_000 / 85_000, rel=1e-9)
     assert simulate_program(graph, None, 20_000, c.replace(nvls_channel_gbps=42.5)).time_us == \
-        pytest.approx(8.0 + 80_000 / 85_000, rel=1e-9)
+        pytest.approx(8.0 + 100_000 / 85_000, rel=1e-9)
 
 
 @pytest.mark.parametrize("efficiency", [None, 0.425])
@@ -142,13 +153,15 @@ def test_nvls_pipelines_at_its_own_chunk_size_by_hand(efficiency):
     # < 8 x 2 x 64 KiB = 1 MiB: 64 KiB steps. Shards of D = 1 MiB. Port P = 4 x 25 GB/s x 0.85
     # = 85_000 B/us (or x 0.425 / 0.85 when the constants carry their own NVLS efficiency).
     # GPU k stores its shard (D/P up); the switch starts writing it on once the first 64 KiB
-    # has arrived (a hop + 65536/P), both shards into each GPU at once (2D/P down); a last hop.
-    # Base 4 us, hops 1 us: 4 + 2 + (65536 + 2 x 1048576) / P. With the 1 MiB slice it would be
-    # 4 + 2 + 3D/P.
+    # has arrived (a hop + 65536/P), both shards into each GPU at once (2D/P down); a last hop;
+    # each receive takes the copy's last 64 KiB out of the FIFO at the copy's rate, P/2
+    # (2 x 65536/P). The NVLS chunk is the slice as it is, not cut in two (prep.slice_bytes).
+    # Base 4 us, hops 1 us: 4 + 2 + (3 x 65536 + 2 x 1048576) / P. With the 1 MiB slice it
+    # would be 4 + 2 + (D + 2D + 2D)/P = 6 + 5D/P.
     c = constants().replace(nvls_efficiency=efficiency)
     port = 85_000 * (efficiency or 0.85) / 0.85
     t = simulate_program(nvls_graph("allgather", nvls_pair(), 1), None, 2 << 20, c)
-    assert t.time_us == pytest.approx(6.0 + (65536 + 2 * 1048576) / port, rel=1e-9)
+    assert t.time_us == pytest.approx(6.0 + (3 * 65536 + 2 * 1048576) / port, rel=1e-9)
 
 
 @pytest.mark.parametrize("size, channels, heads, expected", [
@@ -191,12 +204,13 @@ def test_collnet_chain_on_two_one_gpu_nodes_by_hand():
     # (sharp). 20_000 bytes, one channel: each GPU is its node's whole chain and head. It sends
     # its data up its NIC (S/B = 2 us, a network hop of 3 us); the switch sums both streams as
     # they arrive and returns the total down each NIC (starts when the first slice is in, at
-    # 5 us: S/B more, ends at 7), a last hop: 10 us, + base 4 = 14 us. (A 20_000-byte chunk
+    # 5 us: S/B more, ends at 7), a last hop (in at 10); the GPU's receive takes the slice out
+    # of the FIFO at the rate it came, S/B: 12 us, + base 4 = 16 us. (A 20_000-byte chunk
     # fits one slice: NCCL's 32 KiB floor.)
     two = with_machine(one_gpu_nodes(2), sharp=True)
     t = simulate_program(sharp_graph("collnet_chain", "allreduce", two, 1), None, 20_000,
                          constants())
-    assert t.time_us == pytest.approx(4 + 2 * 3 + 2 * 20_000 / 10_000, rel=1e-9)
+    assert t.time_us == pytest.approx(4 + 2 * 3 + 3 * 20_000 / 10_000, rel=1e-9)
 
 
 def test_collnet_direct_bytes_per_nic_and_link():
@@ -236,11 +250,12 @@ def test_nvls_tree_on_two_nodes_by_hand():
     # channel (the first tree: node 0 the root, node 1 its child): shards of D = 10_000 bytes.
     # Node 1, shard k, in order: scatter 2D/P (both shards share a port) + 1; the switch's sum
     # to GPU k D/P + 1; up the tree to node 0 D/B + 3; node 0 adds its own sum and sends it
-    # back D/B + 3; store into node 1's switch D/P + 1; copies into both GPUs 2D/P + 1.
-    # 4 + 4 x 1 + 2 x 3 + 6D/P + 2D/B = 14 + 60_000 / 34_000 + 2 = 17.7647 us.
+    # back D/B + 3; store into node 1's switch D/P + 1; copies into both GPUs 2D/P + 1; each
+    # GPU's receive takes its copy's slice (all of D) out at the copy's rate P/2: 2D/P.
+    # 4 + 4 x 1 + 2 x 3 + 8D/P + 2D/B = 14 + 80_000 / 34_000 + 2 = 18.3529 us.
     two = compose_nodes(nvls_pair(unit_gbps=10.0), 2)
     t = simulate_program(nvls_tree_graph("allreduce", two, 1), None, 20_000, constants())
-    assert t.time_us == pytest.approx(16.0 + 60_000 / 34_000, rel=1e-9)
+    assert t.time_us == pytest.approx(16.0 + 80_000 / 34_000, rel=1e-9)
     # Network bytes: per shard one sum up and one back, D each way between the heads.
     carried = port_bytes(nvls_tree_graph("allreduce", two, 1), 20_000)
     assert carried["link 2->0"] == carried["link 0->2"] == pytest.approx(10_000)
@@ -253,12 +268,13 @@ def test_nvls_tree_pays_gamma_where_a_head_adds_its_child():
     # to node 1 ends D x gamma = 1 us later, and so does everything after it on node 1's path.
     # One more effect of the model's time-averaged shares: the two copies into each GPU of node
     # 1 now wait for the stored sum rather than for their port, so their mean load leaves the
-    # port room and each takes all of it for its last slice: D/P instead of 2D/P.
-    # 17.7647 + 1 - D/P = 18.4706 us.
+    # port room and each takes all of it for its last slice: D/P instead of 2D/P; the receives
+    # (no reduction: no gamma) take that slice out at the copies' rate, now P: D/P, not 2D/P.
+    # 18.3529 + 1 - D/P - D/P = 17 + 6D/P = 17 + 60_000 / 34_000 = 18.7647 us.
     two = compose_nodes(nvls_pair(unit_gbps=10.0), 2)
     t = simulate_program(nvls_tree_graph("allreduce", two, 1), None, 20_000,
                          constants(gamma=1e-4))
-    assert t.time_us == pytest.approx(17.0 + 50_000 / 34_000, rel=1e-9)
+    assert t.time_us == pytest.approx(17.0 + 60_000 / 34_000, rel=1e-9)
 
 
 def test_nvls_refuses_what_nccl_does_not_run():
@@ -293,21 +309,27 @@ def test_pat_sends_log2_steps_and_each_block_once():
     assert len(sends) == 8 * 7
 
 
-@pytest.mark.parametrize("collective", ["allgather", "reduce_scatter"])
-def test_pat_against_the_ring_on_four_one_gpu_nodes_by_hand(collective):
+@pytest.mark.parametrize("collective, expected", [pytest.param("allgather", 16.0, id="allgather"),
+                                                  pytest.param("reduce_scatter", 15.0,
+                                                               id="reduce_scatter")])
+def test_pat_against_the_ring_on_four_one_gpu_nodes_by_hand(collective, expected):
     # 4 nodes of one GPU, NICs of B = 10_000 B/us, network hop 3 us, base 4 us; 40_000 bytes:
-    # blocks of D = 10_000 bytes.
+    # blocks of D = 10_000 bytes (one slice each). Every receive (r, rrc) takes its slice out
+    # of the FIFO once it is in, at the rate its send moved it (gamma 0: no more for rrc).
     # PAT allgather: at 0 a rank sends its block to r - 1 and (the other step's thread block)
-    # to r - 2, sharing its NIC: 2D/B = 2 us, in at 2 + 3; then the block from r + 1 goes on
-    # to r - 2: D/B = 1 us, in at 6 + 3 = 9. 4 + 9 = 13 us. Reduce-scatter, the steps
-    # reversed: two partial sums to r + 2 (2D/B = 2, in at 5), then the reduced one to r + 1
-    # (D/B, in at 9): 13 us too.
-    # Ring: 3 steps of a hop and D/B: 4 + 3 x (3 + 1) = 16 us.
+    # to r - 2, sharing its NIC: 2D/B = 2 us, in at 2 + 3 = 5; the block from r + 1 came at
+    # B/2, so its receive takes 2 us more (5..7); then it goes on to r - 2: D/B = 1 us
+    # (7..8), in at 8 + 3 = 11, and that receive takes D/B (11..12). 4 + 12 = 16 us.
+    # Reduce-scatter, the steps reversed: two partial sums to r + 2, one after the other in one
+    # thread block (D/B each, in at 4 and 5), each reduced in at B as it lands (4..5, 5..6);
+    # then the reduced block r + 1 to r + 1 (6..7, in at 10), reduced into the output at B
+    # (10..11): 4 + 11 = 15 us.
+    # Ring: 3 steps of a hop and D/B, then the last receive's D/B: 4 + 3 x (3 + 1) + 1 = 17 us.
     four = one_gpu_nodes(4)
     pat = simulate_program(pat_program(collective, 4), four, 40_000, constants())
     ring = simulate_program(ring_program(collective, [(0, 1, 2, 3)]), four, 40_000, constants())
-    assert pat.time_us == pytest.approx(13.0, rel=1e-9)
-    assert ring.time_us == pytest.approx(16.0, rel=1e-9)
+    assert pat.time_us == pytest.approx(expected, rel=1e-9)
+    assert ring.time_us == pytest.approx(17.0, rel=1e-9)
 
 
 def test_pat_refuses_one_rank_and_other_collectives():
@@ -425,14 +447,16 @@ def _send(n: int, src: int, dst: int) -> Program:
 
 def test_a_foreign_send_on_mi250_goes_through_the_host_by_hand():
     # GCDs 7 and 8 of an MI250 node share no xGMI link: RCCL moves the data over PCIe through
-    # the host, Gen4 x16 on MI250: 24 GB/s out of GCD 7 and into GCD 8. 240_000 bytes:
-    # base 4 + intra hop 1 + 240_000 / 24_000 = 15 us.
+    # the host, Gen4 x16 on MI250: 24 GB/s out of GCD 7 and into GCD 8. 240_000 bytes in one
+    # chunk, a Simple call cut in 2 slices of 120_000 (over the 32 KiB floor): base 4 + intra
+    # hop 1 + 240_000 / 24_000, then the receive takes the last slice out at the send's rate,
+    # 120_000 / 24_000: 4 + 1 + 10 + 5 = 20 us.
     mi250 = get_topology("mi250-16gcd")
     assert mi250.links[7][8] == 0
     prepared = prepare_program(_send(16, 7, 8), mi250)
     assert prepared.indirect == ((7, 8, "PCIe through the host, 24 GB/s", 1),)
     t = simulate_program(prepared, None, 240_000, constants())
-    assert t.time_us == pytest.approx(15.0, rel=1e-12)
+    assert t.time_us == pytest.approx(20.0, rel=1e-12)
     # Between nodes the path is the NICs (25 GB/s per OAM here); inside an NVSwitch node the
     # switch ports (a DGX H100 links every pair anyway, so nothing is indirect there).
     two = compose_nodes(get_topology("dgx-h100"), 2)

@@ -78,24 +78,87 @@ def program(ngpus: int, tbs: dict[int, list[tuple[int, int, int, list[str]]]],
 
 def test_ring_reduces_to_the_alpha_beta_closed_form():
     # ring:5 of 10 GB/s links (10_000 bytes/us), alpha 2 us, base 7 us; a 50_000-byte
-    # allgather moves 10_000-byte chunks, smaller than a slice: no pipelining benefit.
-    # Closed form: base + (n - 1) * (alpha + chunk * beta) = 7 + 4 * (2 + 1) = 19 us.
+    # allgather moves 10_000-byte chunks, under Simple's slice floor (1/32 of the 1 MiB slice,
+    # 32_768 bytes): each moves as one slice, g = 10_000, no pipelining benefit.
+    # Closed form: base + (n - 1) * (alpha + chunk * beta) = 7 + 4 * (2 + 1) = 19 us, plus
+    # the last receiver's pass over its last slice once it is in its FIFO, g / r = 1 us (the
+    # alpha-beta form does not count that copy): 20 us.
     n = 5
     links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
     ring5 = Topology("ring5", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
     p = ring_program("allgather", [tuple(range(n))], protocol="Simple")
     t = simulate_program(p, ring5, 50_000, constants(base=7.0, hop=2.0))
-    assert t.time_us == pytest.approx(19.0, rel=1e-12)
-    assert t.algbw_gbps == pytest.approx(50_000 / 19.0 / 1e3)
+    assert t.time_us == pytest.approx(20.0, rel=1e-12)
+    assert t.algbw_gbps == pytest.approx(50_000 / 20.0 / 1e3)
     assert t.busbw_gbps == pytest.approx(t.algbw_gbps * 4 / 5)
 
 
 def test_a_send_costs_base_plus_hop_plus_bytes_over_the_ceiling():
     # 50_000 bytes through a 5 GB/s connection ceiling (the 100 GB/s link is not the limit):
-    # 4 + 1.5 + 50_000 / 5_000 = 15.5 us.
+    # 4 + 1.5 + 50_000 / 5_000 = 15.5 us, then the receive's pass over its last slice. Simple
+    # cuts the 50_000-byte call in 2 but no finer than 1/32 of the 1 MiB slice:
+    # g = min(50_000, max(25_000, 32_768)) = 32_768 bytes, 6.5536 us at 5_000 bytes/us:
+    # 22.0536 us.
     p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
     t = simulate_program(p, line(2, 100.0), 50_000, constants(base=4.0, hop=1.5, ceiling=5.0))
-    assert t.time_us == pytest.approx(15.5, rel=1e-12)
+    assert t.time_us == pytest.approx(4.0 + 1.5 + 10.0 + 32_768 / 5_000, rel=1e-12)
+
+
+def test_a_simple_call_moves_in_two_slices_and_its_receive_copies_the_last_one_out():
+    # prims_simple.h: a call is cut into SlicePerChunk = chunk_slots / slice_slots = 4 / 2 = 2
+    # slices (none smaller than 1/32 of a full slice of 2 x 512 KiB = 1 MiB, 32_768 bytes),
+    # and a plain receive takes a slice out of its FIFO only once the whole slice is in, at
+    # the rate the connection moved it. One step, rank 0 -> rank 1 over a 10 GB/s link
+    # (10_000 bytes/us, the FIFO window 8 x 512 KiB / (2 x 2 us) far above it), hop 2 us,
+    # base 4 us. A 256 KiB call (C = 262_144 bytes): g = min(C, max(C / 2, 32_768), 1 MiB)
+    # = 131_072; the send takes C / r = 26.2144 us, its last slice lands 2 us later and is
+    # copied out in g / r = 13.1072 us: 4 + 2 + 26.2144 + 13.1072 = 45.3216 us. (In one slice
+    # of the whole call it would be 4 + 2 + 2 x 26.2144 = 58.4288; with no copy out of the
+    # FIFO 4 + 2 + 26.2144 = 32.2144.)
+    p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    c = constants(base=4.0, hop=2.0)
+    assert c.slice_bytes("Simple") == 1 << 20 and c.slices_per_chunk("Simple") == 2
+    t = simulate_program(p, line(2, 10.0), 256 * 1024, c)
+    assert t.time_us == pytest.approx(4.0 + 2.0 + 262_144 / 10_000 + 131_072 / 10_000,
+                                      rel=1e-12)
+
+
+def test_a_simple_call_below_the_slice_floor_moves_as_one_slice():
+    # The same send and receive with a 16 KiB call (C = 16_384 bytes): half of it (8_192) is
+    # under the floor of 1/32 of the 1 MiB slice (32_768), so g = min(C, max(C / 2, 32_768))
+    # = C, one slice: the send takes C / r = 1.6384 us and the receive copies the whole of it
+    # out of its FIFO after it lands, C / r again: 4 + 2 + 2 x 1.6384 = 9.2768 us. (In two
+    # slices of 8_192 bytes it would be 4 + 2 + 1.6384 + 0.8192.)
+    p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    t = simulate_program(p, line(2, 10.0), 16 * 1024, constants(base=4.0, hop=2.0))
+    assert t.time_us == pytest.approx(4.0 + 2.0 + 2 * 16_384 / 10_000, rel=1e-12)
+
+
+def test_a_receive_across_nodes_copies_its_last_slice_at_a_connections_rate_inside_a_node():
+    # The 256 KiB call of the test above with its one hop on the network: the NIC's share
+    # (here the 10 GB/s link) sets the send's rate, but the copy out of the FIFO is the
+    # receiving thread block's own work, which the constants rate at 20 GB/s per connection
+    # inside a node: g / 20_000 = 6.5536 us, not g / r = 13.1072. 4 + 2 + 26.2144 + 6.5536 =
+    # 38.768 us. Inside a node the same constants copy at the rate the writer moved it (the
+    # link's 10 GB/s under the 20 GB/s ceiling): 45.3216; with no ceiling inside a node
+    # nothing says a thread block's rate, and across nodes the copy runs at the connection's.
+    import dataclasses
+
+    import numpy as np
+
+    p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
+    c = constants(base=4.0, hop=2.0)
+    c20 = c.replace(ceiling_gbps={"intra": {q: 20.0 for q in PROTOCOLS},
+                                  "network": {q: None for q in PROTOCOLS}})
+    prep = prepare_program(p, line(2, 10.0))
+    network = dataclasses.replace(prep, link_class=np.where(prep.link_class >= 0, 1, -1))
+    size = 256 * 1024
+    assert simulate_program(network, None, size, c20).time_us == pytest.approx(
+        4.0 + 2.0 + 262_144 / 10_000 + 131_072 / 20_000, rel=1e-12)
+    assert simulate_program(prep, None, size, c20).time_us == pytest.approx(
+        4.0 + 2.0 + 262_144 / 10_000 + 131_072 / 10_000, rel=1e-12)
+    assert simulate_program(network, None, size, c).time_us == pytest.approx(
+        4.0 + 2.0 + 262_144 / 10_000 + 131_072 / 10_000, rel=1e-12)
 
 
 def two_channel_send() -> Program:
@@ -105,41 +168,49 @@ def two_channel_send() -> Program:
 
 def test_a_bandwidth_factor_scales_every_rate_and_no_latency():
     # The runtime reaching half of every rate (NCCL's tree correction at some sizes): the
-    # 100_000 bytes of a send over a 10 GB/s link take 20 us instead of 10, and through a
-    # 5 GB/s ceiling 40 instead of 20; base (4) and hop (1) stay.
+    # 100_000 bytes of a send over a 10 GB/s link take 20 us instead of 10, and the receive's
+    # pass over its last slice (g = min(100_000, max(50_000, 32_768)) = 50_000 bytes) 10 us
+    # instead of 5: 4 + 1 + 20 + 10 = 35. Through a 5 GB/s ceiling 40 + 20 instead of 20 + 10:
+    # 4 + 1 + 40 + 20 = 65. Base (4) and hop (1) stay.
     one = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
     c = constants(base=4.0, hop=1.0)
     assert simulate_program(one, line(2, 10.0), 100_000, c,
-                            bandwidth_factor=0.5).time_us == pytest.approx(25.0, rel=1e-9)
+                            bandwidth_factor=0.5).time_us == pytest.approx(35.0, rel=1e-9)
     capped = constants(base=4.0, hop=1.0, ceiling=5.0)
     assert simulate_program(one, line(2, 100.0), 100_000, capped,
-                            bandwidth_factor=0.5).time_us == pytest.approx(45.0, rel=1e-9)
+                            bandwidth_factor=0.5).time_us == pytest.approx(65.0, rel=1e-9)
     for bad in (0.0, -1.0, 1.5, math.nan):
         with pytest.raises(InvalidInstanceError, match="bandwidth_factor"):
             simulate_program(one, line(2, 10.0), 100_000, c, bandwidth_factor=bad)
 
 
 def test_two_connections_sharing_one_link_take_twice_as_long():
-    # One 10 GB/s link, no ceiling: one connection moves 100_000 bytes in 10 us, two at the
-    # same time share the link and need 20 us.
+    # One 10 GB/s link, no ceiling: one connection moves 100_000 bytes in 10 us and its
+    # receive passes over its last slice (g = min(100_000, max(50_000, 32_768)) = 50_000
+    # bytes) in 5 us: 15 us after base 4 + hop 1. Two at the same time share the link, each at
+    # 5_000 bytes/us, and need 20 + 10 = 30 us.
     topo, c = line(2, 10.0), constants(base=4.0, hop=1.0)
     one = simulate_program(program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]}), topo,
                            100_000, c)
     two = simulate_program(two_channel_send(), topo, 100_000, c)
-    assert one.time_us - 5.0 == pytest.approx(10.0, rel=1e-9)
-    assert two.time_us - 5.0 == pytest.approx(20.0, rel=1e-6)
+    assert one.time_us - 5.0 == pytest.approx(10.0 + 5.0, rel=1e-9)
+    assert two.time_us - 5.0 == pytest.approx(20.0 + 10.0, rel=1e-6)
 
 
 def test_connections_under_their_ceiling_do_not_slow_each_other():
-    # Two connections of at most 4 GB/s each fit a 10 GB/s link together: 100_000 / 4_000 = 25.
+    # Two connections of at most 4 GB/s each fit a 10 GB/s link together: 100_000 / 4_000 = 25,
+    # and each receive's pass over its last 50_000-byte slice (min(100_000, max(50_000,
+    # 32_768))) at 4_000 bytes/us, 12.5: 4 + 1 + 25 + 12.5 = 42.5 us.
     t = simulate_program(two_channel_send(), line(2, 10.0), 100_000,
                          constants(base=4.0, hop=1.0, ceiling=4.0))
-    assert t.time_us == pytest.approx(4.0 + 1.0 + 25.0, rel=1e-6)
+    assert t.time_us == pytest.approx(4.0 + 1.0 + 25.0 + 12.5, rel=1e-6)
 
 
 def test_a_group_shared_by_two_links_halves_each():
     # Ranks 0 and 1 both send 100_000 bytes to rank 2 over their own 10 GB/s links, through a
-    # group (a switch port) of 10 GB/s: 20 us of transfer, as one link carrying both.
+    # group (a switch port) of 10 GB/s: 20 us of transfer at 5_000 bytes/us each, as one link
+    # carrying both, then each receive's pass over its last 50_000-byte slice
+    # (min(100_000, max(50_000, 32_768))) at that rate, 10 us: 4 + 1 + 20 + 10 = 35 us.
     from collsynth.topology.model import BandwidthGroup
 
     links = ((0, 0, 1), (0, 0, 1), (0, 0, 0))
@@ -148,22 +219,24 @@ def test_a_group_shared_by_two_links_halves_each():
     p = program(3, {0: [(2, -1, 0, ["s"])], 1: [(2, -1, 0, ["s"])],
                     2: [(-1, 0, 0, ["r"]), (-1, 1, 0, ["r"])]})
     t = simulate_program(p, topo, 100_000, constants(base=4.0, hop=1.0))
-    assert t.time_us == pytest.approx(4.0 + 1.0 + 20.0, rel=1e-6)
+    assert t.time_us == pytest.approx(4.0 + 1.0 + 20.0 + 10.0, rel=1e-6)
 
 
 def test_a_forwarding_rank_pipelines_slices():
     # 0 -> 1 -> 2 with rank 1 forwarding (rcs). Slices of 1000 bytes (slot 1000 B, one slot per
-    # slice), an 8000-byte chunk, 10 GB/s links (0.1 us a slice), alpha 2 us, a FIFO deep enough
-    # not to bind. The last slice leaves rank 0 at 0.8 us, reaches rank 1 at 2.8, is forwarded
-    # in 0.1 us and reaches rank 2 2 us later: 4.9 us, against 2 * (2 + 0.8) = 5.6 for store
-    # and forward.
+    # slice; 8 slices per chunk: g = min(8000, max(8000 / 8, 1000 / 32), 1000) = 1000), an
+    # 8000-byte chunk, 10 GB/s links (0.1 us a slice), alpha 2 us, a FIFO deep enough not to
+    # bind. The last slice leaves rank 0 at 0.8 us, reaches rank 1 at 2.8, is forwarded in
+    # 0.1 us, reaches rank 2 2 us later (4.9) and is copied out of its FIFO in 0.1 us: 5.0 us,
+    # against 2 * (2 + 0.8) + 0.8 = 6.4 for store and forward.
     p = program(3, {0: [(1, -1, 0, ["s"])], 1: [(2, 0, 0, ["rcs"])], 2: [(-1, 1, 0, ["r"])]})
     c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=1, fifo=64)
     t = simulate_program(p, line(3, 10.0), 8000, c)
-    assert t.time_us == pytest.approx(4.0 + 4.9, rel=1e-9)
-    # One slice as large as the chunk: store and forward.
+    assert t.time_us == pytest.approx(4.0 + 5.0, rel=1e-9)
+    # One slice as large as the chunk (8 slots a slice, 1 slice per chunk: g = 8000): store
+    # and forward, then the receive's pass over that one slice: 2 * (2 + 0.8) + 0.8 = 6.4.
     whole = c.replace(slice_slots={p_: 8 for p_ in PROTOCOLS})
-    assert simulate_program(p, line(3, 10.0), 8000, whole).time_us == pytest.approx(4.0 + 5.6)
+    assert simulate_program(p, line(3, 10.0), 8000, whole).time_us == pytest.approx(4.0 + 6.4)
 
 
 def test_an_ll_forwarding_rank_passes_each_line_on_as_it_arrives():
@@ -213,8 +286,9 @@ def test_a_pipelined_receive_reduce_pays_for_reducing_its_last_slice():
     # the slices and only the last slice's reduction shows. By hand, on every rank alike:
     #   s    0 .. 0.8 us on the wire; its last slice reaches the next rank at 2.8 us.
     #   rrs  reduces that slice by 2.85, sends it by 2.95; it reaches the next rank at 4.95.
-    #   rrc  reduces that last slice by 5.0 us.
-    # So base + 5.0. Without the reduction of the last slice it would be base + 4.9.
+    #   rrc  takes that last slice out of its FIFO: the longer of the copy at the link's rate
+    #        (0.1 us) and its reduction (0.05 us), so by 5.05 us.
+    # So base + 5.05. Without the reduction of rrs's last slice it would be base + 5.0.
     n = 3
     links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
     ring3 = Topology("ring3", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
@@ -223,18 +297,30 @@ def test_a_pipelined_receive_reduce_pays_for_reducing_its_last_slice():
     c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=1, fifo=64,
                   gamma=0.00005)
     t = simulate_program(p, ring3, 24_000, c)
-    assert t.time_us == pytest.approx(4.0 + 5.0, rel=1e-9)
-    # With no reduction cost the same hand count gives 0.8 + 2 + 0.1 + 2 = 4.9 us.
+    assert t.time_us == pytest.approx(4.0 + 5.05, rel=1e-9)
+    # With no reduction cost the same hand count gives 0.8 + 2 + 0.1 + 2 + 0.1 = 5.0 us.
     free = simulate_program(p, ring3, 24_000, c.replace(gamma_us_per_byte=0.0))
-    assert free.time_us == pytest.approx(4.0 + 4.9, rel=1e-9)
+    assert free.time_us == pytest.approx(4.0 + 5.0, rel=1e-9)
+    # Reducing slower than the wire (0.0002 us per byte: 0.2 us a slice, 1.6 us a chunk), the
+    # reduction sets each step's pace and rrc's last pass is its reduction, not the copy:
+    #   s    0 .. 0.8; its first slice reaches the next rank at 0.1 + 2 = 2.1, its last at 2.8.
+    #   rrs  starts at 2.1, reduces the chunk by 2.1 + 1.6 = 3.7 (its last slice's deadline,
+    #        2.8 + 0.1 + 0.2 = 3.1, is earlier); its first slice reaches the next rank at
+    #        2.1 + 0.1 + 2 = 4.2, its last lands at 3.7 + 2 = 5.7.
+    #   rrc  starts at 4.2, reduces the chunk by 5.8, and its last slice by 5.7 + max(0.1, 0.2)
+    #        = 5.9 us.
+    slow = simulate_program(p, ring3, 24_000, c.replace(gamma_us_per_byte=0.0002))
+    assert slow.time_us == pytest.approx(4.0 + 5.9, rel=1e-9)
 
 
 def test_the_fifo_window_bounds_a_connection_over_a_long_hop():
     # 8 slots of 1000 bytes in flight per round trip of 2 x 2 us: at most 2000 bytes/us, so
-    # 8000 bytes take 4 us although the link carries 10_000 bytes/us.
+    # 8000 bytes take 4 us although the link carries 10_000 bytes/us; the receive's pass over
+    # its last 1000-byte slice (one slot) goes at the connection's rate too: 0.5 us.
     p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
     c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=1, fifo=8)
-    assert simulate_program(p, line(2, 10.0), 8000, c).time_us == pytest.approx(4.0 + 2.0 + 4.0)
+    assert simulate_program(p, line(2, 10.0), 8000, c).time_us == pytest.approx(
+        4.0 + 2.0 + 4.0 + 0.5)
 
 
 def test_reductions_cost_gamma_per_byte():
@@ -310,12 +396,14 @@ def test_rank_count_mismatch_is_refused():
 def test_a_send_without_a_link_goes_through_the_host_and_is_named():
     # line2 has no link 1 -> 0 and no machine facts: the runtime's path is PCIe through the
     # host at NCCL's PCI_BW, 12 GB/s (12_000 bytes/us) out of rank 1 and into rank 0. By hand:
-    # base 4 + hop 1.5 + 60_000 / 12_000 = 10.5 us. The send is listed, not refused.
+    # base 4 + hop 1.5 + 60_000 / 12_000 = 10.5 us, then the receive's pass over its last
+    # slice, g = min(60_000, max(30_000, 32_768)) = 32_768 bytes at 12_000 bytes/us:
+    # 10.5 + 2.730667 = 13.230667 us. The send is listed, not refused.
     p = program(2, {1: [(0, -1, 0, ["s"])], 0: [(-1, 1, 0, ["r"])]})
     prepared = prepare_program(p, line(2, 10.0))
     assert prepared.indirect == ((1, 0, "PCIe through the host, 12 GB/s", 1),)
     t = simulate_program(prepared, None, 60_000, constants(base=4.0, hop=1.5))
-    assert t.time_us == pytest.approx(10.5, rel=1e-12)
+    assert t.time_us == pytest.approx(10.5 + 32_768 / 12_000, rel=1e-12)
     assert indirect_note(prepared).startswith("1 send between ranks with no direct link")
     # A rank outside the topology is still refused.
     outside = program(2, {1: [(5, -1, 0, ["s"])]})
@@ -409,11 +497,13 @@ def test_mi250_rccl_ring_held_out_error():
 
 
 def test_sharing_is_what_makes_two_connections_slower():
-    # The same case without sharing (an experiment switch): both take the whole link.
+    # The same case without sharing (an experiment switch): both take the whole link,
+    # 10 us for the 100_000 bytes and 5 us for the receive's pass over its last 50_000-byte
+    # slice: 4 + 1 + 10 + 5 = 20 us (35 with sharing).
     t = simulate_program(two_channel_send(), line(2, 10.0), 100_000,
                          constants(base=4.0, hop=1.0),
                          options=SimulationOptions(share_links=False))
-    assert t.time_us == pytest.approx(15.0)
+    assert t.time_us == pytest.approx(20.0)
 
 
 def test_calibrate_runtime_recovers_known_constants(tmp_path, capsys):
@@ -600,21 +690,23 @@ def test_the_runtimes_broadcast_and_reduce_chains_by_hand(collective, ops):
     # NCCL's broadcast leaves root 0 along the ring 0 -> 1 -> 2 -> 3; its reduce runs from the
     # rank after the root (1) round to the root. One channel: one chunk of 8000 bytes, 8 slices
     # of 1000 bytes (0.1 us each at 10 GB/s), three hops of 2 us, each rank passing slices on as
-    # they arrive: base 4 + 3 x 2 + (8 + 2) x 0.1 = 11 us (reductions free here).
+    # they arrive, and the last rank (r, rrc) copying the last slice out of its FIFO:
+    # base 4 + 3 x 2 + (8 + 2 + 1) x 0.1 = 11.1 us (reductions free here).
     n = 4
     links = [[1 if b == (a + 1) % n else 0 for b in range(n)] for a in range(n)]
     ring4 = Topology("ring4", tuple(map(tuple, links)), unit_gbps=10.0, alpha_us=2.0)
     p = ring_program(collective, [(0, 1, 2, 3)])
     assert [[st.type for st in g.threadblocks[0].steps] for g in p.gpus] == ops
     c = constants(base=4.0, hop=2.0, slot=1000, chunk_slots=8, slice_slots=1, fifo=64)
-    assert simulate_program(p, ring4, 8000, c).time_us == pytest.approx(11.0, rel=1e-9)
+    assert simulate_program(p, ring4, 8000, c).time_us == pytest.approx(11.1, rel=1e-9)
 
 
 def test_the_runtimes_broadcast_moves_one_slot_per_slice_in_simple():
     # NCCL's BROADCAST_SLICESTEPS and REDUCE_SLICESTEPS are 1 (the other rings' 2): with
     # NCCL's 512 KiB slots a 4 MiB broadcast over the ring above crosses its 3 hops in slices
-    # of 524288 bytes, 52.4288 us each at 10 GB/s: 4 + 3 x 2 + (8 + 2) x 52.4288 = 534.288 us
-    # (with the 1 MiB slices of the allreduce ring it would be 4 + 6 + (4 + 2) x 104.8576).
+    # of 524288 bytes, 52.4288 us each at 10 GB/s, the last rank copying the last one out of
+    # its FIFO: 4 + 3 x 2 + (8 + 2 + 1) x 52.4288 = 586.7168 us (with the 1 MiB slices of the
+    # allreduce ring it would be 4 + 6 + (4 + 2 + 1) x 104.8576).
     from collsynth.timing.runtime_programs import RUNTIME_PROGRAMS
 
     n = 4
@@ -625,7 +717,7 @@ def test_the_runtimes_broadcast_moves_one_slot_per_slice_in_simple():
     c = constants(base=4.0, hop=2.0, fifo=64).replace(slot_bytes=dict(
         get_runtime("nccl").defaults.slot_bytes))
     assert simulate_program(built, None, 4 << 20, c).time_us == pytest.approx(
-        4 + 6 + 10 * 524288 / 10_000, rel=1e-9)
+        4 + 6 + 11 * 524288 / 10_000, rel=1e-9)
     # LL and LL128 keep their own slices (one slot; LL a line per thread)
     assert isinstance(RUNTIME_PROGRAMS["ring"].build("broadcast", ring4, 1, "LL"), Program)
 
@@ -646,8 +738,8 @@ def test_the_ring_fit_prepares_broadcast_as_the_model_prices_it():
                                protocol="Simple")
     sizes = [1 << 20, 4 << 20, 16 << 20]
     measured = [(s, p.time_us) for s, p in zip(sizes, ProgramModel(c).price(subject, sizes))]
-    # 4 MiB as by hand in the test above: 4 + 6 + 10 x 52.4288 us
-    assert measured[1][1] == pytest.approx(4 + 6 + 10 * 524288 / 10_000, rel=1e-9)
+    # 4 MiB as by hand in the test above: 4 + 6 + 11 x 52.4288 us
+    assert measured[1][1] == pytest.approx(4 + 6 + 11 * 524288 / 10_000, rel=1e-9)
     fit = fit_runtime(measured, ring4, "broadcast", runtime="nccl", channels=1,
                       protocols=["Simple"] * 3, constants=c, held_out=False)
     assert fit.predicted_us == pytest.approx([t for _, t in measured], rel=1e-3)

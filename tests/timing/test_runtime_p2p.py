@@ -108,13 +108,17 @@ def test_rccls_alltoall_is_priced_at_rccls_shape():
 def test_a_large_alltoall_is_bound_by_each_gpus_port():
     """8 GiB on a DGX-A100 with NCCL's documented constants: each GPU sends 7/8 of its buffer
     through its NVSwitch port, 12 NVLinks at NCCL's 20 GB/s each (hand count: 7.516 GB over
-    240 GB/s = 31.3 ms); its 224 connections (7 peers x 32 parts) are not the bound."""
+    240 GB/s = 31.3 ms); its 224 connections (7 peers x 32 parts) are not the bound. Then each
+    receive takes its last slice out of the FIFO at the rate its connection moved it: a
+    32 MiB part runs in 2 MiB calls of 2 slices of 1 MiB, at 240 / 224 GB/s: 0.98 ms more
+    (32.3 ms; base and hop latency, 12 us, are within the tolerance, the last pass is not)."""
     a100 = get_topology("dgx-a100")
     nccl = get_runtime("nccl")
     subject = RuntimeAlgorithm(nccl, "p2p", "alltoall", a100)
     (price,) = ProgramModel(nccl.defaults, runtime=nccl).price(subject, [8 << 30])
     assert price.protocol == "Simple"
-    assert price.time_us == pytest.approx(7 / 8 * (8 << 30) / 240e3, rel=0.02)
+    assert price.time_us == pytest.approx(7 / 8 * (8 << 30) / 240e3 + (1 << 20) / (240e3 / 224),
+                                          rel=0.01)
     # 32 parts x 8 rounds share NCCL's 32 p2p channels (24 communicator channels, rounded up)
     assert price.channels == 32
 

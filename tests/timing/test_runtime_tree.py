@@ -73,24 +73,28 @@ def test_the_trees_are_nccls_double_binary_tree():
 
 def test_two_ranks_one_chunk_per_tree_by_hand():
     # Two nodes of one rank on 10 GB/s links (10_000 B/us), hop 2 us, base 4 us. 20_000 bytes
-    # in 2 chunks of 10_000 (one slice each), one per tree. Tree 0: rank 1 sends its chunk
-    # (1 us, arrives at 3), rank 0 reduces and sends the sum back (rrcs, 3..4, arrives at 6).
-    # Tree 1 is the mirror on the other channel; the two never share a link at the same time.
-    # base + 2 hops + 2 x 10_000 / 10_000 = 4 + 4 + 2 = 10 us.
+    # in 2 chunks of 10_000, one per tree: one slice each (a Simple call of 10_000 bytes is
+    # under the 32 KiB floor of its 2 slices). Tree 0: rank 1 sends its chunk (1 us, arrives
+    # at 3), rank 0 reduces and sends the sum back (rrcs, 3..4, arrives at 6), rank 1's
+    # receive (r) takes the slice out of the FIFO at the rate it came (6..7). Tree 1 is the
+    # mirror on the other channel; the two never share a link at the same time.
+    # base + 2 hops + 3 x 10_000 / 10_000 = 4 + 4 + 3 = 11 us.
     p = tree_program(2, [[0]], pipeline=1)
     assert p.nchunksperloop == 2
     t = simulate_program(p, pair(10.0), 20_000, constants(base=4.0, hop=2.0))
-    assert t.time_us == pytest.approx(10.0, rel=1e-12)
+    assert t.time_us == pytest.approx(11.0, rel=1e-12)
 
 
 def test_pipeline_chunks_overlap_the_way_up_and_down_by_hand():
     # As above with 2 chunks per tree (40_000 bytes, 10_000 a chunk): rank 1 sends chunk 0 at
     # 0..1 and chunk 1 at 1..2; rank 0 turns them round at 3..4 and 4..5; they arrive back at
-    # 6 and 7. base + 2 hops + (2 + 1) chunk times = 4 + 4 + 3 = 11 us, not 4 + 2 x (2 + 2).
+    # 6 and 7 and rank 1 takes them out at 6..7 and 7..8. base + 2 hops + (2 + 1 + 1) chunk
+    # times = 4 + 4 + 4 = 12 us; were the way down to wait for the whole way up (2 chunk times
+    # up, 2 down, the last one taken out), 4 + 4 + 5 = 13 us.
     p = tree_program(2, [[0]], pipeline=2)
     assert p.nchunksperloop == 4
     t = simulate_program(p, pair(10.0), 40_000, constants(base=4.0, hop=2.0))
-    assert t.time_us == pytest.approx(11.0, rel=1e-12)
+    assert t.time_us == pytest.approx(12.0, rel=1e-12)
 
 
 def test_baseline_rows_price_the_tree_on_a_composed_system():
