@@ -132,6 +132,11 @@ def test_a_simple_call_below_the_slice_floor_moves_as_one_slice():
     p = program(2, {0: [(1, -1, 0, ["s"])], 1: [(-1, 0, 0, ["r"])]})
     t = simulate_program(p, line(2, 10.0), 16 * 1024, constants(base=4.0, hop=2.0))
     assert t.time_us == pytest.approx(4.0 + 2.0 + 2 * 16_384 / 10_000, rel=1e-12)
+    # A 48 KiB call: half of it (24_576) is under the floor, so its slice is the floor itself,
+    # 32_768 bytes (not the whole call): 4 + 2 + 4.9152 + 3.2768. The model charges every slice
+    # of a call the same size (NCCL's second slice here is the remaining 16 KiB).
+    t = simulate_program(p, line(2, 10.0), 48 * 1024, constants(base=4.0, hop=2.0))
+    assert t.time_us == pytest.approx(4.0 + 2.0 + 49_152 / 10_000 + 32_768 / 10_000, rel=1e-12)
 
 
 def test_a_receive_across_nodes_copies_its_last_slice_at_a_connections_rate_inside_a_node():
