@@ -136,6 +136,20 @@ def _refuse_constant(name: str) -> Any:
     raise _Refused(f"{name} is not a number JSON allows (write a finite number or null)", name)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members as a dict, refusing a key given twice (Python's ``json`` keeps the
+    last silently, other readers the first: the file would mean different things)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Refused(f"the key {shown(key)} appears twice in one object; a key "
+                               "names one value", "")
+            seen.add(key)
+    return obj
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -188,7 +202,8 @@ def decode_text(data: bytes, source: str, *, prefix: str = "") -> str:
 def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> Any:
     """Parse JSON text of ``source`` refusing what Python's ``json`` lets through: ``NaN`` and
     ``Infinity``, floats that overflow to infinity (``1e999``), numbers of more than
-    :data:`MAX_NUMBER_CHARS` digits, and nesting beyond Python's recursion limit.
+    :data:`MAX_NUMBER_CHARS` digits, a key given twice in one object, and nesting beyond
+    Python's recursion limit.
 
     ``line``, for one line of a JSON-lines file, is that line's number: messages then start
     with ``line N:`` and give the column only.
@@ -220,13 +235,14 @@ def parse_json(data: bytes | str, source: str, *, line: int | None = None) -> An
     if not text.strip():
         raise FileFormatError(source, f"{prefix}empty: expected JSON")
     try:
-        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        return json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                          object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         where = f"column {exc.colno}" if line is not None else \
             f"line {exc.lineno} column {exc.colno}"
         raise FileFormatError(source, f"{prefix}malformed JSON at {where}: {exc.msg}") from exc
     except _Refused as exc:
-        at = _outside_strings(text, exc.token)
+        at = _outside_strings(text, exc.token) if exc.token else -1
         where = "" if at < 0 else (f"column {at - text.rfind(chr(10), 0, at)}: " if line is not None
                                    else _where(text.encode("utf-8", "surrogatepass"),
                                                len(text[:at].encode("utf-8", "surrogatepass")))

@@ -245,6 +245,9 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     check_input_file(args.logs[0])
     rows, logged, drove, logged_runtime, logged_version = _curve_rows(args.logs[0],
                                                                       args.collective)
+    if len(rows) < 2:  # the fit's own refusal would not name the file
+        raise FileFormatError(args.logs[0], f"{len(rows)} measured size(s); a runtime "
+                                            "calibration needs at least 2")
     topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
                                 unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
     from collsynth.timing.pricing import require_communication

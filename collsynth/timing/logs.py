@@ -46,6 +46,7 @@ __all__ = [
     "split_runtime",
     "parse_log",
     "csv_rows",
+    "csv_header",
     "canonical_collective",
 ]
 
@@ -581,7 +582,7 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
     if not isinstance(doc, dict) or "results" not in doc:
         raise FileFormatError(name, "JSON without a 'results' list: not nccl-tests JSON output")
     version = doc.get("version")
-    if version not in _JSON_VERSIONS:
+    if isinstance(version, bool) or version not in _JSON_VERSIONS:
         raise FileFormatError(name, f"version: nccl-tests JSON version {shown(version)}; this "
                                     f"reader "
                                     f"knows versions {', '.join(map(str, _JSON_VERSIONS))}")
@@ -861,6 +862,26 @@ def csv_rows(text: str, name: str) -> list[tuple[int, list[str]]]:
     return rows
 
 
+def csv_header(lines: list[tuple[int, list[str]]], name: str) -> list[str]:
+    """The lower-cased column names of the header (the first of :func:`csv_rows`' lines; none
+    when there are no lines).
+
+    Raises
+    ------
+    FileFormatError
+        A column named twice (which of the two to read would be a guess).
+    """
+    if not lines:
+        return []
+    number, cells = lines[0]
+    header = [cell.lower() for cell in cells]
+    for at, label in enumerate(header):
+        if label and label in header[:at]:
+            raise FileFormatError(name, f"line {number}: the column {label!r} twice in the "
+                                        "header; a CSV names each column once")
+    return header
+
+
 def _is_csv(text: str, name: str) -> bool:
     lines = _content_lines(text)
     if not lines or "," not in lines[0][1]:
@@ -870,8 +891,8 @@ def _is_csv(text: str, name: str) -> bool:
 
 def _parse_csv(text: str, name: str, collective: str | None, ranks: int | None) -> BenchmarkLog:
     lines = csv_rows(text, name)
-    header_line, header = lines[0]
-    header = [cell.lower() for cell in header]
+    header_line = lines[0][0]
+    header = csv_header(lines, name)
     missing = [column for column in _CSV_REQUIRED if column not in header]
     if missing:
         raise FileFormatError(name, f"line {header_line}: a CSV without the column(s) "

@@ -143,18 +143,19 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
     Raises
     ------
     FileFormatError
-        Unreadable, not UTF-8, a missing column, a line too long, a value that is not a
-        positive number (sizes up to 1 PiB, times up to an hour), or a size given twice.
+        Unreadable, not UTF-8, a missing column or one named twice, a line too long, a
+        value that is not a positive number (sizes up to 1 PiB, times up to an hour), or a
+        size given twice.
     """
     from collsynth._files import read_bytes_bounded
     from collsynth._parse import (MAX_SIZE_BYTES, MAX_TIME_US, MIN_TIME_US, bounded_float,
                                   bounded_int, decode_text)
-    from collsynth.timing.logs import csv_rows
+    from collsynth.timing.logs import csv_header, csv_rows
 
     name = os.fspath(path)
     raw = read_bytes_bounded(path, _MAX_CSV_BYTES, what="a measurement CSV may have")
     lines = csv_rows(decode_text(raw, name), name)
-    fields = [cell.lower() for cell in lines[0][1]] if lines else []
+    fields = csv_header(lines, name)
     for column in ("size_bytes", "time_us"):
         if column not in fields:
             raise FileFormatError(name, f"no {column!r} column (found: {', '.join(fields)})")

@@ -96,7 +96,7 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
     if fmt != FORMAT_NAME:
         raise FileFormatError(source, f"field 'format' is {shown(fmt)}, expected {FORMAT_NAME!r}")
     version = obj.get("version", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
+    if version != FORMAT_VERSION or isinstance(version, bool):
         raise FileFormatError(source, f"unknown version {shown(version)}; this collsynth reads "
                                       f"version {FORMAT_VERSION}")
     name = clean_name(_field(obj, "name", str, source), "name", source=source)

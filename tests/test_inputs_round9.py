@@ -1,0 +1,118 @@
+"""Hostile input, round 9: what the eleventh session's hunt found, fixed there.
+
+Each case failed on the code before its fix (a file read as something it does not say, or an
+error that does not name the file).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collsynth import cli
+from collsynth._parse import parse_json
+from collsynth.errors import FileFormatError
+from collsynth.timing.logs import load_log
+from collsynth.timing.runtime_fit import read_curve
+from collsynth.topology.fileformat import load_topology
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "tests" / "fixtures" / "traces" / "fc4-mixed"
+NCCL_JSON_LOG = ROOT / "tests" / "fixtures" / "logs" / "nccl_tests_all_reduce.json"
+
+
+def _topology(**fields) -> dict:
+    obj = {"format": "collsynth-topology", "version": 1, "name": "pair",
+           "links": [[0, 1], [1, 0]]}
+    obj.update(fields)
+    return obj
+
+
+# -- a JSON key given twice --------------------------------------------------------------------
+
+
+def test_a_json_key_given_twice_is_refused(tmp_path, capsys):
+    """``{"name": "x", "name": "y"}`` was read as ``y`` (Python keeps the last; other readers
+    the first); in a trace line, ``"seq": 0, "seq": 5`` made the next line the one blamed."""
+    with pytest.raises(FileFormatError, match="x.json: the key 'name' appears twice in one "
+                                              "object"):
+        parse_json('{"name": "x", "links": [], "name": "y"}', "x.json")
+    with pytest.raises(FileFormatError, match="line 3: the key 'b' appears twice"):
+        parse_json('{"a": {"b": 1, "b": 2}}', "t.jsonl", line=3)
+    assert parse_json('[{"a": 1}, {"a": 2}]', "x.json") == [{"a": 1}, {"a": 2}]
+
+    path = tmp_path / "pair.json"
+    path.write_text(json.dumps(_topology())[:-1] + ', "name": "other"}')
+    assert cli.main(["bounds", str(path), "allgather"]) == cli.EXIT_ERROR
+    assert "the key 'name' appears twice" in capsys.readouterr().err
+
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    for file in TRACE.iterdir():
+        (trace / file.name).write_text(file.read_text())
+    first = trace / "rank-00000.jsonl"
+    lines = first.read_text().splitlines()
+    lines[1] = lines[1].replace('"seq": 0,', '"seq": 0, "seq": 5,', 1)
+    first.write_text("\n".join(lines) + "\n")
+    assert cli.main(["trace", "summarize", str(trace)]) == cli.EXIT_ERROR
+    assert "rank-00000.jsonl: line 2: the key 'seq' appears twice" in capsys.readouterr().err
+
+
+# -- a version of true -------------------------------------------------------------------------
+
+
+def test_a_version_of_true_is_not_version_1(tmp_path):
+    """``"version": true`` equals 1 in Python: a topology file and an nccl-tests JSON log
+    took it for version 1 (the collective, algorithm and calibration readers refuse it)."""
+    path = tmp_path / "pair.json"
+    path.write_text(json.dumps(_topology(version=True)))
+    with pytest.raises(FileFormatError, match="unknown version True"):
+        load_topology(path)
+    log = json.loads(NCCL_JSON_LOG.read_text())
+    log["version"] = True
+    path = tmp_path / "all_reduce.json"
+    path.write_text(json.dumps(log))
+    with pytest.raises(FileFormatError, match="nccl-tests JSON version True"):
+        load_log(path)
+
+
+# -- a CSV column named twice ------------------------------------------------------------------
+
+
+def test_a_csv_column_named_twice_is_refused(tmp_path, capsys):
+    """``size_bytes,time_us,size_bytes``: the curve reader took the sizes of the last column,
+    the program calibration's reader those of the first; a calibration was written either
+    way."""
+    path = tmp_path / "curve.csv"
+    path.write_text("size_bytes,time_us,size_bytes\n1024,10,3\n2048,11,4\n4096,12,5\n")
+    message = "curve.csv: line 1: the column 'size_bytes' twice in the header"
+    with pytest.raises(FileFormatError, match=message):
+        load_log(path, collective="allreduce", ranks=8)
+    with pytest.raises(FileFormatError, match=message):
+        read_curve(path)
+    out = tmp_path / "c.json"
+    for model in ("curve", "program"):
+        args = ["calibrate", "--model", model, "--topology", "dgx1", "--collective",
+                "allreduce", "-o", str(out), str(path)]
+        assert cli.main(args) == cli.EXIT_ERROR
+        assert message in capsys.readouterr().err
+        assert not out.exists()
+
+
+# -- a program calibration of one size ---------------------------------------------------------
+
+
+def test_a_program_calibration_of_one_size_names_the_file(tmp_path, capsys):
+    """A one-row curve gave 'a runtime calibration needs at least 2 distinct measured
+    sizes', without saying of which file."""
+    path = tmp_path / "one.csv"
+    path.write_text("size_bytes,time_us\n1024,10\n")
+    out = tmp_path / "c.json"
+    assert cli.main(["calibrate", "--model", "program", "--topology", "dgx1", "-o", str(out),
+                     str(path)]) == cli.EXIT_ERROR
+    assert "one.csv: 1 measured size(s); a runtime calibration needs at least 2" in \
+        capsys.readouterr().err
+    assert not out.exists()
+
