@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from collsynth.errors import FileFormatError, InputTooLargeError
+from collsynth.errors import FileFormatError, InputTooLargeError, expect_path
 
 __all__ = ["check_input_file", "open_input", "read_bytes_bounded", "read_head", "list_inputs"]
 
@@ -51,7 +51,7 @@ def check_input_file(path: str | os.PathLike[str], *, label: str | None = None) 
     FileFormatError
         Missing, a FIFO, device, socket or directory, or an OS error; names the file.
     """
-    name = label or os.fspath(path)
+    name = label or expect_path(path)
     try:
         info = os.stat(path)
     except (OSError, ValueError) as exc:
@@ -71,7 +71,7 @@ def open_input(path: str | os.PathLike[str], *, label: str | None = None) -> Bin
     FileFormatError
         As :func:`check_input_file`.
     """
-    name = label or os.fspath(path)
+    name = label or expect_path(path)
     check_input_file(path, label=name)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) \
         | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
@@ -103,7 +103,7 @@ def read_bytes_bounded(path: str | os.PathLike[str], max_bytes: int, *, what: st
     InputTooLargeError
         Larger than ``max_bytes``.
     """
-    name = label or os.fspath(path)
+    name = label or expect_path(path)
 
     def refuse(size: int) -> None:
         if size > max_bytes:
@@ -137,7 +137,7 @@ def read_head(path: str | os.PathLike[str], max_bytes: int, *,
     FileFormatError
         As :func:`open_input`.
     """
-    name = label or os.fspath(path)
+    name = label or expect_path(path)
     with open_input(path, label=name) as handle:
         try:
             return handle.read(max_bytes)

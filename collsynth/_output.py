@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 
-from collsynth.errors import OutputPathError
+from collsynth.errors import OutputPathError, expect_path
 
 __all__ = ["check_output_file", "check_output_dir", "check_folder_writable", "safe_file_name",
            "path_in", "open_atomic", "write_text_atomic", "write_bytes_atomic",
@@ -117,7 +117,7 @@ def check_output_file(path: str | os.PathLike[str], *, label: str | None = None,
         file; one of ``inputs`` (writing would destroy what the command reads) or of
         ``outputs`` (one file would replace the other); a missing or unwritable folder.
     """
-    text = os.fspath(path)
+    text = expect_path(path)
     label = label or text
     if not text or text.endswith(("/", os.sep)) or (os.altsep and text.endswith(os.altsep)):
         raise OutputPathError(f"{label}: names a folder; expected a file name")
@@ -157,7 +157,7 @@ def check_output_dir(path: str | os.PathLike[str], *, label: str | None = None,
         An existing link, file or other non-folder at ``path``; a missing or unwritable parent
         folder; a folder that does not take new files.
     """
-    text = os.fspath(path)
+    text = expect_path(path)
     label = label or text
     if not text:
         raise OutputPathError("an empty path; expected a folder")
@@ -238,7 +238,7 @@ def open_atomic(path: str | os.PathLike[str], *, binary: bool = False,
         A path the policy refuses, or an OS error while writing (the message names ``path``,
         not the temporary file).
     """
-    label = label or os.fspath(path)
+    label = label or expect_path(path)
     target = check_output_file(path, label=label)
     existing = _check_target(target, label)
     mode = stat.S_IMODE(existing.st_mode) if existing is not None else _new_file_mode()
@@ -344,7 +344,7 @@ def staged_folder(path: str | os.PathLike[str], *, label: str | None = None) -> 
         ``path`` refused by :func:`check_output_dir`; a target refused at the end (nothing is
         moved then); an OS error.
     """
-    label = label or os.fspath(path)
+    label = label or expect_path(path)
     target = check_output_dir(path, label=label, create=False)
     existed = _lstat(target, label) is not None
     home = target if existed else target.parent

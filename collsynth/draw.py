@@ -30,7 +30,7 @@ import numpy as np
 from collsynth._files import read_head
 from collsynth.algorithm.arrays import sends_as_arrays
 from collsynth.algorithm.model import Algorithm
-from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
+from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError, expect_path
 from collsynth._output import check_output_file, write_bytes_atomic
 from collsynth.topology.model import Topology
 
@@ -548,7 +548,7 @@ def file_kind(path: str | os.PathLike[str]) -> str:
     FileFormatError
         A missing or unreadable file, or one that starts with neither.
     """
-    p = Path(path)
+    p = Path(expect_path(path))
     head = read_head(p, 4096)
     start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
     if start == b"<" or head[:4] in (b"\xff\xfe<\x00", b"\xfe\xff\x00<"):

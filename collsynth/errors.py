@@ -25,6 +25,7 @@ __all__ = [
     "OutputPathError",
     "WrongTypeError",
     "expect_type",
+    "expect_path",
     "InputWarning",
 ]
 
@@ -146,6 +147,24 @@ def expect_type(value: object, kind: type | tuple[type, ...], what: str) -> None
         shown = repr(value)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
         raise WrongTypeError(f"{what}: expected {names}, got {type(value).__name__} {shown}")
+
+
+def expect_path(value: object, what: str = "path") -> str:
+    """``value`` (a ``str`` or a path-like object of one) as text; :class:`WrongTypeError`
+    for anything else (``None``, a number, bytes), said where a file is named rather than as
+    a TypeError from deep inside ``os`` or ``pathlib``.
+
+    >>> expect_path(None)
+    Traceback (most recent call last):
+    ...
+    collsynth.errors.WrongTypeError: path: expected str or PathLike, got NoneType None
+    """
+    import os
+
+    expect_type(value, (str, os.PathLike), what)
+    text = os.fspath(value)  # type: ignore[arg-type]
+    expect_type(text, str, what)
+    return text
 
 
 class InputWarning(UserWarning):

@@ -7,6 +7,7 @@ error that does not name the file).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -115,4 +116,45 @@ def test_a_program_calibration_of_one_size_names_the_file(tmp_path, capsys):
     assert "one.csv: 1 measured size(s); a runtime calibration needs at least 2" in \
         capsys.readouterr().err
     assert not out.exists()
+
+
+# -- a path that is not a path -----------------------------------------------------------------
+
+
+def test_readers_and_writers_given_a_path_of_the_wrong_type_say_so(tmp_path):
+    """``load_algorithm(None)``, ``save_algorithm(algorithm, 5)``, ``read_trace(None)``,
+    ``load_program(3)``... raised Python's TypeError from inside ``os.fspath`` or ``open``
+    ('expected str, bytes or os.PathLike object, not NoneType'), and a bytes path to a writer
+    one from ``str.endswith``."""
+    from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
+    from collsynth.draw import draw_file
+    from collsynth.errors import WrongTypeError
+    from collsynth.export.pipeline import export_algorithm
+    from collsynth.export.xml_reader import load_program
+    from collsynth.timing.calibration import load_calibration
+    from collsynth.topology import get_topology
+    from collsynth.topology.fileformat import save_topology
+    from collsynth.trace.records import read_rank_file, read_trace
+
+    path = tmp_path / "ring.json"
+    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o", str(path),
+                     "-q"]) == cli.EXIT_OK
+    algorithm = load_algorithm(path)
+    for call, message in (
+            (lambda: load_algorithm(None), "path: expected str or PathLike, got NoneType None"),
+            (lambda: load_topology(5), "path: expected str or PathLike, got int 5"),
+            (lambda: load_log(3.5), "path: expected str or PathLike, got float 3.5"),
+            (lambda: read_curve(None), "path: expected str or PathLike"),
+            (lambda: load_calibration(None), "path: expected str or PathLike"),
+            (lambda: load_program(3), "source: expected str or PathLike, got int 3"),
+            (lambda: read_trace(None), "directory: expected str or PathLike"),
+            (lambda: read_rank_file(None), "path: expected str or PathLike"),
+            (lambda: draw_file(None), "path: expected str or PathLike"),
+            (lambda: save_algorithm(algorithm, 5), "path: expected str or PathLike, got int 5"),
+            (lambda: save_algorithm(algorithm, b"x.json"),
+             "path: expected str or PathLike, got bytes b'x.json'"),
+            (lambda: save_topology(get_topology("ring:4"), None), "path: expected str"),
+            (lambda: export_algorithm(algorithm, None, runtime="msccl"), "path: expected str")):
+        with pytest.raises(WrongTypeError, match=re.escape(message)):
+            call()
 

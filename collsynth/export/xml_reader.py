@@ -17,7 +17,7 @@ from lxml import etree
 
 from collsynth._files import read_bytes_bounded
 from collsynth._parse import decode_text
-from collsynth.errors import FileFormatError, InputTooLargeError
+from collsynth.errors import FileFormatError, InputTooLargeError, expect_path
 from collsynth.export.check import (MAX_CHECKED_RANKS, PROBLEM_KINDS, Problem, is_unverified,
                                     static_problems)
 from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
@@ -99,7 +99,7 @@ def _source_bytes(source: str | bytes | os.PathLike, name: str | None) -> tuple[
     elif isinstance(source, str) and "<" in source:
         data, label = source.encode("utf-8"), name or "<text>"
     else:
-        path = Path(source)
+        path = Path(expect_path(source, "source"))
         label = name or str(path)
         data = read_bytes_bounded(path, MAX_XML_BYTES, what="an MSCCL XML file may have",
                                   label=label)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from collsynth.errors import (FileFormatError, InputTooLargeError, InvalidInstanceError,
-                              InvalidTopologyError)
+                              InvalidTopologyError, expect_path)
 from collsynth.interrupts import take as take_interrupt
 from collsynth.limits import Deadline
 from collsynth.timing.runtime_baselines import ring_program, runtime_rings
@@ -152,7 +152,7 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
                                   bounded_int, decode_text)
     from collsynth.timing.logs import csv_header, csv_rows
 
-    name = os.fspath(path)
+    name = expect_path(path)
     raw = read_bytes_bounded(path, _MAX_CSV_BYTES, what="a measurement CSV may have")
     lines = csv_rows(decode_text(raw, name), name)
     fields = csv_header(lines, name)

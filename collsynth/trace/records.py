@@ -26,7 +26,7 @@ from collsynth._parse import (
     parse_json,
     shown,
 )
-from collsynth.errors import FileFormatError, InputTooLargeError
+from collsynth.errors import FileFormatError, InputTooLargeError, expect_path
 
 __all__ = [
     "FORMAT",
@@ -277,7 +277,7 @@ def read_trace(directory: str | os.PathLike[str], *,
     >>> trace.world_size, [(c.kind, c.bytes, c.group) for c in trace.rank(0).calls]
     (1, [('allreduce', 64, (0,))])
     """
-    folder = Path(directory)
+    folder = Path(expect_path(directory, "directory"))
     if not folder.exists():
         raise FileFormatError(folder, "no such directory")
     if not folder.is_dir():
@@ -308,7 +308,7 @@ def read_trace(directory: str | os.PathLike[str], *,
 
 def read_rank_file(path: str | os.PathLike[str]) -> RankTrace:
     """Read and check one rank's file (see :func:`read_trace` for the errors)."""
-    p = Path(path)
+    p = Path(expect_path(path))
     header: TraceHeader | None = None
     calls: list[CallRecord] = []
     last_seq = -1
