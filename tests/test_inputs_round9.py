@@ -158,3 +158,35 @@ def test_readers_and_writers_given_a_path_of_the_wrong_type_say_so(tmp_path):
         with pytest.raises(WrongTypeError, match=re.escape(message)):
             call()
 
+
+# -- plot told to use options it does not have -------------------------------------------------
+
+
+def test_plot_refusals_name_a_command_that_takes_the_input(tmp_path, capsys):
+    """``plot FILE.xml`` said 'needs the program model (--topology T)' and ``plot --calibration
+    RUNTIME-CONSTANTS`` '(--model program)': plot has neither option (argparse refuses both)."""
+    algorithm = tmp_path / "ring.json"
+    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o", str(algorithm),
+                     "-q"]) == cli.EXIT_OK
+    program = ROOT / "data" / "msccl-xml" / "generated" / "allgather_ring_8g_1ch_1i.xml"
+    constants = tmp_path / "rt.json"
+    curve = tmp_path / "curve.csv"
+    curve.write_text("size_bytes,time_us\n" + "".join(
+        f"{1 << k},{10 + (1 << k) / 2e4:.3f}\n" for k in range(10, 28, 2)))
+    assert cli.main(["calibrate", "--model", "program", "--topology", "ring:4,unit_gbps=25,"
+                     "alpha_us=1", "--collective", "allgather", "--time-limit", "20", "-q",
+                     "-o", str(constants), str(curve)]) in (cli.EXIT_OK, cli.EXIT_TIMEOUT)
+    assert constants.exists()
+    capsys.readouterr()
+    output = tmp_path / "p.png"
+    for args, says in (
+            ([str(program)], "plot draws the closed form of algorithm files; an MSCCL XML "
+                             "program is priced by 'collsynth time FILE.xml --topology T'"),
+            ([str(algorithm), "--calibration", str(constants), "--unit-gbps", "25",
+              "--alpha-us", "1"],
+             "runtime constants; plot draws the closed form, which reads a curve calibration")):
+        assert cli.main(["plot", *args, "-o", str(output)]) == cli.EXIT_ERROR
+        err = capsys.readouterr().err
+        assert says in err and "--model" not in err and "(--topology T)" not in err
+        assert not output.exists()
+

@@ -681,7 +681,20 @@ def run_plot(args: argparse.Namespace) -> int:
     if output.suffix.lower() not in (".png", ".svg"):
         raise UsageError.of("plot", f"-o {args.output}: expected a .png or .svg file")
     check_output_file(output, label=f"-o {args.output}")  # before any work
-    view = _closed_form(args, _calibration(args.calibration))
+    # plot has neither --topology nor --model: what the closed form cannot take is said here
+    # with the command that takes it
+    for path in args.files:
+        if _is_xml(path):
+            raise CollsynthError(f"{path}: plot draws the closed form of algorithm files; an "
+                                 "MSCCL XML program is priced by 'collsynth time FILE.xml "
+                                 "--topology T'")
+    calibration = _calibration(args.calibration)
+    if calibration is not None and calibration.kind != "curve":
+        raise CollsynthError(f"--calibration {args.calibration}: runtime constants; plot draws "
+                             "the closed form, which reads a curve calibration ('collsynth "
+                             "calibrate'); 'collsynth time --topology T' prices with runtime "
+                             "constants")
+    view = _closed_form(args, calibration)
     lo, hi = args.sizes
     try:
         import matplotlib
