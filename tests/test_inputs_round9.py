@@ -190,3 +190,31 @@ def test_plot_refusals_name_a_command_that_takes_the_input(tmp_path, capsys):
         assert says in err and "--model" not in err and "(--topology T)" not in err
         assert not output.exists()
 
+
+# -- a program calibration of a log with a bad row ---------------------------------------------
+
+
+def test_a_program_calibration_of_a_bad_log_says_what_is_wrong_with_the_log(tmp_path, capsys):
+    """A nccl-tests log with a time of 1e308 (or -nan, or a truncated row) was refused by
+    ``calibrate --model program`` as a CSV: "no 'size_bytes' column (found: $ srun ...)".
+    The log reader's message, naming the line, is the one shown now (as ``--model curve``
+    shows it)."""
+    text = (ROOT / "tests" / "fixtures" / "logs" / "nccl_tests_srun_allgather.txt").read_text()
+    bad = text.replace(" 18.20 ", "  1e308 ", 1)
+    assert bad != text
+    path = tmp_path / "run_all_gather.txt"
+    path.write_text(bad)
+    out = tmp_path / "c.json"
+    assert cli.main(["calibrate", "--model", "program", "--topology",
+                     "ring:4,unit_gbps=25,alpha_us=1", "-o", str(out), str(path)]) == \
+        cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "run_all_gather.txt: line 20: time = 1e+308: expected a finite number" in err
+    assert "size_bytes" not in err and not out.exists()
+    # a CSV keeps the CSV reader's message
+    path = tmp_path / "curve.csv"
+    path.write_text("size;time\n1024;10\n")
+    assert cli.main(["calibrate", "--model", "program", "--topology",
+                     "ring:4,unit_gbps=25,alpha_us=1", "-o", str(out), str(path)]) == \
+        cli.EXIT_ERROR
+    assert "curve.csv: no 'size_bytes' column" in capsys.readouterr().err

@@ -338,8 +338,10 @@ def _curve_rows(path: str, collective: str | None
     except FileFormatError as csv_error:
         try:
             log = load_log(path, collective=collective)
-        except FileFormatError:
-            raise csv_error from None
+        except FileFormatError as log_error:
+            # the reader of what the file is says what is wrong with it (a log's bad row,
+            # not that it has no size_bytes column)
+            raise (csv_error if str(path).lower().endswith(".csv") else log_error) from None
     rows = [r for r in log.rows if not r.in_place] or list(log.rows)
     by_size: dict[int, list[float]] = {}
     for r in rows:
