@@ -549,13 +549,16 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
         cap = np.minimum(cap, own_cap)
     rate = np.where(sends, cap, np.inf)
     reduce_work = prep.work * gamma
-    receives = np.array(prep.match) >= 0
-    matched = np.where(receives, np.array(prep.match), 0)
+    match = np.array(prep.match)
+    receives = match >= 0
+    matched = np.where(receives, match, 0)
     # In Simple a receive takes a slice out of the connection's FIFO only once the whole slice
     # is in (prims_simple.h waits for the step's tail), so its last slice costs a pass after it
     # lands, at the rate the connection moved it, as a forward's does; LL and LL128 take each
     # line as it arrives.
     copies_last = receives & (np.array(prep.kind) == RECEIVE) & (proto == "Simple")
+    if prep.switch_role is not None:  # an NVLS load-reduce writes its sum where it goes
+        copies_last &= prep.switch_role[matched] != BY_NVLS_CHANNEL
     # The copy is the receiving thread block's own work. Inside a node the thread block that
     # wrote the slice moved it at about that rate; across nodes the NIC's share set the
     # connection's rate, and where the constants say what one connection inside a node moves,

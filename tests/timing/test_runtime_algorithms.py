@@ -98,7 +98,7 @@ def test_nvls_allreduce_on_two_gpus_by_hand():
 
 
 @pytest.mark.parametrize("collective, passes", [pytest.param("allgather", 5, id="allgather"),
-                                                pytest.param("reduce_scatter", 4,
+                                                pytest.param("reduce_scatter", 3,
                                                              id="reduce_scatter")])
 def test_nvls_allgather_and_reduce_scatter_on_two_gpus_by_hand(collective, passes):
     # The pair again (P = 85_000 B/us), 20_000 bytes, one channel: D = 10_000 bytes per shard
@@ -106,8 +106,9 @@ def test_nvls_allgather_and_reduce_scatter_on_two_gpus_by_hand(collective, passe
     # switch writes both shards into each GPU at once (a hop, 2D/P down each port); each
     # receive takes a copy's slice out at the rate it came, P/2: 2D/P. Base 4 + 2 hops + 5D/P
     # = 6 + 50_000 / 85_000 = 6.5882 us. Reduce-scatter: each GPU sends both shards at once (a
-    # hop, 2D/P up); the switch returns the sum of shard k (a hop, D/P down); the receive
-    # takes it out at the sum's rate, P: D/P. 6 + 4D/P = 6 + 40_000 / 85_000 = 6.4706 us.
+    # hop, 2D/P up); the switch returns the sum of shard k (a hop, D/P down), which the
+    # channel's load-reduce writes where it goes (NCCL's multimem load-reduce into the output:
+    # no FIFO to copy it out of). 6 + 3D/P = 6 + 30_000 / 85_000 = 6.3529 us.
     t = simulate_program(nvls_graph(collective, nvls_pair(), 1), None, 20_000, constants())
     assert t.time_us == pytest.approx(6.0 + passes * 10_000 / 85_000, rel=1e-9)
 
