@@ -137,16 +137,11 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     if not collectives:
         raise UsageError.of(COMMAND, f"--collectives {args.collectives!r}: expected names "
                                      "separated by commas")
-    seen: dict[str, str] = {}
     for name in collectives:  # an option's value: a usage error, before any work
         try:
-            key = config_collective(name)
+            config_collective(name)
         except UnknownNameError as exc:
             raise UsageError.of(COMMAND, f"--collectives: {exc}") from None
-        if key in seen:  # tuned twice, its rules written twice
-            raise UsageError.of(COMMAND, f"--collectives names {key} twice ({seen[key]!r} and "
-                                         f"{name!r}); name each collective once")
-        seen[key] = name
     topology = resolve_topology(args.topology, nodes=args.nodes)
     from collsynth.timing.pricing import require_communication
     require_communication(topology, "tune-runtime")
