@@ -245,9 +245,11 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     check_input_file(args.logs[0])
     rows, logged, drove, logged_runtime, logged_version = _curve_rows(args.logs[0],
                                                                       args.collective)
-    if len(rows) < 2:  # the fit's own refusal would not name the file
+    from collsynth.timing.runtime_fit import MIN_CURVE_SIZES
+
+    if len(rows) < MIN_CURVE_SIZES:  # the fit's own refusal would not name the file
         raise FileFormatError(args.logs[0], f"{len(rows)} measured size(s); a runtime "
-                                            "calibration needs at least 2")
+                                            f"calibration needs at least {MIN_CURVE_SIZES}")
     topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
                                 unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
     from collsynth.timing.pricing import require_communication

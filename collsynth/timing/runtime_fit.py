@@ -47,6 +47,8 @@ _MAX_CSV_BYTES = 16 * 1024 * 1024
 #: evaluations per fit and two fits. An nccl-tests sweep from 1 B to 16 GiB has 35 sizes;
 #: 1024 allow repeated runs of each, and bound the fit to minutes at worst.
 MAX_CURVE_ROWS = 1024
+#: Fewest distinct measured sizes a runtime calibration fits.
+MIN_CURVE_SIZES = 2
 
 
 @dataclass(frozen=True)
@@ -202,9 +204,9 @@ def _measured_rows(measurements: Sequence[tuple[int, float]]) -> list[tuple[int,
     """
     rows = sorted((int(s), float(t)) for s, t in measurements)
     distinct = len({s for s, _ in rows})
-    if distinct < 2:
-        raise InvalidInstanceError("a runtime calibration needs at least 2 distinct measured "
-                                   "sizes")
+    if distinct < MIN_CURVE_SIZES:
+        raise InvalidInstanceError(f"a runtime calibration needs at least {MIN_CURVE_SIZES} "
+                                   "distinct measured sizes")
     if distinct < len(rows):
         raise InvalidInstanceError("a runtime calibration takes one time per size; "
                                    "a size is measured twice")
