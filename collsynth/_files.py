@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from collsynth.errors import FileFormatError, InputTooLargeError, expect_path
+from collsynth.errors import FileFormatError, InputTooLargeError, expect_path, shown_path
 
 __all__ = ["check_input_file", "open_input", "read_bytes_bounded", "read_head", "list_inputs"]
 
@@ -107,7 +107,8 @@ def read_bytes_bounded(path: str | os.PathLike[str], max_bytes: int, *, what: st
 
     def refuse(size: int) -> None:
         if size > max_bytes:
-            raise InputTooLargeError(f"{name}: {size} bytes is more than the {max_bytes} {what}")
+            raise InputTooLargeError(f"{shown_path(name)}: {size} bytes is more than the "
+                                     f"{max_bytes} {what}")
 
     with open_input(path, label=name) as handle:
         try:

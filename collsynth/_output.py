@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator, Sequence
 
-from collsynth.errors import OutputPathError, expect_path
+from collsynth.errors import OutputPathError, expect_path, shown_path
 
 __all__ = ["check_output_file", "check_output_dir", "check_folder_writable", "safe_file_name",
            "path_in", "open_atomic", "write_text_atomic", "write_bytes_atomic",
@@ -79,7 +79,7 @@ def check_folder_writable(folder: Path, label: str) -> None:
     OutputPathError
         Saying which folder is missing, not a folder, or not writable.
     """
-    shown = str(folder)
+    shown = shown_path(folder)
     try:
         info = os.stat(folder)  # a link to a folder is a folder here
     except FileNotFoundError as exc:
@@ -118,7 +118,7 @@ def check_output_file(path: str | os.PathLike[str], *, label: str | None = None,
         ``outputs`` (one file would replace the other); a missing or unwritable folder.
     """
     text = expect_path(path)
-    label = label or text
+    label = label or shown_path(text)
     if not text or text.endswith(("/", os.sep)) or (os.altsep and text.endswith(os.altsep)):
         raise OutputPathError(f"{label}: names a folder; expected a file name")
     target = Path(text)
@@ -158,7 +158,7 @@ def check_output_dir(path: str | os.PathLike[str], *, label: str | None = None,
         folder; a folder that does not take new files.
     """
     text = expect_path(path)
-    label = label or text
+    label = label or shown_path(text)
     if not text:
         raise OutputPathError("an empty path; expected a folder")
     folder = Path(text)
@@ -238,7 +238,7 @@ def open_atomic(path: str | os.PathLike[str], *, binary: bool = False,
         A path the policy refuses, or an OS error while writing (the message names ``path``,
         not the temporary file).
     """
-    label = label or expect_path(path)
+    label = label or shown_path(expect_path(path))
     target = check_output_file(path, label=label)
     existing = _check_target(target, label)
     mode = stat.S_IMODE(existing.st_mode) if existing is not None else _new_file_mode()
@@ -295,7 +295,7 @@ def write_all_atomic(files: "dict[Path, str | bytes]", *, label: str | None = No
     temporaries: list[tuple[str, Path, int]] = []
     try:
         for target, data in files.items():
-            shown = label or str(target)
+            shown = label or shown_path(target)
             check_output_file(target, label=shown)
             existing = _check_target(Path(target), shown)
             mode = stat.S_IMODE(existing.st_mode) if existing is not None else _new_file_mode()
@@ -312,12 +312,12 @@ def write_all_atomic(files: "dict[Path, str | bytes]", *, label: str | None = No
             except OSError as exc:
                 raise OutputPathError(f"{shown}: cannot write: {exc.strerror or exc}") from exc
         for _, target, _ in temporaries:  # all written: check every target again, then rename
-            _check_target(target, label or str(target))
+            _check_target(target, label or shown_path(target))
         for tmp, target, _ in temporaries:
             try:
                 os.replace(tmp, target)
             except OSError as exc:
-                raise OutputPathError(f"{label or target}: cannot write: "
+                raise OutputPathError(f"{label or shown_path(target)}: cannot write: "
                                       f"{exc.strerror or exc}") from exc
     except BaseException:
         for tmp, _, _ in temporaries:
@@ -344,7 +344,7 @@ def staged_folder(path: str | os.PathLike[str], *, label: str | None = None) -> 
         ``path`` refused by :func:`check_output_dir`; a target refused at the end (nothing is
         moved then); an OS error.
     """
-    label = label or expect_path(path)
+    label = label or shown_path(expect_path(path))
     target = check_output_dir(path, label=label, create=False)
     existed = _lstat(target, label) is not None
     home = target if existed else target.parent

@@ -26,6 +26,8 @@ __all__ = [
     "WrongTypeError",
     "expect_type",
     "expect_path",
+    "shown_path",
+    "printable",
     "InputWarning",
 ]
 
@@ -77,7 +79,7 @@ class FileFormatError(CollsynthError, ValueError):
     def __init__(self, path: object, message: str) -> None:
         self.path = str(path)
         self.detail = _shorten(str(message))
-        super().__init__(f"{self.path}: {self.detail}")
+        super().__init__(f"{shown_path(self.path)}: {self.detail}")
 
 
 def _shorten(text: str, word: int = 100, total: int = 600) -> str:
@@ -165,6 +167,38 @@ def expect_path(value: object, what: str = "path") -> str:
     text = os.fspath(value)  # type: ignore[arg-type]
     expect_type(text, str, what)
     return text
+
+
+def shown_path(path: object) -> str:
+    """A user's path as messages echo it: as it is when every character is printable, else
+    quoted with its newlines, terminal escapes and other control or format characters escaped
+    (Python's ``repr``), so a name cannot split a line or drive the terminal.
+
+    >>> shown_path("out/plan.json")
+    'out/plan.json'
+    >>> print(shown_path("a\\nb\\x1b[31m.json"))
+    'a\\nb\\x1b[31m.json'
+    """
+    import os
+
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if isinstance(text, bytes):
+        return repr(text)
+    text = str(text)
+    return text if text.isprintable() else repr(text)
+
+
+def printable(text: str) -> str:
+    """``text`` with each control, format or surrogate character but newline and TAB written as
+    its escape (``\\x1b``, ``\\u202e``): what the command line prints, so nothing echoed from a
+    user (a path, a name) reaches the terminal as an escape sequence.
+
+    >>> printable("wrote \\x1b[2J.json")
+    'wrote \\\\x1b[2J.json'
+    """
+    if text.replace("\n", "").replace("\t", "").isprintable():
+        return text
+    return "".join(ch if ch in "\n\t" or ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 class InputWarning(UserWarning):

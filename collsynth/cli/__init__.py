@@ -46,7 +46,7 @@ from collsynth.cli.common import (
     one_line,
     memory_limit,
 )
-from collsynth.errors import CollsynthError, UnimplementableError
+from collsynth.errors import CollsynthError, UnimplementableError, shown_path
 from collsynth.interrupts import reliable_sigint
 from collsynth.limits import TimeLimitReached
 
@@ -97,7 +97,7 @@ def _error_message(exc: BaseException) -> str:
     if isinstance(exc, UnimplementableError):
         return f"not implementable on this topology: {exc}"
     if isinstance(exc, OSError) and exc.strerror:
-        where = f": {exc.filename}" if exc.filename else ""
+        where = f": {shown_path(exc.filename)}" if exc.filename else ""
         return f"{exc.strerror}{where}"
     return str(exc)
 

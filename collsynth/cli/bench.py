@@ -14,6 +14,7 @@ from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, channels_or_auto, non_negative_int, out, parse_size,
                                   positive_int)
+from collsynth.errors import shown_path
 
 __all__ = ["register", "run_bench_command"]
 
@@ -98,14 +99,14 @@ def run_bench_command(args: argparse.Namespace) -> int:
     )
 
     if args.output:  # a refused folder is found before any work
-        check_output_dir(args.output, label=f"-o {args.output}", create=False)
+        check_output_dir(args.output, label=f"-o {shown_path(args.output)}", create=False)
     options = BenchOptions(runtime=args.runtime, ranks=args.ranks, min_bytes=args.sizes[0],
                            max_bytes=args.sizes[1], iters=args.iters, warmup=args.warmup,
                            launcher=args.launcher, root=args.root, channels=args.channels,
                            topology=args.topology, nodes=args.nodes)
     setup = prepare_bench(args.program, options)
     out_dir = Path(args.output or f"bench-{Path(setup.program.file_name).stem}")
-    label = f"-o {out_dir}"
+    label = f"-o {shown_path(out_dir)}"
     check_output_dir(out_dir, label=label, create=False)
     check_bench_folder(setup, out_dir)
     missing = [] if args.dry_run or args.from_logs else missing_binaries(setup)
@@ -125,7 +126,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
             written = [out_dir / p.relative_to(staging)
                        for p in write_results(setup, result, staging)]
         summary = json.loads((staging / "bench.json").read_text(encoding="utf-8"))
-    scripts = " and ".join(str(out_dir / run.script) for run in setup.runs)
+    scripts = " and ".join(shown_path(out_dir / run.script) for run in setup.runs)
     if args.dry_run:
         _print(args, summary, f"dry run: wrote {scripts} ({len(setup.sizes)} sizes, "
                               f"{setup.sizes[0]} to {setup.sizes[-1]} bytes); nothing was run, "
@@ -139,7 +140,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
                      f"{row.xml_us:>11.4g}" if row.xml_us else f"{'-':>11}",
                      "yes" if row.runs_program else "no (runtime's own)"]
             out("  ".join(cells))
-    _print(args, summary, "measured: wrote " + ", ".join(str(p) for p in written[:3]))
+    _print(args, summary, "measured: wrote " + ", ".join(shown_path(p) for p in written[:3]))
     return EXIT_OK
 
 

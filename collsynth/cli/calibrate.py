@@ -26,7 +26,7 @@ from collsynth.timing.calibration import (
     calibration_to_json,
     save_calibration,
 )
-from collsynth.errors import FileFormatError, UnknownNameError
+from collsynth.errors import FileFormatError, UnknownNameError, shown_path
 from collsynth.progress import heartbeat
 from collsynth.timing.fit import (BUSBW_PER_LINK_GBPS, FIGURE_FORMATS, MAX_BUSBW_GBPS, LogFits,
                                   check_plausible, fit_log, plot_fits, save_figure)
@@ -139,11 +139,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
         if value is not None:
             raise UsageError.of("calibrate", f"{flag} goes with --model program (the topology "
                                              "the runtime's ring is simulated on)")
-    check_output_file(args.output, label=f"-o {args.output}",
+    check_output_file(args.output, label=f"-o {shown_path(args.output)}",
                       inputs=args.logs)  # before reading any log
     if args.plot:
-        check_output_file(args.plot, label=f"--plot {args.plot}", inputs=args.logs,
-                          outputs=[(f"-o {args.output}", args.output)])
+        check_output_file(args.plot, label=f"--plot {shown_path(args.plot)}", inputs=args.logs,
+                          outputs=[(f"-o {shown_path(args.output)}", args.output)])
     for path in args.logs:  # every log a regular file, before fitting the first
         check_input_file(path)
     ceiling, machine = _busbw_ceiling(args.topology, args.nodes)
@@ -161,7 +161,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         figure_bytes = buffer.getvalue()
     save_calibration(calibration, args.output)
     if figure_bytes is not None:
-        write_bytes_atomic(args.plot, figure_bytes, label=f"--plot {args.plot}")
+        write_bytes_atomic(args.plot, figure_bytes, label=f"--plot {shown_path(args.plot)}")
     entries = calibration_to_json(calibration)["entries"]
     if args.json:
         out(json.dumps(entries, indent=1))
@@ -173,7 +173,8 @@ def run_calibrate(args: argparse.Namespace) -> int:
             out(f"warning: {item.log.path}: the piecewise fit misses the log by "
                 f"{item.piecewise.gmae:.0%} (GMAE): are runs of different machines or settings "
                 "mixed in it?")
-    written = f"wrote {args.output}" + (f" and {args.plot}" if args.plot else "")
+    written = f"wrote {shown_path(args.output)}" + (f" and {shown_path(args.plot)}" if args.plot
+                                                      else "")
     machine = args.topology + (f" x {args.nodes} nodes" if args.nodes > 1 else "")
     out(f"{written} (calibration for {machine!r}, {len(results)} log"
         f"{'s' if len(results) != 1 else ''})")
@@ -217,7 +218,7 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     from collsynth.timing.runtime_model import MAX_GPUS_PER_THREAD
     from collsynth.topology.machine import machine_facts
 
-    from collsynth.runtimes import parse_version
+    from collsynth.runtimes import parse_given_version, parse_version
     from collsynth.timing.logs import split_runtime
 
     try:
@@ -241,7 +242,7 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     if len(args.logs) != 1:
         raise UsageError.of("calibrate", f"--model program fits one measured curve; "
                                          f"{len(args.logs)} files given")
-    check_output_file(args.output, label=f"-o {args.output}", inputs=args.logs)
+    check_output_file(args.output, label=f"-o {shown_path(args.output)}", inputs=args.logs)
     check_input_file(args.logs[0])
     rows, logged, drove, logged_runtime, logged_version = _curve_rows(args.logs[0],
                                                                       args.collective)
@@ -261,7 +262,8 @@ def _calibrate_program(args: argparse.Namespace) -> int:
         logged_version = None  # another runtime's version says nothing of this one
     version_text = given_version or logged_version
     try:  # the measured runtime's version: its own choices at that version are fitted
-        version = parse_version(version_text) if version_text else None
+        version = None if not version_text else \
+            parse_given_version(version_text) if given_version else parse_version(version_text)
     except ValueError as exc:
         where = "--runtime" if given_version else f"{args.logs[0]}: the runtime's banner"
         raise UsageError.of("calibrate", f"{where}: {exc}") from None
@@ -321,7 +323,7 @@ def _calibrate_program(args: argparse.Namespace) -> int:
         out("  " + ", ".join(f"{k} = {v:.4g}" for k, v in fit.parameters.items()))
     for warning in fit.warnings:
         out(f"warning: {warning}")
-    out(f"wrote {args.output}")
+    out(f"wrote {shown_path(args.output)}")
     return code
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError, err,
                                   out, positive_int, progress_line)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, check_plan_file
-from collsynth.errors import CollsynthError, InvalidCollectiveError
+from collsynth.errors import CollsynthError, InvalidCollectiveError, shown_path
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
 from collsynth.export.mscclpp.reader import looks_like_plan
 from collsynth.export.xml_reader import infer_runtime, read_checked, read_text
@@ -76,7 +76,7 @@ def _check_as(text: str, runtime: str, args: argparse.Namespace, doing: list[str
     """Read and check ``text`` by ``runtime``'s rules: the report (``None``: unreadable) and
     every problem; ``doing[0]`` says so for the progress lines."""
     if doing is not None:
-        doing[0] = f"check: checking {args.file} by {runtime}'s rules"
+        doing[0] = f"check: checking {shown_path(args.file)} by {runtime}'s rules"
     program, problems = read_checked(text, runtime)
     report = None
     if program is not None:
@@ -86,7 +86,7 @@ def _check_as(text: str, runtime: str, args: argparse.Namespace, doing: list[str
         except InvalidCollectiveError as exc:  # --coll or --root does not fit the program
             raise UsageError(str(exc), prog="collsynth check") from exc
         except CollsynthError as exc:  # a program the symbolic execution cannot start on
-            raise CollsynthError(f"{args.file}: {exc}") from exc
+            raise CollsynthError(f"{shown_path(args.file)}: {exc}") from exc
         problems = list(problems) + list(report.problems)
     return report, list(problems)
 
@@ -106,7 +106,7 @@ def _verdict(report: CheckReport) -> str:
 def run_check(args: argparse.Namespace) -> int:
     """Handle ``collsynth check``; return 0 (correct) or 1 (problems, printed)."""
     # A program of millions of chunks executes for tens of seconds per runtime tried.
-    doing = [f"check: reading {args.file}"]
+    doing = [f"check: reading {shown_path(args.file)}"]
     with heartbeat(None if args.quiet else progress_line, PROGRESS_INTERVAL_S,
                    lambda: doing[0]):
         return _run_check(args, doing)
@@ -118,7 +118,7 @@ def _run_check(args: argparse.Namespace, doing: list[str]) -> int:
         return check_plan_file(args)
     if is_plan:
         raise UsageError.of("check", f"--runtime {args.runtime} checks MSCCL XML, and "
-                                     f"{args.file} is JSON (an MSCCL++ plan?): give --runtime "
+                                     f"{shown_path(args.file)} is JSON (an MSCCL++ plan?): give --runtime "
                                      f"{MSCCLPP_RUNTIME}, or leave --runtime out")
     if getattr(args, "ranks_per_node", None) or getattr(args, "chunk_bytes", None):
         raise UsageError.of("check", "--ranks-per-node and --chunk-bytes are for MSCCL++ plans")
@@ -158,19 +158,19 @@ def _run_check(args: argparse.Namespace, doing: list[str]) -> int:
     if correct:
         notes = [inferred] if inferred else []
         notes.append("layouts: " + ", ".join(report.layouts_checked))
-        out(f"{args.file}: {_verdict(report)} ({'; '.join(notes)})")
+        out(f"{shown_path(args.file)}: {_verdict(report)} ({'; '.join(notes)})")
         return EXIT_OK
     for p in problems:
         out(_format(args.file, p, algo_line))
     # The program was read and checked: a wrong one is an answer (exit 1), not an error.
-    err(f"{args.file}: {len(problems)} problem{'s' if len(problems) != 1 else ''} for "
+    err(f"{shown_path(args.file)}: {len(problems)} problem{'s' if len(problems) != 1 else ''} for "
         f"{runtime}" + (f" ({inferred})" if inferred else ""))
     return EXIT_ERROR
 
 
 def _format(path: str, problem: Problem, algo_line: int | None) -> str:
     line = problem.line if problem.line is not None else algo_line
-    where = f"{path}:{line}" if line is not None else path
+    where = f"{shown_path(path)}:{line}" if line is not None else shown_path(path)
     return f"{where}: {problem.kind}: {problem.message}"
 
 

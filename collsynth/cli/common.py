@@ -16,7 +16,7 @@ import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
-from collsynth.errors import CollsynthError
+from collsynth.errors import CollsynthError, printable
 
 if TYPE_CHECKING:
     from collsynth.collective.model import Collective
@@ -107,13 +107,13 @@ class DetailedError(CollsynthError):
 
 
 def out(text: str = "") -> None:
-    """A line of a command's result, on stdout."""
-    print(text, file=sys.stdout, flush=True)
+    """A line of a command's result, on stdout (control characters escaped: :func:`printable`)."""
+    print(printable(text), file=sys.stdout, flush=True)
 
 
 def err(text: str) -> None:
-    """A line of progress or of an error, on stderr."""
-    print(text, file=sys.stderr, flush=True)
+    """A line of progress or of an error, on stderr (control characters escaped)."""
+    print(printable(text), file=sys.stderr, flush=True)
 
 
 def one_line(text: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from collsynth.cli.common import EXIT_OK, UsageError, out, positive_int
 from collsynth.draw import (FIGURE_SUFFIXES, DrawError, DrawOptions, check_output_path, draw_file,
                             file_kind, parse_step_range, save_drawing)
+from collsynth.errors import shown_path
 from collsynth.resolve import resolve_topology
 
 __all__ = ["register", "run_draw"]
@@ -62,7 +63,7 @@ def run_draw(args: argparse.Namespace) -> int:
     """Run ``collsynth draw``; return 0 (errors raise :class:`CollsynthError` or ``OSError``)."""
     # The suffix as pathlib reads it: '.png' alone is a hidden file with none, not a PNG.
     if Path(args.output).suffix.lower() not in FIGURE_SUFFIXES:
-        raise UsageError.of("draw", f"-o {args.output}: expected a .png or .svg file")
+        raise UsageError.of("draw", f"-o {shown_path(args.output)}: expected a .png or .svg file")
     if args.nodes is not None and args.topology is None:
         raise UsageError.of("draw", "--nodes goes with --topology")
     if args.aggregate and args.style == "arrows":
@@ -71,11 +72,11 @@ def run_draw(args: argparse.Namespace) -> int:
     output = check_output_path(args.output)  # before any work
     kind = file_kind(args.file)
     if kind == "xml" and args.topology is None:
-        raise UsageError.of("draw", f"{args.file} is an MSCCL XML program, which does not say "
+        raise UsageError.of("draw", f"{shown_path(args.file)} is an MSCCL XML program, which does not say "
                                     "its topology: give --topology (its ranks in the program's "
                                     "order)")
     if kind == "json" and args.topology is not None:
-        raise UsageError.of("draw", f"{args.file} is an algorithm file, which carries its "
+        raise UsageError.of("draw", f"{shown_path(args.file)} is an algorithm file, which carries its "
                                     "topology: --topology is for XML programs")
     topology = None if args.topology is None else resolve_topology(args.topology,
                                                                     nodes=args.nodes)
@@ -85,5 +86,5 @@ def run_draw(args: argparse.Namespace) -> int:
                           aggregate=True if args.aggregate else None)
     figure = draw_file(args.file, topology=topology, options=options)
     save_drawing(figure, output, dpi=args.dpi)
-    out(f"wrote {output}")
+    out(f"wrote {shown_path(output)}")
     return EXIT_OK

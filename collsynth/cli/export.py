@@ -20,7 +20,7 @@ from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto, err,
                                   format_size, out, parse_sizes, positive_int, table)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
-from collsynth.errors import ExportError, InvalidTopologyError
+from collsynth.errors import ExportError, InvalidTopologyError, shown_path
 from collsynth.export.limits import CHANNEL_POLICIES, LimitViolation
 from collsynth.export.pipeline import check_instances, export_programs
 from collsynth.runtimes import MSCCL_XML, PROTOCOLS, runtime_names
@@ -136,11 +136,11 @@ def _destinations(output: str, runtimes: list[str],
     folder is not created here."""
     target = Path(output)
     if len(runtimes) == 1:
-        return {runtimes[0]: check_output_file(output, label=f"-o {output}",
+        return {runtimes[0]: check_output_file(output, label=f"-o {shown_path(output)}",
                                                inputs=[algorithm_file])}, None
     folder = None
     if target.is_dir() or output.endswith(("/", os.sep)):
-        folder = check_output_dir(output, label=f"-o {output}", create=False)
+        folder = check_output_dir(output, label=f"-o {shown_path(output)}", create=False)
         stem = Path(algorithm_file).name
         stem = stem[:-5] if stem.endswith(".json") else stem
         paths = {rt: path_in(folder, stem, suffix=f".{rt}.xml") for rt in runtimes}
@@ -149,7 +149,8 @@ def _destinations(output: str, runtimes: list[str],
         paths = {rt: target.with_name(f"{stem}.{rt}.xml") for rt in runtimes}
     if folder is None or folder.is_dir():
         for path in paths.values():
-            check_output_file(path, label=f"-o {output}: {path}", inputs=[algorithm_file])
+            check_output_file(path, label=f"-o {shown_path(output)}: {shown_path(path)}",
+                              inputs=[algorithm_file])
     return paths, folder
 
 
@@ -194,7 +195,7 @@ def run_export(args: argparse.Namespace) -> int:
         raise
     # Every file or none: the folder, when -o names one, appears only with its files in it.
     if folder is not None:
-        with staged_folder(folder, label=f"-o {args.output}") as staging:
+        with staged_folder(folder, label=f"-o {shown_path(args.output)}") as staging:
             write_all_atomic({staging / path.name: exported[runtime].text
                               for runtime, path in destinations.items()})
     else:
@@ -206,7 +207,7 @@ def run_export(args: argparse.Namespace) -> int:
         spread = (f"{done.channels} channel(s) by {done.channel_by}, "
                   if args.channels == "auto" else "")
         staged = "" if done.stages is None else f"{done.stages} stage(s), "
-        out(f"wrote {path} ({runtime}, {len(done.text.splitlines())} lines; "
+        out(f"wrote {shown_path(path)} ({runtime}, {len(done.text.splitlines())} lines; "
             f"{staged}{spread}{stats.summary()})")
     return EXIT_OK
 
@@ -224,7 +225,7 @@ def _run_tuned(args: argparse.Namespace) -> int:
     inplace = bool(args.inplace)
     outofplace = bool(args.outofplace) or not inplace
     # Checked before any work; created (with its files) only when everything succeeded.
-    folder = check_output_dir(args.output, label=f"-o {args.output}", create=False)
+    folder = check_output_dir(args.output, label=f"-o {shown_path(args.output)}", create=False)
     constants = None
     if args.runtime_constants:
         from collsynth.timing.calibration import load_calibration, runtime_constants
@@ -239,7 +240,7 @@ def _run_tuned(args: argparse.Namespace) -> int:
     algorithm = load_algorithm(args.file)
     if algorithm.topology.unit_gbps is None:  # what works here, not another command's option
         raise InvalidTopologyError(
-            f"{args.file}: its topology {algorithm.topology.name!r} has no unit_gbps (GB/s per "
+            f"{shown_path(args.file)}: its topology {algorithm.topology.name!r} has no unit_gbps (GB/s per "
             "bandwidth unit), which --tune prices layouts with: solve on a topology named with "
             f"it ({algorithm.topology.name},unit_gbps=GBPS,alpha_us=US) or add \"unit_gbps\" "
             "to the file's \"topology\" object")
@@ -266,7 +267,7 @@ def _run_tuned(args: argparse.Namespace) -> int:
                                    "max_bytes": r.max_bytes, "variant": r.variant.label}
                                   for p, r in zip(paths, tuned.ranges)]}, indent=2))
         return EXIT_OK
-    out(f"{args.file}: {len(tuned.tried)} layouts priced for {args.runtime} with the program "
+    out(f"{shown_path(args.file)}: {len(tuned.tried)} layouts priced for {args.runtime} with the program "
         f"model (predictions, constants: {tuned.constants.source[:60]}...)")
     headers = ["size", "layout", "time (us)", "algbw (GB/s)", "untuned (GB/s)", "speed-up"]
     rows = [[format_size(r.size_bytes), r.variant.label, f"{r.time_us:.1f}",
@@ -275,7 +276,7 @@ def _run_tuned(args: argparse.Namespace) -> int:
     out("\n".join(table(headers, rows, left=(1,))))
     for path, r in zip(paths, tuned.ranges):
         top = "unbounded" if r.max_bytes is None else f"{r.max_bytes} B"
-        out(f"wrote {path} ({r.variant.label}, {r.min_bytes} B .. {top})")
+        out(f"wrote {shown_path(path)} ({r.variant.label}, {r.min_bytes} B .. {top})")
     return EXIT_OK
 
 

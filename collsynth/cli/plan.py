@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, Interrupted, Usa
                                   add_fabric_arguments, add_figure_arguments,
                                   check_fabric_arguments, out, positive_int, progress_line,
                                   seconds)
+from collsynth.errors import shown_path
 from collsynth.progress import heartbeat
 
 __all__ = ["register", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
@@ -127,6 +129,24 @@ def _runtimes(text: str) -> tuple[str, tuple[str, ...], bool]:
     return (xml[0] if xml else "msccl-executor"), tuple(dict.fromkeys(tuners)), mscclpp
 
 
+def _cache_folder(args: argparse.Namespace) -> "Path | None":
+    """The cache's folder, checked once before planning: ``--cache DIR`` that cannot hold it
+    is refused; the default one that cannot is one warning and no cache (a cache is an
+    optimisation; each entry's write would otherwise warn on its own)."""
+    from collsynth.errors import InputWarning, OutputPathError
+    from collsynth.plan.cache import check_cache_directory, default_cache_directory
+
+    if args.cache:
+        return check_cache_directory(args.cache, f"--cache {shown_path(args.cache)}")
+    folder = default_cache_directory()
+    try:
+        return check_cache_directory(folder, f"the cache {folder}")
+    except OutputPathError as exc:
+        warnings.warn(f"{exc}; planning without a cache (give --cache DIR, or --no-cache)",
+                      InputWarning, stacklevel=2)
+        return None
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """Handle ``collsynth plan``: return 0 when the plan was written (errors raise)."""
     from collsynth.plan import (
@@ -153,7 +173,7 @@ def run_plan(args: argparse.Namespace) -> int:
         if not args.no_cache:
             folder = Path(args.cache) if args.cache else default_cache_directory()
             if folder.resolve().is_relative_to(target.resolve()):
-                label = f"--cache {args.cache}" if args.cache else f"the cache {folder}"
+                label = f"--cache {shown_path(args.cache)}" if args.cache else f"the cache {folder}"
                 raise UsageError.of("plan", f"{label} is in -o {args.output}, which the plan "
                                             "replaces; keep the cache elsewhere")
         check_fabric_arguments(args)
@@ -183,7 +203,7 @@ def run_plan(args: argparse.Namespace) -> int:
             from collsynth.timing.kernels import get_device
 
             get_device(args.device)  # an unknown name fails before any synthesis
-        cache = FrontCache(None if args.no_cache else (args.cache or default_cache_directory()))
+        cache = FrontCache(None if args.no_cache else _cache_folder(args))
         options = PlanOptions(
             runtime=xml_runtime,
             synth=SynthOptions(time_limit=args.synth_time_limit,
@@ -222,7 +242,7 @@ def run_plan(args: argparse.Namespace) -> int:
         target = write_plan(plan, args.output, deployments=deployments)
     except KeyboardInterrupt as exc:  # main says so; here: what is kept for the next run
         kept = ("nothing was synthesized yet" if cache is None else
-                "nothing is kept (--no-cache)" if cache.directory is None else
+                "nothing is kept (no cache)" if cache.directory is None else
                 f"the fronts synthesized so far are kept in the cache {cache.directory} for the "
                 "next run")
         raise Interrupted(f"no plan written ({args.output} left as it was); {kept}") from exc
@@ -237,8 +257,9 @@ def run_plan(args: argparse.Namespace) -> int:
     tuned = "".join(f", {d.path} for {d.runtime}" for d in deployments if d.runtime != "mscclpp")
     plans = sum(d.runtime == "mscclpp" for d in deployments)
     tuned += f", {plans} MSCCL++ plan(s)" if mscclpp else ""
-    out(f"wrote {target}: {len(plan.xml_files)} XML file(s) for {plan.runtime}{tuned}; predicted "
+    out(f"wrote {shown_path(target)}: {len(plan.xml_files)} XML file(s) for {plan.runtime}{tuned}; "
+        "predicted "
         f"{totals['nccl_us']:.1f} us under NCCL, {totals['plan_us']:.1f} us with the plan, "
         f"saving {saving:.1f} us{share} over {totals['calls']} call(s); see "
-        f"{target / 'report.md'}")
+        f"{shown_path(target / 'report.md')}")
     return EXIT_OK

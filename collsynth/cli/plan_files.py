@@ -12,6 +12,7 @@ import json
 from collsynth._output import check_output_file, write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out
+from collsynth.errors import shown_path
 from collsynth.export.mscclpp.checker import PlanReport, check_plan
 from collsynth.export.mscclpp.limits import PLAN_PROTOCOLS
 from collsynth.export.mscclpp.lower import lower_to_plan
@@ -46,7 +47,7 @@ def export_plan(args: argparse.Namespace) -> int:
             args.max_bytes < args.min_bytes:
         raise UsageError.of("export", f"--max-bytes {args.max_bytes} is below --min-bytes "
                                       f"{args.min_bytes}")
-    path = check_output_file(args.output, label=f"-o {args.output}", inputs=[args.file])
+    path = check_output_file(args.output, label=f"-o {shown_path(args.output)}", inputs=[args.file])
     algorithm = load_algorithm(args.file)
     plan = lower_to_plan(algorithm, protocol=args.proto or "Simple", inplace=bool(args.inplace),
                          min_message_size=args.min_bytes or 0, max_message_size=args.max_bytes,
@@ -54,7 +55,8 @@ def export_plan(args: argparse.Namespace) -> int:
     text = plan_to_json(plan)
     write_text_atomic(path, text)
     tbs = max(len(g.threadblocks) for g in plan.gpus)
-    out(f"wrote {path} (mscclpp, {plan.protocol}, {plan.num_ranks} ranks, {plan.collective}, "
+    out(f"wrote {shown_path(path)} (mscclpp, {plan.protocol}, {plan.num_ranks} ranks, "
+        f"{plan.collective}, "
         f"{'in place' if plan.inplace else 'out of place'}, up to {tbs} threadblock(s) per rank; "
         "checked)")
     return EXIT_OK
@@ -72,7 +74,7 @@ def check_plan_file(args: argparse.Namespace) -> int:
     plan = read_plan(args.file)
     per_node = args.ranks_per_node
     if per_node is not None and plan.num_ranks % per_node:
-        raise UsageError.of("check", f"--ranks-per-node {per_node}: {args.file} has "
+        raise UsageError.of("check", f"--ranks-per-node {per_node}: {shown_path(args.file)} has "
                                      f"{plan.num_ranks} ranks; nodes of equal size divide it "
                                      f"({', '.join(map(str, _divisors(plan.num_ranks)))})")
     report = check_plan(plan, ranks_per_node=args.ranks_per_node, chunk_bytes=args.chunk_bytes,
@@ -81,14 +83,14 @@ def check_plan_file(args: argparse.Namespace) -> int:
         out(json.dumps(_as_json(args.file, report), indent=1))
         return EXIT_OK if report.ok else EXIT_ERROR
     for w in report.warnings:
-        out(f"{args.file}: warning: {w.kind}: {w.message}")
+        out(f"{shown_path(args.file)}: warning: {w.kind}: {w.message}")
     if report.ok:
-        out(f"{args.file}: correct {report.collective} for mscclpp (layouts: "
+        out(f"{shown_path(args.file)}: correct {report.collective} for mscclpp (layouts: "
             f"{', '.join(report.layouts_checked)}; run at {report.chunk_bytes}-byte chunks)")
         return EXIT_OK
     for p in report.problems:
-        out(f"{args.file}: {p.kind}: {p.message}")
-    err(f"{args.file}: {len(report.problems)} problem{'s' if len(report.problems) != 1 else ''} "
+        out(f"{shown_path(args.file)}: {p.kind}: {p.message}")
+    err(f"{shown_path(args.file)}: {len(report.problems)} problem{'s' if len(report.problems) != 1 else ''} "
         "for mscclpp")
     return EXIT_ERROR
 

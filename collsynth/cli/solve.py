@@ -16,6 +16,7 @@ from collsynth.algorithm.fileformat import algorithm_text
 from collsynth.algorithm.model import Algorithm, Instance
 from collsynth.bounds import Bounds, compute_bounds
 from collsynth.cli import solve_bandwidth
+from collsynth.errors import shown_path
 from collsynth.runtimes import MSCCL_XML, runtime_names
 from collsynth.cli.common import (
     EXIT_OK,
@@ -146,7 +147,7 @@ class _Destination:
         (:meth:`make_folders`), so a solve that finds nothing leaves nothing."""
         from collsynth._output import check_output_dir, check_output_file
 
-        xml_directory = None if xml is None else check_output_dir(xml, label=f"--xml {xml}",
+        xml_directory = None if xml is None else check_output_dir(xml, label=f"--xml {shown_path(xml)}",
                                                                   create=False)
         if path is None:
             return _Destination(xml_directory=xml_directory)
@@ -154,13 +155,15 @@ class _Destination:
         as_directory = p.is_dir() or path.endswith(("/", os.sep)) or p.suffix == ""
         if not as_directory:
             if p.suffix.lower() != ".json":
-                raise UsageError(f"-o {path}: expected a .json file or a directory")
+                raise UsageError(f"-o {shown_path(path)}: expected a .json file or a directory")
             if several:
-                raise UsageError(f"-o {path}: pareto writes one file per algorithm; give a "
-                                  "directory")
-            return _Destination(file=check_output_file(path, label=f"-o {path}", inputs=inputs),
+                raise UsageError(f"-o {shown_path(path)}: pareto writes one file per algorithm; "
+                                 "give a directory")
+            return _Destination(file=check_output_file(path, label=f"-o {shown_path(path)}",
+                                                       inputs=inputs),
                                 xml_directory=xml_directory)
-        return _Destination(directory=check_output_dir(path, label=f"-o {path}", create=False),
+        return _Destination(directory=check_output_dir(path, label=f"-o {shown_path(path)}",
+                                                       create=False),
                             xml_directory=xml_directory)
 
     def make_folders(self) -> None:
@@ -298,7 +301,7 @@ def _print_single(result: SynthesisResult, path: Path | None, args: argparse.Nam
         if args.mode == "least-steps" and result.detail:
             out(f"fewer steps: {result.detail}")
         if path is not None:
-            out(f"wrote {path}")
+            out(f"wrote {shown_path(path)}")
         elif not args.quiet:
             err("(not saved: pass -o FILE.json to write the algorithm)")
     elif result.status is Status.UNSAT:

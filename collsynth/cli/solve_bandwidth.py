@@ -14,6 +14,7 @@ import time
 from collsynth.cli.common import (EXIT_OK, UsageError, check_unsplit, err, format_size,
                                   input_files, out, parse_size, positive_int, problem_from_args,
                                   seconds)
+from collsynth.errors import shown_path
 from collsynth.timing.closed_form import PREDICTION_SIZES, predicted_against_runtime
 
 __all__ = ["add_mode", "run_bandwidth_optimal"]
@@ -69,7 +70,7 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
     if args.output:  # before the search, not after it
         from collsynth._output import check_output_file
 
-        check_output_file(args.output, label=f"-o {args.output}",
+        check_output_file(args.output, label=f"-o {shown_path(args.output)}",
                           inputs=input_files(args.topology, args.collective))
     progress = None if (args.quiet or args.json) else (
         lambda line: err(f"  {line}"))
@@ -86,7 +87,8 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
         from collsynth.synthesis.bandwidth_optimal.engine import BYTES_PER_SEND
 
         sends = result.schedule.num_sends
-        check_memory(sends * BYTES_PER_SEND, f"-o {args.output}: writing all {sends} sends")
+        check_memory(sends * BYTES_PER_SEND,
+                     f"-o {shown_path(args.output)}: writing all {sends} sends")
         save_algorithm(result.expanded(), args.output)
     figures = result.to_json()
     sizes = sorted(set(PREDICTION_SIZES) | ({args.size} if args.size else set()))
@@ -118,7 +120,7 @@ def run_bandwidth_optimal(args: argparse.Namespace) -> int:
             out(f"{format_size(row['bytes']):>18}   {row['collsynth']:>9.1f}   {fastest:>12}   "
                 f"{row['runtime_fastest'] or '-'}")
     if args.output:
-        out(f"wrote {args.output}")
+        out(f"wrote {shown_path(args.output)}")
     return EXIT_OK
 
 

@@ -19,7 +19,7 @@ from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, Usag
                                   add_figure_arguments, check_gpus_per_thread, err, format_size,
                                   gpus_per_thread, out, parse_size_range, parse_sizes,
                                   positive_int, progress_line, table)
-from collsynth.errors import CollsynthError, FileFormatError
+from collsynth.errors import CollsynthError, FileFormatError, shown_path
 from collsynth.exact import fraction_text
 from collsynth.progress import heartbeat
 from collsynth.runtimes import get_runtime, runtime_family, runtime_names
@@ -366,10 +366,10 @@ def _shape(subject: "Program | Algorithm") -> tuple[str, int]:
 
 def _version_type(text: str) -> tuple[int, int]:
     """argparse type of ``--runtime-version``."""
-    from collsynth.runtimes import parse_version
+    from collsynth.runtimes import parse_given_version
 
     try:
-        return parse_version(text)
+        return parse_given_version(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -679,8 +679,8 @@ def run_plot(args: argparse.Namespace) -> int:
 
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
-        raise UsageError.of("plot", f"-o {args.output}: expected a .png or .svg file")
-    check_output_file(output, label=f"-o {args.output}")  # before any work
+        raise UsageError.of("plot", f"-o {shown_path(args.output)}: expected a .png or .svg file")
+    check_output_file(output, label=f"-o {shown_path(args.output)}")  # before any work
     # plot has neither --topology nor --model: what the closed form cannot take is said here
     # with the command that takes it
     for path in args.files:
@@ -731,11 +731,11 @@ def run_plot(args: argparse.Namespace) -> int:
     ax.legend(fontsize=9)
     fig.tight_layout()
     try:
-        with open_atomic(output, binary=True, label=f"-o {args.output}") as handle:
+        with open_atomic(output, binary=True, label=f"-o {shown_path(args.output)}") as handle:
             fig.savefig(handle, format=output.suffix.lower().lstrip("."))
     finally:
         plt.close(fig)
-    out(f"wrote {output}")
+    out(f"wrote {shown_path(output)}")
     return EXIT_OK
 
 

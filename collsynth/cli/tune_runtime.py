@@ -16,6 +16,7 @@ from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, UsageError, input_files, out,
                                   parse_size_range, positive_int, table)
+from collsynth.errors import shown_path
 
 __all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
 
@@ -121,7 +122,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     from collsynth.timing.tuning_model import tuning_setup
     from collsynth.topology.machine import machine_facts
 
-    check_output_file(args.output, label=f"-o {args.output}",
+    check_output_file(args.output, label=f"-o {shown_path(args.output)}",
                       inputs=input_files(args.topology, args.calibration))
     constants = None
     if args.calibration is not None:
@@ -198,5 +199,5 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
             f"{', '.join(others) + ' too' if others else 'every collective'}; rows match "
             f"nNodes={setup.nodes} nRanks={setup.ranks} only: a communicator of another size "
             "(a process subgroup) gets one channel")
-    out(f"wrote {args.output} ({len(tuned.rules)} rule(s))")
+    out(f"wrote {shown_path(args.output)} ({len(tuned.rules)} rule(s))")
     return EXIT_OK

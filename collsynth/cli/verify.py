@@ -6,6 +6,7 @@ import argparse
 
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.cli.common import EXIT_OK, out
+from collsynth.errors import shown_path
 
 __all__ = ["register"]
 
@@ -22,7 +23,7 @@ def register(commands) -> None:
 def run_verify(args: argparse.Namespace) -> int:
     """A wrong algorithm fails to load (:class:`~collsynth.errors.VerificationError`, exit 1)."""
     a = load_algorithm(args.file)
-    out(f"{args.file}: correct {a.collective.describe()} on {a.topology.name} "
+    out(f"{shown_path(args.file)}: correct {a.collective.describe()} on {a.topology.name} "
         f"(steps={a.num_steps}, rounds={a.num_rounds}, chunks={a.chunks}, "
         f"rounds/chunk={a.rounds_per_chunk})")
     return EXIT_OK

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from collsynth._atomic import write_text_atomic
+from collsynth._output import check_folder_writable
 from collsynth._parse import read_json
 from collsynth.algorithm.fileformat import load_algorithm, save_algorithm
 from collsynth.algorithm.model import Algorithm
@@ -24,7 +25,7 @@ from collsynth.errors import (FileFormatError, InputTooLargeError, OutputPathErr
 from collsynth.plan.groups import topology_fingerprint
 from collsynth.topology.model import Topology
 
-__all__ = ["FrontCache", "CachedFront", "default_cache_directory"]
+__all__ = ["FrontCache", "CachedFront", "check_cache_directory", "default_cache_directory"]
 
 _log = logging.getLogger(__name__)
 
@@ -38,6 +39,26 @@ def default_cache_directory() -> Path:
     """``$XDG_CACHE_HOME/collsynth`` when that variable is set, else ``~/.cache/collsynth``."""
     base = os.environ.get("XDG_CACHE_HOME")
     return (Path(base) if base else Path.home() / ".cache") / "collsynth"
+
+
+def check_cache_directory(directory: str | os.PathLike[str], label: str) -> Path:
+    """Check that ``directory`` can hold a cache before any entry is written (each write of a
+    file's or an unwritable folder's entry would fail on its own): it is a writable folder,
+    or a new name whose nearest existing ancestor is one (the cache makes its own folders).
+    ``label`` names it in messages. Return it as a :class:`Path`.
+
+    Raises
+    ------
+    OutputPathError
+        Naming the path, what it is and that a folder was expected.
+    """
+    folder = Path(directory)
+    existing = folder
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    check_folder_writable(existing, label if existing == folder else
+                          f"{label} (to be made inside {existing})")
+    return folder
 
 
 @dataclasses.dataclass(frozen=True)

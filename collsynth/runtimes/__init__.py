@@ -23,13 +23,14 @@ from collsynth.runtimes.registry import (
     EnvVar,
     Runtime,
     get_runtime,
+    parse_given_version,
     parse_version,
     runtime_family,
     runtime_names,
     xml_dialect,
 )
 
-__all__ = ["Runtime", "RUNTIMES", "get_runtime", "parse_version", "runtime_family", "runtime_names",
-           "xml_dialect", "Artifact", "Environment", "EnvVar", "MSCCL_XML", "MSCCLPP_PLAN",
-           "TUNER_CONFIG", "XmlDialect", "PROTOCOLS", "check_protocol", "RuntimeConstants",
-           "check_channels"]
+__all__ = ["Runtime", "RUNTIMES", "get_runtime", "parse_given_version", "parse_version",
+           "runtime_family", "runtime_names", "xml_dialect", "Artifact", "Environment", "EnvVar",
+           "MSCCL_XML", "MSCCLPP_PLAN", "TUNER_CONFIG", "XmlDialect", "PROTOCOLS", "check_protocol",
+           "RuntimeConstants", "check_channels"]

@@ -142,6 +142,33 @@ def parse_version(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+_GIVEN_VERSION = re.compile(
+    r"^v?([0-9]{1,6})\.([0-9]{1,6})(?:\.[0-9]{1,6})?(?:\+[0-9A-Za-z.]{1,64})?$", re.ASCII)
+
+
+def parse_given_version(text: str) -> tuple[int, int]:
+    """``(major, minor)`` of a runtime version a user names (an option, a field they write):
+    strictly ``MAJOR.MINOR`` or ``MAJOR.MINOR.PATCH``, an optional leading ``v`` and an optional
+    ``+BUILD`` (``"2.18"``, ``"2.18.5"``, ``"2.18.5+cuda12.2"``). Unlike :func:`parse_version`
+    (which reads the banners logs print, ``"2.22.3-"``), a fourth part, an empty, negative or
+    non-numeric part is refused rather than read as its first two.
+
+    Raises
+    ------
+    ValueError
+        The text is not such a version.
+
+    >>> parse_given_version("2.18.5")
+    (2, 18)
+    """
+    match = _GIVEN_VERSION.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        shown = text if not isinstance(text, str) or len(text) <= 64 else text[:64] + "..."
+        raise ValueError(f"{shown!r} is not a runtime version; expected MAJOR.MINOR or "
+                         "MAJOR.MINOR.PATCH of whole numbers, like 2.18 or 2.18.5")
+    return int(match.group(1)), int(match.group(2))
+
+
 _XML_HOW = "replace libnccl with the runtime's build; torch's backend='nccl' uses it unchanged"
 
 _MSCCL_ENV = Environment(

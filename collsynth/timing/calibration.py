@@ -37,7 +37,7 @@ from collsynth.errors import (
     InvalidTopologyError,
     UnknownNameError,
 )
-from collsynth.runtimes import RuntimeConstants, get_runtime, parse_version, runtime_names
+from collsynth.runtimes import RuntimeConstants, get_runtime, parse_given_version, runtime_names
 from collsynth.runtimes.constants import (MIN_LATENCY_US, constants_from_dict,
                                          constants_to_dict)
 from collsynth.timing.alphabeta import AlphaBeta
@@ -476,13 +476,13 @@ def _runtime_from_json(obj: dict, source: str, *, legacy: bool) -> RuntimeCalibr
     if "runtime_version" in obj:
         given = obj["runtime_version"]
         try:
-            runtime_version = parse_version(given) if isinstance(given, str) and \
+            runtime_version = parse_given_version(given) if isinstance(given, str) and \
                 len(given) <= 64 else None
         except ValueError:
             pass
         if runtime_version is None:
             raise FileFormatError(source, f"runtime_version: {shown(given)}; expected a "
-                                          "version like \"2.18\"")
+                                          "version like \"2.18\" (MAJOR.MINOR[.PATCH])")
     runtime = fields.get("runtime")
     known = runtime in runtime_names()
     constants = constants_from_dict(fields, base=get_runtime(runtime if known else "nccl")

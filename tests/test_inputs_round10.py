@@ -1,0 +1,128 @@
+"""Hostile input, round 10: what the twelfth session's hunt found, fixed there.
+
+Each case failed on the code before its fix (a value read as something it does not say, a
+warning repeated per entry, or a user's path echoed raw to the terminal).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collsynth import cli
+from collsynth.errors import FileFormatError, printable, shown_path
+from collsynth.runtimes import parse_given_version, parse_version
+from collsynth.timing.calibration import RuntimeCalibration, load_calibration, save_calibration
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "tests" / "fixtures" / "traces" / "fc4-mixed"
+FC4 = "fully-connected:4,unit_gbps=50,alpha_us=1"
+LOG = ROOT / "data" / "nccl-tests" / "A100-8gpu_all_gather_superbench.txt"
+
+
+# -- a runtime version a user names ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["2.18.3.4", "2.18.", "2.18.x", "2.18.-1", "2..18", "2.18-HEAD",
+                                  "2.18.5.", "-2.18", "", "1234567.1"])
+def test_a_runtime_version_option_is_major_minor_patch(capsys, text):
+    """``--runtime-version 2.18.3.4`` (or ``2.18.x``, ``2.18.-1``) was read as 2.18: the
+    option took the lenient reading of log banners."""
+    assert cli.main(["time", "--collective", "allreduce", "--topology", "dgx-a100", "--sizes",
+                     "1MB", f"--runtime-version={text}"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "argument --runtime-version" in err and "MAJOR.MINOR or MAJOR.MINOR.PATCH" in err
+    with pytest.raises(ValueError, match="not a runtime version"):
+        parse_given_version(text)
+
+
+@pytest.mark.parametrize("text, version", [("2.18", (2, 18)), ("2.18.5", (2, 18)),
+                                           ("v2.27", (2, 27)), ("2.18.5+cuda12.2", (2, 18))])
+def test_a_runtime_version_as_users_write_it(text, version):
+    assert parse_given_version(text) == version
+    assert parse_version(text) == version  # the log reader agrees where both read
+
+
+def test_calibrate_runtime_option_refuses_a_four_part_version(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert cli.main(["calibrate", str(LOG), "--model", "program", "--topology", "dgx-a100",
+                     "--runtime", "nccl-2.18.3.4", "-o", str(out)]) == cli.EXIT_USAGE
+    assert "--runtime: '2.18.3.4' is not a runtime version" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_calibration_files_runtime_version_is_major_minor_patch(tmp_path):
+    from collsynth.runtimes import get_runtime
+
+    path = tmp_path / "rt.json"
+    save_calibration(RuntimeCalibration(get_runtime("nccl").defaults, runtime_version=(2, 18)),
+                     path)
+    obj = json.loads(path.read_text())
+    obj["runtime_version"] = "2.18.3.4"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(FileFormatError, match=r"runtime_version: '2\.18\.3\.4'; expected"):
+        load_calibration(path)
+
+
+# -- plan --cache naming a file ----------------------------------------------------------------
+
+
+def test_plan_cache_that_is_a_file_is_one_error(tmp_path, capsys):
+    """``--cache FILE`` planned on and warned once per synthesized entry ("could not write the
+    cache entry FILE/fronts/...: Not a directory"); now refused before any planning."""
+    cache = tmp_path / "cache"
+    cache.write_text("x")
+    for given in (cache, cache / "sub"):
+        assert cli.main(["plan", str(TRACE), "--topology", FC4, "-o", str(tmp_path / "plan"),
+                         "--cache", str(given), "-q"]) == cli.EXIT_ERROR
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert f"--cache {given}" in err and f"{cache} is a file, expected a folder" in err
+        assert not (tmp_path / "plan").exists()
+
+
+def test_plan_default_cache_that_is_a_file_is_one_warning(tmp_path, capsys, monkeypatch):
+    base = tmp_path / "xdg"
+    base.write_text("x")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(base))
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))
+    assert cli.main(["plan", str(TRACE), "--topology", FC4, "-o", str(tmp_path / "plan"),
+                     "-q"]) == cli.EXIT_OK
+    err = capsys.readouterr().err
+    assert err.count("collsynth: warning:") == 1, err
+    assert "planning without a cache" in err and "could not write" not in err
+    assert (tmp_path / "plan" / "plan.json").is_file()
+
+
+# -- a user's path echoed to the terminal ------------------------------------------------------
+
+
+def test_shown_path_and_printable():
+    assert shown_path("out/a b.json") == "out/a b.json"
+    assert shown_path("a\nb\x1b[2J.json") == "'a\\nb\\x1b[2J.json'"
+    assert shown_path(Path("x\u202ey")) == "'x\\u202ey'"
+    assert printable("wrote \x1b]0;owned\x07 x\ny\tz") == "wrote \\x1b]0;owned\\x07 x\ny\tz"
+
+
+def test_output_names_with_newlines_and_escapes_are_echoed_escaped(tmp_path, capsys,
+                                                                   monkeypatch):
+    """``-o $'a\\nb\\x1b[31m.json'`` printed ``wrote a`` and ``b<ESC>[31m.json`` on two lines,
+    the escape sequence raw; a missing folder's name reached stderr raw too."""
+    monkeypatch.chdir(tmp_path)
+    name = "a\nb\x1b[31m.json"
+    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o", name]) == cli.EXIT_OK
+    captured = capsys.readouterr()
+    assert "wrote 'a\\nb\\x1b[31m.json'\n" in captured.out
+    assert "\x1b" not in captured.out + captured.err
+    assert cli.main(["verify", name]) == cli.EXIT_OK
+    captured = capsys.readouterr()
+    assert captured.out.startswith("'a\\nb\\x1b[31m.json': correct allgather")
+    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o",
+                     "no\x1b[31mdir/x.json"]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "folder 'no\\x1b[31mdir' does not exist" in err
+    assert cli.main(["verify", "zz\x1b]0;t\x07.json"]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err == "collsynth: error: 'zz\\x1b]0;t\\x07.json': no such file\n"
