@@ -126,3 +126,27 @@ def test_output_names_with_newlines_and_escapes_are_echoed_escaped(tmp_path, cap
     assert cli.main(["verify", "zz\x1b]0;t\x07.json"]) == cli.EXIT_ERROR
     err = capsys.readouterr().err
     assert err == "collsynth: error: 'zz\\x1b]0;t\\x07.json': no such file\n"
+
+
+# -- a topology file's unknown field -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"unit_gpbs": 50}, "unknown field 'unit_gpbs'; expected fields: alpha_us, description"),
+    ({"num_ranks": 1000000000}, "unknown field 'num_ranks'"),
+    ({"groups": [{"name": "g", "sources": [0], "destinations": [1], "limit": 1, "limt": 9}]},
+     r"groups\[0\]: unknown field 'limt'; expected destinations, limit, name, sources"),
+])
+def test_a_topology_files_unknown_field_is_refused(tmp_path, capsys, fields, message):
+    """A misspelt ``unit_gpbs`` was ignored: the machine silently had no figures (collective,
+    algorithm and calibration files already refuse unknown fields)."""
+    from collsynth.topology.fileformat import load_topology
+
+    obj = {"format": "collsynth-topology", "version": 1, "name": "pair",
+           "links": [[0, 1], [1, 0]], **fields}
+    path = tmp_path / "pair.json"
+    path.write_text(json.dumps(obj))
+    with pytest.raises(FileFormatError, match=message):
+        load_topology(path)
+    assert cli.main(["bounds", str(path), "allgather"]) == cli.EXIT_ERROR
+    assert "pair.json: " in capsys.readouterr().err

@@ -57,6 +57,12 @@ def read_json_file(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BY
     return read_json(path, max_bytes=max_bytes)
 
 
+#: The fields of a topology file and of one of its groups (docs/topologies.md).
+_TOP_FIELDS = frozenset({"format", "version", "name", "description", "links", "groups",
+                         "unit_gbps", "alpha_us", "metadata"})
+_GROUP_FIELDS = frozenset({"name", "sources", "destinations", "limit"})
+
+
 def _field(obj: dict, key: str, kind: type | tuple, source: str, *, required: bool = True,
            default: Any = None) -> Any:
     if key not in obj:
@@ -99,6 +105,10 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
     if version != FORMAT_VERSION or isinstance(version, bool):
         raise FileFormatError(source, f"unknown version {shown(version)}; this collsynth reads "
                                       f"version {FORMAT_VERSION}")
+    unknown = sorted(set(obj) - _TOP_FIELDS, key=str)
+    if unknown:  # a misspelt "unit_gpbs" would leave the machine without figures, silently
+        raise FileFormatError(source, f"unknown field {shown(unknown[0])}; expected fields: "
+                                      f"{', '.join(sorted(_TOP_FIELDS))}")
     name = clean_name(_field(obj, "name", str, source), "name", source=source)
     links = _field(obj, "links", list, source)
     if len(links) > MAX_RANKS:
@@ -124,6 +134,10 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
     for k, g in enumerate(listed):
         if not isinstance(g, dict):
             raise FileFormatError(source, f"groups[{k}] must be an object")
+        extra = sorted(set(g) - _GROUP_FIELDS, key=str)
+        if extra:
+            raise FileFormatError(source, f"groups[{k}]: unknown field {shown(extra[0])}; "
+                                          f"expected {', '.join(sorted(_GROUP_FIELDS))}")
         limit = g.get("limit")
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise FileFormatError(source, f"groups[{k}].limit = {shown(limit)}; expected an "
