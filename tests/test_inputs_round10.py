@@ -7,6 +7,7 @@ warning repeated per entry, or a user's path echoed raw to the terminal).
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,32 @@ def test_a_topology_files_unknown_field_is_refused(tmp_path, capsys, fields, mes
         load_topology(path)
     assert cli.main(["bounds", str(path), "allgather"]) == cli.EXIT_ERROR
     assert "pair.json: " in capsys.readouterr().err
+
+
+# -- an oversubscription beyond any fabric -----------------------------------------------------
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1e10000000", "oversubscription above 1e300 is more than 1000:1"),
+    ("1e300", "is more than 1000:1; expected a ratio from 1 to 1000"),
+    ("1001", "oversubscription 1001 is more than 1000:1"),
+    ("-1e400", "'-1e400' is below 1"),
+])
+def test_an_oversubscription_beyond_any_fabric_is_refused(capsys, text, message):
+    """``--oversubscription 1e10000000`` spent seconds building 10^10^7 exactly, then failed as
+    an internal error (int-to-text digit limit); ``1e300`` was taken as a 10^300:1 fabric."""
+    assert cli.main(["bounds", "dgx1", "allgather", "--nodes", "2",
+                     f"--oversubscription={text}"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "argument --oversubscription" in err and message in err
+    assert "internal error" not in err
+
+
+def test_an_oversubscription_ratio_from_python_is_bounded():
+    from collsynth.errors import InvalidTopologyError
+    from collsynth.topology.tiers import oversubscription_ratio, parse_oversubscription
+
+    with pytest.raises(InvalidTopologyError, match="above 1e300 is more than 1000:1"):
+        oversubscription_ratio(10**5000, "fabric")
+    assert oversubscription_ratio(1000, "fabric") == 1000
+    assert parse_oversubscription("leaf=2e0,node=3/2") == {"leaf": 2, "node": Fraction(3, 2)}

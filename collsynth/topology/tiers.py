@@ -63,6 +63,11 @@ class FabricSpec:
         return out
 
 
+#: Largest oversubscription a tier may have: built fabrics are 1:1 to 8:1; 10^300:1 (or a
+#: text like "1e10000000", whose exact value alone takes seconds to compute) is a typo.
+MAX_OVERSUBSCRIPTION = 1000
+
+
 def oversubscription_ratio(value: object, where: str) -> Fraction:
     """``value`` as an exact fraction >= 1 (floats rounded to 6 decimal places' worth).
 
@@ -82,6 +87,11 @@ def oversubscription_ratio(value: object, where: str) -> Fraction:
     if ratio < 1:
         raise InvalidTopologyError(f"{where}: oversubscription must be >= 1 (1 = non-blocking), "
                                    f"got {value!r}")
+    if ratio > MAX_OVERSUBSCRIPTION:
+        shown = f"{float(ratio):g}" if ratio < 10**300 else "above 1e300"
+        raise InvalidTopologyError(f"{where}: oversubscription {shown} is more than "
+                                   f"{MAX_OVERSUBSCRIPTION}:1; expected a ratio from 1 to "
+                                   f"{MAX_OVERSUBSCRIPTION} (2 = 2:1)")
     return ratio
 
 
@@ -103,8 +113,14 @@ def parse_oversubscription(text: str) -> Fraction | dict[str, Fraction]:
     {'leaf': Fraction(2, 1), 'node': Fraction(3, 2)}
     """
     def number(part: str) -> Fraction:
+        number_text = part.strip()
         try:
-            value = Fraction(part.strip())
+            if "e" in number_text.lower():  # as a float first: Fraction("1e10000000") takes
+                given = float(number_text)  # seconds; "1e400" is beyond any ratio allowed
+                value = Fraction(given).limit_denominator(10**6) if math.isfinite(given) \
+                    else Fraction(10**301 if given > 0 else 0)
+            else:
+                value = Fraction(number_text)
         except (ValueError, ZeroDivisionError):
             raise InvalidTopologyError(
                 f"oversubscription {text!r}: {part.strip()!r} is not a number; expected X or "
@@ -112,7 +128,7 @@ def parse_oversubscription(text: str) -> Fraction | dict[str, Fraction]:
         if value < 1:
             raise InvalidTopologyError(f"oversubscription {text!r}: {part.strip()!r} is below 1 "
                                        "(1 = non-blocking, 2 = 2:1)")
-        return value
+        return oversubscription_ratio(value, f"oversubscription {text!r}")
 
     if "=" not in text:
         return number(text)
