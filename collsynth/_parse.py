@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import unicodedata
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from collsynth._files import read_bytes_bounded
 from collsynth.errors import FileFormatError
 
 __all__ = [
+    "fraction_from_text",
     "MAX_NUMBER_CHARS",
     "MAX_INT64",
     "MAX_NAME_CHARS",
@@ -426,6 +429,25 @@ def clean_name(value: Any, field: str, *, source: str, max_chars: int = MAX_NAME
         raise FileFormatError(source, f"{field} = {shown(value)}: {bad}; names are printable "
                                       "text")
     return value
+
+
+_FRACTION_TEXT = re.compile(r"\s*[0-9]{1,40}(?:\.[0-9]{1,40}|/[0-9]{1,40})?\s*", re.ASCII)
+
+
+def fraction_from_text(text: Any) -> Fraction | None:
+    """A non-negative exact number a file writes as text (``"7/6"``, ``"2"``, ``"1.5"``), or
+    ``None`` for anything else: no exponent (``Fraction("1e100000000")`` computes 10^(10^8)
+    digit by digit, minutes of CPU) and at most 40 digits a part.
+
+    >>> fraction_from_text("7/6"), fraction_from_text("1e100000000"), fraction_from_text("1/0")
+    (Fraction(7, 6), None, None)
+    """
+    if not isinstance(text, str) or _FRACTION_TEXT.fullmatch(text) is None:
+        return None
+    try:
+        return Fraction(text.strip())
+    except ZeroDivisionError:
+        return None
 
 
 def name_from_file(path: str | os.PathLike[str], *, max_chars: int = MAX_NAME_CHARS) -> str:

@@ -180,3 +180,42 @@ def test_an_oversubscription_ratio_from_python_is_bounded():
         oversubscription_ratio(10**5000, "fabric")
     assert oversubscription_ratio(1000, "fabric") == 1000
     assert parse_oversubscription("leaf=2e0,node=3/2") == {"leaf": 2, "node": Fraction(3, 2)}
+
+
+# -- a fraction written with a huge exponent ---------------------------------------------------
+
+
+def test_a_fraction_with_a_huge_exponent_is_refused_fast(tmp_path, capsys):
+    """``"rounds_per_chunk": "1e100000000"`` in an algorithm file, or a fabric ratio of that
+    text in a topology's metadata, made Fraction compute 10^(10^8): verify and time ran for
+    minutes (killed after 15-20 s)."""
+    import time
+
+    from collsynth._parse import fraction_from_text
+    from collsynth.resolve import resolve_topology
+    from collsynth.topology.fileformat import topology_to_json
+
+    assert fraction_from_text("7/6") == Fraction(7, 6)
+    assert fraction_from_text(" 1.5 ") == Fraction(3, 2)
+    for text in ("1e100000000", "1/0", "-1", "1" * 41, "7/6/5", 7, None):
+        assert fraction_from_text(text) is None
+
+    algorithm = tmp_path / "ag.json"
+    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o", str(algorithm)]) == 0
+    obj = json.loads(algorithm.read_text())
+    obj["instance"]["rounds_per_chunk"] = "1e100000000"
+    algorithm.write_text(json.dumps(obj))
+    capsys.readouterr()
+    start = time.monotonic()
+    assert cli.main(["verify", str(algorithm)]) == cli.EXIT_ERROR
+    assert "instance.rounds_per_chunk: expected a fraction such as" in capsys.readouterr().err
+
+    obj = topology_to_json(resolve_topology("dgx1", nodes=2))
+    obj["metadata"]["network"]["fabric"]["oversubscription"] = {"node": "1e100000000"}
+    topology = tmp_path / "two.json"
+    topology.write_text(json.dumps(obj))
+    assert cli.main(["time", "--collective", "allreduce", "--topology", str(topology),
+                     "--sizes", "1MB"]) == cli.EXIT_ERROR
+    assert "'oversubscription'['node'] = '1e100000000'; expected a ratio >= 1" in \
+        capsys.readouterr().err
+    assert time.monotonic() - start < 10

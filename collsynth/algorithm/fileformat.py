@@ -10,12 +10,11 @@ The details: ``docs/file-formats.md``, section "Algorithm files
 from __future__ import annotations
 
 import os
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from collsynth._parse import clean_name, free_form
+from collsynth._parse import clean_name, fraction_from_text, free_form
 from collsynth.algorithm.arrays import SendBlock, sends_as_arrays
 from collsynth.algorithm.model import Algorithm, Send, Step
 from collsynth.algorithm.verify import verify
@@ -278,10 +277,7 @@ def _check_instance(raw: Any, algorithm: Algorithm, source: str) -> int | None:
                                           f"{explain[key].format(value)}")
     if "rounds_per_chunk" in raw:
         text = raw["rounds_per_chunk"]
-        try:
-            stated = Fraction(text) if isinstance(text, str) else None
-        except (ValueError, ZeroDivisionError):
-            stated = None
+        stated = fraction_from_text(text)
         if stated is None:
             raise FileFormatError(source, f"instance.rounds_per_chunk: expected a fraction such "
                                           f"as \"7/6\", got {got(text)}")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Mapping
 
+from collsynth._parse import fraction_from_text
 from collsynth.errors import InvalidTopologyError
 
 __all__ = ["NodeLayout", "node_layout"]
@@ -112,10 +113,8 @@ def node_layout(metadata: Mapping | Any, *, name: str, num_ranks: int) -> NodeLa
     nic_gpus = tuple(tuple(int(r) for r in members) for members in gpus) \
         if isinstance(gpus, (list, tuple)) else ()
     units = network.get("nic_units")
-    try:
-        oversub = Fraction(str(network.get("oversubscription", 1)))
-    except (ValueError, ZeroDivisionError):
-        oversub = Fraction(1)
+    oversub = fraction_from_text(str(network.get("oversubscription", 1)))
+    oversub = Fraction(1) if oversub is None else oversub
     fabric, per_leaf, tiers = _fabric(network.get("fabric"), name, nodes)
     return NodeLayout(
         nodes=nodes, ranks_per_node=per_node, nic_gpus=nic_gpus,
@@ -158,11 +157,8 @@ def _fabric(raw: Any, name: str, nodes: int
         raise bad(f"'oversubscription' = {ratios!r}; expected an object of tier: ratio")
     tiers = []
     for tier, value in ratios.items():
-        try:
-            ratio = Fraction(str(value))
-        except (ValueError, ZeroDivisionError):
-            raise bad(f"'oversubscription'[{tier!r}] = {value!r}; expected a ratio >= 1") from None
-        if ratio < 1:
+        ratio = fraction_from_text(str(value))  # no exponent: "1e100000000" takes minutes
+        if ratio is None or ratio < 1:
             raise bad(f"'oversubscription'[{tier!r}] = {value!r}; expected a ratio >= 1")
         tiers.append((str(tier), ratio))
     return kind, per_leaf, tuple(tiers)
