@@ -330,8 +330,9 @@ class ProgramModel:
             if isinstance(built, Program):
                 prepared = prepare_program(dataclasses.replace(built, name=name),
                                            subject.topology)
-            else:
-                prepared = built
+            else:  # keep the runtime's name on a graph prepared by its builder
+                prepared = dataclasses.replace(
+                    built, program=dataclasses.replace(built.program, name=name))
             found = self._prepared[key] = (subject.topology, prepared)
         return found[1]
 

@@ -27,6 +27,7 @@ from collsynth.timing.runtime_baselines import (P2P_COLLECTIVES, PAT_COLLECTIVES
                                                 ring_program, ring_program_steps,
                                                 runtime_rings, runtime_tree, tree_program,
                                                 tree_program_min_steps)
+from collsynth.timing.p2p_tuning import P2P_CHUNK_BYTES
 from collsynth.timing.runtime_model import (PreparedProgram, check_simulated_steps,
                                            prepare_program)
 from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES,
@@ -101,11 +102,22 @@ def _tree(collective: str, topology: "Topology", channels: int | None, protocol:
     check_simulated_steps(tree_program_min_steps(n, 2, pipeline),
                           f"the allreduce tree of {n} ranks on 2 channels or more")
     nodes, chains = runtime_tree(topology, channels)
-    return tree_program(nodes, chains, protocol=protocol, pipeline=pipeline)
+    program = tree_program(nodes, chains, protocol=protocol, pipeline=pipeline)
+    return _one_slice_per_call(program, topology, BUFFER_BYTES["Simple"] / NCCL_STEPS)
 
 
 def _pat(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
-    return pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
+    program = pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
+    return _one_slice_per_call(program, topology, BUFFER_BYTES["Simple"] / NCCL_STEPS)
+
+
+def _one_slice_per_call(program: Program, topology: "Topology", step_bytes: float) -> Built:
+    """``program`` prepared with slices of one step (``step_bytes`` of data) in Simple: NCCL
+    runs its tree, PAT and send/recv as ``ProtoSimple<1, 1>``, one slice per call of at most one
+    step, where the rings cut a call in two (``prims_simple.h``); other protocols unchanged."""
+    if program.proto != "Simple":
+        return program
+    return dataclasses.replace(prepare_program(program, topology), slice_bytes=step_bytes)
 
 
 def _p2p(collective: str, topology: "Topology", channels: int | None, protocol: str, *,
@@ -114,8 +126,11 @@ def _p2p(collective: str, topology: "Topology", channels: int | None, protocol: 
     # p2p channels they and the rounds share (without one: as many as they need)
     n, parts = topology.num_ranks, channels or 1
     needed = 1 << max(0, (n * parts - 1).bit_length())
-    return p2p_program(collective, n, parts, channels=min(needed, spread or needed),
-                       protocol=protocol)
+    program = p2p_program(collective, n, parts, channels=min(needed, spread or needed),
+                          protocol=protocol)
+    # a p2p connection's step is its chunk: NCCL_P2P_NET_CHUNKSIZE across nodes
+    multi_node = topology.layout is not None and topology.layout.multi_node
+    return _one_slice_per_call(program, topology, P2P_CHUNK_BYTES["net" if multi_node else "nvl"])
 
 
 def _nvls(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:

@@ -382,10 +382,30 @@ def test_every_algorithm_has_a_builder_and_the_checkable_ones_are_proved():
     for name, collective, topology in (("ring", "allgather", h100), ("pat", "allgather",
                                                                       one_gpu_nodes(4)),
                                        ("p2p", "alltoall", h100)):
-        program = runtime_program(name, collective, topology, 2)
+        built = runtime_program(name, collective, topology, 2)
+        # a builder may return its program prepared (the runtime's own slice in Simple)
+        program = built if isinstance(built, Program) else built.program
         assert RUNTIME_PROGRAMS[name].checkable
         assert check_program(program, runtime="msccl", collective=collective).ok
     assert runtime_program("nvls", "allreduce", h100).program.nchannels == 16  # NCCL on sm90
+
+
+def test_the_tree_pat_and_send_recv_move_one_slice_of_one_step_per_call_in_simple():
+    # NCCL runs them as ProtoSimple<1, 1> (all_reduce.h, all_gather.h, sendrecv.h): one slice
+    # per call of at most one step, NCCL_BUFFSIZE / NCCL_STEPS = 4 MiB / 8 = 512 KiB (send/recv:
+    # NCCL_P2P_NVL_CHUNKSIZE inside a node, 512 KiB; NCCL_P2P_NET_CHUNKSIZE across, 128 KiB),
+    # where the rings' Simple cuts a call in two; other protocols keep the constants' slices.
+    h100 = get_topology("dgx-h100")
+    two = compose_nodes(h100, 2)
+    for name, collective, topology, step in (("tree", "allreduce", two, 512 * 1024),
+                                             ("pat", "allgather", one_gpu_nodes(4), 512 * 1024),
+                                             ("p2p", "alltoall", h100, 512 * 1024),
+                                             ("p2p", "alltoall", two, 128 * 1024)):
+        built = runtime_program(name, collective, topology, 2, protocol="Simple")
+        assert built.slice_bytes == step, (name, topology.name)
+        assert isinstance(runtime_program(name, collective, topology, 2, protocol="LL"),
+                          Program)
+    assert isinstance(runtime_program("ring", "allgather", h100, 2, protocol="Simple"), Program)
 
 
 # -- the fastest of the runtime's algorithms -------------------------------------------------

@@ -209,24 +209,32 @@ def test_a_networks_extra_latency_is_paid_per_network_hop(nodes, ring_hops, tree
     assert times["efa", "tree"] - times["ib", "tree"] == pytest.approx(25.0 * tree_hops, abs=0.01)
 
 
-def test_nccls_tree_correction_slows_its_tree_at_the_sizes_its_table_names():
+def test_nccls_tree_correction_slows_its_tree_at_the_sizes_its_table_names(monkeypatch):
     """NCCL's treeCorrectionFactor (src/graph/tuning.cc) for Simple is .9 at index
-    log2(256 MiB / 64) = 22 and has no entry at 23 (512 MiB): a bandwidth-bound tree allreduce
-    on 2 DGX-H100 nodes should then take 2 x 0.9 = 1.8 times as long at 512 MiB as at 256 MiB
-    (2.0 without the correction). RCCL applies none of its factors (they are choice fudges:
-    docs/runtime-model.md), so its tree doubles."""
-    nccl_topo = with_machine(compose_nodes(get_topology("DGX-H100"), 2), network_class="ib")
-    model = ProgramModel(NCCL_DEFAULTS, runtime=NCCL)
-    tree = RuntimeAlgorithm(NCCL, "tree", "allreduce", nccl_topo, channels=8,
-                            protocol="Simple")
-    low, high = (p.time_us for p in model.price(tree, [256 * MiB, 512 * MiB]))
-    assert high / low == pytest.approx(1.8, rel=0.02)
+    log2(256 MiB / 64) = 22 and has no entry at 23 (512 MiB): NCCL's tree allreduce on 2
+    DGX-H100 nodes, priced with the table and again with every factor 1, should take 1 / 0.9
+    times as long at 256 MiB (its bandwidth-bound part scaled; the hop latencies are not, hence
+    the 2% margin) and exactly as long at 512 MiB. RCCL applies none of its factors (they are
+    choice fudges: docs/runtime-model.md), so its tree is unchanged at both."""
+    import collsynth.timing.tuning_model as tuning
+
+    def times(runtime, constants, topology, sizes):
+        model = ProgramModel(constants, runtime=runtime)
+        tree = RuntimeAlgorithm(runtime, "tree", "allreduce", topology, channels=8,
+                                protocol="Simple")
+        return [p.time_us for p in model.price(tree, sizes)]
+
     rccl = get_runtime("rccl")
+    nccl_topo = with_machine(compose_nodes(get_topology("DGX-H100"), 2), network_class="ib")
     amd = with_machine(compose_nodes(get_topology("MI300X"), 2), network_class="roce")
-    rmodel = ProgramModel(rccl.defaults, runtime=rccl)
-    rtree = RuntimeAlgorithm(rccl, "tree", "allreduce", amd, channels=8, protocol="Simple")
-    low, high = (p.time_us for p in rmodel.price(rtree, [256 * MiB, 512 * MiB]))
-    assert high / low == pytest.approx(2.0, rel=0.02)
+    sizes = [256 * MiB, 512 * MiB]
+    nccl = times(NCCL, NCCL_DEFAULTS, nccl_topo, sizes)
+    amd_times = times(rccl, rccl.defaults, amd, sizes)
+    monkeypatch.setattr(tuning, "bandwidth_correction", lambda *args, **kwargs: 1.0)
+    plain = times(NCCL, NCCL_DEFAULTS, nccl_topo, sizes)
+    assert nccl[0] / plain[0] == pytest.approx(1 / 0.9, rel=0.02)
+    assert nccl[1] == pytest.approx(plain[1], rel=1e-12)
+    assert times(rccl, rccl.defaults, amd, sizes) == pytest.approx(amd_times, rel=1e-12)
 
 
 def test_time_says_where_nccls_tree_correction_applied(capsys):

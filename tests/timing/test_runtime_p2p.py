@@ -109,15 +109,16 @@ def test_a_large_alltoall_is_bound_by_each_gpus_port():
     """8 GiB on a DGX-A100 with NCCL's documented constants: each GPU sends 7/8 of its buffer
     through its NVSwitch port, 12 NVLinks at NCCL's 20 GB/s each (hand count: 7.516 GB over
     240 GB/s = 31.3 ms); its 224 connections (7 peers x 32 parts) are not the bound. Then each
-    receive takes its last slice out of the FIFO at the rate its connection moved it: a
-    32 MiB part runs in 2 MiB calls of 2 slices of 1 MiB, at 240 / 224 GB/s: 0.98 ms more
-    (32.3 ms; base and hop latency, 12 us, are within the tolerance, the last pass is not)."""
+    receive takes its last slice out of the FIFO at the rate its connection moved it: NCCL
+    runs send/recv as ProtoSimple<1, 1>, one slice per call of at most one p2p step
+    (NCCL_P2P_NVL_CHUNKSIZE, 512 KiB), at 240 / 224 GB/s: 0.49 ms more (31.8 ms; base and hop
+    latency, 12 us, are within the tolerance, the last pass is not)."""
     a100 = get_topology("dgx-a100")
     nccl = get_runtime("nccl")
     subject = RuntimeAlgorithm(nccl, "p2p", "alltoall", a100)
     (price,) = ProgramModel(nccl.defaults, runtime=nccl).price(subject, [8 << 30])
     assert price.protocol == "Simple"
-    assert price.time_us == pytest.approx(7 / 8 * (8 << 30) / 240e3 + (1 << 20) / (240e3 / 224),
+    assert price.time_us == pytest.approx(7 / 8 * (8 << 30) / 240e3 + (1 << 19) / (240e3 / 224),
                                           rel=0.01)
     # 32 parts x 8 rounds share NCCL's 32 p2p channels (24 communicator channels, rounded up)
     assert price.channels == 32
