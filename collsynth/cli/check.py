@@ -118,7 +118,8 @@ def _run_check(args: argparse.Namespace, doing: list[str]) -> int:
         return check_plan_file(args)
     if is_plan:
         raise UsageError.of("check", f"--runtime {args.runtime} checks MSCCL XML, and "
-                                     f"{shown_path(args.file)} is JSON (an MSCCL++ plan?): give --runtime "
+                                     f"{shown_path(args.file)}"
+                                     " is JSON (an MSCCL++ plan?): give --runtime "
                                      f"{MSCCLPP_RUNTIME}, or leave --runtime out")
     if getattr(args, "ranks_per_node", None) or getattr(args, "chunk_bytes", None):
         raise UsageError.of("check", "--ranks-per-node and --chunk-bytes are for MSCCL++ plans")

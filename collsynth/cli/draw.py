@@ -72,11 +72,13 @@ def run_draw(args: argparse.Namespace) -> int:
     output = check_output_path(args.output)  # before any work
     kind = file_kind(args.file)
     if kind == "xml" and args.topology is None:
-        raise UsageError.of("draw", f"{shown_path(args.file)} is an MSCCL XML program, which does not say "
+        raise UsageError.of("draw", f"{shown_path(args.file)}"
+                                    " is an MSCCL XML program, which does not say "
                                     "its topology: give --topology (its ranks in the program's "
                                     "order)")
     if kind == "json" and args.topology is not None:
-        raise UsageError.of("draw", f"{shown_path(args.file)} is an algorithm file, which carries its "
+        raise UsageError.of("draw", f"{shown_path(args.file)}"
+                                    " is an algorithm file, which carries its "
                                     "topology: --topology is for XML programs")
     topology = None if args.topology is None else resolve_topology(args.topology,
                                                                     nodes=args.nodes)

@@ -147,7 +147,8 @@ def run_run(args: argparse.Namespace) -> int:
     algorithm, program, collective, root, file_ranks, label = _load(args.file, args.root)
     ranks = args.ranks if args.ranks is not None else file_ranks
     if ranks != file_ranks:
-        raise UsageError.of("run", f"--ranks {ranks}, but {shown_path(args.file)} is for {file_ranks} ranks")
+        raise UsageError.of("run", f"--ranks {ranks}, but {shown_path(args.file)} is for "
+                                   f"{file_ranks} ranks")
     if args.root is not None and args.root >= ranks:
         raise UsageError.of("run", f"--root {args.root} is not a rank of {ranks}")
     if algorithm is not None and args.root is not None:
@@ -158,7 +159,8 @@ def run_run(args: argparse.Namespace) -> int:
         layouts = program_layouts(program)
         call = "in-place" if args.inplace else "out-of-place"
         if call not in layouts:
-            raise UsageError.of("run", f"{shown_path(args.file)} is for {' and '.join(layouts) or 'no'} "
+            raise UsageError.of("run", f"{shown_path(args.file)}"
+                                       f" is for {' and '.join(layouts) or 'no'} "
                                        "calls; "
                                        + ("drop --inplace" if args.inplace else "add --inplace"))
     # The file's collective, not the command line, is wrong if these raise: exit 1.

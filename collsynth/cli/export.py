@@ -240,7 +240,8 @@ def _run_tuned(args: argparse.Namespace) -> int:
     algorithm = load_algorithm(args.file)
     if algorithm.topology.unit_gbps is None:  # what works here, not another command's option
         raise InvalidTopologyError(
-            f"{shown_path(args.file)}: its topology {algorithm.topology.name!r} has no unit_gbps (GB/s per "
+            f"{shown_path(args.file)}"
+            f": its topology {algorithm.topology.name!r} has no unit_gbps (GB/s per "
             "bandwidth unit), which --tune prices layouts with: solve on a topology named with "
             f"it ({algorithm.topology.name},unit_gbps=GBPS,alpha_us=US) or add \"unit_gbps\" "
             "to the file's \"topology\" object")
@@ -267,7 +268,8 @@ def _run_tuned(args: argparse.Namespace) -> int:
                                    "max_bytes": r.max_bytes, "variant": r.variant.label}
                                   for p, r in zip(paths, tuned.ranges)]}, indent=2))
         return EXIT_OK
-    out(f"{shown_path(args.file)}: {len(tuned.tried)} layouts priced for {args.runtime} with the program "
+    out(f"{shown_path(args.file)}"
+        f": {len(tuned.tried)} layouts priced for {args.runtime} with the program "
         f"model (predictions, constants: {tuned.constants.source[:60]}...)")
     headers = ["size", "layout", "time (us)", "algbw (GB/s)", "untuned (GB/s)", "speed-up"]
     rows = [[format_size(r.size_bytes), r.variant.label, f"{r.time_us:.1f}",

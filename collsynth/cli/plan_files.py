@@ -90,7 +90,8 @@ def check_plan_file(args: argparse.Namespace) -> int:
         return EXIT_OK
     for p in report.problems:
         out(f"{shown_path(args.file)}: {p.kind}: {p.message}")
-    err(f"{shown_path(args.file)}: {len(report.problems)} problem{'s' if len(report.problems) != 1 else ''} "
+    err(f"{shown_path(args.file)}"
+        f": {len(report.problems)} problem{'s' if len(report.problems) != 1 else ''} "
         "for mscclpp")
     return EXIT_ERROR
 

@@ -147,8 +147,8 @@ class _Destination:
         (:meth:`make_folders`), so a solve that finds nothing leaves nothing."""
         from collsynth._output import check_output_dir, check_output_file
 
-        xml_directory = None if xml is None else check_output_dir(xml, label=f"--xml {shown_path(xml)}",
-                                                                  create=False)
+        xml_directory = None if xml is None else check_output_dir(
+            xml, label=f"--xml {shown_path(xml)}", create=False)
         if path is None:
             return _Destination(xml_directory=xml_directory)
         p = Path(path)

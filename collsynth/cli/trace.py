@@ -60,7 +60,8 @@ def run_summarize(args: argparse.Namespace) -> int:
     shown = ", ".join(map(str, absent[:_SHOWN_MISSING])) + (
         f" and {len(absent) - _SHOWN_MISSING} more" if len(absent) > _SHOWN_MISSING else "")
     missing = f"; missing ranks: {shown}" if absent else ""
-    out(f"{shown_path(trace.directory)}: {len(trace.ranks)} of {trace.world_size} ranks, {calls} calls; "
+    out(f"{shown_path(trace.directory)}"
+        f": {len(trace.ranks)} of {trace.world_size} ranks, {calls} calls; "
         f"bytes in the {trace.byte_convention} convention; rank 'all': {MERGE_RULE}{missing}")
     out(format_summary(rows) if rows else "(no calls)")
     return EXIT_OK
