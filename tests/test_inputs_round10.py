@@ -219,3 +219,25 @@ def test_a_fraction_with_a_huge_exponent_is_refused_fast(tmp_path, capsys):
     assert "'oversubscription'['node'] = '1e100000000'; expected a ratio >= 1" in \
         capsys.readouterr().err
     assert time.monotonic() - start < 10
+
+
+def test_a_check_with_thousands_of_problems_prints_fifty_and_counts_the_rest(tmp_path, capsys):
+    # A plan naming 120 memory channels that do not exist has 120 problems: the terminal gets
+    # the first MAX_PROBLEM_LINES and one line counting the rest; --json lists every one.
+    from collsynth.cli.common import MAX_PROBLEM_LINES
+
+    plan = json.loads((Path(__file__).resolve().parent.parent / "data" / "mscclpp-plans"
+                       / "sn_allgather_2gpu.json").read_text())
+    plan["gpus"][0]["threadblocks"][0]["channels"][0]["channel_ids"] = list(range(3, 123))
+    path = tmp_path / "many.json"
+    path.write_text(json.dumps(plan))
+    assert cli.main(["check", str(path), "--json"]) == 1
+    every = json.loads(capsys.readouterr().out)["problems"]
+    assert len(every) > MAX_PROBLEM_LINES + 10
+    assert cli.main(["check", str(path)]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == MAX_PROBLEM_LINES + 1
+    rest = len(every) - MAX_PROBLEM_LINES
+    assert lines[-1] == f"... and {rest} more problems (--json lists every one)"
+    assert f"{len(every)} problems for mscclpp" in captured.err

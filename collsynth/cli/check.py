@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError, err,
-                                  out, positive_int, progress_line)
+                                  out, positive_int, problem_lines, progress_line)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, check_plan_file
 from collsynth.errors import CollsynthError, InvalidCollectiveError, shown_path
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
@@ -161,8 +161,8 @@ def _run_check(args: argparse.Namespace, doing: list[str]) -> int:
         notes.append("layouts: " + ", ".join(report.layouts_checked))
         out(f"{shown_path(args.file)}: {_verdict(report)} ({'; '.join(notes)})")
         return EXIT_OK
-    for p in problems:
-        out(_format(args.file, p, algo_line))
+    for line in problem_lines([_format(args.file, p, algo_line) for p in problems]):
+        out(line)
     # The program was read and checked: a wrong one is an answer (exit 1), not an error.
     err(f"{shown_path(args.file)}: {len(problems)} problem{'s' if len(problems) != 1 else ''} for "
         f"{runtime}" + (f" ({inferred})" if inferred else ""))

@@ -116,6 +116,24 @@ def err(text: str) -> None:
     print(printable(text), file=sys.stderr, flush=True)
 
 
+#: Problem lines a check prints before it sums up the rest (``--json`` lists every one): a
+#: hostile plan can hold 100,000 problems, which no one reads on a terminal.
+MAX_PROBLEM_LINES = 50
+
+
+def problem_lines(lines: "list[str]", most: int = MAX_PROBLEM_LINES) -> "list[str]":
+    """The first ``most`` of ``lines``, then one line saying how many more there are.
+
+    >>> problem_lines(["a", "b", "c"], most=2)
+    ['a', 'b', '... and 1 more problem (--json lists every one)']
+    """
+    if len(lines) <= most:
+        return list(lines)
+    rest = len(lines) - most
+    return lines[:most] + [f"... and {rest} more problem{'s' if rest != 1 else ''} "
+                           "(--json lists every one)"]
+
+
 def one_line(text: str) -> str:
     """``text`` with every run of white space (newlines too) made one space."""
     return " ".join(str(text).split())

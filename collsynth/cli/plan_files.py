@@ -11,7 +11,7 @@ import json
 
 from collsynth._output import check_output_file, write_text_atomic
 from collsynth.algorithm.fileformat import load_algorithm
-from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out
+from collsynth.cli.common import EXIT_ERROR, EXIT_OK, UsageError, err, out, problem_lines
 from collsynth.errors import shown_path
 from collsynth.export.mscclpp.checker import PlanReport, check_plan
 from collsynth.export.mscclpp.limits import PLAN_PROTOCOLS
@@ -88,8 +88,9 @@ def check_plan_file(args: argparse.Namespace) -> int:
         out(f"{shown_path(args.file)}: correct {report.collective} for mscclpp (layouts: "
             f"{', '.join(report.layouts_checked)}; run at {report.chunk_bytes}-byte chunks)")
         return EXIT_OK
-    for p in report.problems:
-        out(f"{shown_path(args.file)}: {p.kind}: {p.message}")
+    for line in problem_lines([f"{shown_path(args.file)}: {p.kind}: {p.message}"
+                               for p in report.problems]):
+        out(line)
     err(f"{shown_path(args.file)}"
         f": {len(report.problems)} problem{'s' if len(report.problems) != 1 else ''} "
         "for mscclpp")
