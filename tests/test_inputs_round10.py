@@ -241,3 +241,20 @@ def test_a_check_with_thousands_of_problems_prints_fifty_and_counts_the_rest(tmp
     rest = len(every) - MAX_PROBLEM_LINES
     assert lines[-1] == f"... and {rest} more problems (--json lists every one)"
     assert f"{len(every)} problems for mscclpp" in captured.err
+
+
+def test_a_topology_files_bad_network_metadata_names_the_file(tmp_path, capsys):
+    # metadata['network'] is read when the file is, so its error says which file (it used to
+    # surface later as "topology 'DGX1x2': ...", naming no file).
+    from collsynth.topology import get_topology
+    from collsynth.topology.compose import compose_nodes
+    from collsynth.topology.fileformat import topology_to_json
+
+    obj = topology_to_json(compose_nodes(get_topology("dgx1"), 2))
+    obj["metadata"]["network"]["nodes"] = 3
+    path = tmp_path / "two-nodes.json"
+    path.write_text(json.dumps(obj))
+    assert cli.main(["time", "--collective", "allreduce", "--topology", str(path),
+                     "--sizes", "1MiB"]) == 1
+    message = capsys.readouterr().err
+    assert f"{path}: " in message and "describes 3 nodes of 8 ranks" in message

@@ -164,11 +164,13 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
         raise FileFormatError(source, problem)
     description = clean_text(obj.get("description", ""), "description", source=source)
     try:
-        return Topology(name=name, links=tuple(tuple(row) for row in links), groups=tuple(groups),
-                        unit_gbps=unit, alpha_us=alpha, description=description,
-                        metadata=metadata)
+        topology = Topology(name=name, links=tuple(tuple(row) for row in links),
+                            groups=tuple(groups), unit_gbps=unit, alpha_us=alpha,
+                            description=description, metadata=metadata)
+        topology.layout  # read metadata['network'] now, so its errors name this file
     except CollsynthError as exc:
         raise FileFormatError(source, str(exc)) from exc
+    return topology
 
 
 def topology_to_json(topology: Topology) -> dict[str, Any]:
