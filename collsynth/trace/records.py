@@ -106,7 +106,7 @@ MAX_WORLD_SIZE = 1 << 20
 #: Longest text field (function, site, error, hostname...).
 _MAX_TEXT = 4096
 
-_RANK_FILE = re.compile(r"^rank-(\d{5,})\.jsonl$")
+_RANK_FILE = re.compile(r"^rank-([0-9]{5,})\.jsonl$")
 
 
 def rank_file_name(rank: int) -> str:
@@ -253,7 +253,8 @@ def read_trace(directory: str | os.PathLike[str], *,
     FileFormatError
         No such directory, no rank file in it, a rank file that is not a regular file, a
         file that breaks the format (names the file, the line and the field), or files that
-        disagree (world size, byte convention, a header rank that is not the file name's).
+        disagree (world size, byte convention, a header rank that is not the file name's), or
+        two files of one rank (rank-00003.jsonl and rank-000003.jsonl).
     InputTooLargeError
         More than ``max_total_bytes`` of rank files, or a line longer than
         :data:`MAX_LINE_BYTES`.
@@ -291,6 +292,15 @@ def read_trace(directory: str | os.PathLike[str], *,
     if total > max_total_bytes:
         raise InputTooLargeError(f"{folder}: the trace files hold {total} bytes, more than the "
                                  f"{max_total_bytes} a trace may have")
+    # rank-00003.jsonl and rank-000003.jsonl both name rank 3: reading both would count its
+    # calls twice, so two files of one rank are refused, naming both.
+    named: dict[int, Path] = {}
+    for path in paths:
+        rank = int(_RANK_FILE.match(path.name).group(1))
+        if rank in named:
+            raise FileFormatError(folder, f"two trace files of rank {rank}: {named[rank].name} "
+                                          f"and {path.name}; keep one ({rank_file_name(rank)})")
+        named[rank] = path
     ranks = sorted((read_rank_file(path) for path in paths), key=lambda r: r.rank)
     first = ranks[0]
     for entry in ranks:
