@@ -198,7 +198,8 @@ def load_log(path: str | os.PathLike[str], *, collective: str | None = None,
     path:
         The log: nccl-tests text or JSON output, PARAM comms output, or a plain CSV.
     collective, ranks:
-        Override what the log says (or does not say) about the collective and the rank count.
+        What the log does not say about the collective and the rank count (a log that
+        names another collective, or lists another number of ranks, is refused).
     runtime, channels:
         Override what the log says (or does not say) about the runtime it was measured with
         (``"rccl"``, ``"nccl 2.18.3"``, ``"rccl-2.18.3"``: a name and an optional version) and
@@ -328,7 +329,22 @@ def _collective_from_name(name: str) -> str | None:
     return _COLLECTIVE_NAMES[match.group(1)] if match else None
 
 
+def _given_ranks(name: str, given: int | None, said: int | None) -> int | None:
+    """The rank count: what the log says, else the one given (for logs that do not say); a
+    log that says another count than the one given is refused."""
+    if given is not None and said is not None and given != said:
+        raise FileFormatError(name, f"the log measures {said} ranks, not {given} (the rank "
+                                    "count given, for logs that do not say theirs)")
+    return said if said is not None else given
+
+
 def _resolve_collective(name: str, override: str | None, found: str | None) -> str:
+    if override and found and canonical_collective(override) in _LOGGED and \
+            canonical_collective(found) != canonical_collective(override):
+        # the collective given is for logs that do not say: one that says another is not it
+        raise FileFormatError(name, f"the log measures {shown(found)}, not "
+                                    f"{shown(canonical_collective(override))} (the collective "
+                                    "given, for logs that do not say theirs)")
     for candidate, said_by_file in ((override, False), (found, True),
                                     (_collective_from_name(name), True)):
         if candidate:
@@ -523,8 +539,7 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
                                     f"{counts[0][1]} (line {counts[0][0]}); a log measures one "
                                     "rank count: split the file")
     coll = _resolve_collective(name, collective, starting or found_collective)
-    if ranks is None and rank_ids:
-        ranks = max(rank_ids) + 1
+    ranks = _given_ranks(name, ranks, max(rank_ids) + 1 if rank_ids else None)
     return _finish(name, "nccl-tests", coll, ranks, rows, zero, per_process,
                    "nccl-tests result rows (lines like '1048576  262144  float  sum  -1  "
                    "89.27  11.75  20.56  0  88.45  11.85  20.75  0')", per_thread)
@@ -642,8 +657,7 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
         found = m.group(1) if m else None
     coll = _resolve_collective(name, collective, found)
     config = doc.get("config")
-    if ranks is None:
-        ranks = _json_ranks(config)
+    ranks = _given_ranks(name, ranks, _json_ranks(config))
     gpus = config.get("ngpus") if isinstance(config, dict) else None
     per_thread = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) \
         and 1 <= gpus <= _MAX_RANKS else None
@@ -806,8 +820,7 @@ def _parse_param(text: str, name: str, collective: str | None, ranks: int | None
         rows.append(BenchmarkRow(size, count, dtype, None, None, time_us, algbw, busbw, False,
                                  None, number))
     coll = _resolve_collective(name, collective, found)
-    if ranks is None:
-        ranks = world
+    ranks = _given_ranks(name, ranks, world)
     return _finish(name, "param-comms", coll, ranks, rows, zero, None,
                    "COMMS-RES result rows")
 
@@ -929,10 +942,10 @@ def _parse_csv(text: str, name: str, collective: str | None, ranks: int | None) 
                                         "expected true or false")
         rows.append(BenchmarkRow(size, count, None, None, None, time_us, algbw, busbw,
                                  in_place in _TRUE, None, number))
-    if ranks is None and "ranks" in said:
+    if "ranks" in said:
         if not _INT.match(said["ranks"]) or int(said["ranks"]) < 1:
             raise FileFormatError(name, f"ranks {said['ranks']!r}: expected a whole number >= 1")
-        ranks = int(said["ranks"])
+        ranks = _given_ranks(name, ranks, int(said["ranks"]))
     coll = _resolve_collective(name, collective, said.get("collective"))
     return _finish(name, "csv", coll, ranks, rows, zero, None,
                    "CSV rows (lines like '1048576,546.3' under 'size_bytes,time_us')")
@@ -1008,8 +1021,7 @@ def _parse_busbw_table(text: str, name: str, collective: str | None,
         if found is None and (m := _PERF_NAME.search(raw)) is not None:
             found = m.group(1) if canonical_collective(m.group(1)) in _BUSBW_FACTORS else None
     coll = _resolve_collective(name, collective, found)
-    if ranks is None:
-        ranks = declared
+    ranks = _given_ranks(name, ranks, declared)
     factor = _BUSBW_FACTORS.get(coll)
     if ranks is None and factor is not None and factor(4) != factor(8):
         raise FileFormatError(name, "cannot tell the number of ranks: a busbw table does not say "

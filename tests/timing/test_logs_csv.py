@@ -49,7 +49,12 @@ def test_csv_columns_say_what_the_file_measured():
         "csv", "allreduce", 8, 1)
     assert [(r.size_bytes, r.time_us, r.in_place, r.line) for r in log.rows] == [
         (1024, 10.5, False, 4), (1024, 10.7, True, 6), (1048576, 40.0, False, 7)]
-    assert parse_log(text, name="x.csv", collective="allgather", ranks=4).ranks == 4
+    # what the caller gives is for files that do not say: one that says otherwise is refused
+    assert parse_log(text, name="x.csv", collective="allreduce", ranks=8).ranks == 8
+    with pytest.raises(FileFormatError, match="the log measures 8 ranks, not 4"):
+        parse_log(text, name="x.csv", ranks=4)
+    with pytest.raises(FileFormatError, match="measures 'all_reduce', not 'allgather'"):
+        parse_log(text, name="x.csv", collective="allgather")
 
 
 BAD_CSV = [
