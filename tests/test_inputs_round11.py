@@ -78,3 +78,20 @@ def test_bench_from_logs_refuses_a_log_of_another_collective(tmp_path, capsys):
     assert "default.txt: the log measures 'all_gather', not 'allreduce'" in \
         capsys.readouterr().err
     assert not (folder / "report.md").exists()
+
+
+# -- an option a command does not have -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, prog", [
+    (["bench", "x.xml", "--ranks", "2", "--runtime", "msccl", "-q"], "collsynth bench"),
+    (["solve", "pareto", "ring:4", "allgather", "--bogus"], "collsynth solve pareto"),
+    (["trace", "summarize", "DIR", "--bogus"], "collsynth trace summarize"),
+])
+def test_an_unknown_option_points_at_the_commands_own_help(capsys, argv, prog):
+    """``collsynth bench ... -q`` said 'collsynth: error: unrecognized arguments: -q (see
+    'collsynth --help')': the top-level help, which does not list bench's options."""
+    assert cli.main(argv) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"{prog}: error: unrecognized arguments: {argv[-1]} ")
+    assert f"(see '{prog} --help')" in err

@@ -88,6 +88,14 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')", prog=self.prog)
 
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:
+            # a command's own parser: what it does not know is its error, pointing at its
+            # --help (argparse leaves it to the top parser, which points at 'collsynth --help')
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, with what the command leaves behind (``main`` prints
