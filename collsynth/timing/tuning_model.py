@@ -1049,9 +1049,9 @@ def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str
         for factor, size in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
             if nbytes < factor * heads * chunk and chunk > size:
                 chunk = size
-    elif algorithm == "tree" and protocol == "Simple" and (
-            setup.version < ((2, 22) if rccl else (2, 20))):
-        # NCCL <= 2.19 and RCCL 2.21 (computeColl): fewer chunks per channel than the tree's
+    elif algorithm == "tree" and protocol == "Simple" and (rccl or setup.version < (2, 20)):
+        # NCCL <= 2.19 and every RCCL (computeColl, then calcCollChunking: RCCL 2.21 and the
+        # rccl of ROCm/rocm-systems in 2026 alike): fewer chunks per channel than the tree's
         # depth x 8, x 4, x 1 halve the chunk, down to 128, 64, 32 KiB
         depth = ppn - 1 + _log2i(nodes)
         for times, floor in ((8, 131072), (4, 65536), (1, 32768)):

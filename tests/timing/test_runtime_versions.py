@@ -122,6 +122,29 @@ def test_the_old_tree_simple_chunk_rule_follows_the_version():
     assert call_shape(old, "allreduce", "tree", "Simple", 1 << 20).chunk_bytes == 32 << 10
 
 
+def test_rccl_keeps_the_tree_simple_chunk_rule_at_every_version():
+    """RCCL never dropped the rule NCCL 2.20 did: calcCollChunking of RCCL 2.21 and of the rccl
+    in ROCm/rocm-systems (2026) both halve the tree's 512 KiB Simple chunk while a channel has
+    fewer chunks than depth x 8 (down to 128 KiB), x 4 (64 KiB), x 1 (32 KiB). Two MI300X
+    nodes: depth 8 - 1 + log2 2 = 8."""
+    from collsynth.timing.tuning_model import call_shape, tuning_setup
+    from collsynth.topology import compose_nodes
+
+    two = compose_nodes(get_topology("mi300x"), 2)
+    for version in ((2, 21), (2, 26)):
+        setup = tuning_setup(two, runtime="rccl", version=version)
+        for size in (1 << 20, 16 << 20, 256 << 20):
+            shape = call_shape(setup, "allreduce", "tree", "Simple", size)
+            per_channel = size // shape.channels
+            chunk = 512 << 10  # by hand, the loops of the source
+            for times, floor in ((8, 128 << 10), (4, 64 << 10), (1, 32 << 10)):
+                while per_channel // chunk < 8 * times and chunk > floor:
+                    chunk //= 2
+            assert shape.chunk_bytes == chunk, (version, size)
+        # 1 MiB over any channel count: under one chunk a channel, so the floor of 32 KiB
+        assert call_shape(setup, "allreduce", "tree", "Simple", 1 << 20).chunk_bytes == 32 << 10
+
+
 def test_a_subjects_own_version_is_priced():
     """The version travels with the runtime value: a subject of NCCL 2.19 is priced at 2.19's
     rules by a model built for the newest (its tree's Simple chunk halves at mid sizes, so the
