@@ -33,6 +33,7 @@ from collsynth.timing.runtime_model import (PreparedProgram, check_simulated_ste
 from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES,
                                             SHARP_COLLECTIVES, nvls_graph, nvls_tree_graph,
                                             sharp_graph)
+from collsynth.timing.tuning_model import pat_chunk_bytes
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -108,7 +109,12 @@ def _tree(collective: str, topology: "Topology", channels: int | None, protocol:
 
 def _pat(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
     program = pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
-    return _one_slice_per_call(program, topology, BUFFER_BYTES["Simple"] / NCCL_STEPS)
+    if program.proto != "Simple":
+        return program
+    # one slice per chunk (ProtoSimple<1, 1>), and PAT's chunk shrinks with the call's size
+    chans = program.nchannels
+    return dataclasses.replace(prepare_program(program, topology),
+                               slice_bytes=lambda size: pat_chunk_bytes(size, chans, collective))
 
 
 def _one_slice_per_call(program: Program, topology: "Topology", step_bytes: float) -> Built:

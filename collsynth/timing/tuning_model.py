@@ -43,7 +43,7 @@ __all__ = [
     "gpu_bandwidth_gbps", "node_links", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
-    "NVLS_ALGORITHMS", "kind_channels", "NVLS_CHUNK_BYTES", "nvls_chunk_bytes",
+    "NVLS_ALGORITHMS", "kind_channels", "NVLS_CHUNK_BYTES", "nvls_chunk_bytes", "pat_chunk_bytes",
 ]
 
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
@@ -1024,6 +1024,24 @@ def nvls_chunk_bytes(size: float, channels: int, heads: int, *,
     return chunk
 
 
+def pat_chunk_bytes(size: float, channels: int, collective: str, *,
+                    largest: int = _NCCL_STEP_DATA["Simple"]) -> int:
+    """Data bytes of NCCL's PAT chunk for a call of ``size`` bytes (the nccl-tests size) over
+    ``channels`` channels: ``largest`` (one Simple step, 512 KiB), halved while the call has
+    fewer than 32 (allgather) or 16 (reduce-scatter) chunks per channel, down to 64 KiB
+    (``calcCollChunking``, ``src/enqueue.cc``). PAT's kernels move one slice per chunk
+    (``ProtoSimple<1, 1>``), so this is its pipelining grain too.
+
+    >>> [pat_chunk_bytes(s << 20, 2, "allgather") for s in (64, 8, 1)]
+    [524288, 131072, 65536]
+    """
+    factor = 32 if collective == "allgather" else 16
+    chunk = largest
+    while chunk * max(1, channels) * factor > size and chunk > 65536:
+        chunk //= 2
+    return chunk
+
+
 def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str,
               size_bytes: int, channels: int) -> tuple[int, int, int]:
     """``(chunk, slice, proxy steps)`` of one channel's share (``calcCollChunking`` with one
@@ -1064,9 +1082,7 @@ def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str
         while nbytes / chunk < depth * 16 / ppn and chunk > 32768:
             chunk //= 2
     elif algorithm == "pat":
-        factor = 32 if collective == "allgather" else 16
-        while chunk * factor > nbytes and chunk > 65536:
-            chunk //= 2
+        chunk = pat_chunk_bytes(nbytes, 1, collective, largest=chunk)
     chunk = max(grain, chunk // grain * grain)
     slice_ = min(slice_, chunk) if not ring_simple else slice_
     if algorithm == "ring":

@@ -398,7 +398,6 @@ def test_the_tree_pat_and_send_recv_move_one_slice_of_one_step_per_call_in_simpl
     h100 = get_topology("dgx-h100")
     two = compose_nodes(h100, 2)
     for name, collective, topology, step in (("tree", "allreduce", two, 512 * 1024),
-                                             ("pat", "allgather", one_gpu_nodes(4), 512 * 1024),
                                              ("p2p", "alltoall", h100, 512 * 1024),
                                              ("p2p", "alltoall", two, 128 * 1024)):
         built = runtime_program(name, collective, topology, 2, protocol="Simple")
@@ -406,6 +405,15 @@ def test_the_tree_pat_and_send_recv_move_one_slice_of_one_step_per_call_in_simpl
         assert isinstance(runtime_program(name, collective, topology, 2, protocol="LL"),
                           Program)
     assert isinstance(runtime_program("ring", "allgather", h100, 2, protocol="Simple"), Program)
+    # PAT's chunk (its slice) shrinks with the call (calcCollChunking): 512 KiB halved while
+    # chunk x channels x 32 (allgather; 16 for reduce-scatter) exceeds the size, down to 64
+    # KiB. Two channels: 64 MiB keeps 512 KiB (32 MiB <= 64 MiB); 8 MiB halves twice (32, 16
+    # MiB > 8 MiB; 8 MiB is not) to 128 KiB; 1 MiB reaches the floor. Reduce-scatter at 8 MiB
+    # halves once (16 MiB > 8 MiB; 8 MiB is not): 256 KiB.
+    pat = runtime_program("pat", "allgather", one_gpu_nodes(4), 2, protocol="Simple")
+    assert [pat.slice_bytes(s << 20) for s in (64, 8, 1)] == [512 << 10, 128 << 10, 64 << 10]
+    pat_rs = runtime_program("pat", "reduce_scatter", one_gpu_nodes(4), 2, protocol="Simple")
+    assert pat_rs.slice_bytes(8 << 20) == 256 << 10
 
 
 # -- the fastest of the runtime's algorithms -------------------------------------------------
