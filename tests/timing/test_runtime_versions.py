@@ -98,6 +98,17 @@ def test_time_says_when_a_version_is_older_than_modelled(capsys):
     assert "'latest' is not a runtime version" in capsys.readouterr().err
 
 
+def _tree_chunk_by_hand(per_channel: int, depth: int) -> int:
+    """The tree's Simple chunk by the source's loops (computeColl / calcCollChunking): 512 KiB
+    halved while a channel has fewer chunks than depth x 8 (down to 128 KiB), x 4 (64 KiB),
+    x 1 (32 KiB)."""
+    chunk = 512 << 10
+    for times, floor in ((8, 128 << 10), (4, 64 << 10), (1, 32 << 10)):
+        while per_channel // chunk < depth * times and chunk > floor:
+            chunk //= 2
+    return chunk
+
+
 def test_the_old_tree_simple_chunk_rule_follows_the_version():
     """NCCL <= 2.19 (computeColl in enqueue.cc of v2.19.4) halves the tree's 512 KiB Simple
     chunk while a channel has fewer chunks than the tree's depth x 8 (down to 128 KiB), x 4
@@ -110,12 +121,7 @@ def test_the_old_tree_simple_chunk_rule_follows_the_version():
     new = tuning_setup(two, runtime="nccl", version=(2, 20))
     for size in (64 << 20, 1 << 30, 1 << 20):
         shape = call_shape(old, "allreduce", "tree", "Simple", size)
-        per_channel = size // shape.channels
-        chunk = 512 << 10  # by hand, the loops of the source
-        for times, floor in ((8, 128 << 10), (4, 64 << 10), (1, 32 << 10)):
-            while per_channel // chunk < 8 * times and chunk > floor:
-                chunk //= 2
-        assert shape.chunk_bytes == chunk, size
+        assert shape.chunk_bytes == _tree_chunk_by_hand(size // shape.channels, 8), size
         assert call_shape(new, "allreduce", "tree", "Simple", size).chunk_bytes == 512 << 10
     # 1 GiB over at most 32 channels: >= 32 MiB a channel, 64 chunks of 512 KiB: kept
     assert call_shape(old, "allreduce", "tree", "Simple", 1 << 30).chunk_bytes == 512 << 10
@@ -135,12 +141,8 @@ def test_rccl_keeps_the_tree_simple_chunk_rule_at_every_version():
         setup = tuning_setup(two, runtime="rccl", version=version)
         for size in (1 << 20, 16 << 20, 256 << 20):
             shape = call_shape(setup, "allreduce", "tree", "Simple", size)
-            per_channel = size // shape.channels
-            chunk = 512 << 10  # by hand, the loops of the source
-            for times, floor in ((8, 128 << 10), (4, 64 << 10), (1, 32 << 10)):
-                while per_channel // chunk < 8 * times and chunk > floor:
-                    chunk //= 2
-            assert shape.chunk_bytes == chunk, (version, size)
+            assert shape.chunk_bytes == _tree_chunk_by_hand(size // shape.channels, 8), \
+                (version, size)
         # 1 MiB over any channel count: under one chunk a channel, so the floor of 32 KiB
         assert call_shape(setup, "allreduce", "tree", "Simple", 1 << 20).chunk_bytes == 32 << 10
 
