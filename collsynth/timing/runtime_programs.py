@@ -78,6 +78,10 @@ def _ring(collective: str, topology: "Topology", channels: int | None, protocol:
     return prepare_ring(program, topology) if _one_step_slices(program) else program
 
 
+#: NCCL's default Simple step, ``NCCL_BUFFSIZE / NCCL_STEPS`` = 512 KiB of data.
+_SIMPLE_STEP_BYTES = BUFFER_BYTES["Simple"] // NCCL_STEPS
+
+
 def _one_step_slices(program: Program) -> bool:
     # NCCL's broadcast and reduce chains move one step (a FIFO slot) per slice in Simple
     # (BROADCAST_SLICESTEPS and REDUCE_SLICESTEPS are 1), the other rings two.
@@ -89,10 +93,9 @@ def prepare_ring(program: Program, topology: "Topology") -> PreparedProgram:
     the runtime pipelines it: broadcast and reduce in Simple with slices of one step (NCCL's
     default step, ``NCCL_BUFFSIZE / NCCL_STEPS`` = 512 KiB of data), the others with the
     constants' slices. The one way the program model and the ring fit prepare a ring."""
-    prepared = prepare_program(program, topology)
     if _one_step_slices(program):
-        prepared = dataclasses.replace(prepared, slice_bytes=BUFFER_BYTES["Simple"] / NCCL_STEPS)
-    return prepared
+        return _one_slice_per_call(program, topology, _SIMPLE_STEP_BYTES)
+    return prepare_program(program, topology)
 
 
 def _tree(collective: str, topology: "Topology", channels: int | None, protocol: str, *,
@@ -104,23 +107,22 @@ def _tree(collective: str, topology: "Topology", channels: int | None, protocol:
                           f"the allreduce tree of {n} ranks on 2 channels or more")
     nodes, chains = runtime_tree(topology, channels)
     program = tree_program(nodes, chains, protocol=protocol, pipeline=pipeline)
-    return _one_slice_per_call(program, topology, BUFFER_BYTES["Simple"] / NCCL_STEPS)
+    return _one_slice_per_call(program, topology, _SIMPLE_STEP_BYTES)
 
 
 def _pat(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
     program = pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
-    if program.proto != "Simple":
-        return program
-    # one slice per chunk (ProtoSimple<1, 1>), and PAT's chunk shrinks with the call's size
-    chans = program.nchannels
-    return dataclasses.replace(prepare_program(program, topology),
-                               slice_bytes=lambda size: pat_chunk_bytes(size, chans, collective))
+    # PAT's chunk (its one slice) shrinks with the call's size
+    return _one_slice_per_call(program, topology,
+                               lambda size: pat_chunk_bytes(size, program.nchannels, collective))
 
 
-def _one_slice_per_call(program: Program, topology: "Topology", step_bytes: float) -> Built:
-    """``program`` prepared with slices of one step (``step_bytes`` of data) in Simple: NCCL
-    runs its tree, PAT and send/recv as ``ProtoSimple<1, 1>``, one slice per call of at most one
-    step, where the rings cut a call in two (``prims_simple.h``); other protocols unchanged."""
+def _one_slice_per_call(program: Program, topology: "Topology",
+                        step_bytes: "float | Callable[[float], float]") -> Built:
+    """``program`` prepared with slices of one step (``step_bytes`` of data, or a function of
+    the call's size giving them) in Simple: NCCL runs its tree, PAT, send/recv, broadcast and
+    reduce with one slice per call of at most one step, where its other rings cut a call in two
+    (``prims_simple.h``); other protocols unchanged."""
     if program.proto != "Simple":
         return program
     return dataclasses.replace(prepare_program(program, topology), slice_bytes=step_bytes)
