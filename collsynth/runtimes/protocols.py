@@ -11,8 +11,8 @@ from typing import Mapping
 
 from collsynth.errors import UnknownNameError
 
-__all__ = ["PROTOCOLS", "PROTOCOL_EFFICIENCY", "NCCL_STEPS", "BUFFER_BYTES", "LL_FORWARD_BYTES",
-           "check_protocol"]
+__all__ = ["PROTOCOLS", "PROTOCOL_EFFICIENCY", "NCCL_STEPS", "BUFFER_BYTES", "STEP_BYTES",
+           "LL_FORWARD_BYTES", "check_protocol"]
 
 #: NCCL's protocols in its own order (``ncclProtoStr``): the runtimes' choice scans them so.
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
@@ -29,6 +29,10 @@ NCCL_STEPS = 8
 BUFFER_BYTES: Mapping[str, int] = MappingProxyType(
     {"LL": 8 * 512 * NCCL_STEPS * 16, "LL128": 120 * 640 * NCCL_STEPS * 8,
      "Simple": 4 * 1024 * 1024})
+#: Wire bytes of one FIFO slot (a step) per protocol, BUFFER_BYTES / NCCL_STEPS: 64 KiB in LL,
+#: 600 KiB in LL128, 512 KiB in Simple (NCCL's Simple step is also its tree and PAT chunk).
+STEP_BYTES: Mapping[str, int] = MappingProxyType(
+    {p: BUFFER_BYTES[p] // NCCL_STEPS for p in PROTOCOLS})
 #: Data bytes an LL forwarding step receives inside a node before it passes data on: one line
 #: per thread, NCCL_LL_MAX_NTHREADS x 8 data bytes (NCCL 512 threads; RCCL 256, its
 #: NCCL_MAX_NTHREADS). Each thread polls its own 16-byte line's flag and writes the line on at

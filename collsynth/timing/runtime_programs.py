@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, Union
 
 from collsynth.export.program import Program
-from collsynth.runtimes.protocols import BUFFER_BYTES, NCCL_STEPS, PROTOCOLS
+from collsynth.runtimes.protocols import PROTOCOLS, STEP_BYTES
 from collsynth.timing.runtime_baselines import (P2P_COLLECTIVES, PAT_COLLECTIVES,
                                                 RING_COLLECTIVES, TREE_COLLECTIVES,
                                                 TREE_PIPELINE, p2p_program, pat_program,
@@ -79,7 +79,7 @@ def _ring(collective: str, topology: "Topology", channels: int | None, protocol:
 
 
 #: NCCL's default Simple step, ``NCCL_BUFFSIZE / NCCL_STEPS`` = 512 KiB of data.
-_SIMPLE_STEP_BYTES = BUFFER_BYTES["Simple"] // NCCL_STEPS
+_SIMPLE_STEP_BYTES = STEP_BYTES["Simple"]
 
 
 def _one_step_slices(program: Program) -> bool:
@@ -114,7 +114,7 @@ def _pat(collective: str, topology: "Topology", channels: int | None, protocol: 
     program = pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
     # PAT's chunk (its one slice) shrinks with the call's size
     return _one_slice_per_call(program, topology,
-                               lambda size: pat_chunk_bytes(size, program.nchannels, collective))
+                               lambda size: pat_chunk_bytes(size, program.nchannels, "allgather"))
 
 
 def _one_slice_per_call(program: Program, topology: "Topology",

@@ -20,6 +20,7 @@ from collsynth.collective.kinds import busbw_factor, canonical_name
 from collsynth.errors import InvalidInstanceError, InvalidTopologyError, UnknownNameError
 from collsynth.export.program import Program
 from collsynth.runtimes import check_channels
+from collsynth.runtimes.protocols import STEP_BYTES
 from collsynth.timing.paths import INTRA, NETWORK, Fabric
 from collsynth.timing.runtime_model import (BY_CONNECTION, BY_NVLS_CHANNEL, BY_SWITCH, FORWARD,
                                             RECEIVE, SEND, PreparedProgram,
@@ -356,7 +357,7 @@ def collnet_chunk_bytes(algorithm: str, size: float, channels: int, heads: int, 
     if algorithm == "collnet_chain":
         return _halved(256 * 1024, lambda c: size // (channels * c),
                        ((depth * 64, 131072), (depth * 8, 65536), (depth, 32768)))
-    return _halved(512 * 1024, lambda c: size // (channels * heads * c),
+    return _halved(STEP_BYTES["Simple"], lambda c: size // (channels * heads * c),
                    ((depth * 64, 131072), (depth * 8, 65536), (depth * 8, 32768)))
 
 

@@ -26,7 +26,7 @@ from collsynth.errors import (InvalidInstanceError, InvalidTopologyError, NoRing
 from collsynth.exact import exact_fraction
 from collsynth.runtimes.constants import (NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US,
                                           RCCL_BASE_LATENCY_US, RCCL_HOP_LATENCY_US)
-from collsynth.runtimes.protocols import PROTOCOLS
+from collsynth.runtimes.protocols import PROTOCOL_EFFICIENCY, PROTOCOLS, STEP_BYTES
 from collsynth.timing.model import SIZE, CostModel, as_cost_model
 from collsynth.timing.rings import ring_channels
 
@@ -83,8 +83,8 @@ _RCCL_MULTI_NODE_CHANNELS = {"gfx942": (64, 64), "gfx950": (48, 64)}
 _MAX_CHANNELS = 64             # MAXCHANNELS (NCCL); the search keeps at most half
 _MIN_TRAFFIC_PER_CHANNEL = 32 * 1024
 # Buffers (bytes per connection) and the data a step of each carries; grain of a chunk.
-_NCCL_STEP_BYTES = {"LL": 65536, "LL128": 614400, "Simple": 524288}
-_NCCL_STEP_DATA = {"LL": 32768, "LL128": 576000, "Simple": 524288}
+_NCCL_STEP_BYTES = STEP_BYTES
+_NCCL_STEP_DATA = {p: int(STEP_BYTES[p] * PROTOCOL_EFFICIENCY[p]) for p in PROTOCOLS}
 _RCCL_STEP_BYTES = {"LL": 32768, "LL128": 57344, "Simple": 524288}
 _RCCL_STEP_DATA = {"LL": 16384, "LL128": 50176, "Simple": 524288}
 _GRAIN = {"LL": 16, "LL128": 1920, "Simple": 512}

@@ -519,3 +519,12 @@ def test_setups_refused():
                          gpu_gbps=370.8, path_gbps=370.8)
     with pytest.raises(UnknownNameError, match="runtime 'mpi'"):
         dataclasses.replace(H100, runtime="mpi")
+
+
+def test_nccl_step_geometry_matches_the_source_constants():
+    # NCCL src/include/device.h: LL 8 lines x 512 threads x 16 B, LL128 120 elements x 640
+    # threads x 8 B, Simple NCCL_BUFFSIZE 4 MiB, each over NCCL_STEPS = 8 slots; LL carries 8 data
+    # bytes per 16-byte line, LL128 120 of 128.
+    from collsynth.timing import tuning_model
+    assert dict(tuning_model._NCCL_STEP_BYTES) == {"LL": 65536, "LL128": 614400, "Simple": 524288}
+    assert tuning_model._NCCL_STEP_DATA == {"LL": 32768, "LL128": 576000, "Simple": 524288}
