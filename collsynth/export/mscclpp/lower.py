@@ -118,6 +118,24 @@ def _runs(pairs: list[tuple[_Slot, _Slot]]) -> list[tuple[_Slot, _Slot, int]]:
     return runs
 
 
+def _memory_puts(plan: _Rank, memory: dict[int, list[tuple[_Slot, _Slot]]], kind: str) -> None:
+    """Append ``kind`` operations (``put``, or ``ppkt`` in packets) for the sends to each memory
+    peer: contiguous runs, grouped by source buffer (an operation reads one buffer type), at
+    most ``max_buffers_per_operation`` per operation."""
+    by_type: dict[str, list] = defaultdict(list)
+    for d, pairs in sorted(memory.items()):
+        for s, t, k in _runs(pairs):
+            by_type[s[0]].append((d, s, t, k))
+    limit = MSCCLPP.max_buffers_per_operation
+    for _, group in sorted(by_type.items()):
+        for first in range(0, len(group), limit):
+            op = _Op(kind, channel_type="memory")
+            for d, s, t, k in group[first:first + limit]:
+                op.src.append(_Ref(s, k))
+                op.dst.append(_Ref(t, k, peer=d))
+            plan.ops.append(op)
+
+
 def _reduce_runs(reduces: list[tuple[_Slot, list[_Slot], _Slot]]
                  ) -> list[tuple[_Slot, list[_Slot], _Slot, int]]:
     """Reductions of consecutive chunks merged when every operand is consecutive too:
@@ -268,19 +286,7 @@ class _Lowering:
         if self.packets:
             self.packet_sends(plan, memory, port)
             return
-        entries = [(d, s, t, k) for d, pairs in sorted(memory.items())
-                   for s, t, k in _runs(pairs)]
-        by_type: dict[str, list] = defaultdict(list)
-        for e in entries:
-            by_type[e[1][0]].append(e)
-        limit = MSCCLPP.max_buffers_per_operation
-        for _, group in sorted(by_type.items()):
-            for first in range(0, len(group), limit):
-                op = _Op("put", channel_type="memory")
-                for d, s, t, k in group[first:first + limit]:
-                    op.src.append(_Ref(s, k))
-                    op.dst.append(_Ref(t, k, peer=d))
-                plan.ops.append(op)
+        _memory_puts(plan, memory, "put")
         if memory:
             plan.ops.append(_Op("nop"))
             ids = [plan.channel(d)[1] for d in sorted(memory)]
@@ -298,19 +304,7 @@ class _Lowering:
             plan.ops.append(op)
 
     def packet_sends(self, plan: _Rank, memory: dict, port: dict) -> None:
-        entries = [(d, s, t, k) for d, pairs in sorted(memory.items())
-                   for s, t, k in _runs(pairs)]
-        by_type: dict[str, list] = defaultdict(list)
-        for e in entries:
-            by_type[e[1][0]].append(e)
-        limit = MSCCLPP.max_buffers_per_operation
-        for _, group in sorted(by_type.items()):
-            for first in range(0, len(group), limit):
-                op = _Op("ppkt", channel_type="memory")
-                for d, s, t, k in group[first:first + limit]:
-                    op.src.append(_Ref(s, k))
-                    op.dst.append(_Ref(t, k, peer=d))
-                plan.ops.append(op)
+        _memory_puts(plan, memory, "ppkt")
         if not port:
             return
         # Across nodes: pack into local packets, then the proxy copies them as they are.
