@@ -114,7 +114,7 @@ def _pat(collective: str, topology: "Topology", channels: int | None, protocol: 
     program = pat_program(collective, topology.num_ranks, channels or 1, protocol=protocol)
     # PAT's chunk (its one slice) shrinks with the call's size
     return _one_slice_per_call(program, topology,
-                               lambda size: pat_chunk_bytes(size, program.nchannels, "allgather"))
+                               lambda size: pat_chunk_bytes(size, program.nchannels, collective))
 
 
 def _one_slice_per_call(program: Program, topology: "Topology",
