@@ -297,9 +297,14 @@ class _Schedule:
     predecessors with the first position of each transfer's run (``numpy.maximum.reduceat``):
     those whose finish it waits for, and the sends it receives (match and inputs). Every run
     ends with the sentinel index (the transfer count), whose finish and arrival are 0 and whose
-    finish plus hop latency is minus infinity, so no run is empty and a sentinel never wins."""
+    finish plus hop latency is minus infinity, so no run is empty and a sentinel never wins.
+    Also the graph's per-transfer lists as arrays (converted once, not at every size): ``cnt``
+    (floats), ``match`` and whether each transfer is a plain receive."""
 
     levels: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    cnt: np.ndarray
+    match: np.ndarray
+    plain_receive: np.ndarray
 
 
 def _levels(prep: PreparedProgram) -> _Schedule:
@@ -349,7 +354,9 @@ def _levels(prep: PreparedProgram) -> _Schedule:
         built.append((np.array(members, dtype=np.int64), np.array(wait_flat, dtype=np.int64),
                       np.array(wait_at, dtype=np.int64), np.array(take_flat, dtype=np.int64),
                       np.array(take_at, dtype=np.int64)))
-    prep.schedule = _Schedule(tuple(built))
+    prep.schedule = _Schedule(tuple(built), np.array(prep.cnt, dtype=float),
+                              np.array(prep.match, dtype=np.int64),
+                              np.array(prep.kind) == RECEIVE)
     return prep.schedule
 
 
@@ -509,7 +516,8 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     iteration = min(chunk, c.iteration_bytes(proto)) if chunk > 0 else 0.0
     iterations = math.ceil(chunk / iteration) if iteration > 0 else 0
     efficiency = PROTOCOL_EFFICIENCY[proto]
-    cnt = np.array(prep.cnt, dtype=float)
+    schedule = _levels(prep)
+    cnt = schedule.cnt
     data = cnt * chunk                                   # data bytes per transfer
     sends = prep.sends
     cls = prep.link_class
@@ -549,14 +557,14 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
         cap = np.minimum(cap, own_cap)
     rate = np.where(sends, cap, np.inf)
     reduce_work = prep.work * gamma
-    match = np.array(prep.match)
+    match = schedule.match
     receives = match >= 0
     matched = np.where(receives, match, 0)
     # In Simple a receive takes a slice out of the connection's FIFO only once the whole slice
     # is in (prims_simple.h waits for the step's tail), so its last slice costs a pass after it
     # lands, at the rate the connection moved it, as a forward's does; LL and LL128 take each
     # line as it arrives.
-    copies_last = receives & (np.array(prep.kind) == RECEIVE) & (proto == "Simple")
+    copies_last = receives & schedule.plain_receive & (proto == "Simple")
     if prep.switch_role is not None:  # an NVLS load-reduce writes its sum where it goes
         copies_last &= prep.switch_role[matched] != BY_NVLS_CHANNEL
     # The copy is the receiving thread block's own work. Inside a node the thread block that
