@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, channels_or_auto, non_negative_int, out, parse_size,
-                                  positive_int)
+                                  path_argument, positive_int)
 from collsynth.errors import shown_path
 
 __all__ = ["register", "run_bench_command"]
@@ -62,8 +62,8 @@ def register(subparsers: Any) -> None:
                       help="read the logs the scripts left in DIR/logs instead of running them")
     parser.add_argument("--sizes", type=_size_range, default=(1024, 1 << 30), metavar="A:B",
                         help="sizes to measure (nccl-tests convention; default 1KiB:1GiB)")
-    parser.add_argument("-o", "--output", metavar="DIR", help="folder to write (default "
-                                                              "bench-NAME)")
+    parser.add_argument("-o", "--output", type=path_argument, metavar="DIR",
+                        help="folder to write (default bench-NAME)")
     parser.add_argument("--launcher", metavar="CMD",
                         help="start one process per rank, {ranks} replaced: 'mpirun -np {ranks}'"
                              " (default: one process drives every GPU)")

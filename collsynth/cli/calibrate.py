@@ -17,10 +17,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from collsynth._parse import clean_name
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, PROGRESS_INTERVAL_S,
                                   UsageError, add_figure_arguments, channel_count,
-                                  check_gpus_per_thread, gpus_per_thread, out, positive_int,
-                                  progress_line, seconds, table)
+                                  check_gpus_per_thread, gpus_per_thread, out, path_argument,
+                                  positive_int, progress_line, seconds, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -43,6 +44,18 @@ def _plot_path(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{text!r}: expected a file ending in {' or '.join(FIGURE_FORMATS)}")
     return text
+
+
+def _log_ranks(text: str) -> int:
+    """A rank count a log was measured on: a whole number from 1 to the most ranks a topology
+    has (:data:`~collsynth.topology.model.MAX_RANKS`)."""
+    from collsynth.topology.model import MAX_RANKS
+
+    value = positive_int(text)
+    if value > MAX_RANKS:
+        raise argparse.ArgumentTypeError(f"{value} ranks: more than the {MAX_RANKS} "
+                                         "collsynth accepts")
+    return value
 
 
 def _collective(text: str) -> str:
@@ -77,7 +90,7 @@ def register(subparsers: Any) -> None:
                              "--model program: a topology the runtime's ring is simulated on)")
     parser.add_argument("--nodes", type=positive_int, default=1, metavar="K",
                         help="the logs were measured on K such machines (recorded; default 1)")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+    parser.add_argument("-o", "--output", type=path_argument, required=True, metavar="FILE",
                         help="calibration file to write (JSON)")
     parser.add_argument("--plot", type=_plot_path, metavar="PATH",
                         help="also draw measured vs fitted, one row per log (.png or .svg)")
@@ -86,7 +99,7 @@ def register(subparsers: Any) -> None:
                              "spelling of: " + ", ".join(LOGGED_COLLECTIVES) + "; --model "
                              "program: allgather, reduce_scatter, allreduce, broadcast or "
                              "reduce, default allgather)")
-    parser.add_argument("--ranks", type=positive_int, metavar="N",
+    parser.add_argument("--ranks", type=_log_ranks, metavar="N",
                         help="the rank count of logs that do not say")
     parser.add_argument("--runtime", metavar="NAME",
                         help="the runtime the logs were measured with, and its version if known "
@@ -139,6 +152,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
         if value is not None:
             raise UsageError.of("calibrate", f"{flag} goes with --model program (the topology "
                                              "the runtime's ring is simulated on)")
+    try:  # curve mode records the name as given: one its own reader takes
+        clean_name(args.topology, "--topology", source="")
+    except FileFormatError as exc:
+        raise UsageError.of("calibrate", exc.detail) from None
     check_output_file(args.output, label=f"-o {shown_path(args.output)}",
                       inputs=args.logs)  # before reading any log
     if args.plot:

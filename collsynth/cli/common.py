@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from collsynth.collective.model import Collective
     from collsynth.topology.model import Topology
 
-__all__ = ["positive_int", "gpus_per_thread", "non_negative_int", "seconds", "positive_number",
-           "parse_size", "memory_limit", "check_unsplit", "MIN_MEMORY_LIMIT_BYTES",
+__all__ = ["positive_int", "path_argument", "gpus_per_thread", "non_negative_int", "seconds",
+           "positive_number", "parse_size", "memory_limit", "check_unsplit",
+           "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
            "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
            "one_line", "problem_parser", "problem_from_args", "Parser", "UsageError",
@@ -230,6 +231,14 @@ def _whole(text: str, minimum: int) -> int:
     if value < minimum:
         raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
     return value
+
+
+def path_argument(text: str) -> str:
+    """A file or folder an option names: any text but the empty one, which names nothing (an
+    unset shell variable, ``-o "$OUT"``); a handler would take it for the option left out."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; expected a file or folder name")
+    return text
 
 
 def positive_int(text: str) -> int:

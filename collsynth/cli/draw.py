@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import EXIT_OK, UsageError, out, positive_int
+from collsynth.cli.common import EXIT_OK, UsageError, out, path_argument, positive_int
 from collsynth.draw import (FIGURE_SUFFIXES, DrawError, DrawOptions, check_output_path, draw_file,
                             file_kind, parse_step_range, save_drawing)
 from collsynth.errors import shown_path
@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
                     "where the link is used at its capacity. Large schedules (more than 32 "
                     "ranks or 2000 sends) are drawn as link-load heat maps.")
     parser.add_argument("file", metavar="FILE", help="algorithm file (JSON) or MSCCL XML program")
-    parser.add_argument("-o", "--output", required=True, metavar="OUT",
+    parser.add_argument("-o", "--output", type=path_argument, required=True, metavar="OUT",
                         help="the picture: a .png or .svg file (its folder must exist)")
     parser.add_argument("--steps", type=_steps, metavar="A-B",
                         help="draw steps A to B (from 0, as 'collsynth show' numbers them)")

@@ -18,7 +18,8 @@ from collsynth._output import (check_output_dir, check_output_file, path_in, sta
                                write_all_atomic)
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto, err,
-                                  format_size, out, parse_sizes, positive_int, table)
+                                  format_size, out, parse_sizes, path_argument, positive_int,
+                                  table)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
 from collsynth.errors import ExportError, InvalidTopologyError, shown_path
 from collsynth.export.limits import CHANNEL_POLICIES, LimitViolation
@@ -65,7 +66,7 @@ def register(subparsers) -> None:
                     "check it (static rules and symbolic execution) and write it. A program "
                     "that fails the check is never written.")
     export.add_argument("file", metavar="ALGO.json", help="algorithm file")
-    export.add_argument("-o", "--output", metavar="PATH", required=True,
+    export.add_argument("-o", "--output", type=path_argument, metavar="PATH", required=True,
                         help="XML file; with --runtime all a directory or a name stem (one "
                              "file per runtime: STEM.msccl.xml, STEM.rccl.xml, ...)")
     export.add_argument("--runtime", choices=EXPORT_RUNTIMES, default="msccl",
@@ -113,7 +114,7 @@ def register(subparsers) -> None:
     tune.add_argument("--sizes", type=parse_sizes, metavar="S1,S2,...",
                       help="sizes the search prices (nccl-tests convention; default 1KiB to "
                            "1GiB, x4 steps)")
-    tune.add_argument("--runtime-constants", metavar="FILE",
+    tune.add_argument("--runtime-constants", type=path_argument, metavar="FILE",
                       help="runtime constants to price with (a runtime-constants calibration, "
                            "from collsynth calibrate --model program; default the runtime's "
                            "documented defaults)")

@@ -15,8 +15,8 @@ from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, Interrupted, UsageError,
                                   add_fabric_arguments, add_figure_arguments,
-                                  check_fabric_arguments, out, positive_int, progress_line,
-                                  seconds)
+                                  check_fabric_arguments, out, path_argument, positive_int,
+                                  progress_line, seconds)
 from collsynth.errors import shown_path
 from collsynth.progress import heartbeat
 
@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
                     "synthesized algorithms and the runtime's own, both priced by the program "
                     "model where it applies (else the closed form), and write the "
                     "XML files (checked), plan.json, report.md and plots into PLAN_DIR.")
-    parser.add_argument("trace_dir", metavar="TRACE_DIR",
+    parser.add_argument("trace_dir", type=path_argument, metavar="TRACE_DIR",
                         help="trace directory (rank-00000.jsonl, rank-00001.jsonl, ...)")
     parser.add_argument("--topology", required=True, metavar="NAME",
                         help="the machine: a built-in name (dgx1, ...), a family member "
@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
                              "topologies whose file does not describe their NICs)")
     add_fabric_arguments(parser)
     add_figure_arguments(parser)
-    parser.add_argument("--calibration", metavar="FILE",
+    parser.add_argument("--calibration", type=path_argument, metavar="FILE",
                         help="calibration file: a runtime-constants one (collsynth calibrate "
                              "--model program) prices both sides with the program model; a "
                              "collsynth calibrate file gives measured per-step alpha and GB/s")
@@ -57,7 +57,8 @@ def register(subparsers: Any) -> None:
                              "applies, else the closed form; closed-form: always the closed form")
     parser.add_argument("--device", metavar="NAME",
                         help="charge synthesized combining algorithms this GPU's reduction cost")
-    parser.add_argument("-o", "--output", required=True, metavar="PLAN_DIR",
+    parser.add_argument("-o", "--output", type=path_argument, required=True,
+                        metavar="PLAN_DIR",
                         help="directory to write (replaced if it holds an older plan)")
     parser.add_argument("--runtime", default="msccl-executor", metavar="LIST",
                         help="the runtimes to deploy for, comma-separated: at most one of "
@@ -75,7 +76,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--backend", choices=("auto", "cpsat", "z3"), default="auto",
                         help="solver backend (default auto)")
     cache = parser.add_mutually_exclusive_group()
-    cache.add_argument("--cache", metavar="DIR",
+    cache.add_argument("--cache", type=path_argument, metavar="DIR",
                        help="where synthesized fronts are kept (default ~/.cache/collsynth)")
     cache.add_argument("--no-cache", action="store_true", help="keep nothing between runs")
     parser.add_argument("--all-ranges", action="store_true",

@@ -29,6 +29,7 @@ from collsynth.cli.common import (
     input_files,
     non_negative_int,
     out,
+    path_argument,
     positive_int,
     problem_from_args,
     problem_parser,
@@ -62,14 +63,14 @@ def register(commands) -> None:
                          metavar="SECONDS",
                          help="wall-clock limit for the whole search "
                               f"(default {DEFAULT_TIME_LIMIT:g})")
-    solving.add_argument("-o", "--output", metavar="PATH",
+    solving.add_argument("-o", "--output", type=path_argument, metavar="PATH",
                          help="write algorithms here: a .json file for one algorithm, a directory "
                               "(created if needed) for one file per algorithm")
     solving.add_argument("--json", action="store_true",
                          help="machine-readable output on stdout (no progress lines)")
     solving.add_argument("-q", "--quiet", action="store_true",
                          help="no progress lines on stderr")
-    solving.add_argument("--xml", metavar="DIR",
+    solving.add_argument("--xml", type=path_argument, metavar="DIR",
                          help="also export every algorithm found as MSCCL XML into DIR "
                               "(checked before it is written)")
     solving.add_argument("--xml-runtime", choices=(*runtime_names(MSCCL_XML), "all"),

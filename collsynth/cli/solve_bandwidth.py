@@ -12,8 +12,8 @@ import json
 import time
 
 from collsynth.cli.common import (EXIT_OK, UsageError, check_unsplit, err, format_size,
-                                  input_files, out, parse_size, positive_int, problem_from_args,
-                                  seconds)
+                                  input_files, out, parse_size, path_argument, positive_int,
+                                  problem_from_args, seconds)
 from collsynth.errors import shown_path
 from collsynth.timing.closed_form import PREDICTION_SIZES, predicted_against_runtime
 
@@ -40,7 +40,7 @@ def add_mode(modes, problem: argparse.ArgumentParser) -> None:
                              "64MiB): stages minimising the alpha-beta time; also predicted")
     parser.add_argument("--time-limit", type=seconds, default=600.0, metavar="SECONDS",
                         help="seconds for the search (default 600)")
-    parser.add_argument("-o", "--output", metavar="FILE",
+    parser.add_argument("-o", "--output", type=path_argument, metavar="FILE",
                         help="write the algorithm as a JSON algorithm file (a compact schedule: "
                              "with --expand)")
     shape = parser.add_mutually_exclusive_group()

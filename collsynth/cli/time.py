@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
                                   add_figure_arguments, check_gpus_per_thread, err, format_size,
                                   gpus_per_thread, out, parse_size_range, parse_sizes,
-                                  positive_int, progress_line, table)
+                                  path_argument, positive_int, progress_line, table)
 from collsynth.errors import CollsynthError, FileFormatError, shown_path
 from collsynth.exact import fraction_text
 from collsynth.progress import heartbeat
@@ -439,7 +439,8 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     if len({(c, n) for _, c, n in shapes}) > 1:
         listed = ", ".join(f"{name} ({c}, {n} ranks)" for name, c, n in shapes)
         raise CollsynthError(f"the programs are of different collectives or rank counts: {listed}")
-    collective = collective_kind(args.collective).name if args.collective else shapes[0][1]
+    collective = collective_kind(args.collective).name if args.collective is not None else \
+        shapes[0][1]  # '' is a name no collective has, not 'none given'
     if shapes and shapes[0][1] != collective:
         raise CollsynthError(f"--collective {args.collective}: the files are {shapes[0][1]}")
     where = topology if topology is not None else model.where(subjects[0])
@@ -755,7 +756,7 @@ def _common(parser: argparse.ArgumentParser, *, program: bool) -> None:
                         help="algorithm files (ALGO.json; same collective and topology)"
                              + (", or MSCCL XML programs (FILE.xml, with --topology)"
                                 if program else ""))
-    parser.add_argument("--calibration", metavar="FILE",
+    parser.add_argument("--calibration", type=path_argument, metavar="FILE",
                         help="calibration file: a curve calibration ('collsynth calibrate') "
                              "gives the closed form measured figures per step and per unit and "
                              "the measured line of the collective"
@@ -829,6 +830,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="size range (default 1KB:1GB)")
     parser.add_argument("--metric", choices=("time", "busbw"), default="time",
                         help="what to plot (default time)")
-    parser.add_argument("-o", "--output", required=True, metavar="PATH",
+    parser.add_argument("-o", "--output", type=path_argument, required=True, metavar="PATH",
                         help="image file: .png or .svg")
     parser.set_defaults(handler=run_plot)

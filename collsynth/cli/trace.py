@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from collsynth.cli.common import EXIT_OK, out
+from collsynth.cli.common import EXIT_OK, out, path_argument
 from collsynth.errors import shown_path
 from collsynth.trace.records import read_trace
 from collsynth.trace.summary import MERGE_RULE, format_summary, summarize
@@ -31,7 +31,8 @@ def register(subparsers) -> None:
         description="Tabulate a trace directory: calls, total bytes (nccl-tests convention) and "
                     "total measured time by rank, kind, group size and power-of-two size "
                     f"bucket, then merged over ranks ({MERGE_RULE}).")
-    summarize_parser.add_argument("directory", metavar="DIR", help="the trace directory")
+    summarize_parser.add_argument("directory", type=path_argument, metavar="DIR",
+                                  help="the trace directory")
     summarize_parser.add_argument("--json", action="store_true",
                                   help="machine-readable output")
     summarize_parser.add_argument("--merged", action="store_true",

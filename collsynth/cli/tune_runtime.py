@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, UsageError, input_files, out,
-                                  parse_size_range, positive_int, table)
+                                  parse_size_range, path_argument, positive_int, table)
 from collsynth.errors import shown_path
 
 __all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
@@ -62,11 +62,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--threshold", type=_fraction, default=0.03, metavar="F",
                         help="write a rule only where it is predicted more than F faster than "
                              "the runtime's own choice (default 0.03, i.e. 3%%)")
-    parser.add_argument("--calibration", metavar="FILE",
+    parser.add_argument("--calibration", type=path_argument, metavar="FILE",
                         help="runtime constants the program model prices with (collsynth "
                              "calibrate --model program); default: the runtime's documented "
                              "ones")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+    parser.add_argument("-o", "--output", type=path_argument, required=True, metavar="FILE",
                         help="the tuner config to write (e.g. nccl_tuner.conf)")
     parser.add_argument("--json", action="store_true", help="machine-readable summary")
     parser.set_defaults(handler=run_tune_runtime)

@@ -72,6 +72,13 @@ def solve_least_steps(topology: Topology, collective: Collective, *, chunks: int
     reason = (f"optimal: {start} is the steps bound" if start == 1 else
               f"optimal: fewer than {start} steps are impossible (steps bound {bounds.steps}, "
               f"rounds-per-chunk bound {rounds_bound} at {chunks} chunk(s))")
+    if start > MAX_EXACT_STEPS and (max_steps is None or max_steps >= start):
+        # Not unsatisfiable: an algorithm exists, with more steps than the solver takes.
+        raise InputTooLargeError(
+            f"{chunks} chunks at one round per step need at least {start} steps (rounds-per-chunk "
+            f"bound {rounds_bound} x {chunks} chunks), more than the {MAX_EXACT_STEPS} the exact "
+            "encoding takes; ask for fewer chunks, or several rounds per step (solve instance "
+            "--rounds)")
     limit = max_steps if max_steps is not None else start + 4 * topology.num_ranks * chunks
     limit = min(limit, MAX_EXACT_STEPS)  # the exact encoding's most (encoding.problem)
     result: SynthesisResult | None = None
