@@ -367,3 +367,33 @@ def test_an_export_whose_only_fault_is_the_postcondition_is_refused(monkeypatch,
         with pytest.raises(ExportError, match="fails the check: postcondition"):
             pipeline.export_algorithm(ring_allgather(), out, runtime=runtime)
         assert not out.exists()
+
+
+# -- fixed with this round: the tuning model counts chunks a channel as NCCL does ----------------
+
+
+def test_the_ll128_tree_counts_whole_chunks_a_channel():
+    from collsynth.timing.tuning_model import call_shape
+    from tests.timing.test_tuning_model import H100_2N
+
+    # NCCL divides in integers: nBytes / (nChannels*chunkSize) < nstepsLL128*64/ppn ("we are
+    # OK with the division on the left side of the < operand being integer"). Two H100 nodes
+    # of 8 (threshold 2.8 x 64 / 8 = 22.4) on 16 channels, 52_300_800 B: at the 144_000 chunk,
+    # 52_300_800 // (16 x 144_000) = 22 (22.7 before rounding) < 22.4 -> 72_000, no longer
+    # above 131_072; the second loop: 52_300_800 // (16 x 72_000) = 45, not < 5.6. 72_000 cut
+    # to whole 1920-byte grains: 37 x 1920 = 71_040 (a fractional count kept 144_000).
+    shape = call_shape(H100_2N, "allreduce", "tree", "LL128", 52_300_800)
+    assert shape.channels == 16  # the precondition
+    assert shape.chunk_bytes == 71_040
+
+
+def test_the_pat_chunk_compares_the_whole_call_with_its_channels_chunks():
+    from collsynth.timing.tuning_model import call_shape
+
+    # NCCL: while (chunkSize*nChannels*32 > nBytes && chunkSize > 65536) chunkSize /= 2.
+    # 16 channels, 64 MiB - 8 B: 128 KiB x 16 x 32 = 64 MiB > 64 MiB - 8 -> 64 KiB (the
+    # floor). Rounding a channel's share up to whole bytes first (4 MiB) kept 128 KiB.
+    setup = _nccl(pat=True, ranks=16, nodes=16, channels=8, comm=16)
+    shape = call_shape(setup, "allgather", "pat", "Simple", 64 * MiB - 8)
+    assert shape.channels == 16  # the precondition
+    assert shape.chunk_bytes == 64 * KiB

@@ -1077,12 +1077,16 @@ def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str
                 chunk //= 2
     elif algorithm == "tree" and protocol == "LL128":
         depth = 1 + _log2i(nodes) + 0.1 * ppn
-        while nbytes / chunk < depth * 64 / ppn and chunk > 131072:
+        # NCCL counts whole chunks a channel (an integer division: "we are OK with the
+        # division on the left side of the < operand being integer") against a fractional
+        # threshold (2.8 x 64 / 8 = 22.4 on two nodes of 8)
+        while size_bytes // (max(1, channels) * chunk) < depth * 64 / ppn and chunk > 131072:
             chunk //= 2
-        while nbytes / chunk < depth * 16 / ppn and chunk > 32768:
+        while size_bytes // (max(1, channels) * chunk) < depth * 16 / ppn and chunk > 32768:
             chunk //= 2
     elif algorithm == "pat":
-        chunk = pat_chunk_bytes(nbytes, 1, collective, largest=chunk)
+        # chunkSize * nChannels * 32 > nBytes, as the program model's PAT slice
+        chunk = pat_chunk_bytes(size_bytes, channels, collective, largest=chunk)
     chunk = max(grain, chunk // grain * grain)
     slice_ = min(slice_, chunk) if not ring_simple else slice_
     if algorithm == "ring":
