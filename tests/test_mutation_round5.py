@@ -88,6 +88,23 @@ def test_an_nvls_loop_moves_one_chunk_per_head():
     assert (shape.chunk_bytes, shape.steps) == (128 * KiB, 64)
 
 
+def test_nvls_across_nodes_under_150_gbps_moves_32_kib_chunks():
+    from collsynth.timing.tuning_model import bandwidth_gbps, call_shape
+    from tests.timing.test_tuning_model import H100_NVLS
+
+    # calcCollChunking, NVLS: "if (comm->nNodes > 1 && comm->bandwidths[AllReduce][NVLS][Simple]
+    # < 150) maxChunkSize = 32768". Two H100 nodes without CollNet (NVLS's allreduce bandwidth
+    # below 150 GB/s): 1 GiB over 16 channels is 64 MiB a channel, not under 64 x 8 heads x
+    # 32 KiB = 16 MiB, so 32 KiB chunks; a loop moves 8 x 32 KiB: 64 MiB / 256 KiB = 256 steps.
+    # One node keeps NCCL_NVLS_CHUNKSIZE, 128 KiB (64 steps).
+    two = dataclasses.replace(H100_NVLS, ranks=16, nodes=2)
+    assert bandwidth_gbps(two, "allreduce", "nvls", "Simple") < 150  # the precondition
+    shape = call_shape(two, "allreduce", "nvls", "Simple", GiB)
+    assert shape.channels == 16
+    assert (shape.chunk_bytes, shape.steps) == (32 * KiB, 256)
+    assert call_shape(H100_NVLS, "allreduce", "nvls", "Simple", GiB).chunk_bytes == 128 * KiB
+
+
 def test_the_pat_chunk_counts_chunks_per_channel():
     from collsynth.timing.tuning_model import call_shape
 
