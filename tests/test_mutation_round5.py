@@ -414,3 +414,46 @@ def test_the_pat_chunk_compares_the_whole_call_with_its_channels_chunks():
     shape = call_shape(setup, "allgather", "pat", "Simple", 64 * MiB - 8)
     assert shape.channels == 16  # the precondition
     assert shape.chunk_bytes == 64 * KiB
+
+
+def test_an_export_that_writes_the_callers_input_is_refused(monkeypatch, tmp_path):
+    import importlib
+
+    from collsynth.errors import ExportError
+    from collsynth.export.check import check_program
+    from collsynth.export.program import XmlStep
+    from tests.export.test_export_refuses_wrong_lowering import RUNTIMES, ring_allgather
+
+    # Rank 3 of the ring allgather: tb 0 copies i[0] to o[3]; tb 1 sends i[0], then receives
+    # into o[2], o[1], o[0]. A wrong lowering appends to tb 0 a copy of o[0] into i[0], after
+    # tb 1's last receive (a dependency, so nothing races): every output is right, but an
+    # out-of-place call changed its caller's input. The checker calls that a warning unless
+    # strict; an export is strict and refuses it.
+    lowering = importlib.import_module("collsynth.export.lower")
+    pipeline = importlib.import_module("collsynth.export.pipeline")
+    real = lowering.lower
+
+    def wrong(algorithm, **options):
+        program = real(algorithm, **options)
+        *gpus, gpu = program.gpus
+        tb0, tb1 = gpu.threadblocks
+        last = len(tb1.steps) - 1
+        tb1 = dataclasses.replace(tb1, steps=tb1.steps[:-1] + (
+            dataclasses.replace(tb1.steps[-1], hasdep=1),))
+        tb0 = dataclasses.replace(tb0, steps=tb0.steps + (
+            XmlStep(len(tb0.steps), "cpy", "o", 0, "i", 0, 1, depid=tb1.id, deps=last),))
+        return dataclasses.replace(program, gpus=(*gpus, dataclasses.replace(
+            gpu, threadblocks=(tb0, tb1))))
+
+    for runtime in RUNTIMES:
+        program = wrong(ring_allgather(), runtime=runtime)
+        assert check_program(program, runtime=runtime).ok  # the precondition: a warning only
+        assert [p.kind for p in check_program(program, runtime=runtime, strict=True).problems] \
+            == ["send-buffer-write"]
+    monkeypatch.setattr(lowering, "lower", wrong)
+    monkeypatch.setattr(pipeline, "lower", wrong)
+    for runtime in RUNTIMES:
+        out = tmp_path / f"{runtime}.xml"
+        with pytest.raises(ExportError, match="send-buffer-write"):
+            pipeline.export_algorithm(ring_allgather(), out, runtime=runtime)
+        assert not out.exists()
