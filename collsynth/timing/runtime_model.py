@@ -115,6 +115,9 @@ class PreparedProgram:
     :data:`BY_SWITCH` (the switch moves it: NVLS's reads and copies; only the resources it
     crosses bound it) or :data:`BY_NVLS_CHANNEL` (a head's load-reduce or store, one SM per
     channel: the constants' ``nvls_channel_gbps``); ``None``: every transfer by connection.
+    ``weights``: per row of ``members``, how many transfers of the whole graph the row stands
+    for on that resource, in a graph folded by its symmetries (:mod:`collsynth.timing.symmetry`;
+    the row's transfer then stands for them all, at their common times); ``None``: 1 each.
     """
 
     program: Program
@@ -138,6 +141,7 @@ class PreparedProgram:
     switch_resources: tuple[int, ...] = ()
     switch_efficiency: float = 1.0
     switch_role: np.ndarray | None = None
+    weights: np.ndarray | None = None
     #: :func:`_levels` of this graph, built at its first simulation.
     schedule: "_Schedule | None" = field(default=None, repr=False, compare=False)
 
@@ -389,11 +393,14 @@ def _pass(prep: PreparedProgram, own: np.ndarray, tail: np.ndarray, first: np.nd
 
 
 def _loads(starts: np.ndarray, finishes: np.ndarray, rates: np.ndarray, members: np.ndarray,
-           n_resources: int) -> np.ndarray:
+           n_resources: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Per membership (transfer, resource): the resource's mean load (bytes/us) over the
-    transfer's lifetime, every transfer counted at its mean rate while it runs."""
+    transfer's lifetime, every transfer counted at its mean rate (times its membership's
+    weight) while it runs."""
     e, q = members[:, 0], members[:, 1]
     s, f, rho = starts[e], finishes[e], rates[e]
+    if weights is not None:
+        rho = rho * weights
     m = len(e)
     times = np.concatenate([s, f])
     groups = np.concatenate([q, q])
@@ -592,7 +599,7 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
         span = finish - start
         with np.errstate(divide="ignore", invalid="ignore"):
             mean_rate = np.where(sends & (span > 0), data / span, 0.0)
-        load = _loads(start, finish, mean_rate, members, len(resource_cap))
+        load = _loads(start, finish, mean_rate, members, len(resource_cap), prep.weights)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(load > 0, resource_cap[members[:, 1]] / load, np.inf)
         factor = np.full(total, np.inf)
@@ -615,7 +622,9 @@ def _simulate(prep: PreparedProgram, size: float, c: RuntimeConstants, proto: st
     busiest, utilization = "", 0.0
     if len(members) and makespan > 0:
         wire = np.zeros(len(resource_cap))
-        np.add.at(wire, members[:, 1], data[members[:, 0]])
+        carried = data[members[:, 0]]
+        np.add.at(wire, members[:, 1],
+                  carried if prep.weights is None else carried * prep.weights)
         used = wire / (resource_cap * makespan)
         top = int(np.argmax(used))
         busiest, utilization = prep.resource_names[top], float(used[top])

@@ -26,6 +26,7 @@ from collsynth.timing.runtime_model import (BY_CONNECTION, BY_NVLS_CHANNEL, BY_S
                                             RECEIVE, SEND, PreparedProgram,
                                             check_simulated_steps)
 from collsynth.timing.runtime_baselines import double_binary_tree
+from collsynth.timing.symmetry import Spec, folded_members
 from collsynth.timing.tuning_model import nvls_chunk_bytes  # the one home of NCCL's chunk rules
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
@@ -42,7 +43,11 @@ NVLS_TREE_COLLECTIVES = ("allreduce",)
 
 
 class _Graph:
-    """Transfers appended in a causal order (every transfer after those it waits for)."""
+    """Transfers appended in a causal order (every transfer after those it waits for).
+
+    Each transfer names where its resources come from (:data:`~collsynth.timing.symmetry.Spec`:
+    ``("up", a)``, ``("down", a)``, ``("route", a, b)``, ``("nic_out", a)``, ``("nic_in", a)``)
+    and how many identical channels it stands for (``copies``, set by the builder)."""
 
     def __init__(self, nvls: bool = True) -> None:
         self.nvls = nvls   # NVLS's transfers are the switch's or a channel's SM, not connections
@@ -51,10 +56,12 @@ class _Graph:
         self.inputs: list[tuple[int, ...]] = []
         self.link_class: list[int] = []
         self.work: list[float] = []
-        self.members: list[tuple[int, int]] = []
+        self.specs: list[tuple[Spec, ...]] = []
+        self.copy_counts: list[int] = []
         self.role: list[int] = []
+        self.copies = 1
 
-    def _add(self, kind: int, match: int, inputs: Sequence[int], resources: Sequence[int],
+    def _add(self, kind: int, match: int, inputs: Sequence[int], specs: Sequence[Spec],
              link_class: int, work: float, free: bool = False) -> int:
         index = len(self.kind)
         # An intra-node transfer of a switch graph is the switch's (free) or a head's, one SM
@@ -66,46 +73,79 @@ class _Graph:
         self.inputs.append(tuple(inputs))
         self.link_class.append(link_class)
         self.work.append(float(work))
-        self.members.extend((index, r) for r in resources)
+        self.specs.append(tuple(specs))
+        self.copy_counts.append(self.copies)
         return index
 
-    def send(self, resources: Sequence[int], link_class: int, *, free: bool = False) -> int:
+    def send(self, specs: Sequence[Spec], link_class: int, *, free: bool = False) -> int:
         """A GPU sends one chunk of its input (``free``: read by the switch, so no connection's
         or channel's own rate applies, only the ports)."""
-        return self._add(SEND, -1, (), resources, link_class, 0.0, free)
+        return self._add(SEND, -1, (), specs, link_class, 0.0, free)
 
-    def forward(self, match: int, resources: Sequence[int], link_class: int, *,
+    def forward(self, match: int, specs: Sequence[Spec], link_class: int, *,
                 inputs: Sequence[int] = (), work: float = 0.0, free: bool = False) -> int:
         """Takes ``match`` (and every ``inputs``) as it arrives, reduced with ``work`` passes,
         and sends it on (``free``: written by the switch, not by a GPU's channel)."""
-        return self._add(FORWARD, match, inputs, resources, link_class, work, free)
+        return self._add(FORWARD, match, inputs, specs, link_class, work, free)
 
     def receive(self, match: int) -> int:
         """A GPU stores a chunk into its output."""
         return self._add(RECEIVE, match, (), (), -1, 0.0)
 
     def prepared(self, topology: "Topology", fabric: Fabric, program: Program,
-                 ports: Sequence[int] = (),
-                 slice_bytes: "float | Callable[[float], float] | None" = None
-                 ) -> PreparedProgram:
+                 resolve: Callable[[Spec], Sequence[int]], ports: Sequence[int] = (),
+                 slice_bytes: "float | Callable[[float], float] | None" = None,
+                 per_node: int | None = None) -> PreparedProgram | None:
+        """The timing graph; with ``per_node``, of a graph that holds shard 0 of the rotation of
+        every node's ``per_node`` GPUs (:func:`~collsynth.timing.symmetry.folded_members`),
+        ``None`` where that rotation is not a symmetry of the machine."""
         from collsynth.timing.tuning_model import nvls_efficiency
         from collsynth.topology.machine import machine_facts
 
         total = len(self.kind)
+        weights: np.ndarray | None = None
+        if per_node is not None:
+            folded = folded_members(self.specs, self.copy_counts, resolve,
+                                    fabric.capacity_gbps, per_node)
+            if folded is None:
+                return None
+            members, weights = folded
+        else:
+            members = np.array([(t, r) for t, specs in enumerate(self.specs) for spec in specs
+                                for r in resolve(spec)], dtype=np.int64).reshape(-1, 2)
+            if any(c != 1 for c in self.copy_counts):
+                weights = np.array(self.copy_counts, dtype=float)[members[:, 0]]
         kinds = np.array(self.kind)
         return PreparedProgram(
             program=program, topology=topology, kind=self.kind, cnt=[1] * total,
             prev=[-1] * total, deps=[()] * total, match=self.match,
             sends=(kinds == SEND) | (kinds == FORWARD),
             link_class=np.array(self.link_class, dtype=np.int8),
-            work=np.array(self.work), members=np.array(self.members, dtype=np.int64
-                                                       ).reshape(-1, 2),
+            work=np.array(self.work), members=members,
             capacity_gbps=np.array(fabric.capacity_gbps, dtype=float),
             resource_names=fabric.names, buffer_chunks=program.nchunksperloop,
             busbw_factor=float(busbw_factor(program.coll, program.ngpus)), inputs=self.inputs,
             slice_bytes=slice_bytes, switch_resources=tuple(ports),
             switch_role=np.array(self.role, dtype=np.int8) if self.nvls else None,
-            switch_efficiency=nvls_efficiency(machine_facts(topology).compute_capability))
+            switch_efficiency=nvls_efficiency(machine_facts(topology).compute_capability),
+            weights=weights)
+
+
+def _resolver(fabric: Fabric, up: Sequence[int] | None = None,
+              down: Sequence[int] | None = None,
+              nic_out: Sequence[Sequence[int]] | None = None,
+              nic_in: Sequence[Sequence[int]] | None = None
+              ) -> Callable[[Spec], tuple[int, ...]]:
+    """Resource indices of a :data:`~collsynth.timing.symmetry.Spec`."""
+    table = {"up": up, "down": down, "nic_out": nic_out, "nic_in": nic_in}
+
+    def resolve(spec: Spec) -> tuple[int, ...]:
+        name, *ranks = spec
+        if name == "route":
+            return fabric.route(ranks[0], ranks[1]).resources
+        found = table[name][ranks[0]]  # type: ignore[index]
+        return (found,) if isinstance(found, (int, np.integer)) else tuple(found)
+    return resolve
 
 
 def switch_ports(topology: "Topology") -> tuple[tuple[float, float], ...]:
@@ -184,7 +224,7 @@ def _ports(topology: "Topology", fabric: Fabric) -> tuple[list[int], list[int]]:
 
 
 def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: str = "Simple",
-               *, name: str | None = None) -> PreparedProgram:
+               *, name: str | None = None, fold: bool = True) -> PreparedProgram:
     """NCCL's NVLS ``collective`` on one node of ``topology`` over ``channels`` channels, as a
     timing graph through the node's switch.
 
@@ -200,7 +240,10 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
     * reduce-scatter: every GPU sends each shard; the switch returns the sum of shard ``k`` to
       GPU ``k`` (all of the input up, ``1 / n`` of it down).
 
-    Every leg (GPU to switch, switch to GPU) is one hop of the intra-node class.
+    Every leg (GPU to switch, switch to GPU) is one hop of the intra-node class. With ``fold``
+    (the default) the graph holds one channel and shard 0, standing for the others
+    (:mod:`collsynth.timing.symmetry`), where the node's ports are alike; the times are those of
+    the whole graph (``fold=False``).
 
     Raises
     ------
@@ -211,9 +254,12 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
         A collective NVLS does not run.
 
     >>> from collsynth.topology import get_topology
-    >>> g = nvls_graph("allreduce", get_topology("dgx-h100"), 1)
-    >>> g.num_transfers  # per shard: 8 sends, 1 reduce, 1 store, 8 copies, 8 receives
+    >>> h100 = get_topology("dgx-h100")
+    >>> nvls_graph("allreduce", h100, 1, fold=False).num_transfers  # per shard: 8 sends,
+    ... # 1 reduce, 1 store, 8 copies, 8 receives
     208
+    >>> nvls_graph("allreduce", h100, 16).num_transfers  # shard 0 of one channel
+    26
     """
     key = _check(topology, channels, protocol, collective, NVLS_COLLECTIVES, "NVLS")
     layout = topology.layout
@@ -222,38 +268,55 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
             f"NVLS across the {layout.nodes} nodes of {topology.name!r} needs CollNet (SHARP) "
             "in the network, which no collsynth machine has; NCCL runs NVLS-tree there")
     n = topology.num_ranks
-    per_shard = {"allreduce": 3 * n + 2, "allgather": 2 * n + 1, "reduce_scatter": n + 2}[key]
-    check_simulated_steps(channels * n * per_shard, f"NVLS {key} of {n} ranks on {channels} "
-                                                    "channel(s)")
     fabric = Fabric(topology)
     up, down = _ports(topology, fabric)
-    graph = _Graph()
-    for _ in range(channels):
-        if key == "allgather":
-            for k in range(n):
-                store = graph.send([up[k]], INTRA)
-                for j in range(n):
-                    graph.receive(graph.forward(store, [down[j]], INTRA, free=True))
-            continue
-        scatter = [[graph.send([up[g]], INTRA, free=True) for k in range(n)] for g in range(n)]
-        for k in range(n):
-            reduced = graph.forward(scatter[0][k], [down[k]], INTRA,
-                                    inputs=[scatter[g][k] for g in range(1, n)])
-            if key == "reduce_scatter":
-                graph.receive(reduced)
-                continue
-            store = graph.forward(reduced, [up[k]], INTRA)
-            for j in range(n):
-                graph.receive(graph.forward(store, [down[j]], INTRA, free=True))
+    resolve = _resolver(fabric, up, down)
     program = Program(name=name or f"nvls-{key}", proto=protocol, nchannels=channels,
                       nchunksperloop=channels * n, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
-    return graph.prepared(topology, fabric, program, up + down,
-                          slice_bytes=lambda size: nvls_chunk_bytes(size, channels, n))
+
+    def chunk(size: float) -> float:
+        return nvls_chunk_bytes(size, channels, n)
+
+    if fold:
+        graph = _nvls_shards(key, n, [(channels, [0])])
+        folded = graph.prepared(topology, fabric, program, resolve, up + down, chunk,
+                                per_node=n)
+        if folded is not None:
+            return folded
+    per_shard = {"allreduce": 3 * n + 2, "allgather": 2 * n + 1, "reduce_scatter": n + 2}[key]
+    check_simulated_steps(channels * n * per_shard, f"NVLS {key} of {n} ranks on {channels} "
+                                                    "channel(s)")
+    graph = _nvls_shards(key, n, [(1, list(range(n)))] * channels)
+    return graph.prepared(topology, fabric, program, resolve, up + down, chunk)  # type: ignore
+
+
+def _nvls_shards(key: str, n: int, channels: Sequence[tuple[int, Sequence[int]]]) -> _Graph:
+    """NVLS's transfers on one node of ``n`` GPUs: per channel ``(copies, shards)``, the
+    channel standing for ``copies`` channels, the shards it holds."""
+    graph = _Graph()
+    for copies, shards in channels:
+        graph.copies = copies
+        for k in shards:
+            if key == "allgather":
+                store = graph.send([("up", k)], INTRA)
+                for j in range(n):
+                    graph.receive(graph.forward(store, [("down", j)], INTRA, free=True))
+                continue
+            scatter = [graph.send([("up", g)], INTRA, free=True) for g in range(n)]
+            reduced = graph.forward(scatter[0], [("down", k)], INTRA, inputs=scatter[1:])
+            if key == "reduce_scatter":
+                graph.receive(reduced)
+                continue
+            store = graph.forward(reduced, [("up", k)], INTRA)
+            for j in range(n):
+                graph.receive(graph.forward(store, [("down", j)], INTRA, free=True))
+    return graph
 
 
 def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
-                    protocol: str = "Simple", *, name: str | None = None) -> PreparedProgram:
+                    protocol: str = "Simple", *, name: str | None = None,
+                    fold: bool = True) -> PreparedProgram:
     """NCCL's NVLS-tree allreduce on ``topology`` (nodes of ``m`` GPUs) over ``channels``
     channels: NVLS inside each node, a tree over the network between nodes.
 
@@ -264,7 +327,10 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
     even channels, the second on odd ones: each head adds its children's sums to its node's as
     they arrive and sends on to its parent); the root's sum comes back down the tree, and each
     head stores it into its switch, which writes a copy into every GPU of the node. Network legs
-    take the topology's links and NICs; each leg is one hop of its class.
+    take the topology's links and NICs; each leg is one hop of its class. With ``fold`` (the
+    default) the graph holds an even and an odd channel and shard 0, standing for the others
+    (:mod:`collsynth.timing.symmetry`), where turning every node's GPUs maps the machine onto
+    itself; the times are those of the whole graph (``fold=False``).
 
     Raises
     ------
@@ -275,22 +341,51 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
 
     >>> from collsynth.topology import get_topology
     >>> from collsynth.topology.compose import compose_nodes
-    >>> g = nvls_tree_graph("allreduce", compose_nodes(get_topology("dgx-h100"), 2), 1)
-    >>> g.num_transfers  # 8 shards x (2 nodes x (8 + 1 + 1 + 8 + 8) + one leg up, one down)
+    >>> two = compose_nodes(get_topology("dgx-h100"), 2)
+    >>> nvls_tree_graph("allreduce", two, 1, fold=False).num_transfers
+    ... # 8 shards x (2 nodes x (8 + 1 + 1 + 8 + 8) + one leg up, one down)
     432
+    >>> nvls_tree_graph("allreduce", two, 16).num_transfers  # shard 0 of 2 channels
+    108
     """
     key = _check(topology, channels, protocol, collective, NVLS_TREE_COLLECTIVES, "NVLS-tree")
     layout = topology.layout
     nodes, m = (layout.nodes, layout.ranks_per_node) if layout is not None else \
         (1, topology.num_ranks)
     n = nodes * m
-    check_simulated_steps(channels * m * nodes * (3 * m + 4),
-                          f"NVLS-tree allreduce of {n} ranks on {channels} channel(s)")
     fabric = Fabric(topology)
     up, down = _ports(topology, fabric)
+    resolve = _resolver(fabric, up, down)
+    program = Program(name=name or f"nvls_tree-{key}", proto=protocol, nchannels=channels,
+                      nchunksperloop=channels * m, ngpus=n, coll=key, inplace=0, gpus=(),
+                      outofplace=1, min_bytes=0)
+
+    def chunk(size: float) -> float:
+        return nvls_chunk_bytes(size, channels, m)
+
+    if fold:
+        parities = [(channels - c + 1) // 2 for c in range(min(channels, 2))]
+        check_simulated_steps(len(parities) * nodes * (3 * m + 4),
+                              f"NVLS-tree allreduce of {n} ranks, folded")
+        graph = _nvls_tree_shards(fabric, nodes, m, [(copies, [0]) for copies in parities])
+        folded = graph.prepared(topology, fabric, program, resolve, up + down, chunk,
+                                per_node=m)
+        if folded is not None:
+            return folded
+    check_simulated_steps(channels * m * nodes * (3 * m + 4),
+                          f"NVLS-tree allreduce of {n} ranks on {channels} channel(s)")
+    graph = _nvls_tree_shards(fabric, nodes, m, [(1, list(range(m)))] * channels)
+    return graph.prepared(topology, fabric, program, resolve, up + down, chunk)  # type: ignore
+
+
+def _nvls_tree_shards(fabric: Fabric, nodes: int, m: int,
+                      channels: Sequence[tuple[int, Sequence[int]]]) -> _Graph:
+    """NVLS-tree's transfers over ``nodes`` nodes of ``m`` GPUs: per channel ``(copies,
+    shards)`` in channel order (even channels take the first tree, odd ones the second)."""
     trees = double_binary_tree(nodes)
     graph = _Graph()
-    for c in range(channels):
+    for c, (copies, shards) in enumerate(channels):
+        graph.copies = copies
         tree = trees[c % 2]
         root = next(v for v, (parent, _) in enumerate(tree) if parent == -1)
         order: list[int] = []      # pre-order from the root: parents before children
@@ -299,20 +394,20 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
             v = stack.pop()
             order.append(v)
             stack.extend(reversed(tree[v][1]))
-        for k in range(m):
+        for k in shards:
             def head(v: int) -> int:
                 return v * m + k
-            scatter = [[graph.send([up[v * m + g]], INTRA, free=True) for g in range(m)]
+            scatter = [[graph.send([("up", v * m + g)], INTRA, free=True) for g in range(m)]
                        for v in range(nodes)]
-            reduced = [graph.forward(scatter[v][0], [down[head(v)]], INTRA,
+            reduced = [graph.forward(scatter[v][0], [("down", head(v))], INTRA,
                                      inputs=scatter[v][1:]) for v in range(nodes)]
             partial: dict[int, int] = {}
             for v in reversed(order):  # children before parents
                 parent, children = tree[v]
                 if parent == -1:
                     continue
-                route = fabric.route(head(v), head(parent))
-                partial[v] = graph.forward(reduced[v], route.resources, route.link_class,
+                partial[v] = graph.forward(reduced[v], [("route", head(v), head(parent))],
+                                           fabric.route(head(v), head(parent)).link_class,
                                            inputs=[partial[x] for x in children],
                                            work=len(children))
             total: dict[int, tuple[int, tuple[int, ...], float]] = {}
@@ -322,17 +417,13 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
                     total[v] = (reduced[v], tuple(partial[x] for x in children), len(children))
                 source, extra, work = total[v]
                 for child in children:
-                    route = fabric.route(head(v), head(child))
-                    total[child] = (graph.forward(source, route.resources, route.link_class,
+                    total[child] = (graph.forward(source, [("route", head(v), head(child))],
+                                                  fabric.route(head(v), head(child)).link_class,
                                                   inputs=extra, work=work), (), 0.0)
-                store = graph.forward(source, [up[head(v)]], INTRA, inputs=extra, work=work)
+                store = graph.forward(source, [("up", head(v))], INTRA, inputs=extra, work=work)
                 for j in range(m):
-                    graph.receive(graph.forward(store, [down[v * m + j]], INTRA, free=True))
-    program = Program(name=name or f"nvls_tree-{key}", proto=protocol, nchannels=channels,
-                      nchunksperloop=channels * m, ngpus=n, coll=key, inplace=0, gpus=(),
-                      outofplace=1, min_bytes=0)
-    return graph.prepared(topology, fabric, program, up + down,
-                          slice_bytes=lambda size: nvls_chunk_bytes(size, channels, m))
+                    graph.receive(graph.forward(store, [("down", v * m + j)], INTRA, free=True))
+    return graph
 
 
 #: NCCL's algorithms that reduce in the network's switches (SHARP): allreduce only.
@@ -462,11 +553,11 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
         """Each head sends its node's sum up its NIC (taking the transfers ``sums[v]`` as they
         arrive and adding them to its own with ``work[v]`` passes; none: its own data alone);
         the switch returns the total to every head."""
-        sent = [graph.forward(sums[v][0], nic_out[heads[v]], NETWORK, inputs=sums[v][1:],
-                              work=work[v])
-                if sums[v] else graph.send(nic_out[heads[v]], NETWORK)
+        sent = [graph.forward(sums[v][0], [("nic_out", heads[v])], NETWORK,
+                              inputs=sums[v][1:], work=work[v])
+                if sums[v] else graph.send([("nic_out", heads[v])], NETWORK)
                 for v in range(nodes)]
-        return [graph.forward(sent[0], nic_in[heads[v]], NETWORK, inputs=sent[1:])
+        return [graph.forward(sent[0], [("nic_in", heads[v])], NETWORK, inputs=sent[1:])
                 for v in range(nodes)]
 
     pieces = 1 if algorithm == "collnet_chain" else m
@@ -480,9 +571,8 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
                 chain = [v * m + (k + 1 + i) % m for i in range(m - 1)] + [heads[v]]
                 last = -1
                 for a, b in zip(chain, chain[1:]):
-                    route = fabric.route(a, b)
-                    last = graph.send(route.resources, INTRA) if last < 0 else \
-                        graph.forward(last, route.resources, INTRA, work=1)
+                    last = graph.send([("route", a, b)], INTRA) if last < 0 else \
+                        graph.forward(last, [("route", a, b)], INTRA, work=1)
                 sums.append([last] if last >= 0 else [])
                 work.append(1.0 if m > 1 else 0.0)
             totals = through_switch(sums, heads, work)
@@ -491,7 +581,7 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
                 graph.receive(totals[v])
                 last = totals[v]
                 for a, b in zip(chain, chain[1:]):
-                    last = graph.forward(last, fabric.route(a, b).resources, INTRA)
+                    last = graph.forward(last, [("route", a, b)], INTRA)
                     graph.receive(last)
             continue
         for k in range(m):
@@ -499,28 +589,29 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
             sums, work = [], []
             for v in range(nodes):
                 if algorithm == "nvls":
-                    scatter = [graph.send([up[v * m + g]], INTRA, free=True) for g in range(m)]
-                    sums.append([graph.forward(scatter[0], [down[heads[v]]], INTRA,
+                    scatter = [graph.send([("up", v * m + g)], INTRA, free=True)
+                               for g in range(m)]
+                    sums.append([graph.forward(scatter[0], [("down", heads[v])], INTRA,
                                                inputs=scatter[1:])])
                     work.append(0.0)
                     continue
                 # the others' shards, which the head adds to its own as they arrive
-                sums.append([graph.send(fabric.route(v * m + g, heads[v]).resources, INTRA)
+                sums.append([graph.send([("route", v * m + g, heads[v])], INTRA)
                              for g in range(m) if v * m + g != heads[v]])
                 work.append(float(m - 1))
             totals = through_switch(sums, heads, work)
             for v in range(nodes):
                 if algorithm == "nvls":
-                    store = graph.forward(totals[v], [up[heads[v]]], INTRA)
+                    store = graph.forward(totals[v], [("up", heads[v])], INTRA)
                     for j in range(m):
-                        graph.receive(graph.forward(store, [down[v * m + j]], INTRA,
+                        graph.receive(graph.forward(store, [("down", v * m + j)], INTRA,
                                                     free=True))
                     continue
                 graph.receive(totals[v])
                 for j in range(m):
                     if v * m + j != heads[v]:
                         graph.receive(graph.forward(
-                            totals[v], fabric.route(heads[v], v * m + j).resources, INTRA))
+                            totals[v], [("route", heads[v], v * m + j)], INTRA))
     program = Program(name=name or f"{algorithm}-sharp-{key}", proto=protocol,
                       nchannels=channels, nchunksperloop=channels * pieces, ngpus=n, coll=key,
                       inplace=0, gpus=(), outofplace=1, min_bytes=0)
@@ -533,4 +624,8 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
 
         def chunk(size: float) -> float:
             return collnet_chunk_bytes(algorithm, size, channels, m, depth)
-    return graph.prepared(topology, fabric, program, ports, slice_bytes=chunk)
+    prepared = graph.prepared(topology, fabric, program,
+                              _resolver(fabric, up, down, nic_out, nic_in), ports,
+                              slice_bytes=chunk)
+    assert prepared is not None  # only a folded graph can be refused
+    return prepared

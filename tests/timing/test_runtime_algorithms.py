@@ -74,9 +74,10 @@ def port_bytes(prepared, size: int) -> dict[str, float]:
     it crosses (counted from the graph, not simulated)."""
     chunk = size / prepared.buffer_chunks
     found: dict[str, float] = {}
-    for t, r in prepared.members:
+    weights = prepared.weights if prepared.weights is not None else [1.0] * len(prepared.members)
+    for (t, r), w in zip(prepared.members, weights):
         name = prepared.resource_names[r]
-        found[name] = found.get(name, 0.0) + prepared.cnt[t] * chunk
+        found[name] = found.get(name, 0.0) + prepared.cnt[t] * chunk * w
     return found
 
 
@@ -121,13 +122,16 @@ def test_nvls_allgather_and_reduce_scatter_on_two_gpus_by_hand(collective, passe
 def test_nvls_bytes_per_port_on_a_dgx_h100(collective, up, down):
     # Each GPU's port to the switch and from it, in units of the buffer (S = 16 MiB), over the
     # 16 NVLS channels: counted by hand from the steps (docs/runtime-model.md, "NVLS").
+    # The folded graph (shard 0 of one channel) carries the same on the ports it keeps.
     size = 16 << 20
-    prepared = nvls_graph(collective, get_topology("dgx-h100"), 16)
-    carried = port_bytes(prepared, size)
-    assert len(carried) == 16
-    for rank in range(8):
-        assert carried[f"NVLS port of rank {rank} to switch 0"] == pytest.approx(up * size)
-        assert carried[f"NVLS port of rank {rank} from switch 0"] == pytest.approx(down * size)
+    for fold, ports in ((False, 16), (True, 2)):
+        prepared = nvls_graph(collective, get_topology("dgx-h100"), 16, fold=fold)
+        carried = port_bytes(prepared, size)
+        assert len(carried) == ports
+        for rank in range(ports // 2):
+            assert carried[f"NVLS port of rank {rank} to switch 0"] == pytest.approx(up * size)
+            assert carried[f"NVLS port of rank {rank} from switch 0"] == \
+                pytest.approx(down * size)
 
 
 def test_nvls_traffic_is_bounded_by_the_switch_and_the_channels_not_by_connections():
@@ -258,7 +262,7 @@ def test_nvls_tree_on_two_nodes_by_hand():
     t = simulate_program(nvls_tree_graph("allreduce", two, 1), None, 20_000, constants())
     assert t.time_us == pytest.approx(16.0 + 80_000 / 34_000, rel=1e-9)
     # Network bytes: per shard one sum up and one back, D each way between the heads.
-    carried = port_bytes(nvls_tree_graph("allreduce", two, 1), 20_000)
+    carried = port_bytes(nvls_tree_graph("allreduce", two, 1, fold=False), 20_000)
     assert carried["link 2->0"] == carried["link 0->2"] == pytest.approx(10_000)
     assert carried["link 3->1"] == carried["link 1->3"] == pytest.approx(10_000)
 
@@ -593,3 +597,4 @@ def test_the_simulated_graphs_are_deterministic_arrays():
     g = nvls_graph("allgather", get_topology("dgx-h100"), 2)
     assert isinstance(g.sends, np.ndarray) and g.members.shape[1] == 2
     assert all(i < len(g.kind) for i in g.match) and g.inputs is not None
+
