@@ -27,7 +27,8 @@ from collsynth.timing.runtime_model import (BY_CONNECTION, BY_NVLS_CHANNEL, BY_S
                                             check_simulated_steps)
 from collsynth.timing.runtime_baselines import double_binary_tree
 from collsynth.timing.symmetry import Spec, folded_members
-from collsynth.timing.tuning_model import nvls_chunk_bytes  # the one home of NCCL's chunk rules
+from collsynth.timing.tuning_model import (  # the one home of NCCL's chunk rules
+    nvls_chunk_bytes, nvls_tree_chunk_bytes)
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -361,7 +362,7 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
                       outofplace=1, min_bytes=0)
 
     def chunk(size: float) -> float:
-        return nvls_chunk_bytes(size, channels, m)
+        return nvls_tree_chunk_bytes(size, channels, m, nodes)
 
     if fold:
         parities = [(channels - c + 1) // 2 for c in range(min(channels, 2))]

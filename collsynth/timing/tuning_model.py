@@ -43,7 +43,8 @@ __all__ = [
     "gpu_bandwidth_gbps", "node_links", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
-    "NVLS_ALGORITHMS", "kind_channels", "NVLS_CHUNK_BYTES", "nvls_chunk_bytes", "pat_chunk_bytes",
+    "NVLS_ALGORITHMS", "kind_channels", "NVLS_CHUNK_BYTES", "nvls_chunk_bytes",
+    "nvls_tree_chunk_bytes", "pat_chunk_bytes",
 ]
 
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
@@ -1024,6 +1025,26 @@ def nvls_chunk_bytes(size: float, channels: int, heads: int, *,
     return chunk
 
 
+def nvls_tree_chunk_bytes(size: float, channels: int, heads: int, nodes: int, *,
+                          largest: int = NVLS_CHUNK_BYTES) -> int:
+    """Data bytes NCCL's NVLS-tree kernels move per step for a call of ``size`` bytes over
+    ``channels`` channels of ``heads`` heads on ``nodes`` nodes: ``largest``
+    (``NCCL_NVLS_CHUNKSIZE``), 64 KiB from 4 nodes (``NCCL_NVLSTREE_MAX_CHUNKSIZE``'s default),
+    then 256, 128, 64 or 32 KiB while the call has fewer than 32, 16, 4 or 1 chunks per channel
+    and head (``calcCollChunking``, ``src/enqueue.cc``, NCCL 2.20 to 2.30).
+
+    >>> [nvls_tree_chunk_bytes(s << 20, 16, 8, 2) for s in (1024, 32, 4)]
+    [131072, 65536, 32768]
+    >>> nvls_tree_chunk_bytes(1 << 30, 16, 8, 4)
+    65536
+    """
+    chunk, ops = min(largest, 65536) if nodes >= 4 else largest, channels * heads
+    for times, smaller in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+        if size < times * ops * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
 def pat_chunk_bytes(size: float, channels: int, collective: str, *,
                     largest: int = _NCCL_STEP_DATA["Simple"]) -> int:
     """Data bytes of NCCL's PAT chunk for a call of ``size`` bytes (the nccl-tests size) over
@@ -1063,10 +1084,8 @@ def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str
             largest = 32768
         chunk = nvls_chunk_bytes(nbytes, 1, heads, largest=largest)
     elif algorithm == "nvls_tree":
-        chunk = min(131072, 65536 if nodes >= 4 else chunk)
-        for factor, size in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
-            if nbytes < factor * heads * chunk and chunk > size:
-                chunk = size
+        chunk = nvls_tree_chunk_bytes(nbytes, 1, heads, nodes, largest=min(NVLS_CHUNK_BYTES,
+                                                                            chunk))
     elif algorithm == "tree" and protocol == "Simple" and (rccl or setup.version < (2, 20)):
         # NCCL <= 2.19 and every RCCL (computeColl, then calcCollChunking: RCCL 2.21 and the
         # rccl of ROCm/rocm-systems in 2026 alike): fewer chunks per channel than the tree's

@@ -598,3 +598,15 @@ def test_the_simulated_graphs_are_deterministic_arrays():
     assert isinstance(g.sends, np.ndarray) and g.members.shape[1] == 2
     assert all(i < len(g.kind) for i in g.match) and g.inputs is not None
 
+
+@pytest.mark.parametrize("nodes, size, expected", [
+    (2, 1 << 30, 131072),   # NCCL_NVLS_CHUNKSIZE
+    (4, 1 << 30, 65536),    # NCCL_NVLSTREE_MAX_CHUNKSIZE's default from 4 nodes
+    (2, 32 << 20, 65536),   # 32 MiB < 4 x 16 channels x 8 heads x 128 KiB = 64 MiB
+    (2, 4 << 20, 32768),    # 4 MiB < 1 x 16 x 8 x 64 KiB = 8 MiB
+])
+def test_nvls_tree_pipelines_at_nccls_nvls_tree_chunk(nodes, size, expected):
+    # calcCollChunking's NVLS_TREE branch (src/enqueue.cc, NCCL 2.20-2.30), not the NVLS one
+    # (which would give 131072 at 4 nodes and 1 GiB, and 16 KiB at 4 MiB).
+    graph = nvls_tree_graph("allreduce", compose_nodes(get_topology("dgx-h100"), nodes), 16)
+    assert graph.slice_bytes(size) == expected
