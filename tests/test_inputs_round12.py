@@ -138,3 +138,25 @@ def test_least_steps_beyond_the_exact_engine_is_refused_not_unsatisfiable(capsys
     assert cli.main(["solve", "least-steps", "ring:4", "allgather", "--chunks", "1000",
                      "--max-steps", "5", "--json"]) == cli.EXIT_UNSATISFIABLE
     assert json.loads(capsys.readouterr().out)[0]["status"] == "unsat"
+
+
+# -- time of a file written for another runtime ------------------------------------------------
+
+
+def test_time_of_a_file_for_another_runtime_names_the_option_that_reads_it(tmp_path, capsys):
+    """An allgather exported for msccl-executor (maxBytes=0: unlimited there, never selected by
+    msccl) was refused by ``time`` as msccl's with a hint to ``collsynth check``; ``time``
+    reads files as --runtime's, so the message now says to give --runtime."""
+    algo, xml = tmp_path / "ag.json", tmp_path / "ag.xml"
+    assert cli.main(["solve", "instance", "dgx1", "allgather", "--steps", "2", "--rounds", "3",
+                     "--chunks", "2", "-o", str(algo), "-q"]) == cli.EXIT_OK
+    assert cli.main(["export", str(algo), "-o", str(xml), "--runtime",
+                     "msccl-executor"]) == cli.EXIT_OK
+    capsys.readouterr()
+    assert cli.main(["time", str(xml), "--topology", "dgx1", "--sizes", "1MB",
+                     "-q"]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "not a program msccl runs correctly" in err
+    assert "give --runtime for the runtime it is written for" in err
+    assert cli.main(["time", str(xml), "--topology", "dgx1", "--sizes", "1MB", "--runtime",
+                     "msccl-executor", "-q"]) == cli.EXIT_OK

@@ -345,7 +345,10 @@ def _subjects(args: argparse.Namespace, topology: "Topology | None", runtime: st
             try:
                 found.append(dataclasses.replace(load_program(path, runtime=runtime), name=name))
             except FileFormatError as exc:
-                refused.append((name, str(exc)))
+                hint = "" if args.runtime is not None else \
+                    (f" (read as {runtime}'s; give --runtime for the runtime it is written for, "
+                     "e.g. --runtime msccl-executor)")
+                refused.append((name, str(exc) + hint))
         else:
             (algorithm,) = _algorithms([path], args)
             found.append(dataclasses.replace(algorithm, name=name))
