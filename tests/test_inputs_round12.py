@@ -160,3 +160,12 @@ def test_time_of_a_file_for_another_runtime_names_the_option_that_reads_it(tmp_p
     assert "give --runtime for the runtime it is written for" in err
     assert cli.main(["time", str(xml), "--topology", "dgx1", "--sizes", "1MB", "--runtime",
                      "msccl-executor", "-q"]) == cli.EXIT_OK
+
+
+def test_check_refuses_a_root_for_a_collective_without_one(capsys):
+    """``check ALLREDUCE.xml --root 0`` was accepted without a word (the root was ignored)."""
+    xml = ROOT / "data" / "msccl-xml" / "rccl" / "allreduce-allpairs-8n-simple.xml"
+    capsys.readouterr()
+    assert cli.main(["check", str(xml), "--root", "0"]) == cli.EXIT_USAGE
+    assert "root 0 was given, but allreduce has no root" in capsys.readouterr().err
+    assert cli.main(["check", str(xml)]) == cli.EXIT_OK

@@ -1003,6 +1003,9 @@ def check_program(program: Program, *, runtime: str, collective: str | None = No
     checkable = post in {_canonical(c) for c in COLLECTIVES}
     if root is not None and not 0 <= root < max(program.ngpus, 0):
         raise InvalidCollectiveError(f"root {root} is not a rank of ngpus={program.ngpus}")
+    if root is not None and checkable and post not in ROOTED_COLLECTIVES:
+        raise InvalidCollectiveError(f"root {root} was given, but {post} has no root (rooted: "
+                                     f"{', '.join(sorted(ROOTED_COLLECTIVES))})")
 
     names = layouts(program, rt)
     runs: list[_Execution] = []
