@@ -28,7 +28,7 @@ from collsynth.timing.runtime_model import (BY_CONNECTION, BY_NVLS_CHANNEL, BY_S
 from collsynth.timing.runtime_baselines import double_binary_tree
 from collsynth.timing.symmetry import Spec, folded_members
 from collsynth.timing.tuning_model import (  # the one home of NCCL's chunk rules
-    nvls_chunk_bytes, nvls_tree_chunk_bytes)
+    nvls_chunk_bytes, nvls_heads, nvls_tree_chunk_bytes)
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
@@ -96,10 +96,12 @@ class _Graph:
     def prepared(self, topology: "Topology", fabric: Fabric, program: Program,
                  resolve: Callable[[Spec], Sequence[int]], ports: Sequence[int] = (),
                  slice_bytes: "float | Callable[[float], float] | None" = None,
-                 per_node: int | None = None) -> PreparedProgram | None:
+                 per_node: int | None = None, turned: int | None = None
+                 ) -> PreparedProgram | None:
         """The timing graph; with ``per_node``, of a graph that holds shard 0 of the rotation of
-        every node's ``per_node`` GPUs (:func:`~collsynth.timing.symmetry.folded_members`),
-        ``None`` where that rotation is not a symmetry of the machine."""
+        the first ``turned`` of every node's ``per_node`` GPUs
+        (:func:`~collsynth.timing.symmetry.folded_members`), ``None`` where that rotation is
+        not a symmetry of the machine."""
         from collsynth.timing.tuning_model import nvls_efficiency
         from collsynth.topology.machine import machine_facts
 
@@ -107,7 +109,7 @@ class _Graph:
         weights: np.ndarray | None = None
         if per_node is not None:
             folded = folded_members(self.specs, self.copy_counts, resolve,
-                                    fabric.capacity_gbps, per_node)
+                                    fabric.capacity_gbps, per_node, turned)
             if folded is None:
                 return None
             members, weights = folded
@@ -230,12 +232,13 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
     timing graph through the node's switch.
 
     Each channel carries ``1 / channels`` of the buffer, cut into one shard per GPU (GPU ``k``
-    owns shard ``k``):
+    owns shard ``k``), or for the allreduce one per head (GPUs ``0 .. h - 1``, ``h`` =
+    :func:`~collsynth.timing.tuning_model.nvls_heads`: 32 at most):
 
     * allreduce: every GPU sends each shard to the switch; the switch reduces shard ``k`` as
-      the streams arrive and returns the sum to GPU ``k`` (the load-reduce), which stores it
+      the streams arrive and returns the sum to head ``k`` (the load-reduce), which stores it
       back (the multicast store); the switch writes a copy into every GPU. Per GPU and
-      direction its port carries ``(n + 1) / n`` of the buffer.
+      direction its port carries the buffer, a head's ``1 / h`` more.
     * allgather: GPU ``k`` stores its shard once; the switch writes it into every GPU (a port
       carries ``1 / n`` of the output up and all of it down).
     * reduce-scatter: every GPU sends each shard; the switch returns the sum of shard ``k`` to
@@ -269,26 +272,28 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
             f"NVLS across the {layout.nodes} nodes of {topology.name!r} needs CollNet (SHARP) "
             "in the network, which no collsynth machine has; NCCL runs NVLS-tree there")
     n = topology.num_ranks
+    heads = nvls_heads(n)
+    shards = heads if key == "allreduce" else n
     fabric = Fabric(topology)
     up, down = _ports(topology, fabric)
     resolve = _resolver(fabric, up, down)
     program = Program(name=name or f"nvls-{key}", proto=protocol, nchannels=channels,
-                      nchunksperloop=channels * n, ngpus=n, coll=key, inplace=0, gpus=(),
+                      nchunksperloop=channels * shards, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
 
     def chunk(size: float) -> float:
-        return nvls_chunk_bytes(size, channels, n)
+        return nvls_chunk_bytes(size, channels, heads)
 
     if fold:
         graph = _nvls_shards(key, n, [(channels, [0])])
         folded = graph.prepared(topology, fabric, program, resolve, up + down, chunk,
-                                per_node=n)
+                                per_node=n, turned=shards)
         if folded is not None:
             return folded
     per_shard = {"allreduce": 3 * n + 2, "allgather": 2 * n + 1, "reduce_scatter": n + 2}[key]
-    check_simulated_steps(channels * n * per_shard, f"NVLS {key} of {n} ranks on {channels} "
-                                                    "channel(s)")
-    graph = _nvls_shards(key, n, [(1, list(range(n)))] * channels)
+    check_simulated_steps(channels * shards * per_shard, f"NVLS {key} of {n} ranks on "
+                                                         f"{channels} channel(s)")
+    graph = _nvls_shards(key, n, [(1, list(range(shards)))] * channels)
     return graph.prepared(topology, fabric, program, resolve, up + down, chunk)  # type: ignore
 
 
@@ -321,8 +326,9 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
     """NCCL's NVLS-tree allreduce on ``topology`` (nodes of ``m`` GPUs) over ``channels``
     channels: NVLS inside each node, a tree over the network between nodes.
 
-    Each channel carries ``1 / channels`` of the buffer, cut into ``m`` shards; GPU ``k`` of
-    every node is the head of shard ``k``. Inside node ``v`` the switch reduces shard ``k`` and
+    Each channel carries ``1 / channels`` of the buffer, cut into one shard per head (``h`` =
+    :func:`~collsynth.timing.tuning_model.nvls_heads`: ``m``, 32 at most); GPU ``k`` of every
+    node is the head of shard ``k``. Inside node ``v`` the switch reduces shard ``k`` and
     returns it to its head; the heads of shard ``k`` reduce up NCCL's double binary tree over the
     nodes (:func:`~collsynth.timing.runtime_baselines.double_binary_tree`, the first tree on
     even channels, the second on odd ones: each head adds its children's sums to its node's as
@@ -354,15 +360,16 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
     nodes, m = (layout.nodes, layout.ranks_per_node) if layout is not None else \
         (1, topology.num_ranks)
     n = nodes * m
+    heads = nvls_heads(m)
     fabric = Fabric(topology)
     up, down = _ports(topology, fabric)
     resolve = _resolver(fabric, up, down)
     program = Program(name=name or f"nvls_tree-{key}", proto=protocol, nchannels=channels,
-                      nchunksperloop=channels * m, ngpus=n, coll=key, inplace=0, gpus=(),
+                      nchunksperloop=channels * heads, ngpus=n, coll=key, inplace=0, gpus=(),
                       outofplace=1, min_bytes=0)
 
     def chunk(size: float) -> float:
-        return nvls_tree_chunk_bytes(size, channels, m, nodes)
+        return nvls_tree_chunk_bytes(size, channels, heads, nodes)
 
     if fold:
         parities = [(channels - c + 1) // 2 for c in range(min(channels, 2))]
@@ -370,12 +377,12 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
                               f"NVLS-tree allreduce of {n} ranks, folded")
         graph = _nvls_tree_shards(fabric, nodes, m, [(copies, [0]) for copies in parities])
         folded = graph.prepared(topology, fabric, program, resolve, up + down, chunk,
-                                per_node=m)
+                                per_node=m, turned=heads)
         if folded is not None:
             return folded
-    check_simulated_steps(channels * m * nodes * (3 * m + 4),
+    check_simulated_steps(channels * heads * nodes * (3 * m + 4),
                           f"NVLS-tree allreduce of {n} ranks on {channels} channel(s)")
-    graph = _nvls_tree_shards(fabric, nodes, m, [(1, list(range(m)))] * channels)
+    graph = _nvls_tree_shards(fabric, nodes, m, [(1, list(range(heads)))] * channels)
     return graph.prepared(topology, fabric, program, resolve, up + down, chunk)  # type: ignore
 
 

@@ -22,33 +22,43 @@ __all__ = ["Spec", "rotate_spec", "folded_members"]
 Spec = tuple[Hashable, ...]
 
 
-def rotate_spec(spec: Spec, steps: int, per_node: int) -> Spec:
+def rotate_spec(spec: Spec, steps: int, per_node: int, turned: int | None = None) -> Spec:
     """``spec`` with each rank ``v * per_node + g`` renumbered ``v * per_node + (g + steps) mod
-    per_node`` (every node's GPUs turned by ``steps``).
+    turned`` for ``g < turned`` (default ``per_node``: every node's GPUs turned by ``steps``);
+    the other GPUs of a node keep their numbers.
 
     >>> rotate_spec(("route", 3, 5), 1, 4)
     ('route', 0, 6)
+    >>> rotate_spec(("route", 1, 3), 1, 4, turned=2)  # GPUs 0 and 1 of a node turn, 2-3 stay
+    ('route', 0, 3)
     """
+    turned = per_node if turned is None else turned
     name, *ranks = spec
-    return (name, *(r - r % per_node + (r % per_node + steps) % per_node for r in ranks))
+    return (name, *(r if r % per_node >= turned else
+                    r - r % per_node + (r % per_node + steps) % turned for r in ranks))
 
 
 def folded_members(specs: Sequence[Sequence[Spec]], copies: Sequence[int],
                    resolve: Callable[[Spec], Sequence[int]], capacity: Sequence[float],
-                   per_node: int) -> tuple[np.ndarray, np.ndarray] | None:
+                   per_node: int, turned: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
     """The memberships ``(transfer, resource)`` and their weights of a graph that holds shard 0
-    of ``per_node`` rotated shards, each transfer standing for ``copies[t]`` identical channels.
+    of ``turned`` (default ``per_node``) rotated shards (:func:`rotate_spec`: the first
+    ``turned`` GPUs of every node turn, the others stay), each transfer standing for
+    ``copies[t]`` identical channels.
 
     ``specs[t]`` lists where transfer ``t``'s resources come from; ``resolve`` turns a spec into
     resource indices (the same number, in the same roles, for every rotation of it). Each
     resource is replaced by the least index of its orbit under the rotation, weighted
-    ``copies x (per_node / orbit size) x`` the transfer's resources in that orbit: the load the
-    whole graph puts on any one resource of the orbit, per unit of the transfer's rate.
+    ``copies x (turned / orbit size) x`` the transfer's resources in that orbit: the load the
+    whole graph puts on any one resource of the orbit, per unit of the transfer's rate (a
+    resource no rotation moves, as a GPU that is no head's port, is crossed by every shard).
 
     ``None`` when the rotation is not a symmetry of the resources the graph touches: a resource
     mapped to two different ones, two mapped to one, a capacity that changes along an orbit, or
     a spec whose rotations cross a different number of resources.
     """
+    turned = per_node if turned is None else turned
     image: dict[int, int] = {}
     seen: set[Spec] = set()
     for transfer in specs:
@@ -56,7 +66,8 @@ def folded_members(specs: Sequence[Sequence[Spec]], copies: Sequence[int],
             if spec in seen:
                 continue
             seen.add(spec)
-            chain = [tuple(resolve(rotate_spec(spec, i, per_node))) for i in range(per_node + 1)]
+            chain = [tuple(resolve(rotate_spec(spec, i, per_node, turned)))
+                     for i in range(turned + 1)]
             if any(len(c) != len(chain[0]) for c in chain):
                 return None
             for here, there in zip(chain, chain[1:]):
@@ -72,7 +83,7 @@ def folded_members(specs: Sequence[Sequence[Spec]], copies: Sequence[int],
         cycle = [r]
         x = image[r]
         while x != r:
-            if x not in image or len(cycle) >= per_node:
+            if x not in image or len(cycle) >= turned:
                 return None
             cycle.append(x)
             x = image[x]
@@ -84,5 +95,5 @@ def folded_members(specs: Sequence[Sequence[Spec]], copies: Sequence[int],
         found = Counter(orbit[r] for spec in transfer for r in resolve(spec))
         for (least, size), count in sorted(found.items()):
             rows.append((t, least))
-            weights.append(copies[t] * (per_node // size) * count)
+            weights.append(copies[t] * (turned // size) * count)
     return (np.array(rows, dtype=np.int64).reshape(-1, 2), np.array(weights, dtype=float))

@@ -44,7 +44,7 @@ __all__ = [
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
     "NVLS_ALGORITHMS", "kind_channels", "NVLS_CHUNK_BYTES", "nvls_chunk_bytes",
-    "nvls_tree_chunk_bytes", "pat_chunk_bytes",
+    "nvls_tree_chunk_bytes", "pat_chunk_bytes", "NVLS_MAX_HEADS", "nvls_heads",
 ]
 
 #: NCCL's algorithms and protocols, in its own order (``ncclAlgoStr``, ``ncclProtoStr``): the
@@ -1001,6 +1001,21 @@ def call_shape(setup: TuningSetup, collective: str, algorithm: str, protocol: st
     return CallShape(nmax, used, threads, chunk, slice_, steps)
 
 
+#: ``NCCL_MAX_NVLS_ARITY`` (NCCL 2.21-2.30; 8 before): NVLS's heads in one NVLink domain at most.
+NVLS_MAX_HEADS = 32
+
+
+def nvls_heads(ranks_per_node: int) -> int:
+    """NCCL's NVLS heads on nodes (NVLink domains) of ``ranks_per_node`` GPUs: one per GPU, at
+    most :data:`NVLS_MAX_HEADS` (the NVLS graph search's ``maxChannels``, ``src/graph/
+    search.cc``; a GB200 NVL72 rack has 32 heads for its 72 GPUs).
+
+    >>> nvls_heads(8), nvls_heads(72)
+    (8, 32)
+    """
+    return min(ranks_per_node, NVLS_MAX_HEADS)
+
+
 #: Data bytes NCCL's NVLS kernels move per step of a channel's pipeline (``NCCL_NVLS_CHUNKSIZE``,
 #: default 128 KiB, src/transport/nvls.cc; NVLS-tree uses at most the same): the grain at which
 #: the switch's reduce, the store and the copies overlap, much finer than the Simple slice of the
@@ -1077,7 +1092,7 @@ def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str
     chunk, slice_ = step * chunk_steps, step * slice_steps
     nbytes = -(-size_bytes // max(1, channels))  # one channel's share
     ppn, nodes = setup.ranks_per_node, setup.nodes
-    heads = ppn
+    heads = nvls_heads(ppn)
     if algorithm == "nvls":
         largest = min(NVLS_CHUNK_BYTES, chunk)
         if nodes > 1 and bandwidth_gbps(setup, "allreduce", "nvls", "Simple") < 150:
@@ -1114,8 +1129,10 @@ def _chunking(setup: TuningSetup, collective: str, algorithm: str, protocol: str
                                      else (n - 1, n) if collective in ("allgather",
                                                                        "reduce_scatter")
                                      else (1, 1))
-    elif algorithm in ("nvls", "collnet_direct"):
+    elif algorithm == "nvls":
         per_loop, chunks_per_loop = 1, heads
+    elif algorithm == "collnet_direct":
+        per_loop, chunks_per_loop = 1, ppn
     else:
         per_loop, chunks_per_loop = 1, 1
     loops = max(1, -(-nbytes // (chunks_per_loop * chunk)))
@@ -1274,7 +1291,7 @@ def setup_from_facts(facts: "MachineFacts", *, gpu_gbps: float, path_gbps: float
     nvls = None
     nvls_channels = 0
     if runtime == "nccl" and facts.nvls and (cc or 0) >= 90 and ppn >= 2:
-        heads = min(ppn, 32)
+        heads = nvls_heads(ppn)
         # Each NVLS channel takes 2 x speed on its head GPU's links and 1 x on the others'.
         s_intra, _ = _best_speed(_speeds(_SPEEDS_INTRA, cc), path_gbps,
                                  lambda s: heads if (heads + 1) * s <= gpu_gbps + 1e-9 else 0)

@@ -128,3 +128,41 @@ def test_the_large_rack_folds_to_a_graph_the_model_can_simulate():
     graph = nvls_tree_graph("allreduce", racks, 32)
     assert graph.num_transfers <= 2 * 20 * (3 * 72 + 4)
     assert np.all(graph.weights >= 1)
+
+
+def port_bytes(prepared, size: int) -> dict[str, float]:
+    """Data bytes each resource carries at ``size``, counted from the graph (not simulated)."""
+    chunk = size / prepared.buffer_chunks
+    weights = prepared.weights if prepared.weights is not None else np.ones(len(prepared.members))
+    found: dict[str, float] = {}
+    for (t, r), w in zip(prepared.members, weights):
+        name = prepared.resource_names[r]
+        found[name] = found.get(name, 0.0) + prepared.cnt[t] * chunk * w
+    return found
+
+
+def test_a_rack_of_72_gpus_has_32_nvls_heads_by_hand():
+    # NCCL_MAX_NVLS_ARITY = 32: the allreduce's shards are 32 per channel, reduced on GPUs
+    # 0-31. Per port, in units of the buffer S: every GPU sends all 32 shards up (S) and gets
+    # a copy of each (S); a head also gets its shard's sum (S/32 down) and stores it (S/32 up).
+    size = 64 << 20
+    rack = get_topology("gb200-nvl72")
+    carried = port_bytes(nvls_graph("allreduce", rack, 2, fold=False), size)
+    for rank in (0, 31, 32, 71):
+        extra = size / 32 if rank < 32 else 0.0
+        assert carried[f"NVLS port of rank {rank} to switch 0"] == pytest.approx(size + extra)
+        assert carried[f"NVLS port of rank {rank} from switch 0"] == pytest.approx(size + extra)
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_folded_graphs_with_fewer_heads_than_gpus_time_as_the_whole(channels):
+    # The first 32 of 72 GPUs turn, the other 40 stay: NVLS on one rack and NVLS-tree on two.
+    rack = get_topology("gb200-nvl72")
+    for build, machine in ((nvls_graph, rack), (nvls_tree_graph, compose_nodes(rack, 2))):
+        whole = build("allreduce", machine, channels, fold=False)
+        folded = build("allreduce", machine, channels)
+        assert folded.num_transfers < whole.num_transfers
+        for c in (constants(), constants(20.0)):
+            assert [simulate_program(folded, None, s, c).time_us for s in (1 << 20, 1 << 30)] \
+                == pytest.approx([simulate_program(whole, None, s, c).time_us
+                                  for s in (1 << 20, 1 << 30)], rel=1e-9)
