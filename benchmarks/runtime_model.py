@@ -1,12 +1,14 @@
 """The program model's speed, and its MI250 prediction against the measurement.
 
     python benchmarks/runtime_model.py [--repeat 3] [--xml FILE --topology T --nodes K]
-    python benchmarks/runtime_model.py --skip-speed     # only the MI250 figures
+    python benchmarks/runtime_model.py --skip-speed     # the MI250 and folding figures
 
 Speed: a 64-rank program with about 80k sends (by default RCCL's own ring allgather on
 ``dgx-a100 --nodes 8`` written as a 20-channel program: 64 x 20 x 63 = 80,640 sends; ``--xml``
 times a file instead, e.g. ``collsynth solve bandwidth-optimal dgx-a100 allgather --nodes 8``
 exported with ``--channels auto``), prepared once and simulated at 1 GiB; median of ``repeat``.
+
+Folding: NVLS on a GB200 NVL72 rack, whole graph against folded (same time, fewer transfers).
 
 MI250: RCCL's two-channel ring allgather on ``mi250-16gcd --nodes 2`` is calibrated on
 ``data/measurements/mi250-16gcd-x2/rccl_all_gather_outofplace.csv`` (every size: in-sample
@@ -62,6 +64,37 @@ def speed(args: argparse.Namespace) -> None:
           f"{result.breakdown['passes']} passes)")
 
 
+def folded(args: argparse.Namespace) -> None:
+    """NCCL's NVLS allreduce on one GB200 NVL72 rack (72 GPUs, 32 channels), built and
+    simulated at 1 GiB whole and folded (docs/runtime-model.md, "Folded graphs"); both give the
+    same time."""
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.runtime_model import simulate_program
+    from collsynth.timing.switch_graphs import nvls_graph
+    from collsynth.topology import get_topology
+
+    rack = get_topology("gb200-nvl72")
+    c = get_runtime("nccl").defaults
+    found = {}
+    for fold in (False, True):
+        build_s, simulate_s = [], []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            graph = nvls_graph("allreduce", rack, 32, fold=fold)
+            t1 = time.perf_counter()
+            result = simulate_program(graph, None, 2**30, c)
+            t2 = time.perf_counter()
+            build_s.append(t1 - t0)
+            simulate_s.append(t2 - t1)
+        found[fold] = (graph.num_transfers, statistics.median(build_s),
+                       statistics.median(simulate_s), result.time_us)
+    for fold, (transfers, build, simulate, time_us) in found.items():
+        print(f"NVLS allreduce, GB200 NVL72 rack, 32 channels, {'folded' if fold else 'whole'}: "
+              f"{transfers} transfers, build {build:.3f} s, simulate 1 GiB {simulate:.3f} s "
+              f"(median of {args.repeat}; {time_us:.1f} us)")
+    print(f"  same time: {abs(found[True][3] / found[False][3] - 1) < 1e-9}")
+
+
 def mi250() -> None:
     from collsynth.topology import get_topology
     from collsynth.topology.compose import compose_nodes
@@ -93,9 +126,12 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-mi250", action="store_true")
+    parser.add_argument("--skip-fold", action="store_true")
     args = parser.parse_args()
     if not args.skip_speed:
         speed(args)
+    if not args.skip_fold:
+        folded(args)
     if not args.skip_mi250:
         mi250()
 
