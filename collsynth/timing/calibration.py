@@ -26,6 +26,7 @@ from collsynth._parse import (
     MAX_SIZE_BYTES,
     MAX_TIME_US,
     MIN_GBPS,
+    MIN_TIME_US,
     clean_name,
     clean_text,
     parse_json,
@@ -41,7 +42,8 @@ from collsynth.runtimes import RuntimeConstants, get_runtime, parse_given_versio
 from collsynth.runtimes.constants import (MIN_LATENCY_US, constants_from_dict,
                                          constants_to_dict)
 from collsynth.timing.alphabeta import AlphaBeta
-from collsynth.timing.fit import MODELS, LogFits
+from collsynth.timing.fit import (CENTER_MARGIN_DOUBLINGS, LATENCY_EXPONENT_MAX, MODELS,
+                                  STEEPNESS_BOUNDS, LogFits)
 from collsynth.collective.kinds import busbw_factor
 from collsynth.timing.logs import LOGGED_COLLECTIVES, canonical_collective
 from collsynth.timing.tuning_model import ring_steps
@@ -80,10 +82,12 @@ MAX_CALIBRATION_BYTES = 16 * 1024 * 1024
 _MAX_ENTRIES = 100_000
 
 # Figures of each model: name -> (required, kind).
-# Kinds: "pos" > 0, "nonneg" >= 0, "bytes" a whole number >= 1, "us" a call's time (1 ps to
-# an hour), "us_per_byte" the time of a byte at 1 kB/s to 1 PB/s (MIN_GBPS to MAX_GBPS), "gbps" a
-# bandwidth in that range. A calibration writes none outside them; a hand-edited 0 priced a 1 GiB
-# allreduce at 35 us and 1e300 printed a 300-digit time.
+# Kinds: "pos" > 0, "bytes" a whole number >= 1, "us" a call's time (1 ps to an hour),
+# "us_per_byte" the time of a byte at 1 kB/s to 1 PB/s (MIN_GBPS to MAX_GBPS), "gbps" a
+# bandwidth in that range, and the ranges of _RANGES: the piecewise fit's own bounds
+# (collsynth.timing.fit) and an error (GMAE) from 0 to MAX_GMAE. A calibration writes none
+# outside them; a hand-edited 0 priced a 1 GiB allreduce at 35 us and 1e300 printed a 300-digit
+# time (docs/file-formats.md, "Counts that size work", lists the ranges).
 _PARAMS: dict[str, dict[str, tuple[bool, str]]] = {
     "alpha-beta": {
         "alpha_us": (True, "us"), "beta_us_per_byte": (True, "us_per_byte"),
@@ -92,12 +96,26 @@ _PARAMS: dict[str, dict[str, tuple[bool, str]]] = {
     },
     "piecewise": {
         "alpha_us": (True, "us"), "busbw_gbps": (True, "gbps"), "knee_bytes": (True, "bytes"),
-        "saturation_bytes": (True, "bytes"), "center_bytes": (True, "pos"),
-        "steepness": (True, "pos"), "min_bytes": (False, "bytes"),
-        "latency_exponent": (False, "nonneg"),
+        "saturation_bytes": (True, "bytes"), "center_bytes": (True, "center"),
+        "steepness": (True, "steepness"), "min_bytes": (False, "bytes"),
+        "latency_exponent": (False, "exponent"),
         # Written before the curve was made continuous; read and ignored.
         "sigmoid_low_gbps": (False, "pos"), "sigmoid_high_gbps": (False, "pos"),
     },
+}
+#: The largest error (GMAE, a fraction) an entry may record: a fit off by the ratio of the longest
+#: call a log may hold to the shortest (an hour to a nanosecond, 3.6e12); beyond it a hand edit,
+#: which tables print as a number of hundreds of digits.
+MAX_GMAE = MAX_TIME_US / MIN_TIME_US
+#: Ranges of the figures of the piecewise fit and of the errors: kind -> (low, high, unit). The
+#: fit writes nothing outside the first three (its own bounds).
+_RANGES: dict[str, tuple[float, float, str]] = {
+    "steepness": (*STEEPNESS_BOUNDS, "per doubling of the size"),
+    "exponent": (0.0, LATENCY_EXPONENT_MAX, "(the latency piece grows at most 19% a doubling)"),
+    "center": (2.0 ** -CENTER_MARGIN_DOUBLINGS,
+               2.0 ** (MAX_SIZE_BYTES.bit_length() - 1 + CENTER_MARGIN_DOUBLINGS),
+               f"bytes (within {CENTER_MARGIN_DOUBLINGS} doublings of 1 B to 2^50 B)"),
+    "gmae": (0.0, MAX_GMAE, "(a fraction: 0.1 is 10%)"),
 }
 _ENTRY_KEYS = ("file", "collective", "ranks", "model", "gmae", "gmae_rows", "gmae_heldout",
                "runtime", "runtime_version", "channels")
@@ -538,7 +556,7 @@ def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:
         clean_name(entry.collective, f"{where}.collective", source=source)
         for key, value in params.items():  # what a log can have measured (see logs.py)
             limit = MAX_TIME_US if key.endswith("_us") else \
-                MAX_SIZE_BYTES if key.endswith("_bytes") else \
+                MAX_SIZE_BYTES if key.endswith("_bytes") and key != "center_bytes" else \
                 MAX_GBPS if key.endswith("_gbps") else None
             if limit is not None and value > limit:
                 raise FileFormatError(source, f"{where}.{key}: {value!r}; expected at most "
@@ -607,12 +625,12 @@ def _entry_problem(entry: CalibrationEntry | _Unchecked) -> tuple[str, str] | No
         if abs(entry.params["algbw_gbps"] / from_beta - 1) > 0.01:
             return ".algbw_gbps", (f"{entry.params['algbw_gbps']!r}; expected 1 / "
                                    f"beta_us_per_byte = {from_beta:.6g} GB/s (within 1%)")
-    problem = _number_problem(entry.gmae, "nonneg")
+    problem = _number_problem(entry.gmae, "gmae")
     if problem:
         return ".gmae", problem
     for key in ("gmae_rows", "gmae_heldout"):
         if getattr(entry, key) is not None:
-            problem = _number_problem(getattr(entry, key), "nonneg")
+            problem = _number_problem(getattr(entry, key), "gmae")
             if problem:
                 return f".{key}", problem
     for key in ("runtime", "runtime_version"):
@@ -636,16 +654,16 @@ def _number_problem(value: Any, kind: str) -> str | None:
         return f"{value!r}; expected a finite number"
     ranges = {"us": (MIN_LATENCY_US, MAX_TIME_US, "us"),
               "us_per_byte": (1e-3 / MAX_GBPS, 1e-3 / MIN_GBPS, "us per byte"),
-              "gbps": (MIN_GBPS, MAX_GBPS, "GB/s")}
+              "gbps": (MIN_GBPS, MAX_GBPS, "GB/s"), **_RANGES}
     if kind in ranges:
         low, high, unit = ranges[kind]
         if not low <= value <= high:
             return f"{value!r}; expected {low:g} to {high:g} {unit}"
+        if value == 0 and math.copysign(1.0, value) < 0:  # no fit writes it; tables print -0.0%
+            return f"{value!r}: a negative zero; expected 0 or more (write 0)"
         return None
     if kind == "pos" and value <= 0:
         return f"{value!r}; expected a number > 0"
-    if kind == "nonneg" and value < 0:
-        return f"{value!r}; expected a number >= 0"
     return None
 
 

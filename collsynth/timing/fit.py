@@ -40,6 +40,9 @@ __all__ = [
     "MAX_BUSBW_GBPS",
     "BUSBW_PER_LINK_GBPS",
     "MODELS",
+    "STEEPNESS_BOUNDS",
+    "LATENCY_EXPONENT_MAX",
+    "CENTER_MARGIN_DOUBLINGS",
     "FIGURE_FORMATS",
     "fit_alpha_beta",
     "fit_piecewise",
@@ -53,9 +56,15 @@ MODELS = ("alpha-beta", "piecewise")
 #: Figure formats :func:`save_figure` writes, by file suffix.
 FIGURE_FORMATS = (".png", ".svg")
 
-_STEEPNESS_BOUNDS = (0.05, 12.0)
-#: The largest exponent of the latency piece: its time grows at most 2 ** 0.25 (19%) per doubling.
-_LATENCY_EXPONENT_MAX = 0.25
+#: The steepness of the piecewise curve's sigmoid, per doubling of the size: the fit's bounds,
+#: and so the range a calibration file's ``steepness`` is read in.
+STEEPNESS_BOUNDS = (0.05, 12.0)
+#: The largest exponent of the latency piece: its time grows at most 2 ** 0.25 (19%) per doubling
+#: (a calibration file's ``latency_exponent`` is read from 0 to this).
+LATENCY_EXPONENT_MAX = 0.25
+#: How far the sigmoid's centre may lie outside the sweep, in doublings: with sizes from 1 byte to
+#: :data:`~collsynth._parse.MAX_SIZE_BYTES` (2^50), a ``center_bytes`` from 2^-8 to 2^58.
+CENTER_MARGIN_DOUBLINGS = 8
 #: The most the sigmoid may rise, as a fraction of the rise at which the bus bandwidth would grow
 #: as fast as the size at its steepest point: below 1, the time strictly increases between the
 #: knees (by at least 1% per doubling at the steepest point, far above rounding).
@@ -374,7 +383,7 @@ def _best_pairs(x: np.ndarray, y_t: np.ndarray, y_b: np.ndarray, bounds: tuple[f
 
     With the knees fixed independent pieces share no parameter, so the error splits: the
     latency piece is a least-squares line in ``(x, ln time)`` whose slope is clipped to
-    ``[0, ln 2 * _LATENCY_EXPONENT_MAX]``, the peak the mean log bandwidth above the saturation,
+    ``[0, ln 2 * LATENCY_EXPONENT_MAX]``, the peak the mean log bandwidth above the saturation,
     and for a fixed centre and steepness the sigmoid is linear in its low and high ends (linear
     least squares). A grid of centres and steepnesses, prefix sums over the sizes, and every
     pair of knees are scored at once; the continuous curve is refined from the best.
@@ -395,7 +404,7 @@ def _best_pairs(x: np.ndarray, y_t: np.ndarray, y_b: np.ndarray, bounds: tuple[f
     var_t = ptt[1:] - pt[1:] ** 2 / cnt
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = np.where(var_x > 1e-12, cov / var_x, 0.0)
-    slope = np.clip(slope, 0.0, _LN2 * _LATENCY_EXPONENT_MAX)
+    slope = np.clip(slope, 0.0, _LN2 * LATENCY_EXPONENT_MAX)
     flat = np.maximum(var_t - 2 * slope * cov + slope ** 2 * var_x, 0.0)  # flat[i]: points 0..i
     pb, pbb = prefix(y_b), prefix(y_b ** 2)
     tail_n = n - np.arange(n)
@@ -403,7 +412,7 @@ def _best_pairs(x: np.ndarray, y_t: np.ndarray, y_b: np.ndarray, bounds: tuple[f
 
     # Sigmoid piece over points i+1..j-1 for every (centre, steepness) on the grid.
     c_grid = np.linspace(centers[0], centers[1], 48)
-    k_grid = np.geomspace(_STEEPNESS_BOUNDS[0], _STEEPNESS_BOUNDS[1], 24)
+    k_grid = np.geomspace(STEEPNESS_BOUNDS[0], STEEPNESS_BOUNDS[1], 24)
     g = _sigmoid(k_grid[None, :, None] * (x[None, None, :] - c_grid[:, None, None]))
     g = g.reshape(-1, n)  # (grid, n)
     sg, sgg, sgy = prefix(g), prefix(g * g), prefix(g * y_b[None, :])
@@ -504,12 +513,12 @@ def _fit_piecewise(log: BenchmarkLog, sweep: _Sweep) -> PiecewiseFit:
     margin = math.log(4.0)
     t_bounds = (float(y_t.min()) - margin, float(y_t.max()) + margin)
     b_bounds = (float(y_b.min()) - margin, float(y_b.max()) + margin)
-    c_bounds = (float(x[0]) - 8.0, float(x[-1]) + 8.0)
+    c_bounds = (float(x[0]) - CENTER_MARGIN_DOUBLINGS, float(x[-1]) + CENTER_MARGIN_DOUBLINGS)
     # The refined figures: log alpha, latency exponent, u (the rise of the sigmoid as a fraction
     # of the most that keeps the time from decreasing), centre, steepness.
-    lower = np.array([t_bounds[0], 0.0, -1.0, c_bounds[0], _STEEPNESS_BOUNDS[0]])
-    upper = np.array([t_bounds[1], _LATENCY_EXPONENT_MAX, _RISE_MAX, c_bounds[1],
-                      _STEEPNESS_BOUNDS[1]])
+    lower = np.array([t_bounds[0], 0.0, -1.0, c_bounds[0], STEEPNESS_BOUNDS[0]])
+    upper = np.array([t_bounds[1], LATENCY_EXPONENT_MAX, _RISE_MAX, c_bounds[1],
+                      STEEPNESS_BOUNDS[1]])
 
     def curve(params: np.ndarray, xk: float, xs: float) -> _Curve:
         log_alpha, exponent, u, center, steepness = (float(v) for v in params)

@@ -161,7 +161,7 @@ BAD_CALIBRATIONS = [
                                        r"model 'alpha-beta'"),
     (["entries", 1, "knee_bytes"], 1.5, r"entries\[1\]\.knee_bytes: 1\.5; expected a whole "
                                         r"number of bytes"),
-    (["entries", 1, "gmae"], -0.1, r"entries\[1\]\.gmae: -0\.1; expected a number >= 0"),
+    (["entries", 1, "gmae"], -0.1, r"entries\[1\]\.gmae: -0\.1; expected 0 to 3\.6e\+12"),
     (["entries", 1, "gmae"], KeyError, r"entries\[1\]\.gmae: None; expected a finite number"),
     (["entries", 0, "alpha_us"], 1e300, r"entries\[0\]\.alpha_us: 1e\+300; expected 1e-06 to "
                                         r"3\.6e\+09 us"),
@@ -171,13 +171,13 @@ BAD_CALIBRATIONS = [
                                                     r"'all\\x00reduce': a control character"),
     (["nodes"], 0, r"nodes: 0; expected a whole number from 1 to 1048576"),
     (["nodes"], "2", r"nodes: '2'; expected a whole number from 1 to 1048576"),
-    (["entries", 1, "gmae_heldout"], -1, r"entries\[1\]\.gmae_heldout: -1; expected a number >= 0"),
+    (["entries", 1, "gmae_heldout"], -1, r"entries\[1\]\.gmae_heldout: -1; expected 0 to 3\.6e\+12"),
     (["entries", 1, "channels"], 0, r"entries\[1\]\.channels: 0; expected a whole number from 1"),
     (["entries", 1, "channels"], 2.0, r"entries\[1\]\.channels: 2\.0; expected a whole number"),
     (["entries", 1, "runtime"], "", r"entries\[1\]\.runtime: ''; expected a non-empty string"),
     (["entries", 1, "runtime_version"], 2.18, r"entries\[1\]\.runtime_version: 2\.18; expected"),
     (["entries", 1, "latency_exponent"], -0.1, r"entries\[1\]\.latency_exponent: -0\.1; expected "
-                                               r"a number >= 0"),
+                                               r"0 to 0\.25"),
     (["entries", 1, "min_bytes"], 0, r"entries\[1\]\.min_bytes: 0; expected a whole number"),
 ]
 
