@@ -42,6 +42,8 @@ __all__ = [
     "bounded_float",
     "int_from_text",
     "float_from_text",
+    "NumberTextError",
+    "number_text",
     "clean_name",
     "clean_text",
     "free_form",
@@ -332,10 +334,51 @@ def bounded_float(value: Any, field: str, *, source: str, lo: float | None = Non
     return float(value)
 
 
+class NumberTextError(ValueError):
+    """A number's text refused by :func:`number_text`; the message says why, to follow
+    ``expected ..., got 'TEXT'``."""
+
+
+def number_text(text: str) -> str:
+    """``text`` less blanks at its ends, when it is a number as collsynth reads them everywhere
+    (command-line options, topology names, file fields): ASCII characters only, no ``_``, at most
+    :data:`MAX_NUMBER_CHARS` characters. Python's ``int()`` and ``float()`` also read any
+    script's digits (``'٣'`` is 3, ``'３'`` too), ``_`` between digits (``'1_000'``) and Unicode
+    blanks around them; no runtime, benchmark or NCCL variable writes those, so a number that has
+    them is a typo or a paste from elsewhere, refused rather than read as something else. Whether
+    the rest is a number is left to ``int()`` or ``float()``.
+
+    Raises
+    ------
+    NumberTextError
+        Naming the character refused.
+
+    >>> number_text(" 12 ")
+    '12'
+    >>> number_text("1_000")
+    Traceback (most recent call last):
+    ...
+    collsynth._parse.NumberTextError: numbers take no '_' separators (write 1000, not 1_000)
+    """
+    for ch in text:
+        if ch == "_":
+            raise NumberTextError("numbers take no '_' separators (write 1000, not 1_000)")
+        if not ch.isascii():
+            what = unicodedata.name(ch, f"U+{ord(ch):04X}")
+            raise NumberTextError(f"{ch!r} ({what}) is not ASCII; numbers are written with the "
+                                  "digits 0-9")
+    stripped = text.strip()
+    if len(stripped) > MAX_NUMBER_CHARS:
+        raise NumberTextError(f"a number of {len(stripped)} characters; numbers have at most "
+                              f"{MAX_NUMBER_CHARS}")
+    return stripped
+
+
 def int_from_text(text: str, field: str, *, source: str, lo: int | None = 0,
                   hi: int | None = MAX_INT64, base: int = 10, why: str = "") -> int:
     """The integer written as ``text`` (decimal, or ``base``; surrounding blanks ignored),
-    refusing a literal longer than :data:`MAX_NUMBER_CHARS` before converting it.
+    refusing what :func:`number_text` refuses (other scripts' digits, ``_``, a literal longer
+    than :data:`MAX_NUMBER_CHARS`) before converting it.
 
     >>> int_from_text(" 12 ", "count", source="t.xml", hi=18)
     12
@@ -344,10 +387,13 @@ def int_from_text(text: str, field: str, *, source: str, lo: int | None = 0,
     ...
     collsynth.errors.FileFormatError: t.xml: count = '1e20': expected a whole number from 0 to ...
     """
-    stripped = text.strip()
-    if len(stripped) > MAX_NUMBER_CHARS:
-        raise FileFormatError(source, f"{field}: a number of {len(stripped)} characters; numbers "
-                                      f"have at most {MAX_NUMBER_CHARS}")
+    if len(text.strip()) > MAX_NUMBER_CHARS:
+        raise FileFormatError(source, f"{field}: a number of {len(text.strip())} characters; "
+                                      f"numbers have at most {MAX_NUMBER_CHARS}")
+    try:
+        stripped = number_text(text)
+    except NumberTextError as exc:
+        raise FileFormatError(source, f"{field} = {shown(text)}: {exc}") from None
     try:
         value = int(stripped, base)
     except ValueError:
@@ -359,7 +405,7 @@ def int_from_text(text: str, field: str, *, source: str, lo: int | None = 0,
 def float_from_text(text: str, field: str, *, source: str, lo: float | None = None,
                     hi: float | None = None, above: float | None = None, why: str = "") -> float:
     """The finite number written as ``text``, within the bounds of :func:`bounded_float`,
-    refusing a literal longer than :data:`MAX_NUMBER_CHARS`.
+    refusing what :func:`number_text` refuses.
 
     >>> float_from_text("1e308", "time", source="log.txt", above=0, hi=MAX_TIME_US)
     Traceback (most recent call last):
@@ -367,10 +413,13 @@ def float_from_text(text: str, field: str, *, source: str, lo: float | None = No
     collsynth.errors.FileFormatError: log.txt: time = 1e+308: expected a finite number > 0 and
     <= 3.6e+09
     """
-    stripped = text.strip()
-    if len(stripped) > MAX_NUMBER_CHARS:
-        raise FileFormatError(source, f"{field}: a number of {len(stripped)} characters; numbers "
-                                      f"have at most {MAX_NUMBER_CHARS}")
+    if len(text.strip()) > MAX_NUMBER_CHARS:
+        raise FileFormatError(source, f"{field}: a number of {len(text.strip())} characters; "
+                                      f"numbers have at most {MAX_NUMBER_CHARS}")
+    try:
+        stripped = number_text(text)
+    except NumberTextError as exc:
+        raise FileFormatError(source, f"{field} = {shown(text)}: {exc}") from None
     try:
         value = float(stripped)
     except ValueError:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 import numpy as np
 
 from collsynth._files import read_head
+from collsynth._parse import NumberTextError, number_text
 from collsynth.algorithm.arrays import sends_as_arrays
 from collsynth.algorithm.model import Algorithm
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError, expect_path
@@ -140,7 +141,11 @@ def parse_step_range(text: str) -> tuple[int, int]:
     >>> parse_step_range("0-2"), parse_step_range("3")
     ((0, 2), (3, 3))
     """
-    match = re.fullmatch(r"\s*(\d{1,9})\s*(?:-\s*(\d{1,9})\s*)?", text)
+    try:
+        number_text(text)  # '١' is a digit to \d (any script's digits): ASCII ones only
+    except NumberTextError as exc:
+        raise DrawError(f"steps {text!r}: {exc}") from None
+    match = re.fullmatch(r"\s*([0-9]{1,9})\s*(?:-\s*([0-9]{1,9})\s*)?", text)
     if not match:
         raise DrawError(f"steps {text!r}: expected A-B or A (step numbers from 0)")
     first = int(match.group(1))
@@ -519,7 +524,9 @@ def draw_file(path: str | os.PathLike[str], *, topology: Topology | None = None,
     Raises
     ------
     FileFormatError
-        Missing or unreadable file, or a file that is neither kind.
+        Missing or unreadable file, or a file that is neither kind (a JSON file that is not an
+        algorithm file, such as an MSCCL++ plan, is named as what it is, whether or not
+        ``topology`` is given).
     DrawError
         An XML program without ``topology``, or an algorithm file with one.
     """
@@ -531,12 +538,13 @@ def draw_file(path: str | os.PathLike[str], *, topology: Topology | None = None,
             raise DrawError(f"{path}: an MSCCL XML program does not say its topology; give one "
                             "(--topology), its ranks in the program's order")
         return draw_program(load_program(Path(path)), topology, options=options)
+    from collsynth.algorithm.fileformat import load_algorithm
+
+    algorithm = load_algorithm(path)  # first: it says what another JSON file is (an MSCCL++ plan)
     if topology is not None:
         raise DrawError(f"{path}: an algorithm file carries its topology; a topology is only "
                         "given for an MSCCL XML program")
-    from collsynth.algorithm.fileformat import load_algorithm
-
-    return draw_algorithm(load_algorithm(path), options=options)
+    return draw_algorithm(algorithm, options=options)
 
 
 def file_kind(path: str | os.PathLike[str]) -> str:

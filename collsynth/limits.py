@@ -31,7 +31,7 @@ MEMORY_LIMIT_ENV = "COLLSYNTH_MEMORY_LIMIT"
 
 _UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-_SIZE = re.compile(r"^\s*(\d{1,15}(?:\.\d{0,9})?)\s*([A-Za-z]*)\s*$")
+_SIZE = re.compile(r"^\s*(\d{1,15}(?:\.\d{0,9})?)\s*([A-Za-z]*)\s*$", re.ASCII)  # \d: 0-9 only
 
 #: The ceiling set by memory_ceiling() for the code running inside it (None: not set).
 _CEILING: contextvars.ContextVar[int | None] = contextvars.ContextVar("collsynth_memory_ceiling",

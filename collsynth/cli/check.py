@@ -13,8 +13,9 @@ import json
 import re
 from typing import Any
 
+from collsynth._parse import number_text
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError, err,
-                                  out, positive_int, problem_lines, progress_line)
+                                  out, positive_int, problem_lines, progress_line, why_not)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, check_plan_file
 from collsynth.errors import CollsynthError, InvalidCollectiveError, shown_path
 from collsynth.export.check import COLLECTIVES, CheckReport, Problem, check_program
@@ -30,9 +31,10 @@ _ALGO_TAG = re.compile(r"<algo\b[^>]*>", re.S)
 
 def _root(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a rank >= 0, got {text!r}") from None
+        value = int(number_text(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a rank >= 0, got {text!r}{why_not(exc)}") \
+            from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a rank >= 0, got {text!r}")
     return value

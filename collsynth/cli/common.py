@@ -16,6 +16,7 @@ import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
+from collsynth._parse import NumberTextError, number_text
 from collsynth.errors import CollsynthError, printable
 
 if TYPE_CHECKING:
@@ -151,12 +152,19 @@ def one_line(text: str) -> str:
 # -- arguments ----------------------------------------------------------------------------------
 
 
+def why_not(exc: ValueError) -> str:
+    """``": REASON"`` for a number's text :func:`~collsynth._parse.number_text` refused (a
+    non-ASCII digit, a ``_``), else nothing: what ends a message ``expected ..., got 'TEXT'``."""
+    return f": {exc}" if isinstance(exc, NumberTextError) else ""
+
+
 def _ranks(text: str) -> list[int]:
     try:
-        ranks = [int(part) for part in text.split(",")]
-    except ValueError:
+        ranks = [int(number_text(part)) for part in text.split(",")]
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(
-            f"expected a rank or ranks separated by commas (0 or 0,4), got {text!r}") from None
+            f"expected a rank or ranks separated by commas (0 or 0,4), got {text!r}"
+            f"{why_not(exc)}") from None
     if any(r < 0 for r in ranks):
         raise argparse.ArgumentTypeError(f"ranks are >= 0, got {text!r}")
     return ranks
@@ -224,10 +232,10 @@ def check_unsplit(collective: "Collective", spec: str) -> None:
 
 def _whole(text: str, minimum: int) -> int:
     try:
-        value = int(text)
-    except ValueError:
+        value = int(number_text(text))
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(
-            f"expected a whole number >= {minimum}, got {text!r}") from None
+            f"expected a whole number >= {minimum}, got {text!r}{why_not(exc)}") from None
     if value < minimum:
         raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
     return value
@@ -264,9 +272,10 @@ def non_negative_int(text: str) -> int:
 
 def _positive(text: str, what: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}") from None
+        value = float(number_text(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}{why_not(exc)}") \
+            from None
     if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"expected {what} > 0, got {text!r}")
     return value
@@ -395,7 +404,7 @@ def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
 DECIMAL_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 _UNITS = {**DECIMAL_UNITS, **BINARY_UNITS}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([A-Za-z]*)\s*$")
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", re.ASCII)
 #: Largest size accepted (bytes): 1 PB, far beyond any buffer.
 MAX_SIZE_BYTES = 10**15
 
@@ -407,12 +416,17 @@ def parse_size(text: str) -> int:
     ------
     argparse.ArgumentTypeError
         For ambiguous units (``1K``, ``1m``, ``1mb``), unknown ones, a size below one byte or not
-        a whole number of bytes.
+        a whole number of bytes, and for what :func:`~collsynth._parse.number_text` refuses
+        (other scripts' digits, ``1_000``: nccl-tests and NCCL's variables write neither).
 
     >>> parse_size("1KB"), parse_size("1 KiB"), parse_size("1.5MB"), parse_size("64")
     (1000, 1024, 1500000, 64)
     """
-    match = _SIZE.match(text)
+    try:
+        number_text(text)
+    except NumberTextError as exc:
+        raise argparse.ArgumentTypeError(f"size {text!r}: {exc}") from None
+    match = _SIZE.fullmatch(text)
     if not match:
         raise argparse.ArgumentTypeError(
             f"size {text!r}: expected a number and a unit, like 1KB, 64MiB or 512")

@@ -77,6 +77,11 @@ def run_draw(args: argparse.Namespace) -> int:
                                     "its topology: give --topology (its ranks in the program's "
                                     "order)")
     if kind == "json" and args.topology is not None:
+        # Not every JSON file is an algorithm file: its reader says what one is not (an MSCCL++
+        # plan, a calibration) and what draw takes instead.
+        from collsynth.algorithm.fileformat import load_algorithm
+
+        load_algorithm(args.file)
         raise UsageError.of("draw", f"{shown_path(args.file)}"
                                     " is an algorithm file, which carries its "
                                     "topology: --topology is for XML programs")

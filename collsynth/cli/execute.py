@@ -245,12 +245,17 @@ def _report(args, case, per_rank, label: str, kind: str, ranks: int, element: in
     from collsynth.executor.compare import TORCH_CALLS
 
     first = per_rank[0]
-    size = first.size_bytes
+    # The size the ranks ran; one that failed before it set up its buffers (a call that timed
+    # out, a broken group) reports none: the size the run was set up for, not "0 bytes".
+    size = next((r.size_bytes for r in per_rank if r.size_bytes), 0) or \
+        _size_blocks(kind, ranks, case.algorithm) * case.block_elems * element
     try:  # a custom gather or scatter has the standard one's buffers
         factor = float(busbw_factor(kind.removeprefix("custom_"), ranks))
     except UnknownNameError:  # a custom collective: no nccl-tests convention, busbw = algbw
         factor = 1.0
-    errors = [f"rank {r.rank}: {r.error}" for r in per_rank if r.error]
+    # An executor's error may name its rank already ("rank 0: step 0: ..."): not twice.
+    errors = [r.error if r.error.startswith(f"rank {r.rank}:") else f"rank {r.rank}: {r.error}"
+              for r in per_rank if r.error]
     # One message when every rank says the same thing.
     if errors and len({r.error for r in per_rank if r.error}) == 1 and \
             len(errors) == len(per_rank):

@@ -16,10 +16,11 @@ from typing import Sequence
 
 from collsynth._output import (check_output_dir, check_output_file, path_in, staged_folder,
                                write_all_atomic)
+from collsynth._parse import number_text
 from collsynth.algorithm.fileformat import load_algorithm
 from collsynth.cli.common import (EXIT_OK, DetailedError, UsageError, channels_or_auto, err,
                                   format_size, out, parse_sizes, path_argument, positive_int,
-                                  table)
+                                  table, why_not)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
 from collsynth.errors import ExportError, InvalidTopologyError, shown_path
 from collsynth.export.limits import CHANNEL_POLICIES, LimitViolation
@@ -39,10 +40,10 @@ EXPORT_RUNTIMES = (*runtime_names(MSCCL_XML), "all", MSCCLPP_RUNTIME)
 
 def _bytes(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of bytes >= 0, got {text!r}") \
-            from None
+        value = int(number_text(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes >= 0, got {text!r}"
+                                         f"{why_not(exc)}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number of bytes >= 0, got {text!r}")
     return value

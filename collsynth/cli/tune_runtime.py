@@ -14,8 +14,9 @@ import argparse
 import json
 from typing import Any
 
+from collsynth._parse import number_text
 from collsynth.cli.common import (EXIT_OK, UsageError, input_files, out,
-                                  parse_size_range, path_argument, positive_int, table)
+                                  parse_size_range, path_argument, positive_int, table, why_not)
 from collsynth.errors import shown_path
 
 __all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
@@ -30,10 +31,11 @@ def _fraction(text: str) -> float:
     """A threshold: ``0.03`` or ``3%``, from 0 to 10."""
     raw = text.strip()
     try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
+        value = float(number_text(raw[:-1])) / 100 if raw.endswith("%") else \
+            float(number_text(raw))
+    except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected a fraction like 0.03 or 3%, got "
-                                         f"{text!r}") from None
+                                         f"{text!r}{why_not(exc)}") from None
     if not 0 <= value <= 10:
         raise argparse.ArgumentTypeError(f"expected a fraction from 0 to 10, got {text!r}")
     return value

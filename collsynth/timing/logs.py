@@ -21,15 +21,16 @@ from collsynth.collective.kinds import KINDS, busbw_factor, canonical_name
 from collsynth._files import read_bytes_bounded
 from collsynth._parse import (
     MAX_GBPS,
-    MAX_NUMBER_CHARS,
     MAX_SIZE_BYTES,
     MAX_TIME_US,
     MIN_TIME_US,
+    NumberTextError,
     bounded_float,
     bounded_int,
     clean_name,
     decode_text,
     int_from_text,
+    number_text,
     parse_json,
     shown,
 )
@@ -289,11 +290,11 @@ def _number(cell: str, what: str, name: str, line: int, *, optional: bool = Fals
     if optional and cell.strip().lower() in _NA:
         return None
     try:
-        if len(cell) > MAX_NUMBER_CHARS or not cell.isascii() or "_" in cell:
-            raise ValueError(cell)  # float() reads '1_0' and any script's digits
-        value = float(cell)
-    except ValueError:
-        raise FileFormatError(name, f"line {line}: {what} {shown(cell)} is not a number") from None
+        value = float(number_text(cell))  # float() alone reads '1_0' and any script's digits
+    except ValueError as exc:
+        why = f": {exc}" if isinstance(exc, NumberTextError) else ""
+        raise FileFormatError(name, f"line {line}: {what} {shown(cell)} is not a number"
+                                    f"{why}") from None
     if not math.isfinite(value):
         raise FileFormatError(name, f"line {line}: {what} {shown(cell)} is not a finite number")
     if hi is not None:

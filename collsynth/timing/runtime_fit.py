@@ -151,7 +151,7 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
     """
     from collsynth._files import read_bytes_bounded
     from collsynth._parse import (MAX_SIZE_BYTES, MAX_TIME_US, MIN_TIME_US, bounded_float,
-                                  bounded_int, decode_text)
+                                  bounded_int, decode_text, number_text)
     from collsynth.timing.logs import csv_header, csv_rows
 
     name = expect_path(path)
@@ -166,12 +166,9 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
     first_line: dict[int, int] = {}
     for line, cells in lines[1:]:
         try:
-            texts = cells[at_size], cells[at_time]
             # as written by a benchmark: ASCII digits, no '1_024' (Python's int and float read
             # underscores and any script's digits)
-            if not all(t.isascii() and "_" not in t for t in texts):
-                raise ValueError(texts)
-            size, time = int(texts[0]), float(texts[1])
+            size, time = int(number_text(cells[at_size])), float(number_text(cells[at_time]))
         except (IndexError, ValueError) as exc:
             raise FileFormatError(name, f"line {line}: size_bytes and time_us must be "
                                   "numbers") from exc

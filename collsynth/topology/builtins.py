@@ -13,7 +13,8 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from collsynth._parse import MAX_GBPS, MAX_NUMBER_CHARS, MAX_TIME_US, MIN_GBPS, shown
+from collsynth._parse import (MAX_GBPS, MAX_TIME_US, MIN_GBPS, NumberTextError, number_text,
+                              shown)
 from collsynth.errors import InvalidTopologyError, UnknownNameError, expect_type
 from collsynth.topology.families import FAMILIES, SHAPED_FAMILIES
 from collsynth.topology.fileformat import load_topology
@@ -91,13 +92,15 @@ def _figures(name: str, options: list[str]) -> dict[str, float]:
         if key in figures:
             raise InvalidTopologyError(f"topology {name!r}: {key} given twice; give each figure "
                                        "once")
+        why = ""
         try:
-            number = float(value) if len(value) <= MAX_NUMBER_CHARS else math.nan
-        except ValueError:
+            number = float(number_text(value))
+        except ValueError as exc:
             number = math.nan
+            why = f": {exc}" if isinstance(exc, NumberTextError) else ""
         if not math.isfinite(number) or number <= 0:
             raise InvalidTopologyError(f"topology {name!r}: {key} = {shown(value.strip())}; "
-                                       "expected a finite positive number")
+                                       f"expected a finite positive number{why}")
         figures[key] = number
     return figures
 
@@ -156,10 +159,11 @@ def _get_topology(key: str, name: str) -> Topology:
                   "fullyconnected": "fully-connected"}.get(family, family)
         if family in FAMILIES:
             try:
-                n = int(size)
-            except ValueError:
+                n = int(number_text(size))
+            except ValueError as exc:
+                why = f": {exc}" if isinstance(exc, NumberTextError) else ""
                 raise UnknownNameError(f"topology {name!r}: expected {family}:N with N a whole "
-                                       "number of ranks") from None
+                                       f"number of ranks{why}") from None
             return FAMILIES[family](n)
         if family in SHAPED_FAMILIES:
             return SHAPED_FAMILIES[family][1](size)

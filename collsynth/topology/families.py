@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+from collsynth._parse import NumberTextError, number_text
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
 from collsynth.topology.model import MAX_DENSE_RANKS, BandwidthGroup, Topology
 
@@ -203,9 +204,14 @@ def parse_dimensions(text: str, family: str) -> tuple[int, ...]:
     (4, 4, 2)
     """
     parts = text.strip().lower().split("x")
-    if not all(p.strip().isdigit() for p in parts):
+    try:
+        digits = [number_text(p) for p in parts]
+        why = ""
+    except NumberTextError as exc:
+        digits, why = [], f": {exc}"
+    if not digits or not all(p.isdigit() for p in digits):  # ASCII digits now: '²' is a digit
         raise InvalidTopologyError(f"topology {family}:{text}: expected {family}:AxB[xC...] with "
-                                   f"whole-number sizes, e.g. {family}:4x4")
+                                   f"whole-number sizes, e.g. {family}:4x4{why}")
     # Bound the digits before int() so a huge size fails as too large, not as a slow parse.
     if any(len(p.strip()) > 9 for p in parts):
         raise InputTooLargeError(f"{family}:{text}: more than the {MAX_DENSE_RANKS} ranks collsynth "
@@ -214,10 +220,13 @@ def parse_dimensions(text: str, family: str) -> tuple[int, ...]:
 
 
 def _parse_hypercube(text: str) -> Topology:
-    size = text.strip()
-    if not size.isdigit():
+    try:
+        size, why = number_text(text), ""
+    except NumberTextError as exc:
+        size, why = "", f": {exc}"
+    if not size.isdigit():  # ASCII digits only, after number_text ('²' is a digit to isdigit)
         raise InvalidTopologyError(f"topology hypercube:{text}: expected hypercube:D with D a whole "
-                                   "number of dimensions, e.g. hypercube:3")
+                                   f"number of dimensions, e.g. hypercube:3{why}")
     if len(size) > 9:
         raise InputTooLargeError(f"hypercube:{size}: more than the {MAX_DENSE_RANKS} ranks collsynth "
                                  "accepts")

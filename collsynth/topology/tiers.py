@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
+from collsynth._parse import NumberTextError, number_text
 from collsynth.errors import InvalidTopologyError
 from collsynth.topology.model import BandwidthGroup
 
@@ -113,18 +114,19 @@ def parse_oversubscription(text: str) -> Fraction | dict[str, Fraction]:
     {'leaf': Fraction(2, 1), 'node': Fraction(3, 2)}
     """
     def number(part: str) -> Fraction:
-        number_text = part.strip()
         try:
-            if "e" in number_text.lower():  # as a float first: Fraction("1e10000000") takes
-                given = float(number_text)  # seconds; "1e400" is beyond any ratio allowed
+            written = number_text(part)  # ASCII digits: Fraction reads '٢' and '1_5' (15)
+            if "e" in written.lower():  # as a float first: Fraction("1e10000000") takes
+                given = float(written)  # seconds; "1e400" is beyond any ratio allowed
                 value = Fraction(given).limit_denominator(10**6) if math.isfinite(given) \
                     else Fraction(10**301 if given > 0 else 0)
             else:
-                value = Fraction(number_text)
-        except (ValueError, ZeroDivisionError):
+                value = Fraction(written)
+        except (ValueError, ZeroDivisionError) as exc:
+            why = f": {exc}" if isinstance(exc, NumberTextError) else ""
             raise InvalidTopologyError(
-                f"oversubscription {text!r}: {part.strip()!r} is not a number; expected X or "
-                "TIER=X,... (for example 2, 3/2 or leaf=2,node=1)") from None
+                f"oversubscription {text!r}: {part.strip()!r} is not a number{why}; expected X "
+                "or TIER=X,... (for example 2, 3/2 or leaf=2,node=1)") from None
         if value < 1:
             raise InvalidTopologyError(f"oversubscription {text!r}: {part.strip()!r} is below 1 "
                                        "(1 = non-blocking, 2 = 2:1)")
