@@ -231,3 +231,19 @@ def test_run_that_fails_reports_the_requested_size(ring_allgather, monkeypatch, 
     assert "1000000 bytes per call" in captured.out, captured.out
     assert "rank 0: rank 0" not in captured.out + captured.err
     assert "collsynth: error: rank 0: step 0: timed out" in captured.err
+
+
+def test_a_log_header_in_other_scripts_digits_is_not_read_as_a_count():
+    """``# nThread ١ nGpus ٨`` was read as one thread driving 8 GPUs (``\\d`` matched any
+    script's digits in the log's header patterns); now only ASCII headers are read."""
+    from collsynth.timing.logs import parse_log
+
+    rows = ("#       size   count  type  redop  root   time  algbw  busbw #wrong   time  algbw  "
+            "busbw #wrong\n"
+            "        1024     256 float    sum    -1  12.00   0.09   0.13      0  11.00   0.09   "
+            "0.14      0\n")
+    ascii_header = "# nThread 1 nGpus 8 minBytes 8 maxBytes 1024 step: 2(factor)\n"
+    other = "# nThread \u0661 nGpus \u0668 minBytes 8 maxBytes 1024 step: 2(factor)\n"
+    assert parse_log(ascii_header + rows, name="all_reduce_perf.txt",
+                     ranks=8).gpus_per_thread == 8
+    assert parse_log(other + rows, name="all_reduce_perf.txt", ranks=8).gpus_per_thread is None

@@ -23,7 +23,7 @@ from collsynth.topology.model import Topology
 
 __all__ = ["GridTranslations", "grid_translations", "node_translations", "point_symmetries"]
 
-_TORUS = re.compile(r"^(?:reversed\()*torus:(\d+(?:x\d+)*)(?:,|\)|$)")
+_TORUS = re.compile(r"^(?:reversed\()*torus:(\d+(?:x\d+)*)(?:,|\)|$)", re.ASCII)
 _HYPERCUBE = re.compile(r"^(?:reversed\()*hypercube:(\d+)(?:,|\)|$)")
 
 

@@ -270,8 +270,9 @@ def parse_log(text: str, *, name: str = "<log>", collective: str | None = None,
 # -- shared helpers ----------------------------------------------------------------------------
 
 # A launcher's tag before a line: Open MPI --tag-output "[1,0]<stdout>:" or srun --label "0: ".
-_LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\s*\d+:(?=\s|$))")
-_INT = re.compile(r"^[+-]?[0-9]+$")  # ASCII: \d would take any script's digits
+_LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err|diag)>:|\s*\d+:(?=\s|$))", re.ASCII)
+_INT = re.compile(r"^[+-]?[0-9]+$")  # ASCII: \d would take any script's digits (so re.ASCII
+# on every pattern here with \d)
 _NA = ("n/a", "na", "-", "nan")
 
 
@@ -441,13 +442,13 @@ def _check_repeats(name: str, source: str, rows: Sequence[BenchmarkRow]) -> None
 
 # -- nccl-tests text ----------------------------------------------------------------------------
 
-_NTHREAD = re.compile(r"#\s*nThreads?\s+(\d+)\s+nGpus\s+(\d+)")
-_RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\b")
+_NTHREAD = re.compile(r"#\s*nThreads?\s+(\d+)\s+nGpus\s+(\d+)", re.ASCII)
+_RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\b", re.ASCII)
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 # The look-behinds let a match start only where a word does: without them every letter of a long
 # word starts a scan to its end, quadratic time on a line of one long word.
 _PERF_NAME = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*?)_perf(?:_mpi)?\b")
-_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}$", re.ASCII)
 _TIME_HEADERS = ("time", "cputime")
 
 
@@ -722,7 +723,7 @@ def _json_ranks(config: Any) -> int | None:
 
 _PARAM_ROW = re.compile(r"(?<![\w.-])COMMS-RES(?:-(?P<tag>[A-Za-z][\w.-]*?))?(?=\s)(?P<rest>.*)$")
 _PARAM_LABEL = re.compile(r"total-pair-size \(B\)|total-size \(B\)|size \(B\)|\S+")
-_WORLD_SIZE = re.compile(r"world_size['\"]?\s*[:=]\s*(\d+)")
+_WORLD_SIZE = re.compile(r"world_size['\"]?\s*[:=]\s*(\d+)", re.ASCII)
 _COLLECTIVE_ARG = re.compile(r"(?:--collectives?[=\s]+|\bcollective\s*=\s*)([A-Za-z_]+)")
 # Header label -> field; labels not listed are kept as unnamed columns.
 _PARAM_FIELDS = (
@@ -957,7 +958,7 @@ def _parse_csv(text: str, name: str, collective: str | None, ranks: int | None) 
 # A Markdown table "| Message Size (Bytes) | ND H100 V5 (GB/s) |": a size and a GB/s column.
 _BUSBW_HEADER = re.compile(r"^\|([^|]*\bsize\b[^|]*)\|([^|]*GB/s[^|]*)\|$", re.I)
 _TABLE_RULE = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+$")
-_SIZE_LABEL = re.compile(r"^(\d{1,15})\s*([KMGT]?)(?:i?B)?$", re.I)
+_SIZE_LABEL = re.compile(r"^(\d{1,15})\s*([KMGT]?)(?:i?B)?$", re.I | re.ASCII)
 _DECLARED_RANKS = re.compile(r"^##\s*ranks\s*:\s*(.*?)\s*$", re.I)
 _LABEL_POWERS = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4}
 #: How far (relative) a size label like "65K" may be from the power of two it rounds.
@@ -1062,15 +1063,18 @@ def _parse_busbw_table(text: str, name: str, collective: str | None,
 
 # -- the runtime a log was measured with ----------------------------------------------------------
 
-_RUNTIME_BANNER = re.compile(r"(?<![\w-])(NCCL|RCCL) version\s*:?\s*v?(\d+\.\d+[\w.+~-]*)")
+_RUNTIME_BANNER = re.compile(r"(?<![\w-])(NCCL|RCCL) version\s*:?\s*v?(\d+\.\d+[\w.+~-]*)",
+                             re.ASCII)
 # A Markdown specification row "| NCCL | 2.18.5 |" (the busbw tables' "System Specifications").
-_RUNTIME_SPEC_ROW = re.compile(r"^\|\s*(NCCL|RCCL)\s*\|\s*v?(\d+\.\d+[\w.+~-]*)\s*\|", re.M)
-_JSON_NCCL_VERSION = re.compile(r'"nccl_version"\s*:\s*(\d+)')
-_RING_LINE = re.compile(r"\bChannel\s+\d+/(\d+)\s*:\s+\d")
-_COLL_CHANNELS = re.compile(r"\b(\d+) coll channels\b")
-_N_CHANNELS = re.compile(r"\bnChannels\s*[=:]?\s*(\d+)")
-_MAX_CHANNELS = re.compile(r"\bNCCL_MAX_N?CHANNELS(?:\s*=\s*|\s+set by environment to\s+)(\d+)")
-_RUNTIME_OPTION = re.compile(r"^([A-Za-z][A-Za-z_-]*?)(?:[\s@/=-]*(\d[\w.+~-]*))?$")
+_RUNTIME_SPEC_ROW = re.compile(r"^\|\s*(NCCL|RCCL)\s*\|\s*v?(\d+\.\d+[\w.+~-]*)\s*\|",
+                               re.M | re.ASCII)
+_JSON_NCCL_VERSION = re.compile(r'"nccl_version"\s*:\s*(\d+)', re.ASCII)
+_RING_LINE = re.compile(r"\bChannel\s+\d+/(\d+)\s*:\s+\d", re.ASCII)
+_COLL_CHANNELS = re.compile(r"\b(\d+) coll channels\b", re.ASCII)
+_N_CHANNELS = re.compile(r"\bnChannels\s*[=:]?\s*(\d+)", re.ASCII)
+_MAX_CHANNELS = re.compile(r"\bNCCL_MAX_N?CHANNELS(?:\s*=\s*|\s+set by environment to\s+)(\d+)",
+                           re.ASCII)
+_RUNTIME_OPTION = re.compile(r"^([A-Za-z][A-Za-z_-]*?)(?:[\s@/=-]*(\d[\w.+~-]*))?$", re.ASCII)
 #: The most channels a log or a caller may claim (NCCL and RCCL have at most 64 today).
 _MAX_CHANNELS_CLAIMED = 1024
 
