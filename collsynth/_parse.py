@@ -374,6 +374,18 @@ def number_text(text: str) -> str:
     return stripped
 
 
+def _file_number_text(text: str, field: str, source: str) -> str:
+    """:func:`number_text` for a file's ``field``: its refusals as :class:`FileFormatError`
+    naming ``source`` and the field (a long literal named by its length, not echoed)."""
+    if len(text.strip()) > MAX_NUMBER_CHARS:
+        raise FileFormatError(source, f"{field}: a number of {len(text.strip())} characters; "
+                                      f"numbers have at most {MAX_NUMBER_CHARS}")
+    try:
+        return number_text(text)
+    except NumberTextError as exc:
+        raise FileFormatError(source, f"{field} = {shown(text)}: {exc}") from None
+
+
 def int_from_text(text: str, field: str, *, source: str, lo: int | None = 0,
                   hi: int | None = MAX_INT64, base: int = 10, why: str = "") -> int:
     """The integer written as ``text`` (decimal, or ``base``; surrounding blanks ignored),
@@ -387,13 +399,7 @@ def int_from_text(text: str, field: str, *, source: str, lo: int | None = 0,
     ...
     collsynth.errors.FileFormatError: t.xml: count = '1e20': expected a whole number from 0 to ...
     """
-    if len(text.strip()) > MAX_NUMBER_CHARS:
-        raise FileFormatError(source, f"{field}: a number of {len(text.strip())} characters; "
-                                      f"numbers have at most {MAX_NUMBER_CHARS}")
-    try:
-        stripped = number_text(text)
-    except NumberTextError as exc:
-        raise FileFormatError(source, f"{field} = {shown(text)}: {exc}") from None
+    stripped = _file_number_text(text, field, source)
     try:
         value = int(stripped, base)
     except ValueError:
@@ -413,13 +419,7 @@ def float_from_text(text: str, field: str, *, source: str, lo: float | None = No
     collsynth.errors.FileFormatError: log.txt: time = 1e+308: expected a finite number > 0 and
     <= 3.6e+09
     """
-    if len(text.strip()) > MAX_NUMBER_CHARS:
-        raise FileFormatError(source, f"{field}: a number of {len(text.strip())} characters; "
-                                      f"numbers have at most {MAX_NUMBER_CHARS}")
-    try:
-        stripped = number_text(text)
-    except NumberTextError as exc:
-        raise FileFormatError(source, f"{field} = {shown(text)}: {exc}") from None
+    stripped = _file_number_text(text, field, source)
     try:
         value = float(stripped)
     except ValueError:
