@@ -95,29 +95,42 @@ class _Graph:
 
     def prepared(self, topology: "Topology", fabric: Fabric, program: Program,
                  resolve: Callable[[Spec], Sequence[int]], ports: Sequence[int] = (),
-                 slice_bytes: "float | Callable[[float], float] | None" = None,
-                 per_node: int | None = None, turned: int | None = None
-                 ) -> PreparedProgram | None:
-        """The timing graph; with ``per_node``, of a graph that holds shard 0 of the rotation of
-        the first ``turned`` of every node's ``per_node`` GPUs
-        (:func:`~collsynth.timing.symmetry.folded_members`), ``None`` where that rotation is
+                 slice_bytes: "float | Callable[[float], float] | None" = None
+                 ) -> PreparedProgram:
+        """The timing graph, every transfer on the resources its specs name (weighted by its
+        channel ``copies`` where one stands for several)."""
+        members = np.array([(t, r) for t, specs in enumerate(self.specs) for spec in specs
+                            for r in resolve(spec)], dtype=np.int64).reshape(-1, 2)
+        weights = None
+        if any(c != 1 for c in self.copy_counts):
+            weights = np.array(self.copy_counts, dtype=float)[members[:, 0]]
+        return self._timing_graph(topology, fabric, program, members, weights, ports,
+                                  slice_bytes)
+
+    def folded(self, topology: "Topology", fabric: Fabric, program: Program,
+               resolve: Callable[[Spec], Sequence[int]], ports: Sequence[int],
+               slice_bytes: "float | Callable[[float], float] | None", per_node: int,
+               turned: int) -> PreparedProgram | None:
+        """The timing graph of a graph that holds shard 0 of the rotation of the first
+        ``turned`` of every node's ``per_node`` GPUs
+        (:func:`~collsynth.timing.symmetry.folded_members`); ``None`` where that rotation is
         not a symmetry of the machine."""
+        found = folded_members(self.specs, self.copy_counts, resolve, fabric.capacity_gbps,
+                               per_node, turned)
+        if found is None:
+            return None
+        members, weights = found
+        return self._timing_graph(topology, fabric, program, members, weights, ports,
+                                  slice_bytes)
+
+    def _timing_graph(self, topology: "Topology", fabric: Fabric, program: Program,
+                      members: np.ndarray, weights: np.ndarray | None, ports: Sequence[int],
+                      slice_bytes: "float | Callable[[float], float] | None"
+                      ) -> PreparedProgram:
         from collsynth.timing.tuning_model import nvls_efficiency
         from collsynth.topology.machine import machine_facts
 
         total = len(self.kind)
-        weights: np.ndarray | None = None
-        if per_node is not None:
-            folded = folded_members(self.specs, self.copy_counts, resolve,
-                                    fabric.capacity_gbps, per_node, turned)
-            if folded is None:
-                return None
-            members, weights = folded
-        else:
-            members = np.array([(t, r) for t, specs in enumerate(self.specs) for spec in specs
-                                for r in resolve(spec)], dtype=np.int64).reshape(-1, 2)
-            if any(c != 1 for c in self.copy_counts):
-                weights = np.array(self.copy_counts, dtype=float)[members[:, 0]]
         kinds = np.array(self.kind)
         return PreparedProgram(
             program=program, topology=topology, kind=self.kind, cnt=[1] * total,
@@ -286,15 +299,15 @@ def nvls_graph(collective: str, topology: "Topology", channels: int, protocol: s
 
     if fold:
         graph = _nvls_shards(key, n, [(channels, [0])])
-        folded = graph.prepared(topology, fabric, program, resolve, up + down, chunk,
-                                per_node=n, turned=shards)
+        folded = graph.folded(topology, fabric, program, resolve, up + down, chunk,
+                              per_node=n, turned=shards)
         if folded is not None:
             return folded
     per_shard = {"allreduce": 3 * n + 2, "allgather": 2 * n + 1, "reduce_scatter": n + 2}[key]
     check_simulated_steps(channels * shards * per_shard, f"NVLS {key} of {n} ranks on "
                                                          f"{channels} channel(s)")
     graph = _nvls_shards(key, n, [(1, list(range(shards)))] * channels)
-    return graph.prepared(topology, fabric, program, resolve, up + down, chunk)  # type: ignore
+    return graph.prepared(topology, fabric, program, resolve, up + down, chunk)
 
 
 def _nvls_shards(key: str, n: int, channels: Sequence[tuple[int, Sequence[int]]]) -> _Graph:
@@ -376,14 +389,14 @@ def nvls_tree_graph(collective: str, topology: "Topology", channels: int,
         check_simulated_steps(len(parities) * nodes * (3 * m + 4),
                               f"NVLS-tree allreduce of {n} ranks, folded")
         graph = _nvls_tree_shards(fabric, nodes, m, [(copies, [0]) for copies in parities])
-        folded = graph.prepared(topology, fabric, program, resolve, up + down, chunk,
-                                per_node=m, turned=heads)
+        folded = graph.folded(topology, fabric, program, resolve, up + down, chunk,
+                              per_node=m, turned=heads)
         if folded is not None:
             return folded
     check_simulated_steps(channels * heads * nodes * (3 * m + 4),
                           f"NVLS-tree allreduce of {n} ranks on {channels} channel(s)")
     graph = _nvls_tree_shards(fabric, nodes, m, [(1, list(range(heads)))] * channels)
-    return graph.prepared(topology, fabric, program, resolve, up + down, chunk)  # type: ignore
+    return graph.prepared(topology, fabric, program, resolve, up + down, chunk)
 
 
 def _nvls_tree_shards(fabric: Fabric, nodes: int, m: int,
@@ -632,8 +645,5 @@ def sharp_graph(algorithm: str, collective: str, topology: "Topology", channels:
 
         def chunk(size: float) -> float:
             return collnet_chunk_bytes(algorithm, size, channels, m, depth)
-    prepared = graph.prepared(topology, fabric, program,
-                              _resolver(fabric, up, down, nic_out, nic_in), ports,
-                              slice_bytes=chunk)
-    assert prepared is not None  # only a folded graph can be refused
-    return prepared
+    return graph.prepared(topology, fabric, program, _resolver(fabric, up, down, nic_out, nic_in),
+                          ports, slice_bytes=chunk)
