@@ -121,3 +121,15 @@ def ctrl_c_reaches_python():
     finally:
         signal.signal(signal.SIGINT, previous)
 
+
+
+@pytest.fixture
+def ring_allgather_path(tmp_path):
+    """A least-steps ring:4 allgather written by ``collsynth solve``: the algorithm file the
+    hostile-input tests feed to other commands."""
+    from collsynth import cli
+
+    path = tmp_path / "ag.json"
+    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o", str(path),
+                     "-q"]) == cli.EXIT_OK
+    return path

@@ -18,22 +18,14 @@ TRACE = ROOT / "tests" / "fixtures" / "traces" / "fc4-mixed"
 LOG = ROOT / "data" / "nccl-tests" / "A100-8gpu_all_gather_superbench.txt"
 
 
-@pytest.fixture
-def ring_allgather(tmp_path):
-    path = tmp_path / "ag.json"
-    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o", str(path),
-                     "-q"]) == cli.EXIT_OK
-    return path
-
-
 # -- an empty --collective -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("files", [[], ["ALGO"]])
-def test_time_of_an_empty_collective_is_an_unknown_name(ring_allgather, capsys, files):
+def test_time_of_an_empty_collective_is_an_unknown_name(ring_allgather_path, capsys, files):
     """``time --collective '' --topology dgx-a100`` read '' as 'no --collective' and ended
     in an IndexError (a traceback: there were no files to take the collective from)."""
-    files = [str(ring_allgather) if f == "ALGO" else f for f in files]
+    files = [str(ring_allgather_path) if f == "ALGO" else f for f in files]
     capsys.readouterr()
     assert cli.main(["time", *files, "--collective", "", "--topology", "ring:4,unit_gbps=50,"
                      "alpha_us=1", "--sizes", "1MB", "-q"]) == cli.EXIT_ERROR
@@ -57,7 +49,7 @@ def test_time_of_an_empty_collective_is_an_unknown_name(ring_allgather, capsys, 
     (["time", "ALGO", "--calibration", ""], "--calibration"),
     (["solve", "least-steps", "ring:4", "allgather", "--xml", ""], "--xml"),
 ])
-def test_an_empty_path_is_a_usage_error_naming_the_option(ring_allgather, tmp_path, capsys,
+def test_an_empty_path_is_a_usage_error_naming_the_option(ring_allgather_path, tmp_path, capsys,
                                                          monkeypatch, argv, option):
     """An empty path (``-o "$OUT"`` with OUT unset) was taken for the option left out:
     ``bench -o ''`` wrote its scripts to ./bench-NAME, ``solve bandwidth-optimal -o ''``
@@ -66,7 +58,7 @@ def test_an_empty_path_is_a_usage_error_naming_the_option(ring_allgather, tmp_pa
     folder as a trace."""
     monkeypatch.chdir(tmp_path)
     before = sorted(tmp_path.iterdir())
-    argv = [str(ring_allgather) if a == "ALGO" else a for a in argv]
+    argv = [str(ring_allgather_path) if a == "ALGO" else a for a in argv]
     capsys.readouterr()
     assert cli.main(argv) == cli.EXIT_USAGE
     err = capsys.readouterr().err

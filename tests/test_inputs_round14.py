@@ -19,14 +19,6 @@ NOT_ASCII = "is not ASCII; numbers are written with the digits 0-9"
 NO_SEPARATORS = "numbers take no '_' separators (write 1000, not 1_000)"
 
 
-@pytest.fixture
-def ring_allgather(tmp_path):
-    path = tmp_path / "ag.json"
-    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-o", str(path),
-                     "-q"]) == cli.EXIT_OK
-    return path
-
-
 # -- numbers in other scripts' digits, with '_' ----------------------------------------------
 
 
@@ -49,13 +41,13 @@ def ring_allgather(tmp_path):
     (["tune-runtime", "--topology", "dgx1", "-o", "t.conf", "--threshold", "\u0663%"],
      "--threshold", "\u0663%", NOT_ASCII),
 ])
-def test_a_number_option_takes_ascii_digits_only(ring_allgather, tmp_path, monkeypatch, capsys,
+def test_a_number_option_takes_ascii_digits_only(ring_allgather_path, tmp_path, monkeypatch, capsys,
                                                  argv, option, text, why):
     """``--nodes ٢`` ran two nodes, ``--root ٣`` rooted at rank 3, ``--sizes ٣KB`` priced
     3 KB, ``draw --steps ١`` drew step 1 (Python's int() and float() read any script's
     digits), and ``--nodes 1_0`` ran ten nodes: now each is a usage error saying why."""
     monkeypatch.chdir(tmp_path)
-    argv = [str(ring_allgather) if a == "ALGO" else a for a in argv]
+    argv = [str(ring_allgather_path) if a == "ALGO" else a for a in argv]
     capsys.readouterr()
     assert cli.main(argv) == cli.EXIT_USAGE
     err = capsys.readouterr().err
@@ -186,12 +178,12 @@ def test_a_fitted_curve_calibration_reads_back(tmp_path):
 # -- draw of an MSCCL++ plan with --topology ----------------------------------------------------
 
 
-def test_draw_of_a_plan_with_a_topology_says_it_is_a_plan(ring_allgather, tmp_path, capsys):
+def test_draw_of_a_plan_with_a_topology_says_it_is_a_plan(ring_allgather_path, tmp_path, capsys):
     """``draw PLAN.json --topology ring:2`` said the plan "is an algorithm file, which carries
     its topology" (exit 2); it now says what the file is and what draw takes (exit 1, as
     without --topology)."""
     plan = tmp_path / "plan.json"
-    assert cli.main(["export", str(ring_allgather), "--runtime", "mscclpp", "-o",
+    assert cli.main(["export", str(ring_allgather_path), "--runtime", "mscclpp", "-o",
                      str(plan)]) == cli.EXIT_OK
     capsys.readouterr()
     assert cli.main(["draw", str(plan), "--topology", "ring:2", "-o",
@@ -201,7 +193,7 @@ def test_draw_of_a_plan_with_a_topology_says_it_is_a_plan(ring_allgather, tmp_pa
     assert "takes the algorithm file the plan was exported from" in err
     assert "carries its topology" not in err and not (tmp_path / "p.png").exists()
     # an algorithm file with --topology is still the usage error it was
-    assert cli.main(["draw", str(ring_allgather), "--topology", "ring:4", "-o",
+    assert cli.main(["draw", str(ring_allgather_path), "--topology", "ring:4", "-o",
                      str(tmp_path / "p.png")]) == cli.EXIT_USAGE
     assert "is an algorithm file, which carries its topology" in capsys.readouterr().err
 
@@ -209,7 +201,7 @@ def test_draw_of_a_plan_with_a_topology_says_it_is_a_plan(ring_allgather, tmp_pa
 # -- run: the size of a call that failed ------------------------------------------------------
 
 
-def test_run_that_fails_reports_the_requested_size(ring_allgather, monkeypatch, capsys):
+def test_run_that_fails_reports_the_requested_size(ring_allgather_path, monkeypatch, capsys):
     """``run --size 1MB --timeout 0.001``: every rank timed out before it set up its
     buffers, and the summary said "0 bytes per call" (and "rank 0: rank 0: ...")."""
     pytest.importorskip("torch")
@@ -225,7 +217,7 @@ def test_run_that_fails_reports_the_requested_size(ring_allgather, monkeypatch, 
 
     monkeypatch.setattr(launch_module, "launch", timed_out)
     capsys.readouterr()
-    assert cli.main(["run", str(ring_allgather), "--size", "1MB", "--timeout",
+    assert cli.main(["run", str(ring_allgather_path), "--size", "1MB", "--timeout",
                      "0.001"]) == cli.EXIT_ERROR
     captured = capsys.readouterr()
     assert "1000000 bytes per call" in captured.out, captured.out

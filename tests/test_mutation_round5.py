@@ -350,7 +350,6 @@ def test_an_alltoall_plan_needs_a_whole_number_of_chunks_per_peer():
 def test_an_export_whose_only_fault_is_the_postcondition_is_refused(monkeypatch, tmp_path):
     import importlib
 
-    from collsynth.errors import ExportError
     from collsynth.export.check import check_program
     from tests.export.test_export_refuses_wrong_lowering import RUNTIMES, ring_allgather
 
@@ -359,9 +358,7 @@ def test_an_export_whose_only_fault_is_the_postcondition_is_refused(monkeypatch,
     # written by the step before, in the same thread block): only the output is wrong (o[0]
     # never written, o[1] holding chunk 0). The export must replay the program against the
     # allgather's postcondition and refuse it, writing nothing.
-    lowering = importlib.import_module("collsynth.export.lower")
-    pipeline = importlib.import_module("collsynth.export.pipeline")
-    real = lowering.lower
+    real = importlib.import_module("collsynth.export.lower").lower
 
     def wrong(algorithm, **options):
         program = real(algorithm, **options)
@@ -377,13 +374,7 @@ def test_an_export_whose_only_fault_is_the_postcondition_is_refused(monkeypatch,
         report = check_program(wrong(ring_allgather(), runtime=runtime), runtime=runtime,
                                strict=True)
         assert {p.kind for p in report.problems} == {"postcondition"}, runtime  # precondition
-    monkeypatch.setattr(lowering, "lower", wrong)
-    monkeypatch.setattr(pipeline, "lower", wrong)
-    for runtime in RUNTIMES:
-        out = tmp_path / f"{runtime}.xml"
-        with pytest.raises(ExportError, match="fails the check: postcondition"):
-            pipeline.export_algorithm(ring_allgather(), out, runtime=runtime)
-        assert not out.exists()
+    _exports_refuse(monkeypatch, tmp_path, wrong, "fails the check: postcondition")
 
 
 # -- fixed with this round: the tuning model counts chunks a channel as NCCL does ----------------
@@ -419,7 +410,6 @@ def test_the_pat_chunk_compares_the_whole_call_with_its_channels_chunks():
 def test_an_export_that_writes_the_callers_input_is_refused(monkeypatch, tmp_path):
     import importlib
 
-    from collsynth.errors import ExportError
     from collsynth.export.check import check_program
     from collsynth.export.program import XmlStep
     from tests.export.test_export_refuses_wrong_lowering import RUNTIMES, ring_allgather
@@ -429,9 +419,7 @@ def test_an_export_that_writes_the_callers_input_is_refused(monkeypatch, tmp_pat
     # tb 1's last receive (a dependency, so nothing races): every output is right, but an
     # out-of-place call changed its caller's input. The checker calls that a warning unless
     # strict; an export is strict and refuses it.
-    lowering = importlib.import_module("collsynth.export.lower")
-    pipeline = importlib.import_module("collsynth.export.pipeline")
-    real = lowering.lower
+    real = importlib.import_module("collsynth.export.lower").lower
 
     def wrong(algorithm, **options):
         program = real(algorithm, **options)
@@ -450,10 +438,23 @@ def test_an_export_that_writes_the_callers_input_is_refused(monkeypatch, tmp_pat
         assert check_program(program, runtime=runtime).ok  # the precondition: a warning only
         assert [p.kind for p in check_program(program, runtime=runtime, strict=True).problems] \
             == ["send-buffer-write"]
+    _exports_refuse(monkeypatch, tmp_path, wrong, "send-buffer-write")
+
+
+def _exports_refuse(monkeypatch, tmp_path, wrong, match: str) -> None:
+    """Every MSCCL XML runtime's export, lowering with ``wrong``, raises an ExportError
+    matching ``match`` and writes nothing."""
+    import importlib
+
+    from collsynth.errors import ExportError
+    from tests.export.test_export_refuses_wrong_lowering import RUNTIMES, ring_allgather
+
+    lowering = importlib.import_module("collsynth.export.lower")
+    pipeline = importlib.import_module("collsynth.export.pipeline")
     monkeypatch.setattr(lowering, "lower", wrong)
     monkeypatch.setattr(pipeline, "lower", wrong)
     for runtime in RUNTIMES:
         out = tmp_path / f"{runtime}.xml"
-        with pytest.raises(ExportError, match="send-buffer-write"):
+        with pytest.raises(ExportError, match=match):
             pipeline.export_algorithm(ring_allgather(), out, runtime=runtime)
         assert not out.exists()

@@ -18,6 +18,7 @@ from collsynth.timing.switch_graphs import nvls_graph, nvls_tree_graph
 from collsynth.timing.symmetry import folded_members, rotate_spec
 from collsynth.topology import get_topology
 from collsynth.topology.compose import compose_nodes
+from tests.timing.test_runtime_algorithms import port_bytes
 
 SIZES = (4096, 3 << 20, 256 << 20)
 
@@ -128,17 +129,6 @@ def test_the_large_rack_folds_to_a_graph_the_model_can_simulate():
     graph = nvls_tree_graph("allreduce", racks, 32)
     assert graph.num_transfers <= 2 * 20 * (3 * 72 + 4)
     assert np.all(graph.weights >= 1)
-
-
-def port_bytes(prepared, size: int) -> dict[str, float]:
-    """Data bytes each resource carries at ``size``, counted from the graph (not simulated)."""
-    chunk = size / prepared.buffer_chunks
-    weights = prepared.weights if prepared.weights is not None else np.ones(len(prepared.members))
-    found: dict[str, float] = {}
-    for (t, r), w in zip(prepared.members, weights):
-        name = prepared.resource_names[r]
-        found[name] = found.get(name, 0.0) + prepared.cnt[t] * chunk * w
-    return found
 
 
 def test_a_rack_of_72_gpus_has_32_nvls_heads_by_hand():
