@@ -44,6 +44,10 @@ __all__ = [
     "float_from_text",
     "NumberTextError",
     "number_text",
+    "DECIMAL_UNITS",
+    "BINARY_UNITS",
+    "SIZE_UNITS",
+    "size_from_text",
     "clean_name",
     "clean_text",
     "free_form",
@@ -372,6 +376,59 @@ def number_text(text: str) -> str:
         raise NumberTextError(f"a number of {len(stripped)} characters; numbers have at most "
                               f"{MAX_NUMBER_CHARS}")
     return stripped
+
+
+#: Units of a size, case-sensitive: decimal (KB = 1000 bytes) and binary (KiB = 1024 bytes).
+DECIMAL_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+SIZE_UNITS = {**DECIMAL_UNITS, **BINARY_UNITS}
+_SIZE_TEXT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", re.ASCII)
+
+
+def size_from_text(text: str) -> int:
+    """Bytes written as ``text``: a number and an optional unit of :data:`SIZE_UNITS`
+    (``"1KB"`` = 1000, ``"1 KiB"`` = 1024, ``"512"`` = 512), from 1 to :data:`MAX_SIZE_BYTES`.
+    The one rule for sizes a person types (``--sizes``, ``--memory-limit``, the
+    ``COLLSYNTH_MEMORY_LIMIT`` variable); callers name the option or variable in their error.
+
+    Raises
+    ------
+    NumberTextError
+        Saying why, to follow ``size 'TEXT': ``: what :func:`number_text` refuses, ambiguous
+        units (``1K``, ``1m``, ``1mb``: bytes or bits, 1000 or 1024?), unknown ones, an exponent,
+        a sign, a size below one byte, beyond :data:`MAX_SIZE_BYTES` or not a whole number of
+        bytes.
+
+    >>> size_from_text("1KB"), size_from_text("1 KiB"), size_from_text("1.5MB")
+    (1000, 1024, 1500000)
+    >>> size_from_text("1K")
+    Traceback (most recent call last):
+    ...
+    collsynth._parse.NumberTextError: ambiguous unit 'K': write KB (10**3 bytes) or KiB (2**10 bytes)
+    """
+    number_text(text)
+    match = _SIZE_TEXT.fullmatch(text)
+    if not match:
+        raise NumberTextError("expected a number and a unit, like 1KB, 64MiB or 512")
+    number, unit = match.group(1), match.group(2) or "B"
+    if unit not in SIZE_UNITS:
+        upper = unit.upper()
+        if upper in ("K", "M", "G", "T"):
+            power = "KMGT".index(upper) + 1
+            raise NumberTextError(f"ambiguous unit {unit!r}: write {upper}B (10**{3 * power} "
+                                  f"bytes) or {upper}iB (2**{10 * power} bytes)")
+        if upper in ("KB", "MB", "GB", "TB", "KIB", "MIB", "GIB", "TIB", "B"):
+            raise NumberTextError(f"ambiguous unit {unit!r}: bytes or bits? units are "
+                                  f"case-sensitive: write one of {', '.join(SIZE_UNITS)}")
+        raise NumberTextError(f"unknown unit {unit!r}; use one of {', '.join(SIZE_UNITS)}")
+    value = Fraction(number) * SIZE_UNITS[unit]
+    if value.denominator != 1:
+        raise NumberTextError("not a whole number of bytes")
+    if value < 1:
+        raise NumberTextError("expected at least 1 byte")
+    if value > MAX_SIZE_BYTES:
+        raise NumberTextError(f"more than 1 PiB ({MAX_SIZE_BYTES} bytes)")
+    return int(value)
 
 
 def _file_number_text(text: str, field: str, source: str) -> str:

@@ -15,11 +15,11 @@ import contextvars
 import datetime
 import math
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from collsynth._parse import NumberTextError, size_from_text
 from collsynth.errors import CollsynthError, InputTooLargeError
 
 __all__ = ["MEMORY_LIMIT_ENV", "address_space_limit_bytes", "ResourceLimitError",
@@ -28,10 +28,6 @@ __all__ = ["MEMORY_LIMIT_ENV", "address_space_limit_bytes", "ResourceLimitError"
 
 #: Environment variable holding a memory ceiling for collsynth (bytes or ``8GiB``).
 MEMORY_LIMIT_ENV = "COLLSYNTH_MEMORY_LIMIT"
-
-_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-_SIZE = re.compile(r"^\s*(\d{1,15}(?:\.\d{0,9})?)\s*([A-Za-z]*)\s*$", re.ASCII)  # \d: 0-9 only
 
 #: The ceiling set by memory_ceiling() for the code running inside it (None: not set).
 _CEILING: contextvars.ContextVar[int | None] = contextvars.ContextVar("collsynth_memory_ceiling",
@@ -78,19 +74,23 @@ class Deadline:
 
 
 def parse_bytes(text: str, *, what: str = MEMORY_LIMIT_ENV) -> int:
-    """Bytes in ``text``: a whole number, or a number and a unit (``KB`` = 1000, ``KiB`` = 1024).
+    """Bytes in ``text`` (the variable ``what``'s value), by the one rule for sizes,
+    :func:`collsynth._parse.size_from_text`: a whole number, or a number and a unit (``KB`` =
+    1000, ``KiB`` = 1024).
+
+    Raises
+    ------
+    InputTooLargeError
+        ``WHAT='TEXT': why; expected bytes, like 8589934592 or 8GiB``.
 
     >>> parse_bytes("8GiB"), parse_bytes("1500000"), parse_bytes("1.5 GB")
     (8589934592, 1500000, 1500000000)
     """
-    match = _SIZE.match(text)
-    if not match or (match.group(2) or "B") not in _UNITS:
-        raise InputTooLargeError(f"{what}={text!r}: expected bytes, like 8589934592 or 8GiB "
-                                 f"(units: {', '.join(_UNITS)})")
-    value = int(float(match.group(1)) * _UNITS[match.group(2) or "B"])
-    if value < 1:
-        raise InputTooLargeError(f"{what}={text!r}: expected at least 1 byte")
-    return value
+    try:
+        return size_from_text(text)
+    except NumberTextError as exc:
+        raise InputTooLargeError(f"{what}={text[:40]!r}: {exc}; expected bytes, like 8589934592 "
+                                 "or 8GiB") from None
 
 
 def format_bytes(size_bytes: float) -> str:

@@ -74,6 +74,31 @@ def test_parse_bytes_refuses_in_one_line(text):
         parse_bytes(text)
 
 
+# One spelling table for both places a person types a size: the variable (library) and the
+# options (CLI). Each row is accepted by both, with the same bytes, or refused by both.
+_SPELLINGS = [("4096", 4096), ("8GiB", 8 * 2**30), ("1.5 GB", 1_500_000_000), ("1kB", 1000),
+              (".5KiB", 512), (" 64 MiB ", 64 * 2**20), ("1TiB", 2**40),
+              ("", None), ("lots", None), ("8G", None), ("1 mb", None), ("1Gb", None),
+              ("-1", None), ("+1", None), ("0", None), ("0.4", None), ("1.5B", None),
+              ("1e9", None), ("1_000", None), ("\u0668GiB", None), ("2PiB", None),
+              ("1" * 101, None), ("1XB", None), ("KB", None)]
+
+
+@pytest.mark.parametrize("text, expected", _SPELLINGS)
+def test_the_variable_and_the_options_read_sizes_alike(text, expected):
+    import argparse
+
+    from collsynth.cli.common import parse_size
+
+    if expected is None:
+        with pytest.raises(InputTooLargeError, match=f"^{MEMORY_LIMIT_ENV}=.*expected bytes"):
+            parse_bytes(text)
+        with pytest.raises(argparse.ArgumentTypeError, match="^size "):
+            parse_size(text)
+    else:
+        assert parse_bytes(text) == parse_size(text) == expected
+
+
 def test_the_ceiling_comes_from_the_block_else_the_environment(monkeypatch):
     monkeypatch.delenv(MEMORY_LIMIT_ENV, raising=False)
     assert memory_limit_bytes() is None

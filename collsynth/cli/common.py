@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from fractions import Fraction
 from typing import TYPE_CHECKING, NoReturn, Sequence
 
-from collsynth._parse import NumberTextError, number_text
+from collsynth._parse import (BINARY_UNITS, DECIMAL_UNITS, MAX_SIZE_BYTES, NumberTextError,
+                              number_text, size_from_text)
 from collsynth.errors import CollsynthError, printable
 
 if TYPE_CHECKING:
@@ -400,58 +400,23 @@ def add_fabric_arguments(parser: argparse.ArgumentParser) -> None:
                              "TIER=X[,TIER=X] (tiers: node, leaf, rail)")
 
 
-#: Case-sensitive units: decimal (KB = 1000) and binary (KiB = 1024); ambiguous ones are refused.
-DECIMAL_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-_UNITS = {**DECIMAL_UNITS, **BINARY_UNITS}
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", re.ASCII)
-#: Largest size accepted (bytes): 1 PB, far beyond any buffer.
-MAX_SIZE_BYTES = 10**15
-
-
 def parse_size(text: str) -> int:
-    """Bytes in ``text`` (``"1KB"`` = 1000, ``"1KiB"`` = 1024, ``"512"`` = 512).
+    """Bytes in ``text`` (``"1KB"`` = 1000, ``"1KiB"`` = 1024, ``"512"`` = 512), by the one rule
+    for sizes, :func:`collsynth._parse.size_from_text`.
 
     Raises
     ------
     argparse.ArgumentTypeError
-        For ambiguous units (``1K``, ``1m``, ``1mb``), unknown ones, a size below one byte or not
-        a whole number of bytes, and for what :func:`~collsynth._parse.number_text` refuses
-        (other scripts' digits, ``1_000``: nccl-tests and NCCL's variables write neither).
+        ``size 'TEXT': why`` for what that rule refuses (ambiguous or unknown units, a size below
+        one byte, beyond 1 PiB or not a whole number of bytes, other scripts' digits, ``1_000``).
 
     >>> parse_size("1KB"), parse_size("1 KiB"), parse_size("1.5MB"), parse_size("64")
     (1000, 1024, 1500000, 64)
     """
     try:
-        number_text(text)
+        return size_from_text(text)
     except NumberTextError as exc:
         raise argparse.ArgumentTypeError(f"size {text!r}: {exc}") from None
-    match = _SIZE.fullmatch(text)
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: expected a number and a unit, like 1KB, 64MiB or 512")
-    number, unit = match.group(1), match.group(2) or "B"
-    if unit not in _UNITS:
-        upper = unit.upper()
-        if upper in ("K", "M", "G", "T"):
-            raise argparse.ArgumentTypeError(
-                f"size {text!r}: ambiguous unit {unit!r}: write {upper}B "
-                f"(10**{3 * ('KMGT'.index(upper) + 1)} bytes) or {upper}iB "
-                f"(2**{10 * ('KMGT'.index(upper) + 1)} bytes)")
-        if upper in ("KB", "MB", "GB", "TB", "KIB", "MIB", "GIB", "TIB", "B"):
-            raise argparse.ArgumentTypeError(
-                f"size {text!r}: ambiguous unit {unit!r} (bytes or bits? units are "
-                f"case-sensitive): write one of {', '.join(_UNITS)}")
-        raise argparse.ArgumentTypeError(
-            f"size {text!r}: unknown unit {unit!r}; use one of {', '.join(_UNITS)}")
-    value = Fraction(number) * _UNITS[unit]
-    if value.denominator != 1:
-        raise argparse.ArgumentTypeError(f"size {text!r} is not a whole number of bytes")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"size {text!r}: expected at least 1 byte")
-    if value > MAX_SIZE_BYTES:
-        raise argparse.ArgumentTypeError(f"size {text!r}: more than 1 PB")
-    return int(value)
 
 
 #: Most sizes one ``--sizes`` may list: each is priced (simulated) once per program and
