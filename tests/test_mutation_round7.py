@@ -1,0 +1,104 @@
+"""Blind spots found by hand mutation testing (round 7: the export — retargeting hand-written
+programs, lowering, the checker, limits, coarsening, the pipeline, MSCCL++ plans — the planner,
+the tracer and the executor's program): each test pins one rule that a small, plausible bug could
+break without any other test noticing. Expected values come from a hand count or the documented
+format (docs/msccl-xml.md and the docstrings), never from the code's own output.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from collsynth.errors import ExportError
+from collsynth.export.program import GpuProgram, Program, ThreadBlock, XmlStep
+
+
+# -- retarget: the byte range and flags a hand-written program is given (docs/msccl-xml.md §4.4) --
+
+
+def _two_rank_copy(*, inplace: int = 0, outofplace: int | None = None) -> Program:
+    """An allgather-shaped hand-written program of 2 ranks, no byte range, no outofplace."""
+    send = ThreadBlock(0, 1, -1, 0, (XmlStep(0, "s", "i", 0, "o", 0, 1),))
+    recv = ThreadBlock(1, -1, 1, 0, (XmlStep(0, "r", "i", 0, "o", 0, 1),))
+    gpus = (GpuProgram(0, 1, 1, 0, (send, recv)),
+            GpuProgram(1, 1, 1, 0, (ThreadBlock(0, 0, -1, 0, send.steps),
+                                    ThreadBlock(1, -1, 0, 0, recv.steps))))
+    return Program("hand", "Simple", 1, 1, 2, "allgather", inplace, gpus, outofplace=outofplace)
+
+
+def test_a_maximum_of_zero_bytes_is_refused_for_every_runtime():
+    # §4.4: "max_bytes = 0 and a maximum below the minimum are refused" — rccl reads maxBytes 0
+    # as "no limit", so a bound of 0 bytes would silently select every call.
+    from collsynth.export.retarget import retarget
+
+    for runtime in ("msccl", "rccl", "msccl-executor"):
+        with pytest.raises(ExportError, match="selects no call"):
+            retarget(_two_rank_copy(), runtime, max_bytes=0)
+
+
+def test_a_minimum_of_zero_bytes_is_a_valid_range_start():
+    # 0 is the smallest size a call can have: min_bytes=0 is the default range start, accepted.
+    from collsynth.export.retarget import retarget
+
+    rccl = retarget(_two_rank_copy(), "rccl", min_bytes=0, max_bytes=4096)
+    assert (rccl.min_bytes, rccl.max_bytes) == (0, 4096)
+
+
+def test_msccl_writes_min_bytes_zero_when_only_a_maximum_is_given():
+    # §4.4, msccl: "maxBytes is written as the bound plus one, and minBytes as given (0 when
+    # only a maximum is given)"; with neither, both are left out.
+    from collsynth.export.retarget import retarget
+
+    only_max = retarget(_two_rank_copy(), "msccl", max_bytes=4096)
+    assert (only_max.min_bytes, only_max.max_bytes, only_max.outofplace) == (0, 4097, None)
+    neither = retarget(_two_rank_copy(), "msccl")
+    assert (neither.min_bytes, neither.max_bytes) == (None, None)
+
+
+def test_a_program_without_outofplace_gets_the_opposite_of_inplace():
+    # rccl requires outofplace; a program that has none says its layout by inplace alone: an
+    # in-place program (inplace=1) is not out of place (0), and the other way round.
+    from collsynth.export.retarget import retarget
+
+    assert retarget(_two_rank_copy(inplace=1), "rccl").outofplace == 0
+    assert retarget(_two_rank_copy(inplace=0), "rccl").outofplace == 1
+    # An explicit outofplace is kept.
+    assert retarget(_two_rank_copy(inplace=0, outofplace=0), "rccl").outofplace == 0
+
+
+# -- unfused: fused steps as plain r / re / s (what rccl loads) ----------------------------------
+
+
+def _one_fused_step(step: XmlStep, o_chunks: int = 4) -> Program:
+    """Rank 0 sends one chunk to rank 1, whose only thread block runs ``step`` (a fused op
+    receiving from rank 0 and, for the sending kinds, sending back to rank 0)."""
+    sends = step.type in ("rcs", "rrs", "rrcs")
+    gpu0 = GpuProgram(0, 1, o_chunks, 0, (ThreadBlock(0, 1, 1 if sends else -1, 0, (
+        XmlStep(0, "s", "i", 0, "o", 0, step.cnt),)),))
+    gpu1 = GpuProgram(1, 1, o_chunks, 0, (ThreadBlock(0, 0 if sends else -1, 0, 0, (step,)),))
+    return Program("hand", "Simple", 1, 1, 2, "custom", 0, (gpu0, gpu1))
+
+
+def test_an_rrc_whose_operand_ends_where_its_destination_starts_is_unfused():
+    # o[0..2) + received -> o[2..4): the two ranges touch but do not overlap (0 + 2 = 2), so the
+    # receive can go straight into o[2..4) and the local operand be added to it: r, then re.
+    from collsynth.export.retarget import unfused
+
+    out = unfused(_one_fused_step(XmlStep(0, "rrc", "o", 0, "o", 2, 2)))
+    steps = out.gpus[1].threadblocks[0].steps
+    assert [(st.type, st.srcbuf, st.srcoff, st.dstbuf, st.dstoff, st.cnt) for st in steps] == [
+        ("r", "o", 2, "o", 2, 2), ("re", "o", 0, "o", 2, 2)]
+    assert out.gpus[1].s_chunks == 0   # no scratch needed
+
+
+def test_only_the_last_part_of_an_unfused_step_publishes_its_flag():
+    # docs/msccl-xml.md §9.1: hasdep is 1 on the step another block waits for, and unfused()
+    # points every wait at the last part of what it waited for; the parts before it publish
+    # nothing (a flag nobody reads only costs a publish).
+    from collsynth.export.retarget import unfused
+
+    step = XmlStep(0, "rrcs", "o", 0, "o", 0, 1, hasdep=1)
+    steps = unfused(_one_fused_step(step)).gpus[1].threadblocks[0].steps
+    # src == dst: receive into a new scratch chunk, add it into o[0], send o[0] on.
+    assert [st.type for st in steps] == ["r", "re", "s"]
+    assert [st.hasdep for st in steps] == [0, 0, 1]
