@@ -7,14 +7,73 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Mapping
 
-from collsynth._parse import fraction_from_text
+from collsynth._parse import NumberTextError, number_text, shown
 from collsynth.errors import InvalidTopologyError
 
-__all__ = ["NodeLayout", "node_layout"]
+__all__ = ["NodeLayout", "node_layout", "MAX_OVERSUBSCRIPTION", "oversubscription_refusal",
+           "oversubscription_from_text"]
+
+#: Largest oversubscription a tier may have: built fabrics are 1:1 to 8:1; 10^300:1 (or a
+#: text like "1e10000000", whose exact value alone takes seconds to compute) is a typo.
+MAX_OVERSUBSCRIPTION = 1000
+#: What every refused oversubscription is told, from the command line or a file.
+_EXPECTED_RATIO = (f"expected a ratio from 1 to {MAX_OVERSUBSCRIPTION}, where 1 is non-blocking "
+                   "and 2 is 2:1")
+
+
+def oversubscription_refusal(ratio: Fraction, written: str) -> str | None:
+    """Why ``ratio`` (shown in the message as ``written``) is no tier's oversubscription, or
+    ``None`` when it is one: the one bound for ratios typed, read from files or given from
+    Python.
+
+    >>> oversubscription_refusal(Fraction(3, 2), "3/2") is None
+    True
+    >>> oversubscription_refusal(Fraction(1, 2), "0.5")
+    '0.5 is below 1; expected a ratio from 1 to 1000, where 1 is non-blocking and 2 is 2:1'
+    """
+    if ratio < 1:
+        return f"{written} is below 1; {_EXPECTED_RATIO}"
+    if ratio > MAX_OVERSUBSCRIPTION:
+        figure = f"{float(ratio):g}" if ratio < 10**300 else "above 1e300"
+        return f"{figure} is more than {MAX_OVERSUBSCRIPTION}:1; {_EXPECTED_RATIO}"
+    return None
+
+
+def oversubscription_from_text(text: str) -> Fraction:
+    """The oversubscription written as ``text`` (``"2"``, ``"1.5"``, ``"3/2"``, ``"2e0"``), by
+    the rule of :func:`oversubscription_refusal`. An exponent is read as a float first:
+    ``Fraction("1e10000000")`` computes 10^(10^7) digit by digit, seconds of CPU.
+
+    Raises
+    ------
+    NumberTextError
+        Saying why, starting with the value: not a number (other scripts' digits, ``1_5``,
+        ``1/0``, ``x``), below 1 or more than :data:`MAX_OVERSUBSCRIPTION`.
+
+    >>> oversubscription_from_text(" 3/2 "), oversubscription_from_text("2e0")
+    (Fraction(3, 2), Fraction(2, 1))
+    """
+    try:
+        written = number_text(text)
+        if "e" in written.lower():
+            given = float(written)
+            ratio = Fraction(given).limit_denominator(10**6) if math.isfinite(given) \
+                else Fraction(10**301 if given > 0 else 0)
+        else:
+            ratio = Fraction(written)
+    except NumberTextError as exc:
+        raise NumberTextError(f"{text.strip()!r} is not a number: {exc}") from None
+    except (ValueError, ZeroDivisionError):
+        raise NumberTextError(f"{text.strip()!r} is not a number; {_EXPECTED_RATIO}") from None
+    refusal = oversubscription_refusal(ratio, repr(text.strip()))
+    if refusal is not None:
+        raise NumberTextError(refusal)
+    return ratio
 
 
 @dataclass(frozen=True)
@@ -113,8 +172,8 @@ def node_layout(metadata: Mapping | Any, *, name: str, num_ranks: int) -> NodeLa
     nic_gpus = tuple(tuple(int(r) for r in members) for members in gpus) \
         if isinstance(gpus, (list, tuple)) else ()
     units = network.get("nic_units")
-    oversub = fraction_from_text(str(network.get("oversubscription", 1)))
-    oversub = Fraction(1) if oversub is None else oversub
+    oversub = _ratio(network.get("oversubscription", 1),
+                     f"topology {name!r}: metadata['network']['oversubscription']")
     fabric, per_leaf, tiers = _fabric(network.get("fabric"), name, nodes)
     return NodeLayout(
         nodes=nodes, ranks_per_node=per_node, nic_gpus=nic_gpus,
@@ -157,8 +216,17 @@ def _fabric(raw: Any, name: str, nodes: int
         raise bad(f"'oversubscription' = {ratios!r}; expected an object of tier: ratio")
     tiers = []
     for tier, value in ratios.items():
-        ratio = fraction_from_text(str(value))  # no exponent: "1e100000000" takes minutes
-        if ratio is None or ratio < 1:
-            raise bad(f"'oversubscription'[{tier!r}] = {value!r}; expected a ratio >= 1")
-        tiers.append((str(tier), ratio))
+        tiers.append((str(tier), _ratio(value, f"topology {name!r}: metadata['network']"
+                                               f"['fabric']['oversubscription'][{tier!r}]")))
     return kind, per_leaf, tuple(tiers)
+
+
+def _ratio(value: Any, field: str) -> Fraction:
+    """A file's oversubscription (written as text, ``"3/2"``, or a JSON number) by the one rule
+    of :func:`oversubscription_from_text`; ``field`` starts the refusal."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InvalidTopologyError(f"{field}: {shown(value)} is not a number; {_EXPECTED_RATIO}")
+    try:
+        return oversubscription_from_text(str(value))
+    except NumberTextError as exc:
+        raise InvalidTopologyError(f"{field}: {exc}") from None

@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
-from collsynth._parse import NumberTextError, number_text
+from collsynth._parse import NumberTextError, shown
 from collsynth.errors import InvalidTopologyError
+from collsynth.topology.layout import (MAX_OVERSUBSCRIPTION, oversubscription_from_text,
+                                       oversubscription_refusal)
 from collsynth.topology.model import BandwidthGroup
 
 __all__ = ["FABRICS", "FABRIC_TIERS", "FabricSpec", "fabric_spec", "parse_oversubscription",
            "oversubscription_ratio", "tier_scale", "tier_limits", "tier_groups",
-           "MAX_TIER_RESCALE"]
+           "MAX_TIER_RESCALE", "MAX_OVERSUBSCRIPTION"]
 
 _log = logging.getLogger(__name__)
 
@@ -64,18 +66,16 @@ class FabricSpec:
         return out
 
 
-#: Largest oversubscription a tier may have: built fabrics are 1:1 to 8:1; 10^300:1 (or a
-#: text like "1e10000000", whose exact value alone takes seconds to compute) is a typo.
-MAX_OVERSUBSCRIPTION = 1000
-
-
 def oversubscription_ratio(value: object, where: str) -> Fraction:
-    """``value`` as an exact fraction >= 1 (floats rounded to 6 decimal places' worth).
+    """``value`` (a number from Python or JSON) as an exact fraction, by the one bound of
+    :func:`~collsynth.topology.layout.oversubscription_refusal`; floats are rounded to 6 decimal
+    places' worth.
 
     Raises
     ------
     InvalidTopologyError
-        For a non-number, an infinite number or one below 1; ``where`` starts the message.
+        For a non-number, an infinite number, one below 1 or above
+        :data:`~collsynth.topology.layout.MAX_OVERSUBSCRIPTION`; ``where`` starts the message.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
         raise InvalidTopologyError(f"{where}: oversubscription must be a number, got {value!r}")
@@ -85,25 +85,21 @@ def oversubscription_ratio(value: object, where: str) -> Fraction:
         ratio = Fraction(value).limit_denominator(10**6)
     else:
         ratio = Fraction(value)
-    if ratio < 1:
-        raise InvalidTopologyError(f"{where}: oversubscription must be >= 1 (1 = non-blocking), "
-                                   f"got {value!r}")
-    if ratio > MAX_OVERSUBSCRIPTION:
-        shown = f"{float(ratio):g}" if ratio < 10**300 else "above 1e300"
-        raise InvalidTopologyError(f"{where}: oversubscription {shown} is more than "
-                                   f"{MAX_OVERSUBSCRIPTION}:1; expected a ratio from 1 to "
-                                   f"{MAX_OVERSUBSCRIPTION} (2 = 2:1)")
+    refusal = oversubscription_refusal(ratio, shown(value))
+    if refusal is not None:
+        raise InvalidTopologyError(f"{where}: oversubscription {refusal}")
     return ratio
 
 
 def parse_oversubscription(text: str) -> Fraction | dict[str, Fraction]:
-    """A ratio (``"2"``, ``"1.5"``, ``"3/2"``) or ratios per tier (``"leaf=2,node=1"``).
+    """A ratio (``"2"``, ``"1.5"``, ``"3/2"``) or ratios per tier (``"leaf=2,node=1"``), each
+    read by :func:`~collsynth.topology.layout.oversubscription_from_text`.
 
     Raises
     ------
     InvalidTopologyError
-        For text that is neither, a ratio below 1, or a tier named twice (tier names are checked
-        against the fabric by :func:`fabric_spec`).
+        For text that is neither, a ratio below 1 or above 1000, or a tier named twice (tier
+        names are checked against the fabric by :func:`fabric_spec`).
 
     >>> parse_oversubscription("2")
     Fraction(2, 1)
@@ -113,37 +109,24 @@ def parse_oversubscription(text: str) -> Fraction | dict[str, Fraction]:
     >>> parse_oversubscription("leaf=2,node=3/2")
     {'leaf': Fraction(2, 1), 'node': Fraction(3, 2)}
     """
-    def number(part: str) -> Fraction:
-        try:
-            written = number_text(part)  # ASCII digits: Fraction reads '٢' and '1_5' (15)
-            if "e" in written.lower():  # as a float first: Fraction("1e10000000") takes
-                given = float(written)  # seconds; "1e400" is beyond any ratio allowed
-                value = Fraction(given).limit_denominator(10**6) if math.isfinite(given) \
-                    else Fraction(10**301 if given > 0 else 0)
-            else:
-                value = Fraction(written)
-        except (ValueError, ZeroDivisionError) as exc:
-            why = f": {exc}" if isinstance(exc, NumberTextError) else ""
-            raise InvalidTopologyError(
-                f"oversubscription {text!r}: {part.strip()!r} is not a number{why}; expected X "
-                "or TIER=X,... (for example 2, 3/2 or leaf=2,node=1)") from None
-        if value < 1:
-            raise InvalidTopologyError(f"oversubscription {text!r}: {part.strip()!r} is below 1 "
-                                       "(1 = non-blocking, 2 = 2:1)")
-        return oversubscription_ratio(value, f"oversubscription {text!r}")
-
     if "=" not in text:
-        return number(text)
+        try:
+            return oversubscription_from_text(text)
+        except NumberTextError as exc:
+            raise InvalidTopologyError(f"oversubscription {exc}") from None
     ratios: dict[str, Fraction] = {}
     for item in text.split(","):
         tier, equals, value = item.partition("=")
         tier = tier.strip().lower()
         if not equals or not tier:
             raise InvalidTopologyError(f"oversubscription {text!r}: {item.strip()!r} is not "
-                                       "TIER=X (for example leaf=2)")
+                                       "TIER=X, like leaf=2")
         if tier in ratios:
             raise InvalidTopologyError(f"oversubscription {text!r}: tier {tier!r} given twice")
-        ratios[tier] = number(value)
+        try:
+            ratios[tier] = oversubscription_from_text(value)
+        except NumberTextError as exc:
+            raise InvalidTopologyError(f"oversubscription {text!r}, tier {tier}: {exc}") from None
     return ratios
 
 

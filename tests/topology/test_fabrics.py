@@ -127,7 +127,7 @@ def test_a_bad_fabric_record_is_refused():
     ({"fabric": "rail", "oversubscription": {"node": 2}}, "'node' is not a tier of the 'rail'"),
     ({"oversubscription": {"leaf": 2}}, "'leaf' is not a tier of the 'switch'"),
     ({"fabric": "leaf-spine", "nodes_per_leaf": 2, "oversubscription": {"leaf": 0.5}},
-     "oversubscription must be >= 1"),
+     "oversubscription 0.5 is below 1; expected a ratio from 1 to 1000"),
 ])
 def test_bad_fabrics(kwargs, match):
     with pytest.raises(InvalidTopologyError, match=match):
@@ -199,3 +199,46 @@ def test_node_shift_is_checked_on_the_leaf_groups():
                       tuple(g for g in system.groups if g.name != "leaf 1 uplink (oversubscription 4)"),
                       metadata=system.metadata)
     assert node_shift(broken) is None
+
+
+# One table for both places an oversubscription is read: the command line and a topology file's
+# metadata. Each row is accepted by both, as the same ratio, or refused by both.
+_RATIOS = [("2", Fraction(2)), ("3/2", Fraction(3, 2)), (" 1.5 ", Fraction(3, 2)),
+           ("2e0", Fraction(2)), ("1000", Fraction(1000)), ("1", Fraction(1)),
+           ("1001", None), ("5000", None), ("1e300", None), ("1e100000000", None),
+           ("0.5", None), ("-2", None), ("x", None), ("1/0", None), ("1_5", None),
+           ("\u0662", None), ("", None)]
+
+
+@pytest.mark.parametrize("text, expected", _RATIOS)
+def test_the_command_line_and_a_file_read_ratios_alike(text, expected):
+    data = topology_to_json(_leafy(ratio=2, nodes=4))
+    data["metadata"]["network"]["fabric"]["oversubscription"]["leaf"] = text
+    if expected is None:
+        with pytest.raises(InvalidTopologyError, match="^oversubscription "):
+            parse_oversubscription(text)
+        with pytest.raises(FileFormatError, match=r"\['oversubscription'\]\['leaf'\]: "):
+            topology_from_json(data)
+    else:
+        assert parse_oversubscription(text) == expected
+        assert topology_from_json(data).layout.tier_oversubscription("leaf") == expected
+
+
+@pytest.mark.parametrize("text", ["0.5", "x", "1001", "leaf=x"])
+def test_an_oversubscription_refusal_reads_without_nested_brackets(capsys, text):
+    """``0.5`` read "... is below 1 (1 = non-blocking, 2 = 2:1) (see 'collsynth bounds
+    --help')": the usage line's own bracket followed another."""
+    from collsynth import cli
+
+    assert cli.main(["bounds", "dgx1", "allgather", "--nodes", "2",
+                     f"--oversubscription={text}"]) == cli.EXIT_USAGE
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.count("(") == 1 and line.endswith("(see 'collsynth bounds --help')"), line
+
+
+def test_a_files_network_ratio_that_is_not_one_is_refused():
+    """``metadata.network.oversubscription = "x"`` was read as 1 (non-blocking), silently."""
+    data = topology_to_json(_leafy(ratio=2, nodes=4))
+    data["metadata"]["network"]["oversubscription"] = "x"
+    with pytest.raises(FileFormatError, match=r"\['network'\]\['oversubscription'\]: 'x' is not"):
+        topology_from_json(data)
