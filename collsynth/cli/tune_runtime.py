@@ -19,7 +19,7 @@ from collsynth.cli.common import (EXIT_OK, UsageError, input_files, out,
                                   parse_size_range, path_argument, positive_int, table, why_not)
 from collsynth.errors import shown_path
 
-__all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
+__all__ = ["register", "run_tune_runtime", "gain_text", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
 
 COMMAND = "tune-runtime"
 DEFAULT_COLLECTIVES = "allreduce,allgather,reducescatter"
@@ -82,12 +82,12 @@ def _sizes(bounds: tuple[int, int]) -> list[int]:
     return sorted(set(tune_sizes(lo, hi, 2)) | {hi})
 
 
-def _span(values: list[float], unit: str = "") -> str:
+def _span(values: list[float]) -> str:
+    """``low-high`` of ``values`` to 3 significant digits (one figure when they round alike)."""
     if not values:
         return "-"
     low, high = min(values), max(values)
-    return f"{low:.3g}{unit}" if f"{low:.3g}" == f"{high:.3g}" else \
-        f"{low:.3g}-{high:.3g}{unit}"
+    return f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g}"
 
 
 def _bytes_text(value: int) -> str:
@@ -96,20 +96,33 @@ def _bytes_text(value: int) -> str:
     return "max" if value == SIZE_MAX else str(value)
 
 
+def gain_text(speedups: tuple[float, ...]) -> str:
+    """A range's predicted gain as the file's header writes it: ``1.05-1.28x``, or ``1.24x``
+    when the ends round alike (``1.00x`` for no size priced).
+
+    >>> gain_text((1.2, 1.05, 1.28)), gain_text((1.241, 1.238))
+    ('1.05-1.28x', '1.24x')
+    """
+    low, high = min(speedups or (1.0,)), max(speedups or (1.0,))
+    return f"{low:.2f}x" if round(low, 2) == round(high, 2) else f"{low:.2f}-{high:.2f}x"
+
+
 def _range_rows(tuned: Any, runtime: str) -> list[list[str]]:
+    """One table row per size range. Its figures cover every size priced in the range, the
+    sampled ones and the ends the bisection placed, as the file's header does
+    (``TunedRange.speedups``): a rule is written for the whole range, ends included."""
     rows = []
     for r in tuned.tuning.ranges:
-        shown = [row for row in r.rows if row.sampled] or list(r.rows)
         if r.keep:
             written = f"{r.choice.label} (own, pinned)" if runtime == "nccl" else "- (own)"
         else:
             written = r.choice.label
-        owns = sorted({row.default.label for row in shown}) or [r.choice.label]
+        owns = sorted({row.default.label for row in r.rows}) or [r.choice.label]
         rows.append([f"{_bytes_text(r.min_bytes)}..{_bytes_text(r.max_bytes)}", written,
                      str(sum(row.sampled for row in r.rows)),
-                     "-" if r.keep else _span([row.time_us for row in shown]),
-                     ",".join(owns), _span([row.default_time_us for row in shown]),
-                     "-" if r.keep else _span([row.speedup for row in shown], "x")])
+                     "-" if r.keep else _span([row.time_us for row in r.rows]),
+                     ",".join(owns), _span([row.default_time_us for row in r.rows]),
+                     "-" if r.keep else gain_text(r.speedups)])
     return rows
 
 

@@ -259,3 +259,20 @@ def test_tune_runtime_prices_with_the_calibration(capsys, tmp_path):
     assert times[1] == pytest.approx(times[0] + 100)
     code, _, err = run(capsys, *argv, "--calibration", str(tmp_path / "rccl.json"))
     assert code == 2 and "--calibration" in err and "rccl" in err
+
+
+def test_the_table_and_the_files_header_give_each_rule_one_gain(capsys, tmp_path):
+    """The H100 NVLS allgather row read 1.2-1.28x in the table (sampled sizes only) and
+    1.05-1.28x in the file's header (the range's ends too): the rule covers its ends, so both
+    now give the figure over every size priced in the range."""
+    import re
+
+    out_file = tmp_path / "tuner.conf"
+    code, out, err = run(capsys, "tune-runtime", "--topology", "DGX-H100", "--runtime", "nccl",
+                         "--collectives", "allgather", "-o", str(out_file))
+    assert code == 0, err
+    table = {cells[0]: cells[-1] for line in out.splitlines()
+             if (cells := [c.strip() for c in line.split("|")])[-1].endswith("x")}
+    header = dict(re.findall(r"#   allgather (\d+\.\.\S+) B: \S+, (\S+x) faster",
+                             out_file.read_text()))
+    assert header and table == header
