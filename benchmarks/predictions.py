@@ -10,7 +10,7 @@ and PAT where the machine has them) priced by :class:`~collsynth.timing.program_
 with the calibrated constants on the predicted run's machine. Reported per predicted curve: mean
 |predicted / measured - 1| in three size bands (<= 64 KiB, 128 KiB - 32 MiB, >= 64 MiB) and, for
 the issue's named targets, PASS or MISS against its limits. The held-out cases never fit on the
-run they predict. Machines: data/nccl-tests/README.md and data/public-logs/README.md.
+run they predict; the last cases fit nothing (the runtime's documented defaults). Machines: data/nccl-tests/README.md and data/public-logs/README.md.
 """
 
 from __future__ import annotations
@@ -98,10 +98,12 @@ class Run:
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    """Calibrate on ``fit``, predict each of ``predict``; ``limits`` per band (None: no target)."""
+    """Calibrate on ``fit``, predict each of ``predict``; ``limits`` per band (None: no target).
+    ``fit=None``: no calibration, the runtime's documented defaults (a machine met for the
+    first time)."""
 
     name: str
-    fit: Run
+    fit: Run | None
     predict: tuple[Run, ...]
     limits: tuple[float | None, float | None, float | None] | None = None
 
@@ -213,10 +215,24 @@ HELD_OUT = (
          (_pl("MI355X-16gpu-2node-pollara_all_reduce_hisohara-aac14.txt", "rccl",
               Machine("MI355X", 2, network="roce")),)),
 )
+# No calibration at all: the runtime's documented defaults, as a user meeting a machine for the
+# first time prices it. The B200 a4 run is the only public curve of its machine and node
+# count (RoCE's per-hop extra in CLASS_LATENCY_US came from the same cluster's one-GPU-per-node
+# run, so its small sizes are not independent); the H100 p5 and A100 runs are the ones the
+# cases above calibrate on, to show what a calibration buys.
+DEFAULTS = (
+    Case("no calibration: B200 a4 x2 (GKE, 8 RoCE NICs per node) allgather; H100 p5; A100",
+         None,
+         (_pl("B200-16gpu-2node-gcp-a4_all_gather_dranet.txt", "nccl",
+              Machine("DGX-B200", 2, network="roce")),
+          _nt("H100-8gpu-p5_all_reduce_awsome.txt", "nccl", H100),
+          _pl("H100-16gpu-2node-p5_all_reduce_awsome.txt", "nccl", H100_P5_X2),
+          _nt("A100-8gpu_all_gather_superbench.txt", "nccl", A100))),
+)
 #: Public runs not predicted here, and why (reported with the table).
 NOT_PREDICTED = {
-    "B200 a4 allgather, H200 a3-ultra allgather": "one run per machine and node count: nothing "
-                                                  "to calibrate on that is not the run itself",
+    "B200 a4 and H200 a3-ultra allgather, one GPU per node": "no built-in node of one GPU "
+                                                             "with its NIC",
     "H200 x2 over one TCP interface": "the interface's speed is not stated",
 }
 
@@ -334,6 +350,8 @@ def _pct(value: float | None) -> str:
 
 
 def run_case(case: Case, results: list[dict]) -> None:
+    if case.fit is None:
+        return predict_case(case, None, results)
     t0 = time.perf_counter()
     try:
         fit = calibrate(case.fit)
@@ -350,9 +368,20 @@ def run_case(case: Case, results: list[dict]) -> None:
     print("    " + ", ".join(f"{k} = {v:.4g}" for k, v in fit.parameters.items()))
     for warning in getattr(fit, "warnings", ()):
         print(f"    warning: {warning}")
+    predict_case(case, fit, results)
+
+
+def predict_case(case: Case, fit, results: list[dict]) -> None:
+    """Predict each of the case's runs with ``fit``'s constants (``None``: each run's
+    runtime's documented defaults) and report them."""
+    from collsynth.runtimes import get_runtime
+
+    if fit is None:
+        print(f"{case.name}\n  no calibration: each runtime's documented defaults")
     for run in case.predict:
+        constants = get_runtime(run.runtime).defaults if fit is None else fit.constants
         try:
-            pairs, names = predict(fit.constants, run)
+            pairs, names = predict(constants, run)
         except Exception as exc:
             print(f"  {run.name}: prediction failed: {exc}")
             results.append({"case": case.name, "predicted": run.name, "error": str(exc)})
@@ -377,9 +406,11 @@ def run_case(case: Case, results: list[dict]) -> None:
             (mi, ms), (pi, ps) = lines
             print(f"       from {LINE_FROM // MiB} MiB: measured {mi:.0f} us + {ms:.0f} us/GiB, "
                   f"predicted {pi:.0f} us + {ps:.0f} us/GiB (slope {100 * (ps / ms - 1):+.1f}%)")
-        results.append({"case": case.name, "calibrated_on": case.fit.name,
+        results.append({"case": case.name,
+                        "calibrated_on": None if case.fit is None else case.fit.name,
                         "predicted": run.name, "bands": dict(zip((b[0] for b in BANDS), errors)),
-                        "verdict": verdict or None, "gmae_in_sample": fit.gmae,
+                        "verdict": verdict or None,
+                        "gmae_in_sample": None if fit is None else fit.gmae,
                         "large_size_lines": None if lines is None else {
                             "measured": {"intercept_us": lines[0][0], "us_per_gib": lines[0][1]},
                             "predicted": {"intercept_us": lines[1][0],
@@ -401,6 +432,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.targets_only:
         print("\n== held out: calibrate on one run of a machine, predict its other runs ==")
         for case in HELD_OUT:
+            if args.only in case.name:
+                run_case(case, results)
+        print("\n== new machines: no calibration, the runtime's documented defaults ==")
+        for case in DEFAULTS:
             if args.only in case.name:
                 run_case(case, results)
         print("\nnot predicted:")
