@@ -17,6 +17,7 @@ check again just before writing. docs/cli.md, section "Output files and folders"
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
 import shutil
@@ -29,11 +30,45 @@ from collsynth.errors import OutputPathError, expect_path, shown_path
 
 __all__ = ["check_output_file", "check_output_dir", "check_folder_writable", "safe_file_name",
            "path_in", "open_atomic", "write_text_atomic", "write_bytes_atomic",
-           "write_all_atomic", "staged_folder"]
+           "write_all_atomic", "staged_folder", "shown_as", "user_path"]
 
 #: Longest file name :func:`safe_file_name` makes (file systems allow 255 bytes; room is left
 #: for the suffixes commands add and for the atomic writer's temporary names).
 MAX_NAME_CHARS = 160
+
+#: The staging folders being written in the current context, each with the user's path it
+#: becomes, innermost last (:func:`shown_as`).
+_STAGED: contextvars.ContextVar[tuple[tuple[Path, Path], ...]] = contextvars.ContextVar(
+    "collsynth_staged_folders", default=())
+
+
+@contextlib.contextmanager
+def shown_as(staging: str | os.PathLike[str], target: str | os.PathLike[str]) -> Iterator[None]:
+    """Within the block, a file written under the hidden folder ``staging`` is named in errors
+    by its place under ``target``, the user's path that the folder becomes: a full disk while
+    writing ``.out.x1y2.tmp/xml/a.xml`` reads ``out/xml/a.xml: cannot write: No space left on
+    device``. :func:`staged_folder` sets it; a writer that stages a folder of its own should."""
+    token = _STAGED.set(_STAGED.get() + ((Path(staging), Path(target)),))
+    try:
+        yield
+    finally:
+        _STAGED.reset(token)
+
+
+def user_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as the user knows it: under a staging folder of :func:`shown_as`, the same
+    place under its target; else ``path`` itself.
+
+    >>> with shown_as("/tmp/.out.x1y2.tmp", "out"):
+    ...     str(user_path("/tmp/.out.x1y2.tmp/xml/a.xml"))
+    'out/xml/a.xml'
+    """
+    given = Path(path)
+    for staging, target in reversed(_STAGED.get()):
+        if given == staging or staging in given.parents:
+            return target / given.relative_to(staging)
+    return given
+
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
@@ -238,7 +273,7 @@ def open_atomic(path: str | os.PathLike[str], *, binary: bool = False,
         A path the policy refuses, or an OS error while writing (the message names ``path``,
         not the temporary file).
     """
-    label = label or shown_path(expect_path(path))
+    label = label or shown_path(user_path(expect_path(path)))
     target = check_output_file(path, label=label)
     existing = _check_target(target, label)
     mode = stat.S_IMODE(existing.st_mode) if existing is not None else _new_file_mode()
@@ -295,7 +330,7 @@ def write_all_atomic(files: "dict[Path, str | bytes]", *, label: str | None = No
     temporaries: list[tuple[str, Path, int]] = []
     try:
         for target, data in files.items():
-            shown = label or shown_path(target)
+            shown = label or shown_path(user_path(target))
             check_output_file(target, label=shown)
             existing = _check_target(Path(target), shown)
             mode = stat.S_IMODE(existing.st_mode) if existing is not None else _new_file_mode()
@@ -312,12 +347,12 @@ def write_all_atomic(files: "dict[Path, str | bytes]", *, label: str | None = No
             except OSError as exc:
                 raise OutputPathError(f"{shown}: cannot write: {exc.strerror or exc}") from exc
         for _, target, _ in temporaries:  # all written: check every target again, then rename
-            _check_target(target, label or shown_path(target))
+            _check_target(target, label or shown_path(user_path(target)))
         for tmp, target, _ in temporaries:
             try:
                 os.replace(tmp, target)
             except OSError as exc:
-                raise OutputPathError(f"{label or shown_path(target)}: cannot write: "
+                raise OutputPathError(f"{label or shown_path(user_path(target))}: cannot write: "
                                       f"{exc.strerror or exc}") from exc
     except BaseException:
         for tmp, _, _ in temporaries:
@@ -355,7 +390,8 @@ def staged_folder(path: str | os.PathLike[str], *, label: str | None = None) -> 
     except OSError as exc:
         raise OutputPathError(f"{label}: cannot write: {exc.strerror or exc}") from exc
     try:
-        yield staging
+        with shown_as(staging, expect_path(path)):
+            yield staging
         if not existed and _lstat(target, label) is None:
             try:
                 os.rename(staging, target)

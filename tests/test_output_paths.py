@@ -354,3 +354,50 @@ def test_export_with_absurd_instances_says_so_in_one_line(tmp_path, capsys):
 def test_a_root_outside_the_topology_is_a_usage_error_either_way(root, capsys):
     assert main(["bounds", "ring:4", "broadcast", "--root", root]) == EXIT_USAGE
     _one_error_line(capsys.readouterr().err, "--root")
+
+
+def _disk_full_on_write(monkeypatch):
+    """Every file opened for writing through ``os.fdopen`` (the atomic writers) fails as a
+    full disk does (ENOSPC); reads are untouched."""
+    import errno
+
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    def fdopen(fd, mode="r", *args, **kwargs):
+        handle = real(fd, mode, *args, **kwargs)
+        return Full(handle) if "w" in mode else handle
+
+    monkeypatch.setattr(os, "fdopen", fdopen)
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_full_disk_names_the_users_folder_not_the_staging_one(tmp_path, monkeypatch, capsys,
+                                                                ring_allgather_path, existing):
+    """``bench -o DIR`` on a full disk read ``DIR/../.DIR.x1y2.tmp/xml/a.xml: cannot write``:
+    a hidden path the user never named, gone by the time they look."""
+    folder = tmp_path / "bench-out"
+    if existing:
+        folder.mkdir()
+    _disk_full_on_write(monkeypatch)
+    code = main(["bench", str(ring_allgather_path), "--ranks", "4", "--runtime", "msccl",
+                 "--dry-run", "-o", str(folder)])
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR
+    assert f"error: {folder}/xml/" in err and "No space left on device" in err, err
+    assert ".tmp" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == \
+        sorted(["ag.json"] + (["bench-out"] if existing else []))
+    assert not existing or not any(folder.iterdir())
