@@ -29,6 +29,30 @@ def _size_range(text: str) -> tuple[int, int]:
     return low, high
 
 
+def _launcher(text: str) -> str:
+    """A ``--launcher`` command: one that splits into words as a shell would, with no
+    placeholder but ``{ranks}``. A blank one was taken as a launcher and wrote scripts that ran
+    one process on one GPU; ``{rank}`` went into the script as it was, for the shell to fail on.
+    """
+    import re
+    import shlex
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}; expected a command like "
+                                         "'mpirun -np {ranks}'") from None
+    if not words:
+        raise argparse.ArgumentTypeError("an empty command; expected one like "
+                                         "'mpirun -np {ranks}', or leave --launcher out")
+    # A placeholder is {name}; ${NAME} is the shell's, not ours.
+    unknown = sorted(set(re.findall(r"(?<!\$)\{[A-Za-z_][A-Za-z0-9_]*\}", text)) - {"{ranks}"})
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: unknown placeholder {unknown[0]}; the only "
+                                         "one is {ranks}, the rank count")
+    return text
+
+
 def _iterations(low: int) -> Any:
     def parse(text: str) -> int:
         from collsynth.plan.bench import MAX_ITERATIONS
@@ -64,7 +88,7 @@ def register(subparsers: Any) -> None:
                         help="sizes to measure (nccl-tests convention; default 1KiB:1GiB)")
     parser.add_argument("-o", "--output", type=path_argument, metavar="DIR",
                         help="folder to write (default bench-NAME)")
-    parser.add_argument("--launcher", metavar="CMD",
+    parser.add_argument("--launcher", type=_launcher, metavar="CMD",
                         help="start one process per rank, {ranks} replaced: 'mpirun -np {ranks}'"
                              " (default: one process drives every GPU)")
     parser.add_argument("--iters", type=_iterations(1), default=20, metavar="N",
