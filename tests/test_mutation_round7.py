@@ -102,3 +102,59 @@ def test_only_the_last_part_of_an_unfused_step_publishes_its_flag():
     # src == dst: receive into a new scratch chunk, add it into o[0], send o[0] on.
     assert [st.type for st in steps] == ["r", "re", "s"]
     assert [st.hasdep for st in steps] == [0, 0, 1]
+
+
+# -- the export pipeline ---------------------------------------------------------------------------
+
+
+def test_as_many_instances_as_the_runtime_has_channels_fit():
+    # Each instance takes at least one channel of its own: msccl's MAXCHANNELS (32) instances
+    # fit exactly, one more does not.
+    from collsynth.export.pipeline import check_instances
+    from collsynth.runtimes import xml_dialect
+
+    limit = xml_dialect("msccl").max_channels
+    check_instances(limit, ["msccl"])   # no error
+    with pytest.raises(ExportError, match="MAXCHANNELS: msccl 32"):
+        check_instances(limit + 1, ["msccl"])
+
+
+def _piped_broadcast():
+    """Two pieces down the chain 0 -> 1 -> 2: piece 1 leaves rank 0 one step after it could
+    (step 2, not 1), so the schedule has two waves."""
+    from collsynth.algorithm import Algorithm, Send, Step
+    from collsynth.collective import broadcast
+    from collsynth.topology import get_topology
+
+    return Algorithm("b", get_topology("line:3"), broadcast(3, 0).split(2),
+                     (Step(1, (Send(0, 0, 1),)), Step(1, (Send(1, 0, 1), Send(0, 1, 2))),
+                      Step(1, (Send(1, 1, 2),))))
+
+
+def test_more_stages_than_waves_are_reported_as_the_waves_there_are():
+    # Asking a 2-wave schedule for 100 stages leaves it as it is: 2 stages, not 100.
+    from collsynth.export.pipeline import export_programs
+
+    exported = export_programs(_piped_broadcast(), ["msccl"], subject="b", stages=100)
+    assert exported["msccl"].stages == 2
+
+
+def test_the_export_checks_a_rooted_collective_against_the_algorithms_own_root():
+    # A broadcast from rank 1 on 2 ranks whose "lowering" is the correct program of the
+    # broadcast from rank 0: rank 0's input lands in rank 1's output. Right for root 0, wrong
+    # for root 1 (rank 0's output should hold rank 1's input) — the check must use root 1, not
+    # guess the root that fits.
+    from collsynth.algorithm import Algorithm, Send, Step, verify
+    from collsynth.collective import broadcast
+    from collsynth.export.lower import lower
+    from collsynth.export.pipeline import check_exported
+    from collsynth.topology import get_topology
+
+    two = get_topology("fully-connected:2")
+    from_0 = verify(Algorithm("b0", two, broadcast(2, 0), (Step(1, (Send(0, 0, 1),)),)))
+    from_1 = verify(Algorithm("b1", two, broadcast(2, 1), (Step(1, (Send(0, 1, 0),)),)))
+    for runtime in ("msccl", "rccl"):
+        program = lower(from_0, runtime=runtime)
+        check_exported(program, runtime, from_0)   # the precondition: right for its own root
+        with pytest.raises(ExportError, match="postcondition"):
+            check_exported(program, runtime, from_1)
