@@ -158,3 +158,22 @@ def test_the_export_checks_a_rooted_collective_against_the_algorithms_own_root()
         check_exported(program, runtime, from_0)   # the precondition: right for its own root
         with pytest.raises(ExportError, match="postcondition"):
             check_exported(program, runtime, from_1)
+
+
+# -- limits: the estimate merges at most 71 chunks into one step (cnt < 72, §7.1) -----------------
+
+
+def test_the_estimate_splits_72_chunks_on_one_connection_into_two_steps():
+    # 2 ranks, allgather of 72 pieces each, all sent in one step: each rank sends 72 and
+    # receives 72 over the one peer's threadblock. cnt < 72, so 72 chunks take 71 + 1: 2 send
+    # steps and 2 receive steps, 4 steps in the shared threadblock (a lower bound that here is
+    # exact).
+    from collsynth.algorithm import Algorithm, Send, Step, verify
+    from collsynth.collective import allgather
+    from collsynth.export.limits import estimate_figures
+    from collsynth.topology import get_topology
+
+    sends = tuple(Send(c + 72 * r, r, 1 - r) for r in range(2) for c in range(72))
+    algorithm = verify(Algorithm("ag72", get_topology("fully-connected:2"),
+                                 allgather(2).split(72), (Step(72, sends),)))
+    assert [peak.value for peak in estimate_figures(algorithm, "msccl").steps] == [4, 4]
