@@ -8,7 +8,8 @@ Speed: a 64-rank program with about 80k sends (by default RCCL's own ring allgat
 times a file instead, e.g. ``collsynth solve bandwidth-optimal dgx-a100 allgather --nodes 8``
 exported with ``--channels auto``), prepared once and simulated at 1 GiB; median of ``repeat``.
 
-Folding: NVLS on a GB200 NVL72 rack, whole graph against folded (same time, fewer transfers).
+Folding: NVLS on a GB200 NVL72 rack and the ring on 16 DGX-H100, whole graph against folded
+(same time, fewer transfers).
 
 MI250: RCCL's two-channel ring allgather on ``mi250-16gcd --nodes 2`` is calibrated on
 ``data/measurements/mi250-16gcd-x2/rccl_all_gather_outofplace.csv`` (every size: in-sample
@@ -65,34 +66,50 @@ def speed(args: argparse.Namespace) -> None:
 
 
 def folded(args: argparse.Namespace) -> None:
-    """NCCL's NVLS allreduce on one GB200 NVL72 rack (72 GPUs, 32 channels), built and
-    simulated at 1 GiB whole and folded (docs/runtime-model.md, "Folded graphs"); both give the
-    same time."""
-    from collsynth.runtimes import get_runtime
-    from collsynth.timing.runtime_model import simulate_program
+    """NCCL's NVLS allreduce on one GB200 NVL72 rack (72 GPUs, 32 channels), and its ring
+    allreduce on 16 DGX-H100 (128 GPUs, 16 channels), built and simulated at 1 GiB whole and
+    folded (docs/runtime-model.md, "Folded graphs"); both give the same time."""
+    from collsynth.timing.ring_fold import folded_ring
+    from collsynth.timing.runtime_baselines import ring_program, runtime_rings
+    from collsynth.timing.runtime_model import prepare_program
     from collsynth.timing.switch_graphs import nvls_graph
     from collsynth.topology import get_topology
+    from collsynth.topology.compose import compose_nodes
 
     rack = get_topology("gb200-nvl72")
+    compare(args, "NVLS allreduce, GB200 NVL72 rack, 32 channels",
+            lambda: nvls_graph("allreduce", rack, 32, fold=False),
+            lambda: nvls_graph("allreduce", rack, 32))
+    cluster = compose_nodes(get_topology("dgx-h100"), 16)
+    rings = runtime_rings(cluster, 16)
+    compare(args, "ring allreduce, 16 DGX-H100, 16 channels",
+            lambda: prepare_program(ring_program("allreduce", rings), cluster),
+            lambda: folded_ring("allreduce", rings, cluster))
+
+
+def compare(args: argparse.Namespace, label: str, whole, folded) -> None:
+    """Build each graph ``args.repeat`` times and simulate it at 1 GiB; print the medians."""
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.runtime_model import simulate_program
+
     c = get_runtime("nccl").defaults
     found = {}
-    for fold in (False, True):
+    for name, build in (("whole", whole), ("folded", folded)):
         build_s, simulate_s = [], []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            graph = nvls_graph("allreduce", rack, 32, fold=fold)
+            graph = build()
             t1 = time.perf_counter()
             result = simulate_program(graph, None, 2**30, c)
             t2 = time.perf_counter()
             build_s.append(t1 - t0)
             simulate_s.append(t2 - t1)
-        found[fold] = (graph.num_transfers, statistics.median(build_s),
+        found[name] = (graph.num_transfers, statistics.median(build_s),
                        statistics.median(simulate_s), result.time_us)
-    for fold, (transfers, build, simulate, time_us) in found.items():
-        print(f"NVLS allreduce, GB200 NVL72 rack, 32 channels, {'folded' if fold else 'whole'}: "
-              f"{transfers} transfers, build {build:.3f} s, simulate 1 GiB {simulate:.3f} s "
-              f"(median of {args.repeat}; {time_us:.1f} us)")
-    print(f"  same time: {abs(found[True][3] / found[False][3] - 1) < 1e-9}")
+        transfers, build_median, simulate_median, time_us = found[name]
+        print(f"{label}, {name}: {transfers} transfers, build {build_median:.3f} s, simulate "
+              f"1 GiB {simulate_median:.3f} s (median of {args.repeat}; {time_us:.1f} us)")
+    print(f"  same time: {abs(found['folded'][3] / found['whole'][3] - 1) < 1e-9}")
 
 
 def mi250() -> None:

@@ -251,6 +251,28 @@ def double_binary_tree(nodes: int) -> tuple[tuple[tuple[int, tuple[int, ...]], .
     return first, second
 
 
+def ring_step_types(collective: str, ranks: int) -> tuple[str, ...]:
+    """The step types of one thread block of :func:`ring_program` for ``collective`` on
+    ``ranks`` >= 2 ranks (allgather, reduce-scatter, allreduce: every rank and channel runs
+    the same ones; step ``k`` >= 1 receives what the rank before sent at step ``k - 1``).
+
+    >>> ring_step_types("allreduce", 3)
+    ('s', 'rrs', 'rrcs', 'rcs', 'r')
+    >>> ring_step_types("allgather", 3)
+    ('s', 'rcs', 'r', 'cpy')
+    """
+    n = ranks
+    key = canonical_name(collective)
+    if key == "allgather":
+        return ("s",) + ("rcs",) * (n - 2) + ("r", "cpy")
+    if key == "reduce_scatter":
+        return ("s",) + ("rrs",) * (n - 2) + ("rrc",)
+    if key == "allreduce":
+        return ("s",) + ("rrs",) * (n - 2) + ("rrcs",) + ("rcs",) * (n - 2) + ("r",)
+    raise UnknownNameError(f"no rank-alike ring for {collective!r}: broadcast and reduce "
+                           "start at their root")
+
+
 def ring_program_steps(collective: str, ranks: int, channels: int) -> int:
     """The steps of :func:`ring_program`'s program (one thread block per rank and channel, of
     ``n + 1`` steps for allgather, ``n`` reduce-scatter, ``2n - 1`` allreduce, at most 2 for

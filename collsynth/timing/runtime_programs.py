@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, Union
 
+from collsynth.collective.kinds import canonical_name
 from collsynth.export.program import Program
 from collsynth.runtimes.protocols import PROTOCOLS, STEP_BYTES
 from collsynth.timing.runtime_baselines import (P2P_COLLECTIVES, PAT_COLLECTIVES,
@@ -28,6 +29,7 @@ from collsynth.timing.runtime_baselines import (P2P_COLLECTIVES, PAT_COLLECTIVES
                                                 runtime_rings, runtime_tree, tree_program,
                                                 tree_program_min_steps)
 from collsynth.timing.p2p_tuning import P2P_CHUNK_BYTES
+from collsynth.timing.ring_fold import FOLDED_RING_COLLECTIVES, folded_ring
 from collsynth.timing.runtime_model import (PreparedProgram, check_simulated_steps,
                                            prepare_program)
 from collsynth.timing.switch_graphs import (NVLS_COLLECTIVES, NVLS_TREE_COLLECTIVES,
@@ -70,8 +72,20 @@ class RuntimeProgram:
 
 def _ring(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
     # refused before the rings are searched (their search grows with the ranks squared), at
-    # one ring: whatever the search finds has at least as many steps
+    # one ring: whatever the search finds has at least as many steps. On several identical
+    # nodes the ring is folded by node (ring_fold.py: the same times, a node's share of the
+    # transfers) wherever the machine allows it, else prepared whole.
     n = topology.num_ranks
+    layout = topology.layout
+    nodes = layout.nodes if layout is not None else 1
+    if nodes > 1 and canonical_name(collective) in FOLDED_RING_COLLECTIVES:
+        check_simulated_steps(ring_program_steps(collective, n, 1) // nodes,
+                              f"the {collective} ring of {n} ranks on 1 channel or more, "
+                              "folded by node")
+        rings = runtime_rings(topology, channels)
+        folded = folded_ring(collective, rings, topology, protocol=protocol)
+        if folded is not None:
+            return folded
     check_simulated_steps(ring_program_steps(collective, n, 1),
                           f"the {collective} ring of {n} ranks on 1 channel or more")
     program = ring_program(collective, runtime_rings(topology, channels), protocol=protocol)

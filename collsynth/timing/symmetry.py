@@ -1,11 +1,13 @@
-"""Folding a timing graph by the rotation of every node's GPUs, and by identical channels.
+"""Folding a timing graph by a rotation of the ranks, and by identical channels.
 
 NCCL's switch algorithms (NVLS, NVLS-tree) cut a channel's share into one shard per local GPU,
-and shard ``k`` is shard ``0`` with every node's GPUs renumbered ``g -> g + k``. Where that
-renumbering maps the machine's resources onto resources of the same capacity, all ``m`` shards
-run at the same times, so the simulator needs shard 0 alone, each of its resources standing for
-its orbit under the rotation, counted with the weight the other shards add. Likewise for
-channels that repeat one another. Why this is exact: docs/runtime-model.md, "Folded graphs".
+and shard ``k`` is shard ``0`` with every node's GPUs renumbered ``g -> g + k``. Its rings on
+identical nodes repeat from node to node: renumbering ``r -> r + ranks per node`` maps each
+ring onto itself. Where such a renumbering maps the machine's resources onto resources of the
+same capacity, all the images of a transfer run at the same times, so the simulator needs one
+of them alone, each of its resources standing for its orbit under the rotation, counted with
+the weight the other images add. Likewise for channels that repeat one another. Why this is
+exact: docs/runtime-model.md, "Folded graphs".
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["Spec", "rotate_spec", "folded_members"]
+__all__ = ["Spec", "rotate_spec", "rotate_nodes", "folded_members"]
 
 #: Where a transfer's resources come from: a name and the ranks it depends on, e.g.
 #: ``("up", a)`` (rank ``a``'s port to its switch) or ``("route", a, b)`` (the route a -> b).
@@ -38,14 +40,32 @@ def rotate_spec(spec: Spec, steps: int, per_node: int, turned: int | None = None
                     r - r % per_node + (r % per_node + steps) % turned for r in ranks))
 
 
+def rotate_nodes(spec: Spec, steps: int, per_node: int, nodes: int) -> Spec:
+    """``spec`` with each rank ``r`` renumbered ``(r + steps x per_node) mod (nodes x
+    per_node)``: every node's GPUs moved ``steps`` nodes on.
+
+    >>> rotate_nodes(("route", 7, 8), 1, 8, 3)
+    ('route', 15, 16)
+    >>> rotate_nodes(("route", 23, 0), 1, 8, 3)
+    ('route', 7, 8)
+    """
+    name, *ranks = spec
+    n = per_node * nodes
+    return (name, *((r + steps * per_node) % n for r in ranks))
+
+
 def folded_members(specs: Sequence[Sequence[Spec]], copies: Sequence[int],
                    resolve: Callable[[Spec], Sequence[int]], capacity: Sequence[float],
-                   per_node: int, turned: int | None = None
+                   per_node: int, turned: int | None = None, *,
+                   rotate: Callable[[Spec, int], Spec] | None = None
                    ) -> tuple[np.ndarray, np.ndarray] | None:
     """The memberships ``(transfer, resource)`` and their weights of a graph that holds shard 0
     of ``turned`` (default ``per_node``) rotated shards (:func:`rotate_spec`: the first
     ``turned`` GPUs of every node turn, the others stay), each transfer standing for
     ``copies[t]`` identical channels.
+
+    ``rotate(spec, i)``: another rotation of order ``turned`` instead (:func:`rotate_nodes`:
+    the graph holds node 0's transfers of ``turned`` nodes).
 
     ``specs[t]`` lists where transfer ``t``'s resources come from; ``resolve`` turns a spec into
     resource indices (the same number, in the same roles, for every rotation of it). Each
@@ -59,6 +79,9 @@ def folded_members(specs: Sequence[Sequence[Spec]], copies: Sequence[int],
     a spec whose rotations cross a different number of resources.
     """
     turned = per_node if turned is None else turned
+    if rotate is None:
+        def rotate(spec: Spec, steps: int) -> Spec:
+            return rotate_spec(spec, steps, per_node, turned)
     image: dict[int, int] = {}
     seen: set[Spec] = set()
     for transfer in specs:
@@ -66,8 +89,7 @@ def folded_members(specs: Sequence[Sequence[Spec]], copies: Sequence[int],
             if spec in seen:
                 continue
             seen.add(spec)
-            chain = [tuple(resolve(rotate_spec(spec, i, per_node, turned)))
-                     for i in range(turned + 1)]
+            chain = [tuple(resolve(rotate(spec, i))) for i in range(turned + 1)]
             if any(len(c) != len(chain[0]) for c in chain):
                 return None
             for here, there in zip(chain, chain[1:]):
