@@ -15,8 +15,8 @@ from collsynth.errors import (FileFormatError, InputTooLargeError, InvalidInstan
                               InvalidTopologyError, expect_path)
 from collsynth.interrupts import take as take_interrupt
 from collsynth.limits import Deadline
-from collsynth.timing.runtime_baselines import ring_program, runtime_rings
-from collsynth.timing.runtime_programs import prepare_ring
+from collsynth.timing.runtime_baselines import runtime_rings
+from collsynth.timing.runtime_programs import prepared_ring
 from collsynth._parse import MAX_GBPS, MIN_GBPS
 from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
 from collsynth.runtimes.constants import LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US
@@ -317,8 +317,7 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
     base = constants if constants is not None else get_runtime(runtime).defaults
     ring_set = tuple(tuple(r) for r in rings) if rings is not None else \
         runtime_rings(topology, channels)
-    prepared = {p: prepare_ring(ring_program(collective, ring_set, protocol=p), topology)
-                for p in sorted(set(used))}
+    prepared = {p: prepared_ring(collective, ring_set, topology, p) for p in sorted(set(used))}
     layout = topology.layout
     bound_class = "network" if layout is not None and layout.multi_node else "intra"
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, Mapping, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, Union
 
 from collsynth.collective.kinds import canonical_name
 from collsynth.export.program import Program
@@ -40,7 +40,8 @@ from collsynth.timing.tuning_model import pat_chunk_bytes
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
     from collsynth.topology.model import Topology
 
-__all__ = ["RuntimeProgram", "RUNTIME_PROGRAMS", "Built", "runtime_program", "prepare_ring"]
+__all__ = ["RuntimeProgram", "RUNTIME_PROGRAMS", "Built", "runtime_program", "prepare_ring",
+           "prepared_ring"]
 
 #: What a builder returns: a program (to prepare on the topology) or a prepared timing graph.
 Built = Union[Program, PreparedProgram]
@@ -72,24 +73,34 @@ class RuntimeProgram:
 
 def _ring(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
     # refused before the rings are searched (their search grows with the ranks squared), at
-    # one ring: whatever the search finds has at least as many steps. On several identical
-    # nodes the ring is folded by node (ring_fold.py: the same times, a node's share of the
-    # transfers) wherever the machine allows it, else prepared whole.
+    # one ring: whatever the search finds has at least as many steps (a node's share of them
+    # where the ring folds by node: prepared_ring)
     n = topology.num_ranks
     layout = topology.layout
     nodes = layout.nodes if layout is not None else 1
-    if nodes > 1 and canonical_name(collective) in FOLDED_RING_COLLECTIVES:
-        check_simulated_steps(ring_program_steps(collective, n, 1) // nodes,
-                              f"the {collective} ring of {n} ranks on 1 channel or more, "
-                              "folded by node")
-        rings = runtime_rings(topology, channels)
-        folded = folded_ring(collective, rings, topology, protocol=protocol)
-        if folded is not None:
-            return folded
-    check_simulated_steps(ring_program_steps(collective, n, 1),
-                          f"the {collective} ring of {n} ranks on 1 channel or more")
-    program = ring_program(collective, runtime_rings(topology, channels), protocol=protocol)
+    folds = nodes > 1 and canonical_name(collective) in FOLDED_RING_COLLECTIVES
+    check_simulated_steps(ring_program_steps(collective, n, 1) // (nodes if folds else 1),
+                          f"the {collective} ring of {n} ranks on 1 channel or more"
+                          + (", folded by node" if folds else ""))
+    rings = runtime_rings(topology, channels)
+    folded = folded_ring(collective, rings, topology, protocol=protocol)
+    if folded is not None:
+        return folded
+    program = ring_program(collective, rings, protocol=protocol)   # a program the checker proves
     return prepare_ring(program, topology) if _one_step_slices(program) else program
+
+
+def prepared_ring(collective: str, rings: Sequence[Sequence[int]], topology: "Topology",
+                  protocol: str = "Simple") -> PreparedProgram:
+    """The runtime's ring of ``collective`` over ``rings`` (one per channel) on ``topology``,
+    prepared as the runtime pipelines it: folded by node where its nodes allow it
+    (:func:`~collsynth.timing.ring_fold.folded_ring`: the same times, a node's share of the
+    transfers), else the whole :func:`~collsynth.timing.runtime_baselines.ring_program`
+    (:func:`prepare_ring`). The one way the program model and the ring fit prepare a ring."""
+    folded = folded_ring(collective, rings, topology, protocol=protocol)
+    if folded is not None:
+        return folded
+    return prepare_ring(ring_program(collective, rings, protocol=protocol), topology)
 
 
 #: NCCL's default Simple step, ``NCCL_BUFFSIZE / NCCL_STEPS`` = 512 KiB of data.
@@ -106,7 +117,7 @@ def prepare_ring(program: Program, topology: "Topology") -> PreparedProgram:
     """A :func:`~collsynth.timing.runtime_baselines.ring_program` prepared on ``topology`` as
     the runtime pipelines it: broadcast and reduce in Simple with slices of one step (NCCL's
     default step, ``NCCL_BUFFSIZE / NCCL_STEPS`` = 512 KiB of data), the others with the
-    constants' slices. The one way the program model and the ring fit prepare a ring."""
+    constants' slices (whole: :func:`prepared_ring` folds it where it can)."""
     if _one_step_slices(program):
         return _one_slice_per_call(program, topology, _SIMPLE_STEP_BYTES)
     return prepare_program(program, topology)

@@ -129,3 +129,19 @@ def test_a_cluster_above_the_whole_rings_limit_is_priced():
     racks = compose_nodes(get_topology("gb200-nvl72"), 20)
     with pytest.raises(InputTooLargeError, match="folded by node"):
         runtime_program("ring", "allgather", racks, 18)
+
+
+def test_the_ring_fit_prepares_the_folded_ring():
+    # prepared_ring is what calibrate's ring fit prepares: folded on two nodes (half the
+    # transfers), whole for a rooted collective, the same times as the whole ring either way
+    from collsynth.timing.runtime_programs import prepared_ring
+
+    two = compose_nodes(get_topology("dgx-h100"), 2)
+    rings = runtime_rings(two, 2)
+    whole = prepare_program(ring_program("allgather", rings, protocol="LL"), two)
+    fitted = prepared_ring("allgather", rings, two, "LL")
+    assert fitted.num_transfers * 2 == whole.num_transfers
+    assert times(fitted, "LL") == pytest.approx(times(whole, "LL"), rel=1e-9)
+    rooted = prepared_ring("broadcast", rings, two, "LL")
+    assert rooted.num_transfers == prepare_program(
+        ring_program("broadcast", rings, protocol="LL"), two).num_transfers
