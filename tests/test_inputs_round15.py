@@ -43,3 +43,17 @@ def test_a_launcher_with_ranks_or_a_shell_variable_is_taken(ring_allgather_path,
                      "msccl-executor", "--dry-run", "--launcher", launcher,
                      "-o", str(folder)]) == cli.EXIT_OK, capsys.readouterr().err
     assert (folder / "run_xml.sh").is_file()
+
+
+# -- time: an empty table names why -------------------------------------------------------------
+
+
+def test_nothing_priced_says_why_on_the_error_line(capsys):
+    """``time --topology ring:4`` (no physical figures) ended with "time: nothing priced" on
+    stderr, the reason only in the table's notes on stdout; the error line now names it."""
+    code = cli.main(["time", "--collective", "allgather", "--topology", "ring:4",
+                     "--sizes", "1KB"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_ERROR
+    [line] = err.splitlines()
+    assert "nothing priced" in line and "nccl-ring" in line and "unit_gbps" in line, line

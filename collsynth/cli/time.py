@@ -515,7 +515,9 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     baselines = price_table(ours, sizes, model, on_subject=now_on)
     by_name = {r.name: r for r in ours}
     notes = _version_notes(runtime, version_from)
-    notes += [f"{name}: {why}: no row" for name, why in baselines.errors.items()]
+    # why each of the runtime's algorithms has no row: the reason an empty table ends with
+    unpriced = list(baselines.errors.items())
+    notes += [f"{name}: {why}: no row" for name, why in unpriced]
     if not ours:
         notes.append(f"{runtime.family} runs {collective} outside its own algorithms (ring, "
                      "tree, NVLS, PAT): no runtime row")
@@ -581,7 +583,7 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     status = EXIT_ERROR if refused else EXIT_OK
     if args.json:
         out(json.dumps(rows, indent=1))
-        return _unless_nothing(nothing, errors, status)
+        return _unless_nothing(nothing, errors or unpriced, status)
     ranks = where.num_ranks
     what = "the runtime's own algorithms" if not subjects else "program model"
     out(f"{collective} on {where.name} ({ranks} ranks): {what}, {constants.runtime} constants"
@@ -616,7 +618,7 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
         out("  nothing priced")
     for name, why in errors:
         out(f"not priced: {name}: {why}")
-    return _unless_nothing(nothing, errors, status)
+    return _unless_nothing(nothing, errors or unpriced, status)
 
 
 def _versus(reference: "Price | None", price: "Price") -> dict | None:
@@ -638,7 +640,8 @@ def _layout(args: argparse.Namespace, collective: str) -> str:
 
 
 def _unless_nothing(nothing: bool, errors: list[tuple[str, str]], status: int) -> int:
-    """``status``, or the error that nothing was priced (``main`` reports it, exit 1)."""
+    """``status``, or the error that nothing was priced, with the first reason in ``errors``
+    (``main`` reports it, exit 1)."""
     if nothing:
         raise CollsynthError("time: nothing priced" + (f" ({errors[0][0]}: {errors[0][1]})"
                                                        if errors else ""))
