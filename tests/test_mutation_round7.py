@@ -177,3 +177,49 @@ def test_the_estimate_splits_72_chunks_on_one_connection_into_two_steps():
     algorithm = verify(Algorithm("ag72", get_topology("fully-connected:2"),
                                  allgather(2).split(72), (Step(72, sends),)))
     assert [peak.value for peak in estimate_figures(algorithm, "msccl").steps] == [4, 4]
+
+
+# -- coarsen: which receipts must keep their order -------------------------------------------------
+
+
+def _two_piece_sum_to_2(first_is_copy: bool):
+    """Ranks 0 and 1 contribute, rank 2 needs the sum, in two pieces a (0) and b (1), pipelined:
+    step 0: 0 -> 2 a; step 1: 1 -> 2 a (a reduce), 0 -> 2 b; step 2: 1 -> 2 b (a reduce). With
+    ``first_is_copy`` rank 2 holds nothing to start with and rank 0's sends are copies; else
+    rank 2 holds a contribution too and every send is a reduce."""
+    from collsynth.algorithm import Algorithm, Send, Step, verify
+    from collsynth.collective import Collective
+    from collsynth.topology import get_topology
+
+    givers = frozenset({0, 1}) if first_is_copy else frozenset({0, 1, 2})
+    collective = Collective("sum_to_2", 3, (givers,), (frozenset({2}),), combining=True)
+    red0 = not first_is_copy
+    return verify(Algorithm("sum", get_topology("fully-connected:3"), collective.split(2), (
+        Step(1, (Send(0, 0, 2, reduce=red0),)),
+        Step(1, (Send(0, 1, 2, reduce=True), Send(1, 0, 2, reduce=red0))),
+        Step(1, (Send(1, 1, 2, reduce=True),)))))
+
+
+def _sends(algorithm):
+    return [sorted((s.chunk, s.src, s.dst) for s in step.sends) for step in algorithm.steps]
+
+
+def test_coarsened_reductions_into_one_rank_may_arrive_together():
+    # Reductions commute: nothing is forwarded, and each of 0 and 1 only adds into rank 2, so
+    # every send can go at the first step (2 waves: piece b a step behind a). One stage: both
+    # pieces of both senders in one step.
+    from collsynth.export.coarsen import coarsen, waves
+
+    algorithm = _two_piece_sum_to_2(first_is_copy=False)
+    assert waves(algorithm) == 2
+    assert _sends(coarsen(algorithm, 1)) == [[(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]]
+
+
+def test_a_reduction_stays_after_the_copy_it_adds_to():
+    # Rank 2 holds nothing until rank 0's copy arrives, so rank 1's reduce of a piece must come
+    # a step after that piece's copy. One stage: both copies, then both reduces.
+    from collsynth.export.coarsen import coarsen, waves
+
+    algorithm = _two_piece_sum_to_2(first_is_copy=True)
+    assert waves(algorithm) == 2
+    assert _sends(coarsen(algorithm, 1)) == [[(0, 0, 2), (1, 0, 2)], [(0, 1, 2), (1, 1, 2)]]
