@@ -223,3 +223,38 @@ def test_a_reduction_stays_after_the_copy_it_adds_to():
     algorithm = _two_piece_sum_to_2(first_is_copy=True)
     assert waves(algorithm) == 2
     assert _sends(coarsen(algorithm, 1)) == [[(0, 0, 2), (1, 0, 2)], [(0, 1, 2), (1, 1, 2)]]
+
+
+# -- the MSCCL++ plan replay: in place means the buffers overlap, not that they touch -------------
+
+
+def _allgather_into_the_next_bytes(rank: int, world_size: int, plan) -> list[float]:
+    """One rank of an out-of-place allgather whose output starts right where its input ends
+    (two views of one tensor): returns the output."""
+    import torch
+
+    from collsynth.executor.mscclpp_plan import execute_plan
+
+    whole = torch.zeros(4 + 8)
+    inp, out = whole[:4], whole[4:]
+    inp.fill_(rank + 1.0)
+    return execute_plan(plan, inp, out, timeout_s=30.0).tolist()
+
+
+def test_an_output_right_after_the_input_is_an_out_of_place_call():
+    # The input is bytes [a0, a1), the output [a1, a1 + 32): they share no byte, so the call
+    # is out of place (in place: the ranges overlap) and an out-of-place plan runs on it. The
+    # allgather of 2 ranks' 4 floats: rank 0's four 1.0s, then rank 1's four 2.0s, everywhere.
+    pytest.importorskip("torch")
+    from collsynth.algorithm import Algorithm, Send, Step, verify
+    from collsynth.collective import allgather
+    from collsynth.executor import launch
+    from collsynth.export.mscclpp.lower import lower_to_plan
+    from collsynth.topology import get_topology
+
+    algorithm = verify(Algorithm("ag2", get_topology("fully-connected:2"), allgather(2), (
+        Step(1, (Send(0, 0, 1), Send(1, 1, 0))),)))
+    plan = lower_to_plan(algorithm)
+    assert not plan.inplace   # the precondition
+    outputs = launch(_allgather_into_the_next_bytes, 2, args=(plan,), timeout_s=120)
+    assert outputs == [[1.0] * 4 + [2.0] * 4] * 2
