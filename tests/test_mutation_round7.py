@@ -258,3 +258,39 @@ def test_an_output_right_after_the_input_is_an_out_of_place_call():
     assert not plan.inplace   # the precondition
     outputs = launch(_allgather_into_the_next_bytes, 2, args=(plan,), timeout_s=120)
     assert outputs == [[1.0] * 4 + [2.0] * 4] * 2
+
+
+# -- the planner's groups: which topology a group runs on, and what its cache key covers ----------
+
+
+def _line3(groups=()):
+    """The directed line 0 -> 1 -> 2 of 2 links a hop."""
+    from collsynth.topology.model import Topology
+
+    links = ((0, 2, 0), (0, 0, 2), (0, 0, 0))
+    return Topology("line3", links, groups=groups)
+
+
+def test_a_reordered_group_of_every_rank_runs_on_the_renumbered_topology():
+    # Group [2, 1, 0]: its rank 0 is rank 2, so the links 0 -> 1 -> 2 become 2 -> 1 -> 0 in the
+    # group's numbering. Only the group [0, 1, 2] in that order is the topology itself.
+    from collsynth.plan.groups import topology_for_group
+
+    line = _line3()
+    assert topology_for_group(line, [0, 1, 2]) is line
+    reversed_line = topology_for_group(line, [2, 1, 0])
+    assert reversed_line.links == ((0, 0, 0), (2, 0, 0), (0, 2, 0))
+
+
+def test_the_fingerprint_covers_the_bandwidth_groups_and_their_limits():
+    # "A hash of what synthesis depends on: the links and the bandwidth-group limits": the same
+    # links with a group capping rank 1's sends at 1 chunk a round, or at 2, or without it, are
+    # three different synthesis problems.
+    from collsynth.plan.groups import topology_fingerprint
+    from collsynth.topology.model import BandwidthGroup
+
+    def capped(limit):
+        return _line3((BandwidthGroup(frozenset({1}), frozenset({2}), limit, "rank 1 out"),))
+
+    prints = {topology_fingerprint(t) for t in (_line3(), capped(1), capped(2))}
+    assert len(prints) == 3
