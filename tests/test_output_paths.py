@@ -401,3 +401,18 @@ def test_a_full_disk_names_the_users_folder_not_the_staging_one(tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == \
         sorted(["ag.json"] + (["bench-out"] if existing else []))
     assert not existing or not any(folder.iterdir())
+
+
+def test_a_plan_on_a_full_disk_names_the_users_folder_not_the_staging_one(tmp_path,
+                                                                          monkeypatch, capsys):
+    """``plan -o DIR`` stages its own folder (plan/writer.py): a full disk read
+    ``.DIR.6859.x1y2.tmp/xml/...: cannot write``, a hidden path the user never named."""
+    folder = tmp_path / "plan-out"
+    _disk_full_on_write(monkeypatch)
+    code = main(["plan", str(TRACE), "--topology", "fully-connected:4,unit_gbps=25,alpha_us=1",
+                 "--no-cache", "-o", str(folder)])
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR
+    assert f"error: {folder}/" in err and "No space left on device" in err, err
+    assert ".tmp" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -15,7 +15,8 @@ import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping, Sequence
 
-from collsynth._output import check_folder_writable, check_output_dir, write_text_atomic
+from collsynth._output import (check_folder_writable, check_output_dir, shown_as,
+                              write_text_atomic)
 from collsynth.errors import CollsynthError, ExportError, FileFormatError, InputTooLargeError
 from collsynth.plan.choose import NCCL
 from collsynth.runtimes import get_runtime
@@ -294,8 +295,9 @@ def write_plan(plan: Plan, plan_dir: str | os.PathLike[str], *, plots: bool = Tr
     target = check_plan_directory(plan_dir)
     staging = _fresh_directory(target, "tmp")
     try:
-        _write_into(plan, staging, target, plots, tuple(deployments))
-        _write_manifest(staging)
+        with shown_as(staging, target):   # a full disk names target/..., not the hidden folder
+            _write_into(plan, staging, target, plots, tuple(deployments))
+            _write_manifest(staging)
         _swap(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
