@@ -19,7 +19,7 @@ from collsynth.cli.common import (EXIT_OK, UsageError, input_files, out,
                                   parse_size_range, path_argument, positive_int, table, why_not)
 from collsynth.errors import shown_path
 
-__all__ = ["register", "run_tune_runtime", "gain_text", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
+__all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
 
 COMMAND = "tune-runtime"
 DEFAULT_COLLECTIVES = "allreduce,allgather,reducescatter"
@@ -96,17 +96,6 @@ def _bytes_text(value: int) -> str:
     return "max" if value == SIZE_MAX else str(value)
 
 
-def gain_text(speedups: tuple[float, ...]) -> str:
-    """A range's predicted gain as the file's header writes it: ``1.05-1.28x``, or ``1.24x``
-    when the ends round alike (``1.00x`` for no size priced).
-
-    >>> gain_text((1.2, 1.05, 1.28)), gain_text((1.241, 1.238))
-    ('1.05-1.28x', '1.24x')
-    """
-    low, high = min(speedups or (1.0,)), max(speedups or (1.0,))
-    return f"{low:.2f}x" if round(low, 2) == round(high, 2) else f"{low:.2f}-{high:.2f}x"
-
-
 def _range_rows(tuned: Any, runtime: str) -> list[list[str]]:
     """One table row per size range. Its figures cover every size priced in the range, the
     sampled ones and the ends the bisection placed, as the file's header does
@@ -122,7 +111,7 @@ def _range_rows(tuned: Any, runtime: str) -> list[list[str]]:
                      str(sum(row.sampled for row in r.rows)),
                      "-" if r.keep else _span([row.time_us for row in r.rows]),
                      ",".join(owns), _span([row.default_time_us for row in r.rows]),
-                     "-" if r.keep else gain_text(r.speedups)])
+                     "-" if r.keep else r.gain])
     return rows
 
 

@@ -20,7 +20,7 @@ from collsynth.export.tuner.config import (ALGORITHMS, CONFIG_PROTOCOLS, SIZE_MA
                                            keep_channels)
 
 __all__ = ["Choice", "SizeRow", "TunedRange", "RuntimeTuning", "tune_runtime", "tuning_rules",
-           "ALWAYS_AVAILABLE", "DEFAULT_THRESHOLD", "MAX_EVALUATIONS"]
+           "gain_text", "ALWAYS_AVAILABLE", "DEFAULT_THRESHOLD", "MAX_EVALUATIONS"]
 
 #: A rule is written only where it is predicted faster than the runtime's own choice by more
 #: than this fraction: elsewhere a rule gains nothing and risks a wrong prediction.
@@ -109,11 +109,28 @@ class TunedRange:
     def speedups(self) -> tuple[float, ...]:
         return tuple(row.speedup for row in self.rows)
 
+    @property
+    def gain(self) -> str:
+        """The predicted gain over every size priced in the range, ends included, as the
+        file's header and ``tune-runtime``'s table write it (:func:`gain_text`)."""
+        return gain_text(self.speedups)
+
     def as_dict(self) -> dict:
         return {"min_bytes": self.min_bytes, "max_bytes": self.max_bytes,
                 "choice": self.choice.label, "algorithm": self.choice.algorithm,
                 "protocol": self.choice.protocol, "channels": self.choice.channels,
                 "keep": self.keep, "rows": [row.as_dict() for row in self.rows]}
+
+
+def gain_text(speedups: Sequence[float]) -> str:
+    """Speedups as one figure: ``1.05-1.28x``, or ``1.24x`` when the ends round alike
+    (``1.00x`` for none).
+
+    >>> gain_text((1.2, 1.05, 1.28)), gain_text((1.241, 1.238)), gain_text(())
+    ('1.05-1.28x', '1.24x', '1.00x')
+    """
+    low, high = min(speedups or (1.0,)), max(speedups or (1.0,))
+    return f"{low:.2f}x" if round(low, 2) == round(high, 2) else f"{low:.2f}-{high:.2f}x"
 
 
 @dataclass(frozen=True)

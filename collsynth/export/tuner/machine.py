@@ -243,11 +243,7 @@ class MachineTuning:
         gains = [(c.collective, r) for c in self.collectives for r in c.tuning.gains]
         for collective, r in gains:
             top = "max" if r.max_bytes == SIZE_MAX else str(r.max_bytes)
-            speedups = r.speedups or (1.0,)
-            low, high = min(speedups), max(speedups)
-            shown = f"{low:.2f}x" if round(low, 2) == round(high, 2) else \
-                f"{low:.2f}-{high:.2f}x"
-            lines.append(f"  {collective} {r.min_bytes}..{top} B: {r.choice.label}, {shown} "
+            lines.append(f"  {collective} {r.min_bytes}..{top} B: {r.choice.label}, {r.gain} "
                          f"faster than {name}'s own ({r.rows[0].default.label} at "
                          f"{r.rows[0].size_bytes} B)")
         if not gains:
