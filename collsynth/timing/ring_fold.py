@@ -53,10 +53,14 @@ def folded_ring(collective: str, rings: Sequence[Sequence[int]], topology: "Topo
     transfers of ring positions ``0 .. m - 1`` of every channel (``m`` ranks a node), each
     standing for its images on the other nodes.
 
+    Under leaf switches (``fabric="leaf-spine"``) moving every node one on is not a symmetry
+    (a leaf's nodes would land under two leaves); moving them a leaf on is, and the graph then
+    holds the first leaf's positions.
+
     ``None`` where the fold does not hold: one node, a collective with a root, a ring that
     does not repeat from node to node (:func:`node_periodic`), a send with no direct link, or
-    a renumbering of the nodes that is not a symmetry of the resources the ring crosses (a
-    leaf switch shared by some nodes only, ...). The caller then prepares the whole ring.
+    no renumbering of the nodes that is a symmetry of the resources the ring crosses. The
+    caller then prepares the whole ring.
 
     Raises
     ------
@@ -73,10 +77,28 @@ def folded_ring(collective: str, rings: Sequence[Sequence[int]], topology: "Topo
     if any(len(ring) != n or sorted(ring) != list(range(n)) or not node_periodic(ring, m)
            for ring in rings):
         return None
+    # the nodes moved at once: one, else a leaf switch's nodes (under leaves the shift by one
+    # node is not a symmetry, the shift by a leaf is)
+    for period in sorted({1, layout.nodes_per_leaf or 1}):
+        if period < nodes and nodes % period == 0:
+            folded = _folded(key, rings, topology, period * m, nodes // period,
+                             protocol=protocol, name=name,
+                             by="node" if period == 1 else f"leaf ({period} nodes)")
+            if folded is not None:
+                return folded
+    return None
+
+
+def _folded(key: str, rings: Sequence[tuple[int, ...]], topology: "Topology", m: int,
+            copies: int, *, protocol: str, name: str | None, by: str
+            ) -> PreparedProgram | None:
+    """:func:`folded_ring` of ``copies`` blocks of ``m`` consecutive ranks (one node, or a
+    leaf's nodes), positions ``0 .. m - 1`` standing for the others."""
+    n = topology.num_ranks
     types = ring_step_types(key, n)
     channels, steps = len(rings), len(types)
     check_simulated_steps(m * channels * steps,
-                          f"the {key} ring of {n} ranks on {channels} channel(s), folded by node")
+                          f"the {key} ring of {n} ranks on {channels} channel(s), folded by {by}")
     fabric = Fabric(topology)
     # transfer index of (step, channel, position): steps outermost, a topological order
     def index(step: int, channel: int, position: int) -> int:
@@ -96,7 +118,7 @@ def folded_ring(collective: str, rings: Sequence[Sequence[int]], topology: "Topo
                 kind[i] = _KIND[op]
                 if step:
                     prev[i] = index(step - 1, c, p)
-                    if op != "cpy":   # position p - 1 of node 0 stands for the last position
+                    if op != "cpy":   # position p - 1 of block 0 stands for the last position
                         match[i] = index(step - 1, c, (p - 1) % m)
                 if op in _REDUCES or op == "cpy":
                     work[i] = 1.0
@@ -110,8 +132,8 @@ def folded_ring(collective: str, rings: Sequence[Sequence[int]], topology: "Topo
     def resolve(spec: Spec) -> tuple[int, ...]:
         return tuple(fabric.route(spec[1], spec[2]).resources)
 
-    found = folded_members(specs, [1] * total, resolve, fabric.capacity_gbps, m, nodes,
-                           rotate=lambda spec, i: rotate_nodes(spec, i, m, nodes))
+    found = folded_members(specs, [1] * total, resolve, fabric.capacity_gbps, m, copies,
+                           rotate=lambda spec, i: rotate_nodes(spec, i, m, copies))
     if found is None:
         return None
     members, weights = found

@@ -7,6 +7,8 @@ The reference is the whole ring program prepared by the scheduler (``prepare_pro
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from collsynth.errors import InputTooLargeError, UnknownNameError
@@ -109,14 +111,33 @@ def test_what_is_not_folded():
     shuffled = [tuple(range(8)) + (9, 8) + tuple(range(10, 16))]
     assert not node_periodic(shuffled[0], 8)
     assert folded_ring("allreduce", shuffled, two) is None
-    # four nodes, two a leaf switch: moving every node one on maps a leaf's nodes onto two
-    # leaves, so the routes between nodes cross different tiers
+    # two DGX-A100 of which the second has one NVLink pair at half its links: moving the nodes
+    # one on maps a link onto one of another capacity, so it is not a symmetry
+    machine = compose_nodes(get_topology("dgx-a100"), 2)
+    rings = runtime_rings(machine, 2)
+    a, b = rings[0][8], rings[0][9]
+    links = [list(row) for row in machine.links]
+    links[a][b] //= 2
+    uneven = dataclasses.replace(machine, links=tuple(tuple(row) for row in links))
+    assert folded_ring("allreduce", rings, uneven) is None
+    # ... and the runtime's ring there is the whole one, as before
+    built = runtime_program("ring", "allreduce", uneven, 2)
+    assert prepare_program(built, uneven).num_transfers == 16 * 2 * 31
+
+
+@pytest.mark.parametrize("collective", COLLECTIVES)
+def test_under_leaf_switches_the_ring_folds_by_leaf(collective):
+    # four nodes, two a leaf switch at 2:1: moving every node one on would put a leaf's two
+    # nodes under two leaves (the route from node 1 to node 2 crosses the spine, from node 0 to
+    # node 1 does not); moving them a leaf on is a symmetry, so the graph holds the first
+    # leaf's 16 positions, half the ring
     leaves = compose_nodes(get_topology("dgx-h100"), 4, fabric="leaf-spine", nodes_per_leaf=2,
                            oversubscription=2)
-    assert folded_ring("allreduce", runtime_rings(leaves, 2), leaves) is None
-    # ... and the runtime's ring there is the whole one, as before
-    built = runtime_program("ring", "allreduce", leaves, 2)
-    assert prepare_program(built, leaves).num_transfers == 32 * 2 * 63
+    rings = runtime_rings(leaves, 3)
+    whole = prepare_program(ring_program(collective, rings), leaves)
+    folded = folded_ring(collective, rings, leaves)
+    assert folded.num_transfers * 2 == whole.num_transfers
+    assert times(folded, "Simple") == pytest.approx(times(whole, "Simple"), rel=1e-9)
 
 
 def test_a_cluster_above_the_whole_rings_limit_is_priced():
