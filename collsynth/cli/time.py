@@ -308,7 +308,17 @@ def _constants(args: argparse.Namespace, calibration: "Calibration | None"
                                  f"is for {constants.runtime}, whose kernels "
                                  f"{args.runtime} does not run")
         return constants, args.calibration
-    return get_runtime(args.runtime or "nccl").defaults, "documented defaults"
+    return get_runtime(args.runtime or _machine_runtime(_topology(args))).defaults, \
+        "documented defaults"
+
+
+def _machine_runtime(topology: "Topology | None") -> str:
+    """The runtime the machine's GPUs run (rccl on AMD GPUs, its facts say), else nccl: what
+    ``time`` prices without ``--runtime`` or a calibration, as ``calibrate`` assumes."""
+    from collsynth.topology.machine import machine_facts
+
+    found = machine_facts(topology).runtime if topology is not None else None
+    return found or "nccl"
 
 
 def _topology(args: argparse.Namespace) -> "Topology | None":
@@ -807,7 +817,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "runtime would, per algorithm)")
     parser.add_argument("--runtime", choices=PRICED_RUNTIMES,
                         help="runtime whose default constants the program model uses (default: "
-                             "the calibration's, else nccl)")
+                             "the calibration's, else rccl on AMD GPUs and nccl otherwise)")
     parser.add_argument("--runtime-version", type=_version_type, metavar="V",
                         help="price the runtime's own choices as its version V makes them "
                              "(2.18, 2.22.3; default: a program calibration's, else the newest "

@@ -347,3 +347,19 @@ def test_time_prices_a_set_of_programs_as_the_runtime_loads_it(capsys):
                          "--layout", "in-place")
     assert code == 0, err
     assert "--layout in-place: no effect here" in out
+
+
+def test_time_prices_the_runtime_the_machines_gpus_run(capsys):
+    """Without --runtime or a calibration, an AMD machine is priced with RCCL (its constants
+    and its own algorithms), not NCCL, which does not run there; --runtime still chooses."""
+    assert main(["time", "--collective", "allreduce", "--topology", "mi300x", "--sizes",
+                 "1MiB", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in rows} >= {"rccl-ring", "rccl-tree"}
+    assert not any(r["name"].startswith("nccl-") for r in rows)
+    assert main(["time", "--collective", "allreduce", "--topology", "mi300x", "--sizes",
+                 "1MiB", "--runtime", "nccl", "--json"]) == 0
+    assert {r["name"] for r in json.loads(capsys.readouterr().out)} >= {"nccl-ring"}
+    assert main(["time", "--collective", "allreduce", "--topology", "dgx-a100", "--sizes",
+                 "1MiB", "--json"]) == 0
+    assert {r["name"] for r in json.loads(capsys.readouterr().out)} >= {"nccl-ring", "nccl-tree"}
