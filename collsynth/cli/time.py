@@ -230,10 +230,18 @@ def _collectives_of(runtime: "Runtime", algorithm: str, topology: "Topology") ->
 def _time_closed_form(args: argparse.Namespace, calibration: "Calibration | None") -> int:
     from collsynth.timing.model import lower_envelope
 
+    # The closed form prices NCCL's own lines whatever the runtime options say: an option of the
+    # program model here would be ignored, silently (--runtime rccl printed NCCL's lines).
     if args.nodes is not None:
-        raise CollsynthError("--nodes goes with --topology (the program model)")
-    if args.channels is not None:
-        raise CollsynthError("--channels goes with the program model (--model program)")
+        raise UsageError.of("time", "--nodes goes with --topology (the program model)")
+    for given, option in ((args.channels is not None, "--channels"),
+                          (args.runtime is not None, f"--runtime {args.runtime}"),
+                          (args.gpus_per_thread != 1, "--gpus-per-thread"),
+                          (args.layout is not None, "--layout")):
+        if given:
+            raise UsageError.of("time", f"{option} goes with the program model (--model "
+                                        "program, or --topology T); the closed form prices "
+                                        "NCCL's own algorithms")
     view = _closed_form(args, calibration)
     if args.collective is not None and args.collective.strip().lower().replace("-", "_") != \
             view.collective:
