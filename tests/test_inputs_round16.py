@@ -33,3 +33,44 @@ def test_the_program_model_takes_them(ring_allgather_path, capsys):
     assert cli.main(["time", str(ring_allgather_path), "--sizes", "1MB", "--unit-gbps", "10",
                      "--alpha-us", "1", "--runtime", "rccl", "--model", "program"]) == cli.EXIT_OK
     assert "rccl-ring" in capsys.readouterr().out
+
+
+# -- tracing: the ranks-per-node variables ------------------------------------------------------
+
+
+ARABIC_EIGHT = "\u0668"
+
+
+@pytest.mark.parametrize("text, why", [(ARABIC_EIGHT, "is not ASCII"), ("1_0", "no '_'"),
+                                       ("99999999999999999999999", "from 1 to 1048576")])
+def test_the_trace_runners_ranks_per_node_takes_ascii_digits_within_a_traces_range(
+        tmp_path, capsys, text, why):
+    """``COLLSYNTH_TRACE_RANKS_PER_NODE=٨`` was read as 8 and ``1_0`` as 10 (``int()``), and a
+    figure above what a trace file may say was taken: the whole traced run then wrote files
+    ``collsynth trace`` and ``plan`` refuse."""
+    from collsynth.trace.run import main, options_from_env
+
+    env = {"COLLSYNTH_TRACE_DIR": str(tmp_path / "t"), "COLLSYNTH_TRACE_RANKS_PER_NODE": text}
+    with pytest.raises(ValueError, match="COLLSYNTH_TRACE_RANKS_PER_NODE = .*" + why):
+        options_from_env(env)
+    script = tmp_path / "train.py"
+    script.write_text("raise SystemExit(5)\n")
+    assert main([str(script)], env=env) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("collsynth.trace.run: error: COLLSYNTH_TRACE_RANKS_PER_NODE"), line
+    assert options_from_env({**env, "COLLSYNTH_TRACE_RANKS_PER_NODE": " 8 "})[
+        "ranks_per_node"] == 8
+
+
+def test_local_world_size_takes_ascii_digits_within_a_traces_range(tmp_path, monkeypatch):
+    pytest.importorskip("torch.distributed")
+    from collsynth.trace import tracing
+
+    for text in (ARABIC_EIGHT, "1_0", str(2**21)):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", text)
+        with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE = .* from 1 to 1048576"):
+            with tracing(tmp_path, cross_node_only=True):
+                pass  # pragma: no cover
+    with pytest.raises(ValueError, match="ranks_per_node = 2097152; expected an integer from 1"):
+        with tracing(tmp_path, ranks_per_node=2**21):
+            pass  # pragma: no cover

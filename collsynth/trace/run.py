@@ -10,7 +10,7 @@ import runpy
 import sys
 from typing import Mapping, Sequence
 
-from collsynth.trace.tracer import tracing
+from collsynth.trace.tracer import ranks_per_node_from_env, tracing
 
 __all__ = ["main", "options_from_env", "ENV_DIR"]
 
@@ -47,16 +47,7 @@ def options_from_env(env: Mapping[str, str]) -> dict[str, object]:
     directory = env.get(ENV_DIR, "").strip()
     if not directory:
         raise ValueError(f"{ENV_DIR} is not set; set it to the directory for the trace files")
-    per_node = env.get("COLLSYNTH_TRACE_RANKS_PER_NODE", "").strip()
-    ranks_per_node = None
-    if per_node:
-        try:
-            ranks_per_node = int(per_node)
-        except ValueError:
-            ranks_per_node = 0
-        if ranks_per_node < 1:
-            raise ValueError(f"COLLSYNTH_TRACE_RANKS_PER_NODE = {per_node!r}; expected a whole "
-                             "number >= 1")
+    ranks_per_node = ranks_per_node_from_env("COLLSYNTH_TRACE_RANKS_PER_NODE", env)
     return {"directory": directory,
             "record_durations": _flag(env, "COLLSYNTH_TRACE_DURATIONS", False),
             "cross_node_only": _flag(env, "COLLSYNTH_TRACE_CROSS_NODE_ONLY", False),

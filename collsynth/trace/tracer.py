@@ -19,12 +19,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
+from collsynth._parse import NumberTextError, number_text
 from collsynth.errors import CollsynthError, UnknownNameError
 from collsynth.trace.records import (
     BYTE_CONVENTIONS,
     FORMAT,
+    MAX_WORLD_SIZE,
     VERSION,
     rank_file_name,
 )
@@ -110,25 +112,48 @@ class TraceOptions:
         if self.byte_convention not in BYTE_CONVENTIONS:
             raise UnknownNameError(f"unknown byte convention {self.byte_convention!r}; valid: "
                                    f"{', '.join(BYTE_CONVENTIONS)}")
+        # At most what a trace file may say (records.MAX_WORLD_SIZE): the reader refuses more,
+        # so a larger figure would cost a whole traced run.
         if self.ranks_per_node is not None and (
                 isinstance(self.ranks_per_node, bool) or not isinstance(self.ranks_per_node, int)
-                or self.ranks_per_node < 1):
+                or not 1 <= self.ranks_per_node <= MAX_WORLD_SIZE):
             raise ValueError(f"ranks_per_node = {self.ranks_per_node!r}; expected an integer "
-                             ">= 1 or None")
+                             f"from 1 to {MAX_WORLD_SIZE} or None")
+
+
+def ranks_per_node_from_env(name: str, env: Mapping[str, str]) -> int | None:
+    """Ranks per node as the environment variable ``name`` of ``env`` says (``None`` when it
+    is unset or blank): ASCII digits as collsynth reads numbers everywhere
+    (:func:`collsynth._parse.number_text`; ``int()`` alone reads ``'٨'`` as 8 and ``'1_0'`` as
+    10), from 1 to :data:`~collsynth.trace.records.MAX_WORLD_SIZE`, the most a trace file may
+    say (its reader refuses more, so a larger figure would cost a whole traced run).
+
+    >>> ranks_per_node_from_env("LOCAL_WORLD_SIZE", {"LOCAL_WORLD_SIZE": " 8 "})
+    8
+
+    Raises
+    ------
+    ValueError
+        Naming the variable, its value and what was expected.
+    """
+    text = env.get(name, "")
+    if not text.strip():
+        return None
+    expected = f"{name} = {text!r} in the environment: expected a whole number from 1 to " \
+               f"{MAX_WORLD_SIZE}"
+    try:
+        value = int(number_text(text))
+    except NumberTextError as exc:
+        raise ValueError(f"{expected} ({exc})") from None
+    except ValueError:
+        raise ValueError(expected) from None
+    if not 1 <= value <= MAX_WORLD_SIZE:
+        raise ValueError(expected)
+    return value
 
 
 def _ranks_per_node_from_env() -> int | None:
-    text = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
-    if not text:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"LOCAL_WORLD_SIZE = {text!r} in the environment is not a whole "
-                         "number") from None
-    if value < 1:
-        raise ValueError(f"LOCAL_WORLD_SIZE = {text!r} in the environment is not >= 1")
-    return value
+    return ranks_per_node_from_env("LOCAL_WORLD_SIZE", os.environ)
 
 
 class _ThreadState(threading.local):
