@@ -74,3 +74,19 @@ def test_local_world_size_takes_ascii_digits_within_a_traces_range(tmp_path, mon
     with pytest.raises(ValueError, match="ranks_per_node = 2097152; expected an integer from 1"):
         with tracing(tmp_path, ranks_per_node=2**21):
             pass  # pragma: no cover
+
+
+# -- plan: the default cache ---------------------------------------------------------------------
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    """``XDG_CACHE_HOME=relative/x collsynth plan ...`` made ``relative/x/collsynth`` in the
+    folder the command ran in; the XDG Base Directory specification says a relative path there
+    is invalid and is ignored."""
+    from collsynth.plan.cache import default_cache_directory
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/x")
+    assert default_cache_directory() == tmp_path / "home" / ".cache" / "collsynth"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_directory() == tmp_path / "xdg" / "collsynth"

@@ -36,9 +36,11 @@ _MAX_MANIFEST_BYTES = 1 << 20
 
 
 def default_cache_directory() -> Path:
-    """``$XDG_CACHE_HOME/collsynth`` when that variable is set, else ``~/.cache/collsynth``."""
+    """``$XDG_CACHE_HOME/collsynth`` when that variable is an absolute path, else
+    ``~/.cache/collsynth``: the XDG Base Directory specification calls a relative path there
+    invalid, to be ignored (it would put a cache in whatever folder the command ran in)."""
     base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base) if base else Path.home() / ".cache") / "collsynth"
+    return (Path(base) if base and os.path.isabs(base) else Path.home() / ".cache") / "collsynth"
 
 
 def check_cache_directory(directory: str | os.PathLike[str], label: str) -> Path:
