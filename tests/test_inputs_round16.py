@@ -90,3 +90,22 @@ def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
     assert default_cache_directory() == tmp_path / "home" / ".cache" / "collsynth"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_directory() == tmp_path / "xdg" / "collsynth"
+
+
+# -- nvidia-smi topo -m: a row the header does not name ------------------------------------------
+
+
+def test_a_matrix_ended_by_a_mislabelled_row_names_that_line(tmp_path, capsys):
+    """A row label the header does not name (``GPU1`` typed ``GPU 1`` or pasted with a no-break
+    space) ended the matrix there, and the error blamed a truncated output for every row after
+    it, though they were all in the file."""
+    header = "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
+    rows = ["GPU0\t X \tNV4\tNV4\t0-7\t0\n", "GPU\u00a01\tNV4\t X \tNV4\t0-7\t0\n",
+            "GPU2\tNV4\tNV4\t X \t0-7\t0\n"]
+    path = tmp_path / "topo.txt"
+    path.write_text(header + "".join(rows), encoding="utf-8")
+    assert cli.main(["bounds", str(path), "allgather"]) == cli.EXIT_ERROR
+    [line] = capsys.readouterr().err.splitlines()
+    assert "no row for GPU1, GPU2" in line, line
+    assert "line 3 ends it: its first field 'GPU\\xa01' is not a column of the header" in line
+    assert "truncated" not in line

@@ -170,10 +170,15 @@ def _parse(text: str, source: str) -> _Matrix:
         affinity[label] = _affinity(fields[1 + width:], names, "\t" in line)
     missing = [g for g in gpus if g not in cells]
     if missing:
+        stop = lines[end] if end < len(lines) else ""
+        # A line that is not blank ended the matrix: its label is the fault, not a truncation.
+        why = (f"line {end + 1} ends it: its first field {shown(_fields(stop)[0])} is not a "
+               "column of the header" if stop.strip() and _fields(stop) else
+               "the output looks truncated")
         raise FileFormatError(
             source, f"the matrix is incomplete: the header ({where}) names {len(gpus)} GPUs "
-                    f"({gpus[0]}..{gpus[-1]}) but no row for {', '.join(missing)} follows; the "
-                    "output looks truncated")
+                    f"({gpus[0]}..{gpus[-1]}) but no row for {', '.join(missing)} follows; "
+                    f"{why}")
 
     rest = lines[end:]
     second = next((end + i for i, line in enumerate(rest) if _is_header(line.split())), None)
