@@ -17,9 +17,11 @@ from collsynth.timing.tuning_model import (
     _cap,
     algo_time_us,
     bandwidth_correction,
+    bandwidth_gbps,
     latency_us,
     max_channels,
 )
+from collsynth.timing.p2p_tuning import p2p_shape
 from tests.timing.test_tuning_model import H100, H100_2N, nccl
 
 # -- per-channel caps of Blackwell, by version ---------------------------------------------------
@@ -120,3 +122,42 @@ def test_only_the_ring_multiplies_the_ll_thread_threshold_by_the_ranks():
     # (512 threads) at 49152 B = 12 x 512 x 8 keeps 12 of 24 channels; the tree then runs
     # NCCL_MAX_NTHREADS = 640 threads.
     assert max_channels(H100, "allreduce", "tree", "LL", 12 * 512 * 8) == (12, 640)
+
+
+# -- CollNet Direct's bandwidth on Hopper --------------------------------------------------------
+
+
+def test_collnet_direct_allreduce_loses_15_percent_from_hopper_on():
+    # ncclTopoTuneModel: "if (minCompCap >= 90) busBw *= .85" for CollNet Direct; nothing else in
+    # its allreduce bandwidth depends on the compute capability, so sm90 runs at 0.85 x sm80.
+    def bw(cc):
+        return bandwidth_gbps(nccl(cc=cc, ranks=16, nodes=2, channels=8, bw=45.0, comm=16,
+                                   collnet=GraphFigures(8, 45.0, 45.0)),
+                              "allreduce", "collnet_direct", "Simple")
+
+    assert bw(80) > 0
+    assert bw(90) == pytest.approx(0.85 * bw(80))
+
+
+# -- send/recv channels per peer across nodes (src/graph/paths.cc) ---------------------------------
+
+
+def test_before_nccl_2_29_net_peers_keep_two_channels_up_to_four_times_the_channels():
+    # v2.28.9: "while (nChannelsMax*comm->nRanks > comm->p2pnChannels*4 && nChannelsMax > 1)
+    # nChannelsMax /= 2": 2 x 64 ranks = 128 is not above 32 x 4 = 128, so 2 stay.
+    setup = nccl(ranks=64, nodes=8, comm=32, version=(2, 28))
+    assert p2p_shape(setup, 64 << 20, intra_peer_channels=4, nic_gbps=50.0).per_peer == 2
+
+
+def test_from_nccl_2_29_a_nic_gets_a_channel_per_14_gbps_rounded_up():
+    # v2.29.7: nNetChannels = divUp((int)netBw, NCCL_P2P_PER_CHANNEL_NET_BW = 14): 25 GB/s -> 2.
+    setup = nccl(ranks=16, nodes=2, comm=32, version=(2, 29))
+    assert p2p_shape(setup, 16 << 20, intra_peer_channels=8, nic_gbps=25.0).per_peer == 2
+
+
+def test_from_nccl_2_29_peers_fill_the_channels_exactly_once_per_batch():
+    # v2.29.7: "while (p2pnChannelsPerPeer * divUp(nRanks, NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8)
+    # > p2pnChannels ...) /= 2": 16 per peer x divUp(16, 8) = 32 is not above 32 channels.
+    # 224 GB/s NIC: divUp(224, 14) = 16 network channels.
+    setup = nccl(ranks=16, nodes=2, comm=32, version=(2, 29))
+    assert p2p_shape(setup, 16 << 20, intra_peer_channels=16, nic_gbps=224.0).per_peer == 16
