@@ -109,3 +109,35 @@ def test_a_matrix_ended_by_a_mislabelled_row_names_that_line(tmp_path, capsys):
     assert "no row for GPU1, GPU2" in line, line
     assert "line 3 ends it: its first field 'GPU\\xa01' is not a column of the header" in line
     assert "truncated" not in line
+
+
+# -- solve: --xml beside -o ----------------------------------------------------------------------
+
+
+def test_solve_refuses_one_path_for_the_algorithm_and_the_xml_folder(tmp_path, capsys):
+    """``solve ... -o same.json --xml same.json`` solved, made the folder ``same.json`` for
+    the XML files and then refused -o as a folder: an error after the search, and an empty folder
+    left behind."""
+    path = tmp_path / "same.json"
+    code = cli.main(["solve", "least-steps", "ring:4", "allgather", "-q", "-o", str(path),
+                     "--xml", str(path)])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE, err
+    [line] = err.splitlines()
+    assert "name one path" in line, line
+    assert not path.exists()
+
+
+def test_solve_xml_runtime_without_xml_is_a_usage_error(tmp_path, capsys):
+    """``--xml-runtime rccl`` without ``--xml`` was dropped without a word."""
+    code = cli.main(["solve", "least-steps", "ring:4", "allgather", "-q", "--xml-runtime", "rccl"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE, err
+    [line] = err.splitlines()
+    assert "--xml-runtime rccl goes with --xml DIR" in line, line
+    folder = tmp_path / "out"
+    assert cli.main(["solve", "least-steps", "ring:4", "allgather", "-q", "-o", str(folder),
+                     "--xml", str(folder), "--xml-runtime", "rccl"]) == cli.EXIT_OK
+    assert [p.name for p in sorted(folder.iterdir())] == [
+        "allgather-ring_4-s2-r2-c1.json", "allgather-ring_4-s2-r2-c1.rccl.xml"]
+    capsys.readouterr()

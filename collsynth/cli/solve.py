@@ -74,7 +74,7 @@ def register(commands) -> None:
                          help="also export every algorithm found as MSCCL XML into DIR "
                               "(checked before it is written)")
     solving.add_argument("--xml-runtime", choices=(*runtime_names(MSCCL_XML), "all"),
-                         default="msccl", help="runtime for --xml (default msccl)")
+                         help="runtime for --xml (default msccl)")
 
     solve = commands.add_parser("solve", help="synthesize algorithms",
                                 description="Synthesize algorithms: one instance, the fewest "
@@ -160,6 +160,10 @@ class _Destination:
             if several:
                 raise UsageError(f"-o {shown_path(path)}: pareto writes one file per algorithm; "
                                  "give a directory")
+            if xml is not None and os.path.abspath(xml) == os.path.abspath(path):
+                # the --xml folder was made first, and -o then refused as a folder, left behind
+                raise UsageError(f"-o {shown_path(path)} and --xml {shown_path(xml)} name one "
+                                 "path; --xml is a folder of its own for the XML files")
             return _Destination(file=check_output_file(path, label=f"-o {shown_path(path)}",
                                                        inputs=inputs),
                                 xml_directory=xml_directory)
@@ -216,7 +220,8 @@ def _save(result: SynthesisResult, destination: _Destination, args: argparse.Nam
     if destination.xml_directory is not None:
         from collsynth.export.pipeline import export_programs
 
-        runtimes = runtime_names(MSCCL_XML) if args.xml_runtime == "all" else [args.xml_runtime]
+        xml_runtime = args.xml_runtime or "msccl"
+        runtimes = runtime_names(MSCCL_XML) if xml_runtime == "all" else [xml_runtime]
         exported = export_programs(algorithm, runtimes, subject=name)
         for runtime in runtimes:  # the name holds the collective's: kept inside the folder
             files[path_in(destination.xml_directory, name, suffix=f".{runtime}.xml")] = \
@@ -254,6 +259,8 @@ def run_solve(args: argparse.Namespace) -> int:
     several = args.mode == "pareto"
     topology, collective = problem_from_args(args)
     check_unsplit(collective, args.collective)
+    if args.xml_runtime is not None and args.xml is None:  # it would be ignored
+        raise UsageError(f"--xml-runtime {args.xml_runtime} goes with --xml DIR")
     destination = _Destination.plan(args.output, several=several, xml=args.xml,
                                     inputs=input_files(args.topology, args.collective))
     quiet = args.quiet or args.json
