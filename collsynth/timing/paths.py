@@ -152,10 +152,20 @@ class Fabric:
         self._index: dict[Any, int] = {}
         self._routes: dict[tuple[int, int], Route] = {}
         self._groups = topology.effective_groups
-        self._groups_of: dict[tuple[int, int], list[int]] = {}
-        for index, (_, covered) in enumerate(self._groups):
-            for link in covered:
-                self._groups_of.setdefault(link, []).append(index)
+        # A group covers the link a -> b when a is one of its sources and b one of its
+        # destinations. Each group is filed under the ranks of its smaller side (a NIC's egress
+        # under its one source, its ingress under its one destination) rather than under every
+        # link it covers: on thousands of ranks that is millions of (link, group) pairs (25 s on
+        # 2160 GPUs) where a graph asks for the routes of a few hundred ranks.
+        self._groups_from: dict[int, list[tuple[int, frozenset[int]]]] = {}
+        self._groups_into: dict[int, list[tuple[int, frozenset[int]]]] = {}
+        for index, (group, _) in enumerate(self._groups):
+            if len(group.sources) <= len(group.destinations):
+                for source in group.sources:
+                    self._groups_from.setdefault(source, []).append((index, group.destinations))
+            else:
+                for destination in group.destinations:
+                    self._groups_into.setdefault(destination, []).append((index, group.sources))
 
     def resource(self, key: Hashable, name: str, gbps: float) -> int:
         """The index of resource ``key`` (registered with ``name`` and ``gbps`` the first
@@ -181,7 +191,9 @@ class Fabric:
             link_class = NETWORK if self.node_of(a) != self.node_of(b) else INTRA
             unit = self.intra_unit if link_class == INTRA else self.unit
             own = [self.resource(("link", a, b), f"link {a}->{b}", links * unit)]
-            covering: tuple[int, ...] = tuple(self._groups_of.get((a, b), ()))
+            covering: tuple[int, ...] = tuple(sorted(
+                [index for index, into in self._groups_from.get(a, ()) if b in into]
+                + [index for index, out in self._groups_into.get(b, ()) if a in out]))
             via = None
         else:
             path = runtime_path(self.topology, a, b)
