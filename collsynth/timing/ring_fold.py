@@ -20,8 +20,9 @@ from collsynth.collective.kinds import canonical_name
 from collsynth.export.program import Program
 from collsynth.timing.paths import Fabric
 from collsynth.timing.runtime_baselines import ring_step_types
-from collsynth.timing.runtime_model import (_KIND, _REDUCES, FORWARD, SEND, PreparedProgram,
-                                           _buffer_chunks, _busbw_factor, check_simulated_steps)
+from collsynth.timing.runtime_model import (FORWARD, REDUCING_STEPS, SEND, STEP_KIND,
+                                           PreparedProgram, check_simulated_steps,
+                                           program_buffer_chunks, program_busbw_factor)
 from collsynth.timing.symmetry import Spec, folded_members, rotate_nodes
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
@@ -115,12 +116,12 @@ def _folded(key: str, rings: Sequence[tuple[int, ...]], topology: "Topology", m:
         for c, ring in enumerate(rings):
             for p in range(m):
                 i = index(step, c, p)
-                kind[i] = _KIND[op]
+                kind[i] = STEP_KIND[op]
                 if step:
                     prev[i] = index(step - 1, c, p)
                     if op != "cpy":   # position p - 1 of block 0 stands for the last position
                         match[i] = index(step - 1, c, (p - 1) % m)
-                if op in _REDUCES or op == "cpy":
+                if op in REDUCING_STEPS or op == "cpy":
                     work[i] = 1.0
                 if kind[i] in (SEND, FORWARD):
                     route = fabric.route(ring[p], ring[(p + 1) % n])
@@ -146,5 +147,5 @@ def _folded(key: str, rings: Sequence[tuple[int, ...]], topology: "Topology", m:
         deps=[()] * total, match=match, sends=(kinds == SEND) | (kinds == FORWARD),
         link_class=link_class, work=work, members=members,
         capacity_gbps=np.array(fabric.capacity_gbps, dtype=float),
-        resource_names=fabric.names, buffer_chunks=_buffer_chunks(program),
-        busbw_factor=_busbw_factor(key, n), weights=weights)
+        resource_names=fabric.names, buffer_chunks=program_buffer_chunks(program),
+        busbw_factor=program_busbw_factor(key, n), weights=weights)

@@ -48,9 +48,11 @@ MAX_GPUS_PER_THREAD = 72
 #: Transfer kinds of a :class:`PreparedProgram` (what a step does with its bytes): it sends,
 #: receives, receives and sends on (forwards), or works on local data.
 SEND, RECEIVE, FORWARD, LOCAL = 0, 1, 2, 3
-_KIND = {"s": SEND, "r": RECEIVE, "rrc": RECEIVE, "rcs": FORWARD, "rrs": FORWARD,
-         "rrcs": FORWARD, "cpy": LOCAL, "re": LOCAL}
-_REDUCES = frozenset({"rrc", "rrs", "rrcs", "re"})
+#: The kind of each MSCCL step type, and the step types that reduce (a graph built without the
+#: scheduler, :mod:`collsynth.timing.ring_fold`, reads the same table).
+STEP_KIND = {"s": SEND, "r": RECEIVE, "rrc": RECEIVE, "rcs": FORWARD, "rrs": FORWARD,
+             "rrcs": FORWARD, "cpy": LOCAL, "re": LOCAL}
+REDUCING_STEPS = frozenset({"rrc", "rrs", "rrcs", "re"})
 
 
 @dataclass(frozen=True)
@@ -192,14 +194,14 @@ steps; the program model simulates at most 1048576
                                  f"most {MAX_SIMULATED_STEPS}")
 
 
-def _buffer_chunks(program: Program) -> int:
+def program_buffer_chunks(program: Program) -> int:
     """Chunks of the buffer the nccl-tests size counts (the larger of input and output)."""
     from collsynth.export.check import buffer_sizes
 
     return max(buffer_sizes(program.coll, program.ngpus, program.nchunksperloop))
 
 
-def _busbw_factor(coll: str, n: int) -> float:
+def program_busbw_factor(coll: str, n: int) -> float:
     """nccl-tests' factor of the program's collective; 1 (busbw = algbw) for a custom one."""
     try:
         return float(busbw_factor(coll, n))
@@ -261,13 +263,13 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
         i = e.index
         t = e.transfer
         op = t.type
-        kind[i] = _KIND[op]
+        kind[i] = STEP_KIND[op]
         cnt[i] = t.cnt
         prev[i] = -1 if e.previous is None else e.previous
         deps[i] = e.after_deps
         if e.received is not None:
             match[i] = e.received.index
-        if op in _REDUCES:
+        if op in REDUCING_STEPS:
             work[i] = len(t.srcoffs) if op == "re" else 1.0
         elif op == "cpy":
             work[i] = 1.0
@@ -288,8 +290,8 @@ def prepare_program(program: Program, topology: "Topology") -> PreparedProgram:
         match=match, sends=sends, link_class=link_class, work=work,
         members=np.array(members, dtype=np.int64).reshape(-1, 2),
         capacity_gbps=np.array(fabric.capacity_gbps, dtype=float),
-        resource_names=fabric.names, buffer_chunks=_buffer_chunks(program),
-        busbw_factor=_busbw_factor(program.coll, n),
+        resource_names=fabric.names, buffer_chunks=program_buffer_chunks(program),
+        busbw_factor=program_busbw_factor(program.coll, n),
         indirect=tuple(tuple(v) for v in indirect.values()))  # type: ignore[misc]
 
 
