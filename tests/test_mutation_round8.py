@@ -155,6 +155,14 @@ def test_from_nccl_2_29_a_nic_gets_a_channel_per_14_gbps_rounded_up():
     assert p2p_shape(setup, 16 << 20, intra_peer_channels=8, nic_gbps=25.0).per_peer == 2
 
 
+def test_from_nccl_2_29_a_fractional_nic_rate_is_truncated_before_dividing():
+    # v2.29.7: divUp((int)netBw, 14) truncates the NIC's GB/s first: 56.5 -> 56 -> 4 network
+    # channels, a power of two already (ceil(56.5 / 14) = 5 would round up to 8); 4 x divUp(16
+    # ranks, 8) = 8 is not above 32 channels.
+    setup = nccl(ranks=16, nodes=2, comm=32, version=(2, 29))
+    assert p2p_shape(setup, 16 << 20, intra_peer_channels=8, nic_gbps=56.5).per_peer == 4
+
+
 def test_from_nccl_2_29_peers_fill_the_channels_exactly_once_per_batch():
     # v2.29.7: "while (p2pnChannelsPerPeer * divUp(nRanks, NCCL_MAX_DEV_WORK_P2P_PER_BATCH = 8)
     # > p2pnChannels ...) /= 2": 16 per peer x divUp(16, 8) = 32 is not above 32 channels.

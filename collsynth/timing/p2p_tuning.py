@@ -111,7 +111,8 @@ def p2p_shape(setup: TuningSetup, size_bytes: int, *, intra_peer_channels: int,
     per_peer = intra_peer_channels
     if nodes > 1:
         if setup.version >= (2, 29) and not rccl:
-            net = max(1, math.ceil((nic_gbps or 0.0) / _NET_GBPS_PER_CHANNEL))
+            # divUp((int)netBw, 14): the NIC's GB/s truncated to a whole number first
+            net = max(1, -(-int(nic_gbps or 0.0) // int(_NET_GBPS_PER_CHANNEL)))
         else:
             net = 2
             while net > 1 and net * ranks > channels * 4:
