@@ -569,6 +569,9 @@ def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:
             if key.endswith("_gbps") and value < MIN_GBPS:
                 raise FileFormatError(source, f"{where}.{key}: {value!r}; expected at least "
                                               f"{MIN_GBPS:g} (1 kB/s)")
+        order = _order_problem(model, params)
+        if order is not None:
+            raise FileFormatError(source, f"{where}{order[0]}: {order[1]}")
         entries.append(CalibrationEntry(entry.file, entry.collective, entry.ranks, model,
                                         params, gmae=entry.gmae, gmae_rows=entry.gmae_rows,
                                         gmae_heldout=entry.gmae_heldout, runtime=entry.runtime,
@@ -642,6 +645,26 @@ def _entry_problem(entry: CalibrationEntry | _Unchecked) -> tuple[str, str] | No
     if channels is not None and (isinstance(channels, bool) or not isinstance(channels, int)
                                  or not 1 <= channels <= _MAX_CHANNELS):
         return ".channels", f"{channels!r}; expected a whole number from 1 to {_MAX_CHANNELS}"
+    return None
+
+
+def _order_problem(model: str, params: dict[str, Any]) -> tuple[str, str] | None:
+    """``(".field", why)`` where an entry's sizes contradict one another as no fit writes them:
+    the alpha-beta latency regime ends below where its bandwidth regime starts; the piecewise
+    curve's first size, knee and saturation come in that order (collsynth.timing.fit)."""
+    if model == "alpha-beta":
+        end, start = params.get("latency_max_bytes"), params.get("bandwidth_min_bytes")
+        if end is not None and start is not None and not end < start:
+            return ".bandwidth_min_bytes", (f"{start!r}; expected above latency_max_bytes = "
+                                            f"{end!r} (the bandwidth regime starts where the "
+                                            "latency regime has ended)")
+        return None
+    first, knee, saturation = params.get("min_bytes", 1), params["knee_bytes"], \
+        params["saturation_bytes"]
+    if not first <= knee:
+        return ".knee_bytes", f"{knee!r}; expected at least min_bytes = {first!r}"
+    if not knee <= saturation:
+        return ".saturation_bytes", f"{saturation!r}; expected at least knee_bytes = {knee!r}"
     return None
 
 

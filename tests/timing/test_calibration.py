@@ -385,3 +385,34 @@ def test_cli_csv_nodes_runtime_and_heldout(tmp_path: Path, capsys: pytest.Captur
     assert load_calibration(out).entries[0].runtime is None
     assert _run(["calibrate", str(MI250), "--topology", "x", "--nodes", "0", "-o",
                  str(out)]) == 2  # a usage error
+
+
+@pytest.mark.parametrize("entry,fields,message", [
+    # alpha-beta: the fit's latency regime ends below where its bandwidth regime starts
+    (0, {"latency_max_bytes": 65536, "bandwidth_min_bytes": 10},
+     r"entries\[0\]\.bandwidth_min_bytes: 10; expected above latency_max_bytes = 65536"),
+    (0, {"latency_max_bytes": 4096, "bandwidth_min_bytes": 4096},
+     r"entries\[0\]\.bandwidth_min_bytes: 4096; expected above latency_max_bytes = 4096"),
+    # piecewise: first size <= knee <= saturation
+    (1, {"saturation_bytes": 1}, r"entries\[1\]\.saturation_bytes: 1; expected at least "
+                                 r"knee_bytes = 16384"),
+    (1, {"min_bytes": 32768}, r"entries\[1\]\.knee_bytes: 16384; expected at least "
+                              r"min_bytes = 32768"),
+])
+def test_an_entrys_sizes_in_the_wrong_order_are_refused(tmp_path: Path, entry, fields, message):
+    """A hand-edited calibration whose sizes contradict one another (no fit writes them so)
+    was read: a bandwidth regime starting below the latency regime's end, a saturation below
+    the knee (hostile input, round 16)."""
+    data = _valid()
+    data["entries"][entry].update(fields)
+    file = tmp_path / "bad.json"
+    file.write_text(json.dumps(data))
+    with pytest.raises(FileFormatError, match=message):
+        load_calibration(file)
+    # the same figures in order are read
+    ordered = _valid()
+    ok = tmp_path / "ok.json"
+    ordered["entries"][0].update({"latency_max_bytes": 4096, "bandwidth_min_bytes": 65536})
+    ordered["entries"][1].update({"min_bytes": 8, "saturation_bytes": 16384})
+    ok.write_text(json.dumps(ordered))
+    load_calibration(ok)
