@@ -141,3 +141,34 @@ def test_solve_xml_runtime_without_xml_is_a_usage_error(tmp_path, capsys):
     assert [p.name for p in sorted(folder.iterdir())] == [
         "allgather-ring_4-s2-r2-c1.json", "allgather-ring_4-s2-r2-c1.rccl.xml"]
     capsys.readouterr()
+
+
+# -- a topology file's NIC layout is checked when the file is read --------------------------------
+
+
+@pytest.mark.parametrize("nic, why", [
+    ({"count": 2, "gbps": 25.0, "gpus": [[0, 1], [1, 2, 3]]}, "exactly once"),
+    ({"count": 3, "gbps": 25.0}, "cannot be shared evenly"),
+    ({"count": 1, "gbps": 25.0, "gpus": [[0, 1], [2, 3]]}, "'count' = 1 but 'gpus' lists 2"),
+])
+def test_a_nic_layout_no_composition_can_use_is_refused_naming_the_file(tmp_path, nic, why):
+    """``metadata.nic.gpus`` naming a rank twice (or counts that disagree) was read, and
+    refused only on ``--nodes``, in a message naming the topology, not its file."""
+    from collsynth.errors import FileFormatError
+    from collsynth.topology.fileformat import load_topology, save_topology
+    from collsynth.topology.families import ring
+
+    path = tmp_path / "four.json"
+    four = ring(4)
+    save_topology(type(four)(name="four", links=four.links, groups=four.groups, unit_gbps=25.0,
+                             metadata={"nic": nic}), path)
+    with pytest.raises(FileFormatError, match=why) as info:
+        load_topology(path)
+    assert info.value.path == str(path)
+
+
+def test_a_node_without_nics_is_still_read():
+    from collsynth.topology.fileformat import topology_from_json, topology_to_json
+    from collsynth.topology.families import ring
+
+    assert topology_from_json(topology_to_json(ring(4))).num_ranks == 4

@@ -20,7 +20,7 @@ from collsynth.errors import InputTooLargeError, InvalidTopologyError, expect_ty
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, SparseGroups, SparseLinks, Topology
 from collsynth.topology.tiers import FabricSpec, fabric_spec, tier_groups, tier_limits, tier_scale
 
-__all__ = ["compose_nodes", "Composition", "MAX_RESCALE"]
+__all__ = ["compose_nodes", "check_nic_layout", "Composition", "MAX_RESCALE"]
 
 _log = logging.getLogger(__name__)
 
@@ -267,6 +267,21 @@ class Composition:
     def reversed(self) -> "Composition":
         """The composition of the reversed topology."""
         return replace(self, name=f"reversed({self.name})", flipped=not self.flipped)
+
+
+def check_nic_layout(node: Topology) -> None:
+    """Refuse a ``metadata.nic`` whose layout no composition can use (a rank served twice or
+    never, a count that disagrees with ``gpus``, NICs that cannot be shared evenly), as
+    composing would, so a topology file is refused when it is read, naming itself. A node
+    with no ``nic`` passes: ``--nic-units`` gives it one NIC per rank.
+
+    Raises
+    ------
+    InvalidTopologyError
+        What composing ``node`` would raise about its NIC layout.
+    """
+    if isinstance(node.metadata, Mapping) and node.metadata.get("nic") is not None:
+        _nic_layout(node, nic_units=1)  # units stand in for a missing 'gbps': --nic-units
 
 
 def _nic_layout(

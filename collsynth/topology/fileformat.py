@@ -24,6 +24,7 @@ from collsynth._parse import (
     shown,
 )
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
+from collsynth.topology.compose import check_nic_layout
 from collsynth.topology.machine import machine_metadata_problem
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
 
@@ -85,7 +86,7 @@ def _rank_list(value: Any, source: str, where: str) -> frozenset[int]:
 
 def _check_nic(nic: Any, source: str) -> None:
     """The figures of ``metadata.nic`` that composing nodes computes with, bounded here so a
-    hostile file is refused naming its field (the layout itself is checked when composing)."""
+    hostile file is refused naming its field (the layout: :func:`check_nic_layout`)."""
     if not isinstance(nic, dict):
         return  # absent, or refused with its reason when composing
     if nic.get("gbps") is not None:
@@ -168,6 +169,7 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
                             groups=tuple(groups), unit_gbps=unit, alpha_us=alpha,
                             description=description, metadata=metadata)
         topology.layout  # read metadata['network'] now, so its errors name this file
+        check_nic_layout(topology)  # and metadata['nic'], which composing reads
     except CollsynthError as exc:
         raise FileFormatError(source, str(exc)) from exc
     return topology
