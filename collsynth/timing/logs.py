@@ -583,7 +583,8 @@ def _nccl_row(cells: list[str], layout: _Layout, name: str, number: int
         time_us = _time(cells[base], name, number)
         algbw = _number(cells[base + 1], "algbw", name, number, optional=True, hi=MAX_GBPS)
         busbw = _number(cells[base + 2], "busbw", name, number, optional=True, hi=MAX_GBPS)
-        errors = _number(cells[base + 3], "error", name, number, optional=True)
+        errors = (_number(cells[base + 3], "error", name, number, optional=True)
+                  if layout.width > 3 else None)  # a table without an error column
         result.append(BenchmarkRow(size, count, dtype, op, root, time_us, algbw, busbw,
                                    half == 1, errors, number))
     return result
