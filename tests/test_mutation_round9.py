@@ -7,6 +7,8 @@ text), never from the code's output.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from collsynth.errors import FileFormatError
@@ -85,3 +87,118 @@ def test_repeats_exactly_twice_apart_are_kept():
                       _row(1024, 20.0), ""])
     log = parse_log(text, name="all_reduce_perf.txt")
     assert sorted(r.time_us for r in log.rows) == [10.0, 10.0, 20.0, 20.0]
+
+
+# -- what the log was measured with ----------------------------------------------------------------
+
+
+def test_a_json_nccl_version_code_has_two_digits_for_the_minor():
+    # NCCL_VERSION(X, Y, Z) = X * 10000 + Y * 100 + Z from 2.9 (src/nccl.h.in): 22703 is 2.27.3
+    # and 21903 is 2.19.3, the minor taken from the hundreds (two digits).
+    doc = {"version": 2, "args": ["./all_reduce_perf"], "nccl_version": 21903,
+           "config": {"nthreads": 1, "ngpus": 8},
+           "results": [{"size": 1024, "count": 256, "type": "float", "redop": "sum",
+                        "root": "-1", "out_of_place": {"time": 10.0}, "in_place": None}]}
+    log = parse_log(json.dumps(doc), name="a.json")
+    assert (log.runtime, log.runtime_version) == ("nccl", "2.19.3")
+
+
+def test_ring_lines_say_the_channels_before_the_coll_channels_line():
+    # docs/timing.md: the channel count comes from the ring lines 'Channel 00/02 : 0 1 2 3' (the
+    # number after the slash), *else* from 'N coll channels'.
+    text = "\n".join([
+        "# nThread 1 nGpus 4", *_ranks(4),
+        "host:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
+        "host:1:1 [0] NCCL INFO Channel 01/02 :    0   1   2   3",
+        "host:1:1 [0] NCCL INFO 32 coll channels, 32 collnet channels, 0 nvls channels",
+        HEADER, _row(1024, 10.0), ""])
+    assert parse_log(text, name="all_reduce_perf.txt").channels == 2
+
+
+# -- bus-bandwidth tables ----------------------------------------------------------------------------
+
+
+def test_a_size_label_just_below_a_power_of_two_is_that_power():
+    # '1000K' is 1,024,000 bytes (or 1,000,000): the nearest power of two is 2**20 = 1,048,576
+    # (2.4% above), not 2**19 (49% below). Broadcast's bus-bandwidth factor is 1, so the time is
+    # 1,048,576 B / (10 GB/s * 1e3 B/us per GB/s) = 104.8576 us.
+    text = "\n".join(["| Message Size (Bytes) | busbw (GB/s) |", "|---|---|",
+                      "| 1000K | 10.00 |", ""])
+    log = parse_log(text, name="broadcast_perf.md")
+    (row,) = log.rows
+    assert (row.size_bytes, row.time_us) == (1 << 20, pytest.approx(104.8576))
+
+
+# -- PARAM comms: headerless rows and tags ---------------------------------------------------------
+
+
+def test_param_headerless_six_cells_are_size_count_p50_p75_p95_algbw():
+    # docs/timing.md: without a header, 6 cells are size count p50 p75 p95 algBW (no busBW).
+    log = parse_log("\tCOMMS-RES\t1024\t256\t30.1\t31.0\t33.2\t0.034\n", name="all_reduce.txt",
+                    ranks=8)
+    (row,) = log.rows
+    assert (row.time_us, row.algbw_gbps, row.busbw_gbps) == (30.1, 0.034, None)
+
+
+def test_param_headerless_nine_cells_end_with_algbw_then_busbw():
+    # docs/timing.md: 9 cells are size count p50 p75 p95 min max algBW busBW.
+    row9 = ("\tCOMMS-RES-all_reduce  4096  1024  31.0  32.0  33.0  30.0  35.0  0.132  0.231\n")
+    (row,) = parse_log(row9, name="p.txt", ranks=8).rows
+    assert (row.time_us, row.algbw_gbps, row.busbw_gbps) == (31.0, 0.132, 0.231)
+
+
+def test_param_row_tag_names_the_collective_then_the_dtype():
+    # docs/timing.md: 'COMMS-RES-<collective>' rows, the collective may be followed by '-<dtype>'.
+    row9 = ("\tCOMMS-RES-all_reduce-float  4096  1024  31.0  32.0  33.0  30.0  35.0  0.132  "
+            "0.231\n")
+    log = parse_log(row9, name="p.txt", ranks=8)
+    assert (log.collective, log.rows[0].dtype) == ("allreduce", "float")
+
+
+# -- nccl-tests JSON ---------------------------------------------------------------------------------
+
+
+def _json_doc(config: dict) -> dict:
+    return {"version": 2, "args": ["./all_gather_perf"], "config": config,
+            "results": [{"size": 1024, "count": 256, "type": "float", "redop": "none",
+                         "root": "-1", "out_of_place": {"time": 10.0}, "in_place": None}]}
+
+
+def test_a_json_config_without_devices_is_one_process():
+    # ranks = nthreads * ngpus * len(devices), one process when the devices are not listed:
+    # 2 threads of 4 GPUs are 8 ranks.
+    log = parse_log(json.dumps(_json_doc({"nthreads": 2, "ngpus": 4})), name="a.json")
+    assert log.ranks == 8
+
+
+def test_json_rows_carry_the_line_of_their_results_entry():
+    # Written by hand: the two entries of "results" open on lines 4 and 6.
+    entry = ('{"size": %d, "count": 256, "type": "float", "redop": "none", "root": "-1",'
+             ' "out_of_place": {"time": 10.0}, "in_place": null}')
+    text = "\n".join([
+        '{"version": 2, "args": ["./all_gather_perf"],',              # 1
+        ' "config": {"nthreads": 1, "ngpus": 2},',                     # 2
+        ' "results": [',                                               # 3
+        "  " + entry % 1024 + ",",                                     # 4
+        "",                                                            # 5
+        "  " + entry % 2048,                                           # 6
+        ']}', ""])
+    log = parse_log(text, name="a.json")
+    assert [row.line for row in log.rows] == [4, 6]
+
+
+# -- plain CSV ------------------------------------------------------------------------------------
+
+
+def test_a_csv_with_two_empty_trailing_header_cells_is_read():
+    # An empty header cell names no column, so two of them name none twice (a spreadsheet's
+    # trailing commas).
+    text = "size_bytes,time_us,,\n1024,10.5,,\n"
+    (row,) = parse_log(text, name="all_reduce.csv", ranks=8).rows
+    assert (row.size_bytes, row.time_us) == (1024, 10.5)
+
+
+def test_a_csv_of_zero_ranks_is_refused_as_a_ranks_cell():
+    text = "size_bytes,time_us,ranks\n1024,10.5,0\n"
+    with pytest.raises(FileFormatError, match=r"ranks '0': expected a whole number >= 1"):
+        parse_log(text, name="all_reduce.csv")
