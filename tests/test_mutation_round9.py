@@ -202,3 +202,73 @@ def test_a_csv_of_zero_ranks_is_refused_as_a_ranks_cell():
     text = "size_bytes,time_us,ranks\n1024,10.5,0\n"
     with pytest.raises(FileFormatError, match=r"ranks '0': expected a whole number >= 1"):
         parse_log(text, name="all_reduce.csv")
+
+
+# -- the closed form: NCCL's ring on DGX-1 -----------------------------------------------------------
+
+
+def _dgx1_allgather_ring():
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.pricing import runtime_algorithms
+    from collsynth.topology import get_topology
+
+    (ring,) = runtime_algorithms(get_runtime("nccl"), "allgather", get_topology("dgx1"))
+    return ring
+
+
+def test_the_closed_form_prices_a_runtime_algorithm_at_the_size_asked():
+    # NCCL's ring allgather on DGX-1, Simple: 8.4 us base + 7 hops x 3.4 us = 32.2 us, and 6
+    # rings of 25 GB/s = 150 GB/s of bus bandwidth, algbw 150 x 8/7: at 1.2 MB,
+    # 1.2e6 B x 7/8 / 150e3 B/us = 7 us: 39.2 us.
+    from collsynth.timing.closed_form import ClosedForm
+
+    (price,) = ClosedForm().price(_dgx1_allgather_ring().pinned("Simple"), [1_200_000])
+    assert price.time_us == pytest.approx(39.2, rel=1e-12)
+
+
+def test_the_closed_form_prices_pinned_channels_with_that_many_rings():
+    # One channel instead of six: 25 GB/s of bus bandwidth, so the size term is six times
+    # 7/1,200,000 us per byte: 7/200,000; the latency (32.2 us = 161/5) does not change.
+    import dataclasses
+
+    import sympy
+
+    from collsynth.timing.closed_form import ClosedForm
+    from collsynth.timing.model import SIZE
+
+    one = dataclasses.replace(_dgx1_allgather_ring(), channels=1).pinned("Simple")
+    assert sympy.simplify(ClosedForm().line(one) - (sympy.Rational(7, 200_000) * SIZE
+                                                    + sympy.Rational(161, 5))) == 0
+
+
+def test_the_fastest_of_tied_runtime_algorithms_is_the_first():
+    # Prediction.fastest: "ties: the first" (in the order the runtime's algorithms are listed).
+    from collsynth.timing.closed_form import Prediction
+
+    row = Prediction(1024, 10.0, {"nccl-tree": 5.0, "nccl-ring": 5.0, "nccl-nvls": None})
+    assert row.fastest == ("nccl-tree", 5.0)
+
+
+# -- NCCL's rings (collsynth.timing.rings) ------------------------------------------------------------
+
+
+def test_the_ring_search_prefers_the_link_with_the_most_units_left():
+    # Three ranks, every link one unit except 0 -> 1 with two. From rank 0 the search takes the
+    # link with the most units left, 0 -> 1: the first ring is 0 1 2; then 0 -> 1 and 0 -> 2 have
+    # one unit each (the tie-break (v - u) mod n tries 1 first, but 1 -> 2 is spent), so the
+    # second is 0 2 1. No rank sends more than 2 units but rank 0: two rings in all.
+    from collsynth.timing.rings import ring_channels
+    from collsynth.topology.model import Topology
+
+    topology = Topology("t3", ((0, 2, 1), (1, 0, 1), (1, 1, 0)))
+    assert ring_channels(topology) == ((0, 1, 2), (0, 2, 1))
+
+
+def test_nodes_of_one_rank_form_a_ring_through_their_nics():
+    # Three nodes of one GPU each, one NIC unit: the ring enters and leaves each node at its
+    # only rank (entry = exit), node 0 -> 1 -> 2 -> 0.
+    from collsynth.timing.rings import ring_channels
+    from collsynth.topology.compose import compose_nodes
+    from collsynth.topology.model import Topology
+
+    assert ring_channels(compose_nodes(Topology("one", ((0,),)), 3, nic_units=1)) == ((0, 1, 2),)
