@@ -172,3 +172,20 @@ def test_a_node_without_nics_is_still_read():
     from collsynth.topology.families import ring
 
     assert topology_from_json(topology_to_json(ring(4))).num_ranks == 4
+
+
+# -- tune-runtime: a collective named twice ------------------------------------------------------
+
+
+@pytest.mark.parametrize("names", ["allreduce,allreduce", "allreduce,all_reduce",
+                                   "reduce_scatter,ReduceScatter"])
+def test_a_collective_named_twice_for_tune_runtime_is_a_usage_error(tmp_path, capsys, names):
+    """``--collectives allreduce,allreduce`` tuned it twice and wrote its rules twice."""
+    out = tmp_path / "tuner.csv"
+    code = cli.main(["tune-runtime", "--topology", "dgx-a100", "--runtime", "nccl",
+                     "--collectives", names, "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE, err
+    [line] = err.splitlines()
+    assert "--collectives" in line and "give each once" in line, line
+    assert not out.exists()

@@ -142,11 +142,16 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     if not collectives:
         raise UsageError.of(COMMAND, f"--collectives {args.collectives!r}: expected names "
                                      "separated by commas")
+    seen: dict[str, str] = {}
     for name in collectives:  # an option's value: a usage error, before any work
         try:
-            config_collective(name)
+            key = config_collective(name)
         except UnknownNameError as exc:
             raise UsageError.of(COMMAND, f"--collectives: {exc}") from None
+        if key in seen:  # it would be tuned, and its rules written, twice
+            raise UsageError.of(COMMAND, f"--collectives: {name!r} names the same collective as "
+                                         f"{seen[key]!r}; give each once")
+        seen[key] = name
     topology = resolve_topology(args.topology, nodes=args.nodes)
     from collsynth.timing.pricing import require_communication
     require_communication(topology, "tune-runtime")
