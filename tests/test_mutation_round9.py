@@ -8,6 +8,7 @@ text), never from the code's output.
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -272,3 +273,77 @@ def test_nodes_of_one_rank_form_a_ring_through_their_nics():
     from collsynth.topology.model import Topology
 
     assert ring_channels(compose_nodes(Topology("one", ((0,),)), 3, nic_units=1)) == ((0, 1, 2),)
+
+
+# -- fitting logs (collsynth.timing.fit) ------------------------------------------------------------
+
+
+def _log(points) -> "BenchmarkLog":
+    """An allreduce log on 8 ranks of (size, out-of-place us, in-place us) rows."""
+    from collsynth.timing.logs import BenchmarkLog, BenchmarkRow
+
+    rows = tuple(BenchmarkRow(size, size // 4, "float", "sum", -1, t, None, None, in_place,
+                              None, line)
+                 for line, (size, *times) in enumerate(points, start=1)
+                 for in_place, t in zip((False, True), times))
+    return BenchmarkLog("ar.txt", "allreduce", 8, rows, "nccl-tests")
+
+
+def test_a_sizes_time_is_the_geometric_mean_of_its_rows_and_gmae_rows_scores_each_row():
+    # Two sizes: the latency regime is the first, the bandwidth regime the second. 1024 bytes:
+    # rows of 10 and 40 us, geometric mean 20 (not the arithmetic 25): alpha = 20, and
+    # beta = (30 - 20) / 2048, so the line says 25 us at 1024 bytes and 30 at 2048.
+    # Per size: gmae = exp((ln(25/20) + 0) / 2) - 1 = sqrt(1.25) - 1. Per row: 10 and 40 are
+    # 2.5x and 1.6x from 25, so gmae_rows = exp((ln 2.5 + ln 1.6 + 0 + 0) / 4) - 1
+    # = exp(ln 4 / 4) - 1 = sqrt(2) - 1.
+    from collsynth.timing.fit import fit_alpha_beta
+
+    fit = fit_alpha_beta(_log([(1024, 10.0, 40.0), (2048, 30.0, 30.0)]), heldout=False)
+    assert fit.alpha_us == pytest.approx(20.0)
+    assert fit.gmae == pytest.approx(math.sqrt(1.25) - 1)
+    assert fit.gmae_rows == pytest.approx(math.sqrt(2) - 1)
+
+
+def test_beta_is_the_median_over_the_four_largest_sizes():
+    # docs/timing.md: alpha the median time of the 4 smallest sizes, beta the median of
+    # (time - alpha) / size over the 4 largest. 8 sizes 1 KiB .. 128 KiB; the 4 smallest take
+    # 10 us; the 4 largest take 10 + v * size with v = 1, 2, 3, 10 ns per byte: the median of
+    # four is (2 + 3) / 2 = 2.5e-3 us per byte (of the three largest it would be 3e-3).
+    from collsynth.timing.fit import fit_alpha_beta
+
+    per_byte = {1 << 14: 1e-3, 1 << 15: 2e-3, 1 << 16: 3e-3, 1 << 17: 10e-3}
+    points = [(1 << k, 10.0 + per_byte.get(1 << k, 0.0) * (1 << k),
+               10.0 + per_byte.get(1 << k, 0.0) * (1 << k)) for k in range(10, 18)]
+    fit = fit_alpha_beta(_log(points), heldout=False)
+    assert (fit.alpha_us, fit.beta_us_per_byte) == (pytest.approx(10.0), pytest.approx(2.5e-3))
+
+
+def test_a_flat_sweep_takes_the_time_per_byte_at_its_end():
+    # Every size 10 us: (time - alpha) / size is 0, no bandwidth regime; beta is then the median
+    # of time / size over the 4 largest sizes (16, 32, 64, 128 KiB): (10/32768 + 10/65536) / 2,
+    # a finite bandwidth rather than an infinite one.
+    from collsynth.timing.fit import fit_alpha_beta
+
+    fit = fit_alpha_beta(_log([(1 << k, 10.0, 10.0) for k in range(10, 18)]), heldout=False)
+    assert fit.beta_us_per_byte == pytest.approx((10 / 32768 + 10 / 65536) / 2)
+
+
+def _implausible(points) -> str:
+    from collsynth.timing.fit import check_plausible, fit_log
+
+    with pytest.raises(FileFormatError) as info:
+        check_plausible(fit_log(_log(points), heldout=False), 1e-9, "a test allows")
+    return str(info.value)
+
+
+def test_an_implausible_fit_names_the_largest_fall_of_the_times():
+    # 10 -> 9 us falls by 1.11x, 20 -> 10 us by 2x: the message names the second.
+    message = _implausible([(1024, 10.0, 10.0), (2048, 9.0, 9.0), (4096, 20.0, 20.0),
+                            (8192, 10.0, 10.0)])
+    assert "(4096 bytes: 20 us, 8192 bytes: 10 us)" in message
+
+
+def test_equal_times_are_not_a_fall():
+    message = _implausible([(1024, 10.0, 10.0), (2048, 10.0, 10.0), (4096, 20.0, 20.0),
+                            (8192, 30.0, 30.0)])
+    assert "fall" not in message
