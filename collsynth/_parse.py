@@ -23,6 +23,7 @@ from collsynth._files import read_bytes_bounded
 from collsynth.errors import FileFormatError
 
 __all__ = [
+    "format_version_is",
     "fraction_from_text",
     "MAX_NUMBER_CHARS",
     "MAX_INT64",
@@ -341,6 +342,17 @@ def bounded_float(value: Any, field: str, *, source: str, lo: float | None = Non
 class NumberTextError(ValueError):
     """A number's text refused by :func:`number_text`; the message says why, to follow
     ``expected ..., got 'TEXT'``."""
+
+
+def format_version_is(value: object, *accepted: int) -> bool:
+    """Whether a file's ``version`` field is one of ``accepted``: a JSON whole number, not
+    ``true`` (which Python counts as 1) nor ``1.0`` (equal to 1, but not a version any writer
+    puts there).
+
+    >>> format_version_is(1, 1), format_version_is(1.0, 1), format_version_is(True, 1)
+    (True, False, False)
+    """
+    return type(value) is int and value in accepted
 
 
 def number_text(text: str) -> str:

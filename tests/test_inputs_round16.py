@@ -189,3 +189,35 @@ def test_a_collective_named_twice_for_tune_runtime_is_a_usage_error(tmp_path, ca
     [line] = err.splitlines()
     assert "--collectives" in line and "give each once" in line, line
     assert not out.exists()
+
+
+# -- a file's version is a whole number ---------------------------------------------------------
+
+
+def test_a_version_written_as_a_fraction_is_refused(tmp_path, ring_allgather_path):
+    """``"version": 1.0`` was read as version 1 (1.0 == 1 in Python); no writer puts a
+    fraction there. One rule, ``_parse.format_version_is``, for every file format."""
+    import json
+
+    from collsynth.algorithm.fileformat import algorithm_from_json
+    from collsynth.errors import FileFormatError
+    from collsynth.topology.families import ring
+    from collsynth.topology.fileformat import topology_from_json, topology_to_json
+
+    topology = topology_to_json(ring(4))
+    assert topology_from_json(dict(topology)).num_ranks == 4
+    with pytest.raises(FileFormatError, match="unknown version 1.0"):
+        topology_from_json({**topology, "version": 1.0})
+    with pytest.raises(FileFormatError, match="version"):
+        topology_from_json({**topology, "version": True})
+    algorithm = json.loads(ring_allgather_path.read_text())
+    assert algorithm_from_json(dict(algorithm)).num_steps >= 1
+    with pytest.raises(FileFormatError, match="version"):
+        algorithm_from_json({**algorithm, "version": float(algorithm["version"])})
+    from collsynth.timing.calibration import load_calibration
+
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"format": "collsynth-calibration", "version": 1.0,
+                                "topology": "dgx1", "entries": []}))
+    with pytest.raises(FileFormatError, match="version"):
+        load_calibration(path)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from collsynth._parse import clean_name, fraction_from_text, free_form
+from collsynth._parse import clean_name, format_version_is, fraction_from_text, free_form
 from collsynth.algorithm.arrays import SendBlock, sends_as_arrays
 from collsynth.algorithm.model import Algorithm, Send, Step
 from collsynth.algorithm.verify import verify
@@ -177,7 +177,7 @@ def algorithm_from_json(obj: Any, *, source: str = "<algorithm>") -> Algorithm:
                               if fmt is None else
                               f"field 'format' is {got(fmt)}, expected {FORMAT_NAME!r}")
     version = obj.get("version")
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if not format_version_is(version, FORMAT_VERSION):
         raise FileFormatError(source, "missing field 'version'" if version is None else
                               f"unknown version {got(version)}; this collsynth reads version "
                               f"{FORMAT_VERSION}")

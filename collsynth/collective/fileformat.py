@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any
 
-from collsynth._parse import clean_name, clean_text, free_form, shown
+from collsynth._parse import clean_name, clean_text, format_version_is, free_form, shown
 from collsynth.collective.model import MAX_CHUNKS, Collective
 from collsynth.collective.standard import check_standard_conditions
 from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError
@@ -160,7 +160,7 @@ def collective_from_json(obj: Any, *, source: str = "<collective>",
     if fmt != FORMAT_NAME:
         raise FileFormatError(source, f"field 'format' is {shown(fmt)}, expected {FORMAT_NAME!r}")
     version = obj.get("version", FORMAT_VERSION)
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if not format_version_is(version, FORMAT_VERSION):
         raise FileFormatError(source, f"unknown version {shown(version)}; this collsynth reads "
                                       f"version {FORMAT_VERSION}")
     unknown = sorted(set(obj) - _TOP_FIELDS)

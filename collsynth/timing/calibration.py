@@ -29,6 +29,7 @@ from collsynth._parse import (
     MIN_TIME_US,
     clean_name,
     clean_text,
+    format_version_is,
     parse_json,
     shown,
 )
@@ -468,7 +469,7 @@ def calibration_from_json(obj: object, *, source: str = "<calibration>") -> Cali
                                       f"{FORMAT_NAME!r} "
                                       "(is this a calibration file?)")
     version = obj.get("version")
-    if isinstance(version, bool) or version not in (1, FORMAT_VERSION):
+    if not format_version_is(version, 1, FORMAT_VERSION):
         raise FileFormatError(source, f"version: {shown(version)}; this collsynth reads versions "
                                       f"1 and {FORMAT_VERSION}")
     kind = obj.get("kind", "curve") if version == FORMAT_VERSION else "curve"
@@ -484,7 +485,7 @@ def calibration_from_json(obj: object, *, source: str = "<calibration>") -> Cali
 def _runtime_from_json(obj: dict, source: str, *, legacy: bool) -> RuntimeCalibration:
     if legacy:
         version = obj.get("version")
-        if isinstance(version, bool) or version != 1:
+        if not format_version_is(version, 1):
             raise FileFormatError(source, "missing field 'version'" if version is None else
                                   f"version = {shown(version)}: unknown; this collsynth reads "
                                   "version 1 of collsynth-runtime-constants files")

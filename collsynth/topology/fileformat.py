@@ -19,6 +19,7 @@ from collsynth._parse import (
     bounded_int,
     clean_name,
     clean_text,
+    format_version_is,
     free_form,
     read_json,
     shown,
@@ -103,7 +104,7 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
     if fmt != FORMAT_NAME:
         raise FileFormatError(source, f"field 'format' is {shown(fmt)}, expected {FORMAT_NAME!r}")
     version = obj.get("version", FORMAT_VERSION)
-    if version != FORMAT_VERSION or isinstance(version, bool):
+    if not format_version_is(version, FORMAT_VERSION):
         raise FileFormatError(source, f"unknown version {shown(version)}; this collsynth reads "
                                       f"version {FORMAT_VERSION}")
     unknown = sorted(set(obj) - _TOP_FIELDS, key=str)
