@@ -347,3 +347,49 @@ def test_equal_times_are_not_a_fall():
     message = _implausible([(1024, 10.0, 10.0), (2048, 10.0, 10.0), (4096, 20.0, 20.0),
                             (8192, 30.0, 30.0)])
     assert "fall" not in message
+
+
+# -- the runtimes' latency tables, as NCCL's and RCCL's source writes them ---------------------------
+
+
+def test_nccl_latency_tables_are_those_of_nccl_2_30_7():
+    # ncclTunerConstantsDefaults in NVIDIA/nccl v2.30.7-1 src/graph/tuning.cc, transcribed:
+    # baseLatencies {6.8, 14.0, 8.4} Tree, {6.6, 14.0, 8.4} Ring, zeros for CollNet Direct and
+    # Chain, NVLS and NVLS Tree, {8.0, 8.0, 8.0} PAT; hwLatencies per NVLINK / PCI / NET rows.
+    from collsynth.runtimes.constants import NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US
+
+    order = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+    assert [tuple(NCCL_BASE_LATENCY_US[a]) for a in order] == [
+        (6.8, 14.0, 8.4), (6.6, 14.0, 8.4), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0),
+        (8.0, 8.0, 8.0)]
+    expected = {
+        "nvlink": [(0.6, 1.25, 4.0), (0.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25),
+                   (0, 0, 25), (0, 0, 4.0)],
+        "pci": [(1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 0), (0, 0, 0),
+                (0, 0, 4.0)],
+        "net": [(5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18),
+                (0, 0, 20.9), (0, 0, 14)],
+    }
+    for hardware, rows in expected.items():
+        assert [tuple(NCCL_HOP_LATENCY_US[hardware][a]) for a in order] == rows, hardware
+
+
+def test_rccl_tuning_model_5_network_ring_simple_hop_is_320_us():
+    # ROCm/rccl src/graph/tuning.cc, tuning_model_5, NET row: Ring (LL/LL128/Simple)
+    # { 9.5, ..., 320.0 }, Tree { 10.5, ..., 25.0 } (LL128 not compared: the mirrored RCCL
+    # writes 0.0 there, the later release collsynth cites is not mirrored).
+    from collsynth.runtimes.constants import RCCL_HOP_LATENCY_US
+
+    net = RCCL_HOP_LATENCY_US[5]["net"]
+    assert (net["ring"][0], net["ring"][2], net["tree"][0], net["tree"][2]) == (
+        9.5, 320.0, 10.5, 25.0)
+
+
+def test_128_channels_are_rccls_maxchannels_and_accepted():
+    # ROCm/rccl src/include/device.h: #define MAXCHANNELS 128; one more is no runtime's.
+    from collsynth.errors import InputTooLargeError
+    from collsynth.runtimes.constants import check_channels
+
+    assert check_channels(128) == 128
+    with pytest.raises(InputTooLargeError):
+        check_channels(129)
