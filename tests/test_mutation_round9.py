@@ -393,3 +393,16 @@ def test_128_channels_are_rccls_maxchannels_and_accepted():
     assert check_channels(128) == 128
     with pytest.raises(InputTooLargeError):
         check_channels(129)
+
+
+# -- runtime versions --------------------------------------------------------------------------------
+
+
+def test_a_version_a_user_gives_has_at_most_three_parts():
+    # parse_given_version's contract: MAJOR.MINOR or MAJOR.MINOR.PATCH; a fourth part is refused
+    # rather than read as its first two.
+    from collsynth.runtimes.registry import parse_given_version
+
+    assert parse_given_version("v2.27.3+cuda12.4") == (2, 27)
+    with pytest.raises(ValueError):
+        parse_given_version("2.18.5.1")
