@@ -15,8 +15,8 @@ import pytest
 from collsynth.errors import FileFormatError
 from collsynth.timing.logs import parse_log
 
-HEADER = ("#       size   count  type  redop  root   time  algbw  busbw #wrong   time  algbw  busbw "
-          "#wrong")
+HEADER = ("#       size   count  type  redop  root   time  algbw  busbw #wrong   time  algbw  "
+          "busbw #wrong")
 
 
 def _row(size: int, time_us: float, algbw: str = "0.00", busbw: str = "0.00") -> str:
@@ -78,7 +78,7 @@ def test_appended_runs_of_old_nccl_tests_on_other_rank_counts_are_refused():
         parse_log(text, name="all_reduce_perf.txt")
 
 
-# -- repeats ----------------------------------------------------------------------------------------
+# -- repeats ---------------------------------------------------------------------------------------
 
 
 def test_repeats_exactly_twice_apart_are_kept():
@@ -116,7 +116,7 @@ def test_ring_lines_say_the_channels_before_the_coll_channels_line():
     assert parse_log(text, name="all_reduce_perf.txt").channels == 2
 
 
-# -- bus-bandwidth tables ----------------------------------------------------------------------------
+# -- bus-bandwidth tables --------------------------------------------------------------------------
 
 
 def test_a_size_label_just_below_a_power_of_two_is_that_power():
@@ -156,7 +156,7 @@ def test_param_row_tag_names_the_collective_then_the_dtype():
     assert (log.collective, log.rows[0].dtype) == ("allreduce", "float")
 
 
-# -- nccl-tests JSON ---------------------------------------------------------------------------------
+# -- nccl-tests JSON -------------------------------------------------------------------------------
 
 
 def _json_doc(config: dict) -> dict:
@@ -205,7 +205,7 @@ def test_a_csv_of_zero_ranks_is_refused_as_a_ranks_cell():
         parse_log(text, name="all_reduce.csv")
 
 
-# -- the closed form: NCCL's ring on DGX-1 -----------------------------------------------------------
+# -- the closed form: NCCL's ring on DGX-1 ---------------------------------------------------------
 
 
 def _dgx1_allgather_ring():
@@ -250,7 +250,7 @@ def test_the_fastest_of_tied_runtime_algorithms_is_the_first():
     assert row.fastest == ("nccl-tree", 5.0)
 
 
-# -- NCCL's rings (collsynth.timing.rings) ------------------------------------------------------------
+# -- NCCL's rings (collsynth.timing.rings) ---------------------------------------------------------
 
 
 def test_the_ring_search_prefers_the_link_with_the_most_units_left():
@@ -275,7 +275,7 @@ def test_nodes_of_one_rank_form_a_ring_through_their_nics():
     assert ring_channels(compose_nodes(Topology("one", ((0,),)), 3, nic_units=1)) == ((0, 1, 2),)
 
 
-# -- fitting logs (collsynth.timing.fit) ------------------------------------------------------------
+# -- fitting logs (collsynth.timing.fit) -----------------------------------------------------------
 
 
 def _log(points) -> "BenchmarkLog":
@@ -349,7 +349,7 @@ def test_equal_times_are_not_a_fall():
     assert "fall" not in message
 
 
-# -- the runtimes' latency tables, as NCCL's and RCCL's source writes them ---------------------------
+# -- the runtimes' latency tables, as NCCL's and RCCL's source writes them -------------------------
 
 
 def test_nccl_latency_tables_are_those_of_nccl_2_30_7():
@@ -395,7 +395,7 @@ def test_128_channels_are_rccls_maxchannels_and_accepted():
         check_channels(129)
 
 
-# -- runtime versions --------------------------------------------------------------------------------
+# -- runtime versions ------------------------------------------------------------------------------
 
 
 def test_a_version_a_user_gives_has_at_most_three_parts():
