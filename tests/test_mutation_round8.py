@@ -149,18 +149,14 @@ def test_before_nccl_2_29_net_peers_keep_two_channels_up_to_four_times_the_chann
     assert p2p_shape(setup, 64 << 20, intra_peer_channels=4, nic_gbps=50.0).per_peer == 2
 
 
-def test_from_nccl_2_29_a_nic_gets_a_channel_per_14_gbps_rounded_up():
+@pytest.mark.parametrize("nic_gbps, channels", [(25.0, 2), (56.5, 4)])
+def test_from_nccl_2_29_a_nic_gets_a_channel_per_14_gbps_rounded_up(nic_gbps, channels):
     # v2.29.7: nNetChannels = divUp((int)netBw, NCCL_P2P_PER_CHANNEL_NET_BW = 14): 25 GB/s -> 2.
+    # The NIC's GB/s is truncated first: 56.5 -> 56 -> 4, a power of two already (ceil(56.5 /
+    # 14) = 5 would round up to 8); 4 x divUp(16 ranks, 8) = 8 is not above 32 channels.
     setup = nccl(ranks=16, nodes=2, comm=32, version=(2, 29))
-    assert p2p_shape(setup, 16 << 20, intra_peer_channels=8, nic_gbps=25.0).per_peer == 2
-
-
-def test_from_nccl_2_29_a_fractional_nic_rate_is_truncated_before_dividing():
-    # v2.29.7: divUp((int)netBw, 14) truncates the NIC's GB/s first: 56.5 -> 56 -> 4 network
-    # channels, a power of two already (ceil(56.5 / 14) = 5 would round up to 8); 4 x divUp(16
-    # ranks, 8) = 8 is not above 32 channels.
-    setup = nccl(ranks=16, nodes=2, comm=32, version=(2, 29))
-    assert p2p_shape(setup, 16 << 20, intra_peer_channels=8, nic_gbps=56.5).per_peer == 4
+    assert p2p_shape(setup, 16 << 20, intra_peer_channels=8, nic_gbps=nic_gbps).per_peer == \
+        channels
 
 
 def test_from_nccl_2_29_peers_fill_the_channels_exactly_once_per_batch():
