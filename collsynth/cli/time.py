@@ -297,9 +297,10 @@ def _time_closed_form(args: argparse.Namespace, calibration: "Calibration | None
 # -- the program model --------------------------------------------------------------------------
 
 
-def _constants(args: argparse.Namespace, calibration: "Calibration | None"
-               ) -> tuple["RuntimeConstants", str]:
-    """The program model's constants and where they come from."""
+def _constants(args: argparse.Namespace, calibration: "Calibration | None",
+               topology: "Topology | None") -> tuple["RuntimeConstants", str]:
+    """The program model's constants and where they come from (``topology``: whose GPUs say
+    which runtime's defaults, without ``--runtime`` or a calibration)."""
     if calibration is not None:
         if calibration.kind != "runtime-constants":
             raise CollsynthError(
@@ -316,7 +317,7 @@ def _constants(args: argparse.Namespace, calibration: "Calibration | None"
                                  f"is for {constants.runtime}, whose kernels "
                                  f"{args.runtime} does not run")
         return constants, args.calibration
-    return get_runtime(args.runtime or _machine_runtime(_topology(args))).defaults, \
+    return get_runtime(args.runtime or _machine_runtime(topology)).defaults, \
         "documented defaults"
 
 
@@ -448,11 +449,11 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     from collsynth.timing.program_model import ProgramModel
     from collsynth.timing.runtime_model import SimulationOptions
 
-    constants, source = _constants(args, calibration)
+    topology = _topology(args)
+    constants, source = _constants(args, calibration, topology)
     name = args.runtime or constants.runtime
     version, version_from = _runtime_version(args, calibration)
     runtime = get_runtime(name if name in runtime_names() else "nccl").at_version(version)
-    topology = _topology(args)
     model = ProgramModel(constants, runtime=runtime, topology=topology, source=source,
                          options=SimulationOptions(gpus_per_thread=args.gpus_per_thread))
     subjects, refused = _subjects(args, topology, model.export_runtime)
