@@ -74,7 +74,7 @@ class RuntimeProgram:
 def _ring(collective: str, topology: "Topology", channels: int | None, protocol: str) -> Built:
     # refused before the rings are searched (their search grows with the ranks squared), at
     # one ring: whatever the search finds has at least as many steps (a node's share of them
-    # where the ring folds by node: prepared_ring)
+    # where the ring folds by node: _built_ring)
     n = topology.num_ranks
     layout = topology.layout
     nodes = layout.nodes if layout is not None else 1
@@ -82,11 +82,18 @@ def _ring(collective: str, topology: "Topology", channels: int | None, protocol:
     check_simulated_steps(ring_program_steps(collective, n, 1) // (nodes if folds else 1),
                           f"the {collective} ring of {n} ranks on 1 channel or more"
                           + (", folded by node" if folds else ""))
-    rings = runtime_rings(topology, channels)
+    return _built_ring(collective, runtime_rings(topology, channels), topology, protocol)
+
+
+def _built_ring(collective: str, rings: Sequence[Sequence[int]], topology: "Topology",
+                protocol: str) -> Built:
+    """The ring folded by node where its nodes allow it (prepared), else the whole
+    :func:`~collsynth.timing.runtime_baselines.ring_program`: a program the checker proves,
+    prepared only where the runtime moves one step per slice (broadcast, reduce)."""
     folded = folded_ring(collective, rings, topology, protocol=protocol)
     if folded is not None:
         return folded
-    program = ring_program(collective, rings, protocol=protocol)   # a program the checker proves
+    program = ring_program(collective, rings, protocol=protocol)
     return prepare_ring(program, topology) if _one_step_slices(program) else program
 
 
@@ -95,12 +102,10 @@ def prepared_ring(collective: str, rings: Sequence[Sequence[int]], topology: "To
     """The runtime's ring of ``collective`` over ``rings`` (one per channel) on ``topology``,
     prepared as the runtime pipelines it: folded by node where its nodes allow it
     (:func:`~collsynth.timing.ring_fold.folded_ring`: the same times, a node's share of the
-    transfers), else the whole :func:`~collsynth.timing.runtime_baselines.ring_program`
-    (:func:`prepare_ring`). The one way the program model and the ring fit prepare a ring."""
-    folded = folded_ring(collective, rings, topology, protocol=protocol)
-    if folded is not None:
-        return folded
-    return prepare_ring(ring_program(collective, rings, protocol=protocol), topology)
+    transfers), else the whole ring (:func:`prepare_ring`). The one way the program model and
+    the ring fit prepare a ring."""
+    built = _built_ring(collective, rings, topology, protocol)
+    return built if isinstance(built, PreparedProgram) else prepare_ring(built, topology)
 
 
 #: NCCL's default Simple step, ``NCCL_BUFFSIZE / NCCL_STEPS`` = 512 KiB of data.
