@@ -505,13 +505,13 @@ def _nvls_bw(setup: TuningSetup, collective: str, algorithm: str, graph: GraphFi
         inter_bw = inter * (2 if (nodes <= 2 and algorithm == "nvls_tree") else 1)
         cap = _cap(_PER_CH_NVLS_TREE, setup) if algorithm == "nvls_tree" else math.inf
         return min(intra_bw, inter_bw, cap)
-    if setup.version >= (2, 23):
+    if setup.version >= (2, 19):
+        # v2.19.4-v2.27.7 tuning.cc: NVLS-tree min(bwIntra, bwInter, halved beyond 2 nodes);
+        # NVLS allgather / reduce-scatter min(bwIntra x (ppn-1)/ppn, 0.9 x bwInter) from 2.27
         if algorithm == "nvls_tree":
             return min(intra, inter if nodes <= 2 else inter / 2)
-        if collective == "allreduce":
-            return min(intra, inter)
-        return min(intra * (ppn - 1) / ppn, inter * 0.9)
-    if setup.version >= (2, 19):
+        if collective != "allreduce" and setup.version >= (2, 27):
+            return min(intra * (ppn - 1) / ppn, inter * 0.9)
         return min(intra, inter)
     return intra if nodes <= 2 else inter  # 2.18: the figure every algorithm takes
 
