@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collsynth.topology.model import Topology
 
 __all__ = ["positive_int", "path_argument", "gpus_per_thread", "non_negative_int", "seconds",
-           "positive_number", "parse_size", "memory_limit", "check_unsplit",
+           "positive_number", "parse_size", "comma_entries", "memory_limit", "check_unsplit",
            "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
            "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
@@ -445,15 +445,31 @@ def memory_limit(text: str) -> int:
     return value
 
 
+def comma_entries(text: str, what: str) -> list[str]:
+    """The entries of an option's comma-separated list, stripped. An empty entry (``1MB,,2MB``,
+    a comma at either end) is refused naming its place: a value was meant there, and skipping
+    it would run the command on fewer than were typed.
+
+    >>> comma_entries(" 1KB, 1MB", "sizes")
+    ['1KB', '1MB']
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if not any(parts):
+        raise argparse.ArgumentTypeError(f"{what} {text!r}: expected {what} separated by commas")
+    empty = [i for i, p in enumerate(parts, 1) if not p]
+    if empty:
+        raise argparse.ArgumentTypeError(f"{what} {text!r}: entry {empty[0]} of {len(parts)} is "
+                                         f"empty; expected {what} separated by single commas")
+    return parts
+
+
 def parse_sizes(text: str) -> list[int]:
     """Comma-separated sizes (at most :data:`MAX_SIZES`), sorted, duplicates removed.
 
     >>> parse_sizes("1GB,1KB,1MB")
     [1000, 1000000, 1000000000]
     """
-    parts = [p for p in text.split(",") if p.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError(f"sizes {text!r}: expected sizes separated by commas")
+    parts = comma_entries(text, "sizes")
     if len(parts) > MAX_SIZES:
         raise argparse.ArgumentTypeError(f"{len(parts)} sizes: at most {MAX_SIZES} (each is "
                                          "priced once per program)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, Interrupted, UsageError,
-                                  add_fabric_arguments, add_figure_arguments,
+                                  add_fabric_arguments, add_figure_arguments, comma_entries,
                                   check_fabric_arguments, out, path_argument, positive_int,
                                   progress_line, seconds)
 from collsynth.errors import shown_path
@@ -97,10 +97,10 @@ def _runtimes(text: str) -> tuple[str, tuple[str, ...], bool]:
                                     runtime_names)
 
     mscclpp = False
-    names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UsageError.of("plan", f"--runtime {text!r}: expected runtime names separated by "
-                                    "commas")
+    try:
+        names = [n.lower() for n in comma_entries(text, "runtime names")]
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError.of("plan", f"--runtime: {exc}") from None
     xml, tuners = [], []
     for name in names:
         base = name[:-len("-tuner")] if name.endswith("-tuner") else name

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from collsynth._parse import number_text
-from collsynth.cli.common import (EXIT_OK, UsageError, input_files, out,
+from collsynth.cli.common import (EXIT_OK, UsageError, comma_entries, input_files, out,
                                   parse_size_range, path_argument, positive_int, table, why_not)
 from collsynth.errors import shown_path
 
@@ -138,10 +138,10 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
             raise UsageError.of(COMMAND, f"--calibration {args.calibration}: its constants are "
                                          f"{constants.runtime!r}'s; --runtime {args.runtime} "
                                          f"needs a calibration of {args.runtime}")
-    collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
-    if not collectives:
-        raise UsageError.of(COMMAND, f"--collectives {args.collectives!r}: expected names "
-                                     "separated by commas")
+    try:
+        collectives = comma_entries(args.collectives, "collective names")
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError.of(COMMAND, f"--collectives: {exc}") from None
     seen: dict[str, str] = {}
     for name in collectives:  # an option's value: a usage error, before any work
         try:
