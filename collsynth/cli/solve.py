@@ -257,6 +257,11 @@ def _heartbeat(line: str) -> None:
 
 def run_solve(args: argparse.Namespace) -> int:
     several = args.mode == "pareto"
+    if args.mode == "instance" and args.rounds is not None and args.rounds < args.steps:
+        # the options disagree, before any work: the instance's own rule, said in their names
+        raise UsageError.of("solve instance", f"--rounds {args.rounds}: expected --rounds >= "
+                                              f"--steps ({args.steps}): every step lasts at "
+                                              "least one round")
     topology, collective = problem_from_args(args)
     check_unsplit(collective, args.collective)
     if args.xml_runtime is not None and args.xml is None:  # it would be ignored
