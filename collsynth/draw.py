@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = [
     "DrawError",
+    "StepRangeError",
     "DrawOptions",
     "Layout",
     "StepTraffic",
@@ -91,6 +92,11 @@ _MAX_FIGURE_WIDTH_IN = 16.0
 class DrawError(CollsynthError, ValueError):
     """A drawing request that cannot be met (steps out of range, a program on the wrong
     topology, an XML program without a topology, an unsupported output format)."""
+
+
+class StepRangeError(DrawError):
+    """Steps asked for that the schedule does not have (``steps=(5, 9)`` of a 2-step one): the
+    request is wrong, not the file (the command line makes it a usage error naming --steps)."""
 
 
 @dataclass(frozen=True)
@@ -437,8 +443,8 @@ def _select(traffic: list[StepTraffic], options: DrawOptions) -> list[StepTraffi
     first, last = options.steps
     noun = traffic[0].label
     if last >= len(traffic):
-        raise DrawError(f"{noun}s {first}-{last}: there are {len(traffic)} {noun}s, numbered "
-                        f"0-{len(traffic) - 1}")
+        raise StepRangeError(f"{noun}s {first}-{last}: there are {len(traffic)} {noun}s, "
+                             f"numbered 0-{len(traffic) - 1}")
     return traffic[first:last + 1]
 
 
@@ -563,7 +569,9 @@ def file_kind(path: str | os.PathLike[str]) -> str:
         return "xml"   # UTF-16 XML too: the reader refuses it by name ("not UTF-8 text")
     if start == b"{":
         return "json"
-    raise FileFormatError(p, "expected an algorithm file (JSON) or an MSCCL XML program")
+    # as the other readers say of a file of nothing but white space (all of it read here)
+    empty = "empty: " if not start and len(head) < 4096 else ""
+    raise FileFormatError(p, f"{empty}expected an algorithm file (JSON) or an MSCCL XML program")
 
 
 def _draw(topology: Topology, traffic: list[StepTraffic], options: DrawOptions, title: str,

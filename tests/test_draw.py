@@ -372,7 +372,7 @@ def test_cli_draws_an_xml_on_a_topology(capsys, tmp_path, ring4_xml):
 @pytest.mark.parametrize("args, code, message", [
     (["missing.json", "-o", "out.png"], 1, "missing.json: no such file"),
     (["ring4.xml", "-o", "out.png"], 2, "does not say its topology: give --topology"),
-    (["ring4.json", "-o", "out.png", "--steps", "1-2"], 1, "there are 2 steps, numbered 0-1"),
+    (["ring4.json", "-o", "out.png", "--steps", "1-2"], 2, "there are 2 steps, numbered 0-1"),
     (["ring4.json", "-o", "out.png", "--steps", "2-1"], 2, "the last step is before the first"),
     (["ring4.json", "-o", "out.gif"], 2, "expected a .png or .svg file"),
     (["ring4.json", "-o", "no/such/folder/out.png"], 1, "does not exist"),

@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.cli.common import EXIT_OK, UsageError, out, path_argument, positive_int
-from collsynth.draw import (FIGURE_SUFFIXES, DrawError, DrawOptions, check_output_path, draw_file,
-                            file_kind, parse_step_range, save_drawing)
+from collsynth.draw import (FIGURE_SUFFIXES, DrawError, DrawOptions, StepRangeError,
+                            check_output_path, draw_file, file_kind, parse_step_range,
+                            save_drawing)
 from collsynth.errors import shown_path
 from collsynth.resolve import resolve_topology
 
 __all__ = ["register", "run_draw"]
+
+#: The resolution of a PNG, and of the heat maps in an SVG, without ``--dpi``.
+DEFAULT_DPI = 100
 
 
 def _steps(text: str) -> tuple[int, int]:
@@ -54,8 +58,9 @@ def register(subparsers: Any) -> None:
                         help="arrows, heat maps, or auto (heat maps for large schedules)")
     parser.add_argument("--aggregate", action="store_true",
                         help="heat maps: one matrix summed over the steps drawn")
-    parser.add_argument("--dpi", type=_dpi, default=100, metavar="N",
-                        help="PNG resolution (default 100)")
+    parser.add_argument("--dpi", type=_dpi, metavar="N",
+                        help="resolution of a PNG, or of the heat maps in an SVG (default "
+                             f"{DEFAULT_DPI})")
     parser.set_defaults(handler=run_draw)
 
 
@@ -91,7 +96,16 @@ def run_draw(args: argparse.Namespace) -> int:
     style = "heatmap" if args.aggregate and args.style == "auto" else args.style
     options = DrawOptions(steps=args.steps, style=style,
                           aggregate=True if args.aggregate else None)
-    figure = draw_file(args.file, topology=topology, options=options)
-    save_drawing(figure, output, dpi=args.dpi)
+    try:
+        figure = draw_file(args.file, topology=topology, options=options)
+    except StepRangeError as exc:  # what --steps asks of this file: as --root 9 of 8 ranks
+        raise UsageError.of("draw", f"--steps: {exc}") from None
+    if args.dpi is not None and output.suffix.lower() == ".svg" and \
+            not any(axes.images for axes in figure.axes):
+        # an SVG of arrows is all vectors: the resolution would change nothing in it
+        raise UsageError.of("draw", f"--dpi {args.dpi}: an SVG of arrows has no resolution "
+                                    "(--dpi sets a PNG's, or the heat maps' in an SVG); leave "
+                                    "--dpi out or write a .png")
+    save_drawing(figure, output, dpi=DEFAULT_DPI if args.dpi is None else args.dpi)
     out(f"wrote {shown_path(output)}")
     return EXIT_OK
