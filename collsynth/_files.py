@@ -10,6 +10,7 @@ rules: docs/file-formats.md, section "Input files".
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -34,7 +35,12 @@ def _refuse_kind(name: str, mode: int) -> None:
 
 
 def _os_error(name: str, exc: OSError | ValueError) -> FileFormatError:
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+        return FileFormatError(name, "cannot read: a loop of symbolic links (each points on to "
+                                     "the next, never to a file or folder)")
     if isinstance(exc, FileNotFoundError):
+        if isinstance(exc.filename, (str, bytes, os.PathLike)) and os.path.islink(exc.filename):
+            return FileFormatError(name, "cannot read: a symbolic link to a missing file")
         return FileFormatError(name, "no such file")
     if isinstance(exc, NotADirectoryError):
         return FileFormatError(name, "a parent of it is a file, not a directory")
@@ -162,9 +168,9 @@ def list_inputs(directory: str | os.PathLike[str], pattern: str | re.Pattern[str
     try:
         info = os.stat(folder)
     except (OSError, ValueError) as exc:
-        if isinstance(exc, FileNotFoundError):
+        if isinstance(exc, FileNotFoundError) and not folder.is_symlink():
             raise FileFormatError(folder, "no such directory") from exc
-        raise _os_error(str(folder), exc) from exc
+        raise _os_error(str(folder), exc) from exc  # a link's loop or missing target too
     if not stat.S_ISDIR(info.st_mode):
         raise FileFormatError(folder, "is not a directory")
     try:

@@ -61,6 +61,14 @@ def looks_like_path(spec: str) -> bool:
     return Path(spec).suffix != ""
 
 
+def _names_a_file(text: str) -> bool:
+    """A name no built-in has is read as a file when one of that name is in the folder: a
+    regular file, or a link, whatever it points at (its reader then says a loop or a dangling
+    link cannot be read, where ``is_file()``, False for both, left "unknown topology")."""
+    path = Path(text)
+    return path.is_file() or path.is_symlink()
+
+
 def _load_topology_file(path: Path) -> Topology:
     """A topology JSON file (``.json``, or content starting with ``{``), else a machine dump."""
     if path.suffix.lower() == ".json":
@@ -152,7 +160,7 @@ def resolve_topology(spec: str, *, nodes: int | None = None,
         try:
             topology = get_topology(text)
         except UnknownNameError:
-            if not Path(text).is_file():
+            if not _names_a_file(text):
                 raise
             topology = _load_topology_file(Path(text))
         else:
@@ -207,7 +215,7 @@ def resolve_collective(spec: str, num_ranks: int, *, root: int | None = None,
     is_file = looks_like_path(text)
     if not is_file:
         key = text.lower().replace("-", "_")
-        is_file = key not in standard_names() and Path(text).is_file()
+        is_file = key not in standard_names() and _names_a_file(text)
     if not is_file:
         return standard_collective(text, num_ranks, root=root, roots=roots)
     collective = load_collective(Path(text))

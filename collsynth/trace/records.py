@@ -279,9 +279,9 @@ def read_trace(directory: str | os.PathLike[str], *,
     (1, [('allreduce', 64, (0,))])
     """
     folder = Path(expect_path(directory, "directory"))
-    if not folder.exists():
+    if not folder.exists() and not folder.is_symlink():  # a link's loop: list_inputs says
         raise FileFormatError(folder, "no such directory")
-    if not folder.is_dir():
+    if folder.exists() and not folder.is_dir():
         raise FileFormatError(folder, "is not a directory; expected the trace directory "
                                       "(holding rank-NNNNN.jsonl files)")
     # Only regular files: a FIFO named rank-00004.jsonl is refused, never opened.
