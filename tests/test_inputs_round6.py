@@ -400,7 +400,7 @@ def curve_calibration(tmp_path_factory):
     (lambda c: c["entries"][0].update(collective="frobnicate"),
      "entries[0].collective: 'frobnicate'; expected one of allgather"),
     (lambda c: c["entries"][0].update(ranks=10 ** 9),
-     "entries[0].ranks: 1000000000; expected a whole number from 1 to 1048576"),
+     "entries[0].ranks: 1000000000; expected a whole number from 2 to 1048576"),
     (lambda c: c.update(nodes=10 ** 9), "nodes: 1000000000; expected a whole number from 1"),
 ])
 def test_a_calibration_entry_names_its_field(tmp_path, curve_calibration, edit, message):

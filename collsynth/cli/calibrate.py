@@ -47,11 +47,16 @@ def _plot_path(text: str) -> str:
 
 
 def _log_ranks(text: str) -> int:
-    """A rank count a log was measured on: a whole number from 1 to the most ranks a topology
-    has (:data:`~collsynth.topology.model.MAX_RANKS`)."""
+    """A rank count a log was measured on: a whole number from 2 (a collective on one rank
+    moves nothing, and a calibration's fit is applied to topologies of its rank count) to the
+    most ranks a topology has (:data:`~collsynth.topology.model.MAX_RANKS`)."""
     from collsynth.topology.model import MAX_RANKS
 
     value = positive_int(text)
+    if value == 1:
+        raise argparse.ArgumentTypeError("1 rank: a collective on one rank moves nothing, and a "
+                                         "fit applies to topologies of its rank count; expected "
+                                         "2 or more")
     if value > MAX_RANKS:
         raise argparse.ArgumentTypeError(f"{value} ranks: more than the {MAX_RANKS} "
                                          "collsynth accepts")
@@ -168,6 +173,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
     for path in args.logs:
         log = load_log(path, collective=args.collective, ranks=args.ranks,
                        runtime=args.runtime, channels=args.channels)
+        if log.ranks < 2:  # its entry would be refused by the calibration's own reader
+            raise FileFormatError(path, f"{log.collective} on 1 rank (as the log says, or as "
+                                        "read where it does not say): a fit applies to "
+                                        "topologies of its rank count, 2 or more; give a log of "
+                                        "several ranks, or --ranks N where it does not say")
         results.append(fit_log(log))
         check_plausible(results[-1], ceiling, machine)
     calibration = calibration_from_fits(args.topology, results, nodes=args.nodes)

@@ -611,7 +611,10 @@ def _entry_problem(entry: CalibrationEntry | _Unchecked) -> tuple[str, str] | No
                                f"{', '.join(LOGGED_COLLECTIVES)}")
     ranks = entry.ranks
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= 1 << 20:
-        return ".ranks", f"{ranks!r}; expected a whole number from 1 to {1 << 20}"
+        return ".ranks", f"{ranks!r}; expected a whole number from 2 to {1 << 20}"
+    if ranks == 1:  # it would be read and never applied: no topology of 1 rank is priced
+        return ".ranks", ("1; a collective on one rank moves nothing, and a fit is applied only "
+                          f"to a topology of its rank count; expected 2 to {1 << 20}")
     if entry.model not in MODELS:
         return ".model", f"{entry.model!r}; expected one of {', '.join(map(repr, MODELS))}"
     spec = _PARAMS[entry.model]

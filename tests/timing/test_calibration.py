@@ -151,7 +151,7 @@ BAD_CALIBRATIONS = [
     (["extra"], 1, r"unknown field\(s\) 'extra'"),
     (["entries", 0], "x", r"entries\[0\]: expected an object"),
     (["entries", 0, "model"], "cubic", r"entries\[0\]\.model: 'cubic'; expected one of"),
-    (["entries", 0, "ranks"], 0, r"entries\[0\]\.ranks: 0; expected a whole number from 1 to 1048576"),
+    (["entries", 0, "ranks"], 0, r"entries\[0\]\.ranks: 0; expected a whole number from 2 to 1048576"),
     (["entries", 0, "ranks"], True, r"entries\[0\]\.ranks: True"),
     (["entries", 0, "file"], None, r"entries\[0\]\.file: None; expected a non-empty string"),
     (["entries", 0, "busbw_gbps"], KeyError, r"entries\[0\]: missing field\(s\) 'busbw_gbps'"),
