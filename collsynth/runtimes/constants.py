@@ -26,7 +26,7 @@ __all__ = ["LINK_CLASSES", "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "
            "RCCL_BASE_LATENCY_US", "RCCL_HOP_LATENCY_US", "NCCL_DEFAULTS", "RCCL_DEFAULTS",
            "constants_to_dict", "constants_from_dict", "CLASS_LATENCY_US", "NETWORK_CLASSES",
            "DEVICE_MEMORY_GBPS", "gamma_range", "HOP_SCALE_RANGE", "CHANNEL_US_RANGE",
-           "HOST_US_RANGE", "DEFAULT_HOST_US"]
+           "HOST_US_RANGE", "DEFAULT_HOST_US", "NVLS_PORT_EFFICIENCY"]
 
 #: Link classes of the program model: inside a node, and between nodes.
 LINK_CLASSES = ("intra", "network")
@@ -62,6 +62,14 @@ FIELDS = frozenset({"runtime", "base_latency_us", "hop_latency_us",
 #: Plausible NVLink SHARP efficiencies: the share of a GPU's NVLink bandwidth its NVLS port
 #: carries (NCCL's tuning: 0.85 Hopper, 0.74 Blackwell; a measured H100 curve gives 0.69).
 NVLS_EFFICIENCY_RANGE = (0.3, 1.0)
+#: Per architecture, the share of a GPU's NVLink bandwidth its NVLS port carries in the program
+#: model where no calibration says. Hopper 0.67: the mean of the fits of three public NVLS
+#: allreduce curves of 8 GPUs (H100 p5 0.661, H100 Azure ND v5 0.680, H200 Azure ND v5 0.683;
+#: each within 3% of the mean of the other two). NCCL's own figure, 0.85, is its cost model's
+#: and stays there, where it decides what NCCL runs. Other architectures take NCCL's figure
+#: (0.74 on Blackwell): the one public Blackwell curve (GB200 NVL72, one rack) fits 0.45, too
+#: few to set a default on. docs/runtime-model.md, "NVLS".
+NVLS_PORT_EFFICIENCY: Mapping[str, float] = MappingProxyType({"sm90": 0.67})
 #: Per link class: the hop latency per protocol (LL, LL128, Simple), us (what a network's plugin
 #: and proxy add is paid per message, so it is in the hops, not per call). Inside a node: NCCL's hwLat ring
 #: rows (NVLINK, PCI; NCCL 2.30.7 src/graph/tuning.cc) and RCCL's tuning model 5 NVLINK ring

@@ -505,16 +505,18 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
                     f"{link:.3g} GB/s")
         guess.append(traffic / span / 1e3)
     if len(connected) < len(subjects):
-        # The switch's own rate: NCCL's tuning figure is where the search starts.
+        # The switch's own rate: the program model's default is where the search starts.
         from collsynth.runtimes.constants import NVLS_EFFICIENCY_RANGE
+        from collsynth.timing.switch_graphs import nvls_port_efficiency
         from collsynth.timing.tuning_model import nvls_efficiency
 
+        port = nvls_port_efficiency(facts)
         names.append("nvls_efficiency")
         lows.append(NVLS_EFFICIENCY_RANGE[0])
         highs.append(NVLS_EFFICIENCY_RANGE[1])
-        whys.append("the share of NVLink bandwidth an NVLS port carries (NCCL's tuning: "
-                    f"{nvls_efficiency(facts.compute_capability):g})")
-        guess.append(base.nvls_efficiency or nvls_efficiency(facts.compute_capability))
+        whys.append(f"the share of NVLink bandwidth an NVLS port carries (default {port:g}; "
+                    f"NCCL's tuning: {nvls_efficiency(facts.compute_capability):g})")
+        guess.append(base.nvls_efficiency or port)
         # One channel's head: from a tenth of NCCL's per-channel figure to the GPU's NVLink.
         default = connection_gbps(setup, "ring", "Simple", False)
         names.append("nvls_channel_gbps")

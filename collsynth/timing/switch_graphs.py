@@ -31,11 +31,12 @@ from collsynth.timing.tuning_model import (  # the one home of NCCL's chunk rule
     nvls_chunk_bytes, nvls_heads, nvls_tree_chunk_bytes)
 
 if TYPE_CHECKING:  # pragma: no cover - imported for annotations only
+    from collsynth.topology.machine import MachineFacts
     from collsynth.topology.model import Topology
 
 __all__ = ["NVLS_COLLECTIVES", "NVLS_TREE_COLLECTIVES", "SHARP_COLLECTIVES", "nvls_graph",
            "nvls_tree_graph", "sharp_graph",
-           "switch_ports"]
+           "switch_ports", "nvls_port_efficiency"]
 
 #: Collectives NCCL runs with NVLS on one node (``ncclTopoTuneModel``: Simple only).
 NVLS_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter")
@@ -127,7 +128,6 @@ class _Graph:
                       members: np.ndarray, weights: np.ndarray | None, ports: Sequence[int],
                       slice_bytes: "float | Callable[[float], float] | None"
                       ) -> PreparedProgram:
-        from collsynth.timing.tuning_model import nvls_efficiency
         from collsynth.topology.machine import machine_facts
 
         total = len(self.kind)
@@ -143,7 +143,7 @@ class _Graph:
             busbw_factor=float(busbw_factor(program.coll, program.ngpus)), inputs=self.inputs,
             slice_bytes=slice_bytes, switch_resources=tuple(ports),
             switch_role=np.array(self.role, dtype=np.int8) if self.nvls else None,
-            switch_efficiency=nvls_efficiency(machine_facts(topology).compute_capability),
+            switch_efficiency=nvls_port_efficiency(machine_facts(topology)),
             weights=weights)
 
 
@@ -164,26 +164,44 @@ def _resolver(fabric: Fabric, up: Sequence[int] | None = None,
     return resolve
 
 
+def nvls_port_efficiency(facts: "MachineFacts") -> float:
+    """The share of a GPU's NVLink bandwidth its NVLS port carries where no calibration says:
+    the measured default of its architecture
+    (:data:`~collsynth.runtimes.constants.NVLS_PORT_EFFICIENCY`: 0.67 Hopper), else NCCL's
+    ``nvlsEfficiency`` (:func:`collsynth.timing.tuning_model.nvls_efficiency`: 0.74 Blackwell;
+    0 before Hopper).
+
+    >>> from collsynth.topology import get_topology
+    >>> from collsynth.topology.machine import machine_facts
+    >>> [nvls_port_efficiency(machine_facts(get_topology(t))) for t in ("dgx-h100", "dgx-a100")]
+    [0.67, 0.0]
+    """
+    from collsynth.runtimes.constants import NVLS_PORT_EFFICIENCY
+    from collsynth.timing.tuning_model import nvls_efficiency
+
+    efficiency = nvls_efficiency(facts.compute_capability)
+    return NVLS_PORT_EFFICIENCY.get(facts.arch or "", efficiency) if efficiency > 0 else 0.0
+
+
 def switch_ports(topology: "Topology") -> tuple[tuple[float, float], ...]:
     """Per rank, ``(to the switch, from the switch)`` GB/s its NVLS port carries: the GPU's
     NVLink bandwidth inside its node (the units of its links to the node's other ranks, capped
-    by its egress or ingress group, times ``unit_gbps``) times NCCL's NVLS efficiency (0.85
-    Hopper, 0.74 Blackwell: :func:`collsynth.timing.tuning_model.nvls_efficiency`).
+    by its egress or ingress group, times ``unit_gbps``) times the port's efficiency
+    (:func:`nvls_port_efficiency`: 0.67 Hopper, 0.74 Blackwell).
 
     >>> from collsynth.topology import get_topology
-    >>> switch_ports(get_topology("dgx-h100"))[0]  # 18 NVLinks x 25 GB/s x 0.85
-    (382.5, 382.5)
+    >>> switch_ports(get_topology("dgx-h100"))[0]  # 18 NVLinks x 25 GB/s x 0.67
+    (301.5, 301.5)
 
     Raises
     ------
     InvalidInstanceError
         The machine has no NVLink SHARP (its facts say ``nvls`` false) or no ``unit_gbps``.
     """
-    from collsynth.timing.tuning_model import nvls_efficiency
     from collsynth.topology.machine import machine_facts
 
     facts = machine_facts(topology)
-    efficiency = nvls_efficiency(facts.compute_capability)
+    efficiency = nvls_port_efficiency(facts)
     if not facts.nvls or efficiency <= 0:
         raise InvalidInstanceError(
             f"topology {topology.name!r} has no NVLink SHARP (its machine facts: nvls "

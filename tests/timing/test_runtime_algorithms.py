@@ -85,7 +85,7 @@ def port_bytes(prepared, size: int) -> dict[str, float]:
 
 
 def test_nvls_allreduce_on_two_gpus_by_hand():
-    # Ports: 4 NVLinks x 25 GB/s x 0.85 (Hopper's NVLS efficiency) = 85 GB/s = P = 85_000 B/us
+    # Ports: 4 NVLinks x 25 GB/s x 0.67 (Hopper's NVLS port efficiency) = 67 GB/s = P = 67_000 B/us
     # each way. 20_000 bytes, one channel: 2 shards of D = 10_000 bytes. Hops 1 us, base 4 us.
     #   scatter: each GPU sends both shards to the switch at once, sharing its port: 2D/P;
     #   the switch's sum of shard k reaches GPU k after a hop, then D/P down the port;
@@ -93,25 +93,25 @@ def test_nvls_allreduce_on_two_gpus_by_hand():
     #   the switch writes both shards into each GPU at once: a hop, 2D/P down; a last hop;
     #   each GPU's receive takes a copy's last slice (all of it, D: under the 16 KiB NVLS
     #   chunk) out of the FIFO at the rate the copy came, P/2: 2D/P more.
-    # 4 hops + 8D/P: 4 + 4 + 80_000 / 85_000 = 8.94118 us.
+    # 4 hops + 8D/P: 4 + 4 + 80_000 / 67_000 = 9.19403 us.
     t = simulate_program(nvls_graph("allreduce", nvls_pair(), 1), None, 20_000, constants())
-    assert t.time_us == pytest.approx(8.0 + 80_000 / 85_000, rel=1e-9)
+    assert t.time_us == pytest.approx(8.0 + 80_000 / 67_000, rel=1e-9)
 
 
 @pytest.mark.parametrize("collective, passes", [pytest.param("allgather", 5, id="allgather"),
                                                 pytest.param("reduce_scatter", 3,
                                                              id="reduce_scatter")])
 def test_nvls_allgather_and_reduce_scatter_on_two_gpus_by_hand(collective, passes):
-    # The pair again (P = 85_000 B/us), 20_000 bytes, one channel: D = 10_000 bytes per shard
+    # The pair again (P = 67_000 B/us), 20_000 bytes, one channel: D = 10_000 bytes per shard
     # (one slice each). Allgather: GPU k stores its shard (a hop, D/P up its own port); the
     # switch writes both shards into each GPU at once (a hop, 2D/P down each port); each
     # receive takes a copy's slice out at the rate it came, P/2: 2D/P. Base 4 + 2 hops + 5D/P
-    # = 6 + 50_000 / 85_000 = 6.5882 us. Reduce-scatter: each GPU sends both shards at once (a
+    # = 6 + 50_000 / 67_000 = 6.7463 us. Reduce-scatter: each GPU sends both shards at once (a
     # hop, 2D/P up); the switch returns the sum of shard k (a hop, D/P down), which the
     # channel's load-reduce writes where it goes (NCCL's multimem load-reduce into the output:
-    # no FIFO to copy it out of). 6 + 3D/P = 6 + 30_000 / 85_000 = 6.3529 us.
+    # no FIFO to copy it out of). 6 + 3D/P = 6 + 30_000 / 67_000 = 6.4478 us.
     t = simulate_program(nvls_graph(collective, nvls_pair(), 1), None, 20_000, constants())
-    assert t.time_us == pytest.approx(6.0 + passes * 10_000 / 85_000, rel=1e-9)
+    assert t.time_us == pytest.approx(6.0 + passes * 10_000 / 67_000, rel=1e-9)
 
 
 @pytest.mark.parametrize("collective, up, down", [
@@ -135,18 +135,18 @@ def test_nvls_bytes_per_port_on_a_dgx_h100(collective, up, down):
 
 
 def test_nvls_traffic_is_bounded_by_the_switch_and_the_channels_not_by_connections():
-    # The pair of the test above (P = 85_000 B/us, D = 10_000 bytes, 8.941 us). A ceiling of
+    # The pair of the test above (P = 67_000 B/us, D = 10_000 bytes, 9.194 us). A ceiling of
     # 1 GB/s per connection does not touch NVLS: the switch reads and copies, a channel's SM
-    # reduces and stores. A channel rate of 42.5 GB/s (P/2) doubles the sum's leg down and the
+    # reduces and stores. A channel rate of 33.5 GB/s (P/2) doubles the sum's leg down and the
     # store up (D/P each -> 2D/P); the scatter, the copies and the receives' last pass (at the
-    # copies' rate) keep 2D/P each: 4 + 4 hops + (2D + 2D + 2D + 2D + 2D)/P = 9.176 us.
+    # copies' rate) keep 2D/P each: 4 + 4 hops + (2D + 2D + 2D + 2D + 2D)/P = 9.4925 us.
     c = constants()
     graph = nvls_graph("allreduce", nvls_pair(), 1)
     slow = c.replace(ceiling_gbps={k: {p: 1.0 for p in PROTOCOLS} for k in ("intra", "network")})
     assert simulate_program(graph, None, 20_000, slow).time_us == pytest.approx(
-        8.0 + 80_000 / 85_000, rel=1e-9)
-    assert simulate_program(graph, None, 20_000, c.replace(nvls_channel_gbps=42.5)).time_us == \
-        pytest.approx(8.0 + 100_000 / 85_000, rel=1e-9)
+        8.0 + 80_000 / 67_000, rel=1e-9)
+    assert simulate_program(graph, None, 20_000, c.replace(nvls_channel_gbps=33.5)).time_us == \
+        pytest.approx(8.0 + 100_000 / 67_000, rel=1e-9)
 
 
 @pytest.mark.parametrize("efficiency", [None, 0.425])
@@ -155,8 +155,8 @@ def test_nvls_pipelines_at_its_own_chunk_size_by_hand(efficiency):
     # 1 MiB Simple slice of the proxy-driven algorithms, and less for small calls (enqueue.cc:
     # 64 KiB when size < 32 x channels x heads x 128 KiB; 32 KiB when < 8 x ... x 64 KiB).
     # Allgather on the pair, one channel, 2 MiB: 2 heads, 2 MiB < 32 x 2 x 128 KiB = 8 MiB, not
-    # < 8 x 2 x 64 KiB = 1 MiB: 64 KiB steps. Shards of D = 1 MiB. Port P = 4 x 25 GB/s x 0.85
-    # = 85_000 B/us (or x 0.425 / 0.85 when the constants carry their own NVLS efficiency).
+    # < 8 x 2 x 64 KiB = 1 MiB: 64 KiB steps. Shards of D = 1 MiB. Port P = 4 x 25 GB/s x 0.67
+    # = 67_000 B/us (or x 0.425 / 0.67 when the constants carry their own NVLS efficiency).
     # GPU k stores its shard (D/P up); the switch starts writing it on once the first 64 KiB
     # has arrived (a hop + 65536/P), both shards into each GPU at once (2D/P down); a last hop;
     # each receive takes the copy's last 64 KiB out of the FIFO at the copy's rate, P/2
@@ -164,7 +164,7 @@ def test_nvls_pipelines_at_its_own_chunk_size_by_hand(efficiency):
     # Base 4 us, hops 1 us: 4 + 2 + (3 x 65536 + 2 x 1048576) / P. With the 1 MiB slice it
     # would be 4 + 2 + (D + 2D + 2D)/P = 6 + 5D/P.
     c = constants().replace(nvls_efficiency=efficiency)
-    port = 85_000 * (efficiency or 0.85) / 0.85
+    port = 67_000 * (efficiency or 0.67) / 0.67
     t = simulate_program(nvls_graph("allgather", nvls_pair(), 1), None, 2 << 20, c)
     assert t.time_us == pytest.approx(6.0 + (3 * 65536 + 2 * 1048576) / port, rel=1e-9)
 
@@ -194,8 +194,9 @@ def test_collnet_chunk_follows_nccls_rule(algorithm, size, expected):
 
 
 def test_switch_ports_carry_nvlink_times_nvls_efficiency():
-    # DGX H100: 18 NVLinks of 25 GB/s, Hopper 0.85; DGX B200: 18 of 50 GB/s, Blackwell 0.74.
-    assert switch_ports(get_topology("dgx-h100"))[3] == pytest.approx((382.5, 382.5))
+    # DGX H100: 18 NVLinks of 25 GB/s, Hopper's port 0.67 (the mean of three public fits);
+    # DGX B200: 18 of 50 GB/s, NCCL's Blackwell 0.74.
+    assert switch_ports(get_topology("dgx-h100"))[3] == pytest.approx((301.5, 301.5))
     assert switch_ports(get_topology("dgx-b200"))[0] == pytest.approx((18 * 50 * 0.74,) * 2)
     with pytest.raises(InvalidInstanceError, match="no NVLink SHARP"):
         switch_ports(get_topology("dgx-a100"))
@@ -250,17 +251,17 @@ def test_sharp_algorithms_are_offered_only_where_the_network_reduces():
 
 
 def test_nvls_tree_on_two_nodes_by_hand():
-    # Two nodes of nvls-pair (ports 4 x 10 GB/s x 0.85 = P = 34_000 B/us; one 10 GB/s NIC per
+    # Two nodes of nvls-pair (ports 4 x 10 GB/s x 0.67 = P = 26_800 B/us; one 10 GB/s NIC per
     # GPU, B = 10_000 B/us); intra hop 1 us, network hop 3 us, base 4 us; 20_000 bytes, one
     # channel (the first tree: node 0 the root, node 1 its child): shards of D = 10_000 bytes.
     # Node 1, shard k, in order: scatter 2D/P (both shards share a port) + 1; the switch's sum
     # to GPU k D/P + 1; up the tree to node 0 D/B + 3; node 0 adds its own sum and sends it
     # back D/B + 3; store into node 1's switch D/P + 1; copies into both GPUs 2D/P + 1; each
     # GPU's receive takes its copy's slice (all of D) out at the copy's rate P/2: 2D/P.
-    # 4 + 4 x 1 + 2 x 3 + 8D/P + 2D/B = 14 + 80_000 / 34_000 + 2 = 18.3529 us.
+    # 4 + 4 x 1 + 2 x 3 + 8D/P + 2D/B = 14 + 80_000 / 26_800 + 2 = 18.9851 us.
     two = compose_nodes(nvls_pair(unit_gbps=10.0), 2)
     t = simulate_program(nvls_tree_graph("allreduce", two, 1), None, 20_000, constants())
-    assert t.time_us == pytest.approx(16.0 + 80_000 / 34_000, rel=1e-9)
+    assert t.time_us == pytest.approx(16.0 + 80_000 / 26_800, rel=1e-9)
     # Network bytes: per shard one sum up and one back, D each way between the heads.
     carried = port_bytes(nvls_tree_graph("allreduce", two, 1, fold=False), 20_000)
     assert carried["link 2->0"] == carried["link 0->2"] == pytest.approx(10_000)
@@ -275,11 +276,11 @@ def test_nvls_tree_pays_gamma_where_a_head_adds_its_child():
     # 1 now wait for the stored sum rather than for their port, so their mean load leaves the
     # port room and each takes all of it for its last slice: D/P instead of 2D/P; the receives
     # (no reduction: no gamma) take that slice out at the copies' rate, now P: D/P, not 2D/P.
-    # 18.3529 + 1 - D/P - D/P = 17 + 6D/P = 17 + 60_000 / 34_000 = 18.7647 us.
+    # 18.9851 + 1 - D/P - D/P = 17 + 6D/P = 17 + 60_000 / 26_800 = 19.2388 us.
     two = compose_nodes(nvls_pair(unit_gbps=10.0), 2)
     t = simulate_program(nvls_tree_graph("allreduce", two, 1), None, 20_000,
                          constants(gamma=1e-4))
-    assert t.time_us == pytest.approx(17.0 + 60_000 / 34_000, rel=1e-9)
+    assert t.time_us == pytest.approx(17.0 + 60_000 / 26_800, rel=1e-9)
 
 
 def test_nvls_refuses_what_nccl_does_not_run():
@@ -426,13 +427,14 @@ def test_the_tree_pat_and_send_recv_move_one_slice_of_one_step_per_call_in_simpl
 def test_the_fastest_runtime_algorithm_on_a_dgx_h100_is_nvls_at_1_gib():
     # 1 GiB allreduce, documented NCCL constants, no ceilings. Lower bounds by hand: a ring
     # moves 2 x 7/8 of the buffer through each GPU's 450 GB/s: >= 4176 us; NVLS moves 9/8 of
-    # it through each 382.5 GB/s port: >= 3158 us. At 1 KiB latency decides: the ring with LL
-    # pays 6.6 + 14 x 0.6 = 15.0 us, NVLS (Simple only) 8.4 + 4 legs x 3.4 = 22.0 us.
+    # it through each 301.5 GB/s port: >= 4006 us, and its pipeline of 128 KiB steps comes
+    # within 10% of that. At 1 KiB latency decides: the ring with LL pays 6.6 + 14 x 0.6 =
+    # 15.0 us, NVLS (Simple only) 8.4 + 4 legs x 3.4 = 22.0 us.
     model = ProgramModel(get_runtime("nccl").defaults)
     small, big = fastest_runtime_algorithm(get_runtime("nccl"), "allreduce",
                                            get_topology("dgx-h100"), [1024, 1 << 30], model)
     assert big.subject == "nccl-nvls" and big.protocol == "Simple" and big.channels == 16
-    assert 1.125 * (1 << 30) / 382_500 < big.time_us < 1.75 * (1 << 30) / 450_000
+    assert 1.125 * (1 << 30) / 301_500 < big.time_us < 1.1 * 1.125 * (1 << 30) / 301_500
     # The ring with LL on one channel (NCCL's own choice at 1 KiB): baseLat 6.6 + 14 hops of
     # 0.6 us, plus 14 steps of 128 B at LL's per-channel ceiling, half of 12 graph channels x
     # 30 GB/s spread over 24 channels = 7.5 GB/s: 14 x 128 / 7500 = 0.2389 us.
