@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 from fractions import Fraction
 
 import numpy as np
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from collsynth._parse import MAX_GBPS, MAX_LINK_UNITS, MIN_GBPS, shown
 from collsynth.errors import InputTooLargeError, InvalidTopologyError, expect_type
@@ -221,6 +222,62 @@ class Composition:
         base = src - src % per
         row[base:base + per] = self.local_links()[src % per]
         return tuple(row.tolist())
+
+    def link(self, src: int, dst: int) -> int:
+        """``links[src][dst]`` alone (``O(1)``)."""
+        per, n = self.ranks_per_node, self.num_ranks
+        if not (0 <= src < n and 0 <= dst < n):
+            raise IndexError(f"link {src} -> {dst}: ranks are 0..{n - 1}")
+        if src // per != dst // per:
+            return self.units
+        return self._local_rows[src % per][dst % per]
+
+    @cached_property
+    def _local_rows(self) -> tuple[tuple[int, ...], ...]:
+        """:meth:`local_links` as rows of ints, read by :meth:`link`."""
+        return tuple(map(tuple, self.local_links().tolist()))
+
+    def block(self, start: int, stop: int) -> np.ndarray:
+        """``links[start:stop, start:stop]`` (``0 <= start <= stop <= num_ranks``): the node's
+        links when the ranks are in one node, else read row by row."""
+        per = self.ranks_per_node
+        base = start - start % per
+        if stop <= base + per:
+            return self.local_links()[start - base:stop - base, start - base:stop - base]
+        rows = [self.row(r)[start:stop] for r in range(start, stop)]
+        return np.array(rows, dtype=np.int64).reshape(stop - start, stop - start)
+
+    def covered_units(self, groups: Sequence[BandwidthGroup]) -> list[int]:
+        """Per group, the units of the links it covers (``links[s][d]`` summed over its
+        sources ``s`` and destinations ``d``), without the matrix: ``units`` for each pair of
+        different nodes, the node's links for the pairs inside one. ``O(ranks)`` per distinct
+        set of ranks (the groups of a node's NICs share one set of every other node's ranks)
+        and ``O(nodes)`` per group."""
+        per, nodes = self.ranks_per_node, self.nodes
+        local = self.local_links()
+        starts = np.arange(nodes + 1) * per
+        # Each set of ranks, by identity (kept alive here): sorted, with where each node starts.
+        sides: dict[int, tuple[frozenset[int], np.ndarray, np.ndarray]] = {}
+
+        def side(ranks: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+            found = sides.get(id(ranks))
+            if found is None:
+                array = np.sort(np.fromiter(ranks, np.int64, len(ranks)))
+                found = sides[id(ranks)] = (ranks, array, np.searchsorted(array, starts))
+            return found[1], found[2]
+
+        result = []
+        for group in groups:
+            sources, source_at = side(group.sources)
+            destinations, destination_at = side(group.destinations)
+            inside = np.diff(source_at) * np.diff(destination_at)  # pairs within each node
+            total = self.units * (len(sources) * len(destinations) - int(inside.sum()))
+            for k in np.flatnonzero(inside).tolist():
+                mine = sources[source_at[k]:source_at[k + 1]] - k * per
+                theirs = destinations[destination_at[k]:destination_at[k + 1]] - k * per
+                total += int(local[np.ix_(mine, theirs)].sum())
+            result.append(total)
+        return result
 
     def link_array(self) -> np.ndarray:
         """The whole ``n x n`` link matrix."""

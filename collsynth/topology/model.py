@@ -28,7 +28,7 @@ from collsynth.errors import InputTooLargeError, InvalidTopologyError
 from collsynth.topology.layout import NodeLayout, node_layout
 
 __all__ = ["BandwidthGroup", "Topology", "MAX_RANKS", "MAX_DENSE_RANKS", "SparseLinks",
-           "SparseGroups"]
+           "SparseGroups", "covered_units"]
 
 #: The largest number of ranks collsynth accepts in a topology (a composed one, stored sparsely).
 #: Refused before any work is done.
@@ -166,8 +166,12 @@ class Topology:
         return None
 
     def bandwidth(self, src: int, dst: int) -> int:
-        """Chunks per round from ``src`` to ``dst`` (0 when there is no link)."""
-        return self.links[src][dst]
+        """Chunks per round from ``src`` to ``dst`` (0 when there is no link); on a composed
+        topology read from its composition, without building the matrix."""
+        links = self.links
+        if isinstance(links, SparseLinks):
+            return links.link(src, dst)
+        return links[src][dst]
 
     @cached_property
     def layout(self) -> "NodeLayout | None":
@@ -184,6 +188,20 @@ class Topology:
             array = np.array(self.links, dtype=np.int64).reshape(self.num_ranks, self.num_ranks)
         array.flags.writeable = False
         return array
+
+    def link_block(self, start: int, stop: int) -> np.ndarray:
+        """The links among ranks ``start..stop-1`` (a node's, say) as a ``[src, dst]`` int64
+        array; on a composed topology from its composition, without building the matrix.
+
+        >>> get = Topology("line3", ((0, 1, 0), (1, 0, 1), (0, 1, 0))).link_block
+        >>> get(1, 3).tolist()
+        [[0, 1], [1, 0]]
+        """
+        if not 0 <= start <= stop <= self.num_ranks:
+            raise IndexError(f"ranks {start}..{stop - 1}: the topology has 0..{self.num_ranks - 1}")
+        if isinstance(self.links, SparseLinks):
+            return self.links.composition.block(start, stop)
+        return self.link_array[start:stop, start:stop]
 
     @cached_property
     def edges(self) -> tuple[tuple[int, int, int], ...]:
@@ -206,19 +224,35 @@ class Topology:
         return tuple(tuple(r) for r in result)
 
     @cached_property
+    def binding_groups(self) -> tuple[BandwidthGroup, ...]:
+        """The bandwidth groups that can bind, in :attr:`effective_groups`' order (index ``i``
+        here is index ``i`` there): those whose limit is less than the units of the links they
+        cover. Found from link sums (on a composed topology by node blocks, from its
+        composition) without listing the covered links: 29,376 groups of 7,344 GB200 GPUs in
+        about a second, where :attr:`effective_groups` lists 53 million links.
+
+        >>> from collsynth.topology import get_topology
+        >>> [g.name for g in get_topology("dgx-h100").binding_groups][:2]
+        ['rank 0 egress (18 NVLinks)', 'rank 0 ingress (18 NVLinks)']
+        """
+        units = covered_units(self, self.groups)
+        return tuple(group for group, total in zip(self.groups, units)
+                     if total > 0 and total > group.limit)
+
+    @cached_property
     def effective_groups(self) -> tuple[tuple[BandwidthGroup, tuple[tuple[int, int], ...]], ...]:
         """Each bandwidth group with the links it actually constrains, dropping groups that can
-        never bind (their limit is at least the total bandwidth of their links)."""
+        never bind (their limit is at least the total bandwidth of their links): the
+        :attr:`binding_groups`, each with its covered links ``(src, dst)`` in row-major order."""
+        links = self.links
         result = []
-        for group in self.groups:
-            covered = tuple(
-                (s, d)
-                for s in sorted(group.sources)
-                for d in sorted(group.destinations)
-                if self.links[s][d]
-            )
-            if covered and sum(self.links[s][d] for s, d in covered) > group.limit:
-                result.append((group, covered))
+        for group in self.binding_groups:
+            destinations = sorted(group.destinations)
+            covered: list[tuple[int, int]] = []
+            for s in sorted(group.sources):
+                row = links[s]
+                covered.extend((s, d) for d in destinations if row[d])
+            result.append((group, tuple(covered)))
         return tuple(result)
 
     def reversed(self) -> "Topology":
@@ -262,6 +296,38 @@ class Topology:
             f"Topology(name={self.name!r}, num_ranks={self.num_ranks}, links={count}, "
             f"groups={len(self.groups)})"
         )
+
+
+def covered_units(topology: Topology, groups: Sequence[BandwidthGroup]) -> list[int]:
+    """Per group, the units of the links it covers: ``links[s][d]`` summed over its sources
+    ``s`` and destinations ``d``. A composed topology's sums come from its composition by node
+    blocks (:meth:`~collsynth.topology.compose.Composition.covered_units`); a matrix's from the
+    rows of each group's smaller side.
+
+    >>> from collsynth.topology.families import ring
+    >>> covered_units(ring(4), [BandwidthGroup(frozenset({0}), frozenset({1, 2, 3}), 1)])
+    [2]
+    """
+    if isinstance(topology.links, SparseLinks):
+        return topology.links.composition.covered_units(groups)
+    array = topology.link_array
+    result = []
+    for group in groups:
+        sources = np.fromiter(group.sources, np.int64, len(group.sources))
+        destinations = np.fromiter(group.destinations, np.int64, len(group.destinations))
+        matrix = array
+        if len(sources) > len(destinations):  # read the smaller side's rows (columns)
+            matrix, sources, destinations = array.T, destinations, sources
+        total = 0
+        step = max(1, _SUM_CELLS // max(1, len(destinations)))
+        for start in range(0, len(sources), step):
+            total += int(matrix[sources[start:start + step]][:, destinations].sum())
+        result.append(total)
+    return result
+
+
+#: Cells of the link matrix :func:`covered_units` reads at once (32 MB of int64).
+_SUM_CELLS = 1 << 22
 
 
 def _dense_refusal(composition: Any, what: str) -> InputTooLargeError:
@@ -341,6 +407,12 @@ class SparseLinks(_SparseForm):
                 raise _dense_refusal(self.composition, "its link matrix")
             self._dense = tuple(map(tuple, self.array().tolist()))
         return self._dense
+
+    def link(self, src: int, dst: int) -> int:
+        """``links[src][dst]`` alone, without building the matrix (``O(1)``)."""
+        if self._dense is not None:
+            return self._dense[src][dst]
+        return self.composition.link(src, dst)
 
     def array(self) -> np.ndarray:
         """The matrix as an ``n x n`` int64 array (refused above :data:`MAX_DENSE_RANKS`)."""

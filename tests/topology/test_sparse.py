@@ -10,7 +10,7 @@ from collsynth.collective import standard_collective
 from collsynth.errors import InputTooLargeError
 from collsynth.graph.fabric import build_fabric
 from collsynth.topology import MAX_DENSE_RANKS, Topology, compose_nodes, get_topology
-from collsynth.topology.model import SparseGroups, SparseLinks
+from collsynth.topology.model import SparseGroups, SparseLinks, covered_units
 
 
 def _dense(t: Topology) -> Topology:
@@ -172,3 +172,36 @@ def test_doctests_and_tests_of_the_topology_model_run_together():
          "-k", "model.py or test_one_copy_of_the_topology_model"],
         cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("label, options", SYSTEMS, ids=[s[0] for s in SYSTEMS])
+def test_binding_groups_and_single_links_read_as_the_dense_form(label, options):
+    # The link sums by node block (no covered link listed), one link or one node's block from
+    # the composition (no matrix built) equal the dense form's, both ways round.
+    sparse = compose_nodes(get_topology("mi250"), 4, **dict(
+        options, **({"nodes_per_leaf": 2} if label == "leaf-spine" else {})))
+    for topology in (sparse, sparse.reversed()):
+        n, per = topology.num_ranks, 8
+        binding = topology.binding_groups
+        units = covered_units(topology, topology.groups)
+        links = [[topology.bandwidth(a, b) for b in range(n)] for a in range(n)]
+        blocks = [((start, stop), topology.link_block(start, stop))
+                            for start, stop in ((0, per), (per, 2 * per), (3, 5), (6, 19), (0, n))]
+        assert topology.links._dense is None  # none of it built the matrix
+        dense = _dense(topology)
+        assert binding == tuple(g for g, _ in dense.effective_groups)
+        assert topology.effective_groups == dense.effective_groups
+        assert units == covered_units(dense, dense.groups)
+        assert links == [list(row) for row in dense.links]
+        for (start, stop), block in blocks:
+            assert (block == dense.link_array[start:stop, start:stop]).all()
+
+
+def test_binding_groups_of_7344_gpus_without_their_53_million_links():
+    big = compose_nodes(get_topology("gb200-nvl72"), 102)
+    assert len(big.binding_groups) == 4 * 7344  # every GPU's NVLink port and NIC, each way
+    assert "effective_groups" not in vars(big) and big.links._dense is None
+    assert big.bandwidth(0, 1) == 18 * big.links.composition.scale and big.bandwidth(0, 72) == \
+        big.links.composition.units
+    with pytest.raises(IndexError):
+        big.bandwidth(0, 7344)
