@@ -26,7 +26,7 @@ class Path:
 
     ``via`` names the way (``"PCIe through the host"``, ``"the NVSwitch"``, ``"the NICs"``);
     ``link_class`` is :data:`INTRA` or :data:`NETWORK` (its hop latency and ceiling);
-    ``groups`` are indices into the topology's ``effective_groups`` the path crosses (a NIC's or
+    ``groups`` are indices into the topology's ``binding_groups`` the path crosses (a NIC's or
     a switch port's egress and ingress, shared with the program's other sends); ``own`` are
     further resources ``(key, name, GB/s)`` only such paths cross (a GPU's PCIe link).
     """
@@ -65,7 +65,7 @@ def runtime_path(topology: "Topology", a: int, b: int) -> Path:
     facts = machine_facts(topology)
     layout = topology.layout
     per_node = layout.ranks_per_node if layout is not None and layout.multi_node else None
-    crossing = tuple(index for index, (group, _) in enumerate(topology.effective_groups)
+    crossing = tuple(index for index, group in enumerate(topology.binding_groups)
                      if a in group.sources and b in group.destinations)
     if per_node is not None and a // per_node != b // per_node:
         if crossing:
@@ -80,8 +80,8 @@ def runtime_path(topology: "Topology", a: int, b: int) -> Path:
         unit = float(topology.unit_gbps or 0.0)
         start = (a // per_node) * per_node if per_node is not None else 0
         stop = start + per_node if per_node is not None else topology.num_ranks
-        out = sum(topology.links[a][x] for x in range(start, stop)) * unit
-        into = sum(topology.links[x][b] for x in range(start, stop)) * unit
+        out = sum(topology.bandwidth(a, x) for x in range(start, stop)) * unit
+        into = sum(topology.bandwidth(x, b) for x in range(start, stop)) * unit
         if out > 0 and into > 0:
             return Path("the NVSwitch", INTRA, (), (
                 (("port", a, "out"), f"switch port of rank {a} (out)", out),
@@ -151,7 +151,7 @@ class Fabric:
         self.capacity_gbps: list[float] = []
         self._index: dict[Any, int] = {}
         self._routes: dict[tuple[int, int], Route] = {}
-        self._groups = topology.effective_groups
+        self._groups = topology.binding_groups
         # A group covers the link a -> b when a is one of its sources and b one of its
         # destinations. Each group is filed under the ranks of its smaller side (a NIC's egress
         # under its one source, its ingress under its one destination) rather than under every
@@ -159,7 +159,7 @@ class Fabric:
         # 2160 GPUs) where a graph asks for the routes of a few hundred ranks.
         self._groups_from: dict[int, list[tuple[int, frozenset[int]]]] = {}
         self._groups_into: dict[int, list[tuple[int, frozenset[int]]]] = {}
-        for index, (group, _) in enumerate(self._groups):
+        for index, group in enumerate(self._groups):
             if len(group.sources) <= len(group.destinations):
                 for source in group.sources:
                     self._groups_from.setdefault(source, []).append((index, group.destinations))
@@ -185,7 +185,7 @@ class Fabric:
         found = self._routes.get((a, b))
         if found is not None:
             return found
-        links = self.topology.links[a][b]
+        links = self.topology.bandwidth(a, b)
         unit = self.unit
         if links:
             link_class = NETWORK if self.node_of(a) != self.node_of(b) else INTRA
@@ -201,7 +201,7 @@ class Fabric:
             covering, link_class = path.groups, path.link_class
             via = path.via + (f", {path.gbps:g} GB/s" if path.gbps else "")
         for g in covering:
-            group = self._groups[g][0]
+            group = self._groups[g]
             own.append(self.resource(("group", g), f"group {group.name or g!r}",
                                      group.limit * unit))
         found = self._routes[(a, b)] = Route(link_class, tuple(own), via)

@@ -73,7 +73,9 @@ class _Residual:
     each link's units, it never runs out."""
 
     def __init__(self, topology: "Topology", budget: int) -> None:
-        self._links = topology.links
+        # A matrix's rows, or a composed machine's links one at a time (no matrix built).
+        self._rows = None if getattr(topology.links, "composition", None) else topology.links
+        self._bandwidth = topology.bandwidth
         self._used: dict[tuple[int, int], int] = {}
         self._groups = topology.groups
         self.group_left = [g.limit for g in self._groups]
@@ -95,13 +97,15 @@ class _Residual:
 
     def units(self, u: int, v: int) -> int:
         """Units left on link ``u -> v``."""
-        return self._links[u][v] - self._used.get((u, v), 0)
+        rows = self._rows
+        return (rows[u][v] if rows is not None else self._bandwidth(u, v)) \
+            - self._used.get((u, v), 0)
 
     def member(self, u: int, v: int) -> tuple[int, ...]:
         """The groups link ``u -> v`` is in (none for a missing link)."""
         found = self._member.get((u, v))
         if found is None:
-            found = () if not self._links[u][v] else tuple(
+            found = () if not self._bandwidth(u, v) else tuple(
                 [g for g in self._by_source.get(u, ()) if v in self._groups[g].destinations]
                 + [g for g in self._by_destination.get(v, ()) if u in self._groups[g].sources])
             self._member[(u, v)] = found
@@ -130,10 +134,10 @@ class _Residual:
 def _ring_bound(topology: "Topology", max_channels: int) -> int:
     """No more rings than units out of or into any rank, nor than any group's limit."""
     n = topology.num_ranks
-    bound = min(min(sum(row) for row in topology.links),
-                min(sum(topology.links[s][d] for s in range(n)) for d in range(n)), max_channels)
+    links = topology.link_array
+    bound = min(int(links.sum(axis=1).min()), int(links.sum(axis=0).min()), max_channels)
     everyone = frozenset(range(n))
-    for group, _ in topology.effective_groups:
+    for group in topology.binding_groups:
         # Every ring leaves the sources for the rest (or enters the destinations from the rest)
         # at least once: if the group covers all those links, each ring uses one of its units.
         if (group.destinations >= everyone - group.sources

@@ -212,17 +212,26 @@ def switch_ports(topology: "Topology") -> tuple[tuple[float, float], ...]:
                                    "model needs it")
     n = topology.num_ranks
     per = facts.ranks_per_node
-    links, unit = topology.links, float(topology.unit_gbps)
+    unit = float(topology.unit_gbps)
     out = [0.0] * n
     into = [0.0] * n
-    for a in range(n):
-        start = a // per * per
-        node = range(start, start + per)
-        out[a] = float(sum(links[a][x] for x in node))
-        into[a] = float(sum(links[x][a] for x in node))
-    for group, covered in topology.effective_groups:
-        inside = all(s // per == d // per for s, d in covered)
-        if not inside:
+    for start in range(0, n, per):
+        block = topology.link_block(start, start + per)  # the node's links, [src, dst]
+        out[start:start + per] = block.sum(axis=1).astype(float).tolist()
+        into[start:start + per] = block.sum(axis=0).astype(float).tolist()
+    for group in topology.binding_groups:
+        # A port's group: one rank on a side, every link it covers inside that rank's node.
+        if len(group.sources) == 1:
+            (a,) = group.sources
+            if not all(d // per == a // per or not topology.bandwidth(a, d)
+                       for d in group.destinations):
+                continue
+        elif len(group.destinations) == 1:
+            (a,) = group.destinations
+            if not all(s // per == a // per or not topology.bandwidth(s, a)
+                       for s in group.sources):
+                continue
+        else:
             continue
         if len(group.sources) == 1:
             (a,) = group.sources
@@ -501,14 +510,18 @@ def _nic_ports(topology: "Topology", fabric: Fabric, per: int
     into: list[list[int]] = [[] for _ in range(n)]
     unit = float(topology.unit_gbps or 0.0)
     nodes = n // per
-    for g, (group, _) in enumerate(topology.effective_groups):
-        sources, destinations = set(group.sources), set(group.destinations)
+    others: dict[tuple[int, int], bool] = {}  # (far side's id, home): every other node's ranks
+    for g, group in enumerate(topology.binding_groups):
+        sources, destinations = group.sources, group.destinations
         for side, far, found in ((sources, destinations, out), (destinations, sources, into)):
-            homes = {a // per for a in side}
-            if len(homes) != 1:
+            home = next(iter(side)) // per
+            if nodes < 2 or any(a // per != home for a in side):  # one home node (stops early)
                 continue
-            (home,) = homes
-            if far != {r for r in range(n) if r // per != home} or nodes < 2:
+            key = (id(far), home)
+            if key not in others:  # the groups of a node's NICs share one far side
+                ranks = n - len(range(home * per, min(n, (home + 1) * per)))
+                others[key] = len(far) == ranks and all(r // per != home for r in far)
+            if not others[key]:
                 continue
             index = fabric.resource(("group", g), f"group {group.name or g!r}",
                                     group.limit * unit)
@@ -516,12 +529,14 @@ def _nic_ports(topology: "Topology", fabric: Fabric, per: int
                 found[a].append(index)
     for a in range(n):
         # No group: a rank whose one link to another node is its NIC (two one-GPU nodes).
-        peers = [b for b in range(n) if b // per != a // per and topology.links[a][b]]
-        if not out[a] and len(peers) == 1:
-            out[a] = list(fabric.route(a, peers[0]).resources)
-        peers = [b for b in range(n) if b // per != a // per and topology.links[b][a]]
-        if not into[a] and len(peers) == 1:
-            into[a] = list(fabric.route(peers[0], a).resources)
+        if not out[a]:
+            peers = [b for b in range(n) if b // per != a // per and topology.bandwidth(a, b)]
+            if len(peers) == 1:
+                out[a] = list(fabric.route(a, peers[0]).resources)
+        if not into[a]:
+            peers = [b for b in range(n) if b // per != a // per and topology.bandwidth(b, a)]
+            if len(peers) == 1:
+                into[a] = list(fabric.route(peers[0], a).resources)
     missing = [a for a in range(n) if not out[a] or not into[a]]
     if missing:
         raise InvalidTopologyError(f"topology {topology.name!r}: rank {missing[0]} has no NIC "
