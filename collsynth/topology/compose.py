@@ -253,25 +253,47 @@ class Composition:
         different nodes, the node's links for the pairs inside one. ``O(ranks)`` per distinct
         set of ranks (the groups of a node's NICs share one set of every other node's ranks)
         and ``O(nodes)`` per group."""
-        per, nodes = self.ranks_per_node, self.nodes
+        per, nodes, units = self.ranks_per_node, self.nodes, self.units
         local = self.local_links()
         starts = np.arange(nodes + 1) * per
-        # Each set of ranks, by identity (kept alive here): sorted, with where each node starts.
-        sides: dict[int, tuple[frozenset[int], np.ndarray, np.ndarray]] = {}
+        # Each set of ranks, by identity (kept alive here): sorted, and where each node starts.
+        sides: dict[int, tuple[frozenset[int], np.ndarray]] = {}
+        bounds: dict[int, np.ndarray] = {}
 
-        def side(ranks: frozenset[int]) -> tuple[np.ndarray, np.ndarray]:
+        def ranks_of(ranks: frozenset[int]) -> np.ndarray:
             found = sides.get(id(ranks))
             if found is None:
-                array = np.sort(np.fromiter(ranks, np.int64, len(ranks)))
-                found = sides[id(ranks)] = (ranks, array, np.searchsorted(array, starts))
-            return found[1], found[2]
+                found = sides[id(ranks)] = (ranks, np.sort(np.fromiter(ranks, np.int64,
+                                                                       len(ranks))))
+            return found[1]
+
+        def node_starts(ranks: frozenset[int]) -> np.ndarray:
+            found = bounds.get(id(ranks))
+            if found is None:
+                found = bounds[id(ranks)] = np.searchsorted(ranks_of(ranks), starts)
+            return found
+
+        def from_one(rank: int, others: frozenset[int], matrix: np.ndarray) -> int:
+            """One rank to (or from, ``matrix`` transposed) the ranks ``others``."""
+            array, base = ranks_of(others), rank - rank % per
+            low, high = np.searchsorted(array, (base, base + per)).tolist()
+            mine = int(matrix[rank - base, array[low:high] - base].sum()) if high > low else 0
+            return units * (len(array) - (high - low)) + mine
 
         result = []
         for group in groups:
-            sources, source_at = side(group.sources)
-            destinations, destination_at = side(group.destinations)
+            if len(group.sources) == 1:  # a port's or a NIC's group: one rank's row
+                (rank,) = group.sources
+                result.append(from_one(rank, group.destinations, local))
+                continue
+            if len(group.destinations) == 1:
+                (rank,) = group.destinations
+                result.append(from_one(rank, group.sources, local.T))
+                continue
+            sources, destinations = ranks_of(group.sources), ranks_of(group.destinations)
+            source_at, destination_at = node_starts(group.sources), node_starts(group.destinations)
             inside = np.diff(source_at) * np.diff(destination_at)  # pairs within each node
-            total = self.units * (len(sources) * len(destinations) - int(inside.sum()))
+            total = units * (len(sources) * len(destinations) - int(inside.sum()))
             for k in np.flatnonzero(inside).tolist():
                 mine = sources[source_at[k]:source_at[k + 1]] - k * per
                 theirs = destinations[destination_at[k]:destination_at[k + 1]] - k * per
