@@ -74,8 +74,10 @@ class _Residual:
 
     def __init__(self, topology: "Topology", budget: int) -> None:
         # A matrix's rows, or a composed machine's links one at a time (no matrix built).
-        self._rows = None if getattr(topology.links, "composition", None) else topology.links
-        self._bandwidth = topology.bandwidth
+        links = topology.links
+        composed = getattr(links, "composition", None) is not None
+        self._rows = None if composed else links
+        self._bandwidth = links.link if composed else topology.bandwidth
         self._used: dict[tuple[int, int], int] = {}
         self._groups = topology.groups
         self.group_left = [g.limit for g in self._groups]

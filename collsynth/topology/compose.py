@@ -225,17 +225,19 @@ class Composition:
 
     def link(self, src: int, dst: int) -> int:
         """``links[src][dst]`` alone (``O(1)``)."""
-        per, n = self.ranks_per_node, self.num_ranks
+        per, n, units, rows = self._reader
         if not (0 <= src < n and 0 <= dst < n):
             raise IndexError(f"link {src} -> {dst}: ranks are 0..{n - 1}")
         if src // per != dst // per:
-            return self.units
-        return self._local_rows[src % per][dst % per]
+            return units
+        return rows[src % per][dst % per]
 
     @cached_property
-    def _local_rows(self) -> tuple[tuple[int, ...], ...]:
-        """:meth:`local_links` as rows of ints, read by :meth:`link`."""
-        return tuple(map(tuple, self.local_links().tolist()))
+    def _reader(self) -> tuple[int, int, int, tuple[tuple[int, ...], ...]]:
+        """What :meth:`link` reads (a ring search reads millions of links): ranks per node,
+        ranks, units between nodes, :meth:`local_links` as rows of ints."""
+        return (self.ranks_per_node, self.num_ranks, self.units,
+                tuple(map(tuple, self.local_links().tolist())))
 
     def block(self, start: int, stop: int) -> np.ndarray:
         """``links[start:stop, start:stop]`` (``0 <= start <= stop <= num_ranks``): the node's
