@@ -32,6 +32,7 @@ __all__ = [
     "MAX_LINK_UNITS",
     "MAX_TIME_US",
     "MIN_TIME_US",
+    "MIN_LATENCY_US",
     "MAX_SIZE_BYTES",
     "MAX_GBPS",
     "MIN_GBPS",
@@ -79,6 +80,12 @@ MAX_TIME_US = 3600.0 * 1e6
 #: alone takes microseconds). Less is a unit mistake, e.g. seconds in a microseconds column, and
 #: near 1e-308 the fits divide by zero.
 MIN_TIME_US = 1e-3
+#: Smallest latency that is not 0, us: one picosecond (light crosses 0.3 mm). A smaller one is
+#: a unit mistake or a denormal (1e-320), whose reciprocals overflow the simulator's floats and
+#: whose exact value is a fraction of 600 digits (a crossover size printed with them). The floor
+#: of a topology's ``alpha_us`` (file, ``NAME,alpha_us=``, ``--alpha-us``) and of the runtime
+#: constants' latencies (:mod:`collsynth.runtimes.constants`).
+MIN_LATENCY_US = 1e-6
 #: Largest message or buffer, in bytes: 2^50 (1 PiB), thousands of times the memory of any GPU
 #: (288 GB for a B300); sums and products of such sizes stay inside 64-bit byte counts.
 MAX_SIZE_BYTES = 1 << 50

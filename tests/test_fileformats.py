@@ -243,7 +243,7 @@ BAD_INPUTS = [
     ("unit-gbps-infinity", resolve_topology, "topology_unit_gbps_infinity.json", FileFormatError,
      "Infinity is not a number JSON allows", ["bounds", "@", "allgather"], EXIT_ERROR),
     ("alpha-1e308", resolve_topology, "topology_alpha_1e308.json", FileFormatError,
-     "alpha_us = 1e+308: expected a finite number > 0 and <= 3.6e+09",
+     "alpha_us = 1e+308: expected a finite number >= 1e-06 and <= 3.6e+09 (us: 1 ps to an hour)",
      ["bounds", "@", "allgather"], EXIT_ERROR),
     ("topology-nul-in-name", resolve_topology, "topology_nul_in_name.json", FileFormatError,
      "name = 'dgx\\x001': a control character (NUL) at position 3",

@@ -395,7 +395,7 @@ def test_a_figure_in_the_name_and_as_an_option_is_refused(capsys: pytest.Capture
 def test_figures_out_of_range_are_refused(figure: str):
     from collsynth.resolve import resolve_topology
 
-    with pytest.raises(InvalidTopologyError, match="expected a finite number"):
+    with pytest.raises(InvalidTopologyError, match="expected a finite positive number from"):
         resolve_topology(f"ring:8,{figure}")
 
 

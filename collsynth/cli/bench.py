@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, channels_or_auto, non_negative_int, out, parse_size,
-                                  path_argument, positive_int)
+                                  node_count, path_argument, positive_int)
 from collsynth.errors import shown_path
 
 __all__ = ["register", "run_bench_command"]
@@ -101,7 +101,7 @@ def register(subparsers: Any) -> None:
                         help="channels of an algorithm file's export (default auto)")
     parser.add_argument("--topology", metavar="NAME",
                         help="the machine's name, recorded in the calibration")
-    parser.add_argument("--nodes", type=positive_int, default=1, metavar="K",
+    parser.add_argument("--nodes", type=node_count, default=1, metavar="K",
                         help="the machine's node count, recorded in the calibration")
     parser.add_argument("--json", action="store_true", help="print bench.json")
     parser.set_defaults(handler=run_bench_command)

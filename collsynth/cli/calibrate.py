@@ -20,8 +20,8 @@ from typing import Any
 from collsynth._parse import clean_name
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, PROGRESS_INTERVAL_S,
                                   UsageError, add_figure_arguments, channel_count,
-                                  check_gpus_per_thread, gpus_per_thread, out, path_argument,
-                                  positive_int, progress_line, seconds, table)
+                                  check_gpus_per_thread, gpus_per_thread, node_count, out,
+                                  path_argument, positive_int, progress_line, seconds, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -93,7 +93,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--topology", required=True, metavar="NAME",
                         help="the machine the logs were measured on (recorded in the file; "
                              "--model program: a topology the runtime's ring is simulated on)")
-    parser.add_argument("--nodes", type=positive_int, default=1, metavar="K",
+    parser.add_argument("--nodes", type=node_count, default=1, metavar="K",
                         help="the logs were measured on K such machines (recorded; default 1)")
     parser.add_argument("-o", "--output", type=path_argument, required=True, metavar="FILE",
                         help="calibration file to write (JSON)")

@@ -27,6 +27,7 @@ __all__ = ["positive_int", "path_argument", "gpus_per_thread", "non_negative_int
            "positive_number", "parse_size", "comma_entries", "memory_limit", "check_unsplit",
            "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
+           "node_count",
            "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
            "one_line", "problem_parser", "problem_from_args", "Parser", "UsageError",
            "Interrupted", "DetailedError", "PROG", "EXIT_CODES"]
@@ -182,7 +183,7 @@ def problem_parser() -> Parser:
                               "or a custom collective JSON file")
     problem.add_argument("--root", type=_ranks, metavar="R",
                          help="root rank of a rooted collective; several (0,4) for multiroot_*")
-    problem.add_argument("--nodes", type=positive_int, metavar="K",
+    problem.add_argument("--nodes", type=node_count, metavar="K",
                          help="K copies of the topology joined by their NICs")
     problem.add_argument("--nic-units", type=positive_int, metavar="U",
                          help="with --nodes: NIC bandwidth in the topology's units (for topologies "
@@ -252,6 +253,19 @@ def path_argument(text: str) -> str:
 def positive_int(text: str) -> int:
     """A whole number >= 1."""
     return _whole(text, 1)
+
+
+def node_count(text: str) -> int:
+    """A number of nodes (``--nodes K``): a whole number from 1 to
+    :data:`~collsynth.topology.model.MAX_RANKS`, since every node has a rank or more (a larger
+    count is refused here, a usage error, rather than when the nodes are composed)."""
+    from collsynth.topology.model import MAX_RANKS
+
+    value = positive_int(text)
+    if value > MAX_RANKS:
+        raise argparse.ArgumentTypeError(f"{value} nodes is more than the {MAX_RANKS} ranks "
+                                         "collsynth accepts (every node has a rank or more)")
+    return value
 
 
 def gpus_per_thread(text: str) -> int:
@@ -335,14 +349,36 @@ def channels_or_auto(text: str) -> int | str:
     return "auto" if text == "auto" else channel_count(text)
 
 
+def _figure(name: str):
+    """The argument type of a physical figure (``unit_gbps``, ``alpha_us``): a number within
+    the range a topology file gives it (:data:`~collsynth.topology.fileformat.FIGURE_RANGES`)."""
+
+    def parse(text: str) -> float:
+        from collsynth.topology.fileformat import FIGURE_RANGES, figure_range_text
+
+        try:
+            value = float(number_text(text))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"expected a number {figure_range_text(name)}, "
+                                             f"got {text!r}{why_not(exc)}") from None
+        low, high, _, _ = FIGURE_RANGES[name]
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"expected a number {figure_range_text(name)}, "
+                                             f"got {text!r}")
+        return value
+
+    parse.__name__ = name  # what argparse calls the type in its messages
+    return parse
+
+
 def add_figure_arguments(parser: argparse.ArgumentParser) -> None:
     """``--unit-gbps`` and ``--alpha-us``, for every command that takes a topology: the physical
     figures the timing model needs, which families (``ring:8``, ``torus:4x4``) do not have.
     Handlers pass ``args.unit_gbps`` and ``args.alpha_us`` to ``resolve_topology``."""
-    parser.add_argument("--unit-gbps", type=positive_number, metavar="GBPS",
+    parser.add_argument("--unit-gbps", type=_figure("unit_gbps"), metavar="GBPS",
                         help="GB/s of one bandwidth unit of the topology (of one node with "
                              "--nodes); replaces the topology's own (also: NAME,unit_gbps=GBPS)")
-    parser.add_argument("--alpha-us", type=positive_number, metavar="US",
+    parser.add_argument("--alpha-us", type=_figure("alpha_us"), metavar="US",
                         help="latency of one step in microseconds; replaces the topology's own "
                              "(also: NAME,alpha_us=US)")
 

@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from collsynth.cli.common import EXIT_OK, UsageError, out, path_argument, positive_int
+from collsynth.cli.common import (EXIT_OK, UsageError, node_count, out, path_argument,
+                                  positive_int)
 from collsynth.draw import (FIGURE_SUFFIXES, DrawError, DrawOptions, StepRangeError,
                             check_output_path, draw_file, file_kind, parse_step_range,
                             save_drawing)
@@ -52,7 +53,7 @@ def register(subparsers: Any) -> None:
                         help="draw steps A to B (from 0, as 'collsynth show' numbers them)")
     parser.add_argument("--topology", metavar="T",
                         help="for an XML program: the topology, its ranks in the program's order")
-    parser.add_argument("--nodes", type=positive_int, metavar="K",
+    parser.add_argument("--nodes", type=node_count, metavar="K",
                         help="with --topology: K copies of it joined by their NICs")
     parser.add_argument("--style", choices=("auto", "arrows", "heatmap"), default="auto",
                         help="arrows, heat maps, or auto (heat maps for large schedules)")

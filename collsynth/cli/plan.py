@@ -15,8 +15,8 @@ from typing import Any
 
 from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, Interrupted, UsageError,
                                   add_fabric_arguments, add_figure_arguments, comma_entries,
-                                  check_fabric_arguments, out, path_argument, positive_int,
-                                  progress_line, seconds)
+                                  check_fabric_arguments, node_count, out, path_argument,
+                                  positive_int, progress_line, seconds)
 from collsynth.errors import shown_path
 from collsynth.progress import heartbeat
 
@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--topology", required=True, metavar="NAME",
                         help="the machine: a built-in name (dgx1, ...), a family member "
                              "(ring:8) or a topology file")
-    parser.add_argument("--nodes", type=positive_int, metavar="K",
+    parser.add_argument("--nodes", type=node_count, metavar="K",
                         help="K copies of the topology joined by their NICs")
     parser.add_argument("--nic-units", type=positive_int, metavar="U",
                         help="with --nodes: NIC bandwidth in the topology's units (for "

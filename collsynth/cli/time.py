@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
                                   add_figure_arguments, check_gpus_per_thread, err, format_size,
                                   gpus_per_thread, out, parse_size_range, parse_sizes,
-                                  path_argument, positive_int, progress_line, table)
+                                  node_count, path_argument, positive_int, progress_line, table)
 from collsynth.errors import CollsynthError, FileFormatError, shown_path
 from collsynth.exact import fraction_text
 from collsynth.progress import heartbeat
@@ -833,7 +833,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--topology", metavar="T",
                         help="topology the programs run on (needed for XML files; ranks map to "
                              "its ranks in order); selects the program model")
-    parser.add_argument("--nodes", type=positive_int, metavar="K",
+    parser.add_argument("--nodes", type=node_count, metavar="K",
                         help="with --topology: K copies of it joined by their NICs")
     parser.add_argument("--collective", metavar="C",
                         help="the collective (allreduce, allgather, ...): without files, with "

@@ -16,7 +16,7 @@ from typing import Any
 
 from collsynth._parse import number_text
 from collsynth.cli.common import (EXIT_OK, UsageError, comma_entries, input_files, out,
-                                  parse_size_range, path_argument, positive_int, table, why_not)
+                                  node_count, parse_size_range, path_argument, table, why_not)
 from collsynth.errors import shown_path
 
 __all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
@@ -53,7 +53,7 @@ def register(subparsers: Any) -> None:
                     "docs/tuner-config.md.")
     parser.add_argument("--topology", required=True, metavar="T",
                         help="the machine (a built-in, a family member or a topology file)")
-    parser.add_argument("--nodes", type=positive_int, metavar="K", help="K nodes of it")
+    parser.add_argument("--nodes", type=node_count, metavar="K", help="K nodes of it")
     parser.add_argument("--runtime", required=True, choices=("nccl", "rccl"),
                         help="nccl: NCCL's example tuner plugin; rccl: RCCL's built-in tuner")
     parser.add_argument("--collectives", default=DEFAULT_COLLECTIVES, metavar="LIST",

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from collsynth._parse import MAX_GBPS, MAX_SIZE_BYTES, MIN_GBPS, clean_name, clean_text, shown
+from collsynth._parse import (MAX_GBPS, MAX_SIZE_BYTES, MIN_GBPS, MIN_LATENCY_US, clean_name,
+                              clean_text, shown)
 from collsynth.errors import FileFormatError, InputTooLargeError, InvalidInstanceError, UnknownNameError
 from collsynth.runtimes.dialect import DIALECTS
 from collsynth.topology.machine import NETWORK_CLASSES  # the networks machine facts name
@@ -43,9 +44,8 @@ MAX_FIFO_SLOTS = 1024
 #: Largest FIFO slot, wire bytes: NCCL_BUFFSIZE / NCCL_STEPS is 512 KiB by default; a slot of
 #: 1 GiB makes an 8 GiB buffer per connection and channel, more than a GPU gives NCCL.
 MAX_SLOT_BYTES = 1 << 30
-#: Smallest latency that is not 0, us: one picosecond (light crosses 0.3 mm). A smaller one is
-#: a unit mistake or a denormal (1e-320), whose reciprocals overflow the simulator's floats.
-MIN_LATENCY_US = 1e-6
+# MIN_LATENCY_US, the smallest latency that is not 0 (1 ps), is _parse's: a topology's alpha_us
+# has the same floor, and the topology layer is below this one.
 #: Largest latency, us: one second, 10^4 times NCCL's slowest documented hop (14 us over the
 #: network); a larger one is milliseconds taken for microseconds, or worse.
 MAX_LATENCY_US = 1e6

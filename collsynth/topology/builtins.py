@@ -13,11 +13,10 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
-from collsynth._parse import (MAX_GBPS, MAX_TIME_US, MIN_GBPS, NumberTextError, number_text,
-                              shown)
+from collsynth._parse import NumberTextError, number_text, shown
 from collsynth.errors import InvalidTopologyError, UnknownNameError, expect_type
 from collsynth.topology.families import FAMILIES, SHAPED_FAMILIES
-from collsynth.topology.fileformat import load_topology
+from collsynth.topology.fileformat import FIGURE_RANGES, figure_range_text, load_topology
 from collsynth.topology.model import Topology
 
 __all__ = ["data_directory", "builtin_names", "get_topology", "list_topologies", "with_figures",
@@ -25,6 +24,7 @@ __all__ = ["data_directory", "builtin_names", "get_topology", "list_topologies",
 
 #: The physical figures a name may set (``ring:8,unit_gbps=25,alpha_us=0.7``).
 FIGURE_OPTIONS = ("unit_gbps", "alpha_us")
+
 
 def data_directory() -> Path:
     """Where the built-in topology files are: ``collsynth/topologies/`` inside an installed
@@ -58,22 +58,19 @@ def with_figures(topology: Topology, *, unit_gbps: float | None = None,
     Raises
     ------
     InvalidTopologyError
-        For a figure that is not a finite positive number within the bounds a topology file
-        has (``unit_gbps`` from :data:`~collsynth._parse.MIN_GBPS` to
-        :data:`~collsynth._parse.MAX_GBPS`, ``alpha_us`` at most an hour).
+        For a figure that is not a finite number within the bounds a topology file has
+        (:data:`FIGURE_RANGES`: ``unit_gbps`` from 1 kB/s to 1 PB/s, ``alpha_us`` from 1 ps
+        to an hour).
     """
     changes = {}
-    for name, value, fits, expected in (
-            ("unit_gbps", unit_gbps, lambda v: MIN_GBPS <= v <= MAX_GBPS,
-             f"from {MIN_GBPS:g} to {MAX_GBPS:g} GB/s"),
-            ("alpha_us", alpha_us, lambda v: 0 < v <= MAX_TIME_US,
-             f"> 0 and at most {MAX_TIME_US:g} us (an hour)")):
+    for name, value in (("unit_gbps", unit_gbps), ("alpha_us", alpha_us)):
         if value is None:
             continue
+        low, high, _, _ = FIGURE_RANGES[name]
         if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or not fits(value)):
+                or not math.isfinite(value) or not low <= value <= high):
             raise InvalidTopologyError(f"topology {topology.name!r}: {name} = {shown(value)}; "
-                                       f"expected a finite number {expected}")
+                                       f"expected a finite positive number {figure_range_text(name)}")
         changes[name] = float(value)
     return dataclasses.replace(topology, **changes) if changes else topology
 
@@ -98,9 +95,11 @@ def _figures(name: str, options: list[str]) -> dict[str, float]:
         except ValueError as exc:
             number = math.nan
             why = f": {exc}" if isinstance(exc, NumberTextError) else ""
-        if not math.isfinite(number) or number <= 0:
+        low, high, _, _ = FIGURE_RANGES[key]
+        if not math.isfinite(number) or not low <= number <= high:
             raise InvalidTopologyError(f"topology {name!r}: {key} = {shown(value.strip())}; "
-                                       f"expected a finite positive number{why}")
+                                       f"expected a finite positive number {figure_range_text(key)}"
+                                       f"{why}")
         figures[key] = number
     return figures
 

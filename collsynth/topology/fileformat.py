@@ -8,13 +8,15 @@ from __future__ import annotations
 import copy
 import json
 import os
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from collsynth._parse import (
     MAX_GBPS,
     MAX_LINK_UNITS,
     MAX_TIME_US,
     MIN_GBPS,
+    MIN_LATENCY_US,
     bounded_float,
     bounded_int,
     clean_name,
@@ -30,10 +32,31 @@ from collsynth.topology.machine import machine_metadata_problem
 from collsynth.topology.model import MAX_RANKS, BandwidthGroup, Topology
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MAX_FILE_BYTES", "read_json_file", "load_topology",
-           "topology_from_json", "topology_to_json", "save_topology"]
+           "topology_from_json", "topology_to_json", "save_topology", "FIGURE_RANGES",
+           "figure_range_text"]
 
 FORMAT_NAME = "collsynth-topology"
 FORMAT_VERSION = 1
+#: Each physical figure's accepted range ``(low, high, unit, in words)``, the same in a topology
+#: file, a name (``NAME,alpha_us=US``) and the options (``--unit-gbps``, ``--alpha-us``): from
+#: 1 kB/s to 1 PB/s per bandwidth unit (:data:`~collsynth._parse.MIN_GBPS` to
+#: :data:`~collsynth._parse.MAX_GBPS`), from 1 ps to an hour per step
+#: (:data:`~collsynth._parse.MIN_LATENCY_US` to :data:`~collsynth._parse.MAX_TIME_US`).
+FIGURE_RANGES: Mapping[str, tuple[float, float, str, str]] = MappingProxyType({
+    "unit_gbps": (MIN_GBPS, MAX_GBPS, "GB/s", "1 kB/s to 1 PB/s"),
+    "alpha_us": (MIN_LATENCY_US, MAX_TIME_US, "us", "1 ps to an hour")})
+
+
+def figure_range_text(name: str) -> str:
+    """How a message states the range of figure ``name``.
+
+    >>> figure_range_text("alpha_us")
+    'from 1e-06 to 3.6e+09 us (1 ps to an hour)'
+    """
+    low, high, unit, words = FIGURE_RANGES[name]
+    return f"from {low:g} to {high:g} {unit} ({words})"
+
+
 #: Largest JSON or XML file collsynth reads (bytes).
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
@@ -154,10 +177,12 @@ def topology_from_json(obj: Any, *, source: str = "<topology>") -> Topology:
         groups.append(group)
     unit = _field(obj, "unit_gbps", (int, float), source, required=False)
     if unit is not None:
-        unit = bounded_float(unit, "unit_gbps", source=source, lo=MIN_GBPS, hi=MAX_GBPS)
+        unit = bounded_float(unit, "unit_gbps", source=source, lo=MIN_GBPS, hi=MAX_GBPS,
+                             why="GB/s: " + FIGURE_RANGES["unit_gbps"][3])
     alpha = _field(obj, "alpha_us", (int, float), source, required=False)
     if alpha is not None:
-        alpha = bounded_float(alpha, "alpha_us", source=source, above=0, hi=MAX_TIME_US)
+        alpha = bounded_float(alpha, "alpha_us", source=source, lo=MIN_LATENCY_US,
+                              hi=MAX_TIME_US, why="us: " + FIGURE_RANGES["alpha_us"][3])
     metadata = free_form(_field(obj, "metadata", dict, source, required=False, default={}),
                          "metadata", source=source)
     _check_nic(metadata.get("nic"), source)
