@@ -39,7 +39,8 @@ __all__ = [
     "OLDEST_VERSION", "version_note",
     "GraphFigures", "TuningSetup", "Estimate", "CallShape", "RuntimeChoice",
     "bandwidth_gbps", "latency_us", "enabled", "algo_time_us", "estimates", "fastest", "choose",
-    "call_shape", "max_channels", "cell_channels", "setup_from_facts", "tuning_setup",
+    "call_shape", "max_channels", "cell_channels", "scheduled_channels", "setup_from_facts",
+    "tuning_setup",
     "gpu_bandwidth_gbps", "node_links", "nvls_efficiency", "offered_protocols", "SETUP_FAILURES",
     "LINEAR_ALGORITHMS", "BANDWIDTH_FACTOR", "NcclSetup", "NcclChoice", "nccl_setup",
     "nccl_choices", "best_choice", "algorithm_choice", "connection_gbps", "call_cap_gbps",
@@ -128,9 +129,12 @@ _RCCL_PROTO_RANGES = {
         "allreduce": ((0, 262144), (262144, 70640910)),
         "reduce": ((0, 16383), (16383, 16777216)), "broadcast": ((0, 2048), (2048, 16777216))},
 }
-# Multi-node RS/AG thread thresholds of models 5 and 6 (per rank): LL 16, LL128 64, Simple 16
-# (RCCL reads the next collective's LL entry for Simple, see the docs).
-_RCCL_THREAD_THRESHOLD = {"LL": 16, "LL128": 64, "Simple": 16}
+# Multi-node RS/AG thread thresholds of models 5 and 6 (per rank; 0 = RCCL_LL_LIMITS_UNDEFINED,
+# the default threshold stays): LL 16, LL128 64. llProtoRanges holds LL and LL128 only, so for
+# Simple rcclUpdateThreadThreshold reads the next collective's LL entry: reduce-scatter ->
+# allgather's 16, allgather -> allreduce's 0 (see the docs).
+_RCCL_THREAD_THRESHOLD = {"reduce_scatter": {"LL": 16, "LL128": 64, "Simple": 16},
+                          "allgather": {"LL": 16, "LL128": 64, "Simple": 0}}
 # Model 6 (gfx950) multi-node channel thresholds: ((min, max], channels) on bytes per rank.
 _K = 1024
 _RCCL_CHANNELS_950 = {
@@ -937,8 +941,9 @@ def _rccl_channels(setup: TuningSetup, collective: str, algorithm: str, protocol
     model = _RCCL_MODEL_OF_ARCH.get(setup.arch or "")
     if algorithm == "pat":
         return 1 if nbytes <= 32768 else 2 if nbytes <= 65536 else 4 if nbytes <= 1 << 20 else nc
-    if setup.nodes > 1 and collective in ("allgather", "reduce_scatter") and model in (5, 6):
-        thr = _RCCL_THREAD_THRESHOLD[protocol] * setup.ranks
+    if setup.nodes > 1 and collective in _RCCL_THREAD_THRESHOLD and model in (5, 6) \
+            and _RCCL_THREAD_THRESHOLD[collective][protocol]:
+        thr = _RCCL_THREAD_THRESHOLD[collective][protocol] * setup.ranks
     if nbytes < nc * nt * thr:
         nc = max(1, nbytes // (nt * thr))
     if setup.nodes > 1 and model == 6 and collective in _RCCL_CHANNELS_950:
@@ -951,32 +956,100 @@ def _rccl_channels(setup: TuningSetup, collective: str, algorithm: str, protocol
 
 
 def cell_channels(collective: str, size_bytes: int, ranks: int, protocol: str,
-                  max_channels: int) -> int:
-    """The channels NCCL's cell scheduler (2.22 and later) spreads one call over: about one
-    channel per 32 KiB of traffic (traffic = 2 x size for allreduce, the whole buffer for
-    allgather / reduce-scatter, x 4 with LL), at most ``max_channels``.
+                  max_channels: int, *, version: tuple[int, int] | None = None) -> int:
+    """The channels NCCL's cell scheduler (2.22 and later) spreads one call over, at most
+    ``max_channels``: ``scheduleCollTasksToPlan`` in ``src/enqueue.cc`` for a call alone in its
+    launch. Traffic is 2 x size for allreduce and the whole buffer for allgather / reduce-scatter
+    (x 4 with LL from 2.26); the call is cut into cells of at least the minimum traffic per
+    channel, and a channel takes its share of the traffic, whole cells, at least one:
+
+    * 2.22: minimum 512 B of traffic a channel, cells of 16 B, the first channel's cells
+      rounded down;
+    * 2.23-2.28: minimum 16 KiB, cells of 16 KiB of traffic;
+    * 2.29 and later (and ``version=None``): minimum 32 KiB, the share rounded up to 16 B.
 
     >>> [cell_channels("allreduce", 65536, 8, p, 24) for p in ("Simple", "LL")]
     [4, 16]
+    >>> [cell_channels("allreduce", 65536, 8, "Simple", 16, version=v) for v in ((2, 22), (2, 28))]
+    [16, 8]
     """
     collective = _collective(collective)
+    version = version or DEFAULT_VERSION
     per_byte = {"allreduce": 2, "allgather": ranks, "reduce_scatter": ranks}.get(collective, 1)
-    if protocol == "LL":
+    if protocol == "LL" and version >= (2, 26):
         per_byte *= 4
     user_bytes = size_bytes // ranks if collective in ("allgather", "reduce_scatter") \
         else size_bytes
     if user_bytes <= 0:
         return 1
-    traffic = max(_MIN_TRAFFIC_PER_CHANNEL, user_bytes * per_byte)
-    per_channel = _roundup(-(-traffic // max_channels), 16)
-    cell = _roundup(-(-_MIN_TRAFFIC_PER_CHANNEL // per_byte), 16)
+    traffic = user_bytes * per_byte
+    if version < (2, 23):
+        per_channel = max(512, traffic // max_channels)
+        cell = 16
+    elif version < (2, 29):
+        least = 16 * 1024
+        per_channel = max(least, max(least, traffic) // max_channels)
+        cell = _roundup(-(-least // per_byte), 16)
+    else:
+        per_channel = _roundup(max(_MIN_TRAFFIC_PER_CHANNEL, traffic) // max_channels, 16)
+        cell = _roundup(-(-_MIN_TRAFFIC_PER_CHANNEL // per_byte), 16)
     cells = -(-user_bytes // cell)
-    per_channel_cells = min(cells, -(-per_channel // (cell * per_byte)))
-    return min(max_channels, -(-cells // per_channel_cells))
+    cell_traffic = cell * per_byte
+    per_channel_cells = min(cells, -(-per_channel // cell_traffic))
+    if max_channels == 1:
+        return 1
+    first = min(cells, per_channel // cell_traffic if version < (2, 23)
+                else -(-per_channel // cell_traffic))
+    middle, last = divmod(cells - first, per_channel_cells)
+    used = (first != 0) + middle + (last != 0)
+    return min(used, max_channels)
+
+
+def _cbd_channels(size_bytes: int, collective: str, ranks: int, protocol: str, channels: int,
+                  threads: int) -> int:
+    """The channels NCCL 2.20-2.21's channel-by-data scheduler (``addCBDCollToPlan``) gives a
+    call alone in its launch: ``channels`` shares of the user buffer, each rounded up to 16 B and
+    then to the protocol's alignment (Simple 4096 B, LL 8 B x threads, LL128 480 B x warps)."""
+    user_bytes = size_bytes // ranks if collective in ("allgather", "reduce_scatter") \
+        else size_bytes
+    if user_bytes <= 0:
+        return 1
+    align = {"Simple": 4096, "LL": 8 * threads, "LL128": 480 * (threads // 32)}[protocol]
+    share = _roundup(_roundup(-(-user_bytes // channels), 16), align)
+    return max(1, min(channels, -(-user_bytes // share)))
 
 
 def _roundup(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
+
+
+def scheduled_channels(setup: TuningSetup, collective: str, algorithm: str, protocol: str,
+                       size_bytes: int, channels: int, *, threads: int) -> int:
+    """The channels a call alone in its launch runs on when it may take ``channels``
+    (``nMaxChannels``, at most the communicator's) with ``threads`` per channel: NCCL before
+    2.20 and its CollNet kinds (CollNet, NVLS across nodes) take them all; 2.20-2.21's
+    channel-by-data scheduler rounds each channel's share up to the protocol's alignment;
+    2.22 and later spread the call by :func:`cell_channels`. RCCL takes the cell scheduler of
+    its ``enqueue.cc`` of 2026 (NCCL 2.23-2.28's 16 KiB rule, LL x 4) at every version.
+
+    >>> s = setup_from_facts(_h100_facts(), gpu_gbps=370.8, path_gbps=370.8, version=(2, 21))
+    >>> scheduled_channels(s, "allreduce", "nvls", "Simple", 32768, 16, threads=640)
+    8
+    """
+    collective = _collective(collective)
+    if setup.runtime == "rccl":
+        # projects/rccl/src/enqueue.cc of ROCm/rocm-systems (2026): MinTrafficPerChannel =
+        # 16 << 10, max(16 KiB, traffic / channels), LL x 4: NCCL 2.23-2.28's text. RCCL 2.21
+        # runs the CBD scheduler with AMD's alignments (not modelled); 2.22-2.27 are unread.
+        return cell_channels(collective, size_bytes, setup.ranks, protocol, channels,
+                             version=(2, 28))
+    if algorithm in ("collnet_direct", "collnet_chain") \
+            or (algorithm == "nvls" and setup.nodes > 1) or setup.version < (2, 20):
+        return channels
+    if setup.version < (2, 22):
+        return _cbd_channels(size_bytes, collective, setup.ranks, protocol, channels, threads)
+    return cell_channels(collective, size_bytes, setup.ranks, protocol, channels,
+                         version=setup.version)
 
 
 def kind_channels(setup: TuningSetup, algorithm: str) -> int:
@@ -992,11 +1065,8 @@ def call_shape(setup: TuningSetup, collective: str, algorithm: str, protocol: st
     _check_pair(algorithm, protocol)
     nmax, threads = max_channels(setup, collective, algorithm, protocol, size_bytes)
     kind_max = kind_channels(setup, algorithm)
-    if setup.runtime == "nccl" and setup.version < (2, 22):
-        used = min(nmax, kind_max)
-    else:
-        used = cell_channels(collective, size_bytes, setup.ranks, protocol,
-                             max(1, min(nmax, kind_max)))
+    used = scheduled_channels(setup, collective, algorithm, protocol, size_bytes,
+                              max(1, min(nmax, kind_max)), threads=threads)
     chunk, slice_, steps = _chunking(setup, collective, algorithm, protocol, size_bytes, used)
     return CallShape(nmax, used, threads, chunk, slice_, steps)
 

@@ -108,17 +108,18 @@ def candidate_choices(setup: "TuningSetup", collective: str) -> tuple[Choice, ..
 def forced_channels(setup: "TuningSetup", collective: str, choice: Choice,
                     size_bytes: int) -> int:
     """The channels a call of ``size_bytes`` runs ``choice`` on: the runtime's own per-call count
-    (``tuning_model.call_shape``) when ``choice.channels`` is ``None``; otherwise what the cell
-    scheduler (NCCL 2.22 and later, RCCL) makes of the forced count, at most the communicator's
-    (the NVLS channels for NVLS); before NCCL 2.22 the forced count itself, so capped."""
+    (``tuning_model.call_shape``) when ``choice.channels`` is ``None``; otherwise what the
+    runtime's scheduler of its version (``tuning_model.scheduled_channels``: the cell scheduler
+    from NCCL 2.22, the channel-by-data alignment in 2.20-2.21, the count itself before) makes of
+    the forced count, at most the communicator's (the NVLS channels for NVLS)."""
     model, algorithm = _MODEL_COLLECTIVE[collective], choice.algorithm
     protocol = _MODEL_PROTOCOL[choice.protocol]
+    shape = tm.call_shape(setup, model, algorithm, protocol, size_bytes)
     if choice.channels is None:
-        return tm.call_shape(setup, model, algorithm, protocol, size_bytes).channels
+        return shape.channels
     forced = max(1, min(choice.channels, tm.kind_channels(setup, algorithm)))
-    if setup.runtime == "nccl" and setup.version < (2, 22):
-        return forced
-    return tm.cell_channels(model, size_bytes, setup.ranks, protocol, forced)
+    return tm.scheduled_channels(setup, model, algorithm, protocol, size_bytes, forced,
+                                 threads=shape.threads)
 
 
 def runtime_estimate(setup: "TuningSetup", collective: str, choice: Choice,
