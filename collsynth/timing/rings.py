@@ -78,8 +78,9 @@ class _Residual:
         composed = getattr(links, "composition", None) is not None
         self._rows = None if composed else links
         self._bandwidth = links.link if composed else topology.bandwidth
-        self._used: dict[tuple[int, int], int] = {}
-        self._groups = topology.groups
+        # units left on each link read so far (its units until the search takes some)
+        self._left: dict[tuple[int, int], int] = {}
+        self._groups = tuple(topology.groups)  # (a sparse form read as its tuple once)
         self.group_left = [g.limit for g in self._groups]
         # each group indexed by its smaller side (a NIC's egress group by its node's ranks, its
         # ingress group by the same ranks as destinations), so a link's groups are found among
@@ -99,9 +100,12 @@ class _Residual:
 
     def units(self, u: int, v: int) -> int:
         """Units left on link ``u -> v``."""
-        rows = self._rows
-        return (rows[u][v] if rows is not None else self._bandwidth(u, v)) \
-            - self._used.get((u, v), 0)
+        found = self._left.get((u, v))
+        if found is None:
+            rows = self._rows
+            found = self._left[(u, v)] = rows[u][v] if rows is not None \
+                else self._bandwidth(u, v)
+        return found
 
     def member(self, u: int, v: int) -> tuple[int, ...]:
         """The groups link ``u -> v`` is in (none for a missing link)."""
@@ -114,12 +118,21 @@ class _Residual:
         return found
 
     def usable(self, u: int, v: int) -> bool:
-        return self.units(u, v) > 0 and all(self.group_left[g] > 0 for g in self.member(u, v))
+        if self.units(u, v) <= 0:
+            return False
+        groups = self._member.get((u, v))
+        if groups is None:
+            groups = self.member(u, v)
+        left = self.group_left
+        for g in groups:  # (a loop: called millions of times on a large machine)
+            if left[g] <= 0:
+                return False
+        return True
 
     def take(self, links: Sequence[tuple[int, int]], amount: int = 1) -> bool:
         """Take ``amount`` units on every link (all or nothing); False if one runs out."""
         for u, v in links:
-            self._used[(u, v)] = self._used.get((u, v), 0) + amount
+            self._left[(u, v)] = self.units(u, v) - amount
             for g in self.member(u, v):
                 self.group_left[g] -= amount
         if amount > 0 and (any(self.units(u, v) < 0 for u, v in links) or any(
