@@ -1,13 +1,13 @@
-"""Benchmark of the bounds at scale (issue 15): ``collsynth bounds`` end to end, one fresh process
-per run.
+"""Benchmark of the bounds at scale (issue 15), and of pricing NCCL's own algorithms on the largest
+machines: ``collsynth bounds`` and ``collsynth time`` end to end, one fresh process per run.
 
 Run from the repository root::
 
     .venv/bin/python benchmarks/scale_suite.py [--repeat 3] [--only NAME]
 
-Each case runs ``python -m collsynth bounds ...`` ``--repeat`` times under an 8 GB address-space
-limit; the table shows the median [min-max] wall seconds, the peak resident memory of the
-child (``ru_maxrss`` from ``os.wait4``), the target, and the output's last line.
+Each case runs ``python -m collsynth bounds ...`` (or ``time ...``) ``--repeat`` times under an
+8 GB address-space limit; the table shows the median [min-max] wall seconds, the peak resident
+memory of the child (``ru_maxrss`` from ``os.wait4``), the target, and the output's last line.
 """
 
 from __future__ import annotations
@@ -21,14 +21,19 @@ import sys
 import time
 
 CASES = {
-    # name: (arguments of `collsynth bounds`, target seconds)
-    "h100x4096-ag": (["dgx-h100", "allgather", "--nodes", "4096"], 60),
-    "h100x4096-ar": (["dgx-h100", "allreduce", "--nodes", "4096"], 60),
-    "h100x512-ag": (["dgx-h100", "allgather", "--nodes", "512"], 60),
-    "h100x128-ag": (["dgx-h100", "allgather", "--nodes", "128"], 60),
-    "h100x128-ar": (["dgx-h100", "allreduce", "--nodes", "128"], 60),
-    "ring2048-ag": (["ring:2048", "allgather"], 10),
-    "torus32x32-ag": (["torus:32x32", "allgather"], 10),
+    # name: (arguments of `collsynth`, target seconds)
+    "h100x4096-ag": (["bounds", "dgx-h100", "allgather", "--nodes", "4096"], 60),
+    "h100x4096-ar": (["bounds", "dgx-h100", "allreduce", "--nodes", "4096"], 60),
+    "h100x512-ag": (["bounds", "dgx-h100", "allgather", "--nodes", "512"], 60),
+    "h100x128-ag": (["bounds", "dgx-h100", "allgather", "--nodes", "128"], 60),
+    "h100x128-ar": (["bounds", "dgx-h100", "allreduce", "--nodes", "128"], 60),
+    "ring2048-ag": (["bounds", "ring:2048", "allgather"], 10),
+    "torus32x32-ag": (["bounds", "torus:32x32", "allgather"], 10),
+    # NCCL's own algorithms priced by the program model on 7344 GPUs, one size
+    "gb200x102-time-ar": (["time", "-q", "--collective", "allreduce", "--topology", "gb200-nvl72",
+                           "--nodes", "102", "--sizes", "1GB"], 60),
+    "gb200x102-time-ag": (["time", "-q", "--collective", "allgather", "--topology", "gb200-nvl72",
+                           "--nodes", "102", "--sizes", "1GB"], 60),
 }
 
 _LIMIT = 8_000_000_000
@@ -39,7 +44,7 @@ def _run(args: list[str]) -> tuple[float, float, str]:
         resource.setrlimit(resource.RLIMIT_AS, (_LIMIT, _LIMIT))
 
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "collsynth", "bounds", *args], text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "collsynth", *args], text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=limit,
                             env=dict(os.environ))
     stdout, stderr = proc.stdout.read(), proc.stderr.read()  # a few lines each
