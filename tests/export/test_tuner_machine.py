@@ -276,3 +276,29 @@ def test_the_table_and_the_files_header_give_each_rule_one_gain(capsys, tmp_path
     header = dict(re.findall(r"#   allgather (\d+\.\.\S+) B: \S+, (\S+x) faster",
                              out_file.read_text()))
     assert header and table == header
+
+
+def test_nvls_is_never_forced_on_fewer_channels_than_the_runtimes_own():
+    # With no rate of one NVLS channel that any curve identified, the model priced NVLS-tree
+    # on 2 channels as fast as on 16 at 128 MiB (the ports bind either way), and the H100 x2
+    # config forced 2 channels at 64-184 MiB for a predicted 1.03-1.12x. NCCL's maintainers
+    # say NVLS needs 16 SMs for its peak (4 with registered buffers): fewer NVLS channels
+    # than NCCL's own are not candidates; more, and the other algorithms' counts, still are.
+    h100 = resolve_topology("dgx-h100")
+    setup = tm.tuning_setup(h100)
+    price = ProgramModelPrice(h100)
+    size = 128 << 20
+    own = forced_channels(setup, "allreduce", Choice("nvls", "simple"), size)
+    assert own == 16
+    assert price(setup, "allreduce", Choice("nvls", "simple"), size) is not None
+    assert price(setup, "allreduce", Choice("nvls", "simple", 16), size) is not None
+    for fewer in (1, 2, 8):
+        assert price(setup, "allreduce", Choice("nvls", "simple", fewer), size) is None
+    assert price(setup, "allreduce", Choice("ring", "simple", 2), size) is not None
+    # A small call runs NVLS on fewer channels by NCCL's own scheduler: forcing that count,
+    # or one between it and 16, is allowed.
+    small = 64 << 10
+    few = forced_channels(setup, "allreduce", Choice("nvls", "simple"), small)
+    assert few < 16
+    assert price(setup, "allreduce", Choice("nvls", "simple", few), small) is not None
+    assert price(setup, "allreduce", Choice("nvls", "simple", 16), small) is not None

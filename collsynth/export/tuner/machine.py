@@ -191,6 +191,16 @@ class ProgramModelPrice:
     def __call__(self, setup: "TuningSetup", collective: str, choice: Choice,
                  size_bytes: int) -> float | None:
         channels = forced_channels(setup, collective, choice, size_bytes)
+        if choice.channels is not None and choice.algorithm in tm.NVLS_ALGORITHMS \
+                and channels < forced_channels(setup, collective,
+                                               Choice(choice.algorithm, choice.protocol),
+                                               size_bytes):
+            # Fewer NVLS channels than the runtime's own are not offered: the model knows no
+            # rate of one NVLS channel that a curve identified (NCCL's own count ran on every
+            # public curve, with the switch's ports binding), so it would price 2 channels as
+            # fast as 16, where NCCL's maintainers say NVLS needs 16 SMs for its peak (4 with
+            # registered buffers): docs/tuner-config.md, "NVLS channels".
+            return None
         subject = self._subject(setup, collective, choice, channels)
         if subject is None:
             return None
