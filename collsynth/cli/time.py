@@ -443,6 +443,28 @@ def _version_notes(runtime: "Runtime", where: str) -> list[str]:
     return notes + ([beyond] if beyond else [])
 
 
+def _nvls_channel_notes(channels: int | None, ours: Sequence["RuntimeAlgorithm"],
+                        model: "ProgramModel", where: "Topology") -> list[str]:
+    """A note for NVLS on fewer ``--channels`` than the runtime's own where the constants bound
+    no NVLS channel: the time is then the ports' alone (docs/tuner-config.md, "NVLS
+    channels")."""
+    from collsynth.timing.tuning_model import NVLS_ALGORITHMS, SETUP_FAILURES, tuning_setup
+
+    nvls = [r.name for r in ours if r.algorithm in NVLS_ALGORITHMS]
+    if channels is None or not nvls or model.constants.nvls_channel_gbps is not None:
+        return []
+    try:
+        own = tuning_setup(where, runtime=model.constants.runtime).nvls_channels
+    except SETUP_FAILURES:
+        return []
+    if not own or channels >= own:
+        return []
+    return [f"{name}: on {channels} of the runtime's {own} NVLS channels: the constants bound no "
+            "NVLS channel (no nvls_channel_gbps), so only the switch's ports limit it and this "
+            "time is a lower bound (NCCL's maintainers: NVLS needs 16 SMs for its peak; "
+            "docs/tuner-config.md)" for name in nvls]
+
+
 def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -> int:
     """The program model: each file (a program that cannot be lowered or priced is an error
     row), then the runtime's own algorithms, the fastest and the runtime's own pick marked."""
@@ -549,6 +571,7 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     for subject, factors in corrected.items():
         notes.append(f"{subject}: bandwidth at {TREE_CORRECTION_NOTE} for each size "
                      f"({', '.join(factors)} here; docs/runtime-model.md)")
+    notes += _nvls_channel_notes(args.channels, ours, model, where)
     now_on(f"{runtime.family}'s own pick")
     picks, unknown = _runtime_pick(model, runtime, collective, where, sizes)
     if unknown:

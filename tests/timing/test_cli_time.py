@@ -363,3 +363,17 @@ def test_time_prices_the_runtime_the_machines_gpus_run(capsys):
     assert main(["time", "--collective", "allreduce", "--topology", "dgx-a100", "--sizes",
                  "1MiB", "--json"]) == 0
     assert {r["name"] for r in json.loads(capsys.readouterr().out)} >= {"nccl-ring", "nccl-tree"}
+
+
+def test_nvls_on_fewer_channels_than_the_runtimes_own_is_named_a_lower_bound(capsys):
+    # The documented constants bound no NVLS channel, so NVLS on 2 of NCCL's 16 channels is
+    # priced by the switch's ports alone (docs/tuner-config.md, "NVLS channels"): the table
+    # says so. On the runtime's own 16 there is nothing to say.
+    base = ["time", "--collective", "allreduce", "--topology", "dgx-h100", "--sizes", "128MiB",
+            "-q"]
+    assert cli.main(base + ["--channels", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "nccl-nvls/2ch: on 2 of the runtime's 16 NVLS channels" in out
+    assert "lower bound" in out
+    assert cli.main(base + ["--channels", "16"]) == 0
+    assert "NVLS channels" not in capsys.readouterr().out
