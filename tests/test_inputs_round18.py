@@ -147,3 +147,14 @@ def test_nodes_at_the_limit_reach_the_composition(capsys):
     as before: a control, not a finding)."""
     code = cli.main(["bounds", "ring:4", "allgather", "--nodes", "65536"])
     assert "262144 ranks is more than the 65536" in one_error_line(capsys, code)
+
+
+def test_a_topology_built_in_python_keeps_the_readers_alpha_floor():
+    # A Topology took any alpha_us above 0, so one built with 1e-320 saved a file its own reader
+    # refuses; it now has the reader's floor, 1 ps (MIN_LATENCY_US).
+    from collsynth.topology.model import Topology
+
+    with pytest.raises(InvalidTopologyError, match=r"alpha_us = 1e-320; expected a positive "
+                                                   r"number from 1e-06"):
+        Topology("pair", ((0, 1), (1, 0)), alpha_us=1e-320)
+    assert Topology("pair", ((0, 1), (1, 0)), alpha_us=1e-6).alpha_us == 1e-6

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from collsynth._parse import MAX_GBPS, MAX_TIME_US, MIN_GBPS
+from collsynth._parse import MAX_GBPS, MAX_TIME_US, MIN_GBPS, MIN_LATENCY_US
 from collsynth.errors import InputTooLargeError, InvalidTopologyError
 from collsynth.topology.layout import NodeLayout, node_layout
 
@@ -138,7 +138,7 @@ class Topology:
         # The file reader's ranges: a topology built here must save to a file that reads back
         # (inf was written as 'Infinity', which no JSON reader takes).
         for attr, low, high, unit in (("unit_gbps", MIN_GBPS, MAX_GBPS, "GB/s"),
-                                      ("alpha_us", 0.0, MAX_TIME_US, "us")):
+                                      ("alpha_us", MIN_LATENCY_US, MAX_TIME_US, "us")):
             value = getattr(self, attr)
             if value is not None and not (isinstance(value, (int, float))
                                           and not isinstance(value, bool) and value > 0
