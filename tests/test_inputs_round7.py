@@ -307,7 +307,8 @@ def test_a_custom_collective_already_split_is_refused_by_solve(tmp_path, capsys,
     ({"unit_gbps": float("inf")}, "unit_gbps = inf; expected a positive number from 1e-06 up to "
                                   "1e+06 GB/s"),
     ({"unit_gbps": 1e308}, "unit_gbps = 1e+308"),
-    ({"alpha_us": float("nan")}, "alpha_us = nan; expected a positive number up to 3.6e+09 us"),
+    ({"alpha_us": float("nan")}, "alpha_us = nan; expected a positive number from 1e-06 up to "
+                                 "3.6e+09 us"),
     ({"alpha_us": 1e12}, "alpha_us = 1000000000000.0"),
 ])
 def test_a_topology_built_in_python_keeps_the_file_readers_ranges(figures, message):
