@@ -11,18 +11,9 @@ import pytest
 
 from collsynth import cli
 from collsynth.errors import FileFormatError, InvalidTopologyError
+from tests.test_inputs_round17 import one_usage_line  # one usage-error line, nothing on stdout
 
 DENORMAL = "1e-320"
-
-
-def one_usage_line(capsys, code: int, prog: str) -> str:
-    """The one error line of a usage error of ``prog``, nothing on stdout."""
-    captured = capsys.readouterr()
-    assert code == cli.EXIT_USAGE, captured.err
-    [line] = captured.err.splitlines()
-    assert line.startswith(f"{prog}: error: "), line
-    assert captured.out == ""
-    return line
 
 
 def one_error_line(capsys, code: int) -> str:
