@@ -135,6 +135,7 @@ def test_pat_is_offered_from_nccl_2_23():
     (4, 40.0, 90, (8, 20.0)),    # 4 channels are not more than 4
     (5, 40.0, 90, (5, 40.0)),
     (20, 30.0, 70, (32, 15.0)),  # min(2 x 20, maxChannels 32); bw / DIVUP(32, 20) = / 2
+    (32, 30.0, 70, (32, 30.0)),  # already at maxChannels: DIVUP(32, 32) = 1, bw kept
 ])
 def test_dup_channels_thresholds(channels, bw, cc, expected):
     # v2.30.7 src/graph/search.cc ncclTopoDupChannels; the ring's maxChannels is MAXCHANNELS / 2

@@ -1253,7 +1253,8 @@ def _dup(channels: int, bw: float, cc: int | None) -> tuple[int, float]:
     cc = cc or 0
     if bw < 25 or (cc > 80 and bw < 50 and channels > 4):
         return channels, bw
-    return min(2 * channels, _MAX_CHANNELS // 2), bw / 2
+    dup = min(2 * channels, _MAX_CHANNELS // 2)  # the ring's maxChannels (src/init.cc)
+    return dup, bw / -(-dup // channels)  # DIVUP(dup, channels): 1 where nothing was added
 
 
 def nvlink_gbps(facts: "MachineFacts") -> float | None:
