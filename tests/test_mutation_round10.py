@@ -114,6 +114,17 @@ def test_nvls_bus_to_algorithm_ratio_is_ranks_over_steps_from_nccl_2_28():
     assert bandwidth_gbps(setup, "allreduce", "nvls", "Simple") == pytest.approx(272.0)
 
 
+def test_an_nvls_graph_of_one_channel_has_bandwidth_before_nccl_2_28():
+    # v2.28.3 tuning.cc: intraBw = bwIntra x nvlsEfficiency x (nChannels - 1) / nChannels, 0 on
+    # one channel; v2.27.3: bw = min(bwIntra, bwInter) = 40, bus = nChannels x bw = 40, algbw
+    # x 5/6 (NVLS's ratio before 2.28).
+    one = dataclasses.replace(H100_NVLS, nvls=GraphFigures(1, 40.0, 80.0))
+    assert bandwidth_gbps(dataclasses.replace(one, version=(2, 28)), "allreduce", "nvls",
+                          "Simple") == 0.0
+    assert bandwidth_gbps(dataclasses.replace(one, version=(2, 27)), "allreduce", "nvls",
+                          "Simple") == pytest.approx(40 * 5 / 6)
+
+
 def test_pat_is_offered_from_nccl_2_23():
     # v2.22.3 tuning.cc has no NCCL_ALGO_PAT; v2.23.4 has it ("if (a == NCCL_ALGO_PAT) busBw *=
     # .85"). One GPU on each of 4 nodes, tree graph 2 x 24: bus 48 x 0.85 = 40.8, allgather

@@ -473,8 +473,8 @@ def bandwidth_gbps(setup: TuningSetup, collective: str, algorithm: str, protocol
         bus = graph.channels * bw * row[p]
     else:
         if algorithm in NVLS_ALGORITHMS:
-            if graph.channels < 2:
-                return 0.0
+            if graph.channels < 2 and setup.version >= (2, 28):
+                return 0.0  # 2.28's x (nChannels - 1) / nChannels: nothing on one channel
             bw = _nvls_bw(setup, collective, algorithm, graph)
         bus = graph.channels * bw
         bus = _nccl_protocol_caps(setup, collective, algorithm, protocol, graph, bus)
