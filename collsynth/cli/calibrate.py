@@ -15,7 +15,7 @@ import argparse
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collsynth._parse import clean_name
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, PROGRESS_INTERVAL_S,
@@ -32,6 +32,9 @@ from collsynth.progress import heartbeat
 from collsynth.timing.fit import (BUSBW_PER_LINK_GBPS, FIGURE_FORMATS, MAX_BUSBW_GBPS, LogFits,
                                   check_plausible, fit_log, plot_fits, save_figure)
 from collsynth.timing.logs import LOGGED_COLLECTIVES, canonical_collective, load_log
+
+if TYPE_CHECKING:
+    from collsynth.topology.model import Topology
 
 __all__ = ["register", "run_calibrate", "MODELS"]
 
@@ -271,17 +274,20 @@ def _calibrate_program(args: argparse.Namespace) -> int:
                                          f"{len(args.logs)} files given")
     check_output_file(args.output, label=f"-o {shown_path(args.output)}", inputs=args.logs)
     check_input_file(args.logs[0])
-    rows, logged, drove, logged_runtime, logged_version = _curve_rows(args.logs[0],
-                                                                      args.collective)
+    topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
+                                unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
+    from collsynth.timing.pricing import require_communication
+    require_communication(topology, "calibrate --model program")
+    rows, logged, drove, logged_runtime, logged_version = _curve_rows(
+        args.logs[0], args.collective, on=topology)
     from collsynth.timing.runtime_fit import MIN_CURVE_SIZES
 
     if len(rows) < MIN_CURVE_SIZES:  # the fit's own refusal would not name the file
         raise FileFormatError(args.logs[0], f"{len(rows)} measured size(s); a runtime "
                                             f"calibration needs at least {MIN_CURVE_SIZES}")
-    topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
-                                unit_gbps=args.unit_gbps, alpha_us=args.alpha_us)
-    from collsynth.timing.pricing import require_communication
-    require_communication(topology, "calibrate --model program")
+    if args.collective is None and logged is not None and logged not in RING_COLLECTIVES:
+        raise FileFormatError(args.logs[0], f"measures {logged}; --model program fits the "
+                                            f"runtime's ring of {', '.join(RING_COLLECTIVES)}")
     if runtime is None:  # the log's banner ("NCCL version 2.18.5"), else the GPUs' maker's
         runtime = logged_runtime if logged_runtime in _program_runtimes() else \
             _VENDOR_RUNTIME.get(machine_facts(topology).vendor or "", "rccl")
@@ -354,18 +360,20 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     return code
 
 
-def _curve_rows(path: str, collective: str | None
+def _curve_rows(path: str, collective: str | None, *, on: "Topology | None" = None
                 ) -> tuple[list[tuple[int, float]], str | None, int | None, str | None,
                            str | None]:
     """The measured ``(size_bytes, time_us)`` of a CSV with those columns, or of a benchmark
     log (its out-of-place rows, in-place where it has none; times of one size averaged), the
-    collective the log names, the GPUs each of its threads drove, and the runtime and its
-    version its banner states (``None`` for a CSV or a log that does not say)."""
-    from collsynth.errors import FileFormatError
-    from collsynth.timing.runtime_fit import read_curve
+    collective the file names (a CSV: its ``collective`` column), the GPUs each of its threads
+    drove, and the runtime and its version its banner states (``None`` for a CSV or a log that
+    does not say). A file that names another collective than ``collective`` (``--collective``)
+    or measures another rank count than the machine ``on`` has is refused: its constants would
+    be fitted to the wrong traffic."""
+    from collsynth.timing.runtime_fit import read_curve_columns
 
     try:
-        return read_curve(path), None, None, None, None
+        rows, said, ranks = read_curve_columns(path)
     except FileFormatError as csv_error:
         try:
             log = load_log(path, collective=collective)
@@ -373,12 +381,28 @@ def _curve_rows(path: str, collective: str | None
             # the reader of what the file is says what is wrong with it (a log's bad row,
             # not that it has no size_bytes column)
             raise (csv_error if str(path).lower().endswith(".csv") else log_error) from None
+    else:
+        if collective is not None and said is not None and \
+                said != canonical_collective(collective):
+            raise FileFormatError(path, f"its collective column says {said}, not "
+                                        f"{canonical_collective(collective)} (--collective)")
+        _check_ranks(path, ranks, on)
+        return rows, said, None, None, None
+    _check_ranks(path, log.ranks, on)
     rows = [r for r in log.rows if not r.in_place] or list(log.rows)
     by_size: dict[int, list[float]] = {}
     for r in rows:
         by_size.setdefault(r.size_bytes, []).append(r.time_us)
     return (sorted((s, sum(t) / len(t)) for s, t in by_size.items()), log.collective,
             log.gpus_per_thread, log.runtime, log.runtime_version)
+
+
+def _check_ranks(path: str, ranks: int | None, on: "Topology | None") -> None:
+    """Refuse a measurement of ``ranks`` ranks fitted on a machine of another rank count."""
+    if on is not None and ranks is not None and ranks != on.num_ranks:
+        raise FileFormatError(path, f"measured on {ranks} ranks, but {on.name} has "
+                                    f"{on.num_ranks}; fit it on the machine it was measured on "
+                                    "(--topology, --nodes)")
 
 
 def _summary_lines(entries: list[dict[str, Any]]) -> list[str]:

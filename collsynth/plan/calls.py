@@ -116,22 +116,27 @@ _SAME_BYTES = frozenset({"allreduce", "broadcast", "reduce", "allgather", "reduc
 def _check_agreement(run: TracedRun) -> None:
     """Refuse a trace whose ranks disagree on a collective they issued together: its n-th call
     on a group must be the same kind (and root, and bytes where every rank passes the same) on
-    every traced rank of the group, as the runtimes require; a plan from one rank's view would
-    deploy another collective than the others ran.
+    every traced rank of the group, as the runtimes require, and each traced rank of the group
+    issues as many calls on it; a plan from one rank's view would deploy another collective
+    than the others ran.
 
     Raises
     ------
     FileFormatError
-        Naming both ranks' files, the calls' ``seq`` and the field that differs.
+        Naming both ranks' files, the calls' ``seq`` and the field that differs, or the rank
+        that issued fewer calls on a group and how many each issued.
     """
     from collsynth.errors import FileFormatError
 
     first: dict[tuple[int, ...], tuple[int, list[TracedCall]]] = {}
+    counts: dict[tuple[int, ...], dict[int, int]] = {}  # group -> traced rank -> its calls on it
     for rank in run.ranks:
         on_group: dict[tuple[int, ...], list[TracedCall]] = {}
         for call in run.calls[rank]:
             if call.peer is None and len(call.group) > 1:
                 on_group.setdefault(call.group, []).append(call)
+        for group, mine in on_group.items():
+            counts.setdefault(group, {})[rank] = len(mine)
         for group, mine in on_group.items():
             seen = first.setdefault(group, (rank, mine))
             if seen[0] == rank:
@@ -150,6 +155,18 @@ def _check_agreement(run: TracedRun) -> None:
                             f"{b!r}, but rank {seen[0]}'s matching call (seq {theirs.seq}, "
                             f"rank-{seen[0]:05d}.jsonl) has {a!r}; the ranks of a group issue "
                             "the same collectives in the same order")
+    # zip above stops at the shorter list: a rank file cut short (its process killed, its disk
+    # full) would pass, and the plan would count only the calls of the ranks that went on
+    for group, by_rank in counts.items():
+        issued = {rank: by_rank.get(rank, 0) for rank in run.ranks if rank in group}
+        most = max(issued, key=lambda r: (issued[r], -r))
+        fewest = min(issued, key=lambda r: (issued[r], r))
+        if issued[fewest] != issued[most]:
+            raise FileFormatError(
+                os.path.join(run.directory, f"rank-{fewest:05d}.jsonl"),
+                f"{issued[fewest]} call(s) on group {list(group)}, but rank {most} "
+                f"(rank-{most:05d}.jsonl) issued {issued[most]}; the ranks of a group issue "
+                "the same collectives (was this file cut short, its process stopped early?)")
 
 
 def _call(record: Any) -> TracedCall:

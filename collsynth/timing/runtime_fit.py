@@ -27,8 +27,8 @@ from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, 
 if TYPE_CHECKING:  # pragma: no cover
     from collsynth.topology.model import Topology
 
-__all__ = ["RuntimeFit", "fit_runtime", "read_curve", "apply_parameters", "predict_ring",
-           "protocol_split", "CURVE_FIT_ERRORS", "FittedConstant", "WARN_GMAE",
+__all__ = ["RuntimeFit", "fit_runtime", "read_curve", "read_curve_columns", "apply_parameters",
+           "predict_ring", "protocol_split", "CURVE_FIT_ERRORS", "FittedConstant", "WARN_GMAE",
            "fit_runtime_choice", "MAX_BASE_US"]
 
 #: A calibration whose in-sample or held-out GMAE is above this is reported with a warning
@@ -140,19 +140,35 @@ class _OutOfTime(Exception):
 
 def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
     """``(size_bytes, time_us)`` rows of a CSV with those two columns (others ignored; split
-    by :func:`collsynth.timing.logs.csv_rows`, so blank and ``#`` lines are skipped).
+    by :func:`collsynth.timing.logs.csv_rows`, so blank and ``#`` lines are skipped): the rows
+    of :func:`read_curve_columns`.
+
+    Raises
+    ------
+    FileFormatError
+        As :func:`read_curve_columns`.
+    """
+    return read_curve_columns(path)[0]
+
+
+def read_curve_columns(path: str | os.PathLike[str]
+                       ) -> tuple[list[tuple[int, float]], str | None, int | None]:
+    """The ``(size_bytes, time_us)`` rows of a measured-curve CSV, ascending, and what its
+    optional ``collective`` and ``ranks`` columns say (``None`` without the column, or where it
+    is blank); a fit of another collective or rank count than the file's would be wrong by a
+    factor, so the caller compares them with what it fits.
 
     Raises
     ------
     FileFormatError
         Unreadable, not UTF-8, a missing column or one named twice, a line too long, a
-        value that is not a positive number (sizes up to 1 PiB, times up to an hour), or a
-        size given twice.
+        value that is not a positive number (sizes up to 1 PiB, times up to an hour), a
+        size given twice, or rows that name different collectives or rank counts.
     """
     from collsynth._files import read_bytes_bounded
     from collsynth._parse import (MAX_SIZE_BYTES, MAX_TIME_US, MIN_TIME_US, bounded_float,
                                   bounded_int, decode_text, number_text)
-    from collsynth.timing.logs import csv_header, csv_rows
+    from collsynth.timing.logs import canonical_collective, csv_header, csv_rows
 
     name = expect_path(path)
     raw = read_bytes_bounded(path, _MAX_CSV_BYTES, what="a measurement CSV may have")
@@ -162,16 +178,32 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
         if column not in fields:
             raise FileFormatError(name, f"no {column!r} column (found: {', '.join(fields)})")
     at_size, at_time = fields.index("size_bytes"), fields.index("time_us")
+    said: dict[str, tuple[str, int]] = {}  # column -> (its value, the line first saying it)
     rows = []
     first_line: dict[int, int] = {}
     for line, cells in lines[1:]:
+        if len(cells) <= max(at_size, at_time):
+            raise FileFormatError(name, f"line {line}: {len(cells)} cell(s); the header has "
+                                        f"{len(fields)} ({', '.join(fields)})")
+        # as written by a benchmark: ASCII digits, no '1_024' (Python's int and float read
+        # underscores and any script's digits)
         try:
-            # as written by a benchmark: ASCII digits, no '1_024' (Python's int and float read
-            # underscores and any script's digits)
-            size, time = int(number_text(cells[at_size])), float(number_text(cells[at_time]))
-        except (IndexError, ValueError) as exc:
-            raise FileFormatError(name, f"line {line}: size_bytes and time_us must be "
-                                  "numbers") from exc
+            size = int(number_text(cells[at_size]))
+        except ValueError as exc:
+            raise FileFormatError(name, f"line {line}: size_bytes = {cells[at_size]!r}: "
+                                        "expected a whole number of bytes") from exc
+        try:
+            time = float(number_text(cells[at_time]))
+        except ValueError as exc:
+            raise FileFormatError(name, f"line {line}: time_us = {cells[at_time]!r}: "
+                                        "expected a number of microseconds") from exc
+        for column in ("collective", "ranks"):
+            at = fields.index(column) if column in fields else None
+            value = cells[at].strip() if at is not None and at < len(cells) else ""
+            if value and said.setdefault(column, (value, line))[0] != value:
+                raise FileFormatError(name, f"line {line}: {column} {value!r}, but line "
+                                            f"{said[column][1]} says {said[column][0]!r}: one "
+                                            f"curve, one {column}")
         if size <= 0:
             raise FileFormatError(name, f"line {line}: size_bytes = {size}: expected > 0")
         if size in first_line:
@@ -188,7 +220,18 @@ def read_curve(path: str | os.PathLike[str]) -> list[tuple[int, float]]:
                                                        "an hour")))
     if not rows:
         raise FileFormatError(path, "no measurement rows")
-    return sorted(rows)
+    collective = canonical_collective(said["collective"][0]) if "collective" in said else None
+    ranks = None
+    if "ranks" in said:
+        text, line = said["ranks"]
+        try:
+            ranks = int(number_text(text))
+        except ValueError:
+            ranks = 0
+        if ranks < 1:
+            raise FileFormatError(name, f"line {line}: ranks = {text!r}: expected a whole number "
+                                        ">= 1")
+    return sorted(rows), collective, ranks
 
 
 def _measured_rows(measurements: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
