@@ -154,3 +154,36 @@ def test_a_whole_trace_still_plans(tmp_path):
 
     run = load_calls(TRACES / "fc4-mixed")
     assert run.ranks == (0, 1, 2, 3)
+
+
+# -- '-' for a path: stdout by the Unix habit, a file named '-' here -------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["tune-runtime", "--topology", "dgx-a100", "--runtime", "nccl", "-o", "-"],
+    ["export", "ALGO", "-o", "-"],
+    ["export", "ALGO", "--runtime", "mscclpp", "-o", "-"],
+    ["draw", "ALGO", "-o", "-"],
+    ["calibrate", "--topology", "ring:4", "-o", "-", str(SRUN_LOG)],
+    ["time", "ALGO", "--calibration", "-"]])
+def test_a_dash_for_a_path_is_a_usage_error(ring_allgather_path, tmp_path, monkeypatch, capsys,
+                                            argv):
+    """``-o -`` wrote a file named '-' in the working folder (tune-runtime, export, calibrate)
+    where a user of Unix tools expects stdout, and ``--calibration -`` read one."""
+    from tests.test_inputs_round17 import one_usage_line
+
+    monkeypatch.chdir(tmp_path)
+    argv = [str(ring_allgather_path) if a == "ALGO" else a for a in argv]
+    code = cli.main(argv)
+    line = one_usage_line(capsys, code, f"collsynth {argv[0]}")
+    assert "'-': collsynth does not write to stdout or read from stdin here; expected a file " \
+           "or folder name (./- for one named '-')" in line, line
+    assert not (tmp_path / "-").exists()
+
+
+def test_a_file_named_dash_is_still_written_as_dot_slash_dash(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["tune-runtime", "--topology", "dgx-a100", "--runtime", "nccl",
+                     "--collectives", "allreduce", "--sizes", "1MB:2MB", "-o", "./-"])
+    assert code == cli.EXIT_OK, capsys.readouterr().err
+    assert (tmp_path / "-").is_file()

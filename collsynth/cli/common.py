@@ -244,9 +244,15 @@ def _whole(text: str, minimum: int) -> int:
 
 def path_argument(text: str) -> str:
     """A file or folder an option names: any text but the empty one, which names nothing (an
-    unset shell variable, ``-o "$OUT"``); a handler would take it for the option left out."""
+    unset shell variable, ``-o "$OUT"``), which a handler would take for the option left out,
+    and ``-``, which by the Unix habit means stdout (or stdin) but would silently be a file
+    named ``-`` in the working folder (``./-`` names that file)."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path; expected a file or folder name")
+    if text == "-":
+        raise argparse.ArgumentTypeError("'-': collsynth does not write to stdout or read "
+                                         "from stdin here; expected a file or folder name "
+                                         "(./- for one named '-')")
     return text
 
 
