@@ -187,3 +187,39 @@ def test_a_file_named_dash_is_still_written_as_dot_slash_dash(tmp_path, monkeypa
                      "--collectives", "allreduce", "--sizes", "1MB:2MB", "-o", "./-"])
     assert code == cli.EXIT_OK, capsys.readouterr().err
     assert (tmp_path / "-").is_file()
+
+
+# -- tune-runtime: minutes of pricing without a word -----------------------------------------
+
+
+def _slow_tuning(monkeypatch):
+    import time as time_module
+
+    from collsynth.cli import tune_runtime as tune_cli
+    from collsynth.export.tuner import machine
+
+    real = machine.tune_machine
+    monkeypatch.setattr(tune_cli, "PROGRESS_INTERVAL_S", 0.05)
+    monkeypatch.setattr(machine, "tune_machine",
+                        lambda *a, **k: time_module.sleep(0.3) or real(*a, **k))
+
+
+TUNE = ["tune-runtime", "--topology", "dgx-a100", "--runtime", "nccl", "--collectives",
+        "allreduce", "--sizes", "1MB:2MB"]
+
+
+def test_tune_runtime_says_what_it_prices_while_it_runs_long(tmp_path, monkeypatch, capsys):
+    """tune-runtime on GB200 NVL72 printed nothing for over 5 minutes (time, calibrate and plan
+    give a heartbeat every 5 s): a run that looked hung."""
+    _slow_tuning(monkeypatch)
+    assert cli.main([*TUNE, "-o", str(tmp_path / "t.csv")]) == cli.EXIT_OK
+    err = capsys.readouterr().err
+    assert "  tune-runtime: pricing allreduce on DGX-A100 (8 ranks, 2 sizes), 0 s so far" \
+        in err, err
+
+
+@pytest.mark.parametrize("flag", ["-q", "--quiet", "--json"])
+def test_tune_runtime_quiet_has_no_heartbeat(tmp_path, monkeypatch, capsys, flag):
+    _slow_tuning(monkeypatch)
+    assert cli.main([*TUNE, "-o", str(tmp_path / "t.csv"), flag]) == cli.EXIT_OK
+    assert "so far" not in capsys.readouterr().err

@@ -15,9 +15,11 @@ import json
 from typing import Any
 
 from collsynth._parse import number_text
-from collsynth.cli.common import (EXIT_OK, UsageError, comma_entries, input_files, out,
-                                  node_count, parse_size_range, path_argument, table, why_not)
+from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, UsageError, comma_entries,
+                                  input_files, node_count, out, parse_size_range, path_argument,
+                                  progress_line, table, why_not)
 from collsynth.errors import shown_path
+from collsynth.progress import heartbeat
 
 __all__ = ["register", "run_tune_runtime", "DEFAULT_COLLECTIVES", "DEFAULT_SIZES"]
 
@@ -71,6 +73,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-o", "--output", type=path_argument, required=True, metavar="FILE",
                         help="the tuner config to write (e.g. nccl_tuner.conf)")
     parser.add_argument("--json", action="store_true", help="machine-readable summary")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress lines on stderr (pricing that runs over "
+                             f"{PROGRESS_INTERVAL_S:.0f} s, minutes on a rack of 72 GPUs, says "
+                             "what it is on)")
     parser.set_defaults(handler=run_tune_runtime)
 
 
@@ -167,7 +173,13 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     sizes = _sizes(args.sizes)
     price = ProgramModelPrice(topology, constants=constants,
                               source=args.calibration or "")
-    tuned = tune_machine(setup, collectives, sizes, price=price, threshold=args.threshold)
+    # A rack of many ranks prices for minutes (GB200 NVL72: over 5): a heartbeat on stderr,
+    # as time and calibrate give, so that the run does not look hung.
+    doing = (f"tune-runtime: pricing {', '.join(collectives)} on {topology.name} "
+             f"({topology.num_ranks} ranks, {len(sizes)} sizes)")
+    with heartbeat(None if args.quiet or args.json else progress_line, PROGRESS_INTERVAL_S,
+                   doing):
+        tuned = tune_machine(setup, collectives, sizes, price=price, threshold=args.threshold)
     write_tuner_config(tuned.rules, args.output, runtime=args.runtime,
                        header=tuned.summary_lines(topology.name))
     name = {"nccl": "NCCL", "rccl": "RCCL"}[args.runtime]
