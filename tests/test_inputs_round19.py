@@ -223,3 +223,27 @@ def test_tune_runtime_quiet_has_no_heartbeat(tmp_path, monkeypatch, capsys, flag
     _slow_tuning(monkeypatch)
     assert cli.main([*TUNE, "-o", str(tmp_path / "t.csv"), flag]) == cli.EXIT_OK
     assert "so far" not in capsys.readouterr().err
+
+
+# -- time --channels beyond the runtime's MAXCHANNELS ----------------------------------------
+
+
+@pytest.mark.parametrize("runtime, channels, most", [("nccl", "65", 64), ("nccl", "128", 64),
+                                                     ("msccl", "100", 64)])
+def test_time_channels_beyond_the_runtime_is_a_usage_error(capsys, runtime, channels, most):
+    """``time --channels 100`` on DGX-H100 printed rows 'nccl-ring/100ch' (and NVLS on 100),
+    a count stock NCCL (MAXCHANNELS 64) cannot run, priced as if it could."""
+    from tests.test_inputs_round17 import one_usage_line
+
+    code = cli.main(["time", "--collective", "allreduce", "--topology", "dgx-h100", "--runtime",
+                     runtime, "--channels", channels, "--sizes", "1MB"])
+    line = one_usage_line(capsys, code, "collsynth time")
+    assert f"--channels {channels}: more than the {most} channels {runtime} has (its " \
+           "MAXCHANNELS)" in line, line
+
+
+def test_time_channels_up_to_the_runtime_are_priced(capsys):
+    code = cli.main(["time", "--collective", "allreduce", "--topology", "dgx-h100", "--runtime",
+                     "rccl", "--channels", "100", "--sizes", "1MB"])
+    assert code == cli.EXIT_OK, capsys.readouterr().err
+    assert "rccl-ring/100ch" in capsys.readouterr().out

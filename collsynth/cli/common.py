@@ -346,7 +346,7 @@ def channel_count(text: str) -> int:
     if value > MAX_CHANNELS:
         raise argparse.ArgumentTypeError(
             f"{value} channels: more than the {MAX_CHANNELS} any runtime has (rccl's "
-            "MAXCHANNELS; NCCL's is 32)")
+            "MAXCHANNELS; NCCL's is 64)")
     return value
 
 

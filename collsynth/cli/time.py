@@ -470,6 +470,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     row), then the runtime's own algorithms, the fastest and the runtime's own pick marked."""
     from collsynth.collective.kinds import collective_kind
     from collsynth.timing.program_model import ProgramModel
+    from collsynth.runtimes.constants import FAMILY_MAX_CHANNELS
     from collsynth.timing.runtime_model import SimulationOptions
 
     topology = _topology(args)
@@ -477,6 +478,11 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     name = args.runtime or constants.runtime
     version, version_from = _runtime_version(args, calibration)
     runtime = get_runtime(name if name in runtime_names() else "nccl").at_version(version)
+    most = FAMILY_MAX_CHANNELS[runtime.family]
+    if args.channels is not None and args.channels > most:
+        # it would be priced and labelled 'nccl-ring/100ch', a count the runtime cannot run
+        raise UsageError.of("time", f"--channels {args.channels}: more than the {most} channels "
+                                    f"{runtime.name} has (its MAXCHANNELS)")
     model = ProgramModel(constants, runtime=runtime, topology=topology, source=source,
                          options=SimulationOptions(gpus_per_thread=args.gpus_per_thread))
     subjects, refused = _subjects(args, topology, model.export_runtime)

@@ -21,7 +21,7 @@ from collsynth.topology.machine import NETWORK_CLASSES  # the networks machine f
 from collsynth.runtimes.protocols import (BUFFER_BYTES, LL_FORWARD_BYTES, NCCL_STEPS,
                                          PROTOCOL_EFFICIENCY, PROTOCOLS, check_protocol)
 
-__all__ = ["LINK_CLASSES", "MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "MIN_LATENCY_US",
+__all__ = ["LINK_CLASSES", "MAX_CHANNELS", "FAMILY_MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "MIN_LATENCY_US",
            "MAX_LATENCY_US", "MAX_GAMMA_US_PER_BYTE", "FIELDS", "check_channels",
            "RuntimeConstants", "NCCL_BASE_LATENCY_US", "NCCL_HOP_LATENCY_US",
            "RCCL_BASE_LATENCY_US", "RCCL_HOP_LATENCY_US", "NCCL_DEFAULTS", "RCCL_DEFAULTS",
@@ -38,6 +38,9 @@ LINK_CLASSES = ("intra", "network")
 #: channel is a ring of the runtime's own algorithm that the program model builds and
 #: simulates, so the count sizes the work; a channel beyond MAXCHANNELS does not exist.
 MAX_CHANNELS = max(d.max_channels for d in DIALECTS.values())
+#: MAXCHANNELS of each runtime family's own algorithms: 64 in stock NCCL (src/include/device.h;
+#: msccl and msccl-executor run NCCL's), 128 in RCCL. More channels than these do not exist.
+FAMILY_MAX_CHANNELS = {"nccl": 64, "rccl": 128}
 #: Most FIFO slots per connection (and slots per iteration or slice): NCCL_STEPS is 8 in every
 #: NCCL and RCCL release; 1024 leaves room for a rebuilt runtime and none for a typo of 10^9.
 MAX_FIFO_SLOTS = 1024
@@ -128,13 +131,13 @@ def check_channels(channels: object, what: str = "channels") -> int:
     Traceback (most recent call last):
     ...
     collsynth.errors.InputTooLargeError: channels = 100000: more than the 128 channels any \
-runtime has (rccl's MAXCHANNELS; NCCL's is 32)
+runtime has (rccl's MAXCHANNELS; NCCL's is 64)
     """
     if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
         raise InvalidInstanceError(f"{what} = {shown(channels)}; expected a whole number >= 1")
     if channels > MAX_CHANNELS:
         raise InputTooLargeError(f"{what} = {shown(channels)}: more than the {MAX_CHANNELS} "
-                                 "channels any runtime has (rccl's MAXCHANNELS; NCCL's is 32)")
+                                 "channels any runtime has (rccl's MAXCHANNELS; NCCL's is 64)")
     return channels
 
 
