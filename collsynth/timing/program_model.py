@@ -401,12 +401,11 @@ class ProgramModel:
                 protocol, shape = choice
                 channels = subject.channels if subject.channels is not None else \
                     max(1, shape.channels)
-                if subject.algorithm == "tree" and subject.channels is None:
-                    # each of NCCL's channels runs one of the two trees; the tree program
-                    # builds both trees per chain
-                    channels = max(1, (channels + 1) // 2)
-                return [(protocol, channels)]
-        return [(p, self._channels(subject)) for p in options]
+                return [(protocol, _builder_channels(subject, channels))]
+        pinned = self._channels(subject)
+        if subject.channels is not None and pinned is not None:
+            pinned = _builder_channels(subject, pinned)
+        return [(p, pinned) for p in options]
 
     def _p2p_channels(self, subject: RuntimeAlgorithm) -> int | None:
         """The channels grouped send/recv spreads its rounds and parts over (``p2pnChannels``:
@@ -542,6 +541,14 @@ class ProgramModel:
         return Price(name, int(size), t.time_us, algbw, busbw, self.name,
                      str(t.breakdown["protocol"]), program.nchannels, note)
 
+
+
+def _builder_channels(subject: RuntimeAlgorithm, channels: int) -> int:
+    """The builder's count for ``channels`` of the runtime's (what ``--channels`` and a tuner
+    rule say): each of NCCL's channels runs one of the tree's two trees, and the tree program
+    builds both per chain, so ``channels`` channels are ``ceil(channels / 2)`` chains (a pinned
+    count was taken as chains, and NCCL's tree on 2 channels was priced on 4)."""
+    return max(1, (channels + 1) // 2) if subject.algorithm == "tree" else channels
 
 
 #: How a price's note names NCCL's tree correction (followed by `` x<factor>``).

@@ -224,3 +224,19 @@ def test_a_byte_range_is_written_the_way_each_runtime_reads_it():
         retarget(program, "rccl", min_bytes=4096, max_bytes=1024)
     with pytest.raises(ExportError, match="rccl does not run custom"):
         retarget(dataclasses.replace(program, coll="custom"), "rccl")
+
+
+@pytest.mark.parametrize("channels", [2, 4, 16, 32])
+def test_a_pinned_tree_runs_on_the_channels_asked_for(channels):
+    # NCCL's channels each run one of the tree's two trees, so a tree pinned to N channels
+    # (`time --channels N`, a tuner rule's count) is N / 2 chains of two trees: N channels.
+    # It used to take N as the chain count: NCCL's tree on 2 channels was priced on 4.
+    from collsynth.resolve import resolve_topology
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
+
+    nccl = get_runtime("nccl")
+    two = resolve_topology("dgx-h100", nodes=2)
+    tree = RuntimeAlgorithm(nccl, "tree", "allreduce", two, channels=channels)
+    (price,) = ProgramModel(nccl.defaults, runtime=nccl).price(tree, [1 << 20])
+    assert price.channels == channels
