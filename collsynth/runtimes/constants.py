@@ -21,7 +21,8 @@ from collsynth.topology.machine import NETWORK_CLASSES  # the networks machine f
 from collsynth.runtimes.protocols import (BUFFER_BYTES, LL_FORWARD_BYTES, NCCL_STEPS,
                                          PROTOCOL_EFFICIENCY, PROTOCOLS, check_protocol)
 
-__all__ = ["LINK_CLASSES", "MAX_CHANNELS", "FAMILY_MAX_CHANNELS", "MAX_FIFO_SLOTS", "MAX_SLOT_BYTES", "MIN_LATENCY_US",
+__all__ = ["LINK_CLASSES", "MAX_CHANNELS", "FAMILY_MAX_CHANNELS", "MAX_FIFO_SLOTS",
+           "MAX_SLOT_BYTES", "MIN_LATENCY_US",
            "MAX_LATENCY_US", "MAX_GAMMA_US_PER_BYTE", "FIELDS", "check_channels",
            "RuntimeConstants", "NCCL_BASE_LATENCY_US", "NCCL_HOP_LATENCY_US",
            "RCCL_BASE_LATENCY_US", "RCCL_HOP_LATENCY_US", "NCCL_DEFAULTS", "RCCL_DEFAULTS",
@@ -40,7 +41,7 @@ LINK_CLASSES = ("intra", "network")
 MAX_CHANNELS = max(d.max_channels for d in DIALECTS.values())
 #: MAXCHANNELS of each runtime family's own algorithms: 64 in stock NCCL (src/include/device.h;
 #: msccl and msccl-executor run NCCL's), 128 in RCCL. More channels than these do not exist.
-FAMILY_MAX_CHANNELS = {"nccl": 64, "rccl": 128}
+FAMILY_MAX_CHANNELS: Mapping[str, int] = MappingProxyType({"nccl": 64, "rccl": 128})
 #: Most FIFO slots per connection (and slots per iteration or slice): NCCL_STEPS is 8 in every
 #: NCCL and RCCL release; 1024 leaves room for a rebuilt runtime and none for a typo of 10^9.
 MAX_FIFO_SLOTS = 1024
