@@ -476,3 +476,18 @@ def test_no_lower_bound_note_where_the_constants_bound_an_nvls_channel():
     # of an NVLS channel's rate there is nothing to note.
     assert _notes(2, "nvls") != []
     assert _notes(2, "nvls", nvls_channel_gbps=20.0) == []
+
+
+def test_a_single_links_group_caps_that_link_not_the_ports():
+    from collsynth.timing.switch_graphs import switch_ports
+    from collsynth.topology import Topology
+
+    # A group over the one link 0 -> 1 (limit 3 of its 4 units) bounds that link; rank 0's port
+    # out still carries its 6 units (4 to rank 1, 2 to rank 2) and rank 1's port in its 7 (4 +
+    # 3). It capped both ports at 3 (the oddity round 12 met): only a group over all of a
+    # rank's links inside its node bounds the port.
+    node = Topology("h3", NODE3, (_group({0}, {1}, 3),), unit_gbps=10.0, alpha_us=1.0,
+                    metadata={"machine": HOPPER})
+    expected = ((6, 1), (2, 7), (3, 3))
+    ports = [gbps for port in switch_ports(node) for gbps in port]
+    assert ports == pytest.approx([6.7 * units for port in expected for units in port])

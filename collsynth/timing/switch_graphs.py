@@ -220,26 +220,35 @@ def switch_ports(topology: "Topology") -> tuple[tuple[float, float], ...]:
         out[start:start + per] = block.sum(axis=1).astype(float).tolist()
         into[start:start + per] = block.sum(axis=0).astype(float).tolist()
     for group in topology.binding_groups:
-        # A port's group: one rank on a side, every link it covers inside that rank's node.
         if len(group.sources) == 1:
             (a,) = group.sources
-            if not all(d // per == a // per or not topology.bandwidth(a, d)
-                       for d in group.destinations):
-                continue
-        elif len(group.destinations) == 1:
-            (a,) = group.destinations
-            if not all(s // per == a // per or not topology.bandwidth(s, a)
-                       for s in group.sources):
-                continue
-        else:
-            continue
-        if len(group.sources) == 1:
-            (a,) = group.sources
-            out[a] = min(out[a], float(group.limit))
+            if _bounds_port(topology, a, group.destinations, per, outgoing=True):
+                out[a] = min(out[a], float(group.limit))
         if len(group.destinations) == 1:
             (a,) = group.destinations
-            into[a] = min(into[a], float(group.limit))
+            if _bounds_port(topology, a, group.sources, per, outgoing=False):
+                into[a] = min(into[a], float(group.limit))
     return tuple((out[a] * unit * efficiency, into[a] * unit * efficiency) for a in range(n))
+
+
+def _bounds_port(topology: "Topology", a: int, far: frozenset[int], per: int, *,
+                 outgoing: bool) -> bool:
+    """Whether a group with rank ``a`` alone on one side bounds ``a``'s whole NVLS port that
+    way: every link it covers (``a -> far``, or ``far -> a``) is inside ``a``'s node, and it
+    covers each of ``a``'s links there. A NIC's group (links to other nodes) or one over some
+    of the node's links only (a single link's cap) bounds those links, not the port."""
+    home = a // per
+
+    def link(b: int) -> int:
+        return topology.bandwidth(a, b) if outgoing else topology.bandwidth(b, a)
+
+    covered = 0
+    for b in far:
+        if link(b):
+            if b // per != home:  # (stops at a NIC group's first rank of another node)
+                return False
+            covered += 1
+    return covered == sum(1 for b in range(home * per, (home + 1) * per) if b != a and link(b))
 
 
 def _check(topology: "Topology", channels: int, protocol: str, collective: str,
