@@ -458,7 +458,8 @@ def _notes(channels, algorithm, **constants):
 
     nccl = get_runtime("nccl")
     model = ProgramModel(nccl.defaults.replace(**constants), runtime=nccl)
-    ours = [SimpleNamespace(name=f"nccl-{algorithm}/{channels}ch", algorithm=algorithm)]
+    ours = [SimpleNamespace(name=f"nccl-{algorithm}/{channels}ch", algorithm=algorithm,
+                            runtime=nccl)]
     return _nvls_channel_notes(channels, ours, model, get_topology("dgx-h100"))
 
 

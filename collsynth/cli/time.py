@@ -448,21 +448,19 @@ def _nvls_channel_notes(channels: int | None, ours: Sequence["RuntimeAlgorithm"]
     """A note for NVLS on fewer ``--channels`` than the runtime's own where the constants bound
     no NVLS channel: the time is then the ports' alone (docs/tuner-config.md, "NVLS
     channels")."""
-    from collsynth.timing.tuning_model import NVLS_ALGORITHMS, SETUP_FAILURES, tuning_setup
+    from collsynth.timing.tuning_model import NVLS_ALGORITHMS
 
-    nvls = [r.name for r in ours if r.algorithm in NVLS_ALGORITHMS]
+    nvls = [r for r in ours if r.algorithm in NVLS_ALGORITHMS]
     if channels is None or not nvls or model.constants.nvls_channel_gbps is not None:
         return []
-    try:
-        own = tuning_setup(where, runtime=model.constants.runtime).nvls_channels
-    except SETUP_FAILURES:
-        return []
+    setup = model.tuning(where, nvls[0].runtime)  # the one the pricing set up (a ring search)
+    own = setup.nvls_channels if setup is not None else 0
     if not own or channels >= own:
         return []
     return [f"{name}: on {channels} of the runtime's {own} NVLS channels: the constants bound no "
             "NVLS channel (no nvls_channel_gbps), so only the switch's ports limit it and this "
             "time is a lower bound (NCCL's maintainers: NVLS needs 16 SMs for its peak; "
-            "docs/tuner-config.md)" for name in nvls]
+            "docs/tuner-config.md)" for name in (r.name for r in nvls)]
 
 
 def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -> int:
