@@ -402,6 +402,8 @@ DECIMAL_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB
 BINARY_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 SIZE_UNITS = {**DECIMAL_UNITS, **BINARY_UNITS}
 _SIZE_TEXT = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", re.ASCII)
+#: A number written with an exponent (``1e30``, ``2.5E+9``), which sizes do not take.
+_EXPONENT = re.compile(r"[0-9.][eE][+-]?[0-9]", re.ASCII)
 
 
 def size_from_text(text: str) -> int:
@@ -428,6 +430,9 @@ def size_from_text(text: str) -> int:
     number_text(text)
     match = _SIZE_TEXT.fullmatch(text)
     if not match:
+        if _EXPONENT.search(text):
+            raise NumberTextError("an exponent is not a size: write the digits or a unit, "
+                                  "like 1000000 or 1MB")
         raise NumberTextError("expected a number and a unit, like 1KB, 64MiB or 512")
     number, unit = match.group(1), match.group(2) or "B"
     if unit not in SIZE_UNITS:

@@ -74,7 +74,8 @@ class UsageError(Exception):
 
 
 def check_gpus_per_thread(gpus: int, topology: "Topology | None", command: str) -> None:
-    """A thread drives GPUs of its own node: at most the node's ranks."""
+    """A thread drives GPUs of its own node: at most the node's ranks, and a whole share of
+    them (nccl-tests runs processes x threads x G GPUs, so G divides a node's GPUs)."""
     if topology is None:
         return
     layout = topology.layout
@@ -83,6 +84,10 @@ def check_gpus_per_thread(gpus: int, topology: "Topology | None", command: str) 
     if gpus > per_node:
         raise UsageError.of(command, f"--gpus-per-thread {gpus}: a thread drives the GPUs of "
                                      f"one node, and {topology.name} has {per_node} a node")
+    if per_node % gpus:
+        raise UsageError.of(command, f"--gpus-per-thread {gpus}: threads of {gpus} GPUs cannot "
+                                     f"share a node of {per_node} ({topology.name}); expected "
+                                     f"a divisor of {per_node}")
 
 
 class Parser(argparse.ArgumentParser):
@@ -512,6 +517,10 @@ def parse_sizes(text: str) -> list[int]:
     [1000, 1000000, 1000000000]
     """
     parts = comma_entries(text, "sizes")
+    ranged = next((p for p in parts if ":" in p), None)
+    if ranged is not None:  # tune-runtime's --sizes is FROM:TO; this one is a list
+        raise argparse.ArgumentTypeError(f"size {ranged!r}: expected a list of sizes, like "
+                                         "1KB,1MB,1GB, not a FROM:TO range")
     if len(parts) > MAX_SIZES:
         raise argparse.ArgumentTypeError(f"{len(parts)} sizes: at most {MAX_SIZES} (each is "
                                          "priced once per program)")
