@@ -90,6 +90,7 @@ class Run:
     algorithms: tuple[str, ...] | None = None  # the run forced these (NCCL_ALGO)
     threads_drove: int | None = None  # GPUs per thread where the header says, not the log
     stated_version: str | None = None  # the runtime's version where the header says, not the log
+    settings: tuple[str, ...] = ()  # the job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE
 
     @property
     def name(self) -> str:
@@ -131,6 +132,12 @@ H100 = Machine("DGX-H100")
 H100_P5_X2 = Machine("DGX-H100", 2, nics=8, nic_gbps=50.0, network="efa")
 # a3-mega: 8 x 200 Gb/s GPUDirect-TCPXO
 H100_A3MEGA_X2 = Machine("DGX-H100", 2, nics=8, nic_gbps=25.0, network="tcp")
+# The a3-mega run's job: its repository's README sources the TCPXO plugin's
+# nccl-env-profile.sh and lists NCCL 2.21.5 beside it; the profile sets these three (and a tuner
+# plugin, not modelled): data/public-logs/README.md.
+A3MEGA_X2_RUN = Run(PUBLIC / "H100-16gpu-2node-gcp-a3mega_all_reduce_lessizzmore.txt", "nccl",
+                    H100_A3MEGA_X2, stated_version="2.21.5",
+                    settings=("NCCL_ALGO=Ring,Tree", "NCCL_PROTO=Simple", "NCCL_NVLS_ENABLE=0"))
 MI300X = Machine("MI300X")
 MI300X_X2 = Machine("MI300X", 2, network="roce")
 MI325X = Machine("MI325X")
@@ -164,8 +171,7 @@ HELD_OUT = (
          (_pl("H100-8gpu-azure-ndh100v5_all_reduce_busbw-table_azure-guide.txt", "nccl", H100,
               ("nvls",)),  # the guide's NCCL_ALGO=NVLS
           _pl("H100-16gpu-2node-p5_all_reduce_awsome.txt", "nccl", H100_P5_X2),
-          _pl("H100-16gpu-2node-gcp-a3mega_all_reduce_lessizzmore.txt", "nccl",
-              H100_A3MEGA_X2))),
+          A3MEGA_X2_RUN)),
     Case("MI300X one node -> azure, two nodes",
          _pl("MI300X-8gpu_all_reduce_hisohara-aac8.txt", "rccl", MI300X),
          (_pl("MI300X-8gpu-azure-ndmi300xv5_all_reduce_busbw-table_azure-guide.txt", "rccl",
@@ -314,6 +320,7 @@ def calibrate(run: Run):
 def predict(constants, run: Run) -> tuple[list[tuple[int, float, float]], list[str]]:
     """(size, measured, predicted) and the algorithm named at each size."""
     from collsynth.runtimes import get_runtime
+    from collsynth.runtimes.settings import settings_from_text
     from collsynth.timing.pricing import price_table, runtime_algorithms
     from collsynth.timing.program_model import ProgramModel
     from collsynth.timing.runtime_model import SimulationOptions
@@ -322,7 +329,8 @@ def predict(constants, run: Run) -> tuple[list[tuple[int, float, float]], list[s
     topology = run.machine.topology()
     if topology.num_ranks != ranks:
         raise SystemExit(f"{run.name}: {ranks} ranks measured, machine has {topology.num_ranks}")
-    runtime = get_runtime(run.runtime).at_version(runtime_version(run))
+    runtime = get_runtime(run.runtime).at_version(runtime_version(run)) \
+        .with_settings(settings_from_text(run.settings))
     model = ProgramModel(constants, runtime=runtime,
                          options=SimulationOptions(gpus_per_thread=gpus_per_thread(run)))
     subjects = [a for a in runtime_algorithms(runtime, collective, topology)

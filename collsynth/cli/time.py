@@ -238,7 +238,8 @@ def _time_closed_form(args: argparse.Namespace, calibration: "Calibration | None
     for given, option in ((args.channels is not None, "--channels"),
                           (args.runtime is not None, f"--runtime {args.runtime}"),
                           (args.gpus_per_thread != 1, "--gpus-per-thread"),
-                          (args.layout is not None, "--layout")):
+                          (args.layout is not None, "--layout"),
+                          (bool(args.env.text), "--env")):
         if given:
             raise UsageError.of("time", f"{option} goes with the program model (--model "
                                         "program, or --topology T); the closed form prices "
@@ -475,7 +476,8 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     constants, source = _constants(args, calibration, topology)
     name = args.runtime or constants.runtime
     version, version_from = _runtime_version(args, calibration)
-    runtime = get_runtime(name if name in runtime_names() else "nccl").at_version(version)
+    runtime = get_runtime(name if name in runtime_names() else "nccl").at_version(version) \
+        .with_settings(args.env)
     most = FAMILY_MAX_CHANNELS[runtime.family]
     if args.channels is not None and args.channels > most:
         # it would be priced and labelled 'nccl-ring/100ch', a count the runtime cannot run
@@ -561,6 +563,9 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     baselines = price_table(ours, sizes, model, on_subject=now_on)
     by_name = {r.name: r for r in ours}
     notes = _version_notes(runtime, version_from)
+    if not args.env.default or args.env.ll128_listed:
+        notes.append(f"{runtime.family} under {args.env.describe()}: its own choices narrowed "
+                     "as the variables narrow them (docs/runtime-tuning.md, \"Settings\")")
     # why each of the runtime's algorithms has no row: the reason an empty table ends with
     unpriced = list(baselines.errors.items())
     notes += [f"{name}: {why}: no row" for name, why in unpriced]
@@ -727,6 +732,12 @@ def run_time(args: argparse.Namespace) -> int:
             check_channels(args.channels, "--channels")
         except CollsynthError as exc:
             raise UsageError.of("time", str(exc)) from None
+    from collsynth.runtimes.settings import settings_from_text
+
+    try:  # each --env was checked alone; together, a name given twice is the error
+        args.env = settings_from_text(args.env or ())
+    except ValueError as exc:
+        raise UsageError.of("time", f"--env {exc}") from None
     _each_file_once(args.files, "time")
     for path in args.files:  # every input a regular file, before the first is priced
         check_input_file(path)
@@ -812,6 +823,17 @@ def run_plot(args: argparse.Namespace) -> int:
 # -- parsers ------------------------------------------------------------------------------------
 
 
+def _setting_type(text: str) -> str:
+    """argparse type of one ``--env NAME=VALUE`` (checked alone here, together in run_time)."""
+    from collsynth.runtimes.settings import settings_from_text
+
+    try:
+        settings_from_text([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _sizes_type(text: str) -> list[int]:
     return parse_sizes(text)
 
@@ -875,6 +897,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="price the runtime's own choices as its version V makes them "
                              "(2.18, 2.22.3; default: a program calibration's, else the newest "
                              "modelled)")
+    parser.add_argument("--env", type=_setting_type, action="append", metavar="NAME=VALUE",
+                        help="a variable of the job that narrows the runtime's own choices, "
+                             "as the runtime reads it: NCCL_ALGO (Ring,Tree; ^NVLS), NCCL_PROTO "
+                             "(Simple; ^LL128), NCCL_NVLS_ENABLE (0); repeatable")
     parser.add_argument("--gpus-per-thread", type=gpus_per_thread, default=1, metavar="G",
                         help="program model: each calling thread drives G GPUs, as nccl-tests' "
                              "-g G (default 1: a process per GPU); a calibration's host work "

@@ -17,6 +17,7 @@ from collsynth.errors import UnknownNameError
 from collsynth.runtimes.constants import NCCL_DEFAULTS, RCCL_DEFAULTS, RuntimeConstants
 from collsynth.runtimes.dialect import MSCCL, MSCCL_EXECUTOR, RCCL, XmlDialect
 from collsynth.runtimes.protocols import PROTOCOLS
+from collsynth.runtimes.settings import RuntimeSettings
 
 __all__ = ["Artifact", "EnvVar", "Environment", "Runtime", "RUNTIMES", "get_runtime",
            "runtime_family", "runtime_names", "xml_dialect", "parse_version", "MSCCL_XML", "MSCCLPP_PLAN",
@@ -95,6 +96,9 @@ class Runtime:
     version:
         ``(major, minor)`` of the release whose own choices (algorithms, protocols, channels)
         the timing models follow; ``None``: the newest modelled (:meth:`at_version`).
+    settings:
+        The job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE (:meth:`with_settings`), which
+        narrow the runtime's own choices; the default narrows nothing.
     """
 
     name: str
@@ -106,6 +110,7 @@ class Runtime:
     artifacts: tuple[Artifact, ...] = ()
     environment: Environment = Environment()
     version: tuple[int, int] | None = None
+    settings: RuntimeSettings = RuntimeSettings()
 
     def loads(self, kind: str) -> bool:
         """Whether it loads artifacts of ``kind``."""
@@ -121,6 +126,20 @@ class Runtime:
         if isinstance(version, str):
             version = parse_version(version)
         return replace(self, version=version)
+
+    def with_settings(self, settings: RuntimeSettings) -> "Runtime":
+        """This runtime under a job's ``settings`` (:func:`~collsynth.runtimes.settings.
+        settings_from_text`): its own algorithms and protocols narrowed as NCCL narrows them.
+
+        >>> from collsynth.runtimes.settings import settings_from_text
+        >>> nccl = get_runtime("nccl").with_settings(settings_from_text(["NCCL_PROTO=Simple"]))
+        >>> nccl.protocols
+        ('Simple',)
+        """
+        protocols = self.protocols if settings.protocols is None else \
+            tuple(p for p in PROTOCOLS if p in settings.protocols
+                  and (p in self.protocols or settings.ll128_listed and p == "LL128"))
+        return replace(self, settings=settings, protocols=protocols or self.protocols)
 
 
 _VERSION = re.compile(r"^\s*v?([0-9]+)\.([0-9]+)(?:[.+~-].*)?$", re.ASCII | re.DOTALL)

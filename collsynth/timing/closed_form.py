@@ -227,12 +227,13 @@ class ClosedForm:
 
     def _tuning(self, subject: RuntimeAlgorithm) -> TuningSetup:
         """The runtime's own tuning on the subject's machine (once per topology)."""
-        key = (subject.runtime.family, subject.runtime.version, id(subject.topology))
+        key = (subject.runtime.family, subject.runtime.version, subject.runtime.settings,
+               id(subject.topology))
         found = self._tunings.get(key)
         if found is None or found[0] is not subject.topology:
             found = self._tunings[key] = (subject.topology, tuning_setup(
                 subject.topology, runtime=subject.runtime.family,
-                version=subject.runtime.version))
+                version=subject.runtime.version, settings=subject.runtime.settings))
         return found[1]
 
     def _channels(self, subject: RuntimeAlgorithm) -> int:

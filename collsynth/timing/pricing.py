@@ -159,6 +159,12 @@ def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
             runs = algorithm in offered
         if runs:
             found.append(RuntimeAlgorithm(runtime, algorithm, key, topology))
+    settings = runtime.settings
+    if settings.algorithms is not None:  # the job's NCCL_ALGO; NCCL keeps its ring if none left
+        kept = [a for a in found if a.algorithm == "p2p" or a.algorithm in settings.algorithms]
+        found = kept if any(a.algorithm != "p2p" for a in kept) or \
+            not any(a.algorithm != "p2p" for a in found) else \
+            [a for a in found if a.algorithm in ("p2p", "ring")]
     return tuple(found)
 
 
@@ -189,7 +195,8 @@ def _offered(runtime: Runtime, collective: str, topology: "Topology") -> frozens
     if collective not in COLLECTIVES:
         return frozenset()
     try:
-        setup = tuning_setup(topology, runtime=runtime.family, version=runtime.version)
+        setup = tuning_setup(topology, runtime=runtime.family, version=runtime.version,
+                             settings=runtime.settings)
     except SETUP_FAILURES:  # no tuning here: the ring and the tree only
         return frozenset()
     return frozenset(a for a in ALGORITHMS if offered_protocols(setup, collective, a))

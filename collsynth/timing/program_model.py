@@ -279,16 +279,18 @@ class ProgramModel:
         from collsynth.topology.machine import machine_facts
 
         if isinstance(runtime, Runtime):
-            family, version = runtime.family, runtime.version
+            family, version, settings = runtime.family, runtime.version, runtime.settings
         else:
             family = runtime
-            version = self.runtime.version if family == self.runtime.family else None
+            version, settings = (self.runtime.version, self.runtime.settings) \
+                if family == self.runtime.family else (None, RuntimeSettings())
         family = family if family in ("nccl", "rccl") else "nccl"
-        key = ("setup", family, version, id(topology))
+        key = ("setup", family, version, settings, id(topology))
         found = self._prepared.get(key)
         if found is None or found[0] is not topology:
             try:
-                setup = tuning_setup(topology, runtime=family, version=version) \
+                setup = tuning_setup(topology, runtime=family, version=version,
+                                     settings=settings) \
                     if machine_facts(topology).arch is not None else None
             except SETUP_FAILURES:  # no facts: no tuning
                 setup = None
@@ -307,7 +309,8 @@ class ProgramModel:
             return c
         runtime = subject.runtime if isinstance(subject, RuntimeAlgorithm) else None
         algorithm = subject.algorithm if isinstance(subject, RuntimeAlgorithm) else None
-        key = (id(c), id(topology), runtime and (runtime.family, runtime.version), algorithm)
+        key = (id(c), id(topology), runtime and (runtime.family, runtime.version, runtime.settings),
+               algorithm)
         found = self._on.get(key)
         if found is not None and found[0] is c and found[1] is topology:
             return found[2]
@@ -371,7 +374,8 @@ class ProgramModel:
         fastest is priced) on the table's channels."""
         # Asked at every price (a calibration asks thousands of times per size): kept per
         # subject, size and the two constants it reads (recorded protocols, channels).
-        key = ("choice", subject.runtime.family, subject.algorithm, subject.collective,
+        key = ("choice", subject.runtime.family, subject.runtime.version,
+               subject.runtime.settings, subject.algorithm, subject.collective,
                id(subject.topology), subject.protocol, subject.channels,
                self.constants.default_protocols, self.constants.channels, int(size))
         found = self._prepared.get(key)

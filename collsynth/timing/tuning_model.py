@@ -27,6 +27,7 @@ from collsynth.exact import exact_fraction
 from collsynth.runtimes.constants import (NCCL_BASE_LATENCY_US, NCCL_HOP_LATENCY_US,
                                           RCCL_BASE_LATENCY_US, RCCL_HOP_LATENCY_US)
 from collsynth.runtimes.protocols import PROTOCOL_EFFICIENCY, PROTOCOLS, STEP_BYTES
+from collsynth.runtimes.settings import RuntimeSettings
 from collsynth.timing.model import SIZE, CostModel, as_cost_model
 from collsynth.timing.rings import ring_channels
 
@@ -196,6 +197,8 @@ class TuningSetup:
         ``False`` when the tree graph's pattern is NCCL_TOPO_PATTERN_TREE (bandwidth x 0.85).
     net_overhead_us:
         ``getNetOverhead``: 1 us (Intel, Arm, POWER), 2 us (AMD), or ``NCCL_NET_OVERHEAD``.
+    settings:
+        The job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE (:func:`enabled` applies them).
     """
 
     runtime: str
@@ -215,6 +218,7 @@ class TuningSetup:
     ll128: bool = True
     balanced_tree: bool = True
     net_overhead_us: float = 1.0
+    settings: RuntimeSettings = RuntimeSettings()
 
     def __post_init__(self) -> None:
         if self.runtime not in _RUNTIMES:
@@ -382,10 +386,28 @@ def enabled(setup: TuningSetup, collective: str, algorithm: str, protocol: str) 
     """
     collective = _collective(collective)
     _check_pair(algorithm, protocol)
+    settings = setup.settings
+    if not settings.default and not settings.allows(algorithm, protocol) \
+            and not (algorithm == "ring" and _nothing_left(setup, collective)):
+        return False
+    return _machine_enabled(setup, collective, algorithm, protocol)
+
+
+def _nothing_left(setup: TuningSetup, collective: str) -> bool:
+    """Whether the job's settings leave ``collective`` no pair the machine offers: NCCL then
+    runs its ring with every protocol (``ncclTopoTuneModel``: "at least set ring algo
+    available"; a sketch of it that does not test each pair's bandwidth)."""
+    return not any(setup.settings.allows(a, p) and _machine_enabled(setup, collective, a, p)
+                   for a in ALGORITHMS for p in PROTOCOLS)
+
+
+def _machine_enabled(setup: TuningSetup, collective: str, algorithm: str, protocol: str
+                     ) -> bool:
+    """:func:`enabled` before the job's settings: the runtime's own rules on the machine."""
     if protocol not in _EXISTS[collective].get(algorithm, ()):
         return False
-    if protocol == "LL128" and not setup.ll128:
-        return False
+    if protocol == "LL128" and not setup.ll128 and not setup.settings.ll128_listed:
+        return False  # NCCL_PROTO naming LL128 forces it on (protoEnable 1, not the auto 2)
     ppn = setup.ranks_per_node
     if algorithm in NVLS_ALGORITHMS:
         if setup.nvls is None or setup.runtime == "rccl":
@@ -1434,9 +1456,11 @@ def _ll128_enabled(runtime: str, version: tuple[int, int], cc: int | None, arch:
 
 def tuning_setup(topology: "Topology", *, runtime: str | None = None,
                  version: tuple[int, int] | None = None, collnet: bool | None = None,
-                 latency_inter_us: float = 0.0) -> TuningSetup:
+                 latency_inter_us: float = 0.0,
+                 settings: RuntimeSettings = RuntimeSettings()) -> TuningSetup:
     """:func:`setup_from_facts` on ``topology``'s machine facts and GPU bandwidth; CollNet is on
-    where the facts say the network has SHARP on several nodes (``collnet=None``).
+    where the facts say the network has SHARP on several nodes (``collnet=None``); the job's
+    ``settings`` narrow the runtime's choices.
 
     >>> from collsynth.topology.builtins import get_topology
     >>> s = tuning_setup(get_topology("dgx-h100"))
@@ -1449,8 +1473,10 @@ def tuning_setup(topology: "Topology", *, runtime: str | None = None,
     total, pair = gpu_bandwidth_gbps(topology, facts)
     if collnet is None:
         collnet = facts.sharp and facts.nodes > 1
-    return setup_from_facts(facts, gpu_gbps=total, path_gbps=pair, runtime=runtime,
-                            version=version, collnet=collnet, latency_inter_us=latency_inter_us)
+    setup = setup_from_facts(facts, gpu_gbps=total, path_gbps=pair, runtime=runtime,
+                             version=version, collnet=collnet, latency_inter_us=latency_inter_us)
+    return setup if settings.default and not settings.ll128_listed else \
+        replace(setup, settings=settings)
 
 
 # -- NCCL's ring and tree as exact lines: what the closed form prices ----------------------------

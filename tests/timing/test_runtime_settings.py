@@ -1,0 +1,214 @@
+"""The job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE (collsynth.runtimes.settings) and what
+they do to the runtime's own choices (tuning_model.enabled, pricing.runtime_algorithms, the
+program model's tuning, ``collsynth time --env``).
+
+Expected behaviour is NCCL's own, read from its source: ``parseList`` and the enable rules of
+``ncclTopoTuneModel`` in src/graph/tuning.cc at v2.21.5-1 (``git -C
+/work/.mirror/NVIDIA+nccl/repo show v2.21.5-1:src/graph/tuning.cc``, lines 34-54 and 268-330):
+a list enables only its names, case-insensitively; ``^`` first enables all but them; a pair
+either list disables gets bandwidth 0; a function left with no pair gets the ring back with
+every protocol; naming LL128 sets protoEnable to 1, which skips the auto rule that turns it off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from collsynth import cli
+from collsynth.runtimes import get_runtime
+from collsynth.runtimes.settings import RuntimeSettings, settings_from_text
+from collsynth.timing.pricing import runtime_algorithms
+from collsynth.timing.tuning_model import GraphFigures, choose, enabled, offered_protocols
+from collsynth.topology import get_topology
+from collsynth.topology.compose import compose_nodes
+from tests.timing.test_tuning_model import H100, H100_NVLS, nccl
+
+# -- parsing, as parseList ---------------------------------------------------------------------
+
+
+def test_a_list_enables_only_its_names_without_case():
+    s = settings_from_text(["NCCL_ALGO=rInG,TREE", "NCCL_PROTO=simple"])
+    assert s.algorithms == {"ring", "tree"} and s.protocols == {"Simple"}
+    assert s.allows("ring", "Simple") and s.allows("tree", "Simple")
+    assert not s.allows("ring", "LL") and not s.allows("nvls", "Simple")
+
+
+def test_a_caret_enables_all_but_its_names():
+    s = settings_from_text(["NCCL_ALGO=^NVLS,NVLSTree", "NCCL_PROTO=^LL128"])
+    assert s.algorithms == {"tree", "ring", "collnet_direct", "collnet_chain", "pat"}
+    assert s.protocols == {"LL", "Simple"}
+    assert not s.ll128_listed  # ^LL128 names it to turn it off, not on
+
+
+def test_naming_ll128_is_recorded_as_forcing_it():
+    assert settings_from_text(["NCCL_PROTO=LL128,Simple"]).ll128_listed
+    assert not settings_from_text(["NCCL_PROTO=Simple"]).ll128_listed
+
+
+def test_nvls_enable_zero_turns_both_nvls_algorithms_off():
+    s = settings_from_text(["NCCL_NVLS_ENABLE=0"])
+    assert not s.allows("nvls", "Simple") and not s.allows("nvls_tree", "Simple")
+    assert s.allows("ring", "LL")
+    assert settings_from_text(["NCCL_NVLS_ENABLE=1"]).default
+
+
+@pytest.mark.parametrize("items, why", [
+    (["NCCL_ALGO"], "expected NAME=VALUE"),
+    (["NCCL_ALGO=Rings"], "unknown name 'Rings'"),
+    (["NCCL_PROTO=LL,Simple;allreduce:^LL"], "per-collective"),
+    (["NCCL_ALGO=allreduce:tree"], "per-collective"),
+    (["NCCL_ALGO=Ring", "NCCL_ALGO=Tree"], "given twice"),
+    (["NCCL_NVLS_ENABLE=yes"], "expected 0"),
+    (["NCCL_MIN_NCHANNELS=4"], "not a setting collsynth models"),
+    (["NCCL_ALGO="], "expected a value"),
+    (["NCCL_ALGO=" + "Ring," * 100], "expected a value of 1 to"),
+])
+def test_refusals_name_the_cause(items, why):
+    with pytest.raises(ValueError, match=why):
+        settings_from_text(items)
+
+
+# -- the tuning: enable rules ------------------------------------------------------------------
+
+
+def _under(setup, *items):
+    return dataclasses.replace(setup, settings=settings_from_text(items))
+
+
+def test_a_disabled_pair_is_not_offered():
+    setup = _under(H100_NVLS, "NCCL_PROTO=Simple")
+    assert offered_protocols(setup, "allreduce", "ring") == ("Simple",)
+    assert offered_protocols(setup, "allreduce", "tree") == ("Simple",)
+    assert offered_protocols(H100_NVLS, "allreduce", "ring") == ("LL", "LL128", "Simple")
+
+
+def test_the_choice_obeys_the_protocol_list():
+    # 8 B on one H100 node: NCCL's own pick is LL (the least latency); with NCCL_PROTO=Simple
+    # it can only be Simple
+    assert choose(H100_NVLS, "allreduce", 8).protocol == "LL"
+    assert choose(_under(H100_NVLS, "NCCL_PROTO=Simple"), "allreduce", 8).protocol == "Simple"
+
+
+def test_nvls_off_leaves_the_ring_and_tree():
+    setup = _under(H100_NVLS, "NCCL_NVLS_ENABLE=0")
+    assert not enabled(setup, "allreduce", "nvls", "Simple")
+    assert enabled(H100_NVLS, "allreduce", "nvls", "Simple")
+    assert choose(setup, "allreduce", 1 << 30).algorithm in ("ring", "tree")
+    assert choose(H100_NVLS, "allreduce", 1 << 30).algorithm == "nvls"
+
+
+def test_a_function_left_with_nothing_gets_the_ring_with_every_protocol():
+    # NCCL_ALGO=Tree: allgather has no tree, so NCCL sets its ring back, all three protocols
+    setup = _under(H100, "NCCL_ALGO=Tree")
+    assert offered_protocols(setup, "allgather", "ring") == ("LL", "LL128", "Simple")
+    assert offered_protocols(setup, "allreduce", "ring") == ()
+    assert offered_protocols(setup, "allreduce", "tree") != ()
+
+
+def test_the_ring_comes_back_with_every_protocol_even_against_the_protocol_list():
+    # NCCL_ALGO=Tree NCCL_PROTO=LL128 for allgather: nothing left; the ring comes back with
+    # its own bandwidths (ringbdw), every protocol
+    setup = _under(H100, "NCCL_ALGO=Tree", "NCCL_PROTO=LL128")
+    assert offered_protocols(setup, "allgather", "ring") == ("LL", "LL128", "Simple")
+
+
+def test_naming_ll128_forces_it_where_the_auto_rule_turns_it_off():
+    off = nccl(ll128=False)
+    assert "LL128" not in offered_protocols(off, "allreduce", "ring")
+    assert "LL128" in offered_protocols(_under(off, "NCCL_PROTO=LL128,Simple"), "allreduce",
+                                        "ring")
+    assert "LL128" not in offered_protocols(_under(off, "NCCL_PROTO=^LL"), "allreduce", "ring")
+
+
+# -- the runtime's own algorithms and the program model ------------------------------------------
+
+
+def _names(runtime, collective, topology):
+    return [a.algorithm for a in runtime_algorithms(runtime, collective, topology)]
+
+
+def test_runtime_algorithms_follow_the_settings():
+    h100 = get_topology("DGX-H100")
+    nccl_rt = get_runtime("nccl")
+    assert _names(nccl_rt, "allreduce", h100) == ["ring", "tree", "nvls"]
+    off = nccl_rt.with_settings(settings_from_text(["NCCL_NVLS_ENABLE=0"]))
+    assert _names(off, "allreduce", h100) == ["ring", "tree"]
+    tree = nccl_rt.with_settings(settings_from_text(["NCCL_ALGO=Tree"]))
+    assert _names(tree, "allreduce", h100) == ["tree"]
+    assert _names(tree, "allgather", h100) == ["ring"]  # nothing left: the ring
+
+
+def test_with_settings_narrows_the_runtime_protocols():
+    nccl_rt = get_runtime("nccl").with_settings(settings_from_text(["NCCL_PROTO=^LL"]))
+    assert nccl_rt.protocols == ("LL128", "Simple")
+    # RCCL leaves LL128 off by default; naming it forces it on there too (rocm-6.2.2
+    # src/graph/tuning.cc: the same protoEnable rule)
+    rccl = get_runtime("rccl").with_settings(settings_from_text(["NCCL_PROTO=LL128"]))
+    assert rccl.protocols == ("LL128",)
+    rccl = get_runtime("rccl").with_settings(settings_from_text(["NCCL_PROTO=^LL,Simple"]))
+    assert rccl.protocols == ("LL", "Simple")  # nothing it runs is left: as it was
+
+
+def test_program_model_prices_each_runtime_under_its_own_settings():
+    # one ProgramModel, one topology, two runtimes: the tuning it keeps per topology must not
+    # hand one runtime's settings to the other
+    from collsynth.timing.program_model import ProgramModel
+
+    topology = compose_nodes(get_topology("DGX-H100"), 2)
+    plain = get_runtime("nccl")
+    simple = plain.with_settings(settings_from_text(["NCCL_PROTO=Simple"]))
+    model = ProgramModel(plain.defaults, runtime=plain)
+    ring_plain = runtime_algorithms(plain, "allreduce", topology)[0]
+    ring_simple = runtime_algorithms(simple, "allreduce", topology)[0]
+    assert model.price(ring_plain, [8])[0].protocol == "LL"
+    assert model.price(ring_simple, [8])[0].protocol == "Simple"
+    assert model.price(ring_plain, [8])[0].protocol == "LL"
+
+
+def test_default_settings_change_nothing():
+    assert RuntimeSettings().default
+    assert get_runtime("nccl").with_settings(RuntimeSettings()) == \
+        dataclasses.replace(get_runtime("nccl"), settings=RuntimeSettings())
+
+
+# -- collsynth time --env -----------------------------------------------------------------------
+
+
+def test_time_env_narrows_the_rows(capsys):
+    code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100", "--nodes",
+                     "2", "--sizes", "8,1GB", "--env", "NCCL_ALGO=Ring,Tree", "--env",
+                     "NCCL_PROTO=Simple", "-q", "--json"])
+    assert code == cli.EXIT_OK
+    import json
+
+    rows = json.loads(capsys.readouterr().out)
+    text = json.dumps(rows)
+    assert "nvls" not in text and '"LL"' not in text and '"LL128"' not in text
+    assert "nccl-tree" in text and "nccl-ring" in text
+
+
+def test_time_env_is_said_under_the_table(capsys):
+    code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100", "--sizes",
+                     "1MB", "--env", "NCCL_NVLS_ENABLE=0", "-q"])
+    out = capsys.readouterr().out
+    assert code == cli.EXIT_OK
+    assert "under NCCL_NVLS_ENABLE=0" in out and "nccl-nvls" not in out
+
+
+def test_time_env_given_twice_is_a_usage_error(capsys):
+    code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100", "--env",
+                     "NCCL_PROTO=LL", "--env", "NCCL_PROTO=Simple"])
+    assert code == cli.EXIT_USAGE
+    assert "NCCL_PROTO given twice" in capsys.readouterr().err
+
+
+def test_time_env_goes_with_the_program_model(tmp_path, capsys):
+    algo = tmp_path / "a.json"
+    assert cli.main(["solve", "instance", "ring:4,unit_gbps=25,alpha_us=1", "allgather",
+                     "--steps", "3", "--rounds", "3", "-o", str(algo), "-q"]) == cli.EXIT_OK
+    capsys.readouterr()
+    code = cli.main(["time", "--model", "closed-form", "--env", "NCCL_PROTO=Simple", str(algo)])
+    assert code == cli.EXIT_USAGE
+    assert "--env goes with the program model" in capsys.readouterr().err
