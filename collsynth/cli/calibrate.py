@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from collsynth._parse import clean_name
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, PROGRESS_INTERVAL_S,
-                                  UsageError, add_figure_arguments, channel_count,
-                                  check_gpus_per_thread, gpus_per_thread, node_count, out,
-                                  path_argument, positive_int, progress_line, seconds, table)
+                                  UsageError, add_figure_arguments, add_settings_argument,
+                                  channel_count, check_gpus_per_thread, gpus_per_thread,
+                                  node_count, out, path_argument, positive_int, progress_line,
+                                  runtime_settings, seconds, table)
 from collsynth.timing.calibration import (
     calibration_from_fits,
     calibration_to_json,
@@ -121,6 +122,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--gpus-per-thread", type=gpus_per_thread, metavar="G",
                         help="--model program: GPUs each thread of the measured run drove "
                              "(nccl-tests' -g; default: the log's nGpus, else 1)")
+    add_settings_argument(parser, "--model program: the measured runtime's own choices are "
+                                  "narrowed by them while fitting")
     parser.add_argument("--strict", action="store_true",
                         help="--model program: exit 1 when the calibration warns (in-sample or "
                              "held-out GMAE above 10%%, a constant at a bound of its plausible "
@@ -153,8 +156,9 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
     if args.model == "program":
         return _calibrate_program(args)
-    if args.strict or args.time_limit is not None:
-        flag = "--strict" if args.strict else "--time-limit"
+    if args.strict or args.time_limit is not None or args.env:
+        flag = "--strict" if args.strict else "--time-limit" if args.time_limit is not None \
+            else "--env"
         raise UsageError.of("calibrate", f"{flag} goes with --model program")
     for flag, value in (("--unit-gbps", args.unit_gbps), ("--alpha-us", args.alpha_us)):
         if value is not None:
@@ -272,6 +276,7 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     if len(args.logs) != 1:
         raise UsageError.of("calibrate", f"--model program fits one measured curve; "
                                          f"{len(args.logs)} files given")
+    settings = runtime_settings(args.env, "calibrate")
     check_output_file(args.output, label=f"-o {shown_path(args.output)}", inputs=args.logs)
     check_input_file(args.logs[0])
     topology = resolve_topology(args.topology, nodes=args.nodes if args.nodes > 1 else None,
@@ -313,13 +318,15 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     with heartbeat(None if args.quiet or args.json else progress_line, PROGRESS_INTERVAL_S,
                    doing):
         fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
-                          gpus_per_thread=gpus, version=version, time_limit_s=args.time_limit)
+                          gpus_per_thread=gpus, version=version, time_limit_s=args.time_limit,
+                          settings=settings)
     save_calibration(RuntimeCalibration(fit.constants, runtime_version=version), args.output)
     summary = {"output": args.output, "runtime": runtime,
                "runtime_version": None if version is None else "%d.%d" % version,
                "topology": topology.name,
                "channels": len(fit.rings), "parameters": fit.parameters, "gmae": fit.gmae,
                "held_out_gmae": fit.held_out_gmae, "gpus_per_thread": gpus,
+               "settings": list(settings.text),
                "rows": [{"size_bytes": s, "time_us": m, "predicted_us": p, "protocol": q}
                         for s, m, p, q in zip(fit.sizes, fit.measured_us, fit.predicted_us,
                                               fit.protocols)]}
@@ -342,6 +349,9 @@ def _calibrate_program(args: argparse.Namespace) -> int:
     at = "" if version is None else f" {version[0]}.{version[1]}"
     out(f"{runtime}{at} {collective} on {topology.name}, {how}: "
         f"GMAE {fit.gmae:.1%} in-sample, {held} held out (fit on every other size)")
+    if settings.text:
+        out(f"fitted under {settings.describe()}: the runtime's own choices narrowed as those "
+            "variables narrow them (give them to 'collsynth time --env' to price that job)")
     if gpus > 1:
         out(f"one thread drove {gpus} GPUs in the measured run: the host's work per call and "
             "per channel is fitted per GPU (price a process per GPU with 'collsynth time', "

@@ -21,9 +21,11 @@ from collsynth.errors import CollsynthError, printable
 
 if TYPE_CHECKING:
     from collsynth.collective.model import Collective
+    from collsynth.runtimes.settings import RuntimeSettings
     from collsynth.topology.model import Topology
 
-__all__ = ["positive_int", "path_argument", "gpus_per_thread", "non_negative_int", "seconds",
+__all__ = ["positive_int", "path_argument", "gpus_per_thread", "runtime_setting",
+           "add_settings_argument", "runtime_settings", "non_negative_int", "seconds",
            "positive_number", "parse_size", "comma_entries", "memory_limit", "check_unsplit",
            "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
@@ -277,6 +279,38 @@ def node_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{value} nodes is more than the {MAX_RANKS} ranks "
                                          "collsynth accepts (every node has a rank or more)")
     return value
+
+
+def runtime_setting(text: str) -> str:
+    """argparse type of one ``--env NAME=VALUE``: checked alone here, with the others in
+    :func:`runtime_settings`."""
+    from collsynth.runtimes.settings import settings_from_text
+
+    try:
+        settings_from_text([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def add_settings_argument(parser: argparse.ArgumentParser, effect: str) -> None:
+    """``--env NAME=VALUE`` (repeatable): the job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE;
+    ``effect`` says what they do in this command."""
+    parser.add_argument("--env", type=runtime_setting, action="append", metavar="NAME=VALUE",
+                        help="a variable of the job, as the runtime reads it: NCCL_ALGO "
+                             "(Ring,Tree; ^NVLS), NCCL_PROTO (Simple; ^LL128) or "
+                             f"NCCL_NVLS_ENABLE (0); {effect}; repeatable")
+
+
+def runtime_settings(texts: "Sequence[str] | None", command: str) -> "RuntimeSettings":
+    """The settings of every ``--env`` of ``collsynth COMMAND`` (a name given twice is a usage
+    error)."""
+    from collsynth.runtimes.settings import settings_from_text
+
+    try:
+        return settings_from_text(texts or ())
+    except ValueError as exc:
+        raise UsageError.of(command, f"--env {exc}") from None
 
 
 def gpus_per_thread(text: str) -> int:

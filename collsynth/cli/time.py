@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
-                                  add_figure_arguments, check_gpus_per_thread, err, format_size,
-                                  gpus_per_thread, out, parse_size_range, parse_sizes,
-                                  node_count, path_argument, positive_int, progress_line, table)
+                                  add_figure_arguments, add_settings_argument,
+                                  check_gpus_per_thread, err, format_size, gpus_per_thread, out,
+                                  parse_size_range, parse_sizes, node_count, path_argument,
+                                  positive_int, progress_line, runtime_settings, table)
 from collsynth.errors import CollsynthError, FileFormatError, shown_path
 from collsynth.exact import fraction_text
 from collsynth.progress import heartbeat
@@ -732,12 +733,7 @@ def run_time(args: argparse.Namespace) -> int:
             check_channels(args.channels, "--channels")
         except CollsynthError as exc:
             raise UsageError.of("time", str(exc)) from None
-    from collsynth.runtimes.settings import settings_from_text
-
-    try:  # each --env was checked alone; together, a name given twice is the error
-        args.env = settings_from_text(args.env or ())
-    except ValueError as exc:
-        raise UsageError.of("time", f"--env {exc}") from None
+    args.env = runtime_settings(args.env, "time")
     _each_file_once(args.files, "time")
     for path in args.files:  # every input a regular file, before the first is priced
         check_input_file(path)
@@ -823,17 +819,6 @@ def run_plot(args: argparse.Namespace) -> int:
 # -- parsers ------------------------------------------------------------------------------------
 
 
-def _setting_type(text: str) -> str:
-    """argparse type of one ``--env NAME=VALUE`` (checked alone here, together in run_time)."""
-    from collsynth.runtimes.settings import settings_from_text
-
-    try:
-        settings_from_text([text])
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def _sizes_type(text: str) -> list[int]:
     return parse_sizes(text)
 
@@ -897,10 +882,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="price the runtime's own choices as its version V makes them "
                              "(2.18, 2.22.3; default: a program calibration's, else the newest "
                              "modelled)")
-    parser.add_argument("--env", type=_setting_type, action="append", metavar="NAME=VALUE",
-                        help="a variable of the job that narrows the runtime's own choices, "
-                             "as the runtime reads it: NCCL_ALGO (Ring,Tree; ^NVLS), NCCL_PROTO "
-                             "(Simple; ^LL128), NCCL_NVLS_ENABLE (0); repeatable")
+    add_settings_argument(parser, "the runtime's own choices are narrowed")
     parser.add_argument("--gpus-per-thread", type=gpus_per_thread, default=1, metavar="G",
                         help="program model: each calling thread drives G GPUs, as nccl-tests' "
                              "-g G (default 1: a process per GPU); a calibration's host work "

@@ -19,6 +19,7 @@ from collsynth.timing.runtime_baselines import runtime_rings
 from collsynth.timing.runtime_programs import prepared_ring
 from collsynth._parse import MAX_GBPS, MIN_GBPS
 from collsynth.runtimes import PROTOCOLS, RuntimeConstants, get_runtime
+from collsynth.runtimes.settings import RuntimeSettings
 from collsynth.runtimes.constants import LINK_CLASSES, MAX_LATENCY_US, MIN_LATENCY_US
 from collsynth.timing.metrics import gmae
 from collsynth.timing.runtime_model import (PreparedProgram, SimulationOptions, host_work_us,
@@ -311,7 +312,8 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
                 constants: RuntimeConstants | None = None,
                 held_out: bool = True, gpus_per_thread: int = 1,
                 version: tuple[int, int] | None = None,
-                time_limit_s: float | None = None) -> RuntimeFit:
+                time_limit_s: float | None = None,
+                settings: RuntimeSettings = RuntimeSettings()) -> RuntimeFit:
     """Fit ``runtime``'s constants so that its ring on ``topology`` reproduces ``measurements``.
 
     Parameters
@@ -338,6 +340,11 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         limit the best constants evaluated so far are kept, without a held-out GMAE, and
         :attr:`RuntimeFit.stopped` says so. The fit of a ring given by ``channels``, ``rings``
         or ``protocols`` takes seconds and has none.
+    settings:
+        The measured job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE
+        (:func:`~collsynth.runtimes.settings.settings_from_text`): the runtime's own choices
+        are narrowed by them; on a ring without a tuning, an NCCL_PROTO of one protocol is the
+        protocol of every size.
 
     Raises
     ------
@@ -351,10 +358,12 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
         choice = fit_runtime_choice(rows, topology, collective, runtime=runtime,
                                     constants=constants, held_out=held_out,
                                     gpus_per_thread=gpus_per_thread, version=version,
-                                    time_limit_s=time_limit_s)
+                                    time_limit_s=time_limit_s, settings=settings)
         if choice is not None:
             return choice
-    used = list(protocols) if protocols is not None else protocol_split(times, sizes=sizes)
+    only = sorted(settings.protocols) if settings.protocols is not None else []
+    used = list(protocols) if protocols is not None else \
+        [only[0]] * len(rows) if len(only) == 1 else protocol_split(times, sizes=sizes)
     if len(used) != len(rows):
         raise InvalidInstanceError(f"{len(used)} protocols for {len(rows)} sizes")
     base = constants if constants is not None else get_runtime(runtime).defaults
@@ -475,7 +484,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
                        constants: RuntimeConstants | None = None, held_out: bool = True,
                        starts: int = 2, gpus_per_thread: int = 1,
                        version: tuple[int, int] | None = None,
-                       time_limit_s: float | None = None) -> RuntimeFit | None:
+                       time_limit_s: float | None = None,
+                       settings: RuntimeSettings = RuntimeSettings()) -> RuntimeFit | None:
     """Fit ``runtime``'s constants so that what it runs at each measured size (its own
     algorithm, protocol and channels: :func:`~collsynth.timing.program_model.chosen_algorithms`,
     :meth:`~collsynth.timing.program_model.ProgramModel.runtime_choice`) reproduces
@@ -483,8 +493,8 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     bounded by physics (the report says which sit at a bound), the starting guesses come from
     the collective's traffic per connection, and the best of ``starts`` starts is kept. Where a
     thread drove several GPUs (``gpus_per_thread``), the host's work per call and per channel
-    is fitted too, per GPU driven. ``version``: the measured runtime's, as for
-    :func:`fit_runtime`.
+    is fitted too, per GPU driven. ``version``, ``settings``: the measured runtime's and its
+    job's, as for :func:`fit_runtime`.
     docs/runtime-model.md, "Fitting the runtime constants"."""
     from scipy.optimize import least_squares, minimize_scalar
 
@@ -497,7 +507,7 @@ def fit_runtime_choice(measurements: Sequence[tuple[int, float]], topology: "Top
     from collsynth.topology.machine import machine_facts
 
     rows = _measured_rows(measurements)
-    family = get_runtime(runtime).at_version(version)
+    family = get_runtime(runtime).at_version(version).with_settings(settings)
     base = constants if constants is not None else family.defaults
     probe = ProgramModel(base, runtime=family,
                          options=SimulationOptions(gpus_per_thread=gpus_per_thread))

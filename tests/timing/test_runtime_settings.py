@@ -212,3 +212,54 @@ def test_time_env_goes_with_the_program_model(tmp_path, capsys):
     code = cli.main(["time", "--model", "closed-form", "--env", "NCCL_PROTO=Simple", str(algo)])
     assert code == cli.EXIT_USAGE
     assert "--env goes with the program model" in capsys.readouterr().err
+
+
+# -- collsynth calibrate --model program --env ----------------------------------------------------
+
+# Six sizes of an allreduce on one node, all below NCCL's LL -> Simple switch on an H100.
+_CURVE = "size_bytes,time_us\n1024,18\n4096,19\n16384,20\n65536,22\n262144,31\n1048576,61\n"
+
+
+def _calibrated(tmp_path, capsys, topology: str, collective: str, *env: str) -> dict:
+    import json
+
+    curve = tmp_path / "curve.csv"
+    curve.write_text(_CURVE)
+    more = [x for e in env for x in ("--env", e)]
+    code = cli.main(["calibrate", "--model", "program", "--topology", topology,
+                     "--collective", collective, "-o", str(tmp_path / "c.json"), "-q", "--json",
+                     *more, str(curve)])
+    assert code in (cli.EXIT_OK, cli.EXIT_ERROR), capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_calibrate_fits_what_the_job_let_the_runtime_run(tmp_path, capsys):
+    # unconstrained, NCCL runs these sizes with its ring on LL; under NCCL_PROTO=Simple it can
+    # not, and under NVLS off as well only the ring and tree on Simple are left
+    plain = _calibrated(tmp_path, capsys, "DGX-H100", "allreduce")
+    assert {r["protocol"] for r in plain["rows"]} == {"LL"} and plain["settings"] == []
+    simple = _calibrated(tmp_path, capsys, "DGX-H100", "allreduce", "NCCL_PROTO=Simple")
+    assert {r["protocol"] for r in simple["rows"]} == {"Simple"}
+    assert simple["settings"] == ["NCCL_PROTO=Simple"]
+    narrow = _calibrated(tmp_path, capsys, "DGX-H100", "allreduce", "NCCL_PROTO=Simple",
+                         "NCCL_NVLS_ENABLE=0")
+    assert all(r["ran"].split("/")[0] in ("ring", "tree") for r in narrow["rows"])
+    assert {r["protocol"] for r in narrow["rows"]} == {"Simple"}
+
+
+def test_calibrate_on_a_ring_takes_the_one_protocol_the_job_allows(tmp_path, capsys):
+    # no tuning on ring:4: the protocol split of the curve says Simple throughout; a job with
+    # NCCL_PROTO=LL ran LL throughout
+    plain = _calibrated(tmp_path, capsys, "ring:4,unit_gbps=25", "allgather")
+    assert {r["protocol"] for r in plain["rows"]} == {"Simple"}
+    ll = _calibrated(tmp_path, capsys, "ring:4,unit_gbps=25", "allgather", "NCCL_PROTO=LL")
+    assert {r["protocol"] for r in ll["rows"]} == {"LL"}
+
+
+def test_calibrate_env_goes_with_the_program_model(tmp_path, capsys):
+    curve = tmp_path / "curve.csv"
+    curve.write_text(_CURVE)
+    code = cli.main(["calibrate", "--topology", "ring:4", "--collective", "allgather", "-o",
+                     str(tmp_path / "c.json"), "--env", "NCCL_PROTO=LL", str(curve)])
+    assert code == cli.EXIT_USAGE
+    assert "--env goes with --model program" in capsys.readouterr().err
