@@ -15,9 +15,10 @@ import json
 from typing import Any
 
 from collsynth._parse import number_text
-from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, UsageError, comma_entries,
-                                  input_files, node_count, out, parse_size_range, path_argument,
-                                  progress_line, table, why_not)
+from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
+                                  add_settings_argument, comma_entries, input_files, node_count,
+                                  out, parse_size_range, path_argument, progress_line,
+                                  runtime_settings, table, why_not)
 from collsynth.errors import shown_path
 from collsynth.progress import heartbeat
 
@@ -70,6 +71,8 @@ def register(subparsers: Any) -> None:
                         help="runtime constants the program model prices with (collsynth "
                              "calibrate --model program); default: the runtime's documented "
                              "ones")
+    add_settings_argument(parser, "the job's runtime never runs a pair they disable, so no "
+                                  "rule names one, and its own choice is narrowed as well")
     parser.add_argument("-o", "--output", type=path_argument, required=True, metavar="FILE",
                         help="the tuner config to write (e.g. nccl_tuner.conf)")
     parser.add_argument("--json", action="store_true", help="machine-readable summary")
@@ -169,7 +172,8 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     if facts.runtime != args.runtime:
         raise UsageError.of(COMMAND, f"--runtime {args.runtime}: {topology.name} has "
                                      f"{facts.arch} GPUs, which run {facts.runtime}")
-    setup = tuning_setup(topology, runtime=args.runtime)
+    settings = runtime_settings(args.env, COMMAND)
+    setup = tuning_setup(topology, runtime=args.runtime, settings=settings)
     sizes = _sizes(args.sizes)
     price = ProgramModelPrice(topology, constants=constants,
                               source=args.calibration or "")
@@ -187,6 +191,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     if args.json:
         out(json.dumps({
             "output": args.output, "runtime": args.runtime, "model_version": version,
+            "settings": list(settings.text),
             "prices": tuned.prices,
             "topology": topology.name, "nodes": setup.nodes, "ranks": setup.ranks,
             "threshold": tuned.threshold, "sizes": sizes,
@@ -200,6 +205,9 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     out(f"{topology.name} ({setup.nodes} node(s), {setup.ranks} ranks), {name} {version}: "
         f"{tuned.prices}; predicted times in us, not measurements; a rule where the gain is "
         f"over {tuned.threshold:.0%}")
+    if settings.text:
+        out(f"under {settings.describe()}: no rule names a pair they disable (the runtime "
+            "ignores a tuner's pick of one), and its own choice is narrowed the same way")
     headers = ("bytes", "written", "samples", "predicted us", f"{name}'s own", "its us", "gain")
     for c in tuned.collectives:
         if not c.requested:

@@ -263,3 +263,29 @@ def test_calibrate_env_goes_with_the_program_model(tmp_path, capsys):
                      str(tmp_path / "c.json"), "--env", "NCCL_PROTO=LL", str(curve)])
     assert code == cli.EXIT_USAGE
     assert "--env goes with --model program" in capsys.readouterr().err
+
+
+# -- collsynth tune-runtime --env ------------------------------------------------------------------
+
+
+def _rules(tmp_path, capsys, *env: str) -> list[str]:
+    import json
+
+    more = [x for e in env for x in ("--env", e)]
+    code = cli.main(["tune-runtime", "--topology", "DGX-H100", "--runtime", "nccl",
+                     "--collectives", "allreduce", "--sizes", "1KB:64MB", "-o",
+                     str(tmp_path / "t.conf"), "-q", "--json", *more])
+    assert code == cli.EXIT_OK, capsys.readouterr().err
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["settings"] == list(env)
+    return summary["rules"]
+
+
+def test_tune_runtime_writes_no_rule_the_job_disables(tmp_path, capsys):
+    # A tuner's pick of a pair NCCL_PROTO / NVLS disable is ignored by the runtime. Unnarrowed,
+    # the config of one H100 node uses LL at small sizes and NVLS at large ones.
+    fields = [r.split(",") for r in _rules(tmp_path, capsys)]
+    assert any(f[4] == "ll" for f in fields) and any(f[3] == "nvls" for f in fields)
+    narrowed = [r.split(",") for r in _rules(tmp_path, capsys, "NCCL_PROTO=Simple",
+                                             "NCCL_NVLS_ENABLE=0")]
+    assert narrowed and all(f[4] == "simple" and f[3] in ("ring", "tree") for f in narrowed)
