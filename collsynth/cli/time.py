@@ -607,6 +607,7 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
         notes.append(f"--layout {args.layout}: no effect here (it selects among XML programs "
                      "on a runtime that loads them: msccl, msccl-executor, rccl)")
     rows = []
+    unpriced_picks: dict[str, list[int]] = {}
     for size in sizes:
         runtime_here = baselines.at(size)
         fastest = min(runtime_here, key=lambda p: p.time_us) if runtime_here else None
@@ -614,6 +615,8 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
         # the runtime's own row of its pick (its algorithm; the model prices its protocol)
         picked_row = next((p for p in runtime_here if pick is not None
                            and by_name[p.subject].algorithm == pick.split("/")[0]), None)
+        if pick is not None and picked_row is None and runtime_here:
+            unpriced_picks.setdefault(pick, []).append(size)
         for p in (p for p in prices if p.size_bytes == size):
             rows.append({**p.as_dict(), "kind": "program", "vs_runtime": _versus(fastest, p)})
         if loads:
@@ -629,6 +632,11 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
         for p in runtime_here:
             rows.append({**p.as_dict(), "kind": "baseline", "fastest_runtime": p is fastest,
                          "runtime_pick": pick if p is picked_row else None})
+    # The fastest row is the yardstick; where the runtime's own pick has no row, say that
+    # the pick was not priced, so that the fastest is not read as what the runtime runs.
+    notes += [f"{runtime.family}'s own pick at {', '.join(format_size(s) for s in at)} is "
+              f"{pick}, which has no row here: 'vs fastest' is against the fastest priced, "
+              "not against what it runs" for pick, at in unpriced_picks.items()]
     rows += [{"name": name, "kind": "error", "error": why} for name, why in errors]
     # A file the reader refused is bad input: the rest is printed, the exit status says so;
     # so is a table with nothing priced in it (a script must not read [] as an answer).

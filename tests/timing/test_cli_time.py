@@ -377,3 +377,30 @@ def test_nvls_on_fewer_channels_than_the_runtimes_own_is_named_a_lower_bound(cap
     assert "lower bound" in out
     assert cli.main(base + ["--channels", "16"]) == 0
     assert "NVLS channels" not in capsys.readouterr().out
+
+
+def test_a_pick_without_a_row_is_said(monkeypatch, capsys):
+    # NCCL's own pick for 1 MB on two DGX H100 is tree/LL128 (its cost model); when the model
+    # cannot price the tree (as on 64 MI300X nodes, beyond the simulated steps), the fastest
+    # row must not pass for what NCCL runs
+    from collsynth import cli
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
+
+    original = ProgramModel.why_not
+
+    def refuse_tree(self, subject):
+        if isinstance(subject, RuntimeAlgorithm) and subject.algorithm == "tree":
+            return "refused for this test"
+        return original(self, subject)
+
+    code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100", "--nodes",
+                     "2", "--sizes", "1MB", "-q"])
+    assert code == cli.EXIT_OK
+    assert "own pick" not in capsys.readouterr().out  # priced: its row carries the mark
+    monkeypatch.setattr(ProgramModel, "why_not", refuse_tree)
+    code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100", "--nodes",
+                     "2", "--sizes", "1MB", "-q"])
+    out = capsys.readouterr().out
+    assert code == cli.EXIT_OK
+    assert "nccl's own pick at 1 MB is tree/LL128, which has no row here" in out
