@@ -252,17 +252,19 @@ class ProgramModel:
         return found[1]  # type: ignore[return-value]
 
     def _channels(self, subject: RuntimeAlgorithm) -> int | None:
-        """The subject's channels when no size says otherwise: pinned, else the table's
-        default (:data:`~collsynth.timing.runtime_programs.RUNTIME_PROGRAMS`). A calibration's
-        channel count (the measured log's) only on a machine without facts, where the runtime's
-        own channels cannot be derived; with facts, channels are the machine's and the size's
-        (:meth:`runtime_choice`), never carried over."""
+        """The builder's count of the subject's channels when no size says otherwise: pinned,
+        else the table's default (:data:`~collsynth.timing.runtime_programs.RUNTIME_PROGRAMS`).
+        A calibration's channel count (the measured log's) only on a machine without facts,
+        where the runtime's own channels cannot be derived; with facts, channels are the
+        machine's and the size's (:meth:`runtime_choice`), never carried over. A pinned count
+        and a calibration's are the runtime's channels, which the tree builds as
+        :func:`_builder_channels` chains; the table's default is the builder's already."""
         if subject.channels is not None:
-            return subject.channels
+            return _builder_channels(subject, subject.channels)
         entry = RUNTIME_PROGRAMS[subject.algorithm]
         if self.constants.channels is not None and entry.algorithm in ("ring", "tree", "pat") \
                 and self.tuning(subject.topology, subject.runtime) is None:
-            return self.constants.channels
+            return _builder_channels(subject, self.constants.channels)
         key = ("channels", subject.algorithm, id(subject.topology))
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
@@ -406,10 +408,7 @@ class ProgramModel:
                 channels = subject.channels if subject.channels is not None else \
                     max(1, shape.channels)
                 return [(protocol, _builder_channels(subject, channels))]
-        pinned = self._channels(subject)
-        if subject.channels is not None and pinned is not None:
-            pinned = _builder_channels(subject, pinned)
-        return [(p, pinned) for p in options]
+        return [(p, self._channels(subject)) for p in options]
 
     def _p2p_channels(self, subject: RuntimeAlgorithm) -> int | None:
         """The channels grouped send/recv spreads its rounds and parts over (``p2pnChannels``:

@@ -240,3 +240,23 @@ def test_a_pinned_tree_runs_on_the_channels_asked_for(channels):
     tree = RuntimeAlgorithm(nccl, "tree", "allreduce", two, channels=channels)
     (price,) = ProgramModel(nccl.defaults, runtime=nccl).price(tree, [1 << 20])
     assert price.channels == channels
+
+
+def test_a_calibrations_channel_count_is_the_trees_channels_not_its_chains():
+    # On a machine without facts the calibration's channel count (the measured log's) is
+    # NCCL's comm->nChannels, which its tree shares with its ring: 4 channels are 2 chains (each
+    # builds both trees), priced as 4 channels like the ring's, not 8 (mutation round 13's PM7)
+    from collsynth.runtimes import get_runtime
+    from collsynth.timing.pricing import RuntimeAlgorithm
+    from collsynth.timing.program_model import ProgramModel
+    from collsynth.topology.model import Topology
+
+    links = [[0 if i == j else 2 for j in range(4)] for i in range(4)]
+    bare = Topology("bare4", links, unit_gbps=10.0, alpha_us=1.0)
+    nccl = get_runtime("nccl")
+    model = ProgramModel(nccl.defaults.replace(channels=4), runtime=nccl)
+    ring = RuntimeAlgorithm(nccl, "ring", "allreduce", bare)
+    tree = RuntimeAlgorithm(nccl, "tree", "allreduce", bare)
+    assert {ch for _, ch in model.runtime_choice(tree, 1 << 20)} == {2}
+    assert model.price(tree, [1 << 20])[0].channels == 4
+    assert model.price(ring, [1 << 20])[0].channels == 4
