@@ -484,6 +484,7 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
     per_process: int | None = None
     per_thread: int | None = None
     found_collective: str | None = None
+    found_line = 0
     starting: str | None = None
     starting_line = 0
     # (line, rank ids) of each run in the file: runs appended to one log must agree on ranks
@@ -519,11 +520,21 @@ def _parse_nccl_tests(text: str, name: str, collective: str | None,
                 layout = header
         if "NCCL INFO" in line or "NCCL WARN" in line:
             continue
-        if found_collective is None:
-            for m in _PERF_NAME.finditer(line):
-                if canonical_collective(m.group(1)) in _BUSBW_FACTORS:
-                    found_collective = m.group(1)
-                    break
+        for m in _PERF_NAME.finditer(line):
+            if canonical_collective(m.group(1)) not in _BUSBW_FACTORS:
+                continue
+            if found_collective is None:
+                found_collective, found_line = m.group(1), number
+            elif starting is None and (rows or zero) and \
+                    canonical_collective(m.group(1)) != canonical_collective(found_collective):
+                # older nccl-tests print no "Collective test starting" line (newer ones are
+                # checked by it, above): a second binary named after results is a second run
+                raise FileFormatError(name, f"line {number}: {shown(m.group(1) + '_perf')} "
+                                            "after results of "
+                                            f"{shown(found_collective + '_perf')} (named at "
+                                            f"line {found_line}); a log measures one "
+                                            "collective: split the file")
+            break
         if line.startswith("#"):
             continue
         cells = line.split()

@@ -1,0 +1,55 @@
+"""Hostile input, round 21: what this round's hunt found.
+
+Each case failed on the code before its fix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collsynth import cli
+from collsynth.errors import FileFormatError
+from collsynth.timing.logs import load_log
+
+ROOT = Path(__file__).resolve().parents[1]
+#: An older nccl-tests log: its command line names the binary, no "Collective test starting".
+OLD_LOG = ROOT / "data" / "nccl-tests" / "V100-8gpu-dgx1topo_all_reduce_konnase.txt"
+
+
+def one_error_line(capsys, code: int, expected: int = cli.EXIT_ERROR) -> str:
+    """The one error line of a refused command, nothing on stdout."""
+    captured = capsys.readouterr()
+    assert code == expected, captured.err
+    [line] = captured.err.splitlines()
+    assert captured.out == ""
+    return line
+
+
+# -- an older nccl-tests log with a second collective's run appended ----------------------------
+
+
+def test_an_old_log_of_two_collectives_is_refused(tmp_path, capsys):
+    """``all_reduce_perf > log; all_gather_perf >> log`` with an nccl-tests that prints no
+    "Collective test starting" line: the binary was read from the first line naming one, and
+    the allgather rows were fitted into the allreduce curve without a word."""
+    text = OLD_LOG.read_text()
+    path = tmp_path / "both.txt"
+    path.write_text(text + text.replace("all_reduce_perf", "all_gather_perf"))
+    second = len(text.splitlines()) + 2  # the appended run's '## hardware' comment names it
+    with pytest.raises(FileFormatError, match=rf"line {second}: 'all_gather_perf' after results "
+                                              r"of 'all_reduce_perf' \(named at line 2\); a log "
+                                              "measures one collective: split the file"):
+        load_log(path)
+    out = tmp_path / "c.json"
+    line = one_error_line(capsys, cli.main(["calibrate", "--topology", "dgx1", str(path),
+                                            "-o", str(out), "-q"]))
+    assert "both.txt" in line and "split the file" in line
+    assert not out.exists()
+    # the same binary named again after results is a repeat, not a second collective; a note
+    # naming two binaries before any result is no run: its first name is kept
+    path.write_text(text * 2)
+    assert load_log(path).collective == "allreduce"
+    path.write_text("# compared all_reduce_perf with all_gather_perf\n" + text)
+    assert load_log(path).collective == "allreduce"
