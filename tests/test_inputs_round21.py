@@ -53,3 +53,34 @@ def test_an_old_log_of_two_collectives_is_refused(tmp_path, capsys):
     assert load_log(path).collective == "allreduce"
     path.write_text("# compared all_reduce_perf with all_gather_perf\n" + text)
     assert load_log(path).collective == "allreduce"
+
+
+# -- export --inplace --outofplace for a runtime that reads one layout per file ------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["--runtime", "msccl"], ["--runtime", "all"]])
+def test_both_layouts_for_msccl_is_a_usage_error(ring_allgather_path, tmp_path, capsys, extra):
+    """The combination of two options was reported as a bad input (exit 1, no pointer to the
+    help), where the same request for an MSCCL++ plan is a usage error (exit 2)."""
+    out = tmp_path / "out.xml"
+    code = cli.main(["export", str(ring_allgather_path), "--inplace", "--outofplace",
+                     "-o", str(out), *extra])
+    line = one_error_line(capsys, code, cli.EXIT_USAGE)
+    assert "--inplace with --outofplace: msccl selects an algorithm for one layout only" in line
+    assert not list(tmp_path.glob("out*"))
+
+
+def test_both_layouts_for_msccl_tune_is_a_usage_error(tmp_path, capsys):
+    algorithm = tmp_path / "ag.json"
+    assert cli.main(["solve", "least-steps", "ring:4,unit_gbps=25,alpha_us=1", "allgather",
+                     "-o", str(algorithm), "-q"]) == cli.EXIT_OK
+    capsys.readouterr()
+    code = cli.main(["export", str(algorithm), "--tune", "--sizes", "1KB", "--inplace",
+                     "--outofplace", "-o", str(tmp_path / "tuned")])
+    assert "msccl selects an algorithm for one layout only" in \
+        one_error_line(capsys, code, cli.EXIT_USAGE)
+    assert not (tmp_path / "tuned").exists()
+    # a runtime whose file carries both layouts still takes the pair
+    code = cli.main(["export", str(algorithm), "--runtime", "rccl", "--inplace", "--outofplace",
+                     "-o", str(tmp_path / "both.xml")])
+    assert code == cli.EXIT_OK, capsys.readouterr().err

@@ -25,7 +25,7 @@ from collsynth.cli.plan_files import MSCCLPP_RUNTIME, export_plan
 from collsynth.errors import ExportError, InvalidTopologyError, shown_path
 from collsynth.export.limits import CHANNEL_POLICIES, LimitViolation
 from collsynth.export.pipeline import check_instances, export_programs
-from collsynth.runtimes import MSCCL_XML, PROTOCOLS, runtime_names
+from collsynth.runtimes import MSCCL_XML, PROTOCOLS, runtime_names, xml_dialect
 from collsynth.export.stats import program_stats
 from collsynth.timing.tune import other_tuned_files, tune_export, tune_sizes, write_tuned
 
@@ -156,6 +156,16 @@ def _destinations(output: str, runtimes: list[str],
     return paths, folder
 
 
+def _check_layouts(runtimes: Sequence[str], inplace: bool, outofplace: bool) -> None:
+    """``--inplace --outofplace`` (one file for both layouts) where a runtime reads one layout
+    per file: a usage error, as it is for MSCCL++ plans, before any file is read."""
+    one = [rt for rt in runtimes if not xml_dialect(rt).requires_range_attributes]
+    if inplace and outofplace and one:
+        raise UsageError.of("export", f"--inplace with --outofplace: {', '.join(one)} "
+                                      "selects an algorithm for one layout only (its 'inplace' "
+                                      "attribute); export an in-place and an out-of-place file")
+
+
 _CHOSEN_BY_TUNING = (("channels", "--channels"), ("channel_by", "--channel-by"),
                      ("instances", "--instances"), ("proto", "--proto"),
                      ("min_bytes", "--min-bytes"), ("max_bytes", "--max-bytes"))
@@ -181,6 +191,7 @@ def run_export(args: argparse.Namespace) -> int:
     inplace = bool(args.inplace)
     outofplace = bool(args.outofplace) or not inplace
     runtimes = runtime_names(MSCCL_XML) if args.runtime == "all" else [args.runtime]
+    _check_layouts(runtimes, inplace, outofplace)
     try:
         check_instances(args.instances, runtimes)
         destinations, folder = _destinations(args.output, runtimes, args.file)
@@ -226,6 +237,7 @@ def _run_tuned(args: argparse.Namespace) -> int:
                                       "or msccl-executor)")
     inplace = bool(args.inplace)
     outofplace = bool(args.outofplace) or not inplace
+    _check_layouts([args.runtime], inplace, outofplace)
     # Checked before any work; created (with its files) only when everything succeeded.
     folder = check_output_dir(args.output, label=f"-o {shown_path(args.output)}", create=False)
     constants = None

@@ -174,10 +174,10 @@ def test_cli_export_errors(tmp_path, algorithm_file, algorithms, capsys):
     assert _run(["export", str(path), "-o", str(tmp_path / "c.xml"), "--runtime", "rccl"]) == 1
     assert "rccl has no custom collective" in capsys.readouterr().err
     assert not (tmp_path / "c.xml").exists()
-    # msccl cannot declare both layouts; with --runtime all nothing at all is written
+    # msccl cannot declare both layouts (a usage error); with --runtime all nothing is written
     assert _run(["export", str(algorithm_file), "-o", str(tmp_path / "b.xml"), "--runtime", "all",
-                 "--inplace", "--outofplace"]) == 1
-    assert "msccl: msccl selects an algorithm for one layout only" in capsys.readouterr().err
+                 "--inplace", "--outofplace"]) == 2
+    assert "msccl selects an algorithm for one layout only" in capsys.readouterr().err
     assert not list(tmp_path.glob("b.*"))
     assert _run(["export", str(tmp_path / "missing.json"), "-o", str(tmp_path / "m.xml")]) == 1
     assert _run(["export", str(algorithm_file), "-o", str(tmp_path / "u.xml"), "--min-bytes",
