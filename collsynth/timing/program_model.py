@@ -244,7 +244,10 @@ class ProgramModel:
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
             try:
-                self._runtime_built(subject, built_key)
+                # kept for the first price at the same key (an NVLS graph of 7344 GPUs takes
+                # seconds to build and fold); taken, not copied, when priced
+                self._prepared[("built",) + built_key] = (
+                    subject.topology, self._runtime_built(subject, built_key))
                 verdict = None
             except PRICING_FAILURES as exc:
                 verdict = str(exc)
@@ -333,7 +336,9 @@ class ProgramModel:
         key = self._runtime_key(subject, protocol, channels, pipeline)
         found = self._prepared.get(key)
         if found is None or found[0] is not subject.topology:
-            built = self._runtime_built(subject, key)
+            kept = self._prepared.pop(("built",) + key, None)
+            built = kept[1] if kept is not None and kept[0] is subject.topology else \
+                self._runtime_built(subject, key)
             name = subject.runtime.family + "-" + subject.algorithm
             if isinstance(built, Program):
                 prepared = prepare_program(dataclasses.replace(built, name=name),

@@ -215,40 +215,42 @@ def switch_ports(topology: "Topology") -> tuple[tuple[float, float], ...]:
     unit = float(topology.unit_gbps)
     out = [0.0] * n
     into = [0.0] * n
+    blocks = []
     for start in range(0, n, per):
         block = topology.link_block(start, start + per)  # the node's links, [src, dst]
+        blocks.append(block)
         out[start:start + per] = block.sum(axis=1).astype(float).tolist()
         into[start:start + per] = block.sum(axis=0).astype(float).tolist()
     for group in topology.binding_groups:
         if len(group.sources) == 1:
             (a,) = group.sources
-            if _bounds_port(topology, a, group.destinations, per, outgoing=True):
+            if _bounds_port(topology, a, group.destinations, per, blocks[a // per],
+                            outgoing=True):
                 out[a] = min(out[a], float(group.limit))
         if len(group.destinations) == 1:
             (a,) = group.destinations
-            if _bounds_port(topology, a, group.sources, per, outgoing=False):
+            if _bounds_port(topology, a, group.sources, per, blocks[a // per],
+                            outgoing=False):
                 into[a] = min(into[a], float(group.limit))
     return tuple((out[a] * unit * efficiency, into[a] * unit * efficiency) for a in range(n))
 
 
-def _bounds_port(topology: "Topology", a: int, far: frozenset[int], per: int, *,
-                 outgoing: bool) -> bool:
+def _bounds_port(topology: "Topology", a: int, far: frozenset[int], per: int,
+                 block: np.ndarray, *, outgoing: bool) -> bool:
     """Whether a group with rank ``a`` alone on one side bounds ``a``'s whole NVLS port that
     way: every link it covers (``a -> far``, or ``far -> a``) is inside ``a``'s node, and it
     covers each of ``a``'s links there. A NIC's group (links to other nodes) or one over some
-    of the node's links only (a single link's cap) bounds those links, not the port."""
+    of the node's links only (a single link's cap) bounds those links, not the port.
+    ``block``: the links of ``a``'s node, ``[src, dst]`` (its links inside the node are read
+    there, not one by one: 7344 GPUs have 14688 such groups)."""
     home = a // per
-
-    def link(b: int) -> int:
-        return topology.bandwidth(a, b) if outgoing else topology.bandwidth(b, a)
-
-    covered = 0
+    start = home * per
     for b in far:
-        if link(b):
-            if b // per != home:  # (stops at a NIC group's first rank of another node)
-                return False
-            covered += 1
-    return covered == sum(1 for b in range(home * per, (home + 1) * per) if b != a and link(b))
+        if b // per != home and (topology.bandwidth(a, b) if outgoing
+                                 else topology.bandwidth(b, a)):
+            return False  # (stops at a NIC group's first rank of another node)
+    linked = np.flatnonzero(block[a - start] if outgoing else block[:, a - start])
+    return all(start + int(j) in far for j in linked if start + int(j) != a)
 
 
 def _check(topology: "Topology", channels: int, protocol: str, collective: str,
