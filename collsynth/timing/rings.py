@@ -202,10 +202,19 @@ def _greedy_rings(topology: "Topology", attempt: int, max_channels: int, budget:
 
 
 def _composed_rings(topology: "Topology", per_node: int, nodes: int, max_channels: int,
-                    budget: int) -> tuple[tuple[int, ...], ...]:
-    """Rings that cross every node once, the same local path in every node (see ring_channels)."""
+                    budget: int, *, alike: bool | None = None) -> tuple[tuple[int, ...], ...]:
+    """Rings that cross every node once, the same local path in every node (see ring_channels).
+
+    ``alike`` (default: whether :func:`~collsynth.topology.compose.compose_nodes` made the
+    topology): every node has the same links and groups inside it, so node 0's units left
+    inside it stand for every node's (each local path takes the same links in all of them, and
+    a path between nodes takes none inside one); the search then tracks node 0 alone inside the
+    nodes (7344 GPUs: 102 times fewer checks), and the links between nodes in full."""
     left = _Residual(topology, budget)
     p = per_node
+    if alike is None:
+        alike = getattr(topology.links, "composition", None) is not None
+    tracked = range(1) if alike else range(nodes)
 
     def local_path(path: list[int], seen: list[bool], exit_rank: int) -> bool:
         if not left.spend():
@@ -214,10 +223,10 @@ def _composed_rings(topology: "Topology", per_node: int, nodes: int, max_channel
         if len(path) == p:
             return u == exit_rank
         candidates = [v for v in range(p) if not seen[v] and (v != exit_rank or len(path) == p - 1)
-                      and all(left.usable(k * p + u, k * p + v) for k in range(nodes))]
+                      and all(left.usable(k * p + u, k * p + v) for k in tracked)]
         candidates.sort(key=lambda v: (-left.units(u, v), (v - u) % p))
         for v in candidates:
-            links = [(k * p + u, k * p + v) for k in range(nodes)]
+            links = [(k * p + u, k * p + v) for k in tracked]
             if not left.take(links):
                 continue
             seen[v] = True

@@ -210,3 +210,22 @@ def test_the_ring_search_on_a_composed_machine_reads_links_as_it_reaches_them(mo
         assert sorted(ring) == list(range(16))
         crossings = sum((a < 8) != (b < 8) for a, b in zip(ring, ring[1:] + ring[:1]))
         assert crossings == 2
+
+
+@pytest.mark.parametrize("node, count, options", [
+    ("GB200-NVL72", 3, {}), ("MI300X", 4, {}), ("dgx1", 2, {"nic_units": 1}),
+    ("DGX-A100", 8, {"fabric": "rail"}),
+    ("DGX-A100", 8, {"fabric": "leaf-spine", "nodes_per_leaf": 2}),
+    ("DGX-H100", 6, {"oversubscription": 2})])
+def test_composed_rings_track_one_node_inside_as_all_of_them(node, count, options):
+    # compose_nodes makes every node alike, so the search may track node 0's links inside a
+    # node for all of them; the full search over every node (alike=False) is the other
+    # formulation, and both find the same rings
+    from collsynth.timing.rings import _composed_rings
+    from collsynth.topology import get_topology
+    from collsynth.topology.compose import compose_nodes
+
+    topology = compose_nodes(get_topology(node), count, **options)
+    per = topology.layout.ranks_per_node
+    every = _composed_rings(topology, per, count, 64, 200_000, alike=False)
+    assert every and _composed_rings(topology, per, count, 64, 200_000) == every
