@@ -11,6 +11,8 @@ import pytest
 
 from collsynth import cli
 from collsynth.errors import FileFormatError
+from collsynth.runtimes import get_runtime
+from collsynth.timing.calibration import RuntimeCalibration, save_calibration
 from collsynth.timing.logs import load_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,3 +86,30 @@ def test_both_layouts_for_msccl_tune_is_a_usage_error(tmp_path, capsys):
     code = cli.main(["export", str(algorithm), "--runtime", "rccl", "--inplace", "--outofplace",
                      "-o", str(tmp_path / "both.xml")])
     assert code == cli.EXIT_OK, capsys.readouterr().err
+
+
+# -- time --calibration: one runtime's constants on a machine that runs the other ---------------
+
+
+def _constants_of(runtime: str, path: Path) -> Path:
+    save_calibration(RuntimeCalibration(get_runtime(runtime).defaults), path)
+    return path
+
+
+@pytest.mark.parametrize("runtime, topology, runs", [("rccl", "DGX-A100", "nccl"),
+                                                     ("nccl", "mi300x", "rccl")])
+def test_time_refuses_constants_of_the_other_runtime(tmp_path, capsys, runtime, topology, runs):
+    """RCCL's constants (an MI300X's calibration) on a DGX priced RCCL's ring and tree there,
+    a runtime its GPUs cannot run, and NCCL's on an MI300X priced NCCL's, both without a word:
+    the calibration's runtime silently replaced the machine's."""
+    calibration = _constants_of(runtime, tmp_path / "other.json")
+    argv = ["time", "--collective", "allreduce", "--topology", topology, "--model", "program",
+            "--calibration", str(calibration), "--sizes", "1MB", "-q"]
+    line = one_error_line(capsys, cli.main(argv))
+    assert f"--calibration {calibration}: constants of {runtime}, but" in line
+    assert f"GPUs, which run {runs}" in line and f"--runtime {runtime}" in line
+    # asked for by name, the other runtime is still priced; the machine's own constants are too
+    assert cli.main([*argv, "--runtime", runtime]) == cli.EXIT_OK, capsys.readouterr().err
+    own = _constants_of(runs, tmp_path / "own.json")
+    argv[argv.index(str(calibration))] = str(own)
+    assert cli.main(argv) == cli.EXIT_OK, capsys.readouterr().err

@@ -324,6 +324,22 @@ def _constants(args: argparse.Namespace, calibration: "Calibration | None",
         "documented defaults"
 
 
+def _check_constants_machine(path: str, constants: "RuntimeConstants",
+                             where: "Topology") -> None:
+    """Refuse a runtime-constants calibration of one runtime family on a machine whose GPUs
+    run the other (RCCL's constants on a DGX): without ``--runtime`` the calibration's runtime
+    would be priced there, a runtime the machine cannot run, without a word."""
+    from collsynth.topology.machine import machine_facts
+
+    facts = machine_facts(where)
+    family = runtime_family(constants.runtime)
+    if facts.runtime is not None and family is not None and family != facts.runtime:
+        raise CollsynthError(f"--calibration {path}: constants of {constants.runtime}, but "
+                             f"{where.name} has {facts.arch} GPUs, which run {facts.runtime}: "
+                             "calibrate with logs of this machine (or give --runtime "
+                             f"{constants.runtime} to price that runtime here anyway)")
+
+
 def _machine_runtime(topology: "Topology | None") -> str:
     """The runtime the machine's GPUs run (rccl on AMD GPUs, its facts say), else nccl: what
     ``time`` prices without ``--runtime`` or a calibration, as ``calibrate`` assumes."""
@@ -497,6 +513,8 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
         raise CollsynthError(f"--collective {args.collective}: the files are {shapes[0][1]}")
     where = topology if topology is not None else model.where(subjects[0])
     check_gpus_per_thread(args.gpus_per_thread, where, "time")
+    if calibration is not None and args.runtime is None:
+        _check_constants_machine(args.calibration, constants, where)
     # A heartbeat on stderr every 5 s while pricing runs long (hundreds of ranks take minutes).
     doing = ["pricing"]
     ranks = where.num_ranks
