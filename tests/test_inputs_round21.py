@@ -113,3 +113,22 @@ def test_time_refuses_constants_of_the_other_runtime(tmp_path, capsys, runtime, 
     own = _constants_of(runs, tmp_path / "own.json")
     argv[argv.index(str(calibration))] = str(own)
     assert cli.main(argv) == cli.EXIT_OK, capsys.readouterr().err
+
+
+# -- plan --calibration: constants of another family than the runtime priced -------------------
+
+
+def test_plan_refuses_constants_of_another_family_before_planning(tmp_path, capsys):
+    """RCCL's constants priced msccl-executor's programs (NCCL's kernels) without a word, and
+    with a tuner in --runtime the mismatch was found only after the whole synthesis."""
+    calibration = _constants_of("rccl", tmp_path / "rccl.json")
+    trace = ROOT / "tests" / "fixtures" / "traces" / "dgx1-dp"
+    for runtime in ("msccl-executor", "msccl,nccl-tuner"):
+        out = tmp_path / "plan"
+        code = cli.main(["plan", str(trace), "--topology", "dgx1",
+                         "--calibration", str(calibration), "--runtime", runtime,
+                         "-o", str(out), "--no-cache", "-q"])
+        line = one_error_line(capsys, code, cli.EXIT_USAGE)
+        assert f"--calibration {calibration}: its constants are rccl's, but --runtime " \
+               f"{runtime.split(',')[0]} runs nccl's kernels" in line, line
+        assert not out.exists()

@@ -148,6 +148,20 @@ def _cache_folder(args: argparse.Namespace) -> "Path | None":
         return None
 
 
+def _check_constants_family(path: str, runtime: str, deployed: tuple[str, ...]) -> None:
+    """Refuse a runtime-constants calibration of another family than a runtime the plan is
+    priced for (RCCL's constants for msccl-executor, which runs NCCL's kernels), before any
+    planning: the tuner's check came after the synthesis, the XML runtime's came nowhere."""
+    from collsynth.runtimes import runtime_family
+
+    family = runtime_family(runtime)
+    for name in deployed:
+        if family is not None and runtime_family(name) not in (None, family):
+            raise UsageError.of("plan", f"--calibration {path}: its constants are {runtime}'s, "
+                                        f"but --runtime {name} runs {runtime_family(name)}'s "
+                                        "kernels; calibrate with logs of that runtime")
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """Handle ``collsynth plan``: return 0 when the plan was written (errors raise)."""
     from collsynth.plan import (
@@ -194,6 +208,8 @@ def run_plan(args: argparse.Namespace) -> int:
             loaded = load_calibration(args.calibration)   # its kind says which model it feeds
             if isinstance(loaded, RuntimeCalibration):
                 constants, version = loaded.constants, loaded.runtime_version
+                _check_constants_family(args.calibration, constants.runtime,
+                                        (xml_runtime, *tuners))
             else:
                 calibration = loaded
         if calibration is None:
