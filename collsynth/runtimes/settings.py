@@ -37,12 +37,45 @@ class RuntimeSettings:
     ll128_listed: bool = False
     text: tuple[str, ...] = ()
 
-    def allows(self, algorithm: str, protocol: str) -> bool:
-        """Whether these settings leave ``(algorithm, protocol)`` enabled."""
+    def allows(self, algorithm: str, protocol: str, *,
+               algorithms: frozenset[str] | None = None) -> bool:
+        """Whether these settings leave ``(algorithm, protocol)`` enabled; ``algorithms``: the
+        NCCL_ALGO list as a version applies it (:meth:`enabled_algorithms`), default as given."""
         if algorithm in ("nvls", "nvls_tree") and not self.nvls:
             return False
-        return (self.algorithms is None or algorithm in self.algorithms) and \
+        algorithms = self.algorithms if algorithms is None else algorithms
+        return (algorithms is None or algorithm in algorithms) and \
             (self.protocols is None or protocol in self.protocols)
+
+    def enabled_algorithms(self, version: tuple[int, int], collective: str, *, nodes: int,
+                           collnet: bool) -> frozenset[str] | None:
+        """NCCL_ALGO as NCCL ``version`` applies it to ``collective`` (``None``: unset), by
+        ``ncclTopoTuneModel`` in src/graph/tuning.cc:
+
+        * before 2.24, without CollNet support: a list that leaves none of ring, tree, NVLS
+          (one node, or with CollNet) and NVLS-tree (several nodes) enabled gets the ring and
+          the tree back ("ignoring NCCL_ALGO=COLLNET");
+        * before 2.19: the ring is never disabled for a collective other than allreduce.
+        """
+        algorithms = self.algorithms
+        if algorithms is None:
+            return None
+        if version < (2, 24) and not collnet:
+            live = algorithms & {"ring", "tree"}
+            if nodes == 1 and "nvls" in algorithms or nodes > 1 and "nvls_tree" in algorithms:
+                live = live | {"nvls"}
+            if not live:
+                algorithms = algorithms | {"ring", "tree"}
+        if version < (2, 19) and collective != "allreduce":
+            algorithms = algorithms | {"ring"}
+        return algorithms
+
+    @staticmethod
+    def ring_fallback(version: tuple[int, int]) -> bool:
+        """Whether NCCL ``version`` gives a collective the settings leave with nothing its ring
+        back, with every protocol (2.19-2.23: "at least set ring algo available"); from 2.24 the
+        call fails ("no algorithm/protocol available"), and before 2.19 the ring is kept."""
+        return (2, 19) <= version < (2, 24)
 
     @property
     def default(self) -> bool:
@@ -61,10 +94,15 @@ def _parse_list(name: str, value: str, names: dict[str, str]) -> tuple[frozenset
         raise ValueError(f"{name}={value}: per-collective lists ('allreduce:tree') are not "
                          "modelled; give one list for every collective")
     exclude = value.startswith("^")
-    tokens = [t.strip() for t in (value[1:] if exclude else value).split(",")]
+    # NCCL splits on commas with strtok (empty tokens skipped) and compares each token whole:
+    # ' Tree' is no name of its (ignored before 2.24, an error after), so it is refused here
+    tokens = [t for t in (value[1:] if exclude else value).split(",") if t]
     folded = {key.lower(): ours for key, ours in names.items()}
     chosen = set()
     for token in tokens:
+        if token != token.strip():
+            raise ValueError(f"{name}={value}: {token!r} has blanks around it, which the "
+                             "runtime does not strip (it would not match a name); remove them")
         if token.lower() not in folded:
             raise ValueError(f"{name}={value}: unknown name {token!r}; expected names from "
                              f"{', '.join(names)}")
@@ -90,7 +128,7 @@ def settings_from_text(items: Iterable[str]) -> RuntimeSettings:
     nvls, ll128_listed, seen, text = True, False, set(), []
     for item in items:
         name, sep, value = item.partition("=")
-        name, value = name.strip(), value.strip()
+        name = name.strip()  # (the value is kept whole: the runtime reads it as given)
         if not sep:
             raise ValueError(f"{item[:60]!r}: expected NAME=VALUE, like NCCL_PROTO=Simple")
         if name not in SETTING_NAMES:

@@ -159,13 +159,39 @@ def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
             runs = algorithm in offered
         if runs:
             found.append(RuntimeAlgorithm(runtime, algorithm, key, topology))
-    settings = runtime.settings
-    if settings.algorithms is not None:  # the job's NCCL_ALGO; NCCL keeps its ring if none left
-        kept = [a for a in found if a.algorithm == "p2p" or a.algorithm in settings.algorithms]
-        found = kept if any(a.algorithm != "p2p" for a in kept) or \
-            not any(a.algorithm != "p2p" for a in found) else \
-            [a for a in found if a.algorithm in ("p2p", "ring")]
+    if not runtime.settings.default:
+        found = _narrowed(runtime, key, topology, found)
     return tuple(found)
+
+
+def _narrowed(runtime: Runtime, collective: str, topology: "Topology",
+              found: list[RuntimeAlgorithm]) -> list[RuntimeAlgorithm]:
+    """``found`` under the job's settings (``runtime.settings``): what the runtime's tuning
+    still offers (:func:`collsynth.timing.tuning_model.enabled`, the one home of those rules,
+    by version); without a tuning on the machine, NCCL_ALGO's list as the version applies it,
+    the ring kept where that version gives it back. Send/recv is not NCCL_ALGO's."""
+    from collsynth.runtimes.protocols import PROTOCOLS
+    from collsynth.timing.tuning_model import (COLLECTIVES, DEFAULT_VERSION, RCCL_DEFAULT_VERSION,
+                                               SETUP_FAILURES, offered_protocols, tuning_setup)
+
+    if collective not in COLLECTIVES:
+        return found
+    settings = runtime.settings
+    try:
+        setup = tuning_setup(topology, runtime=runtime.family, version=runtime.version,
+                             settings=settings)
+        keep = {a.algorithm for a in found if offered_protocols(setup, collective, a.algorithm)}
+    except SETUP_FAILURES:  # no tuning: the lists alone
+        version = runtime.version or (RCCL_DEFAULT_VERSION if runtime.family == "rccl"
+                                      else DEFAULT_VERSION)
+        layout = topology.layout
+        allowed = settings.enabled_algorithms(
+            version, collective, nodes=layout.nodes if layout is not None else 1, collnet=False)
+        keep = {a.algorithm for a in found
+                if any(settings.allows(a.algorithm, p, algorithms=allowed) for p in PROTOCOLS)}
+        if not keep and settings.ring_fallback(version):
+            keep = {"ring"}
+    return [a for a in found if a.algorithm == "p2p" or a.algorithm in keep]
 
 
 def pinned_protocols(subject: RuntimeAlgorithm, model: "PricingModel"

@@ -343,8 +343,9 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
     settings:
         The measured job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE
         (:func:`~collsynth.runtimes.settings.settings_from_text`): the runtime's own choices
-        are narrowed by them; on a ring without a tuning, an NCCL_PROTO of one protocol is the
-        protocol of every size.
+        are narrowed by them; on a ring without a tuning, the curve's protocol switch
+        (:func:`protocol_split`) is from the first to the last of the protocols NCCL_PROTO
+        allows, in NCCL's order (one allowed: every size's).
 
     Raises
     ------
@@ -361,9 +362,12 @@ def fit_runtime(measurements: Sequence[tuple[int, float]], topology: "Topology",
                                     time_limit_s=time_limit_s, settings=settings)
         if choice is not None:
             return choice
-    only = sorted(settings.protocols) if settings.protocols is not None else []
+    # the split's two protocols: the runtime's least-latency and its bulk one, among those the
+    # job allows (NCCL_PROTO=^LL splits LL128 -> Simple; one protocol allowed: no split)
+    allowed = [p for p in PROTOCOLS if settings.protocols is None or p in settings.protocols]
+    ends = ("LL", "Simple") if settings.protocols is None else (allowed[0], allowed[-1])
     used = list(protocols) if protocols is not None else \
-        [only[0]] * len(rows) if len(only) == 1 else protocol_split(times, sizes=sizes)
+        protocol_split(times, ends, sizes=sizes)
     if len(used) != len(rows):
         raise InvalidInstanceError(f"{len(used)} protocols for {len(rows)} sizes")
     base = constants if constants is not None else get_runtime(runtime).defaults

@@ -386,18 +386,29 @@ def enabled(setup: TuningSetup, collective: str, algorithm: str, protocol: str) 
     """
     collective = _collective(collective)
     _check_pair(algorithm, protocol)
+    if setup.settings.default:
+        return _machine_enabled(setup, collective, algorithm, protocol)
+    if _user_enabled(setup, collective, algorithm, protocol):
+        return _machine_enabled(setup, collective, algorithm, protocol)
+    # 2.19-2.23: a collective left with nothing gets the ring's own bandwidths back, every
+    # protocol (ringbdw, saved before NCCL_PROTO and the LL128 rule were applied)
+    return algorithm == "ring" and setup.settings.ring_fallback(setup.version) \
+        and protocol in _EXISTS[collective].get("ring", ()) and _nothing_left(setup, collective)
+
+
+def _user_enabled(setup: TuningSetup, collective: str, algorithm: str, protocol: str) -> bool:
+    """Whether the job's settings leave the pair enabled, as the setup's version applies them
+    (:meth:`~collsynth.runtimes.settings.RuntimeSettings.enabled_algorithms`)."""
     settings = setup.settings
-    if not settings.default and not settings.allows(algorithm, protocol) \
-            and not (algorithm == "ring" and _nothing_left(setup, collective)):
-        return False
-    return _machine_enabled(setup, collective, algorithm, protocol)
+    return settings.allows(algorithm, protocol, algorithms=settings.enabled_algorithms(
+        setup.version, collective, nodes=setup.nodes, collnet=setup.collnet is not None))
 
 
 def _nothing_left(setup: TuningSetup, collective: str) -> bool:
-    """Whether the job's settings leave ``collective`` no pair the machine offers: NCCL then
-    runs its ring with every protocol (``ncclTopoTuneModel``: "at least set ring algo
-    available"; a sketch of it that does not test each pair's bandwidth)."""
-    return not any(setup.settings.allows(a, p) and _machine_enabled(setup, collective, a, p)
+    """Whether the job's settings leave ``collective`` no pair the machine offers (a sketch of
+    NCCL's test that does not look at each pair's bandwidth)."""
+    return not any(_user_enabled(setup, collective, a, p)
+                   and _machine_enabled(setup, collective, a, p)
                    for a in ALGORITHMS for p in PROTOCOLS)
 
 

@@ -42,6 +42,10 @@ def test_a_caret_enables_all_but_its_names():
     assert not s.ll128_listed  # ^LL128 names it to turn it off, not on
 
 
+def test_empty_entries_are_skipped_as_strtok_skips_them():
+    assert settings_from_text(["NCCL_ALGO=Ring,,Tree,"]).algorithms == {"ring", "tree"}
+
+
 def test_naming_ll128_is_recorded_as_forcing_it():
     assert settings_from_text(["NCCL_PROTO=LL128,Simple"]).ll128_listed
     assert not settings_from_text(["NCCL_PROTO=Simple"]).ll128_listed
@@ -64,6 +68,8 @@ def test_nvls_enable_zero_turns_both_nvls_algorithms_off():
     (["NCCL_MIN_NCHANNELS=4"], "not a setting collsynth models"),
     (["NCCL_ALGO="], "expected a value"),
     (["NCCL_ALGO=" + "Ring," * 100], "expected a value of 1 to"),
+    (["NCCL_ALGO=Ring, Tree"], "blanks around it"),
+    (["NCCL_PROTO= Simple"], "blanks around it"),
 ])
 def test_refusals_name_the_cause(items, why):
     with pytest.raises(ValueError, match=why):
@@ -99,19 +105,59 @@ def test_nvls_off_leaves_the_ring_and_tree():
     assert choose(H100_NVLS, "allreduce", 1 << 30).algorithm == "nvls"
 
 
-def test_a_function_left_with_nothing_gets_the_ring_with_every_protocol():
-    # NCCL_ALGO=Tree: allgather has no tree, so NCCL sets its ring back, all three protocols
-    setup = _under(H100, "NCCL_ALGO=Tree")
+def test_a_function_left_with_nothing_gets_the_ring_back_from_2_19_to_2_23():
+    # NCCL_ALGO=Tree: allgather has no tree. v2.21.5-1 tuning.cc 322-332: "at least set ring
+    # algo available", its own bandwidths (ringbdw), all three protocols
+    setup = _under(dataclasses.replace(H100, version=(2, 21)), "NCCL_ALGO=Tree")
     assert offered_protocols(setup, "allgather", "ring") == ("LL", "LL128", "Simple")
     assert offered_protocols(setup, "allreduce", "ring") == ()
     assert offered_protocols(setup, "allreduce", "tree") != ()
 
 
+def test_from_2_24_a_function_left_with_nothing_has_nothing():
+    # v2.24.3-1: the fallback is gone; enqueue.cc 1656 fails the call ("no algorithm/protocol
+    # available ... NCCL_ALGO was set to")
+    from collsynth.errors import InvalidInstanceError
+
+    for version in ((2, 24), (2, 30)):
+        setup = _under(dataclasses.replace(H100, version=version), "NCCL_ALGO=Tree")
+        assert offered_protocols(setup, "allgather", "ring") == ()
+        with pytest.raises(InvalidInstanceError, match="no algorithm available"):
+            choose(setup, "allgather", 1 << 20)
+
+
+def test_before_2_19_the_ring_of_other_collectives_stays():
+    # v2.18.5-1 tuning.cc: "Never disable ring for non-allreduce operations" (NCCL_PROTO still
+    # applies to it)
+    setup = _under(dataclasses.replace(H100, version=(2, 18)), "NCCL_ALGO=Tree",
+                   "NCCL_PROTO=Simple")
+    assert offered_protocols(setup, "allgather", "ring") == ("Simple",)
+    assert offered_protocols(setup, "allreduce", "ring") == ()
+
+
 def test_the_ring_comes_back_with_every_protocol_even_against_the_protocol_list():
-    # NCCL_ALGO=Tree NCCL_PROTO=LL128 for allgather: nothing left; the ring comes back with
-    # its own bandwidths (ringbdw), every protocol
-    setup = _under(H100, "NCCL_ALGO=Tree", "NCCL_PROTO=LL128")
+    # NCCL_ALGO=Tree NCCL_PROTO=LL128 for allgather at 2.21: nothing left; the ring comes back
+    # with its own bandwidths (saved before NCCL_PROTO was applied), every protocol
+    setup = _under(dataclasses.replace(H100, version=(2, 21)), "NCCL_ALGO=Tree",
+                   "NCCL_PROTO=LL128")
     assert offered_protocols(setup, "allgather", "ring") == ("LL", "LL128", "Simple")
+
+
+def test_the_ring_comes_back_with_ll128_where_the_auto_rule_turns_it_off():
+    # ringbdw is saved before the LL128 rule (v2.21.5-1 tuning.cc 223 against 296-334)
+    setup = _under(nccl(ll128=False, version=(2, 21)), "NCCL_ALGO=Tree")
+    assert offered_protocols(setup, "allgather", "ring") == ("LL", "LL128", "Simple")
+
+
+def test_a_collnet_only_list_without_collnet_gets_the_ring_and_tree_back_before_2_24():
+    # v2.21.5-1 tuning.cc 286-296: no CollNet support and ring, tree, NVLS, NVLS-tree all off:
+    # "ignoring NCCL_ALGO=COLLNET", ring and tree on again, NCCL_PROTO still applied
+    setup = _under(dataclasses.replace(H100, version=(2, 21)), "NCCL_ALGO=CollNetDirect",
+                   "NCCL_PROTO=Simple")
+    assert offered_protocols(setup, "allreduce", "ring") == ("Simple",)
+    assert offered_protocols(setup, "allreduce", "tree") == ("Simple",)
+    newer = _under(H100, "NCCL_ALGO=CollNetDirect", "NCCL_PROTO=Simple")  # 2.30: not so
+    assert offered_protocols(newer, "allreduce", "ring") == ()
 
 
 def test_naming_ll128_forces_it_where_the_auto_rule_turns_it_off():
@@ -137,7 +183,13 @@ def test_runtime_algorithms_follow_the_settings():
     assert _names(off, "allreduce", h100) == ["ring", "tree"]
     tree = nccl_rt.with_settings(settings_from_text(["NCCL_ALGO=Tree"]))
     assert _names(tree, "allreduce", h100) == ["tree"]
-    assert _names(tree, "allgather", h100) == ["ring"]  # nothing left: the ring
+    assert _names(tree, "allgather", h100) == []  # nothing left: from 2.24 the call fails
+    assert _names(tree.at_version((2, 21)), "allgather", h100) == ["ring"]  # the ring back
+    # a machine without a tuning: the lists alone, by the same version rules
+    bare = get_topology("ring:4,unit_gbps=25")
+    assert _names(tree, "allgather", bare) == []
+    assert _names(tree.at_version((2, 21)), "allgather", bare) == ["ring"]
+    assert _names(tree.at_version((2, 18)), "allgather", bare) == ["ring"]
 
 
 def test_with_settings_narrows_the_runtime_protocols():
@@ -289,3 +341,26 @@ def test_tune_runtime_writes_no_rule_the_job_disables(tmp_path, capsys):
     narrowed = [r.split(",") for r in _rules(tmp_path, capsys, "NCCL_PROTO=Simple",
                                              "NCCL_NVLS_ENABLE=0")]
     assert narrowed and all(f[4] == "simple" and f[3] in ("ring", "tree") for f in narrowed)
+
+
+def test_a_ring_fit_splits_between_the_protocols_the_job_allows(tmp_path, capsys):
+    # The curve drops by 23% at 256 KiB (40 -> 31 us): protocol_split's switch. Unnarrowed it
+    # is LL -> Simple; NCCL_PROTO=^LL allows LL128 and Simple, so LL128 -> Simple; LL,LL128
+    # allows no Simple, so LL -> LL128 (round 14 found the split ignoring both)
+    import json
+
+    curve = tmp_path / "drop.csv"
+    curve.write_text("size_bytes,time_us\n1024,18\n4096,19\n16384,20\n65536,40\n262144,31\n"
+                     "1048576,61\n")
+
+    def fitted(*env):
+        more = [x for e in env for x in ("--env", e)]
+        code = cli.main(["calibrate", "--model", "program", "--topology", "ring:4,unit_gbps=25",
+                         "--collective", "allgather", "-o", str(tmp_path / "c.json"), "-q",
+                         "--json", *more, str(curve)])
+        assert code in (cli.EXIT_OK, cli.EXIT_ERROR), capsys.readouterr().err
+        return [r["protocol"] for r in json.loads(capsys.readouterr().out)["rows"]]
+
+    assert fitted() == ["LL"] * 4 + ["Simple"] * 2
+    assert fitted("NCCL_PROTO=^LL") == ["LL128"] * 4 + ["Simple"] * 2
+    assert fitted("NCCL_PROTO=LL,LL128") == ["LL"] * 4 + ["LL128"] * 2
