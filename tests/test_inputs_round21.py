@@ -132,3 +132,20 @@ def test_plan_refuses_constants_of_another_family_before_planning(tmp_path, caps
         assert f"--calibration {calibration}: its constants are rccl's, but --runtime " \
                f"{runtime.split(',')[0]} runs nccl's kernels" in line, line
         assert not out.exists()
+
+
+# -- calibrate: one log given twice ---------------------------------------------------------------
+
+
+def test_calibrate_one_log_given_twice_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    """``calibrate log ./log`` fitted the log twice and wrote a calibration of two entries of
+    the one measurement ('2 logs'), as ``time ag.json ag.json`` priced one file twice (round
+    17)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "log.txt").write_text(OLD_LOG.read_text())
+    out = tmp_path / "c.json"
+    code = cli.main(["calibrate", "--topology", "dgx1", "log.txt",
+                     f".{'/'}log.txt", "-o", str(out), "-q"])
+    line = one_error_line(capsys, code, cli.EXIT_USAGE)
+    assert "log.txt and ./log.txt name one file; give each file once" in line, line
+    assert not out.exists()

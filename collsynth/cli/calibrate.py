@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from collsynth._parse import clean_name
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, EXIT_TIMEOUT, PROGRESS_INTERVAL_S,
                                   UsageError, add_figure_arguments, add_settings_argument,
-                                  channel_count, check_gpus_per_thread, gpus_per_thread,
+                                  channel_count, check_gpus_per_thread, each_file_once,
+                                  gpus_per_thread,
                                   node_count, out, path_argument, positive_int, progress_line,
                                   runtime_settings, seconds, table)
 from collsynth.timing.calibration import (
@@ -154,6 +155,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from collsynth._files import check_input_file
     from collsynth._output import check_output_file, write_bytes_atomic
 
+    each_file_once(args.logs, "calibrate")  # one log read twice is two entries of one fit
     if args.model == "program":
         return _calibrate_program(args)
     if args.strict or args.time_limit is not None or args.env:

@@ -29,7 +29,7 @@ __all__ = ["positive_int", "path_argument", "gpus_per_thread", "runtime_setting"
            "positive_number", "parse_size", "comma_entries", "memory_limit", "check_unsplit",
            "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
-           "node_count",
+           "node_count", "each_file_once",
            "MAX_SIZE_BYTES", "DECIMAL_UNITS", "BINARY_UNITS", "format_size", "table", "out", "err",
            "one_line", "problem_parser", "problem_from_args", "Parser", "UsageError",
            "Interrupted", "DetailedError", "PROG", "EXIT_CODES"]
@@ -616,3 +616,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, left: Sequen
 
     ruler = ["-+-".join("-" * w for w in widths)] if rule else []
     return [line(headers)] + ruler + [line(r) for r in rows]
+
+
+def each_file_once(paths: Sequence[str], command: str) -> None:
+    """Refuse, as a usage error naming both, two paths of one file (``ag.json ./ag.json``, a
+    link and its target): it would be read twice (priced twice by ``time``, fitted twice into
+    two entries by ``calibrate``), as ``--collectives allreduce,all_reduce`` would be tuned
+    twice."""
+    from collsynth.errors import shown_path
+
+    seen: dict[str, str] = {}
+    for path in paths:
+        key = os.path.realpath(path)
+        if key in seen:
+            given = f"{shown_path(path)} is given twice" if seen[key] == path else \
+                f"{shown_path(seen[key])} and {shown_path(path)} name one file"
+            raise UsageError.of(command, f"{given}; give each file once")
+        seen[key] = path

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
                                   add_figure_arguments, add_settings_argument,
-                                  check_gpus_per_thread, err, format_size, gpus_per_thread, out,
+                                  check_gpus_per_thread, each_file_once, err, format_size,
+                                  gpus_per_thread, out,
                                   parse_size_range, parse_sizes, node_count, path_argument,
                                   positive_int, progress_line, runtime_settings, table)
 from collsynth.errors import CollsynthError, FileFormatError, shown_path
@@ -727,20 +728,6 @@ def _unless_nothing(nothing: bool, errors: list[tuple[str, str]], status: int) -
     return status
 
 
-def _each_file_once(paths: Sequence[str], command: str) -> None:
-    """Refuse, as a usage error naming both, two paths of one file (``ag.json ./ag.json``, a
-    link and its target): it would be priced twice, as ``--collectives allreduce,all_reduce``
-    would be tuned twice."""
-    seen: dict[str, str] = {}
-    for path in paths:
-        key = os.path.realpath(path)
-        if key in seen:
-            given = f"{shown_path(path)} is given twice" if seen[key] == path else \
-                f"{shown_path(seen[key])} and {shown_path(path)} name one file"
-            raise UsageError.of(command, f"{given}; give each file once")
-        seen[key] = path
-
-
 def run_time(args: argparse.Namespace) -> int:
     """Run ``collsynth time``; return 0 (errors raise :class:`CollsynthError` or ``OSError``;
     a program that cannot be lowered or priced is an error row, not an error)."""
@@ -760,7 +747,7 @@ def run_time(args: argparse.Namespace) -> int:
         except CollsynthError as exc:
             raise UsageError.of("time", str(exc)) from None
     args.env = runtime_settings(args.env, "time")
-    _each_file_once(args.files, "time")
+    each_file_once(args.files, "time")
     for path in args.files:  # every input a regular file, before the first is priced
         check_input_file(path)
     calibration = _calibration(args.calibration)
@@ -782,7 +769,7 @@ def run_plot(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.suffix.lower() not in (".png", ".svg"):
         raise UsageError.of("plot", f"-o {shown_path(args.output)}: expected a .png or .svg file")
-    _each_file_once(args.files, "plot")
+    each_file_once(args.files, "plot")
     check_output_file(output, label=f"-o {shown_path(args.output)}")  # before any work
     # plot has neither --topology nor --model: what the closed form cannot take is said here
     # with the command that takes it
