@@ -589,7 +589,13 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     # why each of the runtime's algorithms has no row: the reason an empty table ends with
     unpriced = list(baselines.errors.items())
     notes += [f"{name}: {why}: no row" for name, why in unpriced]
-    if not ours:
+    if not ours and not args.env.default and \
+            runtime_algorithms(get_runtime(runtime.name).at_version(runtime.version),
+                               collective, where):
+        notes.append(f"{args.env.describe()} leaves {runtime.family} no algorithm for "
+                     f"{collective}: no runtime row (from 2.24 it fails such a call; "
+                     "docs/runtime-tuning.md, \"Settings\")")
+    elif not ours:
         notes.append(f"{runtime.family} runs {collective} outside its own algorithms (ring, "
                      "tree, NVLS, PAT): no runtime row")
     corrected: dict[str, dict[str, None]] = {}

@@ -128,7 +128,7 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     """Run ``collsynth tune-runtime``; return 0 (errors raise)."""
     from collsynth._output import check_output_file
     from collsynth.errors import InvalidTopologyError, UnknownNameError
-    from collsynth.export.tuner.config import format_rule, write_tuner_config
+    from collsynth.export.tuner.config import COLLECTIVES, format_rule, write_tuner_config
     from collsynth.export.tuner.machine import (ProgramModelPrice, config_collective,
                                                 tune_machine)
     from collsynth.resolve import resolve_topology
@@ -223,10 +223,15 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
             "choice" + (": the file holds no rule" if args.runtime == "rccl" else ""))
     if args.runtime == "nccl":
         others = [c.collective for c in tuned.collectives if not c.requested]
+        skipped = [c for c in COLLECTIVES if c not in {t.collective for t in tuned.collectives}]
         out(f"note: NCCL's example plugin runs any call that no row matches on ONE channel, so "
             f"the file pins NCCL's own choice (as predicted) everywhere else, for "
-            f"{', '.join(others) + ' too' if others else 'every collective'}; rows match "
-            f"nNodes={setup.nodes} nRanks={setup.ranks} only: a communicator of another size "
+            f"{', '.join(others) + ' too' if others else 'every collective it covers'}; rows "
+            f"match nNodes={setup.nodes} nRanks={setup.ranks} only: a communicator of another size "
             "(a process subgroup) gets one channel")
+        if skipped:
+            out(f"note: no row for {', '.join(skipped)}: {settings.describe()} leaves "
+                f"{'it' if len(skipped) == 1 else 'them'} no algorithm, and NCCL fails such "
+                "calls")
     out(f"wrote {shown_path(args.output)} ({len(tuned.rules)} rule(s))")
     return EXIT_OK

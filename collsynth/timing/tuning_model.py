@@ -812,8 +812,12 @@ def choose(setup: TuningSetup, collective: str, size_bytes: int, *,
         raise InvalidInstanceError(f"size_bytes = {size_bytes!r}: expected a whole number >= 0")
     found = estimates(setup, collective, size_bytes, num_pipe_ops=num_pipe_ops)
     if not found:
+        under = "" if setup.settings.default else (
+            f" under {setup.settings.describe()}: {setup.runtime} "
+            f"{setup.version[0]}.{setup.version[1]} fails such a call (\"no algorithm/protocol "
+            "available\"; docs/runtime-tuning.md, \"Settings\")")
         raise InvalidInstanceError(f"no algorithm available for {collective} on {setup.ranks} "
-                                   "ranks")
+                                   f"ranks{under}")
     best = fastest(found)
     algorithm, protocol, rule = best.algorithm, best.protocol, None
     if setup.runtime == "rccl":

@@ -364,3 +364,31 @@ def test_a_ring_fit_splits_between_the_protocols_the_job_allows(tmp_path, capsys
     assert fitted() == ["LL"] * 4 + ["Simple"] * 2
     assert fitted("NCCL_PROTO=^LL") == ["LL128"] * 4 + ["Simple"] * 2
     assert fitted("NCCL_PROTO=LL,LL128") == ["LL"] * 4 + ["LL128"] * 2
+
+
+def test_tune_runtime_writes_no_row_for_a_collective_the_job_leaves_nothing(tmp_path, capsys):
+    # NCCL_ALGO=Tree at 2.30: allreduce runs its tree; broadcast, reduce, allgather and
+    # reduce-scatter have no tree and, from 2.24, no ring back: NCCL fails those calls, so no
+    # row is written for them; asked for, allgather is an error that says why
+    out = tmp_path / "t.conf"
+    code = cli.main(["tune-runtime", "--topology", "DGX-H100", "--runtime", "nccl",
+                     "--collectives", "allreduce", "--sizes", "1KB:1MB", "-o", str(out), "-q",
+                     "--env", "NCCL_ALGO=Tree"])
+    assert code == cli.EXIT_OK, capsys.readouterr().err
+    rows = [r for r in out.read_text().splitlines() if r and not r.startswith("#")]
+    assert rows and {r.split(",")[0] for r in rows} == {"allreduce"}
+    assert "no row for broadcast, reduce, allgather, reducescatter" in capsys.readouterr().out
+    code = cli.main(["tune-runtime", "--topology", "DGX-H100", "--runtime", "nccl",
+                     "--collectives", "allgather", "--sizes", "1KB:1MB", "-o", str(out), "-q",
+                     "--env", "NCCL_ALGO=Tree"])
+    assert code == cli.EXIT_ERROR
+    assert "fails such a call" in capsys.readouterr().err
+
+
+def test_time_says_when_the_settings_leave_a_collective_nothing(capsys):
+    code = cli.main(["time", "--collective", "allgather", "--topology", "DGX-H100", "--sizes",
+                     "1MB", "-q", "--env", "NCCL_ALGO=Tree"])
+    out = capsys.readouterr().out
+    assert code == cli.EXIT_ERROR  # nothing priced
+    assert "NCCL_ALGO=Tree leaves nccl no algorithm for allgather" in out
+    assert "outside its own algorithms" not in out

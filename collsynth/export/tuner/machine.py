@@ -320,6 +320,9 @@ def tune_machine(setup: "TuningSetup", collectives: Sequence[str], sizes: Sequen
         model = _MODEL_COLLECTIVE[collective]
 
         requested = collective in wanted
+        if not requested and not any(tm.offered_protocols(setup, model, a)
+                                     for a in tm.ALGORITHMS):
+            continue  # the job's settings leave it nothing: the runtime fails such calls
         # A collective covered only for NCCL's one-channel rule pins NCCL's own choice, which
         # no price changes: its ranges follow the runtime's own estimate.
         by = price if requested else runtime_estimate
