@@ -115,8 +115,9 @@ _SAME_BYTES = frozenset({"allreduce", "broadcast", "reduce", "allgather", "reduc
 
 def _check_agreement(run: TracedRun) -> None:
     """Refuse a trace whose ranks disagree on a collective they issued together: its n-th call
-    on a group must be the same kind (and root, and bytes where every rank passes the same) on
-    every traced rank of the group, as the runtimes require, and each traced rank of the group
+    on a group must be the same kind (and root, reduction op, dtype, and bytes where every rank
+    passes the same) on every traced rank of the group, which lists the group's ranks in the
+    same order, as the runtimes require, and each traced rank of the group
     issues as many calls on it; a plan from one rank's view would deploy another collective
     than the others ran.
 
@@ -134,7 +135,9 @@ def _check_agreement(run: TracedRun) -> None:
         on_group: dict[tuple[int, ...], list[TracedCall]] = {}
         for call in run.calls[rank]:
             if call.peer is None and len(call.group) > 1:
-                on_group.setdefault(call.group, []).append(call)
+                # by its members: a rank listing the group in another order is told as such,
+                # not matched against another call of its own
+                on_group.setdefault(tuple(sorted(call.group)), []).append(call)
         for group, mine in on_group.items():
             counts.setdefault(group, {})[rank] = len(mine)
         for group, mine in on_group.items():
@@ -142,11 +145,13 @@ def _check_agreement(run: TracedRun) -> None:
             if seen[0] == rank:
                 continue
             for theirs, ours in zip(seen[1], mine):
-                fields = [("kind", theirs.kind, ours.kind)]
+                fields = [("group", list(theirs.group), list(ours.group)),
+                          ("kind", theirs.kind, ours.kind)]
                 if ours.kind == theirs.kind and ours.kind in _SAME_BYTES:
                     fields.append(("bytes", theirs.size_bytes, ours.size_bytes))
                 if ours.kind == theirs.kind:
-                    fields.append(("root", theirs.root, ours.root))
+                    fields += [("root", theirs.root, ours.root), ("op", theirs.op, ours.op),
+                               ("dtype", theirs.dtype, ours.dtype)]
                 for name, a, b in fields:
                     if a != b:
                         raise FileFormatError(

@@ -187,7 +187,8 @@ class RankTrace:
 class Trace:
     """Every rank file of a trace directory, in rank order.
 
-    The files agree on ``world_size`` and ``byte_convention`` (checked when read). Ranks whose
+    The files agree on ``world_size``, ``byte_convention``, ``backend`` and ``ranks_per_node``
+    (checked when read). Ranks whose
     file is missing are listed by :attr:`missing_ranks`.
     """
 
@@ -253,7 +254,8 @@ def read_trace(directory: str | os.PathLike[str], *,
     FileFormatError
         No such directory, no rank file in it, a rank file that is not a regular file, a
         file that breaks the format (names the file, the line and the field), or files that
-        disagree (world size, byte convention, a header rank that is not the file name's), or
+        disagree (world size, byte convention, backend, ranks per node, a header rank that is
+        not the file name's), or
         two files of one rank (rank-00003.jsonl and rank-000003.jsonl).
     InputTooLargeError
         More than ``max_total_bytes`` of rank files, or a line longer than
@@ -308,7 +310,7 @@ def read_trace(directory: str | os.PathLike[str], *,
         if entry.rank != expected:
             raise FileFormatError(entry.path, f"line 1: field 'rank': the header says rank "
                                               f"{entry.rank}, the file name rank {expected}")
-        for key in ("world_size", "byte_convention"):
+        for key in ("world_size", "byte_convention", "backend", "ranks_per_node"):
             mine, theirs = getattr(entry.header, key), getattr(first.header, key)
             if mine != theirs:
                 raise FileFormatError(entry.path, f"line 1: field {key!r}: {mine!r}, but "

@@ -1,0 +1,99 @@
+"""Hostile input, round 22: what this round's hunt found.
+
+Each case failed on the code before its fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collsynth import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_error_line(capsys, code: int, expected: int = cli.EXIT_ERROR) -> str:
+    """The one error line of a refused command, nothing on stdout."""
+    captured = capsys.readouterr()
+    assert code == expected, captured.err
+    [line] = captured.err.splitlines()
+    assert captured.out == ""
+    return line
+
+
+# -- plan: rank files that disagree on a call's op, dtype, group order, or the header --------
+
+
+def _trace(folder: Path, per_call=lambda rank, seq: {}, per_header=lambda rank: {}) -> Path:
+    """A 4-rank trace of an allreduce then an allgather on the whole group; ``per_call`` and
+    ``per_header`` give a rank's changes to a call and to its header."""
+    header = {"type": "header", "format": "collsynth-trace", "version": 1, "world_size": 4,
+              "backend": "nccl", "byte_convention": "nccl-tests", "hostname": "n", "pid": 1,
+              "torch_version": "2.13.0", "started_unix": 0.0, "record_durations": False,
+              "cross_node_only": False, "ranks_per_node": None}
+    calls = [("allreduce", "all_reduce", "sum"), ("allgather", "all_gather_into_tensor", None)]
+    folder.mkdir()
+    for rank in range(4):
+        lines = [dict(header, rank=rank, **per_header(rank))]
+        for seq, (kind, function, op) in enumerate(calls):
+            lines.append(dict(
+                {"type": "call", "seq": seq, "kind": kind, "function": function,
+                 "bytes": 65536, "dtype": "float32", "op": op, "group": [0, 1, 2, 3],
+                 "group_size": 4, "root": None, "peer": None, "async_op": False, "site": None,
+                 "duration_us": None, "cross_node": None, "batch": None, "error": None,
+                 "raw": {"element_size": 4}}, **per_call(rank, seq)))
+        (folder / f"rank-{rank:05d}.jsonl").write_text(
+            "".join(json.dumps(line) + "\n" for line in lines))
+    return folder
+
+
+def _plan(trace: Path, tmp_path: Path) -> int:
+    return cli.main(["plan", str(trace), "--topology", "dgx1", "-o", str(tmp_path / "plan"),
+                     "-q", "--no-cache"])
+
+
+@pytest.mark.parametrize("per_call, message", [
+    # an allreduce summed on three ranks and maxed on one: the plan deployed a sum
+    (lambda r, s: {"op": "max"} if (r, s) == (1, 0) else {},
+     "rank-00001.jsonl: call seq 0 on group [0, 1, 2, 3]: field 'op' is 'max', but rank 0's "
+     "matching call (seq 0, rank-00000.jsonl) has 'sum'"),
+    # the same 64 KiB as bfloat16 on one rank: another element count, another reduction
+    (lambda r, s: {"dtype": "bfloat16", "raw": {"element_size": 2}} if (r, s) == (2, 1) else {},
+     "rank-00002.jsonl: call seq 1 on group [0, 1, 2, 3]: field 'dtype' is 'bfloat16', but "
+     "rank 0's matching call (seq 1, rank-00000.jsonl) has 'float32'"),
+    # one rank lists the group the other way round: the error blamed seq 1's 'kind' (the
+    # allgather matched against the others' allreduce)
+    (lambda r, s: {"group": [3, 2, 1, 0]} if (r, s) == (1, 0) else {},
+     "rank-00001.jsonl: call seq 0 on group [0, 1, 2, 3]: field 'group' is [3, 2, 1, 0], but "
+     "rank 0's matching call (seq 0, rank-00000.jsonl) has [0, 1, 2, 3]"),
+])
+def test_plan_refuses_ranks_that_disagree_on_a_calls_field(tmp_path, capsys, per_call, message):
+    trace = _trace(tmp_path / "trace", per_call=per_call)
+    line = one_error_line(capsys, _plan(trace, tmp_path))
+    assert message in line, line
+    assert not (tmp_path / "plan").exists()
+
+
+@pytest.mark.parametrize("per_header, message", [
+    (lambda r: {"backend": "gloo"} if r == 3 else {},
+     "rank-00003.jsonl: line 1: field 'backend': 'gloo', but {trace}/rank-00000.jsonl has "
+     "'nccl'"),
+    (lambda r: {"ranks_per_node": 2 if r == 1 else 4},
+     "rank-00001.jsonl: line 1: field 'ranks_per_node': 2, but {trace}/rank-00000.jsonl has 4"),
+])
+def test_plan_refuses_rank_files_whose_headers_disagree(tmp_path, capsys, per_header, message):
+    """Files of two runs (another backend, nodes of another size) were planned as one."""
+    trace = _trace(tmp_path / "trace", per_header=per_header)
+    line = one_error_line(capsys, _plan(trace, tmp_path))
+    assert message.format(trace=trace) in line, line
+    assert not (tmp_path / "plan").exists()
+
+
+def test_plan_reads_a_trace_whose_ranks_agree(tmp_path):
+    from collsynth.plan.calls import load_calls
+
+    run = load_calls(_trace(tmp_path / "trace", per_header=lambda r: {"ranks_per_node": 4}))
+    assert [[c.op for c in run.calls[r]] for r in run.ranks] == [["sum", None]] * 4
