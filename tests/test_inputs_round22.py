@@ -97,3 +97,24 @@ def test_plan_reads_a_trace_whose_ranks_agree(tmp_path):
 
     run = load_calls(_trace(tmp_path / "trace", per_header=lambda r: {"ranks_per_node": 4}))
     assert [[c.op for c in run.calls[r]] for r in run.ranks] == [["sum", None]] * 4
+
+
+# -- check --chunk-bytes: no upper bound ------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", str(2**50 + 1)])
+def test_check_chunk_bytes_beyond_a_pebibyte_is_a_usage_error(tmp_path, capsys, value):
+    """A 23-digit chunk was taken, and the only complaint was the plan's: not a multiple of
+    its 16-byte alignment (exit 1, as if the plan were wrong)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")  # never read: the option is refused first
+    line = one_error_line(capsys, cli.main(["check", str(plan), "--chunk-bytes", value]),
+                          cli.EXIT_USAGE)
+    assert f"argument --chunk-bytes: {value!r}: a chunk of more than 1 PiB (1125899906842624 " \
+           "bytes); expected a whole number of bytes from 1 to 1125899906842624" in line, line
+
+
+def test_check_chunk_bytes_of_a_pebibyte_is_taken():
+    from collsynth.cli.check import _chunk_bytes
+
+    assert _chunk_bytes(str(2**50)) == 2**50

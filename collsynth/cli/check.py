@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from collsynth._parse import number_text
+from collsynth._parse import MAX_SIZE_BYTES, number_text
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError, err,
                                   out, positive_int, problem_lines, progress_line, why_not)
 from collsynth.cli.plan_files import MSCCLPP_RUNTIME, check_plan_file
@@ -27,6 +27,18 @@ from collsynth.runtimes import MSCCL_XML, runtime_names
 __all__ = ["register", "run_check", "infer_runtime"]
 
 _ALGO_TAG = re.compile(r"<algo\b[^>]*>", re.S)
+
+
+def _chunk_bytes(text: str) -> int:
+    """A ``--chunk-bytes``: a whole number of bytes from 1 to 1 PiB (:data:`MAX_SIZE_BYTES`, the
+    bound of every size an option takes; a larger chunk was read, and only the plan's alignment
+    rule complained)."""
+    value = positive_int(text)
+    if value > MAX_SIZE_BYTES:
+        raise argparse.ArgumentTypeError(f"{text!r}: a chunk of more than 1 PiB "
+                                         f"({MAX_SIZE_BYTES} bytes); expected a whole number "
+                                         f"of bytes from 1 to {MAX_SIZE_BYTES}")
+    return value
 
 
 def _root(text: str) -> int:
@@ -67,7 +79,7 @@ def register(subparsers: Any) -> None:
     plans = parser.add_argument_group("MSCCL++ plans")
     plans.add_argument("--ranks-per-node", type=positive_int, metavar="N",
                        help="ranks per node: memory and switch channels must stay in a node")
-    plans.add_argument("--chunk-bytes", type=positive_int, metavar="B",
+    plans.add_argument("--chunk-bytes", type=_chunk_bytes, metavar="B",
                        help="the chunk size to run the plan at (default: the smallest that "
                             "runs every pipeline twice)")
     parser.set_defaults(handler=run_check)
