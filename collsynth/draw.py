@@ -31,7 +31,8 @@ from collsynth._files import read_head
 from collsynth._parse import NumberTextError, number_text
 from collsynth.algorithm.arrays import sends_as_arrays
 from collsynth.algorithm.model import Algorithm
-from collsynth.errors import CollsynthError, FileFormatError, InputTooLargeError, expect_path
+from collsynth.errors import (CollsynthError, FileFormatError, InputTooLargeError, expect_path,
+                              shown_path)
 from collsynth._output import check_output_file, write_bytes_atomic
 from collsynth.topology.model import Topology
 
@@ -534,7 +535,8 @@ def draw_file(path: str | os.PathLike[str], *, topology: Topology | None = None,
         algorithm file, such as an MSCCL++ plan, is named as what it is, whether or not
         ``topology`` is given).
     DrawError
-        An XML program without ``topology``, or an algorithm file with one.
+        An XML program without ``topology``, or an algorithm file with one; an XML program on a
+        topology of another rank count or without a link it sends over (naming the file).
     """
     kind = file_kind(path)
     if kind == "xml":
@@ -543,7 +545,13 @@ def draw_file(path: str | os.PathLike[str], *, topology: Topology | None = None,
         if topology is None:
             raise DrawError(f"{path}: an MSCCL XML program does not say its topology; give one "
                             "(--topology), its ranks in the program's order")
-        return draw_program(load_program(Path(path)), topology, options=options)
+        program = load_program(Path(path))
+        try:
+            return draw_program(program, topology, options=options)
+        except StepRangeError:  # of --steps, not of the file: the command says so
+            raise
+        except DrawError as exc:  # the program on the wrong topology: name its file
+            raise DrawError(f"{shown_path(path)}: {exc}") from None
     from collsynth.algorithm.fileformat import load_algorithm
 
     algorithm = load_algorithm(path)  # first: it says what another JSON file is (an MSCCL++ plan)

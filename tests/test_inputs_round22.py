@@ -118,3 +118,24 @@ def test_check_chunk_bytes_of_a_pebibyte_is_taken():
     from collsynth.cli.check import _chunk_bytes
 
     assert _chunk_bytes(str(2**50)) == 2**50
+
+
+# -- draw: an XML program on a topology of another size --------------------------------------
+
+
+@pytest.mark.parametrize("topology, message", [
+    ("ring:8", "prog.xml: program 'allgather-ring:4-s2-r2-c1' has ngpus=4 but topology 'ring:8' "
+               "has 8 ranks"),
+    ("line:4", "prog.xml: program 'allgather-ring:4-s2-r2-c1' sends from rank 0 to rank 3, but "
+               "topology 'line:4' has no such link"),
+])
+def test_draw_names_the_file_of_a_program_on_the_wrong_topology(ring_allgather_path, tmp_path,
+                                                                capsys, topology, message):
+    """The error named the program (its name attribute) and not the file it came from."""
+    program = tmp_path / "prog.xml"
+    assert cli.main(["export", str(ring_allgather_path), "-o", str(program)]) == cli.EXIT_OK
+    capsys.readouterr()
+    line = one_error_line(capsys, cli.main(["draw", str(program), "--topology", topology,
+                                            "-o", str(tmp_path / "d.svg")]))
+    assert f"collsynth: error: {program}: " in line and message in line, line
+    assert not (tmp_path / "d.svg").exists()
