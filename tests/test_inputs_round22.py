@@ -139,3 +139,83 @@ def test_draw_names_the_file_of_a_program_on_the_wrong_topology(ring_allgather_p
                                             "-o", str(tmp_path / "d.svg")]))
     assert f"collsynth: error: {program}: " in line and message in line, line
     assert not (tmp_path / "d.svg").exists()
+
+
+# -- nccl-tests logs: what the runtime and the run were (timing/logs.py) ---------------------
+
+HEADER = ("#       size   count  type  redop  root   time  algbw  busbw #wrong   time  algbw  "
+          "busbw #wrong")
+ROW = ("        1024     256 float    sum    -1  12.00   0.09   0.13      0  11.00   0.09   0.14"
+       "      0")
+
+
+def _rank_line(rank: int) -> str:
+    return f"#  Rank {rank:2d} Group  0 Pid 1 on host device {rank:2d} [0x01] GPU"
+
+
+def _json_log(nccl_version) -> str:
+    return json.dumps({
+        "version": 2, "args": ["./build/all_reduce_perf"], "nccl_version": nccl_version,
+        "config": {"nthreads": 1, "ngpus": 8},
+        "results": [{"size": 1024, "count": 256, "type": "float", "redop": "sum", "root": "-1",
+                     "out_of_place": {"time": 10.0}, "in_place": None}]})
+
+
+@pytest.mark.parametrize("code", [1234, 0, 20899, "2.27.3"])
+def test_a_json_nccl_version_that_is_no_version_code_is_refused(tmp_path, capsys, code):
+    """nccl-tests writes ncclGetVersion's code (src/util.cu: jsonKey("nccl_version");
+    jsonInt(test_ncclVersion)): NCCL_VERSION(X, Y, Z) is X*10000 + Y*100 + Z from 2.9 (20900
+    on) and X*1000 + Y*100 + Z for 2.0 to 2.8 (2000 to 2899). 1234, 0 and 20899 are neither
+    (a '2.8.99' in the new encoding is never written), nor is a string; they were read as a
+    log of no known runtime, without a word."""
+    log = tmp_path / "ar.json"
+    log.write_text(_json_log(code))
+    line = one_error_line(capsys, cli.main(["calibrate", str(log), "--topology", "dgx-a100",
+                                            "-o", str(tmp_path / "c.json")]))
+    assert f"{log}: nccl_version: {code!r} is not an NCCL version code" in line, line
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_json_nccl_version_code_before_2_9_is_read():
+    """2804 is NCCL 2.8.4 by the encoding before 2.9 (2 * 1000 + 8 * 100 + 4); it was left
+    unread (the reader took codes from 20000 only)."""
+    from collsynth.timing.logs import parse_log
+
+    log = parse_log(_json_log(2804), name="ar.json")
+    assert (log.runtime, log.runtime_version) == ("nccl", "2.8.4")
+
+
+def test_the_largest_nchannels_of_a_log_is_its_channel_count():
+    """docs/timing.md: "else the largest `nChannels N`". NCCL prints one search result per
+    graph pattern; here the tree's 8 comes before the ring's 12: the count is 12, not the
+    first one printed."""
+    from collsynth.timing.logs import parse_log
+
+    text = "\n".join([
+        "x [0] NCCL INFO Pattern 3, crossNic 0, nChannels 8, bw 20.0/20.0, type NVL/PIX",
+        "x [0] NCCL INFO Pattern 4, crossNic 0, nChannels 12, bw 20.0/20.0, type NVL/PIX",
+        "x [0] NCCL INFO Pattern 1, crossNic 0, nChannels 4, bw 20.0/20.0, type NVL/PIX",
+        HEADER, ROW, ""])
+    assert parse_log(text, name="all_reduce_perf.txt", ranks=4).channels == 12
+
+
+def test_rank_lines_with_a_gap_count_up_to_the_highest_rank():
+    """'#  Rank 0', '1', '3' (rank 2's line lost from the output): the run had rank 3, so 4
+    ranks at least, not the 3 lines seen."""
+    from collsynth.timing.logs import parse_log
+
+    text = "\n".join(["# nThread 1 nGpus 1 minBytes 1024 maxBytes 1024 step: 2(factor)",
+                      *map(_rank_line, (0, 1, 3)), HEADER, ROW, ""])
+    assert parse_log(text, name="all_reduce_perf.txt").ranks == 4
+
+
+def test_an_appended_run_with_a_gap_in_its_rank_lines_is_on_as_many_ranks():
+    """Two runs appended to one log, the second missing rank 2's line: both on 4 ranks (the
+    highest rank 3), so one rank count, not 'a run on 3 ranks after one on 4'."""
+    from collsynth.timing.logs import parse_log
+
+    head = "# nThread 1 nGpus 1 minBytes 1024 maxBytes 1024 step: 2(factor)"
+    text = "\n".join([head, *map(_rank_line, (0, 1, 2, 3)), HEADER, ROW,
+                      head, *map(_rank_line, (0, 1, 3)), HEADER, ROW, ""])
+    log = parse_log(text, name="all_reduce_perf.txt")
+    assert (log.ranks, len(log.rows)) == (4, 4)

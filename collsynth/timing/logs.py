@@ -664,6 +664,13 @@ def _parse_json(text: str, name: str, collective: str | None, ranks: int | None)
             errors = _json_float(half, "nwrong", name, f"{at}.{key}", optional=True)
             rows.append(BenchmarkRow(size, count, dtype, op, root, time_us, algbw, busbw,
                                      key == "in_place", errors, line))
+    code = doc.get("nccl_version")
+    if code is not None and (isinstance(code, bool) or not isinstance(code, int)
+                             or _nccl_version(code) is None):
+        raise FileFormatError(name, f"nccl_version: {shown(code)} is not an NCCL version code "
+                                    "(ncclGetVersion's: major * 10000 + minor * 100 + patch "
+                                    "from 2.9, like 22703 for 2.27.3; major * 1000 + minor * "
+                                    "100 + patch before, like 2804 for 2.8.4)")
     found = None
     args = doc.get("args")
     if isinstance(args, list) and args and isinstance(args[0], str):
@@ -1091,6 +1098,22 @@ _RUNTIME_OPTION = re.compile(r"^([A-Za-z][A-Za-z_-]*?)(?:[\s@/=-]*(\d[\w.+~-]*))
 _MAX_CHANNELS_CLAIMED = 1024
 
 
+def _nccl_version(code: int) -> str | None:
+    """The version an ``NCCL_VERSION_CODE`` (what ``ncclGetVersion`` gives, nccl-tests' JSON
+    ``nccl_version``) encodes: ``major * 10000 + minor * 100 + patch`` from 2.9 (20900 on),
+    ``major * 1000 + minor * 100 + patch`` for 2.0 to 2.8 (src/nccl.h.in's ``NCCL_VERSION``);
+    ``None`` for a number that is neither.
+
+    >>> _nccl_version(22703), _nccl_version(20900), _nccl_version(2804), _nccl_version(1234)
+    ('2.27.3', '2.9.0', '2.8.4', None)
+    """
+    if code >= 20900:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    if 2000 <= code < 2900:
+        return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+    return None
+
+
 def split_runtime(text: str) -> tuple[str, str | None]:
     """A runtime as users write it, with an optional version (``"rccl"``, ``"nccl 2.18.3"``,
     ``"rccl-2.18.3"``): its lower-case name and its version text (``None``: not given).
@@ -1136,9 +1159,9 @@ def _with_runtime(log: BenchmarkLog, text: str,
         runtime, version = m.group(1).lower(), m.group(2)
     elif (m := _RUNTIME_SPEC_ROW.search(text)) is not None:
         runtime, version = m.group(1).lower(), m.group(2)
-    elif (m := _JSON_NCCL_VERSION.search(text)) is not None and int(m.group(1)) >= 20000:
-        code = int(m.group(1))  # NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch
-        runtime, version = "nccl", f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    elif (m := _JSON_NCCL_VERSION.search(text)) is not None and \
+            (version := _nccl_version(int(m.group(1)))) is not None:
+        runtime = "nccl"
     channels = None
     for pattern in (_RING_LINE, _COLL_CHANNELS, _N_CHANNELS, _MAX_CHANNELS):
         found = [int(m.group(1)) for m in pattern.finditer(text)
