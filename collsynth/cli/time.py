@@ -317,9 +317,10 @@ def _constants(args: argparse.Namespace, calibration: "Calibration | None",
         # kernels are another runtime's.
         if args.runtime is not None and args.runtime != constants.runtime \
                 and runtime_family(args.runtime) != runtime_family(constants.runtime):
-            raise CollsynthError(f"--runtime {args.runtime}: the calibration {args.calibration} "
-                                 f"is for {constants.runtime}, whose kernels "
-                                 f"{args.runtime} does not run")
+            # two options that cannot go together: a usage error, as in tune-runtime and plan
+            raise UsageError.of("time", f"--runtime {args.runtime}: the calibration "
+                                        f"{args.calibration} is for {constants.runtime}, whose "
+                                        f"kernels {args.runtime} does not run")
         return constants, args.calibration
     return get_runtime(args.runtime or _machine_runtime(topology)).defaults, \
         "documented defaults"

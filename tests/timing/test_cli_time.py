@@ -307,7 +307,8 @@ def test_time_prices_msccl_programs_with_a_calibration_of_nccl(capsys, tmp_path)
     assert all(r["time_us"] >= 100.0 for r in rows)
     code, _, err = run(capsys, "time", xml, "--topology", "dgx-h100", "--runtime", "rccl",
                        "--calibration", rt, "--sizes", "1KiB")
-    assert code == cli.EXIT_ERROR
+    # two options that cannot go together: a usage error, as tune-runtime's and plan's
+    assert code == cli.EXIT_USAGE
     assert f"--runtime rccl: the calibration {rt} is for nccl, whose kernels rccl" in err
 
 
