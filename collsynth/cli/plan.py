@@ -11,14 +11,18 @@ import argparse
 import json
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, Interrupted, UsageError,
-                                  add_fabric_arguments, add_figure_arguments, comma_entries,
-                                  check_fabric_arguments, node_count, out, path_argument,
-                                  positive_int, progress_line, seconds)
+                                  add_fabric_arguments, add_figure_arguments,
+                                  add_settings_argument, comma_entries, check_fabric_arguments,
+                                  node_count, out, path_argument, positive_int, progress_line,
+                                  runtime_settings, seconds)
 from collsynth.errors import shown_path
 from collsynth.progress import heartbeat
+
+if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from collsynth.runtimes.settings import RuntimeSettings
 
 __all__ = ["register", "run_plan", "DEFAULT_SYNTH_TIME_LIMIT"]
 
@@ -66,6 +70,8 @@ def register(subparsers: Any) -> None:
                              "default msccl-executor); nccl and rccl-tuner: a tuner config for "
                              "the traced sizes; mscclpp: MSCCL++ plans of the chosen algorithms "
                              "(docs/plan.md)")
+    add_settings_argument(parser, "the runtime's own algorithms a program is compared with, "
+                                  "and a tuner config, are narrowed by them")
     parser.add_argument("--synth-time-limit", type=seconds, default=DEFAULT_SYNTH_TIME_LIMIT,
                         metavar="SECONDS",
                         help="synthesis time per (collective, group) problem "
@@ -162,6 +168,22 @@ def _check_constants_family(path: str, runtime: str, deployed: tuple[str, ...]) 
                                         "kernels; calibrate with logs of that runtime")
 
 
+def _plan_settings(texts: "list[str] | None", xml_runtime: str) -> "RuntimeSettings":
+    """The job's ``--env`` settings, refused where the plan's own files could not run under
+    them: its XML programs run Simple, and msccl needs NCCL_ALGO to list MSCCL, which the
+    plan's environment sets (replacing the job's list)."""
+    settings = runtime_settings(texts, "plan")
+    if settings.protocols is not None and "Simple" not in settings.protocols:
+        raise UsageError.of("plan", f"--env {' '.join(settings.text)}: the plan's programs run "
+                                    "the Simple protocol, which it disables")
+    if settings.algorithms is not None and xml_runtime == "msccl":
+        raise UsageError.of("plan", "--env NCCL_ALGO with msccl: msccl runs the plan's "
+                                    "programs only where NCCL_ALGO lists MSCCL, and the plan's "
+                                    "environment sets it (MSCCL,RING,TREE), replacing the "
+                                    "job's list; plan without it, or for msccl-executor")
+    return settings
+
+
 def run_plan(args: argparse.Namespace) -> int:
     """Handle ``collsynth plan``: return 0 when the plan was written (errors raise)."""
     from collsynth.plan import (
@@ -176,6 +198,7 @@ def run_plan(args: argparse.Namespace) -> int:
     from collsynth.resolve import resolve_topology
 
     xml_runtime, tuners, mscclpp = _runtimes(args.runtime)
+    settings = _plan_settings(args.env, xml_runtime)
     if args.max_group_ranks < 2:
         raise UsageError.of("plan", f"--max-group-ranks {args.max_group_ranks}: expected at "
                                     "least 2")
@@ -229,7 +252,8 @@ def run_plan(args: argparse.Namespace) -> int:
             calibration_file=args.calibration if calibration is not None else None,
             runtime_constants=constants,
             runtime_constants_file=args.calibration if constants is not None else None,
-            runtime_version=version, model=args.model, device=args.device, cache=cache, all_ranges=args.all_ranges)
+            runtime_version=version, runtime_settings=settings, model=args.model,
+            device=args.device, cache=cache, all_ranges=args.all_ranges)
         # A heartbeat while a step runs long (pricing thousands of traced sizes is silent):
         # what the last progress line said, and for how long.
         doing = ["plan: reading the trace"]
@@ -249,7 +273,8 @@ def run_plan(args: argparse.Namespace) -> int:
                 raise UsageError.of("plan", f"--calibration {args.calibration}: its constants "
                                             f"are {constants.runtime!r}'s, not {name}'s, which "
                                             "the tuner config is priced for")
-            deployments.append(tuner_deployment(plan, topology, get_runtime(name),
+            deployments.append(tuner_deployment(plan, topology,
+                                                get_runtime(name).with_settings(settings),
                                                 constants=constants,
                                                 source=args.calibration or ""))
         if mscclpp:

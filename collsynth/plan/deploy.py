@@ -105,7 +105,7 @@ def tuner_deployment(plan: "Plan", topology: "Topology", runtime: Runtime, *,
     if not sizes:
         raise ExportError(f"--runtime {runtime.name}: the trace has no allreduce, allgather or "
                           f"reduce-scatter over all {plan.world_size} ranks to tune")
-    setup = tuning_setup(topology, runtime=runtime.name)
+    setup = tuning_setup(topology, runtime=runtime.name, settings=runtime.settings)
     price = ProgramModelPrice(topology, constants=constants, source=source)
     every = sorted({s for found in sizes.values() for s in found})
     tuned = tune_machine(setup, list(sizes), every, price=price)

@@ -34,6 +34,7 @@ from collsynth.plan.choose import (
     synthesize_front,
 )
 from collsynth.plan.groups import plan_signature, topology_for_group
+from collsynth.runtimes.settings import RuntimeSettings
 from collsynth.timing.closed_form import ClosedForm
 from collsynth.topology.model import Topology
 
@@ -112,6 +113,9 @@ class PlanOptions:
         ``(major, minor)`` whose own choices the runtime's algorithms are priced with (a
         runtime-constants calibration's: the version of the log it was fitted on), or ``None``:
         the newest modelled (docs/runtime-tuning.md, "Versions").
+    runtime_settings:
+        The job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE, which narrow the runtime's own
+        algorithms a program is compared with (docs/runtime-tuning.md, "Settings").
     """
 
     runtime: str = "msccl-executor"
@@ -126,6 +130,7 @@ class PlanOptions:
     runtime_constants: "RuntimeConstants | None" = None
     runtime_constants_file: str | None = None
     runtime_version: tuple[int, int] | None = None
+    runtime_settings: RuntimeSettings = RuntimeSettings()
 
     def __post_init__(self) -> None:
         if self.model not in PLAN_MODELS:
@@ -413,9 +418,14 @@ def plan_calls(run: TracedRun, topology: Topology, *, options: PlanOptions = Pla
 def _plan_constants(runtime: str, options: PlanOptions, gamma: float, notes: list[str]
                     ) -> "RuntimeConstants | None":
     """The program model's constants: the plan's runtime-constants calibration, else the
-    runtime's documented defaults; a ``--device`` gamma where they charge no reduction."""
+    runtime's documented defaults; a ``--device`` gamma where they charge no reduction. Notes
+    how the runtime's own algorithms are priced (its settings, its version)."""
     from collsynth.runtimes import get_runtime
 
+    if not options.runtime_settings.default:
+        notes.append(f"the runtime's own algorithms are narrowed by the job's "
+                     f"{options.runtime_settings.describe()} "
+                     "(docs/runtime-tuning.md, \"Settings\")")
     if options.model == "closed-form":
         return None
     constants = options.runtime_constants
@@ -588,7 +598,8 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
     sig = _signature(topology)
     sizes = [(c.size_bytes, c.element_size) for k in keys if _signature(topologies[k]) == sig
              for c in keyed[k]]
-    rt = get_runtime(runtime).at_version(options.runtime_version)
+    rt = get_runtime(runtime).at_version(options.runtime_version) \
+        .with_settings(options.runtime_settings)
     closed = ClosedForm(gamma_us_per_byte=gamma)   # the topology carries the calibration's figures
     program = ProgramModel(constants, runtime=rt, topology=topology) \
         if constants is not None else None
@@ -608,7 +619,8 @@ def _plan_one(key: _Key, topology: Topology, keyed: dict[_Key, list[TracedCall]]
                           "fits the program model to a measured curve)")
     else:
         # the closed form has NCCL's own tuning constants
-        nccl_runtime = get_runtime("nccl").at_version(options.runtime_version)
+        nccl_runtime = get_runtime("nccl").at_version(options.runtime_version) \
+            .with_settings(options.runtime_settings)
         measured = RuntimeAlgorithm(nccl_runtime, MEASURED, collective_name, topology)
         fitted = Measured(options.calibration, source=options.calibration_file or "") \
             if options.calibration is not None else None
