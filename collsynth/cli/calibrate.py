@@ -322,7 +322,8 @@ def _calibrate_program(args: argparse.Namespace) -> int:
         fit = fit_runtime(rows, topology, collective, runtime=runtime, channels=args.channels,
                           gpus_per_thread=gpus, version=version, time_limit_s=args.time_limit,
                           settings=settings)
-    save_calibration(RuntimeCalibration(fit.constants, runtime_version=version), args.output)
+    save_calibration(RuntimeCalibration(fit.constants, runtime_version=version,
+                                        settings=settings.text), args.output)
     summary = {"output": args.output, "runtime": runtime,
                "runtime_version": None if version is None else "%d.%d" % version,
                "topology": topology.name,
@@ -353,7 +354,8 @@ def _calibrate_program(args: argparse.Namespace) -> int:
         f"GMAE {fit.gmae:.1%} in-sample, {held} held out (fit on every other size)")
     if settings.text:
         out(f"fitted under {settings.describe()}: the runtime's own choices narrowed as those "
-            "variables narrow them (give them to 'collsynth time --env' to price that job)")
+            "variables narrow them; the calibration records them, and time, plan and "
+            "tune-runtime price under them unless --env says otherwise")
     if gpus > 1:
         out(f"one thread drove {gpus} GPUs in the measured run: the host's work per call and "
             "per channel is fitted per GPU (price a process per GPU with 'collsynth time', "

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collsynth.topology.model import Topology
 
 __all__ = ["positive_int", "path_argument", "gpus_per_thread", "runtime_setting",
-           "add_settings_argument", "runtime_settings", "non_negative_int", "seconds",
+           "add_settings_argument", "runtime_settings", "job_settings", "non_negative_int", "seconds",
            "positive_number", "parse_size", "comma_entries", "memory_limit", "check_unsplit",
            "MIN_MEMORY_LIMIT_BYTES",
            "channels_or_auto", "add_figure_arguments", "add_fabric_arguments", "oversubscription",
@@ -311,6 +311,21 @@ def runtime_settings(texts: "Sequence[str] | None", command: str) -> "RuntimeSet
         return settings_from_text(texts or ())
     except ValueError as exc:
         raise UsageError.of(command, f"--env {exc}") from None
+
+
+def job_settings(given: "RuntimeSettings", calibration: object, path: "str | None"
+                 ) -> "tuple[RuntimeSettings, str]":
+    """The settings to price under and where they come from: ``--env``'s when given, else a
+    runtime calibration's (the job its curve was measured under, ``calibrate --env``), else
+    none (``""``)."""
+    from collsynth.runtimes.settings import settings_from_text
+
+    if given.text:
+        return given, "--env"
+    recorded = getattr(calibration, "settings", ())
+    if recorded:
+        return settings_from_text(recorded), f"the calibration {path}"
+    return given, ""
 
 
 def gpus_per_thread(text: str) -> int:

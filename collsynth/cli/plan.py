@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, Interrupted, UsageError,
                                   add_fabric_arguments, add_figure_arguments,
                                   add_settings_argument, comma_entries, check_fabric_arguments,
-                                  node_count, out, path_argument, positive_int, progress_line,
-                                  runtime_settings, seconds)
+                                  job_settings, node_count, out, path_argument, positive_int,
+                                  progress_line, runtime_settings, seconds)
 from collsynth.errors import shown_path
 from collsynth.progress import heartbeat
 
@@ -168,20 +168,18 @@ def _check_constants_family(path: str, runtime: str, deployed: tuple[str, ...]) 
                                         "kernels; calibrate with logs of that runtime")
 
 
-def _plan_settings(texts: "list[str] | None", xml_runtime: str) -> "RuntimeSettings":
-    """The job's ``--env`` settings, refused where the plan's own files could not run under
-    them: its XML programs run Simple, and msccl needs NCCL_ALGO to list MSCCL, which the
-    plan's environment sets (replacing the job's list)."""
-    settings = runtime_settings(texts, "plan")
+def _check_plan_settings(settings: "RuntimeSettings", where: str, xml_runtime: str) -> None:
+    """Refuse the job's settings (from ``where``: ``--env`` or a calibration) where the plan's
+    own files could not run under them: its XML programs run Simple, and msccl needs NCCL_ALGO
+    to list MSCCL, which the plan's environment sets (replacing the job's list)."""
     if settings.protocols is not None and "Simple" not in settings.protocols:
-        raise UsageError.of("plan", f"--env {' '.join(settings.text)}: the plan's programs run "
+        raise UsageError.of("plan", f"{where}: {settings.describe()}: the plan's programs run "
                                     "the Simple protocol, which it disables")
     if settings.algorithms is not None and xml_runtime == "msccl":
-        raise UsageError.of("plan", "--env NCCL_ALGO with msccl: msccl runs the plan's "
+        raise UsageError.of("plan", f"{where}: NCCL_ALGO with msccl: msccl runs the plan's "
                                     "programs only where NCCL_ALGO lists MSCCL, and the plan's "
                                     "environment sets it (MSCCL,RING,TREE), replacing the "
                                     "job's list; plan without it, or for msccl-executor")
-    return settings
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -198,7 +196,8 @@ def run_plan(args: argparse.Namespace) -> int:
     from collsynth.resolve import resolve_topology
 
     xml_runtime, tuners, mscclpp = _runtimes(args.runtime)
-    settings = _plan_settings(args.env, xml_runtime)
+    settings = runtime_settings(args.env, "plan")
+    _check_plan_settings(settings, "--env", xml_runtime)
     if args.max_group_ranks < 2:
         raise UsageError.of("plan", f"--max-group-ranks {args.max_group_ranks}: expected at "
                                     "least 2")
@@ -233,6 +232,8 @@ def run_plan(args: argparse.Namespace) -> int:
                 constants, version = loaded.constants, loaded.runtime_version
                 _check_constants_family(args.calibration, constants.runtime,
                                         (xml_runtime, *tuners))
+                settings, settings_from = job_settings(settings, loaded, args.calibration)
+                _check_plan_settings(settings, settings_from or "--env", xml_runtime)
             else:
                 calibration = loaded
         if calibration is None:

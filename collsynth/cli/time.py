@@ -20,8 +20,9 @@ from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, Usag
                                   add_figure_arguments, add_settings_argument,
                                   check_gpus_per_thread, each_file_once, err, format_size,
                                   gpus_per_thread, out,
-                                  parse_size_range, parse_sizes, node_count, path_argument,
-                                  positive_int, progress_line, runtime_settings, table)
+                                  job_settings, parse_size_range, parse_sizes, node_count,
+                                  path_argument, positive_int, progress_line, runtime_settings,
+                                  table)
 from collsynth.errors import CollsynthError, FileFormatError, shown_path
 from collsynth.exact import fraction_text
 from collsynth.progress import heartbeat
@@ -495,8 +496,9 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
     constants, source = _constants(args, calibration, topology)
     name = args.runtime or constants.runtime
     version, version_from = _runtime_version(args, calibration)
+    settings, settings_from = job_settings(args.env, calibration, args.calibration)
     runtime = get_runtime(name if name in runtime_names() else "nccl").at_version(version) \
-        .with_settings(args.env)
+        .with_settings(settings)
     most = FAMILY_MAX_CHANNELS[runtime.family]
     if args.channels is not None and args.channels > most:
         # it would be priced and labelled 'nccl-ring/100ch', a count the runtime cannot run
@@ -526,7 +528,7 @@ def _time_program(args: argparse.Namespace, calibration: "Calibration | None") -
 
     with heartbeat(None if args.quiet else progress_line, PROGRESS_INTERVAL_S,
                    lambda: doing[0]):
-        return _price_and_print(args, constants, runtime, version_from, model,
+        return _price_and_print(args, constants, runtime, (version_from, settings_from), model,
                                 where, subjects, refused, collective, now_on)
 
 
@@ -548,11 +550,13 @@ def _warn_other_machine(measured_on: str, timed: str, path: str | None) -> None:
 
 
 def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
-                     runtime: "Runtime", version_from: str, model: "ProgramModel",
+                     runtime: "Runtime", sources: tuple[str, str], model: "ProgramModel",
                      where: "Topology", subjects: list,
                      refused: list[tuple[str, str]], collective: str,
                      now_on: Callable[[str], None]) -> int:
-    """:func:`_time_program`'s pricing and table; ``now_on`` is told what is being priced."""
+    """:func:`_time_program`'s pricing and table; ``sources``: where the runtime's version and
+    its settings come from; ``now_on`` is told what is being priced."""
+    version_from, settings_from = sources
     from collsynth.export.program import Program
     from collsynth.export.selection import selected_program
     from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
@@ -584,16 +588,18 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
     baselines = price_table(ours, sizes, model, on_subject=now_on)
     by_name = {r.name: r for r in ours}
     notes = _version_notes(runtime, version_from)
-    if not args.env.default or args.env.ll128_listed:
-        notes.append(f"{runtime.family} under {args.env.describe()}: its own choices narrowed "
-                     "as the variables narrow them (docs/runtime-tuning.md, \"Settings\")")
+    settings = runtime.settings
+    if settings.text:
+        notes.append(f"{runtime.family} under {settings.describe()} ({settings_from}): its own "
+                     "choices narrowed as the variables narrow them "
+                     "(docs/runtime-tuning.md, \"Settings\")")
     # why each of the runtime's algorithms has no row: the reason an empty table ends with
     unpriced = list(baselines.errors.items())
     notes += [f"{name}: {why}: no row" for name, why in unpriced]
-    if not ours and not args.env.default and \
+    if not ours and not settings.default and \
             runtime_algorithms(get_runtime(runtime.name).at_version(runtime.version),
                                collective, where):
-        notes.append(f"{args.env.describe()} leaves {runtime.family} no algorithm for "
+        notes.append(f"{settings.describe()} leaves {runtime.family} no algorithm for "
                      f"{collective}: no runtime row (from 2.24 it fails such a call; "
                      "docs/runtime-tuning.md, \"Settings\")")
     elif not ours:

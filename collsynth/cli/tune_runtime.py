@@ -16,9 +16,9 @@ from typing import Any
 
 from collsynth._parse import number_text
 from collsynth.cli.common import (EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
-                                  add_settings_argument, comma_entries, input_files, node_count,
-                                  out, parse_size_range, path_argument, progress_line,
-                                  runtime_settings, table, why_not)
+                                  add_settings_argument, comma_entries, input_files, job_settings,
+                                  node_count, out, parse_size_range, path_argument,
+                                  progress_line, runtime_settings, table, why_not)
 from collsynth.errors import shown_path
 from collsynth.progress import heartbeat
 
@@ -137,12 +137,13 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
 
     check_output_file(args.output, label=f"-o {shown_path(args.output)}",
                       inputs=input_files(args.topology, args.calibration))
-    constants = None
+    constants = loaded = None
     if args.calibration is not None:
         from collsynth.runtimes import runtime_family
         from collsynth.timing.calibration import load_calibration, runtime_constants
 
-        constants = runtime_constants(load_calibration(args.calibration), args.calibration)
+        loaded = load_calibration(args.calibration)
+        constants = runtime_constants(loaded, args.calibration)
         if runtime_family(constants.runtime) != args.runtime:
             raise UsageError.of(COMMAND, f"--calibration {args.calibration}: its constants are "
                                          f"{constants.runtime!r}'s; --runtime {args.runtime} "
@@ -172,7 +173,8 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
     if facts.runtime != args.runtime:
         raise UsageError.of(COMMAND, f"--runtime {args.runtime}: {topology.name} has "
                                      f"{facts.arch} GPUs, which run {facts.runtime}")
-    settings = runtime_settings(args.env, COMMAND)
+    settings, settings_from = job_settings(runtime_settings(args.env, COMMAND), loaded,
+                                           args.calibration)
     setup = tuning_setup(topology, runtime=args.runtime, settings=settings)
     sizes = _sizes(args.sizes)
     price = ProgramModelPrice(topology, constants=constants,
@@ -206,8 +208,9 @@ def run_tune_runtime(args: argparse.Namespace) -> int:
         f"{tuned.prices}; predicted times in us, not measurements; a rule where the gain is "
         f"over {tuned.threshold:.0%}")
     if settings.text:
-        out(f"under {settings.describe()}: no rule names a pair they disable (the runtime "
-            "ignores a tuner's pick of one), and its own choice is narrowed the same way")
+        out(f"under {settings.describe()} ({settings_from}): no rule names a pair they disable "
+            "(the runtime ignores a tuner's pick of one), and its own choice is narrowed the "
+            "same way")
     headers = ("bytes", "written", "samples", "predicted us", f"{name}'s own", "its us", "gain")
     for c in tuned.collectives:
         if not c.requested:

@@ -402,11 +402,24 @@ class RuntimeCalibration:
     #: ``(major, minor)`` of the runtime the curve was measured with (its log's banner), whose
     #: own choices the fit priced; ``None`` when the curve did not say.
     runtime_version: tuple[int, int] | None = None
+    #: The measured job's NCCL_ALGO / NCCL_PROTO / NCCL_NVLS_ENABLE as ``NAME=VALUE`` texts
+    #: (``calibrate --env``), which the fit priced under; ``()`` when none were given.
+    settings: tuple[str, ...] = ()
     kind: ClassVar[str] = "runtime-constants"
 
     def __post_init__(self) -> None:
+        from collsynth.runtimes.settings import settings_from_text
+
         if not isinstance(self.constants, RuntimeConstants):
             raise InvalidInstanceError("runtime calibration: expected RuntimeConstants")
+        if not isinstance(self.settings, tuple) or \
+                not all(isinstance(t, str) for t in self.settings):
+            raise InvalidInstanceError(f"runtime calibration: settings {self.settings!r}; "
+                                       "expected NAME=VALUE texts")
+        try:
+            settings_from_text(self.settings)
+        except ValueError as exc:
+            raise InvalidInstanceError(f"runtime calibration: settings: {exc}") from None
         v = self.runtime_version
         if v is not None and not (isinstance(v, tuple) and len(v) == 2
                                   and all(type(x) is int and x >= 0 for x in v)):
@@ -446,6 +459,8 @@ def calibration_to_json(calibration: Calibration) -> dict[str, object]:
         found = {**head, **constants_to_dict(calibration.constants)}
         if calibration.runtime_version is not None:
             found["runtime_version"] = "%d.%d" % calibration.runtime_version
+        if calibration.settings:
+            found["settings"] = list(calibration.settings)
         return found
     return {**head, "topology": calibration.topology, "nodes": calibration.nodes,
             "entries": [e.to_json() for e in calibration.entries]}
@@ -490,7 +505,8 @@ def _runtime_from_json(obj: dict, source: str, *, legacy: bool) -> RuntimeCalibr
                                   f"version = {shown(version)}: unknown; this collsynth reads "
                                   "version 1 of collsynth-runtime-constants files")
     fields = {k: v for k, v in obj.items()
-              if k not in ("format", "version", "kind", "runtime_version")}
+              if k not in ("format", "version", "kind", "runtime_version", "settings")}
+    settings = _settings_from_json(obj.get("settings", []), source)
     runtime_version = None
     if "runtime_version" in obj:
         given = obj["runtime_version"]
@@ -509,7 +525,23 @@ def _runtime_from_json(obj: dict, source: str, *, legacy: bool) -> RuntimeCalibr
     if not known:  # well formed, but figures of a runtime collsynth does not model
         raise FileFormatError(source, f"runtime = {shown(runtime)}: expected one of "
                                       f"{', '.join(runtime_names())}")
-    return RuntimeCalibration(constants, runtime_version=runtime_version)
+    return RuntimeCalibration(constants, runtime_version=runtime_version, settings=settings)
+
+
+def _settings_from_json(given: object, source: str) -> tuple[str, ...]:
+    """A runtime calibration's ``settings``: a list of at most one ``NAME=VALUE`` text per
+    variable collsynth models, each read as ``--env`` reads it."""
+    from collsynth.runtimes.settings import SETTING_NAMES, settings_from_text
+
+    if not isinstance(given, list) or len(given) > len(SETTING_NAMES) or \
+            not all(isinstance(t, str) and len(t) <= 256 for t in given):
+        raise FileFormatError(source, f"settings: {shown(given)}; expected a list of at most "
+                                      f"{len(SETTING_NAMES)} texts like \"NCCL_PROTO=Simple\"")
+    try:
+        settings_from_text(given)
+    except ValueError as exc:
+        raise FileFormatError(source, f"settings: {exc}") from None
+    return tuple(given)
 
 
 def _curve_from_json(obj: dict, source: str, version: int) -> CurveCalibration:

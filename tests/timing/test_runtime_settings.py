@@ -392,3 +392,87 @@ def test_time_says_when_the_settings_leave_a_collective_nothing(capsys):
     assert code == cli.EXIT_ERROR  # nothing priced
     assert "NCCL_ALGO=Tree leaves nccl no algorithm for allgather" in out
     assert "outside its own algorithms" not in out
+
+
+# -- a calibration records the settings it was fitted under -------------------------------------
+
+
+def _calibration_with(tmp_path, *settings: str, runtime: str = "nccl"):
+    from collsynth.timing.calibration import RuntimeCalibration, save_calibration
+
+    path = tmp_path / "rt.json"
+    save_calibration(RuntimeCalibration(get_runtime(runtime).defaults, settings=settings), path)
+    return path
+
+
+def test_calibrate_env_is_recorded_and_read_back(tmp_path, capsys):
+    import json
+
+    from collsynth.timing.calibration import load_calibration
+
+    curve = tmp_path / "curve.csv"
+    curve.write_text(_CURVE)
+    out = tmp_path / "c.json"
+    code = cli.main(["calibrate", "--model", "program", "--topology", "DGX-H100",
+                     "--collective", "allreduce", "-o", str(out), "-q", "--env",
+                     "NCCL_PROTO=Simple", str(curve)])
+    assert code in (cli.EXIT_OK, cli.EXIT_ERROR), capsys.readouterr().err
+    assert json.loads(out.read_text())["settings"] == ["NCCL_PROTO=Simple"]
+    assert load_calibration(out).settings == ("NCCL_PROTO=Simple",)
+
+
+def test_time_prices_under_the_calibrations_settings_unless_env_says_otherwise(tmp_path, capsys):
+    path = _calibration_with(tmp_path, "NCCL_PROTO=Simple")
+    base = ["time", "--collective", "allreduce", "--topology", "DGX-H100", "--calibration",
+            str(path), "--sizes", "1KB", "-q", "--json"]
+    import json
+
+    assert cli.main(base) == cli.EXIT_OK
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["protocol"] for r in rows if r.get("kind") == "baseline"} == {"Simple"}
+    assert cli.main(base + ["--env", "NCCL_NVLS_ENABLE=1"]) == cli.EXIT_OK  # replaces them
+    rows = json.loads(capsys.readouterr().out)
+    assert "LL" in {r["protocol"] for r in rows if r.get("kind") == "baseline"}
+    assert cli.main(base[:-1]) == cli.EXIT_OK
+    assert f"NCCL_PROTO=Simple (the calibration {path})" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("settings, why", [
+    ('["NCCL_ALGO=Rings"]', "settings: NCCL_ALGO=Rings: unknown name"),
+    ('"NCCL_PROTO=Simple"', "settings: 'NCCL_PROTO=Simple'; expected a list"),
+    ('["NCCL_PROTO=LL", "NCCL_PROTO=Simple"]', "settings: NCCL_PROTO given twice"),
+    ('[1]', "settings: a list of 1; expected a list"),
+])
+def test_a_calibrations_settings_are_checked(tmp_path, capsys, settings, why):
+    import json
+
+    path = _calibration_with(tmp_path)
+    obj = json.loads(path.read_text())
+    path.write_text(json.dumps(obj)[:-1] + f', "settings": {settings}}}')
+    code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100",
+                     "--calibration", str(path), "--sizes", "1KB", "-q"])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_ERROR and str(path) in err and why in err, err
+
+
+def test_tune_runtime_takes_the_calibrations_settings(tmp_path, capsys):
+    path = _calibration_with(tmp_path, "NCCL_PROTO=Simple", "NCCL_NVLS_ENABLE=0")
+    out = tmp_path / "t.conf"
+    code = cli.main(["tune-runtime", "--topology", "DGX-H100", "--runtime", "nccl",
+                     "--collectives", "allreduce", "--sizes", "1KB:64MB", "-o", str(out), "-q",
+                     "--calibration", str(path)])
+    assert code == cli.EXIT_OK, capsys.readouterr().err
+    fields = [r.split(",") for r in out.read_text().splitlines() if r and r[0] != "#"]
+    assert fields and all(f[4] == "simple" and f[3] in ("ring", "tree") for f in fields)
+
+
+def test_plan_refuses_a_calibrations_settings_its_programs_cannot_run_under(tmp_path, capsys):
+    from pathlib import Path
+
+    path = _calibration_with(tmp_path, "NCCL_PROTO=LL")
+    traces = Path(__file__).resolve().parents[1] / "fixtures" / "traces" / "fc4-mixed"
+    code = cli.main(["plan", str(traces), "--topology", "fully-connected:4,unit_gbps=50,"
+                     "alpha_us=1", "-o", str(tmp_path / "p"), "--no-cache", "-q",
+                     "--calibration", str(path)])
+    assert code == cli.EXIT_USAGE
+    assert f"the calibration {path}: NCCL_PROTO=LL" in capsys.readouterr().err
