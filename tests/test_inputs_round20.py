@@ -9,15 +9,9 @@ import pytest
 
 from collsynth import cli
 from collsynth._parse import NumberTextError, size_from_text
+from tests.test_inputs_round17 import one_usage_line  # one usage-error line, nothing on stdout
 
 
-def usage_line(capsys, code: int) -> str:
-    """The one usage-error line of a refused command line, nothing on stdout."""
-    captured = capsys.readouterr()
-    assert code == cli.EXIT_USAGE, captured.err
-    [line] = captured.err.splitlines()
-    assert captured.out == ""
-    return line
 
 
 # -- --gpus-per-thread: nccl-tests runs processes x threads x G GPUs, so G divides a node --------
@@ -28,7 +22,7 @@ def test_time_refuses_threads_that_cannot_share_a_node(capsys, gpus):
     # 8 GPUs cannot be driven by threads of 3 (the first fix accepted any G up to 8)
     code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100",
                      "--gpus-per-thread", gpus, "--sizes", "1MB", "-q"])
-    line = usage_line(capsys, code)
+    line = one_usage_line(capsys, code, "collsynth time")
     assert f"--gpus-per-thread {gpus}" in line and "a divisor of 8" in line
 
 
@@ -44,7 +38,7 @@ def test_divisor_is_of_a_node_not_of_the_machine(capsys):
     # and G = 8 taken (a divisor of the machine's 16 is not enough)
     code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100",
                      "--nodes", "2", "--gpus-per-thread", "16", "--sizes", "1MB", "-q"])
-    assert "one node" in usage_line(capsys, code)
+    assert "one node" in one_usage_line(capsys, code, "collsynth time")
     code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100",
                      "--nodes", "2", "--gpus-per-thread", "8", "--sizes", "1MB", "-q"])
     assert code == cli.EXIT_OK, capsys.readouterr().err
@@ -57,7 +51,7 @@ def test_time_sizes_names_a_range_as_a_range(capsys):
     # tune-runtime's --sizes is FROM:TO; time's is a list: say so, not "expected a number"
     code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100",
                      "--sizes", "1KB,1:1e30"])
-    line = usage_line(capsys, code)
+    line = one_usage_line(capsys, code, "collsynth time")
     assert "'1:1e30'" in line and "not a FROM:TO range" in line and "1KB,1MB,1GB" in line
 
 
@@ -77,4 +71,4 @@ def test_a_letter_e_alone_is_an_unknown_unit_not_an_exponent(text):
 def test_time_sizes_exponent_is_a_usage_error(capsys):
     code = cli.main(["time", "--collective", "allreduce", "--topology", "DGX-H100",
                      "--sizes", "1e9"])
-    assert "an exponent is not a size" in usage_line(capsys, code)
+    assert "an exponent is not a size" in one_usage_line(capsys, code, "collsynth time")

@@ -11,17 +11,9 @@ from pathlib import Path
 import pytest
 
 from collsynth import cli
+from tests.test_inputs_round21 import one_error_line  # one error line, nothing on stdout
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def one_error_line(capsys, code: int, expected: int = cli.EXIT_ERROR) -> str:
-    """The one error line of a refused command, nothing on stdout."""
-    captured = capsys.readouterr()
-    assert code == expected, captured.err
-    [line] = captured.err.splitlines()
-    assert captured.out == ""
-    return line
 
 
 # -- plan: rank files that disagree on a call's op, dtype, group order, or the header --------
