@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from collsynth.cli.common import (EXIT_ERROR, EXIT_OK, PROGRESS_INTERVAL_S, UsageError,
                                   add_figure_arguments, add_settings_argument,
                                   check_gpus_per_thread, each_file_once, err, format_size,
-                                  gpus_per_thread, out,
-                                  job_settings, parse_size_range, parse_sizes, node_count,
-                                  path_argument, positive_int, progress_line, runtime_settings,
-                                  table)
+                                  gpus_per_thread, job_settings, node_count, out,
+                                  parse_size_range, parse_sizes, path_argument, positive_int,
+                                  progress_line, runtime_settings, table)
 from collsynth.errors import CollsynthError, FileFormatError, shown_path
 from collsynth.exact import fraction_text
 from collsynth.progress import heartbeat
@@ -556,13 +555,13 @@ def _price_and_print(args: argparse.Namespace, constants: "RuntimeConstants",
                      now_on: Callable[[str], None]) -> int:
     """:func:`_time_program`'s pricing and table; ``sources``: where the runtime's version and
     its settings come from; ``now_on`` is told what is being priced."""
-    version_from, settings_from = sources
     from collsynth.export.program import Program
     from collsynth.export.selection import selected_program
     from collsynth.timing.pricing import (PRICING_FAILURES, RuntimeAlgorithm, price_table,
                                           runtime_algorithms)
     from collsynth.timing.program_model import TREE_CORRECTION_NOTE
 
+    version_from, settings_from = sources
     sizes = args.sizes
     prices: list["Price"] = []
     errors: list[tuple[str, str]] = [(name, " ".join(why.split())) for name, why in refused]
