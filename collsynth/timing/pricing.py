@@ -147,50 +147,53 @@ def runtime_algorithms(runtime: Runtime, collective: str, topology: "Topology"
     """
     key = canonical_name(collective)
     found = []
-    offered: frozenset[str] | None = None
+    # the tuning's offer (one setup: a ring search), asked for once and only where needed
+    offered: list[frozenset[str] | None] = []
+
+    def offer() -> frozenset[str] | None:
+        if not offered:
+            offered.append(_offered(runtime, key, topology))
+        return offered[0]
     for algorithm in runtime.own_algorithms:
         if algorithm in ("ring", "tree"):
             runs = key in (RUNS_ON_RING if algorithm == "ring" else TREE_COLLECTIVES)
         elif algorithm == "p2p":
             runs = key in P2P_COLLECTIVES
         else:
-            if offered is None:
-                offered = _offered(runtime, key, topology)
-            runs = algorithm in offered
+            runs = algorithm in (offer() or ())
         if runs:
             found.append(RuntimeAlgorithm(runtime, algorithm, key, topology))
     if not runtime.settings.default:
-        found = _narrowed(runtime, key, topology, found)
+        found = _narrowed(runtime, key, topology, found, offer())
     return tuple(found)
 
 
 def _narrowed(runtime: Runtime, collective: str, topology: "Topology",
-              found: list[RuntimeAlgorithm]) -> list[RuntimeAlgorithm]:
+              found: list[RuntimeAlgorithm], offered: frozenset[str] | None
+              ) -> list[RuntimeAlgorithm]:
     """``found`` under the job's settings (``runtime.settings``): what the runtime's tuning
-    still offers (:func:`collsynth.timing.tuning_model.enabled`, the one home of those rules,
-    by version); without a tuning on the machine, NCCL_ALGO's list as the version applies it,
-    the ring kept where that version gives it back. Send/recv is not NCCL_ALGO's."""
+    still ``offered`` (:func:`collsynth.timing.tuning_model.enabled`, the one home of those
+    rules, by version); without a tuning on the machine (``None``), NCCL_ALGO's list as the
+    version applies it, the ring kept where that version gives it back. Send/recv is not
+    NCCL_ALGO's."""
     from collsynth.runtimes.protocols import PROTOCOLS
-    from collsynth.timing.tuning_model import (COLLECTIVES, DEFAULT_VERSION, RCCL_DEFAULT_VERSION,
-                                               SETUP_FAILURES, offered_protocols, tuning_setup)
+    from collsynth.timing.tuning_model import COLLECTIVES, DEFAULT_VERSION, RCCL_DEFAULT_VERSION
 
     if collective not in COLLECTIVES:
         return found
-    settings = runtime.settings
-    try:
-        setup = tuning_setup(topology, runtime=runtime.family, version=runtime.version,
-                             settings=settings)
-        keep = {a.algorithm for a in found if offered_protocols(setup, collective, a.algorithm)}
-    except SETUP_FAILURES:  # no tuning: the lists alone
+    if offered is not None:
+        keep = offered
+    else:  # no tuning: the lists alone
+        settings = runtime.settings
         version = runtime.version or (RCCL_DEFAULT_VERSION if runtime.family == "rccl"
                                       else DEFAULT_VERSION)
         layout = topology.layout
         allowed = settings.enabled_algorithms(
             version, collective, nodes=layout.nodes if layout is not None else 1, collnet=False)
-        keep = {a.algorithm for a in found
-                if any(settings.allows(a.algorithm, p, algorithms=allowed) for p in PROTOCOLS)}
+        keep = frozenset(a.algorithm for a in found if any(
+            settings.allows(a.algorithm, p, algorithms=allowed) for p in PROTOCOLS))
         if not keep and settings.ring_fallback(version):
-            keep = {"ring"}
+            keep = frozenset({"ring"})
     return [a for a in found if a.algorithm == "p2p" or a.algorithm in keep]
 
 
@@ -212,19 +215,20 @@ def pinned_protocols(subject: RuntimeAlgorithm, model: "PricingModel"
                  if model.why_not(p) is None)
 
 
-def _offered(runtime: Runtime, collective: str, topology: "Topology") -> frozenset[str]:
+def _offered(runtime: Runtime, collective: str, topology: "Topology") -> frozenset[str] | None:
     """The algorithms the runtime's tuning offers for ``collective`` on ``topology``'s machine
-    (none when its facts cannot set the tuning up: no architecture, no NICs...)."""
+    under its settings; ``None`` for a collective outside the tuning or a machine whose facts
+    cannot set it up (no architecture, no NICs...)."""
     from collsynth.timing.tuning_model import (ALGORITHMS, COLLECTIVES, SETUP_FAILURES,
                                                offered_protocols, tuning_setup)
 
     if collective not in COLLECTIVES:
-        return frozenset()
+        return None
     try:
         setup = tuning_setup(topology, runtime=runtime.family, version=runtime.version,
                              settings=runtime.settings)
     except SETUP_FAILURES:  # no tuning here: the ring and the tree only
-        return frozenset()
+        return None
     return frozenset(a for a in ALGORITHMS if offered_protocols(setup, collective, a))
 
 

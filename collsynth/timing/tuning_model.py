@@ -1490,7 +1490,7 @@ def tuning_setup(topology: "Topology", *, runtime: str | None = None,
         collnet = facts.sharp and facts.nodes > 1
     setup = setup_from_facts(facts, gpu_gbps=total, path_gbps=pair, runtime=runtime,
                              version=version, collnet=collnet, latency_inter_us=latency_inter_us)
-    return setup if settings.default and not settings.ll128_listed else \
+    return setup if settings.default else \
         replace(setup, settings=settings)
 
 
